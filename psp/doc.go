@@ -1,0 +1,30 @@
+// Package psp holds pspnode's barrier semantics: steps, the classic barriers
+// (ASP, BSP, SSP), the probabilistic barriers pBSP and pSSP, the DSSP
+// controllers (server-based and decentralised), uniform sampling without
+// replacement, the convergence bound of the PSP paper and the barrier spec
+// grammar.
+//
+// # Model
+//
+// A node's step c is the number of iterations it has completed. After it
+// completes iteration c it asks its barrier whether it may start iteration
+// c+1. A barrier looks at the steps of other nodes:
+//
+//   - ASP passes always.
+//   - BSP passes iff every other node has step >= c.
+//   - SSP(s) passes iff every other node has step >= c-s.
+//   - pBSP(β) draws β peers uniformly at random without replacement and
+//     passes iff every sampled step >= c.
+//   - pSSP(β, s) passes iff every sampled step >= c-s.
+//   - DSSP(S_L, S_U) and pDSSP(β, S_L, S_U) let the staleness vary within
+//     [S_L, S_U], granting extra steps when that is predicted to cut waiting.
+//
+// A node that must wait asks again later with a fresh sample.
+//
+// The package is pure: no I/O, no clocks, no goroutines. Time, where a
+// controller needs it, is passed in by the caller as seconds on the caller's
+// own clock, and randomness comes from a *rand.Rand the caller owns, so the
+// discrete-event simulator (testnet/sim) and the real node (node) run exactly
+// the same decisions, and a barrier bug shows up first in a fast
+// deterministic test.
+package psp
