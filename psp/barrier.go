@@ -1,0 +1,77 @@
+package psp
+
+// Pass is the barrier test shared by every kind: a node that has completed c
+// iterations may start the next one iff every observed step is at least
+// c-s. A negative s means no bound (ASP). An empty observation passes.
+func Pass(c Step, s int, observed []Step) bool {
+	return Lagging(c, s, observed) == 0
+}
+
+// Lagging counts the observed steps below the threshold c-s (0 if s < 0).
+func Lagging(c Step, s int, observed []Step) int {
+	if s < 0 {
+		return 0
+	}
+	threshold := c - Step(s)
+	n := 0
+	for _, o := range observed {
+		if o < threshold {
+			n++
+		}
+	}
+	return n
+}
+
+// Observation is what a node learns about one peer when it asks for its
+// step: the peer's identity (any stable string), its step, and, when the
+// peer reports it, the mean time in seconds it took per step recently.
+type Observation struct {
+	Peer     string
+	Step     Step
+	Interval float64 // seconds per step as the peer reports it; 0 if unknown
+}
+
+// Decision is the outcome of one barrier check.
+type Decision struct {
+	Pass      bool
+	Staleness int // the staleness applied: s, or S_L plus a DSSP allowance; -1 for ASP
+	Lagging   int // observed peers below the threshold
+	Granted   int // extra steps a DSSP controller granted at this check
+}
+
+// Decider decides one barrier check. self is the number of iterations the
+// node has completed, now the caller's clock in seconds (only the dynamic
+// kinds use it), and observed what the node learnt from the peers it asked:
+// a fresh sample of β peers for the probabilistic kinds, every known peer for
+// the global ones. A Decider for a dynamic kind keeps state and is not safe
+// for concurrent use; the static kinds are stateless.
+type Decider interface {
+	Decide(self Step, now float64, observed []Observation) Decision
+}
+
+// NewDecider returns the Decider for a spec. ASP, BSP, SSP, pBSP and pSSP
+// are stateless; DSSP and pDSSP return a fresh *PDSSPDecider (one per node): in a
+// network without a server, DSSP is pDSSP over every known peer. The
+// simulator also offers the server-based DSSP of the reference as a
+// baseline, through DSSPController.
+func NewDecider(s Spec) Decider {
+	if s.Dynamic() {
+		return NewPDSSP(s.Staleness, s.Upper)
+	}
+	return static{s.BaseStaleness()}
+}
+
+type static struct{ s int }
+
+func (d static) Decide(self Step, _ float64, observed []Observation) Decision {
+	lag := 0
+	if d.s >= 0 {
+		threshold := self - Step(d.s)
+		for _, o := range observed {
+			if o.Step < threshold {
+				lag++
+			}
+		}
+	}
+	return Decision{Pass: lag == 0, Staleness: d.s, Lagging: lag}
+}
