@@ -1,0 +1,103 @@
+// Command pspnode is the pspnode CLI: a node for decentralised,
+// data-parallel training with probabilistic barriers, its simulator, and
+// the convergence bound. It is thin: flags become a Config of the package
+// that does the work.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+)
+
+// version is set at build time by `make dist` (-X main.version=...).
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is main without the process: it returns the exit code (0 ok, 1 the
+// job failed, 2 bad usage).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	root := rootCommand(stdout, stderr)
+	if err := root.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintf(stderr, "pspnode: %v\n", err)
+		return 2
+	}
+	if err := root.Run(ctx); err != nil {
+		var u usageError
+		if errors.As(err, &u) {
+			fmt.Fprintf(stderr, "pspnode: %v\n", err)
+			return 2
+		}
+		fmt.Fprintf(stderr, "pspnode: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// usageError marks errors in what the user asked for (exit code 2).
+type usageError struct{ error }
+
+func usagef(format string, a ...any) error { return usageError{fmt.Errorf(format, a...)} }
+
+func rootCommand(stdout, stderr io.Writer) *ffcli.Command {
+	fs := flag.NewFlagSet("pspnode", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	root := &ffcli.Command{
+		Name:       "pspnode",
+		ShortUsage: "pspnode <subcommand> [flags]",
+		LongHelp: `pspnode trains a model across peers with no central server, deciding each
+step with a probabilistic barrier (pBSP/pSSP) over a small random sample of
+peers. Run 'pspnode <subcommand> --help' for the flags of each subcommand.`,
+		FlagSet: fs,
+		Subcommands: []*ffcli.Command{
+			simCommand(stdout, stderr),
+			boundCommand(stdout, stderr),
+			{
+				Name:       "version",
+				ShortUsage: "pspnode version",
+				ShortHelp:  "print the version",
+				FlagSet:    newFlagSet("pspnode version", stderr),
+				Exec: func(context.Context, []string) error {
+					_, err := fmt.Fprintln(stdout, "pspnode", version)
+					return err
+				},
+			},
+		},
+	}
+	root.Exec = func(_ context.Context, args []string) error {
+		fmt.Fprint(stderr, ffcli.DefaultUsageFunc(root))
+		if len(args) > 0 {
+			return usagef("unknown subcommand %q", args[0])
+		}
+		return usagef("no subcommand given")
+	}
+	return root
+}
+
+// newFlagSet returns a flag set whose help goes to stderr.
+func newFlagSet(name string, stderr io.Writer) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return fs
+}
+
+// envOptions lets every flag also be set as PSPNODE_<FLAG> (dashes become
+// underscores), so deployments can configure nodes from the environment.
+func envOptions() []ff.Option { return []ff.Option{ff.WithEnvVarPrefix("PSPNODE")} }

@@ -1,0 +1,124 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func runCLI(t *testing.T, args ...string) (code int, stdout, stderr string) {
+	t.Helper()
+	var o, e bytes.Buffer
+	code = run(context.Background(), args, &o, &e)
+	return code, o.String(), e.String()
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		code int
+		want string // in stderr
+	}{
+		{[]string{"--help"}, 0, "sim"},
+		{[]string{"sim", "--help"}, 0, "--sweep-beta"},
+		{[]string{"bound", "--help"}, 0, "--staleness"},
+		{[]string{"sim", "--nodes", "x"}, 2, "invalid value"},
+		{[]string{"sim", "--barrier", "pssp:10"}, 2, "pssp takes 2 parameter"},
+		{[]string{"sim", "--barrier", "BSP"}, 2, `did you mean "bsp"`},
+		{[]string{"sim", "--nodes", "0"}, 2, "nodes 0 out of range"},
+		{[]string{"sim", "--stragglers", "2"}, 2, "not a fraction"},
+		{[]string{"sim", "--barrier", "bsp", "--sweep-beta", "1,2"}, 2, "needs one probabilistic barrier"},
+		{[]string{"sim", "--churn-mode", "explode"}, 2, "unknown churn mode"},
+		{[]string{"sim", "--mode", "fast"}, 2, "want fidelity or poll"},
+		{[]string{"sim", "extra"}, 2, "takes no arguments"},
+		{[]string{"bound", "--F", "1"}, 2, "must be in (0, 1)"},
+		{[]string{"bound", "--beta", "-1"}, 2, "not a non-negative integer"},
+		{[]string{"nosuch"}, 2, ""},
+	} {
+		code, _, stderr := runCLI(t, tc.args...)
+		if code != tc.code || !strings.Contains(stderr, tc.want) {
+			t.Errorf("pspnode %v: exit %d (want %d), stderr %q (want it to contain %q)", tc.args, code, tc.code, stderr, tc.want)
+		}
+	}
+}
+
+func TestSimJSON(t *testing.T) {
+	code, out, errs := runCLI(t, "sim", "--nodes", "30", "--duration", "40s", "--barrier", "pssp:5:2", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var obj map[string]any
+	dec := json.NewDecoder(strings.NewReader(out))
+	if err := dec.Decode(&obj); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, out)
+	}
+	if dec.More() {
+		t.Fatal("stdout holds more than one JSON value")
+	}
+	for _, k := range []string{"barrier", "nodes", "duration_s", "seed", "steps"} {
+		if _, ok := obj[k]; !ok {
+			t.Errorf("missing %q in %v", k, obj)
+		}
+	}
+	steps := obj["steps"].(map[string]any)
+	for _, k := range []string{"min", "mean", "max", "p5", "p50", "p95", "stddev"} {
+		if _, ok := steps[k]; !ok {
+			t.Errorf("steps missing %q", k)
+		}
+	}
+	if obj["barrier"] != "pssp:5:2" || obj["nodes"] != 30.0 || obj["duration_s"] != 40.0 {
+		t.Errorf("wrong header fields: %v", obj)
+	}
+}
+
+func TestSimSweepAndOut(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runCLI(t, "sim", "--nodes", "30", "--duration", "30s", "--barrier", "pbsp:1", "--sweep-beta", "0,2,8", "--json", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var arr []map[string]any
+	if err := json.Unmarshal([]byte(out), &arr); err != nil || len(arr) != 3 {
+		t.Fatalf("want a JSON array of 3 runs, got %v: %s", err, out)
+	}
+	if arr[0]["barrier"] != "pbsp:0" || arr[2]["barrier"] != "pbsp:8" {
+		t.Errorf("sweep barriers: %v, %v", arr[0]["barrier"], arr[2]["barrier"])
+	}
+	for _, f := range []string{"final_steps.csv", "steps_over_time.csv", "summary.json", "beta_sweep.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+}
+
+func TestSimTable(t *testing.T) {
+	code, out, _ := runCLI(t, "sim", "--nodes", "20", "--duration", "20s")
+	if code != 0 || !strings.Contains(out, "pssp:10:4") || !strings.Contains(out, "bsp") {
+		t.Errorf("default sim should compare the paper's five barriers; exit %d:\n%s", code, out)
+	}
+}
+
+func TestBound(t *testing.T) {
+	dir := t.TempDir()
+	code, out, errs := runCLI(t, "bound", "--beta", "1,10", "--F", "0.5,0.9", "--json", "--out", dir)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var rows []map[string]float64
+	if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 4 {
+		t.Fatalf("want 4 rows: %v %s", err, out)
+	}
+	// F=0.5, β=1, r=4, T=10000: S=2/3, mean bound 14.667 (see psp tests).
+	if m := rows[0]["mean_bound"]; m < 14.66 || m > 14.67 {
+		t.Errorf("mean bound %v, want 14.667", m)
+	}
+	for _, f := range []string{"bound.csv", "bound_mean.png", "bound_variance.png"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+}

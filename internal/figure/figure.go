@@ -1,0 +1,138 @@
+// Package figure draws pspnode's figures (PNG, with gonum.org/v1/plot, no
+// cgo) and writes CSV files. It is shared by the simulator, the testnet and
+// the bound commands so every figure looks alike.
+package figure
+
+import (
+	"encoding/csv"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+// Series is one named line.
+type Series struct {
+	Name string
+	X, Y []float64
+}
+
+// Options for a line figure.
+type Options struct {
+	Title, XLabel, YLabel string
+	LogY                  bool
+	LegendLeft            bool // put the legend top left instead of top right
+	Points                bool // draw points on the lines too
+}
+
+// Lines saves a PNG with one line per series.
+func Lines(path string, o Options, series ...Series) error {
+	p := plot.New()
+	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = o.Title, o.XLabel, o.YLabel
+	p.Legend.Top = true
+	p.Legend.Left = o.LegendLeft
+	p.Add(plotter.NewGrid())
+	if o.LogY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	}
+	for i, s := range series {
+		xys := make(plotter.XYs, 0, len(s.X))
+		for j := range s.X {
+			if j < len(s.Y) && !math.IsNaN(s.Y[j]) && !math.IsInf(s.Y[j], 0) && (!o.LogY || s.Y[j] > 0) {
+				xys = append(xys, plotter.XY{X: s.X[j], Y: s.Y[j]})
+			}
+		}
+		if len(xys) == 0 {
+			continue
+		}
+		l, err := plotter.NewLine(xys)
+		if err != nil {
+			return fmt.Errorf("figure %s: series %s: %w", path, s.Name, err)
+		}
+		l.Color = plotutil.Color(i)
+		l.Dashes = plotutil.Dashes(i / 7)
+		l.Width = vg.Points(1.5)
+		p.Add(l)
+		p.Legend.Add(s.Name, l)
+		if o.Points {
+			sc, err := plotter.NewScatter(xys)
+			if err == nil {
+				sc.Color = plotutil.Color(i)
+				sc.Shape = plotutil.Shape(i)
+				p.Add(sc)
+			}
+		}
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	return nil
+}
+
+// Distribution turns samples into the points of a histogram outline with
+// unit-wide integer bins (x = value, y = share of samples), for the "progress
+// distribution in steps" figures.
+func Distribution(name string, values []float64) Series {
+	if len(values) == 0 {
+		return Series{Name: name}
+	}
+	lo, hi := slices.Min(values), slices.Max(values)
+	counts := make([]float64, int(hi-lo)+1)
+	for _, v := range values {
+		counts[int(v-lo)]++
+	}
+	s := Series{Name: name}
+	s.X = append(s.X, lo-1)
+	s.Y = append(s.Y, 0)
+	for i, c := range counts {
+		s.X = append(s.X, lo+float64(i))
+		s.Y = append(s.Y, c/float64(len(values)))
+	}
+	s.X = append(s.X, hi+1)
+	s.Y = append(s.Y, 0)
+	return s
+}
+
+// CDF returns the empirical CDF of values as a series.
+func CDF(name string, values []float64) Series {
+	v := slices.Clone(values)
+	slices.Sort(v)
+	s := Series{Name: name}
+	for i, x := range v {
+		if i+1 < len(v) && v[i+1] == x {
+			continue
+		}
+		s.X = append(s.X, x)
+		s.Y = append(s.Y, float64(i+1)/float64(len(v)))
+	}
+	return s
+}
+
+// CSV writes rows to path, creating its directory.
+func CSV(path string, header []string, rows [][]string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("csv %s: %w", path, err)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("csv %s: %w", path, err)
+	}
+	w := csv.NewWriter(f)
+	_ = w.Write(header)
+	_ = w.WriteAll(rows) // flushes
+	if err := w.Error(); err != nil {
+		f.Close()
+		return fmt.Errorf("csv %s: %w", path, err)
+	}
+	return f.Close()
+}
