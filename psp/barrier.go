@@ -1,5 +1,7 @@
 package psp
 
+import "slices"
+
 // Pass is the barrier test shared by every kind: a node that has completed c
 // iterations may start the next one iff every observed step is at least
 // c-s. A negative s means no bound (ASP). An empty observation passes.
@@ -75,3 +77,20 @@ func (d static) Decide(self Step, _ float64, observed []Observation) Decision {
 	}
 	return Decision{Pass: lag == 0, Staleness: d.s, Lagging: lag}
 }
+
+// JoinStep is the step a node adopts when it joins a running job: the
+// median (rounded down) of the steps it observes from up to 16 live peers,
+// 0 if it observes none. A joiner at the median neither holds back the
+// nodes around it nor, having fetched the current model, trains from
+// scratch. The simulator and the real node use this rule.
+func JoinStep(observed []Step) Step {
+	if len(observed) == 0 {
+		return 0
+	}
+	s := slices.Clone(observed)
+	slices.Sort(s)
+	return s[(len(s)-1)/2]
+}
+
+// JoinSample is how many peers a joiner asks for their step.
+const JoinSample = 16

@@ -99,7 +99,7 @@ func DefaultConfig() Config {
 		StraggleFactor: 4,
 		PollInterval:   0.25,
 		ChurnMode:      Mixed,
-		JoinSample:     16,
+		JoinSample:     psp.JoinSample,
 		RecordEvery:    1,
 		StallWindow:    30,
 		LagR:           -1,
@@ -595,17 +595,6 @@ func (s *sim) leave() {
 	}
 }
 
-// JoinStep is the step a joiner adopts: the median (rounded down) of the
-// steps it observes, 0 if it observes none.
-func JoinStep(observed []psp.Step) psp.Step {
-	if len(observed) == 0 {
-		return 0
-	}
-	s := slices.Clone(observed)
-	slices.Sort(s)
-	return s[(len(s)-1)/2]
-}
-
 func (s *sim) join() {
 	var seen []psp.Step
 	s.idx = psp.SampleIndices(s.sample, len(s.live), s.cfg.JoinSample, s.idx)
@@ -613,7 +602,7 @@ func (s *sim) join() {
 		seen = append(seen, s.nodes[s.live[p]].step)
 	}
 	s.res.Joined++
-	s.addNode(JoinStep(seen), 1)
+	s.addNode(psp.JoinStep(seen), 1)
 }
 
 func (s *sim) record() {

@@ -217,19 +217,6 @@ func TestValidate(t *testing.T) {
 	}
 }
 
-func TestJoinStep(t *testing.T) {
-	for _, tc := range []struct {
-		in   []psp.Step
-		want psp.Step
-	}{
-		{nil, 0}, {[]psp.Step{7}, 7}, {[]psp.Step{9, 1, 5}, 5}, {[]psp.Step{4, 1, 3, 2}, 2},
-	} {
-		if got := JoinStep(tc.in); got != tc.want {
-			t.Errorf("JoinStep(%v) = %d, want %d", tc.in, got, tc.want)
-		}
-	}
-}
-
 func itoa(i int) string { return psp.Spec{Kind: psp.PBSP, Beta: i}.String()[5:] }
 
 // BenchmarkPaperStepExperiment runs the paper's step experiment (200 nodes,
