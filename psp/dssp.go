@@ -50,9 +50,15 @@ func ChooseAllowance(now, fastInterval, slowLast, slowInterval float64, maxExtra
 	return best
 }
 
+// usable is the largest allowance that can be used in full from a gap of
+// gap steps: the grant passes now and r-1 more times, and the gap may grow
+// by one each time, so r <= S_U - gap + 1, and never more than S_U - S_L.
+func usable(gap, sl, su int) int { return max(0, min(su-sl, su-gap+1)) }
+
 // rate learns a worker's time per iteration from the times its step was
 // seen to change.
 type rate struct {
+	valid    bool // step and since hold a first observation
 	step     Step
 	since    float64 // when step was first seen (≈ its completion time)
 	interval float64 // EWMA of seconds per step; 0 until known
@@ -61,10 +67,14 @@ type rate struct {
 
 func (r *rate) observe(step Step, now float64) {
 	r.seen = now
+	if !r.valid {
+		r.valid, r.step, r.since = true, step, now
+		return
+	}
 	if step <= r.step {
 		return
 	}
-	if r.since > 0 || r.step > 0 {
+	{
 		sample := (now - r.since) / float64(step-r.step)
 		if sample > 0 && !math.IsInf(sample, 0) {
 			if r.interval == 0 {
@@ -103,7 +113,7 @@ func NewDSSPController(n, sl, su int) *DSSPController {
 func (c *DSSPController) Join(step Step, now float64) int {
 	c.steps = append(c.steps, step)
 	c.credits = append(c.credits, 0)
-	c.timing = append(c.timing, rate{step: step, since: now})
+	c.timing = append(c.timing, rate{valid: true, step: step, since: now})
 	c.live = append(c.live, true)
 	return len(c.steps) - 1
 }
@@ -146,7 +156,7 @@ func (c *DSSPController) Push(w int, now float64) Decision {
 		return Decision{Pass: true, Staleness: c.sl}
 	}
 	if c.steps[w] >= c.steps[fast] && gap <= c.su {
-		r := ChooseAllowance(now, c.timing[w].interval, c.timing[slow].since, c.timing[slow].interval, c.su-c.sl)
+		r := ChooseAllowance(now, c.timing[w].interval, c.timing[slow].since, c.timing[slow].interval, usable(gap, c.sl, c.su))
 		if r > 0 {
 			c.credits[w] = r - 1 // this pass uses the first extra iteration
 			return Decision{Pass: true, Staleness: gap, Granted: r}
@@ -187,6 +197,7 @@ type PDSSPDecider struct {
 	self        Step
 	completedAt float64 // when self was first reported (iteration end)
 	startedAt   float64 // when the check for the previous step passed (iteration start)
+	started     bool    // startedAt is set
 	compute     float64 // EWMA seconds of compute per iteration
 	credits     int
 	creditStep  Step
@@ -200,7 +211,7 @@ func NewPDSSP(sl, su int) *PDSSPDecider {
 // Decide implements Decider.
 func (d *PDSSPDecider) Decide(self Step, now float64, observed []Observation) Decision {
 	if self != d.self {
-		if d.self >= 0 && self == d.self+1 && d.startedAt > 0 {
+		if d.self >= 0 && self == d.self+1 && d.started {
 			if iv := now - d.startedAt; iv > 0 {
 				if d.compute == 0 {
 					d.compute = iv
@@ -212,6 +223,9 @@ func (d *PDSSPDecider) Decide(self Step, now float64, observed []Observation) De
 		d.self, d.completedAt = self, now
 	}
 	slowest, fastest := -1, Step(math.MinInt64)
+	// The slowest peer's rate is kept here, not looked up again later: with
+	// more than maxTracked observations, track may evict it within this loop.
+	var slowRate *rate
 	for i, o := range observed {
 		r := d.track(o.Peer, now)
 		r.observe(o.Step, now)
@@ -219,13 +233,13 @@ func (d *PDSSPDecider) Decide(self Step, now float64, observed []Observation) De
 			r.interval = o.Interval
 		}
 		if slowest < 0 || o.Step < observed[slowest].Step {
-			slowest = i
+			slowest, slowRate = i, r
 		}
 		fastest = max(fastest, o.Step)
 	}
 	pass := func(dec Decision) Decision {
 		dec.Pass = true
-		d.startedAt = now
+		d.startedAt, d.started = now, true
 		return dec
 	}
 	if slowest < 0 {
@@ -245,8 +259,7 @@ func (d *PDSSPDecider) Decide(self Step, now float64, observed []Observation) De
 		return pass(Decision{Staleness: gap})
 	}
 	if self >= fastest {
-		sr := d.peers[slow.Peer]
-		r := ChooseAllowance(now, d.compute, sr.since, sr.interval, d.su-d.sl)
+		r := ChooseAllowance(now, d.compute, slowRate.since, slowRate.interval, usable(gap, d.sl, d.su))
 		if r > 0 {
 			d.credits, d.creditStep = r-1, self
 			return pass(Decision{Staleness: gap, Granted: r})
@@ -268,7 +281,7 @@ func (d *PDSSPDecider) track(p string, now float64) *rate {
 		}
 		delete(d.peers, oldest)
 	}
-	r := &rate{step: -1, since: now}
+	r := &rate{}
 	d.peers[p] = r
 	return r
 }
