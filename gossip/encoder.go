@@ -1,0 +1,225 @@
+package gossip
+
+import (
+	"fmt"
+	"math"
+)
+
+// Encoder turns successive local deltas into updates with the configured
+// encoding and keeps the error-feedback residual: whatever a step's update did
+// not carry (entries outside the top k, float16/float32 rounding, clamping) is
+// added to the next step's delta, so no part of any delta is lost, only
+// delayed. For dense float32 of float32-representable values the residual stays
+// zero and updates are exact.
+//
+// An Encoder is not safe for concurrent use; Gossip serialises its calls.
+type Encoder struct {
+	n        int
+	enc      Encoding
+	k        int
+	maxAbs   float64
+	residual []float64
+	acc      []float64
+	mag      []float64 // scratch for top-k selection
+}
+
+// NewEncoder returns an encoder for n parameters. topKFraction (0, 1] sets
+// k = ceil(fraction × n) for the top-k encodings and is ignored otherwise.
+// Sent values are clamped to ±maxAbs (and to the float16 range for float16
+// encodings); the clamped-off part stays in the residual.
+func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("gossip: encoder: param count must be positive, got %d", n)
+	}
+	if !enc.valid() {
+		return nil, fmt.Errorf("%w: %d", ErrUnknownEncoding, enc)
+	}
+	if !(maxAbs > 0) {
+		return nil, fmt.Errorf("gossip: encoder: max abs value must be positive, got %v", maxAbs)
+	}
+	e := &Encoder{n: n, enc: enc, maxAbs: maxAbs, residual: make([]float64, n), acc: make([]float64, n)}
+	if enc.half() {
+		e.maxAbs = min(e.maxAbs, maxFloat16)
+	}
+	if enc.sparse() {
+		if !(topKFraction > 0 && topKFraction <= 1) {
+			return nil, fmt.Errorf("gossip: encoder: top-k fraction must be in (0, 1], got %v", topKFraction)
+		}
+		e.k = min(n, max(1, int(math.Ceil(topKFraction*float64(n)))))
+		e.mag = make([]float64, n)
+	}
+	return e, nil
+}
+
+// K is the number of entries a top-k update carries at most (n for dense).
+func (e *Encoder) K() int {
+	if e.enc.sparse() {
+		return e.k
+	}
+	return e.n
+}
+
+// Residual returns a copy of the error-feedback residual.
+func (e *Encoder) Residual() []float64 {
+	return append([]float64(nil), e.residual...)
+}
+
+// Encode adds the residual to delta, chooses what to send, and keeps what it
+// did not send as the new residual. The returned update has no Sender, Step
+// or ModelID set. delta must have n finite entries; it is not modified.
+//
+// If the update is then not delivered, call Restore with it so that its
+// content returns to the residual.
+func (e *Encoder) Encode(delta []float64) (*Update, error) {
+	if len(delta) != e.n {
+		return nil, fmt.Errorf("gossip: encode: delta has %d params, want %d", len(delta), e.n)
+	}
+	for i, d := range delta {
+		if math.IsNaN(d) || math.IsInf(d, 0) {
+			return nil, fmt.Errorf("gossip: encode: delta[%d] = %v is not finite", i, d)
+		}
+	}
+	for i, d := range delta {
+		e.acc[i] = d + e.residual[i]
+	}
+	u := &Update{ParamCount: e.n, Encoding: e.enc}
+	if !e.enc.sparse() {
+		u.Values = make([]float32, e.n)
+		for i, a := range e.acc {
+			q := e.quantize(a)
+			u.Values[i] = q
+			e.residual[i] = a - float64(q)
+		}
+		return u, nil
+	}
+
+	indices := e.topK()
+	vs := e.enc.valueSize()
+	if sparseSize(indices, e.n, vs) >= vs*e.n {
+		// A dense message would be no larger: send everything.
+		if e.enc == EncodingTopK16 {
+			u.Encoding = EncodingDense16
+		} else {
+			u.Encoding = EncodingDense32
+		}
+		u.Values = make([]float32, e.n)
+		for i, a := range e.acc {
+			q := e.quantize(a)
+			u.Values[i] = q
+			e.residual[i] = a - float64(q)
+		}
+		return u, nil
+	}
+	copy(e.residual, e.acc)
+	u.Indices = indices
+	u.Values = make([]float32, len(indices))
+	for j, i := range indices {
+		q := e.quantize(e.acc[i])
+		u.Values[j] = q
+		e.residual[i] = e.acc[i] - float64(q)
+	}
+	return u, nil
+}
+
+// Restore puts an update returned by Encode back into the residual, for when
+// it could not be published.
+func (e *Encoder) Restore(u *Update) {
+	if u.Encoding.sparse() {
+		for j, i := range u.Indices {
+			e.residual[i] += float64(u.Values[j])
+		}
+		return
+	}
+	for i, v := range u.Values {
+		e.residual[i] += float64(v)
+	}
+}
+
+// quantize rounds a to what the wire will carry, clamped to ±maxAbs.
+func (e *Encoder) quantize(a float64) float32 {
+	a = max(-e.maxAbs, min(e.maxAbs, a))
+	q := float32(a)
+	if e.enc.half() {
+		q = halfToFloat32(float32ToHalf(q))
+		if math.Abs(float64(q)) > e.maxAbs { // rounding up past the clamp
+			q = float32(math.Copysign(e.maxAbs, float64(q)))
+			q = halfToFloat32(float32ToHalf(q))
+		}
+	}
+	return q
+}
+
+// topK returns, in increasing order, the indices of the k entries of acc with
+// the largest magnitude, skipping zeros. Ties at the threshold go to the lower
+// indices, so the choice is deterministic. O(n) expected.
+func (e *Encoder) topK() []uint32 {
+	for i, a := range e.acc {
+		e.mag[i] = math.Abs(a)
+	}
+	thr := kthLargest(e.mag, e.k) // permutes e.mag
+	out := make([]uint32, 0, e.k)
+	atThr := 0
+	for _, a := range e.acc {
+		if math.Abs(a) > thr {
+			atThr++
+		}
+	}
+	atThr = e.k - atThr // entries equal to thr we may take
+	for i, a := range e.acc {
+		m := math.Abs(a)
+		if m == 0 {
+			continue
+		}
+		if m > thr {
+			out = append(out, uint32(i))
+		} else if m == thr && atThr > 0 {
+			out = append(out, uint32(i))
+			atThr--
+		}
+	}
+	return out
+}
+
+// kthLargest returns the k-th largest value of a (1-based), reordering a.
+// Hoare-style quickselect with a median-of-three pivot; deterministic.
+func kthLargest(a []float64, k int) float64 {
+	lo, hi := 0, len(a)-1
+	target := k - 1 // index in descending order
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		// median of three into a[mid]
+		if a[lo] < a[mid] {
+			a[lo], a[mid] = a[mid], a[lo]
+		}
+		if a[mid] < a[hi] {
+			a[mid], a[hi] = a[hi], a[mid]
+			if a[lo] < a[mid] {
+				a[lo], a[mid] = a[mid], a[lo]
+			}
+		}
+		pivot := a[mid]
+		i, j := lo, hi
+		for i <= j {
+			for a[i] > pivot {
+				i++
+			}
+			for a[j] < pivot {
+				j--
+			}
+			if i <= j {
+				a[i], a[j] = a[j], a[i]
+				i++
+				j--
+			}
+		}
+		switch {
+		case target <= j:
+			hi = j
+		case target >= i:
+			lo = i
+		default:
+			return a[target]
+		}
+	}
+	return a[target]
+}

@@ -1,0 +1,533 @@
+package gossip
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// ErrClosed is returned by Publish after Close.
+var ErrClosed = errors.New("gossip: closed")
+
+// TopicName returns the GossipSub topic of a job's updates: psp/<job>/updates/1.
+func TopicName(job string) string {
+	return "psp/" + job + "/updates/1"
+}
+
+// Config configures a Gossip. Start from DefaultConfig and set at least Job
+// and ParamCount.
+type Config struct {
+	// Job namespaces the topic: psp/<Job>/updates/1. Non-empty, no '/' or
+	// whitespace.
+	Job string
+
+	// ParamCount is the length of the model's parameter vector. Updates of
+	// any other length are rejected. Required.
+	ParamCount int
+
+	// ModelID identifies the model architecture and configuration (e.g. a
+	// hash of its shape); updates carrying another ID are rejected. Nodes of
+	// one job must agree on it. Zero is a valid ID.
+	ModelID uint32
+
+	// Encoding of published updates. Receivers accept every encoding.
+	Encoding Encoding
+
+	// TopKFraction is the fraction of entries a top-k update carries,
+	// k = ceil(TopKFraction × ParamCount). Used by the top-k encodings only.
+	TopKFraction float64
+
+	// MaxMessageSize caps an encoded update in bytes; 0 means
+	// MaxEncodedSize(ParamCount), the largest update the encoder can emit.
+	MaxMessageSize int
+
+	// MaxAbsValue caps |value| of every received entry; larger values are
+	// rejected, and published values are clamped to it (the rest stays in
+	// the error-feedback residual).
+	MaxAbsValue float64
+
+	// MaxStepAhead is how far beyond this node's own step (see SetLocalStep)
+	// an update's step may be; updates further ahead are ignored (not
+	// penalised, see Reason.Ignore). <= 0 disables the check.
+	MaxStepAhead int64
+
+	// Handler, if non-nil, receives every valid update from another node.
+	// More handlers can be added with Subscribe. Handlers run one at a time
+	// on the receive goroutine: keep them short, updates queue behind them
+	// (up to BufferSize, then GossipSub drops).
+	Handler func(Update)
+
+	// BufferSize is the subscription's queue length.
+	BufferSize int
+
+	// Logger receives debug logs of rejections; nil means slog.Default().
+	Logger *slog.Logger
+
+	// Registerer, if non-nil, gets the package's prometheus counters
+	// (psp_gossip_*). Several Gossips in one process need distinct
+	// registerers, e.g. prometheus.WrapRegistererWith(node label).
+	Registerer prometheus.Registerer
+
+	// PubSub, if non-nil, is an existing router to join the topic on; build
+	// it with PubSubOptions(cfg) so that signing, scoring and size limits
+	// are as described here. If nil, New starts a GossipSub router of its
+	// own with those options, and Close stops it. A host can run only one
+	// router, so share one PubSub when a node uses pubsub elsewhere too.
+	PubSub *pubsub.PubSub
+
+	// PeerScoring turns on GossipSub peer scoring (TopicScore returns the
+	// parameters). The IP-colocation penalty is always off: testnets run
+	// hundreds of nodes on one address.
+	PeerScoring bool
+
+	// FloodPublish sends own updates to every topic peer above the publish
+	// threshold instead of only to mesh peers (forwarding is always by mesh).
+	// On by default here (the library's default is off): without it an
+	// update published before the heartbeat has built the mesh goes to no
+	// one and is lost for good, which every fresh node hits at once. The
+	// price is upload: a node sends its own update once per connected topic
+	// peer (IDONTWANT saves most duplicates). In large testnets where nodes
+	// hold many connections, turn it off once meshes have formed.
+	FloodPublish bool
+
+	// GossipSub holds the router's parameters (mesh degree, heartbeat, ...).
+	GossipSub pubsub.GossipSubParams
+}
+
+// DefaultConfig returns a configuration for a job of 2..1000 nodes: dense
+// float32 updates, top-k fraction 0.1 (when a top-k encoding is chosen), peer
+// scoring on without IP-colocation penalty, strict signing, flood publishing,
+// GossipSub with mesh degree 6 (4..10). ParamCount must still be set.
+func DefaultConfig() Config {
+	gs := pubsub.DefaultGossipSubParams()
+	// Default D = 6 reaches 1000 nodes in about 4 hops. A lower Dhi than the
+	// library's 12 bounds write amplification of large messages.
+	gs.D, gs.Dlo, gs.Dhi, gs.Dscore, gs.Dout = 6, 4, 10, 4, 2
+	// Churn experiments restart nodes; rejoining after a prune should not
+	// take a minute.
+	gs.PruneBackoff = 20 * time.Second
+	gs.UnsubscribeBackoff = 5 * time.Second
+	return Config{
+		Job:          "default",
+		Encoding:     EncodingDense32,
+		TopKFraction: 0.1,
+		MaxAbsValue:  1e4,
+		MaxStepAhead: 1 << 20,
+		BufferSize:   256,
+		PeerScoring:  true,
+		FloodPublish: true,
+		GossipSub:    gs,
+	}
+}
+
+func (c *Config) check() error {
+	if c.Job == "" || strings.ContainsAny(c.Job, "/ \t\r\n") {
+		return fmt.Errorf("gossip: invalid job name %q", c.Job)
+	}
+	if c.ParamCount <= 0 {
+		return fmt.Errorf("gossip: ParamCount must be positive, got %d", c.ParamCount)
+	}
+	if !c.Encoding.valid() {
+		return fmt.Errorf("gossip: %w: %d", ErrUnknownEncoding, c.Encoding)
+	}
+	if c.Encoding.sparse() && !(c.TopKFraction > 0 && c.TopKFraction <= 1) {
+		return fmt.Errorf("gossip: TopKFraction must be in (0, 1], got %v", c.TopKFraction)
+	}
+	if !(c.MaxAbsValue > 0) {
+		return fmt.Errorf("gossip: MaxAbsValue must be positive, got %v", c.MaxAbsValue)
+	}
+	if c.MaxMessageSize < 0 {
+		return fmt.Errorf("gossip: MaxMessageSize must be >= 0, got %d", c.MaxMessageSize)
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = MaxEncodedSize(c.ParamCount)
+	}
+	if c.BufferSize <= 0 {
+		c.BufferSize = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+func (c *Config) limits() Limits {
+	return Limits{
+		MaxMessageSize: c.MaxMessageSize,
+		ParamCount:     c.ParamCount,
+		ModelID:        c.ModelID,
+		MaxAbsValue:    c.MaxAbsValue,
+		MaxStepAhead:   c.MaxStepAhead,
+	}
+}
+
+// rpcOverhead is room for the pubsub envelope around one update: from,
+// seqno, topic, signature and key (an RSA key is ~300 bytes), protobuf tags.
+const rpcOverhead = 4 << 10
+
+// PubSubOptions returns the router options this package relies on: strict
+// signing, a max RPC size that fits one update, the GossipSub parameters and,
+// if cfg.PeerScoring, peer scoring with TopicScore(cfg) for the update topic.
+func PubSubOptions(cfg Config) ([]pubsub.Option, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	opts := []pubsub.Option{
+		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
+		pubsub.WithMaxMessageSize(max(pubsub.DefaultMaxMessageSize, cfg.MaxMessageSize+rpcOverhead)),
+		pubsub.WithGossipSubParams(cfg.GossipSub),
+		pubsub.WithFloodPublish(cfg.FloodPublish),
+		pubsub.WithPeerExchange(false),
+	}
+	if cfg.PeerScoring {
+		params, thresholds := PeerScore(cfg)
+		opts = append(opts, pubsub.WithPeerScore(params, thresholds))
+	}
+	return opts, nil
+}
+
+// PeerScore returns the peer-score parameters and thresholds used when
+// cfg.PeerScoring is on. The ideas:
+//
+//   - Invalid messages (P4) dominate: weight -100 on the squared, slowly
+//     decaying (1 h) count, so 3 invalid updates fall below the gossip
+//     threshold (-500) and 5 below the graylist threshold (-2500), after
+//     which the peer's messages are not even processed.
+//   - First deliveries (P2, cap 20) and time in mesh (P1, cap 3) give honest
+//     peers a small positive score.
+//   - Mesh delivery deficits (P3, P3b) are off: a training job's message
+//     rate follows its barrier and its stragglers, so a quiet peer is not a
+//     misbehaving one.
+//   - IP colocation (P6) is off (weight 0): testnets put every node on one
+//     address. Behaviour penalties (P7) are the library's usual.
+func PeerScore(cfg Config) (*pubsub.PeerScoreParams, *pubsub.PeerScoreThresholds) {
+	topic := &pubsub.TopicScoreParams{
+		TopicWeight:                    1,
+		TimeInMeshWeight:               0.01,
+		TimeInMeshQuantum:              time.Second,
+		TimeInMeshCap:                  300,
+		FirstMessageDeliveriesWeight:   1,
+		FirstMessageDeliveriesDecay:    pubsub.ScoreParameterDecay(10 * time.Minute),
+		FirstMessageDeliveriesCap:      20,
+		InvalidMessageDeliveriesWeight: -100,
+		InvalidMessageDeliveriesDecay:  pubsub.ScoreParameterDecay(time.Hour),
+	}
+	params := &pubsub.PeerScoreParams{
+		Topics:                      map[string]*pubsub.TopicScoreParams{TopicName(cfg.Job): topic},
+		TopicScoreCap:               30,
+		AppSpecificScore:            func(peer.ID) float64 { return 0 },
+		AppSpecificWeight:           1,
+		IPColocationFactorWeight:    0,
+		IPColocationFactorThreshold: 1,
+		BehaviourPenaltyWeight:      -10,
+		BehaviourPenaltyThreshold:   6,
+		BehaviourPenaltyDecay:       pubsub.ScoreParameterDecay(10 * time.Minute),
+		DecayInterval:               pubsub.DefaultDecayInterval,
+		DecayToZero:                 pubsub.DefaultDecayToZero,
+		RetainScore:                 10 * time.Minute,
+	}
+	thresholds := &pubsub.PeerScoreThresholds{
+		GossipThreshold:             -500,
+		PublishThreshold:            -1000,
+		GraylistThreshold:           -2500,
+		AcceptPXThreshold:           100,
+		OpportunisticGraftThreshold: 2,
+	}
+	return params, thresholds
+}
+
+// Gossip publishes this node's updates on the job's topic and delivers the
+// valid updates of other nodes to handlers.
+type Gossip struct {
+	cfg    Config
+	lim    Limits
+	self   peer.ID
+	h      host.Host
+	log    *slog.Logger
+	ps     *pubsub.PubSub
+	ownPS  context.CancelFunc // non-nil if New started ps
+	topic  *pubsub.Topic
+	name   string
+	sub    *pubsub.Subscription
+	stats  *counters
+	step   atomic.Int64
+	cancel context.CancelFunc
+	done   chan struct{}
+
+	pubMu sync.Mutex // serialises Publish (the encoder's residual)
+	enc   *Encoder
+
+	hmu      sync.Mutex
+	handlers []handlerEntry
+	nextID   int
+
+	closeOnce sync.Once
+	closed    atomic.Bool
+	closeErr  error
+}
+
+type handlerEntry struct {
+	id int
+	fn func(Update)
+}
+
+// New joins the job's update topic on h and starts the receive goroutine.
+// ctx bounds only the set-up; the Gossip runs until Close.
+func New(ctx context.Context, h host.Host, cfg Config) (*Gossip, error) {
+	if err := cfg.check(); err != nil {
+		return nil, err
+	}
+	enc, err := NewEncoder(cfg.ParamCount, cfg.Encoding, cfg.TopKFraction, cfg.MaxAbsValue)
+	if err != nil {
+		return nil, err
+	}
+	stats, err := newCounters(cfg.Registerer)
+	if err != nil {
+		return nil, err
+	}
+	g := &Gossip{
+		cfg:   cfg,
+		lim:   cfg.limits(),
+		self:  h.ID(),
+		h:     h,
+		log:   cfg.Logger.With("component", "gossip", "topic", TopicName(cfg.Job)),
+		name:  TopicName(cfg.Job),
+		stats: stats,
+		enc:   enc,
+		done:  make(chan struct{}),
+	}
+	if cfg.Handler != nil {
+		g.handlers = append(g.handlers, handlerEntry{id: -1, fn: cfg.Handler})
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			g.teardown()
+		}
+	}()
+
+	g.ps = cfg.PubSub
+	if g.ps == nil {
+		opts, err := PubSubOptions(cfg)
+		if err != nil {
+			return nil, err
+		}
+		// The router lives until Close, not until ctx: ctx is for set-up.
+		psCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+		g.ownPS = cancel
+		g.ps, err = pubsub.NewGossipSub(psCtx, h, opts...)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: start gossipsub: %w", err)
+		}
+	}
+	if err := g.ps.RegisterTopicValidator(g.name, g.validate); err != nil {
+		return nil, fmt.Errorf("gossip: register validator on %s: %w", g.name, err)
+	}
+	g.topic, err = g.ps.Join(g.name)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: join %s: %w", g.name, err)
+	}
+	g.sub, err = g.topic.Subscribe(pubsub.WithBufferSize(cfg.BufferSize))
+	if err != nil {
+		return nil, fmt.Errorf("gossip: subscribe %s: %w", g.name, err)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("gossip: set-up: %w", err)
+	}
+	loopCtx, cancel := context.WithCancel(context.Background())
+	g.cancel = cancel
+	go g.receive(loopCtx)
+	ok = true
+	return g, nil
+}
+
+// Topic returns the name of the update topic.
+func (g *Gossip) Topic() string { return g.name }
+
+// PubSub returns the router the topic is joined on.
+func (g *Gossip) PubSub() *pubsub.PubSub { return g.ps }
+
+// Peers returns the peers known to be subscribed to the topic.
+func (g *Gossip) Peers() []peer.ID { return g.topic.ListPeers() }
+
+// Stats returns a snapshot of the counters.
+func (g *Gossip) Stats() Stats { return g.stats.snapshot() }
+
+// SetLocalStep tells the validator this node's own step, against which
+// MaxStepAhead is measured. Publish raises it to the published step.
+func (g *Gossip) SetLocalStep(step int64) { g.step.Store(step) }
+
+// LocalStep returns the step the validator measures MaxStepAhead from.
+func (g *Gossip) LocalStep() int64 { return g.step.Load() }
+
+// Subscribe adds a handler for valid updates from other nodes and returns a
+// function that removes it. See Config.Handler.
+func (g *Gossip) Subscribe(fn func(Update)) (cancel func()) {
+	if fn == nil {
+		return func() {}
+	}
+	g.hmu.Lock()
+	defer g.hmu.Unlock()
+	id := g.nextID
+	g.nextID++
+	g.handlers = append(g.handlers, handlerEntry{id: id, fn: fn})
+	return func() {
+		g.hmu.Lock()
+		defer g.hmu.Unlock()
+		for i, e := range g.handlers {
+			if e.id == id {
+				g.handlers = append(g.handlers[:i:i], g.handlers[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// Publish encodes delta (this node's change to its model in the step that
+// took it to step) with the configured encoding and publishes it. The caller
+// has already applied delta to its own model; this node's own update is not
+// delivered back to it. With top-k or float16 encodings, what the update does
+// not carry is kept and added to the next delta (error feedback). If
+// publishing fails, the whole delta is kept for the next call.
+func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	if step < 0 {
+		return fmt.Errorf("gossip: publish: negative step %d", step)
+	}
+	for i, d := range delta {
+		if d > g.cfg.MaxAbsValue || d < -g.cfg.MaxAbsValue {
+			return fmt.Errorf("gossip: publish: delta[%d] = %v exceeds MaxAbsValue %v", i, d, g.cfg.MaxAbsValue)
+		}
+	}
+	g.pubMu.Lock()
+	defer g.pubMu.Unlock()
+	u, err := g.enc.Encode(delta)
+	if err != nil {
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	u.Sender, u.Step, u.ModelID = g.self, step, g.cfg.ModelID
+	data, err := EncodeUpdate(nil, u)
+	if err == nil && len(data) > g.cfg.MaxMessageSize {
+		err = fmt.Errorf("encoded update is %d bytes, cap %d", len(data), g.cfg.MaxMessageSize)
+	}
+	if err != nil {
+		g.enc.Restore(u)
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	for {
+		cur := g.step.Load()
+		if step <= cur || g.step.CompareAndSwap(cur, step) {
+			break
+		}
+	}
+	if err := g.topic.Publish(ctx, data); err != nil {
+		g.enc.Restore(u)
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	g.stats.addSent(len(data))
+	return nil
+}
+
+// validate is the topic validator: it runs on every message before GossipSub
+// forwards or delivers it. Rejecting lowers the forwarding peer's score.
+func (g *Gossip) validate(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
+	if from == g.self {
+		return pubsub.ValidationAccept // our own Publish: built and checked there
+	}
+	origin := msg.GetFrom()
+	if origin == g.self {
+		return pubsub.ValidationIgnore // our own message coming back: already applied
+	}
+	u, err := Validate(msg.GetData(), origin, g.step.Load(), g.lim)
+	if err != nil {
+		reason := ReasonOf(err)
+		g.stats.addRejected(reason)
+		g.log.Debug("update rejected", "reason", string(reason), "origin", origin, "from", from, "bytes", len(msg.GetData()), "err", err)
+		if reason.Ignore() {
+			return pubsub.ValidationIgnore
+		}
+		return pubsub.ValidationReject
+	}
+	msg.ValidatorData = u
+	return pubsub.ValidationAccept
+}
+
+// receive is the receive goroutine: owned by g, stopped by Close.
+func (g *Gossip) receive(ctx context.Context) {
+	defer close(g.done)
+	for {
+		msg, err := g.sub.Next(ctx)
+		if err != nil {
+			return // Close cancelled ctx, or the subscription ended
+		}
+		if msg.GetFrom() == g.self {
+			continue // read-my-writes: the sender applied its delta already
+		}
+		u, ok := msg.ValidatorData.(*Update)
+		if !ok {
+			g.log.Error("update without validator data; dropped", "origin", msg.GetFrom())
+			continue
+		}
+		g.stats.addReceived(u.WireSize)
+		g.hmu.Lock()
+		hs := g.handlers
+		g.hmu.Unlock()
+		for _, h := range hs {
+			h.fn(*u)
+		}
+	}
+}
+
+// Close stops the receive goroutine, leaves the topic, unregisters the
+// validator and the metrics, and stops the router if New started it. It waits
+// for a running handler to return. Safe to call more than once.
+func (g *Gossip) Close() error {
+	g.closeOnce.Do(func() {
+		g.closed.Store(true)
+		g.closeErr = g.teardown()
+	})
+	return g.closeErr
+}
+
+func (g *Gossip) teardown() error {
+	var errs []error
+	if g.cancel != nil {
+		g.cancel()
+		<-g.done
+	}
+	if g.sub != nil {
+		g.sub.Cancel()
+	}
+	if g.topic != nil {
+		if err := g.topic.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("gossip: close topic: %w", err))
+		}
+	}
+	if g.ps != nil {
+		// Not registered if New failed early; that error is expected.
+		_ = g.ps.UnregisterTopicValidator(g.name)
+	}
+	if g.ownPS != nil {
+		g.ownPS()
+		for _, p := range pubsub.GossipSubDefaultProtocols {
+			g.h.RemoveStreamHandler(p)
+		}
+	}
+	g.stats.unregister()
+	return errors.Join(errs...)
+}
+
+var _ io.Closer = (*Gossip)(nil)
