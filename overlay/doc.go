@@ -2,4 +2,104 @@
 // Kademlia DHT (go-libp2p-kad-dht), bootstrap, the population estimate from
 // the density of a node's zone of the ID space, uniform sampling of β live
 // peers, and liveness.
+//
+// # Join
+//
+// New builds a DHT over the caller's libp2p host in server mode with the
+// protocol prefix /psp/<job> (so the DHT speaks /psp/<job>/kad/1.0.0 and
+// never mixes with IPFS or with another job), with no public bootstrap
+// peers, and with the provider and value record stores disabled: the DHT is
+// used only for membership. It dials the configured bootstrap peers (zero
+// for the first node) and returns once one of them answers; a full
+// routing-table refresh then runs in the background and the overlay reports
+// Ready. Health and Status give the routing-table size, the time since the
+// last refresh and the ready flag.
+//
+// The library's refresh (every 10 minutes) is tuned for the public IPFS
+// network. Here the overlay drives refreshes itself (DisableAutoRefresh):
+// one forced refresh at join, then one every RefreshInterval (1 minute),
+// which refreshes only buckets not touched by a lookup in that time and
+// pings peers not heard from. Between refreshes it runs random-key lookups
+// ("walks") every WalkInterval (5 s, 2 s during a 20-s warm-up after the
+// join). Walks are what let a node learn the whole population and what feed
+// the order-statistics estimator; each costs one lookup (about α·hops
+// RPCs), so a thousand nodes together do about 200 lookups per second. If
+// the routing table ever empties, the overlay dials the bootstrap peers
+// again.
+//
+// # Estimator
+//
+// Estimate returns N̂ (self included) with a standard error, or an error
+// wrapping ErrTooFewPeers when there is too little data. It fuses three
+// sources:
+//
+//   - Zone density (DESIGN §5). Known live peers are counted by common
+//     prefix length (CPL) with self. A routing-table bucket holding fewer
+//     than k peers is complete, so the zone depth c is chosen as the
+//     shallowest depth below which no bucket is full, and
+//     N̂ = 1 + 2^c·n_c with standard error 2^c·√n_c (n_c is Poisson).
+//     Departed peers are excluded: the overlay keeps connections to its
+//     zone peers, so their departure is seen at once.
+//   - Order statistics of random-key lookups (the idea behind kad-dht's
+//     netsize package). For a uniform key the normalised XOR distance to the
+//     k-th closest of the other N−1 IDs is about Gamma(k, N−1), so over the
+//     lookups of the last EstimateWindow N̂ − 1 = (Σk − 1)/Σd_k, unbiased,
+//     with relative error 1/√(Σk − 2): about 7 % for nine lookups. It
+//     corrects the zone estimator, which reads low when the routing table
+//     misses peers and is coarse (relative error ≈ 1/√n_c ≈ 20 %).
+//   - Reports from peers (ObserveEstimate), which the node's step replies
+//     carry. The latest report per peer counts for ReportMaxAge; their 10 %
+//     trimmed mean is averaged with the local estimate with weight m : 1
+//     (every node estimates from a different zone and different lookups, so
+//     the errors are roughly independent), shrinking the error by √(1+m).
+//
+// LocalEstimate is the first two fused by inverse variance; peers should
+// report LocalEstimate, not Estimate, to keep reports independent.
+//
+// # Sampler
+//
+// Sample(ctx, β) returns β distinct verified live peers other than self,
+// uniformly at random, in microseconds and without network I/O. It draws
+// from a pool of PoolSize (64) peers that is kept a uniform random subset
+// of every known live peer:
+//
+//   - the member set holds every peer learnt from walks (those that
+//     answered, and those they named), the routing table, identify and
+//     connections;
+//   - reservoir sampling over the stream of new members: while the pool has
+//     room every peer enters, after that a new peer enters with probability
+//     PoolSize/|members| replacing a uniform pool member, so early
+//     discoveries (bootstrap peers, XOR neighbours) are not favoured;
+//   - every RotateInterval (2 s) a uniform pool member is swapped for a
+//     uniform non-pool member, so over time every peer passes through;
+//   - a peer enters the pool only after a successful dial (probe), and the
+//     connection is then protected in the connection manager.
+//
+// Drawing β uniformly from a uniform random subset is uniform over the
+// population. Sample fails with ErrNotEnoughPeers when fewer than β pool
+// members are verified; PoolSize must be at least the largest β. Peers
+// returns every known live peer, for "BSP = sample everyone I know".
+//
+// # Liveness
+//
+// Evidence of life is first-hand only: a peer answered one of our queries,
+// completed identify advertising our DHT protocol, connected to us, or the
+// node reported it with MarkAlive. When a pool or zone peer disconnects it
+// leaves the sampler at once and is probed (dialled, ProbeTimeout 3 s); a
+// failed probe marks it dead. MarkDead (the node calls it when a step
+// query times out) does the same without probing. A dead peer leaves the
+// pool (which is refilled), the routing table and the reports. Other
+// nodes' stale routing tables keep naming departed peers, so third-party
+// sightings are ignored for DeadHold (2 minutes); first-hand evidence
+// revives a peer at once, so rejoining peers return.
+//
+// # Scale
+//
+// With library defaults, hundreds of nodes in one process exhaust memory
+// or CPU. What keeps a thousand nodes in one process cheap: no provider or
+// value stores; refresh and walks on our schedule; connections only to the
+// pool, the zone and the peers of current lookups, with a connection
+// manager trimming the rest (the node should give its host one, e.g.
+// connmgr.NewConnManager(150, 250)); in the mocknet harness, links created
+// on first dial instead of LinkAll's N². RESULTS.md has the measurements.
 package overlay

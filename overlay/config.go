@@ -1,0 +1,204 @@
+package overlay
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+// Config holds the settings of an Overlay. Start from DefaultConfig and set
+// Job and the bootstrap peers; the other defaults suit networks from 2 to a
+// few thousand nodes (see the package documentation for the reasoning).
+type Config struct {
+	// Job names the training job. The DHT speaks /psp/<job>/kad/1.0.0, so
+	// nodes of different jobs never share a routing table. Required.
+	Job string
+
+	// BootstrapPeers are peers to join through. Empty for the first node.
+	BootstrapPeers []peer.AddrInfo
+	// BootstrapAddrs are bootstrap peers as multiaddr strings ending in
+	// /p2p/<id>; they are parsed by New and merged with BootstrapPeers.
+	BootstrapAddrs []string
+
+	// BucketSize is Kademlia's k: routing-table bucket size and the number
+	// of peers a lookup returns. The zone estimator treats buckets holding
+	// fewer than k peers as complete.
+	BucketSize int
+	// Concurrency is Kademlia's α (parallel RPCs per lookup).
+	Concurrency int
+	// Resiliency is the number of closest peers that must answer before a
+	// lookup ends.
+	Resiliency int
+
+	// RefreshInterval is how often the routing table is refreshed (a
+	// self-lookup, one lookup per stale bucket, and a liveness ping of
+	// peers not heard from). The library default of 10 minutes is tuned
+	// for the public IPFS network; small networks refresh more often.
+	RefreshInterval time.Duration
+	// WalkInterval is the mean time between random-key lookups. Walks
+	// discover peers for the sampler and feed the order-statistics
+	// estimator.
+	WalkInterval time.Duration
+	// WarmupWalkInterval replaces WalkInterval during WarmupPeriod after
+	// the join, so that a new node learns the population quickly.
+	WarmupWalkInterval time.Duration
+	// WarmupPeriod is how long the faster warm-up walks last.
+	WarmupPeriod time.Duration
+	// QueryTimeout bounds every DHT lookup and refresh.
+	QueryTimeout time.Duration
+	// JoinTimeout bounds connecting to the bootstrap peers in New.
+	JoinTimeout time.Duration
+
+	// PoolSize is the number of verified peers the sampler draws from. The
+	// pool is kept a uniform random subset of all known live peers
+	// (reservoir sampling over discoveries plus rotation), so Sample is
+	// uniform over the population. It must be at least the largest β used.
+	PoolSize int
+	// RotateInterval is how often one pool member is swapped for a random
+	// other known peer, so successive samples range over everyone.
+	RotateInterval time.Duration
+	// MaintainInterval is the period of housekeeping: syncing the routing
+	// table into the member set, watching the estimator's zone, expiring
+	// state.
+	MaintainInterval time.Duration
+	// ProbeTimeout bounds one liveness probe (a dial).
+	ProbeTimeout time.Duration
+	// ProbeConcurrency is the number of concurrent liveness probes.
+	ProbeConcurrency int
+	// DeadHold is how long a peer found dead ignores third-party sightings
+	// (other nodes' stale routing tables). First-hand evidence (it connects
+	// to us, it answers a query, MarkAlive) revives it at once.
+	DeadHold time.Duration
+
+	// EstimateWindow is how far back random-walk lookups count for the
+	// order-statistics estimator; short enough to follow churn.
+	EstimateWindow time.Duration
+	// MinLookups is the number of full lookups in EstimateWindow the
+	// order-statistics estimator needs before it gives an answer.
+	MinLookups int
+	// MinZonePeers is the number of peers the zone estimator needs in its
+	// zone before it gives an answer.
+	MinZonePeers int
+	// ReportMaxAge is how long an estimate reported by a peer
+	// (ObserveEstimate) counts.
+	ReportMaxAge time.Duration
+	// MaxReports caps the number of peer reports fused (the most recent
+	// distinct peers win).
+	MaxReports int
+
+	// Logger receives debug and warning logs. Nil discards them.
+	Logger *slog.Logger
+}
+
+// DefaultConfig returns settings for networks from 2 to a few thousand
+// nodes. Set Job and the bootstrap peers before use.
+func DefaultConfig() Config {
+	return Config{
+		Job:                "default",
+		BucketSize:         20,
+		Concurrency:        3,
+		Resiliency:         3,
+		RefreshInterval:    time.Minute,
+		WalkInterval:       5 * time.Second,
+		WarmupWalkInterval: 2 * time.Second,
+		WarmupPeriod:       20 * time.Second,
+		QueryTimeout:       10 * time.Second,
+		JoinTimeout:        15 * time.Second,
+		PoolSize:           64,
+		RotateInterval:     2 * time.Second,
+		MaintainInterval:   5 * time.Second,
+		ProbeTimeout:       3 * time.Second,
+		ProbeConcurrency:   4,
+		DeadHold:           2 * time.Minute,
+		EstimateWindow:     45 * time.Second,
+		MinLookups:         3,
+		MinZonePeers:       4,
+		ReportMaxAge:       30 * time.Second,
+		MaxReports:         64,
+	}
+}
+
+// ErrInvalidConfig reports an unusable Config.
+var ErrInvalidConfig = errors.New("overlay: invalid config")
+
+func (c *Config) validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
+	}
+	switch {
+	case c.Job == "" || strings.ContainsAny(c.Job, "/ \t\n"):
+		return bad("job name %q must be non-empty and contain no '/' or spaces", c.Job)
+	case c.BucketSize < 2:
+		return bad("BucketSize %d < 2", c.BucketSize)
+	case c.Concurrency < 1 || c.Resiliency < 1:
+		return bad("Concurrency and Resiliency must be ≥ 1")
+	case c.PoolSize < 1:
+		return bad("PoolSize %d < 1", c.PoolSize)
+	case c.ProbeConcurrency < 1:
+		return bad("ProbeConcurrency %d < 1", c.ProbeConcurrency)
+	case c.MinLookups < 1 || c.MinZonePeers < 1 || c.MaxReports < 1:
+		return bad("MinLookups, MinZonePeers and MaxReports must be ≥ 1")
+	}
+	for name, d := range map[string]time.Duration{
+		"RefreshInterval": c.RefreshInterval, "WalkInterval": c.WalkInterval,
+		"WarmupWalkInterval": c.WarmupWalkInterval, "QueryTimeout": c.QueryTimeout,
+		"JoinTimeout": c.JoinTimeout, "RotateInterval": c.RotateInterval,
+		"MaintainInterval": c.MaintainInterval, "ProbeTimeout": c.ProbeTimeout,
+		"EstimateWindow": c.EstimateWindow, "ReportMaxAge": c.ReportMaxAge,
+	} {
+		if d <= 0 {
+			return bad("%s must be positive", name)
+		}
+	}
+	if c.WarmupPeriod < 0 || c.DeadHold < 0 {
+		return bad("WarmupPeriod and DeadHold must not be negative")
+	}
+	return nil
+}
+
+// bootstrapInfos merges BootstrapPeers and parsed BootstrapAddrs, one
+// AddrInfo per peer.
+func (c *Config) bootstrapInfos() ([]peer.AddrInfo, error) {
+	var all []peer.AddrInfo
+	all = append(all, c.BootstrapPeers...)
+	for _, s := range c.BootstrapAddrs {
+		a, err := ma.NewMultiaddr(s)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bootstrap address %q: %w", ErrInvalidConfig, s, err)
+		}
+		ai, err := peer.AddrInfoFromP2pAddr(a)
+		if err != nil {
+			return nil, fmt.Errorf("%w: bootstrap address %q: %w", ErrInvalidConfig, s, err)
+		}
+		all = append(all, *ai)
+	}
+	merged := make(map[peer.ID]*peer.AddrInfo)
+	var order []peer.ID
+	for _, ai := range all {
+		if m, ok := merged[ai.ID]; ok {
+			m.Addrs = append(m.Addrs, ai.Addrs...)
+			continue
+		}
+		cp := peer.AddrInfo{ID: ai.ID, Addrs: append([]ma.Multiaddr(nil), ai.Addrs...)}
+		merged[ai.ID] = &cp
+		order = append(order, ai.ID)
+	}
+	out := make([]peer.AddrInfo, 0, len(order))
+	for _, id := range order {
+		out = append(out, *merged[id])
+	}
+	return out, nil
+}
+
+func (c *Config) logger() *slog.Logger {
+	if c.Logger != nil {
+		return c.Logger
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}

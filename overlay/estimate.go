@@ -1,0 +1,203 @@
+package overlay
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"sort"
+	"time"
+)
+
+// ErrTooFewPeers is returned by Estimate (and by the individual estimators)
+// when there is too little data for an honest answer.
+var ErrTooFewPeers = errors.New("overlay: too few peers for an estimate")
+
+// keyBits is the width of the DHT key space (SHA-256).
+const keyBits = 256
+
+// zoneEstimate is the result of the zone-density estimator.
+type zoneEstimate struct {
+	N, SE float64 // population estimate (self included) and its standard error
+	Depth int     // zone depth c: the zone is every ID sharing ≥ c bits with self
+	Count int     // n_c: known live peers in the zone
+}
+
+// estimateZone computes N̂ = 1 + 2^c·n_c from counts of known live peers by
+// common-prefix length with self (counts[j] = peers with CPL exactly j) and
+// from which routing-table buckets are full (full[j]: the bucket for CPL j
+// holds k peers, so it may be missing peers). The zone depth c is the
+// shallowest depth below which no bucket is full: every zone from c down is
+// then completely known. n_c is Poisson with mean (N−1)/2^c, so the standard
+// error of N̂ is 2^c·√n_c (relative error ≈ 1/√n_c). With c = 0 the count
+// is the whole (small) network and only missed peers add error.
+func estimateZone(counts []int, full []bool, minPeers int) (zoneEstimate, error) {
+	c := 0
+	for j := len(full) - 1; j >= 0; j-- {
+		if full[j] {
+			c = j + 1
+			break
+		}
+	}
+	n := 0
+	for j := c; j < len(counts); j++ {
+		n += counts[j]
+	}
+	if n == 0 || (c > 0 && n < minPeers) {
+		return zoneEstimate{Depth: c, Count: n}, ErrTooFewPeers
+	}
+	scale := math.Ldexp(1, c)
+	est := zoneEstimate{N: 1 + scale*float64(n), Depth: c, Count: n}
+	if c == 0 {
+		// Complete knowledge of a small network: the only error is peers
+		// not yet discovered. Report a modest heuristic error.
+		est.SE = math.Max(1, 0.05*float64(n))
+	} else {
+		est.SE = scale * math.Sqrt(float64(n))
+	}
+	return est, nil
+}
+
+// lookupSample is one random-key lookup for the order-statistics estimator:
+// K peers came back and the K-th closest lies at normalised XOR distance
+// DK (distance / 2^256) from the key.
+type lookupSample struct {
+	At time.Time
+	K  int
+	DK float64
+}
+
+// estimateOrder is the order-statistics estimator over random-key lookups
+// (the idea of go-libp2p-kad-dht's netsize package). The other N−1 IDs are
+// uniform, so the normalised distance from a random key to its K-th
+// closest ID is about Gamma(K, rate N−1), and over L lookups ΣD_K is
+// Gamma(ΣK, N−1): the unbiased estimate is N̂ − 1 = (ΣK − 1)/ΣD_K with
+// relative standard error 1/√(ΣK − 2). A lookup returning fewer than
+// bucketSize peers means the network is smaller than k+1: then N̂ = 1 + K.
+func estimateOrder(samples []lookupSample, bucketSize, minLookups int) (float64, float64, error) {
+	maxK, full := 0, 0
+	var sumK, sumD float64
+	for _, s := range samples {
+		maxK = max(maxK, s.K)
+		if s.K >= bucketSize && s.DK > 0 {
+			full++
+			sumK += float64(s.K)
+			sumD += s.DK
+		}
+	}
+	if len(samples) == 0 || maxK == 0 {
+		return 0, 0, ErrTooFewPeers
+	}
+	if maxK < bucketSize {
+		if len(samples) < minLookups {
+			return 0, 0, ErrTooFewPeers
+		}
+		n := 1 + float64(maxK)
+		return n, math.Max(1, 0.05*n), nil
+	}
+	if full < minLookups || sumK < 3 {
+		return 0, 0, ErrTooFewPeers
+	}
+	n := (sumK - 1) / sumD
+	return 1 + n, n / math.Sqrt(sumK-2), nil
+}
+
+// normDistance returns XOR(a, b) / 2^256 for two 32-byte keys, using the
+// top 64 bits (ample precision for distances above 2^-50).
+func normDistance(a, b []byte) float64 {
+	var x [8]byte
+	for i := 0; i < 8 && i < len(a) && i < len(b); i++ {
+		x[i] = a[i] ^ b[i]
+	}
+	return float64(binary.BigEndian.Uint64(x[:])) / math.Ldexp(1, 64)
+}
+
+// cpl returns the common-prefix length of two keys in bits.
+func cpl(a, b []byte) int {
+	n := min(len(a), len(b))
+	for i := 0; i < n; i++ {
+		x := a[i] ^ b[i]
+		if x != 0 {
+			bits := 0
+			for x&0x80 == 0 {
+				x <<= 1
+				bits++
+			}
+			return i*8 + bits
+		}
+	}
+	return n * 8
+}
+
+// fuseIV combines independent estimates by inverse-variance weighting. It
+// skips estimates with a non-positive standard error.
+func fuseIV(ns, ses []float64) (float64, float64, bool) {
+	var w, wn float64
+	for i := range ns {
+		if ses[i] <= 0 || math.IsNaN(ns[i]) || math.IsInf(ns[i], 0) {
+			continue
+		}
+		wi := 1 / (ses[i] * ses[i])
+		w += wi
+		wn += wi * ns[i]
+	}
+	if w == 0 {
+		return 0, 0, false
+	}
+	return wn / w, 1 / math.Sqrt(w), true
+}
+
+// trimmedMean returns the mean of xs after dropping the lowest and highest
+// 10 % (at least one each when there are 5 or more values), which bounds the
+// influence of a few wild or hostile reports, and the standard deviation of
+// the kept values.
+func trimmedMean(xs []float64) (mean, sd float64) {
+	s := append([]float64(nil), xs...)
+	sort.Float64s(s)
+	cut := len(s) / 10
+	if cut == 0 && len(s) >= 5 {
+		cut = 1
+	}
+	s = s[cut : len(s)-cut]
+	for _, x := range s {
+		mean += x
+	}
+	mean /= float64(len(s))
+	for _, x := range s {
+		sd += (x - mean) * (x - mean)
+	}
+	if len(s) > 1 {
+		sd = math.Sqrt(sd / float64(len(s)-1))
+	}
+	return mean, sd
+}
+
+// fuseReports combines a local estimate (n, se; ok=false if none) with peer
+// reports. Each report is treated as an independent estimate of similar
+// precision to ours (the same method on another zone), so the reports'
+// trimmed mean gets weight m against our 1; without a local estimate the
+// trimmed mean stands alone with its sample standard error. Needs at least
+// 3 reports to say anything without a local estimate.
+func fuseReports(n, se float64, ok bool, reports []float64) (float64, float64, error) {
+	m := len(reports)
+	switch {
+	case m == 0 && ok:
+		return n, se, nil
+	case m == 0 || (!ok && m < 3):
+		return 0, 0, ErrTooFewPeers
+	}
+	mean, sd := trimmedMean(reports)
+	if !ok {
+		return mean, math.Max(sd/math.Sqrt(float64(m)), 0.01*mean), nil
+	}
+	fm := float64(m)
+	fused := (n + fm*mean) / (1 + fm)
+	// Each report is assumed to carry our relative error; the fused error
+	// shrinks by √(1+m) under independence. Disagreement beyond that shows
+	// up through sd and is added.
+	rel := se / n
+	fse := fused * rel / math.Sqrt(1+fm)
+	if m > 1 {
+		fse = math.Max(fse, sd/math.Sqrt(fm+1))
+	}
+	return fused, fse, nil
+}

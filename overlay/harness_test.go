@@ -1,0 +1,366 @@
+package overlay
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// The benchmark harness: N real libp2p hosts (go-libp2p mocknet with
+// on-demand links and a connection manager, or TCP loopback) each running
+// an Overlay with DefaultConfig. One run per sub-benchmark; use
+// -benchtime=1x. See RESULTS.md for the commands and figures.
+//
+//	go test -run '^$' -bench 'BenchmarkOverlay/N=200$' -benchtime=1x -timeout 60m ./overlay/
+
+func BenchmarkOverlay(b *testing.B) {
+	for _, n := range []int{50, 200, 500, 1000} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { runHarness(b, n, false) })
+	}
+}
+
+func BenchmarkOverlayTCP(b *testing.B) {
+	for _, n := range []int{50, 200} {
+		b.Run(fmt.Sprintf("N=%d", n), func(b *testing.B) { runHarness(b, n, true) })
+	}
+}
+
+type hnode struct {
+	h    host.Host
+	o    *Overlay
+	gone bool
+}
+
+// harness timing (overridable for quick trials with PSP_HARNESS_SCALE=0.25)
+func hdur(d time.Duration) time.Duration {
+	if s, err := strconv.ParseFloat(os.Getenv("PSP_HARNESS_SCALE"), 64); err == nil && s > 0 {
+		return time.Duration(float64(d) * s)
+	}
+	return d
+}
+
+func runHarness(b *testing.B, n int, tcp bool) {
+	for b.Loop() {
+		harnessOnce(b, n, tcp)
+	}
+}
+
+func harnessOnce(b *testing.B, n int, tcp bool) {
+	start := time.Now()
+	logf := func(format string, args ...any) {
+		fmt.Printf("[%6.1fs] N=%d %s\n", time.Since(start).Seconds(), n, fmt.Sprintf(format, args...))
+	}
+	ln := newLazyNet()
+	defer func() { _ = ln.mn.Close() }()
+	nodes := make([]*hnode, n)
+	var mu sync.Mutex // guards gone flags
+	byID := make(map[peer.ID]int, n)
+	defer func() {
+		var wg sync.WaitGroup
+		for _, nd := range nodes {
+			if nd != nil && !nd.gone {
+				wg.Go(func() { _ = nd.o.Close(); _ = nd.h.Close() })
+			}
+		}
+		wg.Wait()
+	}()
+
+	newHost := func() (host.Host, error) {
+		if tcp {
+			key, _, err := crypto.GenerateEd25519Key(nil)
+			if err != nil {
+				return nil, err
+			}
+			return tcpHostB(key)
+		}
+		return ln.newHost(150, 250)
+	}
+
+	// Join: each node bootstraps through two random earlier nodes.
+	for i := range n {
+		h, err := newHost()
+		if err != nil {
+			b.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.Job = "bench"
+		if i > 0 {
+			for _, j := range []int{rand.IntN(i), rand.IntN(i)} {
+				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: nodes[j].h.ID(), Addrs: nodes[j].h.Addrs()})
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		o, err := New(ctx, h, cfg)
+		cancel()
+		if err != nil {
+			b.Fatalf("node %d: %v", i, err)
+		}
+		nodes[i] = &hnode{h: h, o: o}
+		byID[h.ID()] = i
+		time.Sleep(20 * time.Millisecond)
+	}
+	lastJoin := time.Now()
+	logf("all joined in %.1fs", time.Since(start).Seconds())
+
+	// Emulate the node's step replies: every 2 s each node samples β=10
+	// and hears their local estimates.
+	stop := make(chan struct{})
+	var exWG sync.WaitGroup
+	exWG.Go(func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			for _, nd := range nodes {
+				mu.Lock()
+				gone := nd.gone
+				mu.Unlock()
+				if gone {
+					continue
+				}
+				s, err := nd.o.Sample(context.Background(), 10)
+				if err != nil {
+					continue
+				}
+				for _, p := range s {
+					other := nodes[byID[p]]
+					mu.Lock()
+					og := other.gone
+					mu.Unlock()
+					if og {
+						continue
+					}
+					if est, _, err := other.o.LocalEstimate(); err == nil {
+						nd.o.ObserveEstimate(p, est)
+					}
+				}
+			}
+		}
+	})
+	defer func() { close(stop); exWG.Wait() }()
+
+	live := func() []*hnode {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []*hnode
+		for _, nd := range nodes {
+			if !nd.gone {
+				out = append(out, nd)
+			}
+		}
+		return out
+	}
+
+	// CPU over the last 20 s of the 60-s settle window.
+	settle := hdur(60 * time.Second)
+	time.Sleep(time.Until(lastJoin.Add(settle - hdur(20*time.Second))))
+	cpu0, wall0 := cpuSeconds(), time.Now()
+	time.Sleep(time.Until(lastJoin.Add(settle)))
+	cores := (cpuSeconds() - cpu0) / time.Since(wall0).Seconds()
+
+	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
+	logf("estimator detail: %s", detailSummary(live(), float64(n)))
+	coverage, rtAvg, connAvg := membershipStats(live(), n)
+	logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
+		estMed, estP95, locMed, locP95, estFail, coverage, rtAvg, connAvg, cores)
+
+	// Sampling: 10 rounds, 1 s apart, every node Sample(β=10): 100·N picks.
+	counts := make(map[peer.ID]int, n)
+	var lat []time.Duration
+	sampleErrs := 0
+	for round := range 10 {
+		if round > 0 {
+			time.Sleep(time.Second)
+		}
+		for _, nd := range live() {
+			t0 := time.Now()
+			s, err := nd.o.Sample(context.Background(), 10)
+			lat = append(lat, time.Since(t0))
+			if err != nil {
+				sampleErrs++
+				continue
+			}
+			for _, p := range s {
+				counts[p]++
+			}
+		}
+	}
+	cs := make([]int, 0, n)
+	for _, nd := range nodes {
+		cs = append(cs, counts[nd.h.ID()])
+	}
+	maxm, minm, chi2, p := uniformity(cs)
+	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
+	rss := vmHWM()
+	logf("sampling max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors; Sample p50 %v p99 %v; peak RSS %d MiB",
+		maxm, minm, chi2, n-1, p, sampleErrs, p50, p99, rss>>20)
+
+	// Churn: 20 % leave abruptly (host closed; its links refuse dials).
+	perm := rand.Perm(n)
+	departed := make(map[peer.ID]bool)
+	var cwg sync.WaitGroup
+	for _, i := range perm[:n/5] {
+		nd := nodes[i]
+		mu.Lock()
+		nd.gone = true
+		mu.Unlock()
+		departed[nd.h.ID()] = true
+		cwg.Go(func() { _ = nd.h.Close(); _ = nd.o.Close() })
+	}
+	cwg.Wait()
+	left := time.Now()
+	newN := float64(n - n/5)
+	logf("%d nodes left", n/5)
+	departedIn := func() (int, int) {
+		bad, total := 0, 0
+		for range 5 {
+			for _, nd := range live() {
+				s, err := nd.o.Sample(context.Background(), 10)
+				if err != nil {
+					continue
+				}
+				for _, p := range s {
+					total++
+					if departed[p] {
+						bad++
+					}
+				}
+			}
+		}
+		return bad, total
+	}
+	time.Sleep(time.Until(left.Add(hdur(10 * time.Second))))
+	bad10, tot10 := departedIn()
+	time.Sleep(time.Until(left.Add(hdur(30 * time.Second))))
+	bad30, tot30 := departedIn()
+	time.Sleep(time.Until(left.Add(hdur(60 * time.Second))))
+	cMed, cP95, cLocMed, cLocP95, cFail := estimateErrors(live(), newN)
+	logf("estimator detail: %s", detailSummary(live(), newN))
+	rss = vmHWM()
+	logf("churn: departed picks %d/%d at +10s, %d/%d at +30s; estimate at +60s median %.3f p95 %.3f (local %.3f / %.3f, %d without); peak RSS %d MiB",
+		bad10, tot10, bad30, tot30, cMed, cP95, cLocMed, cLocP95, cFail, rss>>20)
+
+	b.ReportMetric(estMed, "est-med")
+	b.ReportMetric(estP95, "est-p95")
+	b.ReportMetric(maxm, "max/mean")
+	b.ReportMetric(minm, "min/mean")
+	b.ReportMetric(p, "chi2-p")
+	b.ReportMetric(float64(p50.Microseconds()), "sample-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "sample-p99-µs")
+	b.ReportMetric(float64(rss>>20), "peak-MiB")
+	b.ReportMetric(cores, "cores")
+	b.ReportMetric(cMed, "churn-est-med")
+	b.ReportMetric(float64(bad30), "churn-departed-picks-30s")
+	transport := "mocknet"
+	if tcp {
+		transport = "tcp"
+	}
+	fmt.Printf("| %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f / %.3g | %v / %v | %d | %.2f | %.3f / %.3f | %d/%d | %d/%d |\n",
+		transport, n, estMed, estP95, locMed, locP95, maxm, minm, p, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
+		rss>>20, cores, cMed, cP95, bad10, tot10, bad30, tot30)
+}
+
+func estimateErrors(nodes []*hnode, n float64) (med, p95, locMed, locP95 float64, fails int) {
+	var errs, lerrs []float64
+	for _, nd := range nodes {
+		if est, _, err := nd.o.Estimate(); err == nil {
+			errs = append(errs, math.Abs(est-n)/n)
+		} else {
+			fails++
+		}
+		if est, _, err := nd.o.LocalEstimate(); err == nil {
+			lerrs = append(lerrs, math.Abs(est-n)/n)
+		}
+	}
+	q := func(xs []float64, f float64) float64 {
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		sort.Float64s(xs)
+		return xs[min(len(xs)-1, int(f*float64(len(xs))))]
+	}
+	return q(errs, 0.5), q(errs, 0.95), q(lerrs, 0.5), q(lerrs, 0.95), fails
+}
+
+// detailSummary gives the median signed relative error of each estimator
+// and how often each is available.
+func detailSummary(nodes []*hnode, n float64) string {
+	var z, o, f []float64
+	for _, nd := range nodes {
+		d := nd.o.EstimateDetail()
+		if d.ZoneN > 0 {
+			z = append(z, d.ZoneN/n-1)
+		}
+		if d.OrderN > 0 {
+			o = append(o, d.OrderN/n-1)
+		}
+		if d.Err == nil {
+			f = append(f, d.N/n-1)
+		}
+	}
+	med := func(xs []float64) float64 {
+		if len(xs) == 0 {
+			return math.NaN()
+		}
+		sort.Float64s(xs)
+		return xs[len(xs)/2]
+	}
+	return fmt.Sprintf("signed median rel err: zone %+.3f (%d nodes), order %+.3f (%d), fused %+.3f (%d)",
+		med(z), len(z), med(o), len(o), med(f), len(f))
+}
+
+func membershipStats(nodes []*hnode, n int) (coverage, rt, conns float64) {
+	for _, nd := range nodes {
+		st := nd.o.Status()
+		coverage += float64(st.Members+1) / float64(n)
+		rt += float64(st.RoutingTableSize)
+		conns += float64(len(nd.h.Network().Conns()))
+	}
+	k := float64(len(nodes))
+	return coverage / k, rt / k, conns / k
+}
+
+func cpuSeconds() float64 {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
+	return tv(ru.Utime) + tv(ru.Stime)
+}
+
+// vmHWM returns the process's peak resident set size in bytes.
+func vmHWM() int64 {
+	f, err := os.Open("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}

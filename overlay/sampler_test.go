@@ -1,0 +1,244 @@
+package overlay
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/test"
+)
+
+// bareOverlay returns an Overlay whose background goroutines are not
+// running, over a mocknet host, for driving the membership logic directly.
+func bareOverlay(t *testing.T, cfg Config) *Overlay {
+	t.Helper()
+	ln := newLazyNet()
+	h, err := ln.newHost(100, 200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := dht.New(h, dht.Mode(dht.ModeServer), dht.ProtocolPrefix("/psp/test"), dht.DisableProviders(), dht.DisableValues(), dht.DisableAutoRefresh())
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := newOverlay(h, d, cfg, nil)
+	t.Cleanup(func() {
+		o.cancel()
+		_ = d.Close()
+		_ = h.Close()
+		_ = ln.mn.Close()
+	})
+	return o
+}
+
+// verifyPool marks every pool member verified, as successful probes would.
+func verifyPool(o *Overlay) {
+	for _, m := range o.pool {
+		m.verified = true
+		m.probing = false
+	}
+	for len(o.probeCh) > 0 {
+		<-o.probeCh
+	}
+	for _, m := range o.members {
+		m.probing = false
+	}
+}
+
+func synthPeers(t *testing.T, n int) []peer.ID {
+	t.Helper()
+	ps := make([]peer.ID, n)
+	for i := range ps {
+		ps[i] = test.RandPeerIDFatal(t)
+	}
+	return ps
+}
+
+// TestPoolReservoirUniform streams a population's discoveries into fresh
+// overlays (early discoveries are what biased samplers over-pick: the
+// bootstrap peer and routing-table neighbours) and checks, by chi-square,
+// that pool membership does not depend on discovery order.
+func TestPoolReservoirUniform(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 16
+	o := bareOverlay(t, cfg)
+	const pop, trials = 100, 1500
+	peers := synthPeers(t, pop)
+	counts := make([]int, pop) // by discovery position
+	now := time.Now()
+	for range trials {
+		o.members = make(map[peer.ID]*member)
+		o.live, o.pool = nil, nil
+		for _, p := range peers {
+			o.touchLocked(p, true, now)
+			verifyPool(o)
+		}
+		if len(o.pool) != cfg.PoolSize {
+			t.Fatalf("pool size %d, want %d", len(o.pool), cfg.PoolSize)
+		}
+		for _, m := range o.pool {
+			for i, p := range peers {
+				if p == m.id {
+					counts[i]++
+				}
+			}
+		}
+	}
+	maxm, minm, chi2, p := uniformity(counts)
+	t.Logf("reservoir: max/mean %.2f min/mean %.2f chi2 %.1f (df %d) p=%.3f", maxm, minm, chi2, pop-1, p)
+	if p < 0.001 {
+		t.Errorf("pool membership depends on discovery order: chi2 %.1f p=%.2g", chi2, p)
+	}
+}
+
+// TestSampleUniform draws β=10 from a rotating pool over a population
+// larger than the pool and checks selection frequencies over 100·N picks.
+func TestSampleUniform(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 32
+	o := bareOverlay(t, cfg)
+	const pop = 200
+	peers := synthPeers(t, pop)
+	idx := make(map[peer.ID]int, pop)
+	now := time.Now()
+	for i, p := range peers {
+		idx[p] = i
+		o.touchLocked(p, true, now)
+	}
+	verifyPool(o)
+	counts := make([]int, pop)
+	ctx := context.Background()
+	for draws := 0; draws < 100*pop; draws += 10 {
+		for range 150 { // decorrelate successive pools (e^-150/32 ≈ 1 % kept)
+			o.rotateLocked()
+		}
+		verifyPool(o)
+		s, err := o.Sample(ctx, 10)
+		if err != nil {
+			t.Fatal(err)
+		}
+		seen := make(map[peer.ID]bool)
+		for _, p := range s {
+			if seen[p] {
+				t.Fatalf("duplicate %s in sample", p)
+			}
+			if p == o.h.ID() {
+				t.Fatal("self in sample")
+			}
+			seen[p] = true
+			counts[idx[p]]++
+		}
+	}
+	maxm, minm, chi2, p := uniformity(counts)
+	t.Logf("sample: max/mean %.2f min/mean %.2f chi2 %.1f p=%.3f", maxm, minm, chi2, p)
+	if maxm > 1.5 || minm < 0.5 || p < 0.001 {
+		t.Errorf("sampling not uniform: max/mean %.2f min/mean %.2f p=%.2g", maxm, minm, p)
+	}
+}
+
+// TestDeadAndRevive checks that a dead peer leaves the pool and samples at
+// once, that third-party sightings do not revive it, and that first-hand
+// evidence does.
+func TestDeadAndRevive(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 8
+	o := bareOverlay(t, cfg)
+	peers := synthPeers(t, 20)
+	now := time.Now()
+	for _, p := range peers {
+		o.touchLocked(p, true, now)
+	}
+	verifyPool(o)
+	victim := o.pool[0].id
+	o.MarkDead(victim)
+	verifyPool(o)
+	if len(o.pool) != cfg.PoolSize {
+		t.Fatalf("pool not refilled: %d", len(o.pool))
+	}
+	for range 200 {
+		s, err := o.Sample(context.Background(), 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range s {
+			if p == victim {
+				t.Fatal("dead peer sampled")
+			}
+		}
+	}
+	o.touchLocked(victim, false, time.Now()) // another node's stale table
+	if !o.members[victim].dead {
+		t.Fatal("third-party sighting revived a dead peer")
+	}
+	for _, p := range o.Peers() {
+		if p == victim {
+			t.Fatal("dead peer in Peers()")
+		}
+	}
+	o.MarkAlive(victim)
+	if o.members[victim].dead {
+		t.Fatal("MarkAlive did not revive")
+	}
+	found := false
+	for _, p := range o.Peers() {
+		found = found || p == victim
+	}
+	if !found {
+		t.Fatal("revived peer missing from Peers()")
+	}
+
+	if _, err := o.Sample(context.Background(), 9); !errors.Is(err, ErrNotEnoughPeers) {
+		t.Fatalf("beta > pool: err = %v, want ErrNotEnoughPeers", err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := o.Sample(ctx, 1); !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled ctx: err = %v", err)
+	}
+	if s, err := o.Sample(context.Background(), 0); err != nil || len(s) != 0 {
+		t.Fatalf("beta 0: %v, %v", s, err)
+	}
+}
+
+func TestObserveEstimateIgnoresNonsense(t *testing.T) {
+	o := bareOverlay(t, DefaultConfig())
+	p := test.RandPeerIDFatal(t)
+	for _, v := range []float64{-1, 0, 0.5, 1e12} {
+		o.ObserveEstimate(p, v)
+	}
+	o.ObserveEstimate(o.h.ID(), 50)
+	if len(o.reports) != 0 {
+		t.Fatalf("nonsense reports kept: %v", o.reports)
+	}
+	o.ObserveEstimate(p, 42)
+	if len(o.reports) != 1 {
+		t.Fatal("valid report dropped")
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	good := DefaultConfig()
+	if err := good.validate(); err != nil {
+		t.Fatal(err)
+	}
+	for name, mut := range map[string]func(*Config){
+		"empty job":   func(c *Config) { c.Job = "" },
+		"slash job":   func(c *Config) { c.Job = "a/b" },
+		"zero pool":   func(c *Config) { c.PoolSize = 0 },
+		"zero walk":   func(c *Config) { c.WalkInterval = 0 },
+		"bad address": func(c *Config) { c.BootstrapAddrs = []string{"/ip4/nope"} },
+	} {
+		c := DefaultConfig()
+		mut(&c)
+		err := c.validate()
+		if err == nil {
+			_, err = c.bootstrapInfos()
+		}
+		if !errors.Is(err, ErrInvalidConfig) {
+			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
