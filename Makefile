@@ -27,9 +27,11 @@ test-race:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -count 5 -timeout 60m $(PKGS)
 
-## run: the main job on embedded defaults, figures under results/
+## run: the main job on embedded defaults: a 50-node testnet (pSSP(10,4),
+## synthetic linear regression, one minute) that prints its figures and
+## writes CSV files and plots under results/testnet
 run: build
-	$(BIN) sim --out results/sim
+	$(BIN) testnet --out results/testnet
 
 ## figures: regenerate every figure in README.md under results/
 figures: build

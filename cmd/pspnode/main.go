@@ -67,6 +67,9 @@ step with a probabilistic barrier (pBSP/pSSP) over a small random sample of
 peers. Run 'pspnode <subcommand> --help' for the flags of each subcommand.`,
 		FlagSet: fs,
 		Subcommands: []*ffcli.Command{
+			runCommand(stdout, stderr),
+			idCommand(stdout, stderr),
+			testnetCommand(stdout, stderr),
 			simCommand(stdout, stderr),
 			boundCommand(stdout, stderr),
 			{

@@ -1,0 +1,232 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// buildBinary compiles pspnode once for the end-to-end tests.
+func buildBinary(t *testing.T) string {
+	t.Helper()
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "pspnode")
+	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	return bin
+}
+
+type proc struct {
+	cmd    *exec.Cmd
+	id     string
+	addr   string // first dialable multiaddr
+	http   string
+	stderr *strings.Builder
+	done   chan error
+}
+
+// startNode starts `pspnode run` and reads its peer ID, first multiaddr and
+// HTTP address from stdout.
+func startNode(t *testing.T, bin string, args ...string) *proc {
+	t.Helper()
+	p := &proc{stderr: &strings.Builder{}, done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, append([]string{"run"}, args...)...)
+	p.cmd.Stderr = p.stderr
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	})
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, out)
+		p.done <- p.cmd.Wait()
+	}()
+	timeout := time.After(20 * time.Second)
+	for p.http == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("node exited before printing its addresses; stderr:\n%s", p.stderr)
+			}
+			switch {
+			case strings.HasPrefix(l, "peer id: "):
+				p.id = strings.TrimPrefix(l, "peer id: ")
+			case strings.HasPrefix(l, "listening: ") && p.addr == "":
+				p.addr = strings.TrimPrefix(l, "listening: ")
+			case strings.HasPrefix(l, "http: "):
+				p.http = strings.Fields(l)[1]
+			}
+		case <-timeout:
+			t.Fatalf("node printed no addresses in 20 s; stderr:\n%s", p.stderr)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	if p.id == "" || !strings.HasSuffix(p.addr, "/p2p/"+p.id) {
+		t.Fatalf("printed multiaddr %q does not end in /p2p/%s", p.addr, p.id)
+	}
+	return p
+}
+
+type status struct {
+	PeerID  string  `json:"peer_id"`
+	Step    int64   `json:"step"`
+	Barrier string  `json:"barrier"`
+	Waiting bool    `json:"waiting"`
+	Peers   int     `json:"connected_peers"`
+	Est     float64 `json:"population_estimate"`
+	Recv    uint64  `json:"updates_received"`
+}
+
+func getStatus(p *proc) (status, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(p.http + "/status")
+	if err != nil {
+		return status{}, err
+	}
+	defer resp.Body.Close()
+	var s status
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// TestEndToEnd starts four `pspnode run` processes on 127.0.0.1,
+// bootstrapped from the first, checks through /status that they all advance
+// and that pSSP keeps them within its bound, kills the bootstrap node with
+// SIGKILL, checks the others keep advancing, and stops them with SIGTERM.
+func TestEndToEnd(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	bin := buildBinary(t)
+	const n, staleness = 4, 2
+	// β = 3 = P-1: every node samples all others, so pSSP(3, 2) must hold
+	// the SSP(2) bound exactly: no node more than s+1 steps from another.
+	common := []string{
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--job", "e2e",
+		"--barrier", fmt.Sprintf("pssp:%d:%d", n-1, staleness), "--time-scale", "0.02",
+		"--wait-peers", fmt.Sprint(n - 1), "--log-level", "warn",
+	}
+	nodes := []*proc{startNode(t, bin, common...)}
+	for range n - 1 {
+		nodes = append(nodes, startNode(t, bin, append(common, "--bootstrap", nodes[0].addr)...))
+	}
+
+	// poll returns the live nodes' statuses.
+	poll := func(ps []*proc) []status {
+		var out []status
+		for _, p := range ps {
+			s, err := getStatus(p)
+			if err != nil {
+				t.Fatalf("status of %s: %v\nstderr:\n%s", p.id, err, p.stderr)
+			}
+			out = append(out, s)
+		}
+		return out
+	}
+	spread := func(ss []status) (lo, hi int64) {
+		lo, hi = ss[0].Step, ss[0].Step
+		for _, s := range ss {
+			lo, hi = min(lo, s.Step), max(hi, s.Step)
+		}
+		return
+	}
+	waitAll := func(ps []*proc, target int64, within time.Duration, checkBound bool) []status {
+		deadline := time.Now().Add(within)
+		for {
+			ss := poll(ps)
+			lo, hi := spread(ss)
+			// Statuses are read one after another, so a node may step
+			// between two reads: allow one step of skew.
+			if checkBound && lo > 0 && hi-lo > staleness+2 {
+				t.Errorf("step spread %d..%d exceeds the pSSP bound s+1=%d (+1 read skew)", lo, hi, staleness+1)
+			}
+			if lo >= target {
+				return ss
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("nodes did not all reach step %d in %v: %+v", target, within, ss)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	ss := waitAll(nodes, 30, 60*time.Second, true)
+	for _, s := range ss {
+		if s.Barrier != "pssp:3:2" || s.Recv == 0 || s.Peers < 1 {
+			t.Errorf("unexpected status %+v", s)
+		}
+	}
+
+	// Crash the bootstrap node: no node is special.
+	if err := nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	<-nodes[0].done
+	nodes[0].done <- nil // for the cleanup
+	rest := nodes[1:]
+	_, hi := spread(poll(rest))
+	waitAll(rest, hi+20, 60*time.Second, true)
+
+	// Graceful stop: SIGTERM, exit code 0.
+	for _, p := range rest {
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	}
+	for _, p := range rest {
+		select {
+		case err := <-p.done:
+			if err != nil {
+				t.Errorf("node %s exited with %v after SIGTERM; stderr:\n%s", p.id, err, p.stderr)
+			}
+			p.done <- nil
+		case <-time.After(15 * time.Second):
+			t.Errorf("node %s did not exit within 15 s of SIGTERM", p.id)
+		}
+	}
+}
+
+func TestIDCommand(t *testing.T) {
+	key := filepath.Join(t.TempDir(), "k")
+	code, out1, errs := runCLI(t, "id", "--identity", key)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	code, out2, _ := runCLI(t, "id", "--identity", key)
+	if code != 0 || out1 != out2 || !strings.HasPrefix(out1, "12D3KooW") {
+		t.Errorf("id not stable: %q vs %q", out1, out2)
+	}
+	st, _ := os.Stat(key)
+	if st.Mode().Perm() != 0o600 {
+		t.Errorf("key mode %v", st.Mode().Perm())
+	}
+	if code, _, _ := runCLI(t, "id"); code != 2 {
+		t.Errorf("id without --identity: exit %d, want 2", code)
+	}
+}

@@ -1,0 +1,254 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/peterbourgon/ff/v3/ffcli"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// stringList is a repeatable, comma-separated string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+func (l *stringList) Set(v string) error {
+	for _, f := range strings.Split(v, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			*l = append(*l, f)
+		}
+	}
+	return nil
+}
+
+// specFlag is one barrier spec.
+type specFlag struct{ psp.Spec }
+
+func (s *specFlag) Set(v string) error {
+	sp, err := psp.Parse(v)
+	if err != nil {
+		return err
+	}
+	s.Spec = sp
+	return nil
+}
+
+func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return nil, usagef("--log-level %q: want debug, info, warn or error", level)
+	}
+	opts := &slog.HandlerOptions{Level: lv}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(w, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(w, opts)), nil
+	}
+	return nil, usagef("--log-format %q: want text or json", format)
+}
+
+func runCommand(stdout, stderr io.Writer) *ffcli.Command {
+	fs := newFlagSet("pspnode run", stderr)
+	def := node.DefaultConfig()
+	var (
+		listen    stringList
+		bootstrap stringList
+		barrier   = specFlag{def.Barrier}
+		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run)")
+		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
+		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
+		data      = fs.String("data", "synthetic", "data: synthetic, or mnist:DIR (IDX files, gzip or raw)")
+		shards    = fs.Int("shards", 16, "the training data is dealt into this many shards; the node takes the one its peer ID hashes to")
+		shard     = fs.Int("shard", -1, "take this shard index instead of hashing the peer ID (0 <= shard < shards)")
+		httpAddr  = fs.String("http", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9090 (port 0: any free port)")
+		maxSteps  = fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
+		duration  = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+		scale     = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
+		factor    = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
+		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
+		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
+		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
+		evalEvery = fs.Int("eval-every", def.EvalEvery, "evaluate on the held-out data every this many steps (0: never)")
+		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
+		logFormat = fs.String("log-format", "text", "text or json (logs go to stderr)")
+		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
+	)
+	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
+	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id>; repeatable or comma-separated (none for the first node)")
+	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	return &ffcli.Command{
+		Name:       "run",
+		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
+		ShortHelp:  "run a node: join the job, train, obey the barrier",
+		LongHelp: `Starts a node. It prints its peer ID and dialable multiaddrs on stdout, so a
+second node can join with --bootstrap <one of them>. It trains its shard of
+the data, publishes each update on the job's GossipSub topic, and before every
+step asks a fresh random sample of β peers for their steps. SIGINT or SIGTERM
+stops it cleanly (peers are told it leaves) with exit code 0.
+
+Every flag can also come from the environment (PSPNODE_BARRIER=pbsp:8) or
+from --config FILE, one 'flag value' per line.
+
+Example, two nodes on one machine:
+  pspnode run --identity a.key --listen /ip4/127.0.0.1/tcp/4001 --http 127.0.0.1:9090
+  pspnode run --listen /ip4/127.0.0.1/tcp/4002 --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/<id>`,
+		FlagSet: fs,
+		Options: append(envOptions(), ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(ff.PlainParser)),
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("run takes no arguments, got %q", args)
+			}
+			log, err := newLogger(stderr, *logLevel, *logFormat)
+			if err != nil {
+				return err
+			}
+			cfg := node.DefaultConfig()
+			cfg.Job, cfg.Barrier, cfg.Logger = *job, barrier.Spec, log
+			if len(listen) > 0 {
+				cfg.Listen = listen
+			}
+			cfg.Bootstrap = bootstrap
+			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
+			if *scale < 0 || *factor <= 0 {
+				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
+			}
+			if *shards < 1 || *shard >= *shards {
+				return usagef("--shard %d of --shards %d: need 0 <= shard < shards", *shard, *shards)
+			}
+			if *identity != "" {
+				key, err := node.LoadOrCreateIdentity(*identity)
+				if err != nil {
+					return err
+				}
+				cfg.Identity = key
+			} else {
+				log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			reg := prometheus.NewRegistry()
+			cfg.Registry = reg
+			registerProcess(reg)
+			spec := node.TaskSpec{
+				Model: *modelName, Shards: *shards,
+				SGD:  model.SGDConfig{BatchSize: *batch, LR0: *lr, Decay: model.DefaultSGDConfig().Decay},
+				Time: node.TimeModel{Scale: *scale, Factor: *factor},
+			}
+			var dataset model.Data
+			if spec.Model != "none" {
+				dataset, err = model.Open(node.DataFor(spec.Model, *data))
+				if err != nil {
+					return err
+				}
+			}
+			nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			if err != nil {
+				return err
+			}
+			defer nd.Close()
+			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
+			for _, a := range nd.Addrs() {
+				fmt.Fprintf(stdout, "listening: %s\n", a)
+			}
+			if *httpAddr != "" {
+				srv, err := nd.ServeHTTP(*httpAddr)
+				if err != nil {
+					return err
+				}
+				defer srv.Close()
+				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
+			}
+			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			start := time.Now()
+			err = nd.Run(ctx)
+			st := nd.Status()
+			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
+			if err != nil {
+				return err
+			}
+			return nd.Close()
+		},
+	}
+}
+
+func stopReason(ctx context.Context, err error) string {
+	switch {
+	case err != nil:
+		return err.Error()
+	case errors.Is(ctx.Err(), context.Canceled):
+		return "signal"
+	}
+	return "stop criterion"
+}
+
+// newNodeWithTask builds the node, then its task, whose shard depends on
+// the node's peer ID unless shard >= 0.
+func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int) (*node.Node, error) {
+	if cfg.Identity == nil {
+		key, err := node.NewIdentity()
+		if err != nil {
+			return nil, err
+		}
+		cfg.Identity = key
+	}
+	id, err := node.PeerIDOf(cfg.Identity)
+	if err != nil {
+		return nil, err
+	}
+	spec.Shard = shard
+	if shard < 0 {
+		spec.Shard = model.ShardIndex(id.String(), spec.Shards)
+	}
+	spec.Seed = node.SeedOf(id.String())
+	spec.InitSeed = node.SeedOf(cfg.Job)
+	task, err := node.NewTask(spec, data)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Task = task
+	return node.New(ctx, cfg)
+}
+
+func idCommand(stdout, stderr io.Writer) *ffcli.Command {
+	fs := newFlagSet("pspnode id", stderr)
+	identity := fs.String("identity", "", "private key file (created with mode 0600 if missing)")
+	return &ffcli.Command{
+		Name:       "id",
+		ShortUsage: "pspnode id --identity FILE",
+		ShortHelp:  "print the peer ID of an identity file (creating the key if missing) without starting",
+		FlagSet:    fs,
+		Options:    envOptions(),
+		Exec: func(context.Context, []string) error {
+			if *identity == "" {
+				return usagef("--identity FILE is required")
+			}
+			key, err := node.LoadOrCreateIdentity(*identity)
+			if err != nil {
+				return err
+			}
+			id, err := node.PeerIDOf(key)
+			if err != nil {
+				return err
+			}
+			_, err = fmt.Fprintln(stdout, id)
+			return err
+		},
+	}
+}
+
+// registerProcess adds the Go runtime and process collectors.
+func registerProcess(reg *prometheus.Registry) {
+	node.RegisterProcessMetrics(reg)
+}

@@ -1,0 +1,160 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime/pprof"
+	"time"
+
+	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
+	fs := newFlagSet("pspnode testnet", stderr)
+	def := testnet.DefaultConfig()
+	var (
+		barrier   = specFlag{def.Barrier}
+		stragg    fraction
+		factor    = positive(def.StraggleFactor)
+		scale     = positive(def.TimeScale)
+		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
+		duration  = fs.Duration("duration", def.Duration, "training time (after the network has formed)")
+		churn     = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
+		churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
+		script    = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', e.g. '60s crash 30%'")
+		modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
+		data      = fs.String("data", def.Data, "data: synthetic, or mnist:DIR")
+		encoding  = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
+		lr        = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
+		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N) or tcp (loopback sockets, up to 300 nodes)")
+		seed      = fs.Uint64("seed", def.Seed, "random seed")
+		warmup    = fs.Duration("warmup", def.Warmup, "longest wait for the overlay to form before training starts")
+		evalEvery = fs.Duration("eval-every", def.EvalEvery, "evaluate the models this often (0: never)")
+		target    = fs.Float64("target", def.AccuracyTarget, "accuracy (R² for linreg) whose first crossing is reported")
+		out       = fs.String("out", "", "write CSV files, PNG figures and summary.json to this directory")
+		asJSON    = fs.Bool("json", false, "print exactly one JSON object on stdout (progress still goes to stderr)")
+		quiet     = fs.Bool("quiet", false, "no live progress on stderr")
+		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
+		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
+		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof)")
+	)
+	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
+	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
+	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s")
+	return &ffcli.Command{
+		Name:       "testnet",
+		ShortUsage: "pspnode testnet [--nodes 50] [--duration 1m] [--barrier pssp:10:4] [--churn 0.2] [--out DIR] [--json] [flags]",
+		ShortHelp:  "run a local testnet of real nodes (libp2p hosts, DHT, GossipSub, the engine) and report its figures",
+		LongHelp: `Starts N real pspnode nodes in this process — real libp2p hosts, the real
+Kademlia DHT, real GossipSub and the real training engine — over an
+in-memory network (--transport mem, for hundreds of nodes) or TCP loopback.
+Once the overlay has formed, all nodes start training at once; stragglers
+and churn are injected; live progress goes to stderr; at the end it prints a
+summary (or one JSON object with --json) and, with --out, CSV files and PNG
+figures.
+
+Examples:
+  pspnode testnet                                   # 50 nodes, pSSP(10,4), 1 minute
+  pspnode testnet --nodes 200 --duration 200s --time-scale 1 --barrier pbsp:10 --compare-sim
+  pspnode testnet --nodes 200 --churn 0.2 --churn-mode mixed --duration 5m --out results/churn
+  pspnode testnet --model logreg --data mnist:../shared/data/mnist --nodes 16 --stragglers 0.2`,
+		FlagSet: fs,
+		Options: envOptions(),
+		Exec: func(ctx context.Context, args []string) error {
+			if len(args) > 0 {
+				return usagef("testnet takes no arguments, got %q", args)
+			}
+			cfg := testnet.DefaultConfig()
+			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barrier.Spec
+			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
+			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
+			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
+			cm, err := sim.ParseChurnMode(*churnMode)
+			if err != nil {
+				return usageError{err}
+			}
+			cfg.ChurnMode = cm
+			if _, err := gossip.ParseEncoding(*encoding); err != nil {
+				return usageError{err}
+			}
+			if *script != "" {
+				f, err := os.Open(*script)
+				if err != nil {
+					return fmt.Errorf("churn script: %w", err)
+				}
+				evs, err := testnet.ParseScript(f)
+				f.Close()
+				if err != nil {
+					return usageError{err}
+				}
+				cfg.Script = evs
+			}
+			if err := cfg.Validate(); err != nil {
+				return usageError{err}
+			}
+			var lv slog.Level
+			if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
+				return usagef("--log-level %q: want debug, info, warn or error", *logLevel)
+			}
+			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+			if !*quiet {
+				fmt.Fprintf(stderr, "testnet: starting %d nodes (%s transport), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Barrier, cfg.Model)
+				cfg.Progress = func(s testnet.Snapshot) {
+					acc := ""
+					if s.Accuracy == s.Accuracy {
+						acc = fmt.Sprintf("  acc %.3f", s.Accuracy)
+					}
+					fmt.Fprintf(stderr, "[%5.0fs] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
+						s.Elapsed.Seconds(), s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
+				}
+			}
+			if *cpuProf != "" {
+				f, err := os.Create(*cpuProf)
+				if err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return fmt.Errorf("cpu profile: %w", err)
+				}
+				defer pprof.StopCPUProfile()
+			}
+			start := time.Now()
+			res, err := testnet.Run(ctx, cfg)
+			if err != nil {
+				return err
+			}
+			if *compare {
+				if err := testnet.CompareWithSim(cfg, res); err != nil {
+					return err
+				}
+			}
+			if *out != "" {
+				if err := res.WriteOut(*out); err != nil {
+					return err
+				}
+				fmt.Fprintf(stderr, "testnet: wrote CSV files, figures and summary.json to %s\n", *out)
+			}
+			if !*quiet {
+				fmt.Fprintf(stderr, "testnet: done in %s\n", time.Since(start).Round(time.Second))
+			}
+			if *asJSON {
+				enc := json.NewEncoder(stdout)
+				enc.SetIndent("", "  ")
+				return enc.Encode(res)
+			}
+			res.PrintSummary(stdout)
+			return nil
+		},
+	}
+}

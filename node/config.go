@@ -1,0 +1,140 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/overlay"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// Config configures a Node. Start from DefaultConfig and set what differs.
+type Config struct {
+	// Job names the training job; it namespaces every protocol and topic
+	// (/psp/<job>/...). Letters, digits, '.', '_' and '-'.
+	Job string
+	// Listen are the multiaddrs the host listens on. Ignored with Host.
+	Listen []string
+	// Bootstrap are multiaddrs ending in /p2p/<id> to join through; empty
+	// for the first node of a job.
+	Bootstrap []string
+	// Identity is the host's private key; nil makes a fresh one. Ignored
+	// with Host.
+	Identity crypto.PrivKey
+	// Host, if set, is used instead of building one (testnets pass mocknet
+	// hosts). The node takes ownership and closes it.
+	Host host.Host
+	// ConnLow and ConnHigh are the connection manager's watermarks.
+	ConnLow, ConnHigh int
+
+	// Barrier is the barrier every step must pass.
+	Barrier psp.Spec
+	// Task is the work of a step; nil means a SleepTask with TimeModel.
+	Task Task
+	// TimeModel adds the paper's synthetic task time to the built-in tasks.
+	TimeModel TimeModel
+
+	// MaxSteps stops the node after this many steps (0: no limit).
+	MaxSteps int64
+	// Duration stops the node after this long (0: no limit).
+	Duration time.Duration
+	// WaitPeers makes Run wait, before the first step, until the overlay
+	// knows this many peers (or StartTimeout passes).
+	WaitPeers int
+	// StartTimeout bounds the wait for WaitPeers.
+	StartTimeout time.Duration
+
+	// QueryTimeout bounds one step query (dial, request and reply).
+	QueryTimeout time.Duration
+	// Replacements is how many times peers that did not answer a barrier
+	// query are replaced by fresh draws within one check.
+	Replacements int
+	// PollMin and PollMax bound the backoff between checks of a node that
+	// must wait; it also wakes early when a peer reports progress.
+	PollMin, PollMax time.Duration
+	// JoinFetch makes a node that joins a running job fetch the model from
+	// a peer and adopt a step (psp.JoinStep) before training.
+	JoinFetch bool
+	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
+	// estimate), so that the updates of all nodes add up to one step of the
+	// mean gradient instead of N steps.
+	ScaleLR bool
+	// EvalEvery evaluates the model every this many steps (0: never).
+	EvalEvery int
+
+	// Overlay and Gossip configure the subsystems; Job and the bootstrap
+	// peers are filled in from the fields above.
+	Overlay overlay.Config
+	Gossip  gossip.Config
+
+	// OnSample, if set, is called with every barrier sample the node draws
+	// (testnets count selection frequencies to measure sampling bias).
+	OnSample func(peers []peer.ID)
+
+	// Seed seeds the node's random streams (0: derived from its peer ID).
+	Seed uint64
+	// Logger receives the node's logs; nil discards them.
+	Logger *slog.Logger
+	// Registry receives the node's metrics; nil makes a private one.
+	Registry *prometheus.Registry
+}
+
+// DefaultConfig returns a node configuration for a real network: TCP and
+// QUIC on port 4001, pSSP(10, 4), no model.
+func DefaultConfig() Config {
+	return Config{
+		Job:          "default",
+		Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
+		ConnLow:      64,
+		ConnHigh:     256,
+		Barrier:      psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
+		StartTimeout: 30 * time.Second,
+		QueryTimeout: time.Second,
+		Replacements: 2,
+		PollMin:      10 * time.Millisecond,
+		PollMax:      500 * time.Millisecond,
+		JoinFetch:    true,
+		EvalEvery:    10,
+		ScaleLR:      true,
+		Overlay:      overlay.DefaultConfig(),
+		Gossip:       gossip.DefaultConfig(),
+	}
+}
+
+var jobRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	var errs []error
+	if !jobRE.MatchString(c.Job) {
+		errs = append(errs, fmt.Errorf("job %q: want 1-64 letters, digits, '.', '_' or '-'", c.Job))
+	}
+	if err := c.Barrier.Validate(); err != nil {
+		errs = append(errs, fmt.Errorf("barrier: %w", err))
+	}
+	if c.Host == nil && len(c.Listen) == 0 {
+		errs = append(errs, errors.New("no listen address"))
+	}
+	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
+		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
+	}
+	if c.QueryTimeout <= 0 || c.PollMin <= 0 || c.PollMax < c.PollMin {
+		errs = append(errs, fmt.Errorf("need query timeout > 0 and 0 < poll min <= poll max (got %v, %v, %v)", c.QueryTimeout, c.PollMin, c.PollMax))
+	}
+	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
+		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
+	}
+	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
+		errs = append(errs, fmt.Errorf("connection watermarks %d/%d: need 0 <= low <= high", c.ConnLow, c.ConnHigh))
+	}
+	return errors.Join(errs...)
+}

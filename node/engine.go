@@ -1,0 +1,355 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/overlay"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// Run trains until a stop criterion: cfg.MaxSteps, cfg.Duration, the task's
+// own Done, or ctx. Each iteration is the Actor P2P engine's loop:
+//
+//	step    the task computes an iteration (schedule + pull happened as
+//	        updates arrived by gossip and were applied)
+//	push    the update is published on the job's GossipSub topic
+//	barrier β peers are sampled through the overlay and asked for their
+//	        steps in parallel; peers that do not answer within
+//	        QueryTimeout are marked dead and replaced; psp decides; a node
+//	        that must wait polls again with backoff and a fresh sample, and
+//	        wakes early when a peer reports progress
+//
+// A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
+// step in progress. Run returns an error only if the task fails.
+func (n *Node) Run(ctx context.Context) error {
+	if n.cfg.Duration > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, n.cfg.Duration)
+		defer cancel()
+	}
+	if n.waitPeers(ctx) != nil {
+		return nil // stopped while waiting for peers
+	}
+	if n.cfg.JoinFetch {
+		n.join(ctx)
+	}
+	last := time.Now()
+	for {
+		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
+			return nil
+		}
+		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
+			pa.SetPopulation(n.population())
+		}
+		upd, err := n.task.Step(ctx)
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
+		}
+		step := n.step.Add(1)
+		n.m.step.Set(float64(step))
+		now := time.Now()
+		n.noteInterval(now.Sub(last).Seconds())
+		last = now
+		if n.gs != nil {
+			n.gs.SetLocalStep(step)
+			if upd != nil {
+				if err := n.gs.Publish(ctx, step, upd); err != nil && ctx.Err() == nil {
+					n.log.Warn("publish failed", "step", step, "err", err)
+				}
+			}
+		}
+		if n.cfg.EvalEvery > 0 && step%int64(n.cfg.EvalEvery) == 0 {
+			n.evaluate(step)
+		}
+		n.refreshGauges()
+		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
+			return nil
+		}
+		if n.barrier(ctx) != nil {
+			return nil // stopped while waiting at the barrier
+		}
+	}
+}
+
+// population is the node's best guess of the number of nodes: the overlay's
+// estimate, or, while that has too little data, itself plus the peers it
+// knows.
+func (n *Node) population() float64 {
+	if est, _, err := n.ov.Estimate(); err == nil && est >= 1 {
+		return est
+	}
+	return float64(1 + len(n.ov.Peers()))
+}
+
+// sample draws up to k peers uniformly through the overlay. When the overlay
+// holds fewer than k verified peers (a small job, or early on) it returns
+// every peer it knows instead, in random order.
+func (n *Node) sample(ctx context.Context, k int) []peer.ID {
+	if k <= 0 {
+		return nil
+	}
+	peers, err := n.ov.Sample(ctx, k)
+	if err == nil {
+		return peers
+	}
+	if !errors.Is(err, overlay.ErrNotEnoughPeers) {
+		return nil
+	}
+	peers = n.ov.Peers()
+	n.rngMu.Lock()
+	n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	n.rngMu.Unlock()
+	return peers[:min(k, len(peers))]
+}
+
+func (n *Node) noteInterval(s float64) {
+	old := n.stepInterval()
+	if old > 0 {
+		s = 0.3*s + 0.7*old
+	}
+	n.interval.Store(math.Float64bits(s))
+}
+
+func (n *Node) refreshGauges() {
+	if est, se, err := n.ov.Estimate(); err == nil {
+		n.m.estimate.Set(est)
+		n.m.estimateErr.Set(se)
+	}
+	st := n.ov.Status()
+	n.m.routingTable.Set(float64(st.RoutingTableSize))
+	n.m.connected.Set(float64(len(n.h.Network().Peers())))
+}
+
+func (n *Node) evaluate(step int64) {
+	ev, ok := n.task.(Evaluator)
+	if !ok {
+		return
+	}
+	m, err := ev.Evaluate()
+	if err != nil {
+		n.log.Debug("evaluation failed", "err", err)
+		return
+	}
+	n.m.loss.Set(m.Loss)
+	n.m.accuracy.Set(m.Accuracy)
+	n.lastEval.Store(&evalResult{Step: step, Loss: m.Loss, Accuracy: m.Accuracy})
+	n.log.Info("evaluated", "step", step, "loss", m.Loss, "accuracy", m.Accuracy)
+}
+
+// waitPeers blocks until the overlay knows cfg.WaitPeers peers, or
+// StartTimeout passes (then it goes on with what it has).
+func (n *Node) waitPeers(ctx context.Context) error {
+	if n.cfg.WaitPeers <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(n.cfg.StartTimeout)
+	for len(n.ov.Peers()) < n.cfg.WaitPeers && time.Now().Before(deadline) {
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// join adopts a step and the model of a running job. It asks up to
+// psp.JoinSample peers for their steps; if the job has started (the median
+// is above this node's step), it adopts psp.JoinStep and fetches the model
+// from an answering peer (trying up to three), verifying it. If every fetch
+// fails it trains from its own parameters and says so.
+func (n *Node) join(ctx context.Context) {
+	// A joiner's overlay may not have verified any peer yet: give it up to
+	// StartTimeout to find one before deciding the job has not started.
+	if len(n.cfg.Bootstrap) > 0 || len(n.cfg.Overlay.BootstrapPeers) > 0 {
+		deadline := time.Now().Add(n.cfg.StartTimeout)
+		for len(n.ov.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	peers := n.sample(ctx, psp.JoinSample)
+	if len(peers) == 0 {
+		return
+	}
+	replies := n.ask(ctx, peers)
+	var steps []psp.Step
+	var answered []peer.ID
+	for i, r := range replies {
+		if r.err == nil && !r.reply.Leaving {
+			steps = append(steps, r.reply.Step)
+			answered = append(answered, peers[i])
+		}
+	}
+	adopt := psp.JoinStep(steps)
+	if adopt <= n.step.Load() {
+		return
+	}
+	if n.task.NumParams() > 0 {
+		fetched := false
+		for i := 0; i < len(answered) && i < 3 && !fetched; i++ {
+			snap, err := n.fetchModel(ctx, answered[i])
+			if err == nil {
+				err = n.task.SetParams(snap.Params)
+			}
+			if err != nil {
+				n.log.Warn("model fetch failed", "peer", answered[i], "err", err)
+				continue
+			}
+			fetched = true
+			n.log.Info("joined a running job: fetched the model", "peer", answered[i], "peer_step", snap.Step)
+		}
+		if !fetched {
+			n.log.Warn("joined a running job but could not fetch the model: training from own parameters")
+		}
+	}
+	n.step.Store(adopt)
+	n.m.step.Set(float64(adopt))
+	if n.gs != nil {
+		n.gs.SetLocalStep(adopt)
+	}
+	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
+}
+
+type answer struct {
+	reply StepReply
+	err   error
+}
+
+// ask queries peers in parallel; each query has its own deadline.
+func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
+	out := make([]answer, len(peers))
+	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	var wg sync.WaitGroup
+	for i, p := range peers {
+		wg.Go(func() {
+			r, err := n.queryStep(ctx, p, req)
+			out[i] = answer{r, err}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// observe draws the barrier's sample and asks it for steps, replacing peers
+// that do not answer. Global barriers ask every known peer.
+func (n *Node) observe(ctx context.Context) []psp.Observation {
+	sp := n.cfg.Barrier
+	if sp.Kind == psp.ASP {
+		return nil
+	}
+	var peers []peer.ID
+	if sp.Global() {
+		peers = n.ov.Peers()
+	} else {
+		peers = n.sample(ctx, sp.Beta) // fewer (or none) when the job is small
+		if n.cfg.OnSample != nil && len(peers) > 0 {
+			n.cfg.OnSample(peers)
+		}
+	}
+	want := len(peers)
+	asked := make(map[peer.ID]bool, want)
+	var obs []psp.Observation
+	for round := 0; len(peers) > 0 && round <= n.cfg.Replacements; round++ {
+		for _, p := range peers {
+			asked[p] = true
+		}
+		failed := 0
+		for i, a := range n.ask(ctx, peers) {
+			p := peers[i]
+			switch {
+			case a.err != nil:
+				failed++
+				if ctx.Err() == nil {
+					n.m.timeouts.Inc()
+					n.ov.MarkDead(p)
+				}
+			case a.reply.Leaving:
+				failed++
+				n.ov.MarkDead(p)
+			default:
+				n.ov.MarkAlive(p)
+				if a.reply.Estimate > 0 {
+					n.ov.ObserveEstimate(p, a.reply.Estimate)
+				}
+				obs = append(obs, psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval})
+			}
+		}
+		if failed == 0 || sp.Global() || ctx.Err() != nil {
+			break
+		}
+		// Replace the peers that did not answer by fresh draws.
+		more := n.sample(ctx, want+len(asked))
+		peers = peers[:0]
+		for _, p := range more {
+			if !asked[p] && len(peers) < failed {
+				peers = append(peers, p)
+			}
+		}
+	}
+	return obs
+}
+
+// barrier blocks until the barrier lets the node start its next step.
+func (n *Node) barrier(ctx context.Context) error {
+	start := time.Now()
+	backoff := n.cfg.PollMin
+	for first := true; ; first = false {
+		obs := n.observe(ctx)
+		if ctx.Err() != nil {
+			n.waiting.Store(false)
+			n.m.waiting.Set(0)
+			return ctx.Err()
+		}
+		n.m.checks.Inc()
+		checked := time.Now()
+		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
+		if d.Pass {
+			n.waiting.Store(false)
+			n.m.waiting.Set(0)
+			n.m.observeWait(time.Since(start).Seconds())
+			return nil
+		}
+		if first {
+			n.waiting.Store(true)
+			n.m.waiting.Set(1)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			n.waiting.Store(false)
+			n.m.waiting.Set(0)
+			return ctx.Err()
+		case <-n.wake:
+			// A peer at or behind this node progressed. Re-check soon,
+			// but no sooner than PollMin after the last check, so a burst
+			// of progress reports costs one check.
+			t.Stop()
+			if rest := n.cfg.PollMin - time.Since(checked); rest > 0 {
+				t = time.NewTimer(rest)
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					n.waiting.Store(false)
+					n.m.waiting.Set(0)
+					return ctx.Err()
+				case <-t.C:
+				}
+			}
+		case <-t.C:
+		}
+		backoff = min(2*backoff, n.cfg.PollMax)
+	}
+}

@@ -1,0 +1,138 @@
+package node
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Status is what /status reports.
+type Status struct {
+	PeerID             string   `json:"peer_id"`
+	Addrs              []string `json:"addrs"`
+	Job                string   `json:"job"`
+	Barrier            string   `json:"barrier"`
+	Step               int64    `json:"step"`
+	PopulationEstimate float64  `json:"population_estimate"`
+	EstimateStderr     float64  `json:"population_estimate_stderr"`
+	EstimateError      string   `json:"population_estimate_error,omitempty"`
+	RoutingTableSize   int      `json:"routing_table_size"`
+	KnownPeers         int      `json:"known_peers"`
+	ConnectedPeers     int      `json:"connected_peers"`
+	Waiting            bool     `json:"waiting"`
+	UptimeS            float64  `json:"uptime_s"`
+	StepIntervalS      float64  `json:"step_interval_s"`
+	OverlayReady       bool     `json:"overlay_ready"`
+	SinceRefreshS      float64  `json:"since_refresh_s"`
+	Model              string   `json:"model,omitempty"`
+	Loss               *float64 `json:"loss,omitempty"`
+	Accuracy           *float64 `json:"accuracy,omitempty"`
+	UpdatesSent        uint64   `json:"updates_sent"`
+	UpdatesReceived    uint64   `json:"updates_received"`
+	UpdatesRejected    uint64   `json:"updates_rejected"`
+}
+
+// Status returns the node's current status.
+func (n *Node) Status() Status {
+	st := Status{
+		PeerID:         n.h.ID().String(),
+		Job:            n.cfg.Job,
+		Barrier:        n.cfg.Barrier.String(),
+		Step:           n.step.Load(),
+		ConnectedPeers: len(n.h.Network().Peers()),
+		Waiting:        n.waiting.Load(),
+		UptimeS:        time.Since(n.started).Seconds(),
+		StepIntervalS:  n.stepInterval(),
+	}
+	for _, a := range n.Addrs() {
+		st.Addrs = append(st.Addrs, a.String())
+	}
+	est, se, err := n.ov.Estimate()
+	if err != nil {
+		st.EstimateError = err.Error()
+	} else {
+		st.PopulationEstimate, st.EstimateStderr = est, se
+	}
+	os := n.ov.Status()
+	st.RoutingTableSize, st.KnownPeers = os.RoutingTableSize, os.Members
+	st.OverlayReady, st.SinceRefreshS = os.Ready, os.SinceRefresh.Seconds()
+	if ev := n.lastEval.Load(); ev != nil {
+		loss, acc := ev.Loss, ev.Accuracy
+		st.Loss = &loss
+		if acc == acc { // not NaN (regression models have no accuracy)
+			st.Accuracy = &acc
+		}
+	}
+	if n.gs != nil {
+		gs := n.gs.Stats()
+		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = gs.Sent, gs.Received, gs.TotalRejected()
+	}
+	if mt, ok := n.task.(*ModelTask); ok {
+		st.Model = mt.Trainer().Model().Name()
+	}
+	return st
+}
+
+// Handler serves /metrics (Prometheus text format: the psp_* metrics, the
+// gossip counters and go-libp2p's own) and /status (JSON).
+func (n *Node) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
+	mux.HandleFunc("/status", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		_ = enc.Encode(n.Status())
+	})
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/" {
+			http.NotFound(w, r)
+			return
+		}
+		fmt.Fprintln(w, "pspnode: see /status and /metrics")
+	})
+	return mux
+}
+
+// HTTPServer serves Handler on one address. Close stops it.
+type HTTPServer struct {
+	srv *http.Server
+	ln  net.Listener
+	err chan error
+}
+
+// ServeHTTP starts serving the node's /metrics and /status on addr
+// ("127.0.0.1:9090", or port 0 for any free port).
+func (n *Node) ServeHTTP(addr string) (*HTTPServer, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("http: %w", err)
+	}
+	s := &HTTPServer{
+		srv: &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
+		ln:  ln,
+		err: make(chan error, 1),
+	}
+	go func() { s.err <- s.srv.Serve(ln) }()
+	return s, nil
+}
+
+// Addr is the address the server listens on.
+func (s *HTTPServer) Addr() net.Addr { return s.ln.Addr() }
+
+// Close shuts the server down, waiting up to 2 s for requests in flight.
+func (s *HTTPServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serr := <-s.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	return err
+}

@@ -1,0 +1,99 @@
+package node
+
+import (
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// LoadOrCreateIdentity reads the private key in path, or, if the file does
+// not exist, creates an Ed25519 key and writes it there with mode 0600
+// (atomically: a temporary file renamed into place). The key file holds the
+// libp2p protobuf encoding of the key.
+func LoadOrCreateIdentity(path string) (crypto.PrivKey, error) {
+	b, err := os.ReadFile(path)
+	switch {
+	case err == nil:
+		k, err := crypto.UnmarshalPrivateKey(b)
+		if err != nil {
+			return nil, fmt.Errorf("identity %s: not a libp2p private key: %w", path, err)
+		}
+		return k, nil
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("identity: generate key: %w", err)
+	}
+	b, err = crypto.MarshalPrivateKey(k)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if dir := filepath.Dir(path); dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, fmt.Errorf("identity: %w", err)
+		}
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(path), ".identity-*")
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	defer os.Remove(tmp.Name())
+	if err := tmp.Chmod(0o600); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if err := tmp.Close(); err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	return k, nil
+}
+
+// IdentityID returns the peer ID of the key in path without creating one.
+func IdentityID(path string) (peer.ID, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", fmt.Errorf("identity: %w", err)
+	}
+	k, err := crypto.UnmarshalPrivateKey(b)
+	if err != nil {
+		return "", fmt.Errorf("identity %s: not a libp2p private key: %w", path, err)
+	}
+	return peer.IDFromPrivateKey(k)
+}
+
+// NewIdentity makes a fresh Ed25519 key.
+func NewIdentity() (crypto.PrivKey, error) {
+	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		return nil, fmt.Errorf("identity: generate key: %w", err)
+	}
+	return k, nil
+}
+
+// PeerIDOf returns the peer ID of a key.
+func PeerIDOf(k crypto.PrivKey) (peer.ID, error) {
+	id, err := peer.IDFromPrivateKey(k)
+	if err != nil {
+		return "", fmt.Errorf("identity: %w", err)
+	}
+	return id, nil
+}

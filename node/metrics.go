@@ -1,0 +1,121 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the node's Prometheus metrics (names psp_*), registered on
+// the node's own registry so many nodes can live in one process.
+type metrics struct {
+	step          prometheus.Gauge
+	waiting       prometheus.Gauge
+	wait          prometheus.Histogram
+	checks        prometheus.Counter
+	estimate      prometheus.Gauge
+	estimateErr   prometheus.Gauge
+	rtt           prometheus.Histogram
+	timeouts      prometheus.Counter
+	queryErrors   prometheus.Counter
+	malformed     prometheus.Counter
+	applied       prometheus.Counter
+	applyRejected prometheus.Counter
+	loss          prometheus.Gauge
+	accuracy      prometheus.Gauge
+	routingTable  prometheus.Gauge
+	connected     prometheus.Gauge
+
+	mu    sync.Mutex
+	waits ring // recent barrier waits, seconds
+	rtts  ring // recent step query round trips, seconds
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := func(name, help string) prometheus.Opts {
+		return prometheus.Opts{Namespace: "psp", Name: name, Help: help}
+	}
+	g := func(name, help string) prometheus.Gauge {
+		return prometheus.NewGauge(prometheus.GaugeOpts(f(name, help)))
+	}
+	c := func(name, help string) prometheus.Counter {
+		return prometheus.NewCounter(prometheus.CounterOpts(f(name, help)))
+	}
+	buckets := prometheus.ExponentialBuckets(0.0001, 2, 18) // 100 µs .. 13 s
+	m := &metrics{
+		step:          g("step", "Iterations this node has completed."),
+		waiting:       g("waiting", "1 while the node waits at its barrier."),
+		wait:          prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_wait_seconds", Help: "Time spent waiting at the barrier per step.", Buckets: buckets}),
+		checks:        c("barrier_checks_total", "Barrier checks (each with a fresh sample)."),
+		estimate:      g("population_estimate", "Estimated number of nodes in the job."),
+		estimateErr:   g("population_estimate_stderr", "Standard error of the population estimate."),
+		rtt:           prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "sample_rtt_seconds", Help: "Round trip of one step query.", Buckets: buckets}),
+		timeouts:      c("samples_timed_out_total", "Step queries that timed out or failed (the peer was replaced)."),
+		queryErrors:   c("step_query_errors_total", "Step queries answered with a malformed reply."),
+		malformed:     c("step_requests_malformed_total", "Malformed step requests received."),
+		applied:       c("updates_applied_total", "Received updates applied to the model."),
+		applyRejected: c("updates_apply_rejected_total", "Received updates the model refused (wrong length, not finite)."),
+		loss:          g("model_loss", "Held-out loss at the last evaluation."),
+		accuracy:      g("model_accuracy", "Held-out accuracy at the last evaluation."),
+		routingTable:  g("routing_table_size", "Peers in the Kademlia routing table."),
+		connected:     g("connected_peers", "Peers with an open connection."),
+		waits:         newRing(4096),
+		rtts:          newRing(4096),
+	}
+	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.estimate, m.estimateErr, m.rtt, m.timeouts,
+		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected)
+	return m
+}
+
+// RegisterProcessMetrics adds the Go runtime and process collectors to a
+// registry (for a process that runs one node).
+func RegisterProcessMetrics(reg prometheus.Registerer) {
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+}
+
+func (m *metrics) observeWait(s float64) {
+	m.wait.Observe(s)
+	m.mu.Lock()
+	m.waits.add(s)
+	m.mu.Unlock()
+}
+
+func (m *metrics) observeRTT(s float64) {
+	m.rtt.Observe(s)
+	m.mu.Lock()
+	m.rtts.add(s)
+	m.mu.Unlock()
+}
+
+// ring keeps the last n values.
+type ring struct {
+	buf  []float64
+	next int
+	full bool
+}
+
+func newRing(n int) ring { return ring{buf: make([]float64, n)} }
+
+func (r *ring) add(v float64) {
+	r.buf[r.next] = v
+	r.next++
+	if r.next == len(r.buf) {
+		r.next, r.full = 0, true
+	}
+}
+
+func (r *ring) values() []float64 {
+	if r.full {
+		return append([]float64(nil), r.buf...)
+	}
+	return append([]float64(nil), r.buf[:r.next]...)
+}
+
+// Recent returns the node's recent barrier waits and step-query round
+// trips, in seconds (up to the last 4096 of each).
+func (n *Node) Recent() (waits, rtts []float64) {
+	n.m.mu.Lock()
+	defer n.m.mu.Unlock()
+	return n.m.waits.values(), n.m.rtts.values()
+}

@@ -1,0 +1,398 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/overlay"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// Node is one pspnode: a libp2p host, its overlay membership, its gossip
+// topic, the step and model protocols, and the training engine.
+type Node struct {
+	cfg      Config
+	log      *slog.Logger
+	h        host.Host
+	ov       *overlay.Overlay
+	gs       *gossip.Gossip // nil for a task without a model
+	task     Task
+	decider  psp.Decider
+	reg      *prometheus.Registry
+	m        *metrics
+	stepID   protocol.ID
+	modelID  protocol.ID
+	started  time.Time
+	wake     chan struct{}
+	rngMu    sync.Mutex
+	rng      *rand.Rand
+	step     atomic.Int64
+	waiting  atomic.Bool
+	leaving  atomic.Bool
+	interval atomic.Uint64 // float64 bits: EWMA seconds per step
+	lastEval atomic.Pointer[evalResult]
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+type evalResult struct {
+	Step     int64
+	Loss     float64
+	Accuracy float64
+}
+
+// StepProtocol and ModelProtocol return the protocol IDs of a job.
+func StepProtocol(job string) protocol.ID  { return protocol.ID("/psp/" + job + "/step/1.0.0") }
+func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/1.0.0") }
+
+// New builds a node: the host (unless cfg.Host is given), the overlay (which
+// joins through cfg.Bootstrap), the gossip topic for the task's updates, and
+// the protocol handlers. Training starts with Run. Close releases it all.
+func New(ctx context.Context, cfg Config) (*Node, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("node: %w", err)
+	}
+	n := &Node{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		reg:     cfg.Registry,
+		stepID:  StepProtocol(cfg.Job),
+		modelID: ModelProtocol(cfg.Job),
+		started: time.Now(),
+		wake:    make(chan struct{}, 1),
+		decider: psp.NewDecider(cfg.Barrier),
+	}
+	if n.log == nil {
+		n.log = slog.New(slog.DiscardHandler)
+	}
+	if n.reg == nil {
+		n.reg = prometheus.NewRegistry()
+	}
+	n.m = newMetrics(n.reg)
+
+	n.h = cfg.Host
+	if n.h == nil {
+		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+		if err != nil {
+			return nil, fmt.Errorf("node: connection manager: %w", err)
+		}
+		opts := []libp2p.Option{
+			libp2p.ListenAddrStrings(cfg.Listen...),
+			libp2p.ConnectionManager(cm),
+			libp2p.PrometheusRegisterer(n.reg),
+		}
+		if cfg.Identity != nil {
+			opts = append(opts, libp2p.Identity(cfg.Identity))
+		}
+		h, err := libp2p.New(opts...)
+		if err != nil {
+			return nil, fmt.Errorf("node: libp2p host: %w", err)
+		}
+		n.h = h
+	}
+	seed := cfg.Seed
+	if seed == 0 {
+		sum := sha256.Sum256([]byte(n.h.ID()))
+		seed = binary.BigEndian.Uint64(sum[:8])
+	}
+	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
+	n.task = cfg.Task
+	if n.task == nil {
+		n.task = NewSleepTask(cfg.TimeModel, seed)
+	}
+
+	fail := func(err error) (*Node, error) {
+		n.closeParts()
+		return nil, err
+	}
+	n.h.SetStreamHandler(n.stepID, n.handleStep)
+	n.h.SetStreamHandler(n.modelID, n.handleModel)
+
+	ocfg := cfg.Overlay
+	ocfg.Job = cfg.Job
+	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
+	if ocfg.Logger == nil {
+		ocfg.Logger = n.log
+	}
+	ov, err := overlay.New(ctx, n.h, ocfg)
+	if err != nil {
+		return fail(fmt.Errorf("node: %w", err))
+	}
+	n.ov = ov
+
+	if n.task.NumParams() > 0 {
+		gcfg := cfg.Gossip
+		gcfg.Job = cfg.Job
+		gcfg.ParamCount = n.task.NumParams()
+		gcfg.ModelID = n.task.ModelID()
+		gcfg.Handler = n.onUpdate
+		if gcfg.Logger == nil {
+			gcfg.Logger = n.log
+		}
+		if gcfg.Registerer == nil {
+			gcfg.Registerer = n.reg
+		}
+		gs, err := gossip.New(ctx, n.h, gcfg)
+		if err != nil {
+			return fail(fmt.Errorf("node: %w", err))
+		}
+		n.gs = gs
+	}
+	return n, nil
+}
+
+// ID is the node's peer ID.
+func (n *Node) ID() peer.ID { return n.h.ID() }
+
+// Host is the node's libp2p host.
+func (n *Node) Host() host.Host { return n.h }
+
+// Overlay is the node's overlay.
+func (n *Node) Overlay() *overlay.Overlay { return n.ov }
+
+// Gossip is the node's update topic, nil for a task without a model.
+func (n *Node) Gossip() *gossip.Gossip { return n.gs }
+
+// Task is the node's task.
+func (n *Node) Task() Task { return n.task }
+
+// Registry is the node's metrics registry.
+func (n *Node) Registry() *prometheus.Registry { return n.reg }
+
+// Step is the number of iterations the node has completed.
+func (n *Node) Step() psp.Step { return n.step.Load() }
+
+// Waiting reports whether the node is waiting at its barrier.
+func (n *Node) Waiting() bool { return n.waiting.Load() }
+
+// Addrs returns the node's dialable multiaddrs, each ending in /p2p/<id>.
+func (n *Node) Addrs() []ma.Multiaddr {
+	addrs, err := peer.AddrInfoToP2pAddrs(&peer.AddrInfo{ID: n.h.ID(), Addrs: n.h.Addrs()})
+	if err != nil {
+		return nil
+	}
+	return addrs
+}
+
+func (n *Node) poke() {
+	select {
+	case n.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.Load()) }
+
+func (n *Node) estimate() float64 {
+	est, _, err := n.ov.Estimate()
+	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
+		return 0
+	}
+	return est
+}
+
+// onUpdate applies a validated update from the gossip topic.
+func (n *Node) onUpdate(u gossip.Update) {
+	if err := n.task.Apply(u.Dense()); err != nil {
+		n.m.applyRejected.Inc()
+		n.log.Debug("update refused by the model", "from", u.Sender, "step", u.Step, "err", err)
+		return
+	}
+	n.m.applied.Inc()
+	if u.Step <= n.step.Load() {
+		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
+	}
+}
+
+// handleStep answers a step query, or notes that a peer is leaving.
+func (n *Node) handleStep(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
+	body, err := readFrame(bufio.NewReader(io.LimitReader(s, maxStepFrame+binary.MaxVarintLen64)), maxStepFrame)
+	var q StepRequest
+	if err == nil {
+		q, err = UnmarshalStepRequest(body)
+	}
+	from := s.Conn().RemotePeer()
+	if err != nil {
+		n.m.malformed.Inc()
+		n.log.Debug("malformed step request", "from", from, "err", err)
+		_ = s.Reset()
+		return
+	}
+	if q.Leaving {
+		n.ov.MarkDead(from)
+		n.poke()
+		return
+	}
+	n.ov.MarkAlive(from)
+	if q.Estimate > 0 {
+		n.ov.ObserveEstimate(from, q.Estimate)
+	}
+	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
+		_ = s.Reset()
+		return
+	}
+	if q.Step <= n.step.Load() {
+		n.poke() // a peer at or behind us has progressed
+	}
+}
+
+// handleModel sends the current model to a joining peer.
+func (n *Node) handleModel(s network.Stream) {
+	defer s.Close()
+	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
+	body, err := readFrame(bufio.NewReader(io.LimitReader(s, 16)), 8)
+	if err != nil || len(body) != 1 || body[0] != wireVersion {
+		n.m.malformed.Inc()
+		_ = s.Reset()
+		return
+	}
+	snap := ModelSnapshot{Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	if err := writeFrame(s, MarshalModel(snap)); err != nil {
+		_ = s.Reset()
+	}
+}
+
+// queryStep asks one peer for its step.
+func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
+	defer cancel()
+	start := time.Now()
+	s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepID)
+	if err != nil {
+		return StepReply{}, err
+	}
+	deadline, _ := ctx.Deadline()
+	_ = s.SetDeadline(deadline)
+	if err := writeFrame(s, MarshalStepRequest(req)); err != nil {
+		_ = s.Reset()
+		return StepReply{}, err
+	}
+	_ = s.CloseWrite()
+	if req.Leaving {
+		_ = s.Close()
+		return StepReply{}, nil
+	}
+	body, err := readFrame(bufio.NewReader(io.LimitReader(s, maxStepFrame+binary.MaxVarintLen64)), maxStepFrame)
+	if err != nil {
+		_ = s.Reset()
+		return StepReply{}, err
+	}
+	_ = s.Close()
+	r, err := UnmarshalStepReply(body)
+	if err != nil {
+		n.m.queryErrors.Inc()
+		return StepReply{}, err
+	}
+	n.m.observeRTT(time.Since(start).Seconds())
+	return r, nil
+}
+
+// fetchModel asks one peer for its model.
+func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
+	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
+	defer cancel()
+	s, err := n.h.NewStream(ctx, p, n.modelID)
+	if err != nil {
+		return ModelSnapshot{}, err
+	}
+	deadline, _ := ctx.Deadline()
+	_ = s.SetDeadline(deadline)
+	if err := writeFrame(s, []byte{wireVersion}); err != nil {
+		_ = s.Reset()
+		return ModelSnapshot{}, err
+	}
+	_ = s.CloseWrite()
+	limit := MaxModelFrame(n.task.NumParams())
+	body, err := readFrame(bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64)), limit)
+	if err != nil {
+		_ = s.Reset()
+		return ModelSnapshot{}, err
+	}
+	_ = s.Close()
+	return UnmarshalModel(body, n.task.ModelID(), n.task.NumParams())
+}
+
+// Crash stops the node as a crash would: no leave note, the host simply
+// disappears. Run, if running, should be cancelled by its context as well.
+func (n *Node) Crash() error {
+	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
+	return n.closeErr
+}
+
+// Close tells a few peers the node is leaving, then stops gossip, the
+// overlay and the host. It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() {
+		n.leaving.Store(true)
+		n.announceLeave()
+		n.closeErr = n.closeParts()
+	})
+	return n.closeErr
+}
+
+// announceLeave sends a leaving note to up to 32 known peers, in parallel,
+// for at most 300 ms: cheap, and it lets them drop this node from their
+// samples at once instead of timing out on it.
+func (n *Node) announceLeave() {
+	if n.ov == nil {
+		return
+	}
+	peers := n.ov.Peers()
+	n.rngMu.Lock()
+	n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	n.rngMu.Unlock()
+	if len(peers) > 32 {
+		peers = peers[:32]
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var wg sync.WaitGroup
+	for _, p := range peers {
+		if n.h.Network().Connectedness(p) != network.Connected {
+			continue
+		}
+		wg.Go(func() { _, _ = n.queryStep(ctx, p, StepRequest{Leaving: true, Step: n.step.Load()}) })
+	}
+	wg.Wait()
+}
+
+func (n *Node) closeParts() error {
+	var errs []error
+	if n.gs != nil {
+		errs = append(errs, n.gs.Close())
+	}
+	if n.ov != nil {
+		errs = append(errs, n.ov.Close())
+	}
+	if n.h != nil {
+		n.h.RemoveStreamHandler(n.stepID)
+		n.h.RemoveStreamHandler(n.modelID)
+		errs = append(errs, n.h.Close())
+	}
+	return errors.Join(errs...)
+}

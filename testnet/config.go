@@ -1,0 +1,110 @@
+package testnet
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"time"
+
+	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// Config is one testnet run. Start from DefaultConfig.
+type Config struct {
+	Nodes    int           // nodes at the start
+	Duration time.Duration // training time, after the warm-up
+	Barrier  psp.Spec
+
+	TimeScale      float64 // multiplies the paper's task time (Exp(1)+1) s
+	Stragglers     float64 // fraction of nodes slowed by StraggleFactor
+	StraggleFactor float64
+
+	Churn     float64       // fraction of the initial nodes replaced per minute
+	ChurnMode sim.ChurnMode // how churned nodes leave
+	Script    []Event       // a churn timeline; with Churn, both apply
+
+	Model    string // none, linreg, logreg, mlp
+	Data     string // synthetic or mnist:DIR
+	Encoding string // gossip encoding: dense32, dense16, topk32, topk16
+	LR       float64
+
+	Transport string // mem (in-process network) or tcp (loopback)
+	Seed      uint64
+
+	Warmup         time.Duration // longest wait for overlays before training starts
+	RecordEvery    time.Duration // sampling period of the recorder
+	EvalEvery      time.Duration // how often models are evaluated (0: never)
+	StallWindow    time.Duration // no progress for this long, while allowed, is a stall
+	AccuracyTarget float64       // accuracy whose first crossing is reported
+
+	// Progress, if set, receives a snapshot every RecordEvery.
+	Progress func(Snapshot)
+	// Logger receives the nodes' logs (warnings by default); nil discards.
+	Logger *slog.Logger
+}
+
+// DefaultConfig is `make run`'s testnet: 50 nodes, pSSP(10, 4), synthetic
+// linear regression, one minute of training at half the paper's task time.
+func DefaultConfig() Config {
+	return Config{
+		Nodes:          50,
+		Duration:       time.Minute,
+		Barrier:        psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
+		TimeScale:      0.5,
+		StraggleFactor: 4,
+		ChurnMode:      sim.Mixed,
+		Model:          "linreg",
+		Data:           "synthetic",
+		Encoding:       "dense32",
+		Transport:      "mem",
+		Seed:           1,
+		Warmup:         30 * time.Second,
+		RecordEvery:    time.Second,
+		EvalEvery:      5 * time.Second,
+		StallWindow:    30 * time.Second,
+		AccuracyTarget: 0.85,
+	}
+}
+
+// Validate checks the configuration; errors name the field.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Nodes < 2 || c.Nodes > 5000 {
+		bad("nodes %d out of range [2, 5000]", c.Nodes)
+	}
+	if c.Duration <= 0 {
+		bad("duration %v must be positive", c.Duration)
+	}
+	if err := c.Barrier.Validate(); err != nil {
+		bad("barrier: %w", err)
+	}
+	if !(c.TimeScale > 0) || math.IsInf(c.TimeScale, 0) {
+		bad("time scale %v must be positive", c.TimeScale)
+	}
+	if !(c.Stragglers >= 0 && c.Stragglers <= 1) || !(c.StraggleFactor >= 1) {
+		bad("stragglers %v must be in [0, 1] and straggle factor %v >= 1", c.Stragglers, c.StraggleFactor)
+	}
+	if !(c.Churn >= 0) || c.Churn > 10 {
+		bad("churn %v must be a fraction per minute in [0, 10]", c.Churn)
+	}
+	switch c.Model {
+	case "none", "linreg", "logreg", "mlp":
+	default:
+		bad("model %q: want none, linreg, logreg or mlp", c.Model)
+	}
+	switch c.Transport {
+	case "mem", "tcp":
+	default:
+		bad("transport %q: want mem or tcp", c.Transport)
+	}
+	if c.Transport == "tcp" && c.Nodes > 300 {
+		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
+	}
+	if c.RecordEvery <= 0 || c.StallWindow <= 0 || c.Warmup < 0 || c.EvalEvery < 0 {
+		bad("record interval and stall window must be positive, warm-up and eval interval non-negative")
+	}
+	return errors.Join(errs...)
+}

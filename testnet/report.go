@@ -1,0 +1,353 @@
+package testnet
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"gonum.org/v1/gonum/stat/distuv"
+
+	"github.com/pspnode/pspnode/internal/figure"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// Percentiles are a p50 and a p99.
+type Percentiles struct {
+	P50 float64 `json:"p50"`
+	P99 float64 `json:"p99"`
+}
+
+// Result is what a testnet run measured; it is the JSON that
+// `pspnode testnet --json` prints.
+type Result struct {
+	Nodes     int     `json:"nodes"`
+	DurationS float64 `json:"duration_s"`
+	Barrier   string  `json:"barrier"`
+	Transport string  `json:"transport"`
+	Model     string  `json:"model"`
+	Seed      uint64  `json:"seed"`
+	WarmupS   float64 `json:"warmup_s"`
+
+	Steps          sim.Stats  `json:"steps"`
+	FastSteps      *sim.Stats `json:"fast_steps,omitempty"`      // non-stragglers, when there are stragglers
+	StragglerSteps *sim.Stats `json:"straggler_steps,omitempty"` // stragglers
+	StalledNodes   int        `json:"stalled_nodes"`
+	LiveNodes      int        `json:"live_nodes"`
+	Joined         int        `json:"joined"`
+	Left           int        `json:"left"`
+	Crashed        int        `json:"crashed"`
+
+	Population struct {
+		MedianRelError float64 `json:"median_rel_error"`
+		P95RelError    float64 `json:"p95_rel_error"`
+	} `json:"population"`
+	Sampling struct {
+		MaxOverMean float64 `json:"max_over_mean"`
+		MinOverMean float64 `json:"min_over_mean"`
+		Chi2P       float64 `json:"chi2_p"`
+		Draws       int     `json:"draws"`
+		Peers       int     `json:"peers"`
+	} `json:"sampling"`
+	BarrierWaitMs Percentiles `json:"barrier_wait_ms"`
+	SampleRTTMs   Percentiles `json:"sample_rtt_ms"`
+	Updates       struct {
+		Sent           uint64  `json:"sent"`
+		Received       uint64  `json:"received"`
+		Rejected       uint64  `json:"rejected"`
+		BytesPerUpdate float64 `json:"bytes_per_update"`
+	} `json:"updates"`
+	Accuracy *Accuracy `json:"accuracy,omitempty"`
+
+	PeakRSSBytes int64   `json:"peak_rss_bytes"`
+	CPUS         float64 `json:"cpu_s"`
+
+	CompareSim *Comparison `json:"compare_sim,omitempty"`
+
+	steps  []stepRow
+	ests   []estRow
+	accs   []accRow
+	finals []finalRow
+}
+
+// Accuracy is how well the trained models do on held-out data: accuracy
+// for classifiers, R² (coefficient of determination) for linear
+// regression, as Metric says.
+type Accuracy struct {
+	Metric       string   `json:"metric"`
+	Final        float64  `json:"final"`
+	FinalLoss    float64  `json:"final_loss"`
+	Target       float64  `json:"target"`
+	TimeToTarget *float64 `json:"time_to_target_s"` // null if never reached
+}
+
+// Comparison sets the testnet beside the simulator run with the same
+// parameters: Ratio is real/simulated for each step figure.
+type Comparison struct {
+	Sim   sim.Stats          `json:"sim_steps"`
+	Ratio map[string]float64 `json:"ratio"`
+}
+
+type finalRow struct {
+	node   int
+	factor float64
+	step   int64
+	live   bool
+}
+
+func (t *testnet) result(elapsed, warm time.Duration) *Result {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	c := t.cfg
+	r := &Result{
+		Nodes: c.Nodes, DurationS: elapsed.Seconds(), Barrier: c.Barrier.String(), Transport: c.Transport,
+		Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(), StalledNodes: len(t.stalls),
+		steps: t.steps, ests: t.ests, accs: t.accs,
+	}
+	var all, fast, slow, waits, rtts []float64
+	var counts []float64
+	for _, m := range t.members {
+		live := m.leftAt < 0
+		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.nd.Step(), live})
+		switch {
+		case m.joinedAt > 0:
+			r.Joined++
+		}
+		if !live {
+			if m.crashed {
+				r.Crashed++
+			} else {
+				r.Left++
+			}
+			continue
+		}
+		s := float64(m.nd.Step())
+		all = append(all, s)
+		if m.factor > 1 {
+			slow = append(slow, s)
+		} else {
+			fast = append(fast, s)
+		}
+		w, rt := m.nd.Recent()
+		waits, rtts = append(waits, w...), append(rtts, rt...)
+		if m.joinedAt == 0 { // present all run: its selection count is comparable
+			counts = append(counts, float64(t.sampled[m.nd.ID()]))
+		}
+		if g := m.nd.Gossip(); g != nil {
+			st := g.Stats()
+			r.Updates.Sent += st.Sent
+			r.Updates.Received += st.Received
+			r.Updates.Rejected += st.TotalRejected()
+			if st.Sent > 0 {
+				r.Updates.BytesPerUpdate = st.MeanSentBytes()
+			}
+		}
+	}
+	r.LiveNodes = len(all)
+	r.Steps = sim.Summarize(all)
+	if len(slow) > 0 && len(fast) > 0 {
+		f, s := sim.Summarize(fast), sim.Summarize(slow)
+		r.FastSteps, r.StragglerSteps = &f, &s
+	}
+	rel := slices.Clone(t.relErr)
+	slices.Sort(rel)
+	r.Population.MedianRelError, r.Population.P95RelError = sim.Percentile(rel, 50), sim.Percentile(rel, 95)
+	r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws = uniformity(counts)
+	r.Sampling.Peers = len(counts)
+	ms := func(xs []float64) Percentiles {
+		slices.Sort(xs)
+		return Percentiles{P50: 1000 * sim.Percentile(xs, 50), P99: 1000 * sim.Percentile(xs, 99)}
+	}
+	r.BarrierWaitMs, r.SampleRTTMs = ms(waits), ms(rtts)
+	if c.Model != "none" && len(t.accs) > 0 {
+		last := t.accs[len(t.accs)-1]
+		a := &Accuracy{Metric: t.metric(), Final: last.accuracy, FinalLoss: last.loss, Target: c.AccuracyTarget}
+		for _, row := range t.accs {
+			if row.accuracy >= c.AccuracyTarget {
+				v := row.t
+				a.TimeToTarget = &v
+				break
+			}
+		}
+		r.Accuracy = a
+	}
+	r.PeakRSSBytes = peakRSS()
+	r.CPUS = cpuTime().Seconds()
+	return r
+}
+
+// uniformity compares selection counts with a uniform expectation.
+func uniformity(counts []float64) (maxMean, minMean, p float64, draws int) {
+	if len(counts) < 2 {
+		return 0, 0, 0, 0
+	}
+	var total float64
+	for _, c := range counts {
+		total += c
+	}
+	if total == 0 {
+		return 0, 0, 0, 0
+	}
+	mean := total / float64(len(counts))
+	var chi2 float64
+	for _, c := range counts {
+		chi2 += (c - mean) * (c - mean) / mean
+	}
+	p = distuv.ChiSquared{K: float64(len(counts) - 1)}.Survival(chi2)
+	return slices.Max(counts) / mean, slices.Min(counts) / mean, p, int(total)
+}
+
+// CompareWithSim runs the simulator with the testnet's parameters and
+// stores the real/simulated ratio of each step figure in r.CompareSim.
+func CompareWithSim(cfg Config, r *Result) error {
+	sc := sim.DefaultConfig()
+	sc.Nodes, sc.Duration, sc.Barrier, sc.Seed = cfg.Nodes, r.DurationS, cfg.Barrier, cfg.Seed
+	sc.TimeScale, sc.Stragglers, sc.StraggleFactor = cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor
+	sc.LeaveRate, sc.JoinRate, sc.ChurnMode = cfg.Churn, cfg.Churn, cfg.ChurnMode
+	sc.Mode, sc.PollInterval = sim.Poll, 0.05 // a real node polls
+	sc.RecordEvery = 0
+	s, err := sim.Run(sc)
+	if err != nil {
+		return err
+	}
+	ratio := func(a, b float64) float64 {
+		if b == 0 {
+			return math.NaN()
+		}
+		return a / b
+	}
+	r.CompareSim = &Comparison{Sim: s.Steps, Ratio: map[string]float64{
+		"min": ratio(r.Steps.Min, s.Steps.Min), "mean": ratio(r.Steps.Mean, s.Steps.Mean),
+		"max": ratio(r.Steps.Max, s.Steps.Max), "p5": ratio(r.Steps.P5, s.Steps.P5),
+		"p50": ratio(r.Steps.P50, s.Steps.P50), "p95": ratio(r.Steps.P95, s.Steps.P95),
+	}}
+	return nil
+}
+
+// MarshalJSON keeps NaN (ratios of zero) out of the JSON.
+func (c Comparison) MarshalJSON() ([]byte, error) {
+	ratio := map[string]*float64{}
+	for k, v := range c.Ratio {
+		if !math.IsNaN(v) && !math.IsInf(v, 0) {
+			v := v
+			ratio[k] = &v
+		} else {
+			ratio[k] = nil
+		}
+	}
+	return json.Marshal(struct {
+		Sim   sim.Stats           `json:"sim_steps"`
+		Ratio map[string]*float64 `json:"ratio"`
+	}{c.Sim, ratio})
+}
+
+// PrintSummary writes a human-readable summary table.
+func (r *Result) PrintSummary(w io.Writer) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
+	row("barrier", "%s (%s transport, model %s, seed %d)", r.Barrier, r.Transport, r.Model, r.Seed)
+	row("nodes", "%d at start, %d live at the end (%d joined, %d left, %d crashed)", r.Nodes, r.LiveNodes, r.Joined, r.Left, r.Crashed)
+	row("duration", "%.1f s of training after %.1f s of warm-up", r.DurationS, r.WarmupS)
+	row("steps", "min %.0f  p5 %.0f  p50 %.0f  mean %.1f  p95 %.0f  max %.0f  (stddev %.2f)", r.Steps.Min, r.Steps.P5, r.Steps.P50, r.Steps.Mean, r.Steps.P95, r.Steps.Max, r.Steps.StdDev)
+	if r.FastSteps != nil {
+		row("  fast / stragglers", "mean %.1f / %.1f", r.FastSteps.Mean, r.StragglerSteps.Mean)
+	}
+	row("stalled nodes", "%d", r.StalledNodes)
+	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
+	row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
+	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
+	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
+	row("updates", "%d sent, %d received, %d rejected, %.0f bytes each", r.Updates.Sent, r.Updates.Received, r.Updates.Rejected, r.Updates.BytesPerUpdate)
+	if a := r.Accuracy; a != nil {
+		tt := "not reached"
+		if a.TimeToTarget != nil {
+			tt = fmt.Sprintf("%.0f s", *a.TimeToTarget)
+		}
+		row(a.Metric, "final %.4f (loss %.4f); %.2f reached: %s", a.Final, a.FinalLoss, a.Target, tt)
+	}
+	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if c := r.CompareSim; c != nil {
+		row("vs simulator", "sim mean %.1f (min %.0f, max %.0f); real/sim mean %.3f, p5 %.3f, p95 %.3f", c.Sim.Mean, c.Sim.Min, c.Sim.Max, c.Ratio["mean"], c.Ratio["p5"], c.Ratio["p95"])
+	}
+	tw.Flush()
+}
+
+// WriteOut writes the run's CSV files, figures and summary.json under dir:
+//
+//	steps_over_time.csv   time_s,node,step
+//	final_steps.csv       node,straggle_factor,final_step,live
+//	barrier_waits.csv     wait_ms (recent waits of live nodes)
+//	estimate.csv          time_s,true_n,median_rel_error,p5,p95
+//	accuracy.csv          time_s,accuracy,loss,updates_sent
+//	step_distribution.png, estimate.png, accuracy.png, summary.json
+func (r *Result) WriteOut(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+	var rows [][]string
+	for _, s := range r.steps {
+		rows = append(rows, []string{f(s.t), strconv.Itoa(s.node), strconv.FormatInt(s.step, 10)})
+	}
+	if err := figure.CSV(filepath.Join(dir, "steps_over_time.csv"), []string{"time_s", "node", "step"}, rows); err != nil {
+		return err
+	}
+	rows = nil
+	var finals []float64
+	for _, x := range r.finals {
+		rows = append(rows, []string{strconv.Itoa(x.node), f(x.factor), strconv.FormatInt(x.step, 10), strconv.FormatBool(x.live)})
+		if x.live {
+			finals = append(finals, float64(x.step))
+		}
+	}
+	if err := figure.CSV(filepath.Join(dir, "final_steps.csv"), []string{"node", "straggle_factor", "final_step", "live"}, rows); err != nil {
+		return err
+	}
+	rows = nil
+	var ex, ey, elo, ehi []float64
+	for _, e := range r.ests {
+		rows = append(rows, []string{f(e.t), strconv.Itoa(e.truth), f(e.median), f(e.lo), f(e.hi)})
+		ex, ey, elo, ehi = append(ex, e.t), append(ey, 100*e.median), append(elo, 100*e.lo), append(ehi, 100*e.hi)
+	}
+	if err := figure.CSV(filepath.Join(dir, "estimate.csv"), []string{"time_s", "true_n", "median_rel_error", "p5_rel_error", "p95_rel_error"}, rows); err != nil {
+		return err
+	}
+	rows = nil
+	var ax, ay []float64
+	for _, a := range r.accs {
+		rows = append(rows, []string{f(a.t), f(a.accuracy), f(a.loss), f(a.updates)})
+		ax, ay = append(ax, a.t), append(ay, a.accuracy)
+	}
+	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent"}, rows); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "summary.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	title := fmt.Sprintf("%s: final steps of %d live nodes (%.0f s)", r.Barrier, r.LiveNodes, r.DurationS)
+	if err := figure.Lines(filepath.Join(dir, "step_distribution.png"), figure.Options{Title: title, XLabel: "final step", YLabel: "share of nodes"}, figure.Distribution(r.Barrier, finals)); err != nil {
+		return err
+	}
+	if len(ex) > 0 {
+		if err := figure.Lines(filepath.Join(dir, "estimate.png"), figure.Options{Title: "Population estimate error (live nodes)", XLabel: "time (s)", YLabel: "|N̂ − N| / N (%)"},
+			figure.Series{Name: "median", X: ex, Y: ey}, figure.Series{Name: "p5", X: ex, Y: elo}, figure.Series{Name: "p95", X: ex, Y: ehi}); err != nil {
+			return err
+		}
+	}
+	if len(ax) > 0 {
+		if err := figure.Lines(filepath.Join(dir, "accuracy.png"), figure.Options{Title: fmt.Sprintf("%s: held-out accuracy", r.Barrier), XLabel: "time (s)", YLabel: "accuracy"}, figure.Series{Name: r.Barrier, X: ax, Y: ay}); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,111 @@
+package testnet
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pspnode/pspnode/psp"
+)
+
+func TestParseScript(t *testing.T) {
+	evs, err := ParseScript(strings.NewReader("# comment\n60s crash 10%\n\n 30s join 5 # trailing\n90s leave 2\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 3 || evs[0].Action != Join || evs[0].Count != 5 || evs[1].Fraction != 0.1 || evs[2].At != 90*time.Second {
+		t.Errorf("parsed %+v", evs)
+	}
+	for _, bad := range []string{
+		"60s crash", "60 crash 1", "-5s join 1", "60s explode 1", "60s join 0", "60s join 101%", "60s join x", "60s join 1 extra",
+	} {
+		if _, err := ParseScript(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("%q: want an error naming line 1, got %v", bad, err)
+		}
+	}
+}
+
+func FuzzParseScript(f *testing.F) {
+	f.Add("60s crash 10%\n30s join 5\n")
+	f.Add("1h leave 100%")
+	f.Add("#\n\n5ms join 1 # x")
+	f.Fuzz(func(t *testing.T, s string) {
+		evs, err := ParseScript(strings.NewReader(s))
+		if err != nil {
+			return
+		}
+		for i, e := range evs {
+			if e.At < 0 || (e.Count < 1 && !(e.Fraction > 0 && e.Fraction <= 1)) {
+				t.Fatalf("accepted a bad event %+v", e)
+			}
+			if i > 0 && evs[i-1].At > e.At {
+				t.Fatal("events out of order")
+			}
+		}
+	})
+}
+
+func TestConfigValidate(t *testing.T) {
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Nodes = 1 },
+		func(c *Config) { c.Duration = 0 },
+		func(c *Config) { c.Model = "cnn" },
+		func(c *Config) { c.Transport = "udp" },
+		func(c *Config) { c.Transport, c.Nodes = "tcp", 1000 },
+		func(c *Config) { c.Stragglers = 2 },
+		func(c *Config) { c.Barrier = psp.Spec{} },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if c.Validate() == nil {
+			t.Errorf("config %+v should be invalid", c)
+		}
+	}
+}
+
+// TestSmallTestnet runs 20 real nodes (in-memory transport, real DHT,
+// GossipSub and engine) under pSSP and checks that all advance, that no
+// node stalls, that the spread respects the sample-level bound, and that a
+// churn script with crashes leaves no stalled node.
+func TestSmallTestnet(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Nodes = 20
+	cfg.Duration = 12 * time.Second
+	cfg.TimeScale = 0.05
+	cfg.Barrier = psp.MustParse("pssp:5:2")
+	cfg.Script = []Event{{At: 4 * time.Second, Action: Crash, Fraction: 0.2}, {At: 6 * time.Second, Action: Join, Count: 2}}
+	cfg.StallWindow = 3 * time.Second
+	cfg.EvalEvery = 2 * time.Second
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	res.PrintSummary(&sb)
+	t.Log("\n" + sb.String())
+	if res.Crashed != 4 || res.Joined != 2 || res.LiveNodes != 18 {
+		t.Errorf("churn script not applied: crashed %d joined %d live %d", res.Crashed, res.Joined, res.LiveNodes)
+	}
+	if res.Steps.Min < 10 {
+		t.Errorf("some node made little progress: %+v", res.Steps)
+	}
+	if res.StalledNodes != 0 {
+		t.Errorf("%d nodes stalled", res.StalledNodes)
+	}
+	// pSSP(5, 2) is a sample-level bound: a node passes only if its 5
+	// sampled peers are within 2 steps. Over 18 nodes the global spread
+	// can exceed s+1 by a few steps, but not by much.
+	if spread := res.Steps.Max - res.Steps.Min; spread > 10 {
+		t.Errorf("step spread %v too wide for pssp:5:2", spread)
+	}
+	if res.Updates.Received == 0 || res.Updates.Rejected != 0 {
+		t.Errorf("updates: %+v", res.Updates)
+	}
+	if res.Accuracy == nil || res.Accuracy.Metric != "r2" || !(res.Accuracy.Final > 0.9) {
+		t.Errorf("synthetic linreg did not train: %+v", res.Accuracy)
+	}
+	if res.Sampling.Draws == 0 {
+		t.Error("no samples counted")
+	}
+}
