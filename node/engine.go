@@ -306,6 +306,7 @@ func (n *Node) barrier(ctx context.Context) error {
 	start := time.Now()
 	backoff := n.cfg.PollMin
 	for first := true; ; first = false {
+		t0 := time.Now()
 		obs := n.observe(ctx)
 		if ctx.Err() != nil {
 			n.waiting.Store(false)
@@ -314,6 +315,7 @@ func (n *Node) barrier(ctx context.Context) error {
 		}
 		n.m.checks.Inc()
 		checked := time.Now()
+		n.m.observeCheck(checked.Sub(t0).Seconds())
 		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
 		if d.Pass {
 			n.waiting.Store(false)

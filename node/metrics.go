@@ -14,6 +14,7 @@ type metrics struct {
 	waiting       prometheus.Gauge
 	wait          prometheus.Histogram
 	checks        prometheus.Counter
+	check         prometheus.Histogram
 	estimate      prometheus.Gauge
 	estimateErr   prometheus.Gauge
 	rtt           prometheus.Histogram
@@ -27,9 +28,10 @@ type metrics struct {
 	routingTable  prometheus.Gauge
 	connected     prometheus.Gauge
 
-	mu    sync.Mutex
-	waits ring // recent barrier waits, seconds
-	rtts  ring // recent step query round trips, seconds
+	mu     sync.Mutex
+	waits  ring // recent barrier waits, seconds
+	checkL ring // recent barrier decision latencies, seconds
+	rtts   ring // recent step query round trips, seconds
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -48,6 +50,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		waiting:       g("waiting", "1 while the node waits at its barrier."),
 		wait:          prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_wait_seconds", Help: "Time spent waiting at the barrier per step.", Buckets: buckets}),
 		checks:        c("barrier_checks_total", "Barrier checks (each with a fresh sample)."),
+		check:         prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_check_seconds", Help: "Latency of one barrier decision: sample, parallel step queries, decide.", Buckets: buckets}),
 		estimate:      g("population_estimate", "Estimated number of nodes in the job."),
 		estimateErr:   g("population_estimate_stderr", "Standard error of the population estimate."),
 		rtt:           prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "sample_rtt_seconds", Help: "Round trip of one step query.", Buckets: buckets}),
@@ -61,9 +64,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		routingTable:  g("routing_table_size", "Peers in the Kademlia routing table."),
 		connected:     g("connected_peers", "Peers with an open connection."),
 		waits:         newRing(4096),
+		checkL:        newRing(4096),
 		rtts:          newRing(4096),
 	}
-	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.estimate, m.estimateErr, m.rtt, m.timeouts,
+	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected)
 	return m
 }
@@ -78,6 +82,13 @@ func (m *metrics) observeWait(s float64) {
 	m.wait.Observe(s)
 	m.mu.Lock()
 	m.waits.add(s)
+	m.mu.Unlock()
+}
+
+func (m *metrics) observeCheck(s float64) {
+	m.check.Observe(s)
+	m.mu.Lock()
+	m.checkL.add(s)
 	m.mu.Unlock()
 }
 
@@ -112,10 +123,11 @@ func (r *ring) values() []float64 {
 	return append([]float64(nil), r.buf[:r.next]...)
 }
 
-// Recent returns the node's recent barrier waits and step-query round
-// trips, in seconds (up to the last 4096 of each).
-func (n *Node) Recent() (waits, rtts []float64) {
+// Recent returns the node's recent barrier waits, barrier decision
+// latencies and step-query round trips, in seconds (up to the last 4096 of
+// each).
+func (n *Node) Recent() (waits, checks, rtts []float64) {
 	n.m.mu.Lock()
 	defer n.m.mu.Unlock()
-	return n.m.waits.values(), n.m.rtts.values()
+	return n.m.waits.values(), n.m.checkL.values(), n.m.rtts.values()
 }

@@ -55,9 +55,10 @@ type Result struct {
 		Draws       int     `json:"draws"`
 		Peers       int     `json:"peers"`
 	} `json:"sampling"`
-	BarrierWaitMs Percentiles `json:"barrier_wait_ms"`
-	SampleRTTMs   Percentiles `json:"sample_rtt_ms"`
-	Updates       struct {
+	BarrierWaitMs  Percentiles `json:"barrier_wait_ms"`
+	BarrierCheckMs Percentiles `json:"barrier_check_ms"` // one decision: sample, query, decide
+	SampleRTTMs    Percentiles `json:"sample_rtt_ms"`
+	Updates        struct {
 		Sent           uint64  `json:"sent"`
 		Received       uint64  `json:"received"`
 		Rejected       uint64  `json:"rejected"`
@@ -110,7 +111,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(), StalledNodes: len(t.stalls),
 		steps: t.steps, ests: t.ests, accs: t.accs,
 	}
-	var all, fast, slow, waits, rtts []float64
+	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
 	for _, m := range t.members {
 		live := m.leftAt < 0
@@ -134,8 +135,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		} else {
 			fast = append(fast, s)
 		}
-		w, rt := m.nd.Recent()
-		waits, rtts = append(waits, w...), append(rtts, rt...)
+		w, ck, rt := m.nd.Recent()
+		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
 		}
@@ -164,7 +165,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		slices.Sort(xs)
 		return Percentiles{P50: 1000 * sim.Percentile(xs, 50), P99: 1000 * sim.Percentile(xs, 99)}
 	}
-	r.BarrierWaitMs, r.SampleRTTMs = ms(waits), ms(rtts)
+	r.BarrierWaitMs, r.BarrierCheckMs, r.SampleRTTMs = ms(waits), ms(checks), ms(rtts)
 	if c.Model != "none" && len(t.accs) > 0 {
 		last := t.accs[len(t.accs)-1]
 		a := &Accuracy{Metric: t.metric(), Final: last.accuracy, FinalLoss: last.loss, Target: c.AccuracyTarget}
@@ -262,6 +263,7 @@ func (r *Result) PrintSummary(w io.Writer) {
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
 	row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
 	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
+	row("barrier check", "p50 %.2f ms, p99 %.1f ms (one decision: sample, query, decide)", r.BarrierCheckMs.P50, r.BarrierCheckMs.P99)
 	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
 	row("updates", "%d sent, %d received, %d rejected, %.0f bytes each", r.Updates.Sent, r.Updates.Received, r.Updates.Rejected, r.Updates.BytesPerUpdate)
 	if a := r.Accuracy; a != nil {
@@ -350,4 +352,85 @@ func (r *Result) WriteOut(dir string) error {
 		}
 	}
 	return nil
+}
+
+// WriteComparison writes figures that set several runs side by side under
+// dir: step_distribution.png (final steps of every run), accuracy_time.png
+// and accuracy_updates.png (held-out accuracy against wall time and against
+// the number of updates sent), and comparison.csv (one row per run).
+func WriteComparison(dir string, results []*Result) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("output directory: %w", err)
+	}
+	var dists, accT, accU []figure.Series
+	var rows [][]string
+	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
+	metric := "accuracy"
+	for _, r := range results {
+		var finals []float64
+		for _, x := range r.finals {
+			if x.live {
+				finals = append(finals, float64(x.step))
+			}
+		}
+		dists = append(dists, figure.Distribution(r.Barrier, finals))
+		st, su := figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}
+		for _, a := range r.accs {
+			st.X, st.Y = append(st.X, a.t), append(st.Y, a.accuracy)
+			su.X, su.Y = append(su.X, a.updates), append(su.Y, a.accuracy)
+		}
+		accT, accU = append(accT, st), append(accU, su)
+		final, tt := "", ""
+		if a := r.Accuracy; a != nil {
+			metric = a.Metric
+			final = f(a.Final)
+			if a.TimeToTarget != nil {
+				tt = f(*a.TimeToTarget)
+			}
+		}
+		rows = append(rows, []string{r.Barrier, strconv.Itoa(r.LiveNodes), f(r.Steps.Min), f(r.Steps.Mean), f(r.Steps.Max),
+			f(r.Steps.P5), f(r.Steps.P95), strconv.Itoa(r.StalledNodes), final, tt, f(r.BarrierWaitMs.P50), f(r.DurationS)})
+	}
+	if err := figure.CSV(filepath.Join(dir, "comparison.csv"), []string{"barrier", "live_nodes", "steps_min", "steps_mean", "steps_max",
+		"steps_p5", "steps_p95", "stalled_nodes", metric + "_final", "time_to_target_s", "barrier_wait_p50_ms", "duration_s"}, rows); err != nil {
+		return err
+	}
+	r0 := results[0]
+	if err := figure.Lines(filepath.Join(dir, "step_distribution.png"), figure.Options{
+		Title: fmt.Sprintf("Final steps, %d nodes, %.0f s", r0.Nodes, r0.DurationS), XLabel: "final step", YLabel: "share of nodes",
+	}, dists...); err != nil {
+		return err
+	}
+	if r0.Model == "none" {
+		return nil
+	}
+	if err := figure.Lines(filepath.Join(dir, "accuracy_time.png"), figure.Options{
+		Title: fmt.Sprintf("Held-out %s against wall time (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "time (s)", YLabel: metric,
+	}, accT...); err != nil {
+		return err
+	}
+	return figure.Lines(filepath.Join(dir, "accuracy_updates.png"), figure.Options{
+		Title: fmt.Sprintf("Held-out %s against updates sent (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "updates sent (all nodes)", YLabel: metric,
+	}, accU...)
+}
+
+// PrintComparison writes one line per run.
+func PrintComparison(w io.Writer, results []*Result) {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "barrier\tlive\tmin\tmean\tmax\tp5\tp95\tstalled\twait p50 ms\tcheck p50 ms\taccuracy\tto target s\tsim mean\treal/sim\t")
+	for _, r := range results {
+		acc, tt, sm, ratio := "-", "-", "-", "-"
+		if a := r.Accuracy; a != nil {
+			acc = fmt.Sprintf("%.4f", a.Final)
+			if a.TimeToTarget != nil {
+				tt = fmt.Sprintf("%.0f", *a.TimeToTarget)
+			}
+		}
+		if c := r.CompareSim; c != nil {
+			sm, ratio = fmt.Sprintf("%.1f", c.Sim.Mean), fmt.Sprintf("%.3f", c.Ratio["mean"])
+		}
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t\n", r.Barrier, r.LiveNodes,
+			r.Steps.Min, r.Steps.Mean, r.Steps.Max, r.Steps.P5, r.Steps.P95, r.StalledNodes, r.BarrierWaitMs.P50, r.BarrierCheckMs.P50, acc, tt, sm, ratio)
+	}
+	tw.Flush()
 }

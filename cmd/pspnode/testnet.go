@@ -7,7 +7,9 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime/pprof"
+	"strings"
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -22,7 +24,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs := newFlagSet("pspnode testnet", stderr)
 	def := testnet.DefaultConfig()
 	var (
-		barrier   = specFlag{def.Barrier}
+		barriers  = specList{def.Barrier}
 		stragg    fraction
 		factor    = positive(def.StraggleFactor)
 		scale     = positive(def.TimeScale)
@@ -47,7 +49,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof)")
 	)
-	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
 	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s")
@@ -75,7 +77,7 @@ Examples:
 				return usagef("testnet takes no arguments, got %q", args)
 			}
 			cfg := testnet.DefaultConfig()
-			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barrier.Spec
+			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barriers[0]
 			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
@@ -130,18 +132,41 @@ Examples:
 				defer pprof.StopCPUProfile()
 			}
 			start := time.Now()
-			res, err := testnet.Run(ctx, cfg)
-			if err != nil {
-				return err
-			}
-			if *compare {
-				if err := testnet.CompareWithSim(cfg, res); err != nil {
+			var results []*testnet.Result
+			for i, sp := range barriers {
+				c := cfg
+				c.Barrier = sp
+				if len(barriers) > 1 && !*quiet {
+					fmt.Fprintf(stderr, "testnet: run %d/%d: %s\n", i+1, len(barriers), sp)
+				}
+				res, err := testnet.Run(ctx, c)
+				if err != nil {
 					return err
+				}
+				if *compare {
+					if err := testnet.CompareWithSim(c, res); err != nil {
+						return err
+					}
+				}
+				if *out != "" {
+					dir := *out
+					if len(barriers) > 1 {
+						dir = filepath.Join(*out, strings.ReplaceAll(sp.String(), ":", "_"))
+					}
+					if err := res.WriteOut(dir); err != nil {
+						return err
+					}
+				}
+				results = append(results, res)
+				if ctx.Err() != nil {
+					break
 				}
 			}
 			if *out != "" {
-				if err := res.WriteOut(*out); err != nil {
-					return err
+				if len(results) > 1 {
+					if err := testnet.WriteComparison(*out, results); err != nil {
+						return err
+					}
 				}
 				fmt.Fprintf(stderr, "testnet: wrote CSV files, figures and summary.json to %s\n", *out)
 			}
@@ -151,9 +176,16 @@ Examples:
 			if *asJSON {
 				enc := json.NewEncoder(stdout)
 				enc.SetIndent("", "  ")
-				return enc.Encode(res)
+				if len(results) == 1 {
+					return enc.Encode(results[0])
+				}
+				return enc.Encode(results)
 			}
-			res.PrintSummary(stdout)
+			if len(results) == 1 {
+				results[0].PrintSummary(stdout)
+			} else {
+				testnet.PrintComparison(stdout, results)
+			}
 			return nil
 		},
 	}
