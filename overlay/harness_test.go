@@ -87,7 +87,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 			}
 			return tcpHostB(key)
 		}
-		return ln.newHost(150, 250)
+		return ln.newHost(connLimits())
 	}
 
 	// Join: each node bootstraps through two random earlier nodes.
@@ -277,6 +277,22 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	fmt.Printf("| %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f / %.3g | %v / %v | %d | %.2f | %.3f / %.3f | %d/%d | %d/%d |\n",
 		transport, n, estMed, estP95, locMed, locP95, maxm, minm, p, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
 		rss>>20, cores, cMed, cP95, bad10, tot10, bad30, tot30)
+}
+
+// connLimits returns the mocknet hosts' connection-manager watermarks:
+// PSP_HARNESS_CONNS="low,high", default 150,250.
+func connLimits() (int, int) {
+	lo, hi := 150, 250
+	if v := os.Getenv("PSP_HARNESS_CONNS"); v != "" {
+		if a, b, ok := strings.Cut(v, ","); ok {
+			l, err1 := strconv.Atoi(a)
+			h, err2 := strconv.Atoi(b)
+			if err1 == nil && err2 == nil && l > 0 && h >= l {
+				lo, hi = l, h
+			}
+		}
+	}
+	return lo, hi
 }
 
 func estimateErrors(nodes []*hnode, n float64) (med, p95, locMed, locP95 float64, fails int) {
