@@ -68,6 +68,12 @@ type Config struct {
 	// estimate), so that the updates of all nodes add up to one step of the
 	// mean gradient instead of N steps.
 	ScaleLR bool
+	// Checkpoint, if set, is a file the node writes its step and model to
+	// every CheckpointEvery steps and when it stops, and resumes from when
+	// it starts. A corrupt or mismatched checkpoint is reported and ignored:
+	// the node then fetches the model from peers.
+	Checkpoint      string
+	CheckpointEvery int
 	// EvalEvery evaluates the model every this many steps (0: never).
 	EvalEvery int
 
@@ -92,21 +98,22 @@ type Config struct {
 // QUIC on port 4001, pSSP(10, 4), no model.
 func DefaultConfig() Config {
 	return Config{
-		Job:          "default",
-		Listen:       []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
-		ConnLow:      64,
-		ConnHigh:     256,
-		Barrier:      psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
-		StartTimeout: 30 * time.Second,
-		QueryTimeout: time.Second,
-		Replacements: 2,
-		PollMin:      10 * time.Millisecond,
-		PollMax:      500 * time.Millisecond,
-		JoinFetch:    true,
-		EvalEvery:    10,
-		ScaleLR:      true,
-		Overlay:      overlay.DefaultConfig(),
-		Gossip:       gossip.DefaultConfig(),
+		Job:             "default",
+		Listen:          []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
+		ConnLow:         64,
+		ConnHigh:        256,
+		Barrier:         psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
+		StartTimeout:    30 * time.Second,
+		QueryTimeout:    time.Second,
+		Replacements:    2,
+		PollMin:         10 * time.Millisecond,
+		PollMax:         500 * time.Millisecond,
+		JoinFetch:       true,
+		EvalEvery:       10,
+		CheckpointEvery: 10,
+		ScaleLR:         true,
+		Overlay:         overlay.DefaultConfig(),
+		Gossip:          gossip.DefaultConfig(),
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"math"
 	"sync"
 	"time"
@@ -37,9 +38,11 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.waitPeers(ctx) != nil {
 		return nil // stopped while waiting for peers
 	}
+	n.resume()
 	if n.cfg.JoinFetch {
 		n.join(ctx)
 	}
+	defer n.checkpoint()
 	last := time.Now()
 	for {
 		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
@@ -68,6 +71,9 @@ func (n *Node) Run(ctx context.Context) error {
 				}
 			}
 		}
+		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
+			n.checkpoint()
+		}
 		if n.cfg.EvalEvery > 0 && step%int64(n.cfg.EvalEvery) == 0 {
 			n.evaluate(step)
 		}
@@ -78,6 +84,46 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.barrier(ctx) != nil {
 			return nil // stopped while waiting at the barrier
 		}
+	}
+}
+
+// resume loads the checkpoint, if one is configured and present. A bad
+// checkpoint is logged and ignored; join then fetches the model from peers.
+func (n *Node) resume() {
+	if n.cfg.Checkpoint == "" {
+		return
+	}
+	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return
+	case err != nil:
+		n.log.Error("ignoring checkpoint; the model will come from peers", "file", n.cfg.Checkpoint, "err", err)
+		return
+	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+		n.log.Error("ignoring checkpoint of another job or model; the model will come from peers",
+			"file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
+		return
+	}
+	if len(c.Params) > 0 {
+		if err := n.task.SetParams(c.Params); err != nil {
+			n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
+			return
+		}
+	}
+	n.step.Store(c.Step)
+	n.m.step.Set(float64(c.Step))
+	n.log.Info("resumed from checkpoint", "file", n.cfg.Checkpoint, "step", c.Step)
+}
+
+// checkpoint writes the step and model to the checkpoint file.
+func (n *Node) checkpoint() {
+	if n.cfg.Checkpoint == "" {
+		return
+	}
+	c := Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+		n.log.Warn("checkpoint failed", "err", err)
 	}
 }
 

@@ -205,8 +205,11 @@ func (n *Node) poke() {
 
 func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.Load()) }
 
+// estimate is the population estimate this node reports to peers: its own
+// local estimate (zone density and lookups), not the fused one, so that the
+// reports a node averages stay independent and errors do not echo.
 func (n *Node) estimate() float64 {
-	est, _, err := n.ov.Estimate()
+	est, _, err := n.ov.LocalEstimate()
 	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
 		return 0
 	}

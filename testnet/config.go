@@ -31,7 +31,11 @@ type Config struct {
 	LR       float64
 
 	Transport string // mem (in-process network) or tcp (loopback)
-	Seed      uint64
+	// ConnLow and ConnHigh are each node's connection-manager watermarks
+	// and PoolSize its sampler pool; 0 picks them from Nodes (smaller for
+	// large testnets: every connection end costs memory).
+	ConnLow, ConnHigh, PoolSize int
+	Seed                        uint64
 
 	Warmup         time.Duration // longest wait for overlays before training starts
 	RecordEvery    time.Duration // sampling period of the recorder

@@ -194,6 +194,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 		return nil, err
 	}
 	cfg.Gossip.PeerScoring = true
+	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.limits()
 	t.mu.Lock()
 	idx := len(t.members)
 	live := t.liveLocked()
@@ -212,7 +213,6 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 		cfg.Host = h
 	} else {
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-		cfg.ConnLow, cfg.ConnHigh = 32, 96
 	}
 	cfg.Seed = t.cfg.Seed*1_000_003 + uint64(idx) + 1
 	cfg.OnSample = t.countSample
@@ -245,6 +245,32 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 	t.members = append(t.members, m)
 	t.mu.Unlock()
 	return m, nil
+}
+
+// limits returns the connection watermarks and sampler pool size: the
+// library-sized defaults for small testnets, tighter ones as N grows, since
+// each connection end costs tens of kilobytes and the pool's connections are
+// kept open.
+func (t *testnet) limits() (low, high, pool int) {
+	low, high, pool = 64, 192, 64
+	switch {
+	case t.cfg.Transport == "tcp":
+		low, high, pool = 24, 64, 32
+	case t.cfg.Nodes > 500:
+		low, high, pool = 16, 48, 24
+	case t.cfg.Nodes > 100:
+		low, high, pool = 32, 96, 32
+	}
+	if t.cfg.ConnLow > 0 {
+		low = t.cfg.ConnLow
+	}
+	if t.cfg.ConnHigh > 0 {
+		high = t.cfg.ConnHigh
+	}
+	if t.cfg.PoolSize > 0 {
+		pool = t.cfg.PoolSize
+	}
+	return low, high, max(pool, t.cfg.Barrier.Beta)
 }
 
 func (t *testnet) liveLocked() []*member {

@@ -80,6 +80,8 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
 		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
 		evalEvery = fs.Int("eval-every", def.EvalEvery, "evaluate on the held-out data every this many steps (0: never)")
+		ckpt      = fs.String("checkpoint", "", "write step and model to this file (atomically) and resume from it on start; a corrupt file is reported and the model fetched from peers")
+		ckptEvery = fs.Int("checkpoint-every", def.CheckpointEvery, "steps between checkpoints")
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json (logs go to stderr)")
 		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
@@ -120,6 +122,7 @@ Example, two nodes on one machine:
 			}
 			cfg.Bootstrap = bootstrap
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
+			cfg.Checkpoint, cfg.CheckpointEvery = *ckpt, *ckptEvery
 			if *scale < 0 || *factor <= 0 {
 				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 			}

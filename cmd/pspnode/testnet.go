@@ -48,6 +48,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof)")
+		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run")
 	)
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
@@ -130,6 +131,15 @@ Examples:
 					return fmt.Errorf("cpu profile: %w", err)
 				}
 				defer pprof.StopCPUProfile()
+			}
+			if *memProf != "" {
+				tm := time.AfterFunc(cfg.Warmup/2+cfg.Duration/2, func() {
+					if f, err := os.Create(*memProf); err == nil {
+						_ = pprof.Lookup("heap").WriteTo(f, 0)
+						f.Close()
+					}
+				})
+				defer tm.Stop()
 			}
 			start := time.Now()
 			var results []*testnet.Result
