@@ -79,6 +79,7 @@ type Trainer struct {
 	applied int
 
 	stepMu  sync.Mutex // serialises Step; guards the fields below
+	lrScale float64    // multiplies the schedule's learning rate; see SetLRScale
 	steps   int
 	perm    []int // the shard's current epoch order
 	pos     int   // next position in perm
@@ -127,6 +128,21 @@ func (t *Trainer) Shard() *Dataset { return t.shard }
 func (t *Trainer) Config() SGDConfig { return t.cfg }
 
 // Steps returns the number of local steps taken.
+// SetLRScale multiplies the learning rate of the following steps by f (1 or
+// 0 restore the schedule). In data-parallel training where every node adds
+// every other node's update, N nodes each stepping with the schedule's rate
+// move the model N times as far as one would; a node that scales its rate by
+// 1/N̂ (its population estimate) makes the sum of all updates one step of the
+// mean gradient. Non-positive or non-finite f are ignored.
+func (t *Trainer) SetLRScale(f float64) {
+	if !(f > 0) || math.IsInf(f, 0) {
+		return
+	}
+	t.stepMu.Lock()
+	t.lrScale = f
+	t.stepMu.Unlock()
+}
+
 func (t *Trainer) Steps() int {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
@@ -163,6 +179,9 @@ func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error
 		return nil, 0, fmt.Errorf("model: step %d: %w", t.steps, err)
 	}
 	lr := t.cfg.LR(t.steps)
+	if t.lrScale > 0 {
+		lr *= t.lrScale
+	}
 	delta = make([]float64, len(t.grad))
 	for i, g := range t.grad {
 		delta[i] = -lr * g

@@ -474,3 +474,28 @@ func TestFirstNonFinite(t *testing.T) {
 		}
 	}
 }
+
+func TestSetLRScale(t *testing.T) {
+	data, err := Synthetic(DefaultSyntheticConfig(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := New("linreg", data.Train.Dim, 0)
+	mk := func() *Trainer {
+		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	a, b := mk(), mk()
+	b.SetLRScale(0.25)
+	b.SetLRScale(math.NaN()) // ignored
+	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
+	db, _, _ := b.Step(rand.New(rand.NewPCG(1, 2)))
+	for i := range da {
+		if math.Abs(db[i]-0.25*da[i]) > 1e-12 {
+			t.Fatalf("element %d: scaled delta %v, want a quarter of %v", i, db[i], da[i])
+		}
+	}
+}
