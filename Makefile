@@ -6,7 +6,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-race bench run figures dist fuzz lint clean
+.PHONY: all build test test-race bench run figures figures-sim figures-testnet dist fuzz lint clean
 
 all: build
 
@@ -33,16 +33,36 @@ bench:
 run: build
 	$(BIN) testnet --out results/testnet
 
-## figures: regenerate every figure in README.md under results/
-figures: build
+## figures: regenerate every figure and table in README.md (takes about
+## 90 minutes on 2 cores: the testnet experiments run in real time)
+MNIST ?= ../shared/data/mnist
+figures: figures-sim figures-testnet
+
+figures-sim: build
 	$(BIN) sim --out results/sim
 	$(BIN) sim --barrier pbsp:10 --sweep-beta 0,1,2,4,8,16,32,64 --out results/sweep
-	$(BIN) sim --barrier bsp,ssp:4,pbsp:10,pssp:10:4 --churn 0.2 --churn-mode crash --out results/sim-churn
+	$(BIN) sim --barrier bsp,ssp:4,dssp:2:6,pbsp:10,pssp:10:4,pdssp:10:2:6 --churn 0.2 --churn-mode crash --out results/sim-churn
 	$(BIN) bound --out results/bound
 	mkdir -p docs/figures
 	cp results/sim/step_distribution.png results/sweep/beta_sweep.png docs/figures/
 	cp results/sim-churn/step_distribution.png docs/figures/step_distribution_churn.png
 	cp results/bound/bound_mean.png results/bound/bound_variance.png docs/figures/
+
+figures-testnet: build
+	$(BIN) testnet --quiet --nodes 200 --duration 200s --time-scale 1 --model none \
+	  --barrier asp,bsp,ssp:4,pbsp:10,pssp:10:4 --compare-sim --out results/fidelity
+	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) --stragglers 0.2 --straggle-factor 4 \
+	  --time-scale 0.1 --duration 120s --target 0.85 \
+	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
+	$(BIN) testnet --quiet --nodes 200 --duration 5m --time-scale 1 --model none --churn 0.2 --churn-mode mixed \
+	  --barrier pssp:10:4,bsp --out results/churn
+	$(BIN) testnet --quiet --nodes 100 --duration 120s --time-scale 1 --model none --stragglers 0.2 --straggle-factor 4 \
+	  --barrier asp,bsp,pbsp:10,pssp:10:4 --out results/hetero
+	mkdir -p docs/figures
+	cp results/fidelity/step_distribution.png docs/figures/testnet_step_distribution.png
+	cp results/accuracy/accuracy_time.png results/accuracy/accuracy_updates.png docs/figures/
+	cp results/churn/pssp_10_4/estimate.png docs/figures/estimate_churn.png
+	cp results/churn/step_distribution.png docs/figures/testnet_churn.png
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 1m)
 FUZZTIME ?= 1m

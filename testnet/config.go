@@ -43,6 +43,8 @@ type Config struct {
 	StallWindow    time.Duration // no progress for this long, while allowed, is a stall
 	AccuracyTarget float64       // accuracy whose first crossing is reported
 
+	// BuildProgress, if set, is told as nodes are built.
+	BuildProgress func(built, total int, elapsed time.Duration)
 	// Progress, if set, receives a snapshot every RecordEvery.
 	Progress func(Snapshot)
 	// Logger receives the nodes' logs (warnings by default); nil discards.
@@ -106,6 +108,12 @@ func (c Config) Validate() error {
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
+	}
+	for _, e := range c.Script {
+		if (e.Action == Partition || e.Action == Heal) && c.Transport != "mem" {
+			bad("churn script: %s needs --transport mem", e.Action)
+			break
+		}
 	}
 	if c.RecordEvery <= 0 || c.StallWindow <= 0 || c.Warmup < 0 || c.EvalEvery < 0 {
 		bad("record interval and stall window must be positive, warm-up and eval interval non-negative")

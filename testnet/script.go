@@ -18,6 +18,11 @@ const (
 	Join  Action = "join"  // start new nodes that join through live ones
 	Leave Action = "leave" // stop nodes gracefully (they tell peers)
 	Crash Action = "crash" // stop nodes without a word
+	// Partition splits the live nodes: the given fraction (or count) on one
+	// side, the rest on the other; links between the sides are cut.
+	Partition Action = "partition"
+	// Heal ends a partition.
+	Heal Action = "heal"
 )
 
 // Event is one line of a churn script: at time At, apply Action to Count
@@ -31,6 +36,9 @@ type Event struct {
 
 // String renders the event in script syntax.
 func (e Event) String() string {
+	if e.Action == Heal {
+		return fmt.Sprintf("%s heal", e.At)
+	}
 	n := strconv.Itoa(e.Count)
 	if e.Fraction > 0 {
 		n = strconv.FormatFloat(100*e.Fraction, 'g', -1, 64) + "%"
@@ -46,9 +54,9 @@ const maxScriptLines = 100_000
 //	TIME ACTION COUNT
 //
 // where TIME is a Go duration from the start of training ("90s", "2m"),
-// ACTION is join, leave or crash, and COUNT a number of nodes ("10") or a
-// percentage of the live nodes ("25%"). Blank lines and text after '#' are
-// ignored. Events are returned in time order. Errors name the line.
+// ACTION is join, leave, crash or partition, and COUNT a number of nodes
+// ("10") or a percentage of the live nodes ("25%"); "TIME heal" (no count)
+// ends a partition. Blank lines and text after '#' are ignored. Events are returned in time order. Errors name the line.
 func ParseScript(r io.Reader) ([]Event, error) {
 	var evs []Event
 	sc := bufio.NewScanner(r)
@@ -70,8 +78,11 @@ func ParseScript(r io.Reader) ([]Event, error) {
 		fail := func(format string, a ...any) ([]Event, error) {
 			return nil, fmt.Errorf("churn script line %d %q: %s", line, strings.TrimSpace(sc.Text()), fmt.Sprintf(format, a...))
 		}
+		if len(f) == 2 && f[1] == string(Heal) {
+			f = append(f, "1")
+		}
 		if len(f) != 3 {
-			return fail("want TIME ACTION COUNT, e.g. \"60s crash 10%%\"")
+			return fail("want TIME ACTION COUNT, e.g. \"60s crash 10%%\", or TIME heal")
 		}
 		at, err := time.ParseDuration(f[0])
 		if err != nil || at < 0 {
@@ -79,9 +90,9 @@ func ParseScript(r io.Reader) ([]Event, error) {
 		}
 		ev := Event{At: at, Action: Action(f[1])}
 		switch ev.Action {
-		case Join, Leave, Crash:
+		case Join, Leave, Crash, Partition, Heal:
 		default:
-			return fail("action %q: want join, leave or crash", f[1])
+			return fail("action %q: want join, leave, crash, partition or heal", f[1])
 		}
 		if pct, ok := strings.CutSuffix(f[2], "%"); ok {
 			v, err := strconv.ParseFloat(pct, 64)

@@ -133,8 +133,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if _, err := t.addNode(ctx, f, false); err != nil {
 			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
 		}
-		if cfg.Progress != nil && (i+1)%50 == 0 {
-			t.log.Info("building", "nodes", i+1)
+		if cfg.BuildProgress != nil && ((i+1)%50 == 0 || i+1 == cfg.Nodes) {
+			cfg.BuildProgress(i+1, cfg.Nodes, time.Since(buildStart))
 		}
 	}
 	t.waitWarm(ctx)
@@ -195,6 +195,17 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 	}
 	cfg.Gossip.PeerScoring = true
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.limits()
+	// Background overlay work grows with N: every node walks and rotates its
+	// sampler pool (a dial each time). Past 200 nodes, stretch the periods
+	// in proportion, so the testnet's total background load stays that of
+	// 200 nodes; the estimate window grows with them.
+	if f := float64(t.cfg.Nodes) / 200; f > 1 {
+		stretch := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+		cfg.Overlay.WalkInterval = stretch(cfg.Overlay.WalkInterval)
+		cfg.Overlay.RotateInterval = stretch(cfg.Overlay.RotateInterval)
+		cfg.Overlay.RefreshInterval = stretch(cfg.Overlay.RefreshInterval)
+		cfg.Overlay.EstimateWindow = stretch(cfg.Overlay.EstimateWindow)
+	}
 	t.mu.Lock()
 	idx := len(t.members)
 	live := t.liveLocked()
@@ -475,6 +486,12 @@ func (t *testnet) churnLoop(ctx context.Context) {
 				t.remove(n, false)
 			case Crash:
 				t.remove(n, true)
+			case Partition:
+				t.partition(n)
+			case Heal:
+				if t.net != nil {
+					t.net.Heal()
+				}
 			}
 		}
 	}
@@ -512,6 +529,22 @@ func (t *testnet) remove(n int, crash bool) {
 		})
 	}
 	wg.Wait()
+}
+
+// partition cuts the network in two: n random live nodes on one side, the
+// rest (and later joiners) on the other.
+func (t *testnet) partition(n int) {
+	if t.net == nil {
+		return
+	}
+	t.mu.Lock()
+	live := t.liveLocked()
+	side := make(map[peer.ID]int, n)
+	for _, j := range t.rng.Perm(len(live))[:min(n, len(live))] {
+		side[live[j].nd.ID()] = 1
+	}
+	t.mu.Unlock()
+	t.net.Partition(func(p peer.ID) int { return side[p] })
 }
 
 // join adds n nodes that join the running job.

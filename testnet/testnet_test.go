@@ -10,15 +10,15 @@ import (
 )
 
 func TestParseScript(t *testing.T) {
-	evs, err := ParseScript(strings.NewReader("# comment\n60s crash 10%\n\n 30s join 5 # trailing\n90s leave 2\n"))
+	evs, err := ParseScript(strings.NewReader("# comment\n60s crash 10%\n\n 30s join 5 # trailing\n90s leave 2\n100s partition 50%\n160s heal\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(evs) != 3 || evs[0].Action != Join || evs[0].Count != 5 || evs[1].Fraction != 0.1 || evs[2].At != 90*time.Second {
+	if len(evs) != 5 || evs[3].Action != Partition || evs[3].Fraction != 0.5 || evs[4].Action != Heal || evs[0].Action != Join || evs[0].Count != 5 || evs[1].Fraction != 0.1 || evs[2].At != 90*time.Second {
 		t.Errorf("parsed %+v", evs)
 	}
 	for _, bad := range []string{
-		"60s crash", "60 crash 1", "-5s join 1", "60s explode 1", "60s join 0", "60s join 101%", "60s join x", "60s join 1 extra",
+		"60s crash", "60 crash 1", "-5s join 1", "60s explode 1", "60s heal 2 3", "60s join 0", "60s join 101%", "60s join x", "60s join 1 extra",
 	} {
 		if _, err := ParseScript(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
 			t.Errorf("%q: want an error naming line 1, got %v", bad, err)

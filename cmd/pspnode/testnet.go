@@ -112,6 +112,9 @@ Examples:
 			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
 			if !*quiet {
 				fmt.Fprintf(stderr, "testnet: starting %d nodes (%s transport), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Barrier, cfg.Model)
+				cfg.BuildProgress = func(built, total int, d time.Duration) {
+					fmt.Fprintf(stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
+				}
 				cfg.Progress = func(s testnet.Snapshot) {
 					acc := ""
 					if s.Accuracy == s.Accuracy {
