@@ -229,9 +229,19 @@ func (n *Node) onUpdate(u gossip.Update) {
 	}
 }
 
+// guard resets s when ctx ends. Every wait on a stream then has a deadline
+// even on transports whose SetDeadline does nothing (go-libp2p's mocknet),
+// and whatever the remote does. Call the returned stop when done.
+func guard(ctx context.Context, s network.Stream) (stop func() bool) {
+	return context.AfterFunc(ctx, func() { _ = s.Reset() })
+}
+
 // handleStep answers a step query, or notes that a peer is leaving.
 func (n *Node) handleStep(s network.Stream) {
 	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
+	defer cancel()
+	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
 	body, err := readFrame(bufio.NewReader(io.LimitReader(s, maxStepFrame+binary.MaxVarintLen64)), maxStepFrame)
 	var q StepRequest
@@ -267,6 +277,9 @@ func (n *Node) handleStep(s network.Stream) {
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
 	defer s.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*n.cfg.QueryTimeout)
+	defer cancel()
+	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
 	body, err := readFrame(bufio.NewReader(io.LimitReader(s, 16)), 8)
 	if err != nil || len(body) != 1 || body[0] != wireVersion {
@@ -289,6 +302,7 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepR
 	if err != nil {
 		return StepReply{}, err
 	}
+	defer guard(ctx, s)()
 	deadline, _ := ctx.Deadline()
 	_ = s.SetDeadline(deadline)
 	if err := writeFrame(s, MarshalStepRequest(req)); err != nil {
@@ -323,6 +337,7 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error)
 	if err != nil {
 		return ModelSnapshot{}, err
 	}
+	defer guard(ctx, s)()
 	deadline, _ := ctx.Deadline()
 	_ = s.SetDeadline(deadline)
 	if err := writeFrame(s, []byte{wireVersion}); err != nil {

@@ -8,6 +8,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -16,6 +21,12 @@ import (
 // running a synthetic linear-regression task with a short synthetic task
 // time.
 func testNodes(t *testing.T, n int, barrier string, scale float64) []*Node {
+	t.Helper()
+	return buildTestNodes(t, n, barrier, scale, nil)
+}
+
+// buildTestNodes is testNodes with hosts from mk (nil: TCP on 127.0.0.1).
+func buildTestNodes(t *testing.T, n int, barrier string, scale float64, mk func() host.Host) []*Node {
 	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
@@ -39,6 +50,9 @@ func testNodes(t *testing.T, n int, barrier string, scale float64) []*Node {
 		cfg := DefaultConfig()
 		cfg.Job = "nodetest"
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		if mk != nil {
+			cfg.Host = mk()
+		}
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
 		cfg.QueryTimeout = 500 * time.Millisecond
@@ -154,5 +168,35 @@ func TestCrashDoesNotStallOthers(t *testing.T) {
 			t.Logf("%s at %d (waiting %v)", nd.ID(), nd.Step(), nd.Waiting())
 		}
 		t.Fatalf("survivors stalled after a crash at step %d", crashed)
+	}
+}
+
+// A peer that accepts a step query and never answers must not hold the
+// asker past its query timeout, even on a transport without deadlines
+// (mocknet's SetDeadline does nothing).
+func TestQueryTimeoutWithSilentPeer(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	nodes := buildTestNodes(t, 2, "asp", 0.001, func() host.Host {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	a, b := nodes[0], nodes[1]
+	// b swallows step queries.
+	b.Host().SetStreamHandler(b.stepID, func(s network.Stream) {
+		time.Sleep(5 * time.Second)
+		_ = s.Reset()
+	})
+	a.cfg.QueryTimeout = 200 * time.Millisecond
+	start := time.Now()
+	_, err := a.queryStep(context.Background(), b.ID(), StepRequest{})
+	if err == nil {
+		t.Fatal("a silent peer's query succeeded")
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("query took %v with a 200 ms timeout", d)
 	}
 }
