@@ -52,7 +52,7 @@ figures-testnet: build
 	$(BIN) testnet --quiet --nodes 200 --duration 200s --time-scale 1 --model none \
 	  --barrier asp,bsp,ssp:4,pbsp:10,pssp:10:4 --compare-sim --out results/fidelity
 	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) --stragglers 0.2 --straggle-factor 4 \
-	  --time-scale 0.1 --duration 120s --target 0.85 \
+	  --time-scale 0.1 --duration 90s --target 0.85 --eval-every 1s \
 	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
 	$(BIN) testnet --quiet --nodes 200 --duration 5m --time-scale 1 --model none --churn 0.2 --churn-mode mixed \
 	  --barrier pssp:10:4,bsp --out results/churn
