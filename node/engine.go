@@ -347,6 +347,15 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	return obs
 }
 
+func (n *Node) setWaiting(w bool) {
+	n.waiting.Store(w)
+	if w {
+		n.m.waiting.Set(1)
+	} else {
+		n.m.waiting.Set(0)
+	}
+}
+
 // barrier blocks until the barrier lets the node start its next step.
 func (n *Node) barrier(ctx context.Context) error {
 	start := time.Now()
@@ -355,8 +364,7 @@ func (n *Node) barrier(ctx context.Context) error {
 		t0 := time.Now()
 		obs := n.observe(ctx)
 		if ctx.Err() != nil {
-			n.waiting.Store(false)
-			n.m.waiting.Set(0)
+			n.setWaiting(false)
 			return ctx.Err()
 		}
 		n.m.checks.Inc()
@@ -364,21 +372,18 @@ func (n *Node) barrier(ctx context.Context) error {
 		n.m.observeCheck(checked.Sub(t0).Seconds())
 		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
 		if d.Pass {
-			n.waiting.Store(false)
-			n.m.waiting.Set(0)
+			n.setWaiting(false)
 			n.m.observeWait(time.Since(start).Seconds())
 			return nil
 		}
 		if first {
-			n.waiting.Store(true)
-			n.m.waiting.Set(1)
+			n.setWaiting(true)
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			n.waiting.Store(false)
-			n.m.waiting.Set(0)
+			n.setWaiting(false)
 			return ctx.Err()
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon,
@@ -390,8 +395,7 @@ func (n *Node) barrier(ctx context.Context) error {
 				select {
 				case <-ctx.Done():
 					t.Stop()
-					n.waiting.Store(false)
-					n.m.waiting.Set(0)
+					n.setWaiting(false)
 					return ctx.Err()
 				case <-t.C:
 				}

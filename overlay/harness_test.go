@@ -1,7 +1,9 @@
 package overlay
 
 import (
-	"bufio"
+	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/procstat"
+
 	"context"
 	"fmt"
 	"math"
@@ -11,7 +13,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -64,8 +65,8 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	logf := func(format string, args ...any) {
 		fmt.Printf("[%6.1fs] N=%d %s\n", time.Since(start).Seconds(), n, fmt.Sprintf(format, args...))
 	}
-	ln := newLazyNet()
-	defer func() { _ = ln.mn.Close() }()
+	ln := memnet.New(0)
+	defer func() { _ = ln.Close() }()
 	nodes := make([]*hnode, n)
 	var mu sync.Mutex // guards gone flags
 	byID := make(map[peer.ID]int, n)
@@ -87,7 +88,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 			}
 			return tcpHostB(key)
 		}
-		return ln.newHost(connLimits())
+		return ln.NewHost(connLimits())
 	}
 
 	// Join: each node bootstraps through two random earlier nodes.
@@ -172,9 +173,9 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	// CPU over the last 20 s of the 60-s settle window.
 	settle := hdur(60 * time.Second)
 	time.Sleep(time.Until(lastJoin.Add(settle - hdur(20*time.Second))))
-	cpu0, wall0 := cpuSeconds(), time.Now()
+	cpu0, wall0 := procstat.CPUTime().Seconds(), time.Now()
 	time.Sleep(time.Until(lastJoin.Add(settle)))
-	cores := (cpuSeconds() - cpu0) / time.Since(wall0).Seconds()
+	cores := (procstat.CPUTime().Seconds() - cpu0) / time.Since(wall0).Seconds()
 
 	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
 	logf("estimator detail: %s", detailSummary(live(), float64(n)))
@@ -210,7 +211,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	maxm, minm, chi2, p := uniformity(cs)
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
-	rss := vmHWM()
+	rss := procstat.PeakRSS()
 	logf("sampling max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors; Sample p50 %v p99 %v; peak RSS %d MiB",
 		maxm, minm, chi2, n-1, p, sampleErrs, p50, p99, rss>>20)
 
@@ -255,7 +256,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	time.Sleep(time.Until(left.Add(hdur(60 * time.Second))))
 	cMed, cP95, cLocMed, cLocP95, cFail := estimateErrors(live(), newN)
 	logf("estimator detail: %s", detailSummary(live(), newN))
-	rss = vmHWM()
+	rss = procstat.PeakRSS()
 	logf("churn: departed picks %d/%d at +10s, %d/%d at +30s; estimate at +60s median %.3f p95 %.3f (local %.3f / %.3f, %d without); peak RSS %d MiB",
 		bad10, tot10, bad30, tot30, cMed, cP95, cLocMed, cLocP95, cFail, rss>>20)
 
@@ -353,30 +354,4 @@ func membershipStats(nodes []*hnode, n int) (coverage, rt, conns float64) {
 	}
 	k := float64(len(nodes))
 	return coverage / k, rt / k, conns / k
-}
-
-func cpuSeconds() float64 {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	tv := func(t syscall.Timeval) float64 { return float64(t.Sec) + float64(t.Usec)/1e6 }
-	return tv(ru.Utime) + tv(ru.Stime)
-}
-
-// vmHWM returns the process's peak resident set size in bytes.
-func vmHWM() int64 {
-	f, err := os.Open("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
 }

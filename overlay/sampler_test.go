@@ -1,6 +1,8 @@
 package overlay
 
 import (
+	"github.com/pspnode/pspnode/internal/memnet"
+
 	"context"
 	"errors"
 	"testing"
@@ -15,8 +17,8 @@ import (
 // running, over a mocknet host, for driving the membership logic directly.
 func bareOverlay(t *testing.T, cfg Config) *Overlay {
 	t.Helper()
-	ln := newLazyNet()
-	h, err := ln.newHost(100, 200)
+	ln := memnet.New(0)
+	h, err := ln.NewHost(100, 200)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +31,7 @@ func bareOverlay(t *testing.T, cfg Config) *Overlay {
 		o.cancel()
 		_ = d.Close()
 		_ = h.Close()
-		_ = ln.mn.Close()
+		_ = ln.Close()
 	})
 	return o
 }

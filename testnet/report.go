@@ -15,6 +15,7 @@ import (
 	"gonum.org/v1/gonum/stat/distuv"
 
 	"github.com/pspnode/pspnode/internal/figure"
+	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -178,8 +179,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 		r.Accuracy = a
 	}
-	r.PeakRSSBytes = peakRSS()
-	r.CPUS = cpuTime().Seconds()
+	r.PeakRSSBytes = procstat.PeakRSS()
+	r.CPUS = procstat.CPUTime().Seconds()
 	return r
 }
 

@@ -1,6 +1,8 @@
 //go:build unix
 
-package testnet
+// Package procstat reads this process's CPU time and peak memory, for the
+// figures testnets and benchmarks report.
+package procstat
 
 import (
 	"bufio"
@@ -11,8 +13,8 @@ import (
 	"time"
 )
 
-// cpuTime is the process's user plus system CPU time.
-func cpuTime() time.Duration {
+// CPUTime is the process's user plus system CPU time.
+func CPUTime() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
@@ -20,9 +22,9 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// peakRSS is the process's peak resident set in bytes (Linux: VmHWM; 0
+// PeakRSS is the process's peak resident set in bytes (Linux: VmHWM; 0
 // where /proc is missing).
-func peakRSS() int64 {
+func PeakRSS() int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
