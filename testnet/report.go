@@ -406,12 +406,12 @@ func WriteComparison(dir string, results []*Result) error {
 		return nil
 	}
 	if err := figure.Lines(filepath.Join(dir, "accuracy_time.png"), figure.Options{
-		Title: fmt.Sprintf("Held-out %s against wall time (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "time (s)", YLabel: metric,
+		Title: fmt.Sprintf("Held-out %s against wall time (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "time (s)", YLabel: metric, LegendBottom: true,
 	}, accT...); err != nil {
 		return err
 	}
 	return figure.Lines(filepath.Join(dir, "accuracy_updates.png"), figure.Options{
-		Title: fmt.Sprintf("Held-out %s against updates sent (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "updates sent (all nodes)", YLabel: metric,
+		Title: fmt.Sprintf("Held-out %s against updates sent (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "updates sent (all nodes)", YLabel: metric, LegendBottom: true,
 	}, accU...)
 }
 

@@ -6,6 +6,7 @@ package figure
 import (
 	"encoding/csv"
 	"fmt"
+	"image/color"
 	"math"
 	"os"
 	"path/filepath"
@@ -16,6 +17,14 @@ import (
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
+
+// palette has ten colours that stay apart in print (Tableau 10).
+var palette = []color.Color{
+	color.RGBA{31, 119, 180, 255}, color.RGBA{255, 127, 14, 255}, color.RGBA{44, 160, 44, 255},
+	color.RGBA{214, 39, 40, 255}, color.RGBA{148, 103, 189, 255}, color.RGBA{140, 86, 75, 255},
+	color.RGBA{227, 119, 194, 255}, color.RGBA{127, 127, 127, 255}, color.RGBA{188, 189, 34, 255},
+	color.RGBA{23, 190, 207, 255},
+}
 
 // Series is one named line.
 type Series struct {
@@ -28,6 +37,7 @@ type Options struct {
 	Title, XLabel, YLabel string
 	LogY                  bool
 	LegendLeft            bool // put the legend top left instead of top right
+	LegendBottom          bool // put the legend at the bottom
 	Points                bool // draw points on the lines too
 }
 
@@ -35,7 +45,7 @@ type Options struct {
 func Lines(path string, o Options, series ...Series) error {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = o.Title, o.XLabel, o.YLabel
-	p.Legend.Top = true
+	p.Legend.Top = !o.LegendBottom
 	p.Legend.Left = o.LegendLeft
 	p.Add(plotter.NewGrid())
 	if o.LogY {
@@ -56,15 +66,15 @@ func Lines(path string, o Options, series ...Series) error {
 		if err != nil {
 			return fmt.Errorf("figure %s: series %s: %w", path, s.Name, err)
 		}
-		l.Color = plotutil.Color(i)
-		l.Dashes = plotutil.Dashes(i / 7)
+		l.Color = palette[i%len(palette)]
+		l.Dashes = plotutil.Dashes(i / len(palette))
 		l.Width = vg.Points(1.5)
 		p.Add(l)
 		p.Legend.Add(s.Name, l)
 		if o.Points {
 			sc, err := plotter.NewScatter(xys)
 			if err == nil {
-				sc.Color = plotutil.Color(i)
+				sc.Color = palette[i%len(palette)]
 				sc.Shape = plotutil.Shape(i)
 				p.Add(sc)
 			}
