@@ -33,8 +33,8 @@ bench:
 run: build
 	$(BIN) testnet --out results/testnet
 
-## figures: regenerate every figure and table in README.md (takes about
-## 90 minutes on 2 cores: the testnet experiments run in real time)
+## figures: regenerate every figure and table in README.md (the testnet
+## experiments run in real time: about 40 minutes on 2 cores)
 MNIST ?= ../shared/data/mnist
 figures: figures-sim figures-testnet
 
@@ -49,20 +49,20 @@ figures-sim: build
 	cp results/bound/bound_mean.png results/bound/bound_variance.png docs/figures/
 
 figures-testnet: build
-	$(BIN) testnet --quiet --nodes 200 --duration 200s --time-scale 1 --model none \
+	$(BIN) testnet --quiet --nodes 200 --duration 60s --time-scale 1 --model none \
 	  --barrier asp,bsp,ssp:4,pbsp:10,pssp:10:4 --compare-sim --out results/fidelity
 	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) --stragglers 0.2 --straggle-factor 4 \
-	  --time-scale 0.1 --duration 90s --target 0.85 --eval-every 1s \
+	  --time-scale 0.1 --duration 60s --target 0.85 --eval-every 1s \
 	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
 	$(BIN) testnet --quiet --nodes 200 --duration 5m --time-scale 1 --model none --churn 0.2 --churn-mode mixed \
 	  --barrier pssp:10:4,bsp --out results/churn
 	$(BIN) testnet --quiet --nodes 100 --duration 120s --time-scale 1 --model none --stragglers 0.2 --straggle-factor 4 \
 	  --barrier asp,bsp,pbsp:10,pssp:10:4 --out results/hetero
+	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) \
+	  --time-scale 0.05 --duration 45s --barrier pssp:10:4 --encoding $$enc --eval-every 2s --out results/encoding/$$enc; done
 	mkdir -p docs/figures
 	cp results/fidelity/step_distribution.png docs/figures/testnet_step_distribution.png
 	cp results/accuracy/accuracy_time.png results/accuracy/accuracy_updates.png docs/figures/
-	cp results/churn/pssp_10_4/estimate.png docs/figures/estimate_churn.png
-	cp results/churn/step_distribution.png docs/figures/testnet_churn.png
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 1m)
 FUZZTIME ?= 1m
