@@ -84,13 +84,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 	}
 	u := &Update{ParamCount: e.n, Encoding: e.enc}
 	if !e.enc.sparse() {
-		u.Values = make([]float32, e.n)
-		for i, a := range e.acc {
-			q := e.quantize(a)
-			u.Values[i] = q
-			e.residual[i] = a - float64(q)
-		}
-		return u, nil
+		return e.dense(u), nil
 	}
 
 	indices := e.topK()
@@ -102,13 +96,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 		} else {
 			u.Encoding = EncodingDense32
 		}
-		u.Values = make([]float32, e.n)
-		for i, a := range e.acc {
-			q := e.quantize(a)
-			u.Values[i] = q
-			e.residual[i] = a - float64(q)
-		}
-		return u, nil
+		return e.dense(u), nil
 	}
 	copy(e.residual, e.acc)
 	u.Indices = indices
@@ -222,4 +210,16 @@ func kthLargest(a []float64, k int) float64 {
 		}
 	}
 	return a[target]
+}
+
+// dense fills u with every accumulated value, quantised, and keeps the
+// quantisation error as the residual.
+func (e *Encoder) dense(u *Update) *Update {
+	u.Values = make([]float32, e.n)
+	for i, a := range e.acc {
+		q := e.quantize(a)
+		u.Values[i] = q
+		e.residual[i] = a - float64(q)
+	}
+	return u
 }

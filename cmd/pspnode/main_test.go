@@ -95,6 +95,18 @@ func TestSimSweepAndOut(t *testing.T) {
 	}
 }
 
+func TestSweepWithoutBarrierSweepsPBSP(t *testing.T) {
+	code, out, errs := runCLI(t, "sim", "--nodes", "20", "--duration", "10s", "--sweep-beta", "0,3", "--json")
+	var arr []map[string]any
+	if code != 0 || json.Unmarshal([]byte(out), &arr) != nil || len(arr) != 2 || arr[1]["barrier"] != "pbsp:3" {
+		t.Fatalf("exit %d, %s: %s", code, errs, out)
+	}
+	// Naming the paper's five barriers explicitly is a list, not one barrier.
+	if code, _, _ := runCLI(t, "sim", "--barrier", paperBarriers, "--sweep-beta", "1"); code != 2 {
+		t.Errorf("a list of barriers with --sweep-beta: exit %d, want 2", code)
+	}
+}
+
 func TestSimTable(t *testing.T) {
 	code, out, _ := runCLI(t, "sim", "--nodes", "20", "--duration", "20s")
 	if code != 0 || !strings.Contains(out, "pssp:10:4") || !strings.Contains(out, "bsp") {

@@ -143,7 +143,7 @@ Example, two nodes on one machine:
 			}
 			reg := prometheus.NewRegistry()
 			cfg.Registry = reg
-			registerProcess(reg)
+			node.RegisterProcessMetrics(reg)
 			spec := node.TaskSpec{
 				Model: *modelName, Shards: *shards,
 				SGD:  model.SGDConfig{BatchSize: *batch, LR0: *lr, Decay: model.DefaultSGDConfig().Decay},
@@ -249,9 +249,4 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			return err
 		},
 	}
-}
-
-// registerProcess adds the Go runtime and process collectors.
-func registerProcess(reg *prometheus.Registry) {
-	node.RegisterProcessMetrics(reg)
 }

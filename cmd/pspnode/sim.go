@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"text/tabwriter"
@@ -88,8 +89,10 @@ Examples:
 			specs := []psp.Spec(barriers)
 			if len(sweep) > 0 {
 				base := specs[0]
-				if barriers.String() == paperBarriers {
-					base = psp.Spec{Kind: psp.PBSP}
+				barrierSet := false
+				fs.Visit(func(f *flag.Flag) { barrierSet = barrierSet || f.Name == "barrier" })
+				if !barrierSet {
+					base = psp.Spec{Kind: psp.PBSP} // a sweep of the paper's pBSP
 				} else if len(specs) != 1 || !base.Probabilistic() {
 					return usagef("--sweep-beta needs one probabilistic barrier (pbsp, pssp or pdssp), got %q", barriers.String())
 				}

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
@@ -105,11 +104,11 @@ Examples:
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
-			var lv slog.Level
-			if err := lv.UnmarshalText([]byte(*logLevel)); err != nil {
-				return usagef("--log-level %q: want debug, info, warn or error", *logLevel)
+			log, err := newLogger(stderr, *logLevel, "text")
+			if err != nil {
+				return err
 			}
-			cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: lv}))
+			cfg.Logger = log
 			if !*quiet {
 				fmt.Fprintf(stderr, "testnet: starting %d nodes (%s transport), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Barrier, cfg.Model)
 				cfg.BuildProgress = func(built, total int, d time.Duration) {

@@ -113,21 +113,6 @@ func Distribution(name string, values []float64) Series {
 	return s
 }
 
-// CDF returns the empirical CDF of values as a series.
-func CDF(name string, values []float64) Series {
-	v := slices.Clone(values)
-	slices.Sort(v)
-	s := Series{Name: name}
-	for i, x := range v {
-		if i+1 < len(v) && v[i+1] == x {
-			continue
-		}
-		s.X = append(s.X, x)
-		s.Y = append(s.Y, float64(i+1)/float64(len(v)))
-	}
-	return s
-}
-
 // CSV writes rows to path, creating its directory.
 func CSV(path string, header []string, rows [][]string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
