@@ -52,6 +52,10 @@ type Node struct {
 	leaving  atomic.Bool
 	interval atomic.Uint64 // float64 bits: EWMA seconds per step
 	lastEval atomic.Pointer[evalResult]
+	// updBuf receives each decoded update before the task applies it.
+	// Gossip handlers run one at a time, so one buffer serves them all and
+	// the receive path allocates nothing per update.
+	updBuf []float64
 
 	closeOnce sync.Once
 	closeErr  error
@@ -148,6 +152,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		gcfg.ParamCount = n.task.NumParams()
 		gcfg.ModelID = n.task.ModelID()
 		gcfg.Handler = n.onUpdate
+		n.updBuf = make([]float64, n.task.NumParams())
 		if gcfg.Logger == nil {
 			gcfg.Logger = n.log
 		}
@@ -218,7 +223,12 @@ func (n *Node) estimate() float64 {
 
 // onUpdate applies a validated update from the gossip topic.
 func (n *Node) onUpdate(u gossip.Update) {
-	if err := n.task.Apply(u.Dense()); err != nil {
+	clear(n.updBuf)
+	err := u.AddTo(n.updBuf, 1)
+	if err == nil {
+		err = n.task.Apply(n.updBuf)
+	}
+	if err != nil {
 		n.m.applyRejected.Inc()
 		n.log.Debug("update refused by the model", "from", u.Sender, "step", u.Step, "err", err)
 		return

@@ -21,7 +21,8 @@ type Task interface {
 	// publish nothing). It should return promptly when ctx is done.
 	Step(ctx context.Context) (update []float64, err error)
 	// Apply adds an update received from a peer. A bad update is an error
-	// and must leave the task's state untouched.
+	// and must leave the task's state untouched. The slice is reused after
+	// Apply returns: do not keep it.
 	Apply(update []float64) error
 	// NumParams is the length of the parameter vector (0 for none).
 	NumParams() int
