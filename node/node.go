@@ -52,6 +52,9 @@ type Node struct {
 	leaving  atomic.Bool
 	interval atomic.Uint64 // float64 bits: EWMA seconds per step
 	lastEval atomic.Pointer[evalResult]
+	estMu    sync.Mutex // guards estAt and estVal
+	estAt    time.Time
+	estVal   float64
 	// updBuf receives each decoded update before the task applies it.
 	// Gossip handlers run one at a time, so one buffer serves them all and
 	// the receive path allocates nothing per update.
@@ -213,11 +216,19 @@ func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.L
 // estimate is the population estimate this node reports to peers: its own
 // local estimate (zone density and lookups), not the fused one, so that the
 // reports a node averages stay independent and errors do not echo.
+// It is recomputed at most once a second: every query a node sends or
+// answers carries it.
 func (n *Node) estimate() float64 {
+	n.estMu.Lock()
+	defer n.estMu.Unlock()
+	if time.Since(n.estAt) < time.Second {
+		return n.estVal
+	}
 	est, _, err := n.ov.LocalEstimate()
 	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
-		return 0
+		est = 0
 	}
+	n.estAt, n.estVal = time.Now(), est
 	return est
 }
 
