@@ -103,6 +103,11 @@ type Config struct {
 
 	// GossipSub holds the router's parameters (mesh degree, heartbeat, ...).
 	GossipSub pubsub.GossipSubParams
+
+	// Drop, if set, is asked for every incoming message before validation;
+	// true drops it as if lost on the way (ignored, no score penalty, not
+	// forwarded). Fault injection for testnets; nil in production.
+	Drop func() bool
 }
 
 // DefaultConfig returns a configuration for a job of 2..1000 nodes: dense
@@ -441,6 +446,20 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	return nil
 }
 
+// PublishRaw publishes data on the topic as it is, unchecked. It exists for
+// fault injection: testnets use it to play peers that send malformed or
+// hostile updates, so that the receivers' defences can be measured.
+func (g *Gossip) PublishRaw(ctx context.Context, data []byte) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	if err := g.topic.Publish(ctx, data); err != nil {
+		return fmt.Errorf("gossip: publish raw: %w", err)
+	}
+	g.stats.addSent(len(data))
+	return nil
+}
+
 // validate is the topic validator: it runs on every message before GossipSub
 // forwards or delivers it. Rejecting lowers the forwarding peer's score.
 func (g *Gossip) validate(_ context.Context, from peer.ID, msg *pubsub.Message) pubsub.ValidationResult {
@@ -450,6 +469,9 @@ func (g *Gossip) validate(_ context.Context, from peer.ID, msg *pubsub.Message) 
 	origin := msg.GetFrom()
 	if origin == g.self {
 		return pubsub.ValidationIgnore // our own message coming back: already applied
+	}
+	if g.cfg.Drop != nil && g.cfg.Drop() {
+		return pubsub.ValidationIgnore
 	}
 	u, err := Validate(msg.GetData(), origin, g.step.Load(), g.lim)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"regexp"
 	"time"
 
@@ -77,6 +78,25 @@ type Config struct {
 	// EvalEvery evaluates the model every this many steps (0: never).
 	EvalEvery int
 
+	// Screen holds peers to their earlier step reports (psp.Screen): a peer
+	// whose step went backwards, or has not advanced for many of this
+	// node's step intervals, does not count at the barrier and is replaced
+	// by a fresh draw.
+	Screen psp.ScreenConfig
+	// ClipFactor bounds the influence of one received update: an update
+	// whose L2 norm exceeds ClipFactor × the median norm of this node's own
+	// recent updates is scaled down to that norm (0 disables clipping).
+	ClipFactor float64
+	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
+	// step and model streams from one peer and from all peers; streams over
+	// the cap are reset at once. A real host also gets these per-peer caps
+	// for the two protocols in go-libp2p's resource manager.
+	MaxStreamsPerPeer, MaxInboundStreams int
+
+	// Faults make the node misbehave, for testnets that measure the
+	// defences above. The zero value is an honest node.
+	Faults Faults
+
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
 	// peers are filled in from the fields above.
 	Overlay overlay.Config
@@ -98,22 +118,26 @@ type Config struct {
 // QUIC on port 4001, pSSP(10, 4), no model.
 func DefaultConfig() Config {
 	return Config{
-		Job:             "default",
-		Listen:          []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
-		ConnLow:         64,
-		ConnHigh:        256,
-		Barrier:         psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
-		StartTimeout:    30 * time.Second,
-		QueryTimeout:    time.Second,
-		Replacements:    2,
-		PollMin:         10 * time.Millisecond,
-		PollMax:         500 * time.Millisecond,
-		JoinFetch:       true,
-		EvalEvery:       10,
-		CheckpointEvery: 10,
-		ScaleLR:         true,
-		Overlay:         overlay.DefaultConfig(),
-		Gossip:          gossip.DefaultConfig(),
+		Job:               "default",
+		Listen:            []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
+		ConnLow:           64,
+		ConnHigh:          256,
+		Barrier:           psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
+		StartTimeout:      30 * time.Second,
+		QueryTimeout:      time.Second,
+		Replacements:      2,
+		PollMin:           10 * time.Millisecond,
+		PollMax:           500 * time.Millisecond,
+		JoinFetch:         true,
+		EvalEvery:         10,
+		CheckpointEvery:   10,
+		ScaleLR:           true,
+		Screen:            psp.DefaultScreenConfig(),
+		ClipFactor:        4,
+		MaxStreamsPerPeer: 8,
+		MaxInboundStreams: 512,
+		Overlay:           overlay.DefaultConfig(),
+		Gossip:            gossip.DefaultConfig(),
 	}
 }
 
@@ -136,6 +160,12 @@ func (c Config) Validate() error {
 	}
 	if c.QueryTimeout <= 0 || c.PollMin <= 0 || c.PollMax < c.PollMin {
 		errs = append(errs, fmt.Errorf("need query timeout > 0 and 0 < poll min <= poll max (got %v, %v, %v)", c.QueryTimeout, c.PollMin, c.PollMax))
+	}
+	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
+		errs = append(errs, fmt.Errorf("stream caps %d per peer, %d in all: need 1 <= per peer <= all", c.MaxStreamsPerPeer, c.MaxInboundStreams))
+	}
+	if !(c.ClipFactor >= 0) || math.IsInf(c.ClipFactor, 0) {
+		errs = append(errs, fmt.Errorf("clip factor %v must be a finite number >= 0", c.ClipFactor))
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))

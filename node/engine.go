@@ -66,9 +66,8 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.gs != nil {
 			n.gs.SetLocalStep(step)
 			if upd != nil {
-				if err := n.gs.Publish(ctx, step, upd); err != nil && ctx.Err() == nil {
-					n.log.Warn("publish failed", "step", step, "err", err)
-				}
+				n.noteOwnNorm(upd)
+				n.publish(ctx, step, upd)
 			}
 		}
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
@@ -84,6 +83,22 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.barrier(ctx) != nil {
 			return nil // stopped while waiting at the barrier
 		}
+	}
+}
+
+// publish sends the step's update on the gossip topic (or, for a node
+// playing a poisoner, what Faults.Poison makes of it).
+func (n *Node) publish(ctx context.Context, step int64, upd []float64) {
+	var err error
+	if poison := n.cfg.Faults.Poison; poison != nil {
+		if raw := poison(step, upd); raw != nil {
+			err = n.gs.PublishRaw(ctx, raw)
+		}
+	} else {
+		err = n.gs.Publish(ctx, step, upd)
+	}
+	if err != nil && ctx.Err() == nil {
+		n.log.Warn("publish failed", "step", step, "err", err)
 	}
 }
 
@@ -289,7 +304,9 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 }
 
 // observe draws the barrier's sample and asks it for steps, replacing peers
-// that do not answer. Global barriers ask every known peer.
+// that do not answer or whose reports the screen refuses. Global barriers
+// ask every known peer. Only the Run goroutine calls it (n.screen is not
+// safe for concurrent use).
 func (n *Node) observe(ctx context.Context) []psp.Observation {
 	sp := n.cfg.Barrier
 	if sp.Kind == psp.ASP {
@@ -328,6 +345,19 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 				n.ov.MarkAlive(p)
 				if a.reply.Estimate > 0 {
 					n.ov.ObserveEstimate(p, a.reply.Estimate)
+				}
+				// Hold the peer to its earlier reports (psp.Screen): a
+				// refused report is replaced like a peer that did not answer.
+				// A stuck peer that is not behind us cannot hold us back, so
+				// it still counts (and costs no replacement query).
+				v := n.screen.Check(string(p), a.reply.Step, time.Since(n.started).Seconds(), n.stepInterval())
+				if v == psp.Stuck && a.reply.Step >= n.step.Load() {
+					v = psp.Accept
+				}
+				if v != psp.Accept {
+					failed++
+					n.m.screened.WithLabelValues(v.String()).Inc()
+					continue
 				}
 				obs = append(obs, psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval})
 			}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // metrics are the node's Prometheus metrics (names psp_*), registered on
@@ -27,6 +29,9 @@ type metrics struct {
 	accuracy      prometheus.Gauge
 	routingTable  prometheus.Gauge
 	connected     prometheus.Gauge
+	screened      *prometheus.CounterVec
+	clipped       prometheus.Counter
+	refused       prometheus.Counter
 
 	mu     sync.Mutex
 	waits  ring // recent barrier waits, seconds
@@ -63,12 +68,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		accuracy:      g("model_accuracy", "Held-out accuracy at the last evaluation."),
 		routingTable:  g("routing_table_size", "Peers in the Kademlia routing table."),
 		connected:     g("connected_peers", "Peers with an open connection."),
-		waits:         newRing(4096),
-		checkL:        newRing(4096),
-		rtts:          newRing(4096),
+		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
+			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
+		clipped: c("updates_clipped_total", "Received updates scaled down to ClipFactor × the median norm of this node's own updates."),
+		refused: c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
+		waits:   newRing(4096),
+		checkL:  newRing(4096),
+		rtts:    newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected)
+		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
+		m.screened, m.clipped, m.refused)
+	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
+		m.screened.WithLabelValues(v.String()) // export zeros
+	}
 	return m
 }
 

@@ -11,6 +11,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -59,6 +60,14 @@ type Node struct {
 	// Gossip handlers run one at a time, so one buffer serves them all and
 	// the receive path allocates nothing per update.
 	updBuf []float64
+	// limiter caps concurrent inbound step and model streams.
+	limiter *inboundLimiter
+	// screen judges peers' step reports; used only by the Run goroutine.
+	screen *psp.Screen
+	// ownNorms are the L2 norms of this node's recent updates, against
+	// which received updates are clipped.
+	normMu   sync.Mutex
+	ownNorms ring
 
 	closeOnce sync.Once
 	closeErr  error
@@ -82,14 +91,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:     cfg,
-		log:     cfg.Logger,
-		reg:     cfg.Registry,
-		stepID:  StepProtocol(cfg.Job),
-		modelID: ModelProtocol(cfg.Job),
-		started: time.Now(),
-		wake:    make(chan struct{}, 1),
-		decider: psp.NewDecider(cfg.Barrier),
+		cfg:      cfg,
+		log:      cfg.Logger,
+		reg:      cfg.Registry,
+		stepID:   StepProtocol(cfg.Job),
+		modelID:  ModelProtocol(cfg.Job),
+		started:  time.Now(),
+		wake:     make(chan struct{}, 1),
+		decider:  psp.NewDecider(cfg.Barrier),
+		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
+		screen:   psp.NewScreen(cfg.Screen),
+		ownNorms: newRing(32),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -105,9 +117,14 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
+		rm, err := resourceManager(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("node: resource manager: %w", err)
+		}
 		opts := []libp2p.Option{
 			libp2p.ListenAddrStrings(cfg.Listen...),
 			libp2p.ConnectionManager(cm),
+			libp2p.ResourceManager(rm),
 			libp2p.PrometheusRegisterer(n.reg),
 		}
 		if cfg.Identity != nil {
@@ -115,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		h, err := libp2p.New(opts...)
 		if err != nil {
+			rm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
 		n.h = h
@@ -155,6 +173,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		gcfg.ParamCount = n.task.NumParams()
 		gcfg.ModelID = n.task.ModelID()
 		gcfg.Handler = n.onUpdate
+		if cfg.Faults.Loss > 0 {
+			gcfg.Drop = n.lost
+		}
 		n.updBuf = make([]float64, n.task.NumParams())
 		if gcfg.Logger == nil {
 			gcfg.Logger = n.log
@@ -237,6 +258,7 @@ func (n *Node) onUpdate(u gossip.Update) {
 	clear(n.updBuf)
 	err := u.AddTo(n.updBuf, 1)
 	if err == nil {
+		n.clip(n.updBuf)
 		err = n.task.Apply(n.updBuf)
 	}
 	if err != nil {
@@ -250,6 +272,51 @@ func (n *Node) onUpdate(u gossip.Update) {
 	}
 }
 
+// noteOwnNorm records the norm of an update this node computed itself.
+func (n *Node) noteOwnNorm(delta []float64) {
+	if nrm := l2(delta); nrm > 0 && !math.IsInf(nrm, 0) && !math.IsNaN(nrm) {
+		n.normMu.Lock()
+		n.ownNorms.add(nrm)
+		n.normMu.Unlock()
+	}
+}
+
+// clip scales v down to ClipFactor × the median norm of this node's own
+// recent updates, if it is longer. Honest peers train the same model on
+// shards of the same data at the same learning rate, so their updates are
+// of the same size as ours; a peer whose updates are far larger (a poisoner
+// that scales them up) is bounded to a few honest updates' worth of pull.
+// The reference is our own updates, which no peer can inflate. Before this
+// node has made a step there is no reference and nothing is clipped.
+func (n *Node) clip(v []float64) {
+	if n.cfg.ClipFactor <= 0 {
+		return
+	}
+	n.normMu.Lock()
+	norms := n.ownNorms.values()
+	n.normMu.Unlock()
+	if len(norms) == 0 {
+		return
+	}
+	slices.Sort(norms)
+	limit := n.cfg.ClipFactor * norms[len(norms)/2]
+	if nrm := l2(v); nrm > limit {
+		scale := limit / nrm
+		for i := range v {
+			v[i] *= scale
+		}
+		n.m.clipped.Inc()
+	}
+}
+
+func l2(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x * x
+	}
+	return math.Sqrt(s)
+}
+
 // guard resets s when ctx ends. Every wait on a stream then has a deadline
 // even on transports whose SetDeadline does nothing (go-libp2p's mocknet),
 // and whatever the remote does. Call the returned stop when done.
@@ -259,6 +326,13 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 
 // handleStep answers a step query, or notes that a peer is leaving.
 func (n *Node) handleStep(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	if !n.limiter.acquire(from) {
+		n.m.refused.Inc()
+		_ = s.Reset()
+		return
+	}
+	defer n.limiter.release(from)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
 	defer cancel()
@@ -269,7 +343,6 @@ func (n *Node) handleStep(s network.Stream) {
 	if err == nil {
 		q, err = UnmarshalStepRequest(body)
 	}
-	from := s.Conn().RemotePeer()
 	if err != nil {
 		n.m.malformed.Inc()
 		n.log.Debug("malformed step request", "from", from, "err", err)
@@ -286,6 +359,18 @@ func (n *Node) handleStep(s network.Stream) {
 		n.ov.ObserveEstimate(from, q.Estimate)
 	}
 	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	if f := n.cfg.Faults; f.active() {
+		if n.lost() {
+			<-ctx.Done() // the query is lost: the asker hears nothing
+			return
+		}
+		if f.ReplyDelay > 0 {
+			sleepCtx(ctx, f.ReplyDelay)
+		}
+		if f.StepLie != nil {
+			reply.Step = f.StepLie(reply.Step)
+		}
+	}
 	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
 		_ = s.Reset()
 		return
@@ -297,6 +382,13 @@ func (n *Node) handleStep(s network.Stream) {
 
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	if !n.limiter.acquire(from) {
+		n.m.refused.Inc()
+		_ = s.Reset()
+		return
+	}
+	defer n.limiter.release(from)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*n.cfg.QueryTimeout)
 	defer cancel()

@@ -1,0 +1,152 @@
+package node
+
+import (
+	"context"
+	"math"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+)
+
+func TestInboundLimiter(t *testing.T) {
+	a, b, c := peer.ID("a"), peer.ID("b"), peer.ID("c")
+	tests := []struct {
+		name     string
+		per, all int
+		ops      []struct {
+			p       peer.ID
+			acquire bool // false: release
+			want    bool
+		}
+	}{
+		{"per-peer cap", 2, 10, []struct {
+			p       peer.ID
+			acquire bool
+			want    bool
+		}{{a, true, true}, {a, true, true}, {a, true, false}, {b, true, true}, {a, false, true}, {a, true, true}}},
+		{"total cap", 2, 3, []struct {
+			p       peer.ID
+			acquire bool
+			want    bool
+		}{{a, true, true}, {a, true, true}, {b, true, true}, {c, true, false}, {b, false, true}, {c, true, true}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := newInboundLimiter(tt.per, tt.all)
+			for i, op := range tt.ops {
+				if !op.acquire {
+					l.release(op.p)
+					continue
+				}
+				if got := l.acquire(op.p); got != op.want {
+					t.Fatalf("op %d: acquire(%s) = %v, want %v", i, op.p, got, op.want)
+				}
+			}
+		})
+	}
+}
+
+func TestClip(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	n := &Node{cfg: Config{ClipFactor: 4}, m: newMetrics(reg), ownNorms: newRing(32)}
+	// No reference yet: nothing is clipped.
+	v := []float64{300, 400}
+	n.clip(v)
+	if v[0] != 300 {
+		t.Fatalf("clipped without a reference: %v", v)
+	}
+	for _, nrm := range []float64{1, 1, 2, 1, 100} { // median 1; one outlier of our own
+		n.noteOwnNorm([]float64{nrm})
+	}
+	tests := []struct {
+		in       []float64
+		wantNorm float64
+	}{
+		{[]float64{3, 0}, 3},     // within 4 × 1: untouched
+		{[]float64{300, 400}, 4}, // norm 500: scaled to 4
+		{[]float64{0, -40}, 4},
+	}
+	for _, tt := range tests {
+		v := append([]float64(nil), tt.in...)
+		n.clip(v)
+		if got := l2(v); math.Abs(got-tt.wantNorm) > 1e-9 {
+			t.Errorf("clip(%v) has norm %v, want %v", tt.in, got, tt.wantNorm)
+		}
+		// The direction is kept.
+		if v[0]*tt.in[1] != v[1]*tt.in[0] {
+			t.Errorf("clip(%v) = %v changed direction", tt.in, v)
+		}
+	}
+	if got := counterValue(n.m.clipped); got != 2 {
+		t.Errorf("clipped counter %v, want 2", got)
+	}
+}
+
+// A peer that opens many step streams at once and never writes (a
+// flooder) gets the streams over its cap reset, and an honest peer's query
+// to the same node is still answered.
+func TestStreamFloodIsCapped(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	nodes := buildTestNodes(t, 2, "asp", 0.001, func() host.Host {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	target, honest := nodes[0], nodes[1]
+	flood, err := mn.NewHost(10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = flood.Close() })
+	if err := flood.Connect(context.Background(), peer.AddrInfo{ID: target.ID(), Addrs: target.Host().Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Go(func() {
+			s, err := flood.NewStream(ctx, target.ID(), target.stepID)
+			if err != nil {
+				return
+			}
+			_, _ = s.Write([]byte{0xff}) // an unfinished frame, then silence
+			<-ctx.Done()
+			_ = s.Reset()
+		})
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for counterValue(target.m.refused) < 64-float64(target.cfg.MaxStreamsPerPeer) && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if got, want := counterValue(target.m.refused), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
+		t.Errorf("refused %v flood streams, want at least %v", got, want)
+	}
+	r, err := honest.queryStep(context.Background(), target.ID(), StepRequest{Step: 1})
+	if err != nil {
+		t.Fatalf("honest query during the flood failed: %v", err)
+	}
+	if r.Step != target.Step() {
+		t.Errorf("honest query got step %d, want %d", r.Step, target.Step())
+	}
+	cancel()
+	wg.Wait()
+}
+
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return math.NaN()
+	}
+	return m.GetCounter().GetValue()
+}

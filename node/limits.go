@@ -1,0 +1,64 @@
+package node
+
+import (
+	"sync"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+)
+
+// resourceManager is go-libp2p's default resource manager (limits scaled to
+// the machine's memory and file descriptors) plus per-peer stream caps on
+// the job's step and model protocols, so that one peer cannot hold more
+// than MaxStreamsPerPeer of either open at the transport level.
+func resourceManager(cfg Config) (network.ResourceManager, error) {
+	limits := rcmgr.DefaultLimits
+	libp2p.SetDefaultServiceLimits(&limits)
+	k := cfg.MaxStreamsPerPeer
+	perPeer := rcmgr.BaseLimit{Streams: 2 * k, StreamsInbound: k, StreamsOutbound: k, Memory: 16 << 20}
+	limits.AddProtocolPeerLimit(StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
+}
+
+// inboundLimiter caps the concurrent inbound streams of the step and model
+// protocols, per remote peer and in total, so that a peer that floods a
+// node with streams gets them reset at once instead of tying up handler
+// goroutines and memory. It works on every transport (go-libp2p's resource
+// manager, which real hosts also configure, is absent from the in-memory
+// testnet transport).
+type inboundLimiter struct {
+	perPeer, total int
+
+	mu     sync.Mutex
+	active map[peer.ID]int
+	sum    int
+}
+
+func newInboundLimiter(perPeer, total int) *inboundLimiter {
+	return &inboundLimiter{perPeer: perPeer, total: total, active: make(map[peer.ID]int)}
+}
+
+// acquire reserves a slot for a stream from p; false if p or the node is at
+// its limit. A successful acquire must be followed by release.
+func (l *inboundLimiter) acquire(p peer.ID) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active[p] >= l.perPeer || l.sum >= l.total {
+		return false
+	}
+	l.active[p]++
+	l.sum++
+	return true
+}
+
+func (l *inboundLimiter) release(p peer.ID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.active[p]--; l.active[p] <= 0 {
+		delete(l.active, p)
+	}
+	l.sum--
+}
