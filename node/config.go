@@ -83,10 +83,10 @@ type Config struct {
 	// node's step intervals, does not count at the barrier and is replaced
 	// by a fresh draw.
 	Screen psp.ScreenConfig
-	// ClipFactor bounds the influence of one received update: an update
-	// whose L2 norm exceeds ClipFactor × the median norm of this node's own
-	// recent updates is scaled down to that norm (0 disables clipping).
-	ClipFactor float64
+	// NormBound bounds the influence of one received update: an update
+	// whose L2 norm exceeds NormBound × the median norm of this node's own
+	// recent updates is refused (0 disables the check).
+	NormBound float64
 	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
 	// step and model streams from one peer and from all peers; streams over
 	// the cap are reset at once. A real host also gets these per-peer caps
@@ -133,7 +133,7 @@ func DefaultConfig() Config {
 		CheckpointEvery:   10,
 		ScaleLR:           true,
 		Screen:            psp.DefaultScreenConfig(),
-		ClipFactor:        4,
+		NormBound:         4,
 		MaxStreamsPerPeer: 8,
 		MaxInboundStreams: 512,
 		Overlay:           overlay.DefaultConfig(),
@@ -164,8 +164,8 @@ func (c Config) Validate() error {
 	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
 		errs = append(errs, fmt.Errorf("stream caps %d per peer, %d in all: need 1 <= per peer <= all", c.MaxStreamsPerPeer, c.MaxInboundStreams))
 	}
-	if !(c.ClipFactor >= 0) || math.IsInf(c.ClipFactor, 0) {
-		errs = append(errs, fmt.Errorf("clip factor %v must be a finite number >= 0", c.ClipFactor))
+	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
+		errs = append(errs, fmt.Errorf("norm bound %v must be a finite number >= 0", c.NormBound))
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))

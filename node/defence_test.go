@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"math"
 	"sync"
 	"testing"
 	"time"
@@ -10,7 +9,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 )
@@ -53,39 +51,42 @@ func TestInboundLimiter(t *testing.T) {
 	}
 }
 
-func TestClip(t *testing.T) {
+func TestNormBound(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	n := &Node{cfg: Config{ClipFactor: 4}, m: newMetrics(reg), ownNorms: newRing(32)}
-	// No reference yet: nothing is clipped.
-	v := []float64{300, 400}
-	n.clip(v)
-	if v[0] != 300 {
-		t.Fatalf("clipped without a reference: %v", v)
+	n := &Node{cfg: Config{NormBound: 4}, m: newMetrics(reg), ownNorms: newRing(32)}
+	// Before the node's first step, updates are held, then checked.
+	task := &countTask{}
+	n.task = task
+	if n.withinNorm([]float64{0.5}) || n.withinNorm([]float64{50}) {
+		t.Fatal("accepted an update before the node has a reference norm")
 	}
-	for _, nrm := range []float64{1, 1, 2, 1, 100} { // median 1; one outlier of our own
+	n.noteOwnNorm([]float64{1})
+	if task.applied != 1 {
+		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", task.applied)
+	}
+	for _, nrm := range []float64{1, 2, 1, 100} { // median 1; one outlier of our own
 		n.noteOwnNorm([]float64{nrm})
 	}
 	tests := []struct {
-		in       []float64
-		wantNorm float64
+		in   []float64
+		want bool
 	}{
-		{[]float64{3, 0}, 3},     // within 4 × 1: untouched
-		{[]float64{300, 400}, 4}, // norm 500: scaled to 4
-		{[]float64{0, -40}, 4},
+		{[]float64{3, 0}, true},
+		{[]float64{0, -4}, true}, // exactly at the bound
+		{[]float64{300, 400}, false},
+		{[]float64{0, -4.01}, false},
 	}
 	for _, tt := range tests {
-		v := append([]float64(nil), tt.in...)
-		n.clip(v)
-		if got := l2(v); math.Abs(got-tt.wantNorm) > 1e-9 {
-			t.Errorf("clip(%v) has norm %v, want %v", tt.in, got, tt.wantNorm)
-		}
-		// The direction is kept.
-		if v[0]*tt.in[1] != v[1]*tt.in[0] {
-			t.Errorf("clip(%v) = %v changed direction", tt.in, v)
+		if got := n.withinNorm(tt.in); got != tt.want {
+			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
-	if got := counterValue(n.m.clipped); got != 2 {
-		t.Errorf("clipped counter %v, want 2", got)
+	if got := counterValue(n.m.normRefused); got != 3 {
+		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
+	}
+	n.cfg.NormBound = 0
+	if !n.withinNorm([]float64{1e9}) {
+		t.Error("NormBound 0 should disable the check")
 	}
 }
 
@@ -143,10 +144,10 @@ func TestStreamFloodIsCapped(t *testing.T) {
 	wg.Wait()
 }
 
-func counterValue(c prometheus.Counter) float64 {
-	var m dto.Metric
-	if err := c.Write(&m); err != nil {
-		return math.NaN()
-	}
-	return m.GetCounter().GetValue()
+// countTask is a Task that counts applied updates.
+type countTask struct {
+	SleepTask
+	applied int
 }
+
+func (c *countTask) Apply([]float64) error { c.applied++; return nil }

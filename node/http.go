@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // Status is what /status reports.
@@ -36,6 +38,12 @@ type Status struct {
 	UpdatesSent        uint64   `json:"updates_sent"`
 	UpdatesReceived    uint64   `json:"updates_received"`
 	UpdatesRejected    uint64   `json:"updates_rejected"`
+	// Defences at work: step reports not counted at the barrier (stuck or
+	// lying peers), received updates refused by the norm bound, inbound
+	// streams reset at the per-peer cap.
+	ReportsScreened    uint64 `json:"reports_screened"`
+	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
+	StreamsRefused     uint64 `json:"streams_refused"`
 }
 
 // Status returns the node's current status.
@@ -73,6 +81,11 @@ func (n *Node) Status() Status {
 		gs := n.gs.Stats()
 		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = gs.Sent, gs.Received, gs.TotalRejected()
 	}
+	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
+		st.ReportsScreened += uint64(counterValue(n.m.screened.WithLabelValues(v.String())))
+	}
+	st.UpdatesNormRefused = uint64(counterValue(n.m.normRefused))
+	st.StreamsRefused = uint64(counterValue(n.m.refused))
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

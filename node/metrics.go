@@ -5,6 +5,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/psp"
 )
@@ -30,7 +31,7 @@ type metrics struct {
 	routingTable  prometheus.Gauge
 	connected     prometheus.Gauge
 	screened      *prometheus.CounterVec
-	clipped       prometheus.Counter
+	normRefused   prometheus.Counter
 	refused       prometheus.Counter
 
 	mu     sync.Mutex
@@ -70,15 +71,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connected:     g("connected_peers", "Peers with an open connection."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
-		clipped: c("updates_clipped_total", "Received updates scaled down to ClipFactor × the median norm of this node's own updates."),
-		refused: c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
-		waits:   newRing(4096),
-		checkL:  newRing(4096),
-		rtts:    newRing(4096),
+		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
+		waits:       newRing(4096),
+		checkL:      newRing(4096),
+		rtts:        newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
-		m.screened, m.clipped, m.refused)
+		m.screened, m.normRefused, m.refused)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}
@@ -143,4 +144,13 @@ func (n *Node) Recent() (waits, checks, rtts []float64) {
 	n.m.mu.Lock()
 	defer n.m.mu.Unlock()
 	return n.m.waits.values(), n.m.checkL.values(), n.m.rtts.values()
+}
+
+// counterValue reads a counter's current value.
+func counterValue(c prometheus.Counter) float64 {
+	var m dto.Metric
+	if err := c.Write(&m); err != nil {
+		return 0
+	}
+	return m.GetCounter().GetValue()
 }

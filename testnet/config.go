@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
+	"slices"
 	"time"
 
 	"github.com/pspnode/pspnode/psp"
@@ -29,6 +30,18 @@ type Config struct {
 	Data     string // synthetic or mnist:DIR
 	Encoding string // gossip encoding: dense32, dense16, topk32, topk16
 	LR       float64
+
+	// Roles makes shares of the initial nodes hostile or faulty (see
+	// Role); SlowDelay is how late Slow nodes answer step queries.
+	Roles     []RoleShare
+	SlowDelay time.Duration
+	// Latency is added to every link one way, and Loss is the probability
+	// that a step query or a gossip message is lost (mem transport only).
+	Latency time.Duration
+	Loss    float64
+	// NormBound overrides the nodes' update norm bound (node.Config);
+	// 0 keeps the node default, a negative value turns the check off.
+	NormBound float64
 
 	Transport string // mem (in-process network) or tcp (loopback)
 	// ConnLow and ConnHigh are each node's connection-manager watermarks
@@ -65,6 +78,7 @@ func DefaultConfig() Config {
 		Data:           "synthetic",
 		Encoding:       "dense32",
 		Transport:      "mem",
+		SlowDelay:      500 * time.Millisecond,
 		Seed:           1,
 		Warmup:         30 * time.Second,
 		RecordEvery:    time.Second,
@@ -108,6 +122,22 @@ func (c Config) Validate() error {
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
+	}
+	if c.Latency < 0 || c.Latency > 10*time.Second || !(c.Loss >= 0 && c.Loss < 1) || c.SlowDelay < 0 {
+		bad("latency %v must be in [0, 10s], loss %v in [0, 1), slow delay %v non-negative", c.Latency, c.Loss, c.SlowDelay)
+	}
+	if (c.Latency > 0 || c.Loss > 0) && c.Transport != "mem" {
+		bad("latency and loss injection need --transport mem")
+	}
+	total := 0.0
+	for _, r := range c.Roles {
+		if !slices.Contains(Roles, r.Role) || !(r.Fraction > 0 && r.Fraction <= 1) {
+			bad("role %q with share %v: want a known role and a share in (0, 1]", r.Role, r.Fraction)
+		}
+		total += r.Fraction
+	}
+	if total > 1 {
+		bad("role shares add up to %.3g, more than all the nodes", total)
 	}
 	for _, e := range c.Script {
 		if (e.Action == Partition || e.Action == Heal) && c.Transport != "mem" {

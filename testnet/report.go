@@ -67,6 +67,14 @@ type Result struct {
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
 
+	// Defences sums, over the honest live nodes, what their defences did.
+	Defences struct {
+		ReportsScreened    uint64 `json:"reports_screened"`
+		UpdatesNormRefused uint64 `json:"updates_norm_refused"`
+		StreamsRefused     uint64 `json:"streams_refused"`
+	} `json:"defences"`
+	Hostile *Hostility `json:"hostile,omitempty"`
+
 	PeakRSSBytes int64   `json:"peak_rss_bytes"`
 	CPUS         float64 `json:"cpu_s"`
 
@@ -76,6 +84,31 @@ type Result struct {
 	ests   []estRow
 	accs   []accRow
 	finals []finalRow
+}
+
+// Hostility reports a run with hostile or faulty nodes (Config.Roles).
+// Every step, wait and accuracy figure of the Result covers honest nodes
+// only.
+type Hostility struct {
+	Roles       string         `json:"roles"`
+	Nodes       map[string]int `json:"nodes"` // initial nodes per role
+	HonestNodes int            `json:"honest_nodes"`
+	// PoisonApplied counts updates of NaN, huge or wrong-length poisoners
+	// that reached an honest node's model (the target is zero);
+	// NormPoisonDelivered counts the valid-looking large-norm ones, which
+	// are delivered and then refused by the norm bound.
+	PoisonApplied       uint64 `json:"poison_applied"`
+	NormPoisonDelivered uint64 `json:"norm_poison_delivered"`
+	// Target is the node the flooders attacked, when there are flooders.
+	Target *FloodTarget `json:"flood_target,omitempty"`
+}
+
+// FloodTarget compares the flooders' target with the other honest nodes.
+type FloodTarget struct {
+	Steps           int64   `json:"steps"`
+	HonestMeanSteps float64 `json:"honest_mean_steps"`
+	StreamsRefused  uint64  `json:"streams_refused"`
+	Live            bool    `json:"live"`
 }
 
 // Accuracy is how well the trained models do on held-out data: accuracy
@@ -114,9 +147,19 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	}
 	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
+	if len(c.Roles) > 0 {
+		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
+			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
+	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
 		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.nd.Step(), live})
+		if m.role != Honest {
+			if m.joinedAt == 0 {
+				r.Hostile.Nodes[string(m.role)]++
+			}
+			continue // every figure below is of honest nodes
+		}
 		switch {
 		case m.joinedAt > 0:
 			r.Joined++
@@ -136,6 +179,10 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		} else {
 			fast = append(fast, s)
 		}
+		st := m.nd.Status()
+		r.Defences.ReportsScreened += st.ReportsScreened
+		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
+		r.Defences.StreamsRefused += st.StreamsRefused
 		w, ck, rt := m.nd.Recent()
 		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
@@ -153,6 +200,13 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	}
 	r.LiveNodes = len(all)
 	r.Steps = sim.Summarize(all)
+	if r.Hostile != nil {
+		r.Hostile.HonestNodes = len(all)
+		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder }) {
+			r.Hostile.Target = &FloodTarget{Steps: t.target.nd.Step(), HonestMeanSteps: r.Steps.Mean,
+				StreamsRefused: t.target.nd.Status().StreamsRefused, Live: t.target.leftAt < 0}
+		}
+	}
 	if len(slow) > 0 && len(fast) > 0 {
 		f, s := sim.Summarize(fast), sim.Summarize(slow)
 		r.FastSteps, r.StragglerSteps = &f, &s
@@ -273,6 +327,14 @@ func (r *Result) PrintSummary(w io.Writer) {
 			tt = fmt.Sprintf("%.0f s", *a.TimeToTarget)
 		}
 		row(a.Metric, "final %.4f (loss %.4f); %.2f reached: %s", a.Final, a.FinalLoss, a.Target, tt)
+	}
+	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
+	if h := r.Hostile; h != nil {
+		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)
+		row("  poison", "%d invalid updates applied, %d large-norm updates delivered (then refused by norm)", h.PoisonApplied, h.NormPoisonDelivered)
+		if tg := h.Target; tg != nil {
+			row("  flood target", "%d steps against an honest mean of %.1f; %d streams refused", tg.Steps, tg.HonestMeanSteps, tg.StreamsRefused)
+		}
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if c := r.CompareSim; c != nil {

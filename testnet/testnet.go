@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -36,6 +37,7 @@ type member struct {
 	idx      int
 	nd       *node.Node
 	factor   float64
+	role     Role
 	cancel   context.CancelFunc
 	done     chan struct{}
 	joinedAt time.Duration // since training started (0 for initial nodes)
@@ -84,6 +86,11 @@ type testnet struct {
 	accs   []accRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
 	wg     sync.WaitGroup
+
+	roleOf        sync.Map // peer.ID -> Role, hostile nodes only
+	target        *member  // the honest node flooders attack
+	poisonApplied atomic.Uint64
+	normDelivered atomic.Uint64
 }
 
 // Run builds a testnet, trains for cfg.Duration with the configured churn,
@@ -111,7 +118,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		t.data = d
 	}
 	if cfg.Transport == "mem" {
-		t.net = memnet.New(0)
+		t.net = memnet.New(cfg.Latency)
 	}
 	defer t.closeAll()
 
@@ -121,6 +128,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	for _, i := range pick.Perm(cfg.Nodes)[:int(math.Round(cfg.Stragglers*float64(cfg.Nodes)))] {
 		straggler[i] = true
 	}
+	roles := assignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
 	buildStart := time.Now()
 	for i := range cfg.Nodes {
 		if err := ctx.Err(); err != nil {
@@ -130,8 +138,12 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		if straggler[i] {
 			f = cfg.StraggleFactor
 		}
-		if _, err := t.addNode(ctx, f, false); err != nil {
+		m, err := t.addNode(ctx, f, false, roles[i])
+		if err != nil {
 			return nil, fmt.Errorf("testnet: node %d: %w", i, err)
+		}
+		if t.target == nil && m.role == Honest {
+			t.target = m
 		}
 		if cfg.BuildProgress != nil && ((i+1)%50 == 0 || i+1 == cfg.Nodes) {
 			cfg.BuildProgress(i+1, cfg.Nodes, time.Since(buildStart))
@@ -178,7 +190,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 
 // addNode creates a node (not yet training) bootstrapped from up to three
 // random live members.
-func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*member, error) {
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role) (*member, error) {
 	cfg := node.DefaultConfig()
 	cfg.Job = "testnet"
 	cfg.Barrier = t.cfg.Barrier
@@ -194,6 +206,12 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 		return nil, err
 	}
 	cfg.Gossip.PeerScoring = true
+	switch {
+	case t.cfg.NormBound > 0:
+		cfg.NormBound = t.cfg.NormBound
+	case t.cfg.NormBound < 0:
+		cfg.NormBound = 0
+	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.limits()
 	// Background overlay work grows with N: every node walks and rotates its
 	// sampler pool (a dial each time). Past 200 nodes, stretch the periods
@@ -244,11 +262,29 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool) (*m
 		return nil, err
 	}
 	cfg.Task = task
+	var self peer.ID
+	cfg.Faults = t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID())
 	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	m := &member{idx: idx, nd: nd, factor: factor, leftAt: -1, done: make(chan struct{})}
+	self = nd.ID()
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, done: make(chan struct{})}
+	if role != Honest {
+		t.roleOf.Store(self, role)
+	} else if g := nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
+		// Count what honest nodes receive from poisoners.
+		g.Subscribe(func(u gossip.Update) {
+			r, ok := t.roleOf.Load(u.Sender)
+			switch {
+			case !ok:
+			case r.(Role).invalidPoison():
+				t.poisonApplied.Add(1)
+			case r.(Role) == PoisonNorm:
+				t.normDelivered.Add(1)
+			}
+		})
+	}
 	if joining {
 		m.joinedAt = time.Since(t.start)
 	}
@@ -313,6 +349,10 @@ func (t *testnet) launch(ctx context.Context, m *member) {
 			t.log.Warn("node failed", "node", m.idx, "err", err)
 		}
 	})
+	if m.role == Flooder && t.target != nil {
+		target := t.target.nd.ID()
+		t.wg.Go(func() { t.flood(c, m, target) })
+	}
 }
 
 // waitWarm waits until every node's overlay knows most of the others (or
@@ -550,7 +590,7 @@ func (t *testnet) partition(n int) {
 // join adds n nodes that join the running job.
 func (t *testnet) join(ctx context.Context, n int) {
 	for range n {
-		m, err := t.addNode(ctx, 1, true)
+		m, err := t.addNode(ctx, 1, true, Honest)
 		if err != nil {
 			t.log.Warn("join failed", "err", err)
 			continue

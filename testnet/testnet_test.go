@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -107,5 +108,88 @@ func TestSmallTestnet(t *testing.T) {
 	}
 	if res.Sampling.Draws == 0 {
 		t.Error("no samples counted")
+	}
+}
+
+func TestParseRoles(t *testing.T) {
+	tests := []struct {
+		in      string
+		want    []RoleShare
+		wantErr bool
+	}{
+		{"liar-zero:5%", []RoleShare{{LiarZero, 0.05}}, false},
+		{"poison-nan:0.1, flooder:1%", []RoleShare{{PoisonNaN, 0.1}, {Flooder, 0.01}}, false},
+		{"", nil, false},
+		{"liar:5%", nil, true},
+		{"liar-zero", nil, true},
+		{"liar-zero:0%", nil, true},
+		{"liar-zero:120%", nil, true},
+		{"liar-zero:60%,slow:50%", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := ParseRoles(tt.in)
+		if (err != nil) != tt.wantErr {
+			t.Errorf("ParseRoles(%q) error %v, want error %v", tt.in, err, tt.wantErr)
+			continue
+		}
+		if !tt.wantErr && !slices.Equal(got, tt.want) {
+			t.Errorf("ParseRoles(%q) = %v, want %v", tt.in, got, tt.want)
+		}
+	}
+	roles := assignRoles(100, []RoleShare{{LiarZero, 0.05}, {PoisonNaN, 0.1}}, 1)
+	count := map[Role]int{}
+	for _, r := range roles {
+		count[r]++
+	}
+	if count[LiarZero] != 5 || count[PoisonNaN] != 10 || count[Honest] != 85 {
+		t.Errorf("assignRoles: %v", count)
+	}
+}
+
+// TestHostileTestnet runs 20 real nodes of which some lie about their step,
+// poison their updates or flood one node, and checks the defences: no
+// invalid update reaches an honest model, the large-norm ones are refused,
+// stuck reports are screened, the flood is capped, and the honest nodes
+// advance and train.
+func TestHostileTestnet(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Nodes = 20
+	cfg.Duration = 10 * time.Second
+	cfg.TimeScale = 0.05
+	cfg.Barrier = psp.MustParse("pssp:5:2")
+	cfg.Roles = []RoleShare{{LiarZero, 0.1}, {PoisonNaN, 0.05}, {PoisonNorm, 0.05}, {Flooder, 0.05}}
+	cfg.StallWindow = 3 * time.Second
+	cfg.EvalEvery = 2 * time.Second
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	res.PrintSummary(&sb)
+	t.Log("\n" + sb.String())
+	h := res.Hostile
+	if h == nil || h.HonestNodes != 15 {
+		t.Fatalf("hostile report: %+v", h)
+	}
+	if h.PoisonApplied != 0 {
+		t.Errorf("%d invalid poisoned updates reached honest models", h.PoisonApplied)
+	}
+	if res.Updates.Rejected == 0 {
+		t.Error("no poisoned update was rejected by validation")
+	}
+	if h.NormPoisonDelivered == 0 || res.Defences.UpdatesNormRefused < h.NormPoisonDelivered {
+		t.Errorf("large-norm poison: %d delivered, %d refused", h.NormPoisonDelivered, res.Defences.UpdatesNormRefused)
+	}
+	if res.Defences.ReportsScreened == 0 {
+		t.Error("no step report of the zero-liars was screened")
+	}
+	if h.Target == nil || h.Target.StreamsRefused == 0 {
+		t.Errorf("flood not capped: %+v", h.Target)
+	}
+	if res.Steps.Min < 10 || res.StalledNodes != 0 {
+		t.Errorf("honest nodes: steps %+v, %d stalled", res.Steps, res.StalledNodes)
+	}
+	if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
+		t.Errorf("honest nodes did not train: %+v", res.Accuracy)
 	}
 }

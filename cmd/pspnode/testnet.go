@@ -48,6 +48,11 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof)")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run")
+		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
+		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
+		latency   = fs.Duration("latency", 0, "one-way latency added to every link (mem transport)")
+		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
+		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 	)
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
@@ -69,7 +74,8 @@ Examples:
   pspnode testnet                                   # 50 nodes, pSSP(10,4), 1 minute
   pspnode testnet --nodes 200 --duration 200s --time-scale 1 --barrier pbsp:10 --compare-sim
   pspnode testnet --nodes 200 --churn 0.2 --churn-mode mixed --duration 5m --out results/churn
-  pspnode testnet --model logreg --data mnist:../shared/data/mnist --nodes 16 --stragglers 0.2`,
+  pspnode testnet --model logreg --data mnist:../shared/data/mnist --nodes 16 --stragglers 0.2
+  pspnode testnet --nodes 100 --hostile liar-zero:5% --duration 90s   # RELIABILITY.md`,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
@@ -81,6 +87,14 @@ Examples:
 			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
+			cfg.SlowDelay, cfg.Latency, cfg.Loss, cfg.NormBound = *slowDelay, *latency, *loss, *normBound
+			if *hostile != "" {
+				rs, err := testnet.ParseRoles(*hostile)
+				if err != nil {
+					return usageError{err}
+				}
+				cfg.Roles = rs
+			}
 			cm, err := sim.ParseChurnMode(*churnMode)
 			if err != nil {
 				return usageError{err}
