@@ -81,7 +81,7 @@ type Config struct {
 	// Screen holds peers to their earlier step reports (psp.Screen): a peer
 	// whose step went backwards, or has not advanced for many of this
 	// node's step intervals, does not count at the barrier and is replaced
-	// by a fresh draw.
+	// by a fresh draw. The zero ScreenConfig turns screening off.
 	Screen psp.ScreenConfig
 	// NormBound bounds the influence of one received update: an update
 	// whose L2 norm exceeds NormBound × the median norm of this node's own

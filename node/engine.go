@@ -350,7 +350,10 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 				// refused report is replaced like a peer that did not answer.
 				// A stuck peer that is not behind us cannot hold us back, so
 				// it still counts (and costs no replacement query).
-				v := n.screen.Check(string(p), a.reply.Step, time.Since(n.started).Seconds(), n.stepInterval())
+				v := psp.Accept
+				if n.screen != nil {
+					v = n.screen.Check(string(p), a.reply.Step, time.Since(n.started).Seconds(), n.stepInterval())
+				}
 				if v == psp.Stuck && a.reply.Step >= n.step.Load() {
 					v = psp.Accept
 				}

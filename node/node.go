@@ -62,7 +62,8 @@ type Node struct {
 	updBuf []float64
 	// limiter caps concurrent inbound step and model streams.
 	limiter *inboundLimiter
-	// screen judges peers' step reports; used only by the Run goroutine.
+	// screen judges peers' step reports (nil: off); used only by the Run
+	// goroutine.
 	screen *psp.Screen
 	// ownNorms are the L2 norms of this node's recent updates, against
 	// which received updates are bounded.
@@ -107,6 +108,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Screen != (psp.ScreenConfig{}) {
+		n.screen = psp.NewScreen(cfg.Screen)
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()

@@ -42,6 +42,9 @@ type Config struct {
 	// NormBound overrides the nodes' update norm bound (node.Config);
 	// 0 keeps the node default, a negative value turns the check off.
 	NormBound float64
+	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
+	// to measure what it defends against.
+	NoScreen bool
 
 	Transport string // mem (in-process network) or tcp (loopback)
 	// ConnLow and ConnHigh are each node's connection-manager watermarks

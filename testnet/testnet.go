@@ -17,6 +17,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -206,6 +207,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	cfg.Gossip.PeerScoring = true
+	if t.cfg.NoScreen {
+		cfg.Screen = psp.ScreenConfig{}
+	}
 	switch {
 	case t.cfg.NormBound > 0:
 		cfg.NormBound = t.cfg.NormBound
