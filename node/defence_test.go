@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -151,3 +152,47 @@ type countTask struct {
 }
 
 func (c *countTask) Apply([]float64) error { c.applied++; return nil }
+
+// A sampled barrier check does not wait for a slow peer: after the hedge
+// delay it asks a fresh draw beside it and ends with the first β answers.
+func TestObserveHedgesSlowPeer(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	nodes := buildTestNodes(t, 4, "pssp:2:1", 0.001, func() host.Host {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
+	})
+	a, slow := nodes[0], nodes[2]
+	slow.cfg.Faults.ReplyDelay = time.Second
+	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.Overlay().Peers()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	sampledSlow := 0
+	for i := 0; i < 100 && sampledSlow < 3; i++ {
+		var drew []peer.ID
+		a.cfg.OnSample = func(ps []peer.ID) { drew = ps }
+		obs := a.observe(context.Background())
+		if len(obs) != 2 {
+			t.Fatalf("observe returned %d observations, want 2: %+v", len(obs), obs)
+		}
+		for _, o := range obs {
+			if peer.ID(o.Peer) == slow.ID() {
+				t.Fatal("the check waited for the slow peer's answer")
+			}
+		}
+		if slices.Contains(drew, slow.ID()) {
+			sampledSlow++
+		}
+	}
+	if sampledSlow == 0 {
+		t.Fatal("the slow peer was never sampled in 100 checks")
+	}
+	if counterValue(a.m.hedged) == 0 {
+		t.Error("no query was hedged")
+	}
+}

@@ -303,81 +303,146 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 	return out
 }
 
-// observe draws the barrier's sample and asks it for steps, replacing peers
-// that do not answer or whose reports the screen refuses. Global barriers
-// ask every known peer. Only the Run goroutine calls it (n.screen is not
-// safe for concurrent use).
+// observe draws the barrier's sample and asks it for steps. Global barriers
+// ask every known peer and wait for all answers. Sampled barriers hedge: a
+// peer that fails, is leaving, or whose report the screen refuses is
+// replaced by a fresh draw at once, and a peer that has not answered after
+// the hedge delay (a few typical round trips) gets a fresh draw asked
+// beside it; the check ends with the first β good answers. A slow peer
+// thus costs a check a few round trips, not the full query timeout. Up to
+// Replacements × β fresh draws are made per check. Only the Run goroutine
+// calls observe (n.screen is not safe for concurrent use).
 func (n *Node) observe(ctx context.Context) []psp.Observation {
 	sp := n.cfg.Barrier
 	if sp.Kind == psp.ASP {
 		return nil
 	}
-	var peers []peer.ID
 	if sp.Global() {
-		peers = n.ov.Peers()
-	} else {
-		peers = n.sample(ctx, sp.Beta) // fewer (or none) when the job is small
-		if n.cfg.OnSample != nil && len(peers) > 0 {
-			n.cfg.OnSample(peers)
-		}
-	}
-	want := len(peers)
-	asked := make(map[peer.ID]bool, want)
-	var obs []psp.Observation
-	for round := 0; len(peers) > 0 && round <= n.cfg.Replacements; round++ {
-		for _, p := range peers {
-			asked[p] = true
-		}
-		failed := 0
+		peers := n.ov.Peers()
+		var obs []psp.Observation
 		for i, a := range n.ask(ctx, peers) {
-			p := peers[i]
-			switch {
-			case a.err != nil:
-				failed++
-				if ctx.Err() == nil {
-					n.m.timeouts.Inc()
-					n.ov.MarkDead(p)
-				}
-			case a.reply.Leaving:
-				failed++
-				n.ov.MarkDead(p)
-			default:
-				n.ov.MarkAlive(p)
-				if a.reply.Estimate > 0 {
-					n.ov.ObserveEstimate(p, a.reply.Estimate)
-				}
-				// Hold the peer to its earlier reports (psp.Screen): a
-				// refused report is replaced like a peer that did not answer.
-				// A stuck peer that is not behind us cannot hold us back, so
-				// it still counts (and costs no replacement query).
-				v := psp.Accept
-				if n.screen != nil {
-					v = n.screen.Check(string(p), a.reply.Step, time.Since(n.started).Seconds(), n.stepInterval())
-				}
-				if v == psp.Stuck && a.reply.Step >= n.step.Load() {
-					v = psp.Accept
-				}
-				if v != psp.Accept {
-					failed++
-					n.m.screened.WithLabelValues(v.String()).Inc()
-					continue
-				}
-				obs = append(obs, psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval})
+			if o, ok := n.judge(ctx, peers[i], a); ok {
+				obs = append(obs, o)
 			}
 		}
-		if failed == 0 || sp.Global() || ctx.Err() != nil {
-			break
+		return obs
+	}
+	peers := n.sample(ctx, sp.Beta) // fewer (or none) when the job is small
+	if n.cfg.OnSample != nil && len(peers) > 0 {
+		n.cfg.OnSample(peers)
+	}
+	want := len(peers)
+	if want == 0 {
+		return nil
+	}
+	budget := n.cfg.Replacements * want
+	qctx, cancel := context.WithCancel(ctx)
+	defer cancel() // abandons the queries still out when the check ends
+	type result struct {
+		p peer.ID
+		a answer
+	}
+	results := make(chan result, want+budget) // every query can send without blocking
+	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	asked := make(map[peer.ID]bool, want+budget)
+	outstanding := 0
+	launch := func(p peer.ID) {
+		asked[p] = true
+		outstanding++
+		go func() { // ends within QueryTimeout, or when qctx is cancelled
+			r, err := n.queryStep(qctx, p, req)
+			results <- result{p, answer{r, err}}
+		}()
+	}
+	var spares []peer.ID
+	replace := func(k int) {
+		for ; k > 0 && budget > 0; k-- {
+			if len(spares) == 0 {
+				for _, p := range n.sample(ctx, want+len(asked)) {
+					if !asked[p] {
+						spares = append(spares, p)
+					}
+				}
+				if len(spares) == 0 {
+					return
+				}
+			}
+			p := spares[0]
+			spares = spares[1:]
+			if asked[p] {
+				k++
+				continue
+			}
+			budget--
+			launch(p)
 		}
-		// Replace the peers that did not answer by fresh draws.
-		more := n.sample(ctx, want+len(asked))
-		peers = peers[:0]
-		for _, p := range more {
-			if !asked[p] && len(peers) < failed {
-				peers = append(peers, p)
+	}
+	for _, p := range peers {
+		launch(p)
+	}
+	hedge := time.NewTimer(n.hedgeDelay())
+	defer hedge.Stop()
+	var obs []psp.Observation
+	for outstanding > 0 && len(obs) < want {
+		select {
+		case <-ctx.Done():
+			return obs
+		case <-hedge.C:
+			n.m.hedged.Add(float64(outstanding))
+			replace(outstanding)
+		case r := <-results:
+			outstanding--
+			if o, ok := n.judge(ctx, r.p, r.a); ok {
+				obs = append(obs, o)
+			} else {
+				replace(1)
 			}
 		}
 	}
 	return obs
+}
+
+// hedgeDelay is how long a sampled barrier check waits for an answer before
+// it asks a fresh draw beside the slow peer: four smoothed round trips,
+// within [PollMin, QueryTimeout/2].
+func (n *Node) hedgeDelay() time.Duration {
+	d := time.Duration(4 * n.rttEWMA() * float64(time.Second))
+	return min(max(d, n.cfg.PollMin), n.cfg.QueryTimeout/2)
+}
+
+// judge turns one answer into an observation, or says why not: a failed
+// query marks the peer dead, a leaving peer is dropped, and a report the
+// screen refuses does not count.
+func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation, bool) {
+	switch {
+	case a.err != nil:
+		if ctx.Err() == nil {
+			n.m.timeouts.Inc()
+			n.ov.MarkDead(p)
+		}
+		return psp.Observation{}, false
+	case a.reply.Leaving:
+		n.ov.MarkDead(p)
+		return psp.Observation{}, false
+	}
+	n.ov.MarkAlive(p)
+	if a.reply.Estimate > 0 {
+		n.ov.ObserveEstimate(p, a.reply.Estimate)
+	}
+	// Hold the peer to its earlier reports (psp.Screen). A stuck peer
+	// that is not behind us cannot hold us back, so it still counts.
+	v := psp.Accept
+	if n.screen != nil {
+		v = n.screen.Check(string(p), a.reply.Step, time.Since(n.started).Seconds(), n.stepInterval())
+	}
+	if v == psp.Stuck && a.reply.Step >= n.step.Load() {
+		v = psp.Accept
+	}
+	if v != psp.Accept {
+		n.m.screened.WithLabelValues(v.String()).Inc()
+		return psp.Observation{}, false
+	}
+	return psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval}, true
 }
 
 func (n *Node) setWaiting(w bool) {

@@ -33,11 +33,14 @@ type metrics struct {
 	screened      *prometheus.CounterVec
 	normRefused   prometheus.Counter
 	refused       prometheus.Counter
+	hedged        prometheus.Counter
 
 	mu     sync.Mutex
 	waits  ring // recent barrier waits, seconds
 	checkL ring // recent barrier decision latencies, seconds
 	rtts   ring // recent step query round trips, seconds
+	// rttSmooth is an exponentially weighted mean of the round trips.
+	rttSmooth float64
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -73,13 +76,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
 		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
 		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
+		hedged:      c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		waits:       newRing(4096),
 		checkL:      newRing(4096),
 		rtts:        newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
-		m.screened, m.normRefused, m.refused)
+		m.screened, m.normRefused, m.refused, m.hedged)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}
@@ -110,7 +114,20 @@ func (m *metrics) observeRTT(s float64) {
 	m.rtt.Observe(s)
 	m.mu.Lock()
 	m.rtts.add(s)
+	if m.rttSmooth == 0 {
+		m.rttSmooth = s
+	} else {
+		m.rttSmooth = 0.9*m.rttSmooth + 0.1*s
+	}
 	m.mu.Unlock()
+}
+
+// rttEWMA is the smoothed step-query round trip in seconds (0 before the
+// first answer).
+func (n *Node) rttEWMA() float64 {
+	n.m.mu.Lock()
+	defer n.m.mu.Unlock()
+	return n.m.rttSmooth
 }
 
 // ring keeps the last n values.
