@@ -310,7 +310,8 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 // the hedge delay (a few typical round trips) gets a fresh draw asked
 // beside it; the check ends with the first β good answers. A slow peer
 // thus costs a check a few round trips, not the full query timeout. Up to
-// Replacements × β fresh draws are made per check. Only the Run goroutine
+// Replacements × β fresh draws are made per check. Queries the check no
+// longer needs run on to their own deadline. Only the Run goroutine
 // calls observe (n.screen is not safe for concurrent use).
 func (n *Node) observe(ctx context.Context) []psp.Observation {
 	sp := n.cfg.Barrier
@@ -336,8 +337,6 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		return nil
 	}
 	budget := n.cfg.Replacements * want
-	qctx, cancel := context.WithCancel(ctx)
-	defer cancel() // abandons the queries still out when the check ends
 	type result struct {
 		p peer.ID
 		a answer
@@ -349,9 +348,16 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	launch := func(p peer.ID) {
 		asked[p] = true
 		outstanding++
-		go func() { // ends within QueryTimeout, or when qctx is cancelled
-			r, err := n.queryStep(qctx, p, req)
-			results <- result{p, answer{r, err}}
+		// A query outlives a check that ended without it (its answer is
+		// dropped), so that a peer that never answers is still found
+		// dead at the query timeout and leaves the sampler.
+		go func() { // ends within QueryTimeout, or when the node stops
+			r, err := n.queryStep(ctx, p, req)
+			if err != nil && ctx.Err() == nil {
+				n.m.timeouts.Inc()
+				n.ov.MarkDead(p)
+			}
+			results <- result{p, answer{r, err}} // buffered: never blocks
 		}()
 	}
 	var spares []peer.ID
@@ -392,7 +398,9 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 			replace(outstanding)
 		case r := <-results:
 			outstanding--
-			if o, ok := n.judge(ctx, r.p, r.a); ok {
+			if r.a.err != nil {
+				replace(1) // already marked dead by its goroutine
+			} else if o, ok := n.judge(ctx, r.p, r.a); ok {
 				obs = append(obs, o)
 			} else {
 				replace(1)
