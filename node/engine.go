@@ -308,7 +308,7 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 // peer that fails, is leaving, or whose report the screen refuses is
 // replaced by a fresh draw at once, and a peer that has not answered after
 // the hedge delay (a few typical round trips) gets a fresh draw asked
-// beside it; the check ends with the first β good answers. A slow peer
+// beside it (replacements too, once each); the check ends with the first β good answers. A slow peer
 // thus costs a check a few round trips, not the full query timeout. Up to
 // Replacements × β fresh draws are made per check. Queries the check no
 // longer needs run on to their own deadline. Only the Run goroutine
@@ -344,9 +344,11 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	results := make(chan result, want+budget) // every query can send without blocking
 	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
 	asked := make(map[peer.ID]bool, want+budget)
+	unhedged := make(map[peer.ID]time.Time, want) // outstanding queries not yet hedged: launch time
 	outstanding := 0
 	launch := func(p peer.ID) {
 		asked[p] = true
+		unhedged[p] = time.Now()
 		outstanding++
 		// A query outlives a check that ended without it (its answer is
 		// dropped), so that a peer that never answers is still found
@@ -386,18 +388,29 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	for _, p := range peers {
 		launch(p)
 	}
-	hedge := time.NewTimer(n.hedgeDelay())
+	// Every delay, each query older than delay that has not been hedged
+	// yet (replacements included) gets one fresh draw beside it.
+	delay := n.hedgeDelay()
+	hedge := time.NewTicker(delay)
 	defer hedge.Stop()
 	var obs []psp.Observation
 	for outstanding > 0 && len(obs) < want {
 		select {
 		case <-ctx.Done():
 			return obs
-		case <-hedge.C:
-			n.m.hedged.Add(float64(outstanding))
-			replace(outstanding)
+		case now := <-hedge.C:
+			k := 0
+			for p, at := range unhedged {
+				if now.Sub(at) >= delay {
+					delete(unhedged, p)
+					k++
+				}
+			}
+			n.m.hedged.Add(float64(k))
+			replace(k)
 		case r := <-results:
 			outstanding--
+			delete(unhedged, r.p)
 			if r.a.err != nil {
 				replace(1) // already marked dead by its goroutine
 			} else if o, ok := n.judge(ctx, r.p, r.a); ok {
