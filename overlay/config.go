@@ -75,6 +75,13 @@ type Config struct {
 	// (other nodes' stale routing tables). First-hand evidence (it connects
 	// to us, it answers a query, MarkAlive) revives it at once.
 	DeadHold time.Duration
+	// RetryDead is how often a peer held as dead is dialled again, until it
+	// is forgotten (2 × DeadHold after it died); RevivalProbes bounds how
+	// many such dials one maintenance round starts. This is what re-merges
+	// the overlay after a partition heals: peers across the cut were all
+	// found dead, and nothing else would make either side dial the other.
+	RetryDead     time.Duration
+	RevivalProbes int
 
 	// EstimateWindow is how far back random-walk lookups count for the
 	// order-statistics estimator; short enough to follow churn.
@@ -116,6 +123,8 @@ func DefaultConfig() Config {
 		ProbeTimeout:       3 * time.Second,
 		ProbeConcurrency:   4,
 		DeadHold:           2 * time.Minute,
+		RetryDead:          15 * time.Second,
+		RevivalProbes:      2,
 		EstimateWindow:     45 * time.Second,
 		MinLookups:         3,
 		MinZonePeers:       4,
@@ -156,8 +165,8 @@ func (c *Config) validate() error {
 			return bad("%s must be positive", name)
 		}
 	}
-	if c.WarmupPeriod < 0 || c.DeadHold < 0 {
-		return bad("WarmupPeriod and DeadHold must not be negative")
+	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 {
+		return bad("WarmupPeriod, DeadHold, RetryDead and RevivalProbes must not be negative")
 	}
 	return nil
 }

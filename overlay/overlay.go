@@ -48,6 +48,7 @@ type member struct {
 	seenAt    time.Time
 	dead      bool
 	deadAt    time.Time
+	retryAt   time.Time // next revival probe while dead
 	liveIdx   int // index in Overlay.live, -1 when dead
 	poolIdx   int // index in Overlay.pool, -1 when not in the pool
 	verified  bool
@@ -1023,7 +1024,8 @@ func (o *Overlay) maintainLoop() {
 
 // maintain re-probes unverified pool members, watches the estimator's
 // zone (keeps connections to it, so departures there show at once),
-// updates connection protection and forgets long-dead peers.
+// updates connection protection, dials a few dead peers again (RetryDead)
+// and forgets long-dead peers.
 func (o *Overlay) maintain() {
 	rtPeers := o.dht.RoutingTable().ListPeers()
 	now := time.Now()
@@ -1062,9 +1064,18 @@ func (o *Overlay) maintain() {
 			o.protected[p] = true
 		}
 	}
+	revive := o.cfg.RevivalProbes
 	for p, m := range o.members {
-		if m.dead && now.Sub(m.deadAt) > 2*o.cfg.DeadHold {
+		switch {
+		case !m.dead:
+		case now.Sub(m.deadAt) > 2*o.cfg.DeadHold:
 			delete(o.members, p)
+		case revive > 0 && o.cfg.RetryDead > 0 && !now.Before(m.retryAt) && now.Sub(m.deadAt) >= o.cfg.RetryDead:
+			// Dial a dead peer again now and then (map order is random):
+			// a success revives it, first-hand.
+			m.retryAt = now.Add(o.cfg.RetryDead)
+			o.enqueueProbeLocked(m)
+			revive--
 		}
 	}
 	o.refillPoolLocked()
