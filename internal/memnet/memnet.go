@@ -43,8 +43,10 @@ type Net struct {
 
 // New returns an empty network whose links add the given one-way latency.
 func New(latency time.Duration) *Net {
+	mn := mocknet.New()
+	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: latency})
 	return &Net{
-		mn:      mocknet.New(),
+		mn:      mn,
 		latency: latency,
 		linked:  make(map[[2]peer.ID]bool),
 		gone:    make(map[peer.ID]bool),
@@ -174,7 +176,11 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 			return nil, err
 		}
 	}
-	return h.Host.NewStream(ctx, p, pids...)
+	s, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil || h.net.latency <= 0 {
+		return s, err
+	}
+	return h.net.wrap(s), nil
 }
 
 // ConnManager returns the host's connection manager.
@@ -189,3 +195,56 @@ func (h *Host) Close() error {
 	_ = h.cm.Close()
 	return err
 }
+
+// SetStreamHandler registers handler with its streams wrapped like those of
+// NewStream (see delayStream).
+func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
+	if h.net.latency <= 0 {
+		h.Host.SetStreamHandler(pid, handler)
+		return
+	}
+	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.net.wrap(s)) })
+}
+
+// SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
+func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
+	if h.net.latency <= 0 {
+		h.Host.SetStreamHandlerMatch(pid, m, handler)
+		return
+	}
+	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.net.wrap(s)) })
+}
+
+func (n *Net) wrap(s network.Stream) network.Stream {
+	return &delayStream{Stream: s, latency: n.latency}
+}
+
+// delayStream makes the link latency hold for the last write before a
+// close too: mocknet delivers everything still in flight at once when a
+// stream is closed, so a request-reply exchange (write, close) would
+// otherwise cross a slow link in no time.
+type delayStream struct {
+	network.Stream
+	latency time.Duration
+	mu      sync.Mutex
+	last    time.Time
+}
+
+func (s *delayStream) Write(b []byte) (int, error) {
+	s.mu.Lock()
+	s.last = time.Now()
+	s.mu.Unlock()
+	return s.Stream.Write(b)
+}
+
+func (s *delayStream) settle() {
+	s.mu.Lock()
+	wait := time.Until(s.last.Add(s.latency))
+	s.mu.Unlock()
+	if wait > 0 {
+		time.Sleep(wait)
+	}
+}
+
+func (s *delayStream) CloseWrite() error { s.settle(); return s.Stream.CloseWrite() }
+func (s *delayStream) Close() error      { s.settle(); return s.Stream.Close() }
