@@ -63,6 +63,8 @@ figures-testnet: build
 	mkdir -p docs/figures
 	cp results/fidelity/step_distribution.png docs/figures/testnet_step_distribution.png
 	cp results/accuracy/accuracy_time.png results/accuracy/accuracy_updates.png docs/figures/
+	cp results/churn/step_distribution.png docs/figures/churn_step_distribution.png
+	cp results/churn/pssp_10_4/estimate.png docs/figures/churn_estimate.png
 
 ## fuzz: run every fuzz target for FUZZTIME each (default 1m)
 FUZZTIME ?= 1m
