@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -97,13 +96,7 @@ func TestNormBound(t *testing.T) {
 func TestStreamFloodIsCapped(t *testing.T) {
 	mn := memnet.New(0)
 	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 2, "asp", 0.001, func() host.Host {
-		h, err := mn.NewHost(10, 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	})
+	nodes := buildTestNodes(t, 2, "asp", 0.001, memHosts(t, mn))
 	target, honest := nodes[0], nodes[1]
 	flood, err := mn.NewHost(10, 20)
 	if err != nil {
@@ -158,13 +151,7 @@ func (c *countTask) Apply([]float64) error { c.applied++; return nil }
 func TestObserveHedgesSlowPeer(t *testing.T) {
 	mn := memnet.New(0)
 	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 4, "pssp:2:1", 0.001, func() host.Host {
-		h, err := mn.NewHost(10, 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	})
+	nodes := buildTestNodes(t, 4, "pssp:2:1", 0.001, memHosts(t, mn))
 	a, slow := nodes[0], nodes[2]
 	slow.cfg.Faults.ReplyDelay = time.Second
 	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer

@@ -158,8 +158,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeParts()
 		return nil, err
 	}
-	n.h.SetStreamHandler(n.stepID, n.handleStep)
-	n.h.SetStreamHandler(n.modelID, n.handleModel)
+	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
 	ocfg := cfg.Overlay
 	ocfg.Job = cfg.Job
@@ -362,15 +362,24 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
+// limited wraps a stream handler in the inbound stream caps: a stream over
+// its peer's or the node's cap is reset at once and counted.
+func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
+	return func(s network.Stream) {
+		from := s.Conn().RemotePeer()
+		if !n.limiter.acquire(from) {
+			n.m.refused.Inc()
+			_ = s.Reset()
+			return
+		}
+		defer n.limiter.release(from)
+		handle(s)
+	}
+}
+
 // handleStep answers a step query, or notes that a peer is leaving.
 func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if !n.limiter.acquire(from) {
-		n.m.refused.Inc()
-		_ = s.Reset()
-		return
-	}
-	defer n.limiter.release(from)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
 	defer cancel()
@@ -420,13 +429,6 @@ func (n *Node) handleStep(s network.Stream) {
 
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
-	from := s.Conn().RemotePeer()
-	if !n.limiter.acquire(from) {
-		n.m.refused.Inc()
-		_ = s.Reset()
-		return
-	}
-	defer n.limiter.release(from)
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*n.cfg.QueryTimeout)
 	defer cancel()

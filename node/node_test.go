@@ -177,13 +177,7 @@ func TestCrashDoesNotStallOthers(t *testing.T) {
 func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 	mn := memnet.New(0)
 	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 2, "asp", 0.001, func() host.Host {
-		h, err := mn.NewHost(10, 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return h
-	})
+	nodes := buildTestNodes(t, 2, "asp", 0.001, memHosts(t, mn))
 	a, b := nodes[0], nodes[1]
 	// b swallows step queries.
 	b.Host().SetStreamHandler(b.stepID, func(s network.Stream) {
@@ -198,5 +192,16 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("query took %v with a 200 ms timeout", d)
+	}
+}
+
+// memHosts returns a host factory for buildTestNodes on an in-memory network.
+func memHosts(t *testing.T, mn *memnet.Net) func() host.Host {
+	return func() host.Host {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return h
 	}
 }

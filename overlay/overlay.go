@@ -49,8 +49,8 @@ type member struct {
 	dead      bool
 	deadAt    time.Time
 	retryAt   time.Time // next revival probe while dead
-	liveIdx   int // index in Overlay.live, -1 when dead
-	poolIdx   int // index in Overlay.pool, -1 when not in the pool
+	liveIdx   int       // index in Overlay.live, -1 when dead
+	poolIdx   int       // index in Overlay.pool, -1 when not in the pool
 	verified  bool
 	probing   bool
 }
