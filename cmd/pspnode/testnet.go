@@ -7,8 +7,10 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"runtime/pprof"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/peterbourgon/ff/v3/ffcli"
@@ -46,7 +48,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		quiet     = fs.Bool("quiet", false, "no live progress on stderr")
 		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
-		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the run to this file (go tool pprof)")
+		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the training phase (after warm-up) to this file (go tool pprof)")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run")
 		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
@@ -138,16 +140,29 @@ Examples:
 						s.Elapsed.Seconds(), s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
 				}
 			}
+			tuneGC()
 			if *cpuProf != "" {
+				// Profile the training phase only (from the first progress
+				// tick), not the overlay's warm-up.
 				f, err := os.Create(*cpuProf)
 				if err != nil {
 					return fmt.Errorf("cpu profile: %w", err)
 				}
 				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return fmt.Errorf("cpu profile: %w", err)
+				var once sync.Once
+				started := false
+				progress := cfg.Progress
+				cfg.Progress = func(s testnet.Snapshot) {
+					once.Do(func() { started = pprof.StartCPUProfile(f) == nil })
+					if progress != nil {
+						progress(s)
+					}
 				}
-				defer pprof.StopCPUProfile()
+				defer func() {
+					if started {
+						pprof.StopCPUProfile()
+					}
+				}()
 			}
 			if *memProf != "" {
 				tm := time.AfterFunc(cfg.Warmup/2+cfg.Duration/2, func() {
@@ -215,5 +230,24 @@ Examples:
 			}
 			return nil
 		},
+	}
+}
+
+// tuneGC sets the collector for a process that holds hundreds of nodes,
+// unless GOGC or GOMEMLIMIT are set in the environment. With the default
+// GOGC=100, a 200-node testnet (0.5 GB live heap, 150 MB of goroutine
+// stacks) marks for 1–1.5 s every 7 s, both cores busy; barrier checks that
+// fall in that window take 50–800 ms instead of 1 ms (measured: p99 of the
+// barrier check 74–796 ms; with GOGC=400, 26 ms). GOGC=400 makes those
+// windows four times rarer at the cost of memory (3.8 GB peak RSS instead
+// of 2.0 GB at 200 nodes); a soft limit of 7 GiB makes the collector work
+// harder before a large testnet would outgrow the machine. A real node,
+// alone in its process, keeps Go's defaults.
+func tuneGC() {
+	if os.Getenv("GOGC") == "" {
+		debug.SetGCPercent(400)
+	}
+	if os.Getenv("GOMEMLIMIT") == "" {
+		debug.SetMemoryLimit(7 << 30)
 	}
 }
