@@ -62,6 +62,11 @@ type Config struct {
 	// PollMin and PollMax bound the backoff between checks of a node that
 	// must wait; it also wakes early when a peer reports progress.
 	PollMin, PollMax time.Duration
+	// WakeGap is the least time between two checks of a waiting node
+	// when peers' progress reports wake it (they can arrive many times a
+	// second; each check of a sampled barrier costs β queries). The
+	// simulator's poll mode re-checks every 50 ms on average.
+	WakeGap time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training.
 	JoinFetch bool
@@ -128,6 +133,7 @@ func DefaultConfig() Config {
 		Replacements:      2,
 		PollMin:           10 * time.Millisecond,
 		PollMax:           500 * time.Millisecond,
+		WakeGap:           50 * time.Millisecond,
 		JoinFetch:         true,
 		EvalEvery:         10,
 		CheckpointEvery:   10,
@@ -157,6 +163,9 @@ func (c Config) Validate() error {
 	}
 	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
 		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
+	}
+	if c.WakeGap < 0 {
+		errs = append(errs, fmt.Errorf("need wake gap >= 0 (got %v)", c.WakeGap))
 	}
 	if c.QueryTimeout <= 0 || c.PollMin <= 0 || c.PollMax < c.PollMin {
 		errs = append(errs, fmt.Errorf("need query timeout > 0 and 0 < poll min <= poll max (got %v, %v, %v)", c.QueryTimeout, c.PollMin, c.PollMax))

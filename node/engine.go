@@ -63,6 +63,7 @@ func (n *Node) Run(ctx context.Context) error {
 		now := time.Now()
 		n.noteInterval(now.Sub(last).Seconds())
 		last = now
+		n.pushProgress(ctx, step)
 		if n.gs != nil {
 			n.gs.SetLocalStep(step)
 			if upd != nil {
@@ -319,10 +320,22 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		return nil
 	}
 	if sp.Global() {
-		peers := n.ov.Peers()
+		// Ask every known peer, except (for BSP and SSP) those already
+		// seen at or above this check's threshold: steps only grow, so
+		// they cannot be lagging (see progress).
 		var obs []psp.Observation
-		for i, a := range n.ask(ctx, peers) {
-			if o, ok := n.judge(ctx, peers[i], a); ok {
+		var ask []peer.ID
+		threshold := n.step.Load() - int64(sp.BaseStaleness())
+		for _, p := range n.ov.Peers() {
+			if s, ok := n.progress.atLeast(p, threshold); ok && !sp.Dynamic() {
+				obs = append(obs, psp.Observation{Peer: string(p), Step: s})
+				continue
+			}
+			ask = append(ask, p)
+		}
+		n.m.cached.Add(float64(len(obs)))
+		for i, a := range n.ask(ctx, ask) {
+			if o, ok := n.judge(ctx, ask[i], a); ok {
 				obs = append(obs, o)
 			}
 		}
@@ -440,10 +453,12 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 		if ctx.Err() == nil {
 			n.m.timeouts.Inc()
 			n.ov.MarkDead(p)
+			n.progress.forget(p)
 		}
 		return psp.Observation{}, false
 	case a.reply.Leaving:
 		n.ov.MarkDead(p)
+		n.progress.forget(p)
 		return psp.Observation{}, false
 	}
 	n.ov.MarkAlive(p)
@@ -463,6 +478,7 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 		n.m.screened.WithLabelValues(v.String()).Inc()
 		return psp.Observation{}, false
 	}
+	n.progress.saw(p, a.reply.Step)
 	return psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval}, true
 }
 
@@ -506,10 +522,10 @@ func (n *Node) barrier(ctx context.Context) error {
 			return ctx.Err()
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon,
-			// but no sooner than PollMin after the last check, so a burst
-			// of progress reports costs one check.
+			// but no sooner than WakeGap (at least PollMin) after the last
+			// check, so a burst of progress reports costs one check.
 			t.Stop()
-			if rest := n.cfg.PollMin - time.Since(checked); rest > 0 {
+			if rest := max(n.cfg.WakeGap, n.cfg.PollMin) - time.Since(checked); rest > 0 {
 				t = time.NewTimer(rest)
 				select {
 				case <-ctx.Done():

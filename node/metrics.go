@@ -34,6 +34,8 @@ type metrics struct {
 	normRefused   prometheus.Counter
 	refused       prometheus.Counter
 	hedged        prometheus.Counter
+	pushed        prometheus.Counter
+	cached        prometheus.Counter
 
 	mu     sync.Mutex
 	waits  ring // recent barrier waits, seconds
@@ -77,13 +79,15 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
 		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
 		hedged:      c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
+		pushed:      c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
+		cached:      c("step_reports_cached_total", "Peers a global barrier check did not ask because they were already seen at or above its threshold."),
 		waits:       newRing(4096),
 		checkL:      newRing(4096),
 		rtts:        newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
-		m.screened, m.normRefused, m.refused, m.hedged)
+		m.screened, m.normRefused, m.refused, m.hedged, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}

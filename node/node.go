@@ -60,6 +60,9 @@ type Node struct {
 	// Gossip handlers run one at a time, so one buffer serves them all and
 	// the receive path allocates nothing per update.
 	updBuf []float64
+	// progress holds peers' known steps and the waiters to tell when this
+	// node advances (progress.go).
+	progress *progress
 	// limiter caps concurrent inbound step and model streams.
 	limiter *inboundLimiter
 	// screen judges peers' step reports (nil: off); used only by the Run
@@ -105,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
 		screen:   psp.NewScreen(cfg.Screen),
 		ownNorms: newRing(32),
+		progress: newProgress(),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -271,6 +275,7 @@ func (n *Node) onUpdate(u gossip.Update) {
 		return
 	}
 	n.apply(n.updBuf)
+	n.progress.saw(u.Sender, u.Step)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
@@ -398,6 +403,7 @@ func (n *Node) handleStep(s network.Stream) {
 	}
 	if q.Leaving {
 		n.ov.MarkDead(from)
+		n.progress.forget(from)
 		n.poke()
 		return
 	}
@@ -422,6 +428,7 @@ func (n *Node) handleStep(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
+	n.noteAsker(from, q.Step)
 	if q.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us has progressed
 	}

@@ -1,0 +1,147 @@
+package node
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// progress is what a node knows of its peers' steps without asking, and
+// whom it should tell when it advances. It makes two barrier costs the
+// simulator does not have mostly disappear:
+//
+//   - A global barrier (BSP, SSP) must hear from every known peer. Steps
+//     only grow, so a peer seen at or above this check's threshold (from a
+//     reply, a query it sent us, or an update it published) cannot be
+//     lagging, and is not asked again. Only the peers that may still lag
+//     are queried: usually a handful, not N−1.
+//   - A waiting node learns of progress when a peer it waits for advances.
+//     A node asked by a peer that its step was holding back (the asker's
+//     barrier threshold is above this node's step) notes the asker as a
+//     waiter; when this node's step reaches that threshold it sends the
+//     waiter a step query, which wakes the waiter's barrier at once
+//     instead of at its next poll.
+//
+// Safe for concurrent use (stream handlers and the Run goroutine).
+type progress struct {
+	mu      sync.Mutex
+	seen    map[peer.ID]int64  // highest step each peer has shown
+	waiters map[peer.ID]waiter // peers this node was holding back
+}
+
+type waiter struct {
+	threshold int64     // the waiter passes once this node's step reaches this
+	at        time.Time // when it asked
+}
+
+const (
+	maxSeen    = 8192             // peers remembered; beyond, the map is reset
+	maxWaiters = 256              // waiters remembered at once
+	waiterTTL  = 30 * time.Second // a waiter not released by then is forgotten
+	maxPushes  = 64               // progress notes sent per step
+)
+
+func newProgress() *progress {
+	return &progress{seen: make(map[peer.ID]int64), waiters: make(map[peer.ID]waiter)}
+}
+
+// saw records that p has reached step.
+func (g *progress) saw(p peer.ID, step int64) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if old, ok := g.seen[p]; ok && old >= step {
+		return
+	}
+	if len(g.seen) >= maxSeen {
+		clear(g.seen) // rare (a very large or very churny job); it refills from replies
+	}
+	g.seen[p] = step
+}
+
+// forget drops what is known of p (it left or failed).
+func (g *progress) forget(p peer.ID) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	delete(g.seen, p)
+	delete(g.waiters, p)
+}
+
+// atLeast reports whether p is known to have reached step.
+func (g *progress) atLeast(p peer.ID, step int64) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.seen[p]
+	return s, ok && s >= step
+}
+
+// wait notes that p waits for this node's step to reach threshold.
+func (g *progress) wait(p peer.ID, threshold int64, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if w, ok := g.waiters[p]; ok {
+		g.waiters[p] = waiter{max(w.threshold, threshold), now}
+		return
+	}
+	if len(g.waiters) >= maxWaiters {
+		return
+	}
+	g.waiters[p] = waiter{threshold, now}
+}
+
+// release returns (and forgets) the waiters that this node's step now lets
+// pass, at most maxPushes of them, and forgets waiters older than waiterTTL.
+func (g *progress) release(step int64, now time.Time) []peer.ID {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var out []peer.ID
+	for p, w := range g.waiters {
+		switch {
+		case now.Sub(w.at) > waiterTTL:
+			delete(g.waiters, p)
+		case step >= w.threshold && len(out) < maxPushes:
+			out = append(out, p)
+			delete(g.waiters, p)
+		}
+	}
+	return out
+}
+
+// noteAsker records what a step query tells about its sender: its step,
+// and, if this node's step holds back the sender's barrier, that it waits.
+func (n *Node) noteAsker(from peer.ID, step int64) {
+	n.progress.saw(from, step)
+	s := n.cfg.Barrier.BaseStaleness()
+	if s < 0 {
+		return // ASP never waits
+	}
+	if threshold := step - int64(s); n.step.Load() < threshold {
+		n.progress.wait(from, threshold, time.Now())
+	}
+}
+
+// pushProgress tells the waiters this node's new step releases that it
+// advanced: a step query each, whose arrival wakes their barrier. Each
+// query ends within QueryTimeout or when ctx ends; nobody waits for them.
+func (n *Node) pushProgress(ctx context.Context, step int64) {
+	peers := n.progress.release(step, time.Now())
+	if len(peers) == 0 {
+		return
+	}
+	n.m.pushed.Add(float64(len(peers)))
+	req := StepRequest{Step: step, Estimate: n.estimate()}
+	for _, p := range peers {
+		go func() { // ends within QueryTimeout, or when the node stops
+			r, err := n.queryStep(ctx, p, req)
+			switch {
+			case err != nil && ctx.Err() == nil:
+				n.m.timeouts.Inc()
+				n.ov.MarkDead(p)
+				n.progress.forget(p)
+			case err == nil && !r.Leaving:
+				n.progress.saw(p, r.Step)
+			}
+		}()
+	}
+}
