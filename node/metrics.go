@@ -80,7 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
 		hedged:      c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		pushed:      c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
-		cached:      c("step_reports_cached_total", "Peers a global barrier check did not ask because they were already seen at or above its threshold."),
+		cached:      c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		waits:       newRing(4096),
 		checkL:      newRing(4096),
 		rtts:        newRing(4096),

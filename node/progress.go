@@ -40,7 +40,7 @@ const (
 	maxSeen    = 8192             // peers remembered; beyond, the map is reset
 	maxWaiters = 256              // waiters remembered at once
 	waiterTTL  = 30 * time.Second // a waiter not released by then is forgotten
-	maxPushes  = 64               // progress notes sent per step
+	maxPushes  = maxWaiters       // progress notes sent per step: all (BSP waits on the last node)
 )
 
 func newProgress() *progress {

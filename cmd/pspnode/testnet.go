@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime/debug"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -140,7 +139,6 @@ Examples:
 						s.Elapsed.Seconds(), s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
 				}
 			}
-			tuneGC()
 			if *cpuProf != "" {
 				// Profile the training phase only (from the first progress
 				// tick), not the overlay's warm-up.
@@ -233,21 +231,3 @@ Examples:
 	}
 }
 
-// tuneGC sets the collector for a process that holds hundreds of nodes,
-// unless GOGC or GOMEMLIMIT are set in the environment. With the default
-// GOGC=100, a 200-node testnet (0.5 GB live heap, 150 MB of goroutine
-// stacks) marks for 1–1.5 s every 7 s, both cores busy; barrier checks that
-// fall in that window take 50–800 ms instead of 1 ms (measured: p99 of the
-// barrier check 74–796 ms; with GOGC=400, 26 ms). GOGC=400 makes those
-// windows four times rarer at the cost of memory (3.8 GB peak RSS instead
-// of 2.0 GB at 200 nodes); a soft limit of 7 GiB makes the collector work
-// harder before a large testnet would outgrow the machine. A real node,
-// alone in its process, keeps Go's defaults.
-func tuneGC() {
-	if os.Getenv("GOGC") == "" {
-		debug.SetGCPercent(400)
-	}
-	if os.Getenv("GOMEMLIMIT") == "" {
-		debug.SetMemoryLimit(7 << 30)
-	}
-}
