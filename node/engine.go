@@ -326,8 +326,9 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		var obs []psp.Observation
 		var ask []peer.ID
 		threshold := n.step.Load() - int64(sp.BaseStaleness())
+		cache := !sp.Dynamic() // DSSP weighs the fastest and slowest reports: ask all
 		for _, p := range n.ov.Peers() {
-			if s, ok := n.progress.atLeast(p, threshold); ok && !sp.Dynamic() {
+			if s, ok := n.progress.atLeast(p, threshold); cache && ok {
 				obs = append(obs, psp.Observation{Peer: string(p), Step: s})
 				continue
 			}
@@ -369,8 +370,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		go func() { // ends within QueryTimeout, or when the node stops
 			r, err := n.queryStep(ctx, p, req)
 			if err != nil && ctx.Err() == nil {
-				n.m.timeouts.Inc()
-				n.ov.MarkDead(p)
+				n.queryFailed(p)
 			}
 			results <- result{p, answer{r, err}} // buffered: never blocks
 		}()
@@ -451,14 +451,11 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 	switch {
 	case a.err != nil:
 		if ctx.Err() == nil {
-			n.m.timeouts.Inc()
-			n.ov.MarkDead(p)
-			n.progress.forget(p)
+			n.queryFailed(p)
 		}
 		return psp.Observation{}, false
 	case a.reply.Leaving:
-		n.ov.MarkDead(p)
-		n.progress.forget(p)
+		n.dropPeer(p)
 		return psp.Observation{}, false
 	}
 	n.ov.MarkAlive(p)

@@ -402,8 +402,7 @@ func (n *Node) handleStep(s network.Stream) {
 		return
 	}
 	if q.Leaving {
-		n.ov.MarkDead(from)
-		n.progress.forget(from)
+		n.dropPeer(from)
 		n.poke()
 		return
 	}

@@ -38,9 +38,8 @@ type waiter struct {
 
 const (
 	maxSeen    = 8192             // peers remembered; beyond, the map is reset
-	maxWaiters = 256              // waiters remembered at once
+	maxWaiters = 256              // waiters remembered at once (all are told: BSP waits on the last node)
 	waiterTTL  = 30 * time.Second // a waiter not released by then is forgotten
-	maxPushes  = maxWaiters       // progress notes sent per step: all (BSP waits on the last node)
 )
 
 func newProgress() *progress {
@@ -91,7 +90,7 @@ func (g *progress) wait(p peer.ID, threshold int64, now time.Time) {
 }
 
 // release returns (and forgets) the waiters that this node's step now lets
-// pass, at most maxPushes of them, and forgets waiters older than waiterTTL.
+// pass, and forgets waiters older than waiterTTL.
 func (g *progress) release(step int64, now time.Time) []peer.ID {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -100,7 +99,7 @@ func (g *progress) release(step int64, now time.Time) []peer.ID {
 		switch {
 		case now.Sub(w.at) > waiterTTL:
 			delete(g.waiters, p)
-		case step >= w.threshold && len(out) < maxPushes:
+		case step >= w.threshold:
 			out = append(out, p)
 			delete(g.waiters, p)
 		}
@@ -136,12 +135,23 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 			r, err := n.queryStep(ctx, p, req)
 			switch {
 			case err != nil && ctx.Err() == nil:
-				n.m.timeouts.Inc()
-				n.ov.MarkDead(p)
-				n.progress.forget(p)
+				n.queryFailed(p)
 			case err == nil && !r.Leaving:
 				n.progress.saw(p, r.Step)
 			}
 		}()
 	}
+}
+
+// dropPeer forgets a peer that left or failed: the overlay holds it dead
+// (out of samples and the known population) and its known step goes.
+func (n *Node) dropPeer(p peer.ID) {
+	n.ov.MarkDead(p)
+	n.progress.forget(p)
+}
+
+// queryFailed handles a step query that failed while the node runs.
+func (n *Node) queryFailed(p peer.ID) {
+	n.m.timeouts.Inc()
+	n.dropPeer(p)
 }

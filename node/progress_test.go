@@ -71,7 +71,7 @@ func TestProgressBounded(t *testing.T) {
 	if len(g.waiters) != maxWaiters {
 		t.Fatalf("%d waiters held, want the cap %d", len(g.waiters), maxWaiters)
 	}
-	if got := g.release(1, now); len(got) != maxPushes {
-		t.Fatalf("released %d, want at most %d per step", len(got), maxPushes)
+	if got := g.release(1, now); len(got) != maxWaiters {
+		t.Fatalf("released %d of %d waiters, want all", len(got), maxWaiters)
 	}
 }

@@ -41,7 +41,14 @@ done
 echo "idle-node: settling for ${WARM}s, then measuring for ${MEAS}s"
 sleep "$WARM"
 tick=$(getconf CLK_TCK)
-cpu() { awk '{print $14+$15}' "/proc/$1/stat"; }
+cpu() { # utime+stime of a node process, in clock ticks
+  if [ ! -r "/proc/$1/stat" ]; then
+    echo "idle-node: node process $1 exited early; last node errors:" >&2
+    tail -q -n 3 "$D"/n*.err >&2
+    exit 1
+  fi
+  awk '{print $14+$15}' "/proc/$1/stat"
+}
 a=${pids[0]}; b=${pids[$((PEERS / 2))]}
 a0=$(cpu "$a"); b0=$(cpu "$b"); t0=$(date +%s.%N)
 sleep "$MEAS"

@@ -70,21 +70,9 @@ func TestConfigValidate(t *testing.T) {
 // node stalls, that the spread respects the sample-level bound, and that a
 // churn script with crashes leaves no stalled node.
 func TestSmallTestnet(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Nodes = 20
-	cfg.Duration = 12 * time.Second
-	cfg.TimeScale = 0.05
-	cfg.Barrier = psp.MustParse("pssp:5:2")
+	cfg := smallConfig(12 * time.Second)
 	cfg.Script = []Event{{At: 4 * time.Second, Action: Crash, Fraction: 0.2}, {At: 6 * time.Second, Action: Join, Count: 2}}
-	cfg.StallWindow = 3 * time.Second
-	cfg.EvalEvery = 2 * time.Second
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb strings.Builder
-	res.PrintSummary(&sb)
-	t.Log("\n" + sb.String())
+	res := runLogged(t, cfg)
 	if res.Crashed != 4 || res.Joined != 2 || res.LiveNodes != 18 {
 		t.Errorf("churn script not applied: crashed %d joined %d live %d", res.Crashed, res.Joined, res.LiveNodes)
 	}
@@ -152,21 +140,9 @@ func TestParseRoles(t *testing.T) {
 // stuck reports are screened, the flood is capped, and the honest nodes
 // advance and train.
 func TestHostileTestnet(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Nodes = 20
-	cfg.Duration = 10 * time.Second
-	cfg.TimeScale = 0.05
-	cfg.Barrier = psp.MustParse("pssp:5:2")
+	cfg := smallConfig(10 * time.Second)
 	cfg.Roles = []RoleShare{{LiarZero, 0.1}, {PoisonNaN, 0.05}, {PoisonNorm, 0.05}, {Flooder, 0.05}}
-	cfg.StallWindow = 3 * time.Second
-	cfg.EvalEvery = 2 * time.Second
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var sb strings.Builder
-	res.PrintSummary(&sb)
-	t.Log("\n" + sb.String())
+	res := runLogged(t, cfg)
 	h := res.Hostile
 	if h == nil || h.HonestNodes != 15 {
 		t.Fatalf("hostile report: %+v", h)
@@ -192,4 +168,30 @@ func TestHostileTestnet(t *testing.T) {
 	if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
 		t.Errorf("honest nodes did not train: %+v", res.Accuracy)
 	}
+}
+
+// smallConfig is the 20-node pSSP(5,2) testnet the tests run: fast steps,
+// short stall window, frequent evaluation.
+func smallConfig(d time.Duration) Config {
+	cfg := DefaultConfig()
+	cfg.Nodes = 20
+	cfg.Duration = d
+	cfg.TimeScale = 0.05
+	cfg.Barrier = psp.MustParse("pssp:5:2")
+	cfg.StallWindow = 3 * time.Second
+	cfg.EvalEvery = 2 * time.Second
+	return cfg
+}
+
+// runLogged runs a testnet and logs its summary.
+func runLogged(t *testing.T, cfg Config) *Result {
+	t.Helper()
+	res, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sb strings.Builder
+	res.PrintSummary(&sb)
+	t.Log("\n" + sb.String())
+	return res
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +48,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		quiet     = fs.Bool("quiet", false, "no live progress on stderr")
 		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
-		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile of the training phase (after warm-up) to this file (go tool pprof)")
+		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run")
 		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
@@ -146,20 +147,24 @@ Examples:
 				if err != nil {
 					return fmt.Errorf("cpu profile: %w", err)
 				}
-				defer f.Close()
 				var once sync.Once
-				started := false
+				var startErr error = errors.New("training never started")
 				progress := cfg.Progress
 				cfg.Progress = func(s testnet.Snapshot) {
-					once.Do(func() { started = pprof.StartCPUProfile(f) == nil })
+					once.Do(func() { startErr = pprof.StartCPUProfile(f) })
 					if progress != nil {
 						progress(s)
 					}
 				}
-				defer func() {
-					if started {
+				defer func() { // Run has returned: its progress calls are over
+					if startErr == nil {
 						pprof.StopCPUProfile()
+						f.Close()
+						return
 					}
+					f.Close()
+					os.Remove(*cpuProf)
+					fmt.Fprintf(stderr, "testnet: no CPU profile written: %v\n", startErr)
 				}()
 			}
 			if *memProf != "" {
