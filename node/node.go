@@ -52,6 +52,8 @@ type Node struct {
 	waiting  atomic.Bool
 	leaving  atomic.Bool
 	interval atomic.Uint64 // float64 bits: EWMA seconds per step
+	compute  atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	busy     atomic.Bool   // inside task.Step
 	lastEval atomic.Pointer[evalResult]
 	estMu    sync.Mutex // guards estAt and estVal
 	estAt    time.Time
@@ -223,6 +225,9 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 // Step is the number of iterations the node has completed.
 func (n *Node) Step() psp.Step { return n.step.Load() }
 
+// Computing reports whether the node is inside its task's Step.
+func (n *Node) Computing() bool { return n.busy.Load() }
+
 // Waiting reports whether the node is waiting at its barrier.
 func (n *Node) Waiting() bool { return n.waiting.Load() }
 
@@ -390,7 +395,7 @@ func (n *Node) handleStep(s network.Stream) {
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, maxStepFrame+binary.MaxVarintLen64)), maxStepFrame)
+	body, err := readFrame(smallReader(s, maxStepFrame), maxStepFrame)
 	var q StepRequest
 	if err == nil {
 		q, err = UnmarshalStepRequest(body)
@@ -440,7 +445,7 @@ func (n *Node) handleModel(s network.Stream) {
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, 16)), 8)
+	body, err := readFrame(smallReader(s, 8), 8)
 	if err != nil || len(body) != 1 || body[0] != wireVersion {
 		n.m.malformed.Inc()
 		_ = s.Reset()
@@ -473,7 +478,7 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepR
 		_ = s.Close()
 		return StepReply{}, nil
 	}
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, maxStepFrame+binary.MaxVarintLen64)), maxStepFrame)
+	body, err := readFrame(smallReader(s, maxStepFrame), maxStepFrame)
 	if err != nil {
 		_ = s.Reset()
 		return StepReply{}, err
