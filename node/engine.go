@@ -51,7 +51,11 @@ func (n *Node) Run(ctx context.Context) error {
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.population())
 		}
+		n.busy.Store(true)
+		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
+		n.busy.Store(false)
+		n.noteCompute(time.Since(t0).Seconds())
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -172,6 +176,25 @@ func (n *Node) sample(ctx context.Context, k int) []peer.ID {
 	n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	n.rngMu.Unlock()
 	return peers[:min(k, len(peers))]
+}
+
+// noteCompute folds one task step's duration into the compute EWMA.
+func (n *Node) noteCompute(s float64) {
+	if old := math.Float64frombits(n.compute.Load()); old > 0 {
+		s = 0.3*s + 0.7*old
+	}
+	n.compute.Store(math.Float64bits(s))
+}
+
+// pollMax is the longest backoff between two checks of a waiting node:
+// PollMax, and for a sampled barrier at most PollShare of the mean compute
+// time per step (see Config.PollShare).
+func (n *Node) pollMax() time.Duration {
+	if !n.cfg.Barrier.Probabilistic() || n.cfg.PollShare <= 0 {
+		return n.cfg.PollMax
+	}
+	c := time.Duration(n.cfg.PollShare * math.Float64frombits(n.compute.Load()) * float64(time.Second))
+	return min(max(c, n.cfg.PollMin), n.cfg.PollMax)
 }
 
 func (n *Node) noteInterval(s float64) {
@@ -491,7 +514,7 @@ func (n *Node) setWaiting(w bool) {
 // barrier blocks until the barrier lets the node start its next step.
 func (n *Node) barrier(ctx context.Context) error {
 	start := time.Now()
-	backoff := n.cfg.PollMin
+	backoff, most := n.cfg.PollMin, n.pollMax()
 	for first := true; ; first = false {
 		t0 := time.Now()
 		obs := n.observe(ctx)
@@ -534,6 +557,6 @@ func (n *Node) barrier(ctx context.Context) error {
 			}
 		case <-t.C:
 		}
-		backoff = min(2*backoff, n.cfg.PollMax)
+		backoff = min(2*backoff, most)
 	}
 }

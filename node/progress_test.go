@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 func TestProgressSeen(t *testing.T) {
@@ -73,5 +75,34 @@ func TestProgressBounded(t *testing.T) {
 	}
 	if got := g.release(1, now); len(got) != maxWaiters {
 		t.Fatalf("released %d of %d waiters, want all", len(got), maxWaiters)
+	}
+}
+
+// TestPollMax checks the backoff cap: PollMax for global barriers and with
+// PollShare off, PollShare × mean compute time for sampled ones, clamped to
+// [PollMin, PollMax].
+func TestPollMax(t *testing.T) {
+	tests := []struct {
+		barrier string
+		share   float64
+		compute float64 // seconds
+		want    time.Duration
+	}{
+		{"bsp", 1.0 / 32, 2, 500 * time.Millisecond},
+		{"ssp:4", 1.0 / 32, 2, 500 * time.Millisecond},
+		{"pbsp:10", 1.0 / 32, 2, 62500 * time.Microsecond},
+		{"pssp:10:4", 1.0 / 32, 2, 62500 * time.Microsecond},
+		{"pssp:10:4", 0, 2, 500 * time.Millisecond},
+		{"pssp:10:4", 1.0 / 32, 0, 10 * time.Millisecond},   // no step yet: PollMin
+		{"pssp:10:4", 1.0 / 32, 60, 500 * time.Millisecond}, // slow steps: PollMax
+	}
+	for _, tc := range tests {
+		cfg := DefaultConfig()
+		cfg.Barrier, cfg.PollShare = psp.MustParse(tc.barrier), tc.share
+		n := &Node{cfg: cfg}
+		n.noteCompute(tc.compute)
+		if got := n.pollMax(); got != tc.want {
+			t.Errorf("%s, share %v, compute %v s: pollMax = %v, want %v", tc.barrier, tc.share, tc.compute, got, tc.want)
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -45,6 +46,10 @@ type Config struct {
 	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
 	// to measure what it defends against.
 	NoScreen bool
+	// PollShare is the nodes' node.Config.PollShare: how often a node
+	// waiting at a sampled barrier re-checks, as a share of its mean
+	// compute time per step.
+	PollShare float64
 
 	Transport string // mem (in-process network) or tcp (loopback)
 	// ConnLow and ConnHigh are each node's connection-manager watermarks
@@ -88,6 +93,7 @@ func DefaultConfig() Config {
 		EvalEvery:      5 * time.Second,
 		StallWindow:    30 * time.Second,
 		AccuracyTarget: 0.85,
+		PollShare:      node.DefaultConfig().PollShare,
 	}
 }
 
@@ -95,6 +101,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if !(c.PollShare >= 0) || math.IsInf(c.PollShare, 0) {
+		bad("poll share %v must be >= 0", c.PollShare)
+	}
 	if c.Nodes < 2 || c.Nodes > 5000 {
 		bad("nodes %d out of range [2, 5000]", c.Nodes)
 	}

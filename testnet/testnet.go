@@ -46,6 +46,24 @@ type member struct {
 	crashed  bool
 	lastStep int64
 	progress time.Duration // when lastStep last changed
+	// freeSince is when the node last became free to go on at lastStep:
+	// its barrier, on the true population, would let it, and it is not
+	// computing. -1 while it is not free.
+	freeSince time.Duration
+}
+
+// noteFree records whether the member is free to go on at now (see
+// freeSince) and reports whether it has been free, without progress, for
+// a whole window.
+func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bool {
+	if !free {
+		m.freeSince = -1
+		return false
+	}
+	if m.freeSince < 0 {
+		m.freeSince = now
+	}
+	return now-m.freeSince >= window && now-m.joinedAt >= window
 }
 
 type stepRow struct {
@@ -207,6 +225,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	cfg.Gossip.PeerScoring = true
+	cfg.PollShare = t.cfg.PollShare
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
@@ -273,7 +292,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	self = nd.ID()
-	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, done: make(chan struct{})}
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{})}
 	if role != Honest {
 		t.roleOf.Store(self, role)
 	} else if g := nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
@@ -408,7 +427,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	for _, m := range live {
 		s := m.nd.Step()
 		if s != m.lastStep {
-			m.lastStep, m.progress = s, now
+			m.lastStep, m.progress, m.freeSince = s, now, -1
 		}
 		steps = append(steps, s)
 		t.steps = append(t.steps, stepRow{sec, m.idx, s})
@@ -421,15 +440,16 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			rel = append(rel, 1) // no estimate counts as 100 % off
 		}
 	}
-	// Stalled: no progress for StallWindow although the barrier, evaluated
-	// on the true live population, would let the node go on.
+	// Stalled: no progress for StallWindow while the node was free to go
+	// on: its barrier, evaluated on the true live population, would have
+	// let it all along, and it was not busy computing its own step (a
+	// straggler's long step is not a stall).
 	minStep := slices.Min(append(steps, math.MaxInt64))
+	s := t.cfg.Barrier.BaseStaleness()
 	for _, m := range live {
-		if now-m.progress >= t.cfg.StallWindow && now-m.joinedAt >= t.cfg.StallWindow {
-			s := t.cfg.Barrier.BaseStaleness()
-			if s < 0 || minStep >= m.lastStep-int64(s) {
-				t.stalls[m.idx] = true
-			}
+		free := (s < 0 || minStep >= m.lastStep-int64(s)) && !m.nd.Computing()
+		if m.noteFree(now, free, t.cfg.StallWindow) {
+			t.stalls[m.idx] = true
 		}
 	}
 	if len(steps) > 0 {

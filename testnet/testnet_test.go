@@ -195,3 +195,34 @@ func runLogged(t *testing.T, cfg Config) *Result {
 	t.Log("\n" + sb.String())
 	return res
 }
+
+// TestNoteFree checks the stall rule: a stall is a whole window free to go
+// on (barrier open, not computing) without progress; a long computation or
+// a closed barrier restarts the clock.
+func TestNoteFree(t *testing.T) {
+	const w = 30 * time.Second
+	sec := func(s int) time.Duration { return time.Duration(s) * time.Second }
+	tests := []struct {
+		name  string
+		ticks []bool // free at 0 s, 10 s, 20 s, ...
+		want  bool   // stalled at the last tick
+	}{
+		{"free a whole window", []bool{true, true, true, true}, true},
+		{"free just short of it", []bool{true, true, true}, false},
+		{"busy in between", []bool{true, true, false, true, true}, false},
+		{"free after a long computation", []bool{false, false, false, true, true, true, true}, true},
+		{"never free", []bool{false, false, false, false, false}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := &member{freeSince: -1}
+			var got bool
+			for i, free := range tc.ticks {
+				got = m.noteFree(sec(10*i), free, w)
+			}
+			if got != tc.want {
+				t.Errorf("stalled = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -55,6 +55,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		latency   = fs.Duration("latency", 0, "one-way latency added to every link (mem transport)")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
+		pollShare = fs.Float64("poll-share", def.PollShare, "a node waiting at a sampled barrier re-checks at least every this share of its mean compute time per step (0: plain backoff to 500 ms)")
 		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 	)
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
@@ -91,6 +92,7 @@ Examples:
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Latency, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *latency, *loss, *normBound, *noScreen
+			cfg.PollShare = *pollShare
 			if *hostile != "" {
 				rs, err := testnet.ParseRoles(*hostile)
 				if err != nil {
