@@ -91,6 +91,7 @@ func TestPollMax(t *testing.T) {
 		{"bsp", 1.0 / 32, 2, 500 * time.Millisecond},
 		{"ssp:4", 1.0 / 32, 2, 500 * time.Millisecond},
 		{"pbsp:10", 1.0 / 64, 2, 31250 * time.Microsecond},
+		{"pbsp:10", DefaultConfig().PollShare, 2, 62500 * time.Microsecond},
 		{"pssp:10:4", 1.0 / 32, 2, 62500 * time.Microsecond},
 		{"pssp:10:4", 0, 2, 500 * time.Millisecond},
 		{"pssp:10:4", 1.0 / 32, 0, 10 * time.Millisecond},   // no step yet: PollMin
