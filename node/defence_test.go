@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/psp"
 )
 
 func TestInboundLimiter(t *testing.T) {
@@ -181,5 +182,16 @@ func TestObserveHedgesSlowPeer(t *testing.T) {
 	}
 	if counterValue(a.m.hedged) == 0 {
 		t.Error("no query was hedged")
+	}
+}
+
+// The zero ScreenConfig turns screening off (testnet --no-screen relies on
+// it); the default turns it on.
+func TestScreenFor(t *testing.T) {
+	if s := screenFor(psp.ScreenConfig{}); s != nil {
+		t.Errorf("zero config: screen %v, want none", s)
+	}
+	if s := screenFor(DefaultConfig().Screen); s == nil {
+		t.Error("default config: no screen")
 	}
 }

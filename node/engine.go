@@ -7,6 +7,7 @@ import (
 	"io/fs"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -55,7 +56,7 @@ func (n *Node) Run(ctx context.Context) error {
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
 		n.busy.Store(false)
-		n.noteCompute(time.Since(t0).Seconds())
+		noteEWMA(&n.compute, time.Since(t0).Seconds())
 		if ctx.Err() != nil {
 			return nil
 		}
@@ -65,7 +66,7 @@ func (n *Node) Run(ctx context.Context) error {
 		step := n.step.Add(1)
 		n.m.step.Set(float64(step))
 		now := time.Now()
-		n.noteInterval(now.Sub(last).Seconds())
+		noteEWMA(&n.interval, now.Sub(last).Seconds())
 		last = now
 		n.pushProgress(ctx, step)
 		if n.gs != nil {
@@ -178,14 +179,6 @@ func (n *Node) sample(ctx context.Context, k int) []peer.ID {
 	return peers[:min(k, len(peers))]
 }
 
-// noteCompute folds one task step's duration into the compute EWMA.
-func (n *Node) noteCompute(s float64) {
-	if old := math.Float64frombits(n.compute.Load()); old > 0 {
-		s = 0.3*s + 0.7*old
-	}
-	n.compute.Store(math.Float64bits(s))
-}
-
 // pollMax is the longest backoff between two checks of a waiting node:
 // PollMax, and for a sampled barrier at most PollShare of the mean compute
 // time per step (see Config.PollShare).
@@ -197,12 +190,13 @@ func (n *Node) pollMax() time.Duration {
 	return min(max(c, n.cfg.PollMin), n.cfg.PollMax)
 }
 
-func (n *Node) noteInterval(s float64) {
-	old := n.stepInterval()
-	if old > 0 {
+// noteEWMA folds one sample, in seconds, into an EWMA stored as float64
+// bits (weight 0.3 for the new sample; the first sample is taken as is).
+func noteEWMA(a *atomic.Uint64, s float64) {
+	if old := math.Float64frombits(a.Load()); old > 0 {
 		s = 0.3*s + 0.7*old
 	}
-	n.interval.Store(math.Float64bits(s))
+	a.Store(math.Float64bits(s))
 }
 
 func (n *Node) refreshGauges() {
@@ -545,15 +539,9 @@ func (n *Node) barrier(ctx context.Context) error {
 			// but no sooner than WakeGap (at least PollMin) after the last
 			// check, so a burst of progress reports costs one check.
 			t.Stop()
-			if rest := max(n.cfg.WakeGap, n.cfg.PollMin) - time.Since(checked); rest > 0 {
-				t = time.NewTimer(rest)
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					n.setWaiting(false)
-					return ctx.Err()
-				case <-t.C:
-				}
+			if sleepCtx(ctx, max(n.cfg.WakeGap, n.cfg.PollMin)-time.Since(checked)); ctx.Err() != nil {
+				n.setWaiting(false)
+				return ctx.Err()
 			}
 		case <-t.C:
 		}

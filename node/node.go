@@ -108,15 +108,12 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		wake:     make(chan struct{}, 1),
 		decider:  psp.NewDecider(cfg.Barrier),
 		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
-		screen:   psp.NewScreen(cfg.Screen),
+		screen:   screenFor(cfg.Screen),
 		ownNorms: newRing(32),
 		progress: newProgress(),
 	}
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Screen != (psp.ScreenConfig{}) {
-		n.screen = psp.NewScreen(cfg.Screen)
 	}
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
@@ -224,6 +221,15 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
 // Step is the number of iterations the node has completed.
 func (n *Node) Step() psp.Step { return n.step.Load() }
+
+// screenFor is the screen a node with this configuration uses: nil (off)
+// for the zero ScreenConfig.
+func screenFor(c psp.ScreenConfig) *psp.Screen {
+	if c == (psp.ScreenConfig{}) {
+		return nil
+	}
+	return psp.NewScreen(c)
+}
 
 // Computing reports whether the node is inside its task's Step.
 func (n *Node) Computing() bool { return n.busy.Load() }

@@ -101,7 +101,7 @@ func TestPollMax(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Barrier, cfg.PollShare = psp.MustParse(tc.barrier), tc.share
 		n := &Node{cfg: cfg}
-		n.noteCompute(tc.compute)
+		noteEWMA(&n.compute, tc.compute)
 		if got := n.pollMax(); got != tc.want {
 			t.Errorf("%s, share %v, compute %v s: pollMax = %v, want %v", tc.barrier, tc.share, tc.compute, got, tc.want)
 		}

@@ -45,7 +45,6 @@ type member struct {
 	leftAt   time.Duration // -1 while live
 	crashed  bool
 	lastStep int64
-	progress time.Duration // when lastStep last changed
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
 	// computing. -1 while it is not free.
@@ -54,7 +53,8 @@ type member struct {
 
 // noteFree records whether the member is free to go on at now (see
 // freeSince) and reports whether it has been free, without progress, for
-// a whole window.
+// a whole window. (A joiner is first seen free after it joined, so the
+// window also runs from its join.)
 func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bool {
 	if !free {
 		m.freeSince = -1
@@ -63,7 +63,7 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 	if m.freeSince < 0 {
 		m.freeSince = now
 	}
-	return now-m.freeSince >= window && now-m.joinedAt >= window
+	return now-m.freeSince >= window
 }
 
 type stepRow struct {
@@ -365,7 +365,6 @@ func (t *testnet) countSample(peers []peer.ID) {
 func (t *testnet) launch(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
-	m.progress = time.Since(t.start)
 	t.wg.Go(func() {
 		defer close(m.done)
 		if err := m.nd.Run(c); err != nil {
@@ -427,7 +426,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	for _, m := range live {
 		s := m.nd.Step()
 		if s != m.lastStep {
-			m.lastStep, m.progress, m.freeSince = s, now, -1
+			m.lastStep, m.freeSince = s, -1
 		}
 		steps = append(steps, s)
 		t.steps = append(t.steps, stepRow{sec, m.idx, s})
