@@ -186,11 +186,26 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 // ConnManager returns the host's connection manager.
 func (h *Host) ConnManager() connmgr.ConnManager { return h.cm }
 
-// Close marks the peer gone (it can no longer be dialled) and closes it.
+// Close marks the peer gone and closes it. Its links are removed too: a
+// raw dial on the underlying network (the path libp2p's own services take,
+// bypassing Connect and NewStream above) would otherwise still reach the
+// closed host over an existing link, and the dialler would hold a live-
+// looking connection to a dead peer.
 func (h *Host) Close() error {
+	id := h.ID()
 	h.net.mu.Lock()
-	h.net.gone[h.ID()] = true
+	h.net.gone[id] = true
+	var unlink [][2]peer.ID
+	for k := range h.net.linked {
+		if k[0] == id || k[1] == id {
+			unlink = append(unlink, k)
+			delete(h.net.linked, k)
+		}
+	}
 	h.net.mu.Unlock()
+	for _, k := range unlink {
+		_ = h.net.mn.UnlinkPeers(k[0], k[1])
+	}
 	err := h.Host.Close()
 	_ = h.cm.Close()
 	return err
