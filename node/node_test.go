@@ -26,7 +26,7 @@ func testNodes(t *testing.T, n int, barrier string, scale float64) []*Node {
 }
 
 // buildTestNodes is testNodes with hosts from mk (nil: TCP on 127.0.0.1).
-func buildTestNodes(t *testing.T, n int, barrier string, scale float64, mk func() host.Host) []*Node {
+func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func() host.Host) []*Node {
 	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
@@ -196,7 +196,7 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 }
 
 // memHosts returns a host factory for buildTestNodes on an in-memory network.
-func memHosts(t *testing.T, mn *memnet.Net) func() host.Host {
+func memHosts(t testing.TB, mn *memnet.Net) func() host.Host {
 	return func() host.Host {
 		h, err := mn.NewHost(10, 20)
 		if err != nil {
