@@ -213,6 +213,8 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 			cs = append(cs, counts[nd.h.ID()])
 		}
 		maxm, minm, chi2, p = uniformity(cs)
+		logf("selection frequency / mean by join quarter: %s; by how many nodes know the peer (quarters, fewest first): %s",
+			quarterMeans(cs, nil), quarterMeans(cs, knownBy(live(), nodes)))
 		return maxm, minm, chi2, p, lat, errs
 	}
 	maxm, minm, chi2, p, lat, sampleErrs := samplePass(hdur(time.Second))
@@ -367,4 +369,51 @@ func membershipStats(nodes []*hnode, n int) (coverage, rt, conns float64) {
 	}
 	k := float64(len(nodes))
 	return coverage / k, rt / k, conns / k
+}
+
+// knownBy returns, for each node in nodes, how many of the live nodes hold
+// it as a live member: how widely the overlay knows it.
+func knownBy(live, nodes []*hnode) []float64 {
+	count := make(map[peer.ID]int, len(nodes))
+	for _, nd := range live {
+		for _, p := range nd.o.Peers() {
+			count[p]++
+		}
+	}
+	out := make([]float64, len(nodes))
+	for i, nd := range nodes {
+		out[i] = float64(count[nd.h.ID()])
+	}
+	return out
+}
+
+// quarterMeans splits the counts into four quarters, by index (key nil: by
+// join order) or by ascending key, and gives each quarter's mean count over
+// the overall mean: where the sampler's bias lies.
+func quarterMeans(counts []int, key []float64) string {
+	idx := make([]int, len(counts))
+	for i := range idx {
+		idx[i] = i
+	}
+	if key != nil {
+		sort.SliceStable(idx, func(a, b int) bool { return key[idx[a]] < key[idx[b]] })
+	}
+	total := 0
+	for _, c := range counts {
+		total += c
+	}
+	if total == 0 || len(counts) < 4 {
+		return "n/a"
+	}
+	mean := float64(total) / float64(len(counts))
+	var parts []string
+	for q := range 4 {
+		lo, hi := q*len(idx)/4, (q+1)*len(idx)/4
+		sum := 0
+		for _, i := range idx[lo:hi] {
+			sum += counts[i]
+		}
+		parts = append(parts, fmt.Sprintf("%.2f", float64(sum)/float64(hi-lo)/mean))
+	}
+	return strings.Join(parts, " ")
 }
