@@ -13,16 +13,7 @@ import (
 // Links add the configured one-way latency: an echo takes two of them.
 func TestLatency(t *testing.T) {
 	const lat = 40 * time.Millisecond
-	n := New(lat)
-	t.Cleanup(func() { _ = n.Close() })
-	a, err := n.NewHost(4, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.NewHost(4, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoHosts(t, lat)
 	b.SetStreamHandler("/echo", func(s network.Stream) {
 		buf := make([]byte, 1)
 		if _, err := io.ReadFull(s, buf); err == nil {
@@ -49,4 +40,21 @@ func TestLatency(t *testing.T) {
 	if rtt := time.Since(start); rtt < 2*lat {
 		t.Errorf("echo took %v, want at least 2 × %v", rtt, lat)
 	}
+}
+
+// twoHosts returns two hosts on a new network with the given link latency;
+// the network closes when the test ends.
+func twoHosts(t *testing.T, latency time.Duration) (a, b *Host) {
+	t.Helper()
+	n := New(latency)
+	t.Cleanup(func() { _ = n.Close() })
+	a, err := n.NewHost(4, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err = n.NewHost(4, 8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, b
 }

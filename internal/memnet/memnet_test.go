@@ -14,16 +14,7 @@ import (
 // path libp2p's own services take). Mocknet alone would accept the raw dial
 // over an existing link and hand back a connection to a dead host.
 func TestClosedHostUnreachable(t *testing.T) {
-	n := New(0)
-	t.Cleanup(func() { _ = n.Close() })
-	a, err := n.NewHost(4, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := n.NewHost(4, 8)
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, b := twoHosts(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID()}); err != nil {
