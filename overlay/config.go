@@ -133,6 +133,32 @@ func DefaultConfig() Config {
 	}
 }
 
+// SharedMachineNodes is the number of nodes one machine carries with the
+// default background periods; see ForSharedMachine.
+const SharedMachineNodes = 200
+
+// ForSharedMachine returns c adjusted for nodes overlays that share one
+// machine (a local testnet, the benchmark harness). Every overlay walks,
+// rotates its pool (a dial each time) and refreshes on its own clock: cheap
+// for one node on its own machine, but in one process their sum grows with
+// nodes, and past about SharedMachineNodes it saturates two cores. Above
+// that many nodes the walk, rotation and refresh periods (and the estimate
+// window, which must hold as many walks) are stretched by
+// nodes/SharedMachineNodes, so the machine's total background load stays
+// that of SharedMachineNodes nodes. At or below it, c is returned as is.
+func (c Config) ForSharedMachine(nodes int) Config {
+	f := float64(nodes) / SharedMachineNodes
+	if f <= 1 {
+		return c
+	}
+	stretch := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
+	c.WalkInterval = stretch(c.WalkInterval)
+	c.RotateInterval = stretch(c.RotateInterval)
+	c.RefreshInterval = stretch(c.RefreshInterval)
+	c.EstimateWindow = stretch(c.EstimateWindow)
+	return c
+}
+
 // ErrInvalidConfig reports an unusable Config.
 var ErrInvalidConfig = errors.New("overlay: invalid config")
 

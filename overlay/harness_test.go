@@ -9,6 +9,8 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"runtime"
+	"runtime/pprof"
 	"sort"
 	"strconv"
 	"strings"
@@ -23,7 +25,9 @@ import (
 
 // The benchmark harness: N real libp2p hosts (go-libp2p mocknet with
 // on-demand links and a connection manager, or TCP loopback) each running
-// an Overlay with DefaultConfig. One run per sub-benchmark; use
+// an Overlay with DefaultConfig, adjusted by ForSharedMachine (above 200
+// nodes the background periods stretch by N/200, as in pspnode testnet).
+// One run per sub-benchmark; use
 // -benchtime=1x. See RESULTS.md for the commands and figures.
 //
 //	go test -run '^$' -bench 'BenchmarkOverlay/N=200$' -benchtime=1x -timeout 60m ./overlay/
@@ -88,17 +92,19 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 			}
 			return tcpHostB(key)
 		}
-		return ln.NewHost(connLimits())
+		return ln.NewHost(connLimits(n))
 	}
 
 	// Join: each node bootstraps through two random earlier nodes.
+	nodeCfg := DefaultConfig().ForSharedMachine(n)
+	nodeCfg.Job = "bench"
 	for i := range n {
 		h, err := newHost()
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg := DefaultConfig()
-		cfg.Job = "bench"
+		cfg := nodeCfg
+		cfg.BootstrapPeers = nil
 		if i > 0 {
 			for _, j := range []int{rand.IntN(i), rand.IntN(i)} {
 				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: nodes[j].h.ID(), Addrs: nodes[j].h.Addrs()})
@@ -115,7 +121,9 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	lastJoin := time.Now()
-	logf("all joined in %.1fs", time.Since(start).Seconds())
+	lo, hi := connLimits(n)
+	logf("all joined in %.1fs (walk every %v, pool rotation every %v, refresh every %v, estimate window %v; connections %d-%d)",
+		time.Since(start).Seconds(), nodeCfg.WalkInterval, nodeCfg.RotateInterval, nodeCfg.RefreshInterval, nodeCfg.EstimateWindow, lo, hi)
 
 	// Emulate the node's step replies: every 2 s each node samples β=10
 	// and hears their local estimates.
@@ -177,6 +185,9 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	time.Sleep(time.Until(lastJoin.Add(settle)))
 	cores := (procstat.CPUTime().Seconds() - cpu0) / time.Since(wall0).Seconds()
 
+	if f := os.Getenv("PSP_HARNESS_HEAPPROFILE"); f != "" {
+		writeHeapProfile(b, f)
+	}
 	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
 	logf("estimator detail: %s", detailSummary(live(), float64(n)))
 	coverage, rtAvg, connAvg := membershipStats(live(), n)
@@ -295,10 +306,30 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 		rss>>20, cores, cMed, cP95, bad10, tot10, bad30, tot30)
 }
 
+// writeHeapProfile writes the live heap (after a collection) to file, for
+// go tool pprof -sample_index=inuse_space.
+func writeHeapProfile(b *testing.B, file string) {
+	f, err := os.Create(file)
+	if err != nil {
+		b.Logf("heap profile: %v", err)
+		return
+	}
+	defer func() { _ = f.Close() }()
+	runtime.GC()
+	if err := pprof.WriteHeapProfile(f); err != nil {
+		b.Logf("heap profile: %v", err)
+	}
+}
+
 // connLimits returns the mocknet hosts' connection-manager watermarks:
-// PSP_HARNESS_CONNS="low,high", default 150,250.
-func connLimits() (int, int) {
+// PSP_HARNESS_CONNS="low,high", default 150,250, and 32,96 above 500 nodes
+// (each connection end costs tens of kilobytes: 1000 nodes at 150,250 would
+// not fit in 8 GiB).
+func connLimits(n int) (int, int) {
 	lo, hi := 150, 250
+	if n > 500 {
+		lo, hi = 32, 96
+	}
 	if v := os.Getenv("PSP_HARNESS_CONNS"); v != "" {
 		if a, b, ok := strings.Cut(v, ","); ok {
 			l, err1 := strconv.Atoi(a)

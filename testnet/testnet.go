@@ -236,17 +236,10 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		cfg.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.limits()
-	// Background overlay work grows with N: every node walks and rotates its
-	// sampler pool (a dial each time). Past 200 nodes, stretch the periods
-	// in proportion, so the testnet's total background load stays that of
-	// 200 nodes; the estimate window grows with them.
-	if f := float64(t.cfg.Nodes) / 200; f > 1 {
-		stretch := func(d time.Duration) time.Duration { return time.Duration(float64(d) * f) }
-		cfg.Overlay.WalkInterval = stretch(cfg.Overlay.WalkInterval)
-		cfg.Overlay.RotateInterval = stretch(cfg.Overlay.RotateInterval)
-		cfg.Overlay.RefreshInterval = stretch(cfg.Overlay.RefreshInterval)
-		cfg.Overlay.EstimateWindow = stretch(cfg.Overlay.EstimateWindow)
-	}
+	// Background overlay work grows with N: past 200 nodes the overlay's
+	// periods stretch in proportion, so the testnet's total background load
+	// stays that of 200 nodes.
+	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
 	t.mu.Lock()
 	idx := len(t.members)
 	live := t.liveLocked()

@@ -1,0 +1,35 @@
+package overlay
+
+import (
+	"testing"
+	"time"
+)
+
+func TestForSharedMachine(t *testing.T) {
+	base := DefaultConfig()
+	for _, tc := range []struct {
+		nodes int
+		want  float64 // stretch of the background periods
+	}{
+		{1, 1}, {50, 1}, {200, 1}, {500, 2.5}, {1000, 5},
+	} {
+		c := base.ForSharedMachine(tc.nodes)
+		for name, got := range map[string][2]time.Duration{
+			"WalkInterval":    {c.WalkInterval, base.WalkInterval},
+			"RotateInterval":  {c.RotateInterval, base.RotateInterval},
+			"RefreshInterval": {c.RefreshInterval, base.RefreshInterval},
+			"EstimateWindow":  {c.EstimateWindow, base.EstimateWindow},
+		} {
+			if want := time.Duration(tc.want * float64(got[1])); got[0] != want {
+				t.Errorf("%d nodes: %s = %v, want %v", tc.nodes, name, got[0], want)
+			}
+		}
+		// What bounds a single operation is not stretched.
+		if c.QueryTimeout != base.QueryTimeout || c.ProbeTimeout != base.ProbeTimeout || c.PoolSize != base.PoolSize {
+			t.Errorf("%d nodes: timeouts or pool size changed", tc.nodes)
+		}
+		if err := c.validate(); err != nil {
+			t.Errorf("%d nodes: %v", tc.nodes, err)
+		}
+	}
+}
