@@ -37,11 +37,32 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "extra"}, 2, "takes no arguments"},
 		{[]string{"bound", "--F", "1"}, 2, "must be in (0, 1)"},
 		{[]string{"bound", "--beta", "-1"}, 2, "not a non-negative integer"},
+		{[]string{"testnet", "--gc-percent", "-5"}, 2, "--gc-percent must be >= 0"},
+		{[]string{"testnet", "--gc-percent", "x"}, 2, "invalid value"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
 		if code != tc.code || !strings.Contains(stderr, tc.want) {
 			t.Errorf("pspnode %v: exit %d (want %d), stderr %q (want it to contain %q)", tc.args, code, tc.code, stderr, tc.want)
+		}
+	}
+}
+
+func TestTestnetGCPercent(t *testing.T) {
+	for _, tc := range []struct {
+		flag, nodes int
+		env         string
+		want        int
+	}{
+		{0, 50, "", 200},
+		{0, 500, "", 200},
+		{0, 1000, "", 0}, // memory first: Go's default
+		{300, 1000, "", 300},
+		{300, 50, "150", 0}, // GOGC in the environment wins
+		{0, 50, "off", 0},
+	} {
+		if got := testnetGCPercent(tc.flag, tc.nodes, tc.env); got != tc.want {
+			t.Errorf("testnetGCPercent(%d, %d, %q) = %d, want %d", tc.flag, tc.nodes, tc.env, got, tc.want)
 		}
 	}
 }
