@@ -103,8 +103,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		cfg := nodeCfg
-		cfg.BootstrapPeers = nil
+		cfg := nodeCfg // nodeCfg has no bootstrap peers: append below makes a fresh slice
 		if i > 0 {
 			for _, j := range []int{rand.IntN(i), rand.IntN(i)} {
 				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: nodes[j].h.ID(), Addrs: nodes[j].h.Addrs()})

@@ -10,6 +10,10 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
+// pollShareHelp is --poll-share's help, shared by run and testnet
+// (node.Config.PollShare).
+const pollShareHelp = "waiting at a sampled barrier, re-check at least every this share of the mean compute time per step (0: plain backoff to 500 ms)"
+
 // intList is a comma-separated list of non-negative integers flag.
 type intList []int
 

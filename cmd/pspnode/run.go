@@ -76,7 +76,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		duration  = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 		scale     = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
 		factor    = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-		pollShare = fs.Float64("poll-share", def.PollShare, "waiting at a sampled barrier, re-check at least every this share of the mean compute time per step (0: plain backoff to 500 ms)")
+		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
 		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
 		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
 		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")

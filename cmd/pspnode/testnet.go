@@ -76,7 +76,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		latency   = fs.Duration("latency", 0, "one-way latency added to every link (mem transport)")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
-		pollShare = fs.Float64("poll-share", def.PollShare, "a node waiting at a sampled barrier re-checks at least every this share of its mean compute time per step (0: plain backoff to 500 ms)")
+		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
 		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 		gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
 	)
