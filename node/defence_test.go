@@ -185,6 +185,51 @@ func TestObserveHedgesSlowPeer(t *testing.T) {
 	}
 }
 
+// A pBSP check ends at the first sampled answer below its threshold: it
+// has failed whatever the others say, so it does not wait for the slow
+// ones. A check that can pass still waits for all β answers.
+func TestObserveEndsAtFirstLaggard(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	nodes := buildTestNodes(t, 4, "pbsp:3", 0.001, memHosts(t, mn))
+	a := nodes[0]
+	// Slow, but within the 500 ms query timeout: the level check waits
+	// for them.
+	nodes[2].cfg.Faults.ReplyDelay = 200 * time.Millisecond
+	nodes[3].cfg.Faults.ReplyDelay = 200 * time.Millisecond
+	deadline := time.Now().Add(10 * time.Second)
+	for len(a.Overlay().Peers()) < 3 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	tests := []struct {
+		name    string
+		step    int64 // a's step; the peers stay at 0
+		wantObs int
+		early   bool
+	}{
+		// Level first: the ahead case leaves the slow peers' queries
+		// running, which would hold their inbound stream caps.
+		{"level: passes on all three", 0, 3, false},
+		{"ahead: fails at the first answer", 5, 1, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a.step.Store(tt.step)
+			before := counterValue(a.m.earlyFail)
+			obs := a.observe(context.Background())
+			if len(obs) != tt.wantObs {
+				t.Fatalf("observe returned %d observations, want %d: %+v", len(obs), tt.wantObs, obs)
+			}
+			if tt.early && peer.ID(obs[0].Peer) != nodes[1].ID() {
+				t.Errorf("the check ended on %s, want the fast peer %s", obs[0].Peer, nodes[1].ID())
+			}
+			if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {
+				t.Errorf("early-fail counter grew by %v, want growth %v", got, tt.early)
+			}
+		})
+	}
+}
+
 // The zero ScreenConfig turns screening off (testnet --no-screen relies on
 // it); the default turns it on.
 func TestScreenFor(t *testing.T) {

@@ -423,6 +423,12 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	delay := n.hedgeDelay()
 	hedge := time.NewTicker(delay)
 	defer hedge.Stop()
+	// A static barrier (pBSP, pSSP) fails on any one answer below its
+	// threshold, so a check ends at the first such answer rather than at
+	// the slowest of β: a waiting node re-checks sooner, as the
+	// simulator's instantaneous checks do. Pass still needs β answers.
+	static := !sp.Dynamic() && sp.BaseStaleness() >= 0
+	threshold := req.Step - int64(sp.BaseStaleness())
 	var obs []psp.Observation
 	for outstanding > 0 && len(obs) < want {
 		select {
@@ -445,6 +451,10 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 				replace(1) // already marked dead by its goroutine
 			} else if o, ok := n.judge(ctx, r.p, r.a); ok {
 				obs = append(obs, o)
+				if static && o.Step < threshold {
+					n.m.earlyFail.Inc()
+					return obs
+				}
 			} else {
 				replace(1)
 			}

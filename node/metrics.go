@@ -34,6 +34,7 @@ type metrics struct {
 	normRefused   prometheus.Counter
 	refused       prometheus.Counter
 	hedged        prometheus.Counter
+	earlyFail     prometheus.Counter
 	pushed        prometheus.Counter
 	cached        prometheus.Counter
 
@@ -79,6 +80,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
 		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
 		hedged:      c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
+		earlyFail:   c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
 		pushed:      c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		cached:      c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		waits:       newRing(4096),
@@ -87,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
-		m.screened, m.normRefused, m.refused, m.hedged, m.pushed, m.cached)
+		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}
