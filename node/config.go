@@ -110,6 +110,9 @@ type Config struct {
 	// the cap are reset at once. A real host also gets these per-peer caps
 	// for the two protocols in go-libp2p's resource manager.
 	MaxStreamsPerPeer, MaxInboundStreams int
+	// StepStreams is how many idle step streams a node keeps open for
+	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
+	StepStreams int
 
 	// Faults make the node misbehave, for testnets that measure the
 	// defences above. The zero value is an honest node.
@@ -156,6 +159,7 @@ func DefaultConfig() Config {
 		NormBound:         4,
 		MaxStreamsPerPeer: 8,
 		MaxInboundStreams: 512,
+		StepStreams:       64,
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
 	}
@@ -186,6 +190,9 @@ func (c Config) Validate() error {
 	}
 	if c.QueryTimeout <= 0 || c.PollMin <= 0 || c.PollMax < c.PollMin {
 		errs = append(errs, fmt.Errorf("need query timeout > 0 and 0 < poll min <= poll max (got %v, %v, %v)", c.QueryTimeout, c.PollMin, c.PollMax))
+	}
+	if c.StepStreams < 0 {
+		errs = append(errs, fmt.Errorf("need step streams >= 0 (got %d)", c.StepStreams))
 	}
 	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
 		errs = append(errs, fmt.Errorf("stream caps %d per peer, %d in all: need 1 <= per peer <= all", c.MaxStreamsPerPeer, c.MaxInboundStreams))

@@ -30,14 +30,20 @@ type Status struct {
 	Waiting            bool     `json:"waiting"`
 	UptimeS            float64  `json:"uptime_s"`
 	StepIntervalS      float64  `json:"step_interval_s"`
-	OverlayReady       bool     `json:"overlay_ready"`
-	SinceRefreshS      float64  `json:"since_refresh_s"`
-	Model              string   `json:"model,omitempty"`
-	Loss               *float64 `json:"loss,omitempty"`
-	Accuracy           *float64 `json:"accuracy,omitempty"`
-	UpdatesSent        uint64   `json:"updates_sent"`
-	UpdatesReceived    uint64   `json:"updates_received"`
-	UpdatesRejected    uint64   `json:"updates_rejected"`
+	// BarrierChecks counts barrier checks, BarrierPasses the checks that
+	// let the node go on (one per step), BarrierWaitS the total time spent
+	// at the barrier.
+	BarrierChecks   uint64   `json:"barrier_checks"`
+	BarrierPasses   uint64   `json:"barrier_passes"`
+	BarrierWaitS    float64  `json:"barrier_wait_s"`
+	OverlayReady    bool     `json:"overlay_ready"`
+	SinceRefreshS   float64  `json:"since_refresh_s"`
+	Model           string   `json:"model,omitempty"`
+	Loss            *float64 `json:"loss,omitempty"`
+	Accuracy        *float64 `json:"accuracy,omitempty"`
+	UpdatesSent     uint64   `json:"updates_sent"`
+	UpdatesReceived uint64   `json:"updates_received"`
+	UpdatesRejected uint64   `json:"updates_rejected"`
 	// Defences at work: step reports not counted at the barrier (stuck or
 	// lying peers), received updates refused by the norm bound, inbound
 	// streams reset at the per-peer cap.
@@ -86,6 +92,8 @@ func (n *Node) Status() Status {
 	}
 	st.UpdatesNormRefused = uint64(counterValue(n.m.normRefused))
 	st.StreamsRefused = uint64(counterValue(n.m.refused))
+	st.BarrierChecks = uint64(counterValue(n.m.checks))
+	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

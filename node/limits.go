@@ -54,6 +54,14 @@ func (l *inboundLimiter) acquire(p peer.ID) bool {
 	return true
 }
 
+// roomy reports whether the node holds fewer than half its cap of inbound
+// streams: only then does a step stream stay open for another exchange.
+func (l *inboundLimiter) roomy() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return 2*l.sum < l.total
+}
+
 func (l *inboundLimiter) release(p peer.ID) {
 	l.mu.Lock()
 	defer l.mu.Unlock()

@@ -35,6 +35,7 @@ type metrics struct {
 	refused       prometheus.Counter
 	hedged        prometheus.Counter
 	earlyFail     prometheus.Counter
+	staleStreams  prometheus.Counter
 	pushed        prometheus.Counter
 	cached        prometheus.Counter
 
@@ -77,19 +78,20 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connected:     g("connected_peers", "Peers with an open connection."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
-		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
-		refused:     c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
-		hedged:      c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
-		earlyFail:   c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
-		pushed:      c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
-		cached:      c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
-		waits:       newRing(4096),
-		checkL:      newRing(4096),
-		rtts:        newRing(4096),
+		normRefused:  c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		refused:      c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
+		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
+		staleStreams: c("step_streams_stale_total", "Step queries retried on a fresh stream because the peer had closed the idle one they took."),
+		earlyFail:    c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
+		pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
+		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
+		waits:        newRing(4096),
+		checkL:       newRing(4096),
+		rtts:         newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
-		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.pushed, m.cached)
+		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}
@@ -176,4 +178,13 @@ func counterValue(c prometheus.Counter) float64 {
 		return 0
 	}
 	return m.GetCounter().GetValue()
+}
+
+// histogramSum returns the sum and count of a histogram's observations.
+func histogramSum(h prometheus.Histogram) (sum float64, count uint64) {
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		return 0, 0
+	}
+	return m.GetHistogram().GetSampleSum(), m.GetHistogram().GetSampleCount()
 }

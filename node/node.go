@@ -67,6 +67,8 @@ type Node struct {
 	progress *progress
 	// limiter caps concurrent inbound step and model streams.
 	limiter *inboundLimiter
+	// steps holds idle step streams for reuse (stepconn.go).
+	steps *stepStreams
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen
@@ -108,6 +110,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		wake:     make(chan struct{}, 1),
 		decider:  psp.NewDecider(cfg.Barrier),
 		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
+		steps:    newStepStreams(cfg.StepStreams),
 		screen:   screenFor(cfg.Screen),
 		ownNorms: newRing(32),
 		progress: newProgress(),
@@ -393,57 +396,6 @@ func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
 	}
 }
 
-// handleStep answers a step query, or notes that a peer is leaving.
-func (n *Node) handleStep(s network.Stream) {
-	from := s.Conn().RemotePeer()
-	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
-	defer cancel()
-	defer guard(ctx, s)()
-	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
-	body, err := readFrame(smallReader(s, maxStepFrame), maxStepFrame)
-	var q StepRequest
-	if err == nil {
-		q, err = UnmarshalStepRequest(body)
-	}
-	if err != nil {
-		n.m.malformed.Inc()
-		n.log.Debug("malformed step request", "from", from, "err", err)
-		_ = s.Reset()
-		return
-	}
-	if q.Leaving {
-		n.dropPeer(from)
-		n.poke()
-		return
-	}
-	n.ov.MarkAlive(from)
-	if q.Estimate > 0 {
-		n.ov.ObserveEstimate(from, q.Estimate)
-	}
-	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
-	if f := n.cfg.Faults; f.active() {
-		if n.lost() {
-			<-ctx.Done() // the query is lost: the asker hears nothing
-			return
-		}
-		if f.ReplyDelay > 0 {
-			sleepCtx(ctx, f.ReplyDelay)
-		}
-		if f.StepLie != nil {
-			reply.Step = f.StepLie(reply.Step)
-		}
-	}
-	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
-		_ = s.Reset()
-		return
-	}
-	n.noteAsker(from, q.Step)
-	if q.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us has progressed
-	}
-}
-
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
 	defer s.Close()
@@ -461,42 +413,6 @@ func (n *Node) handleModel(s network.Stream) {
 	if err := writeFrame(s, MarshalModel(snap)); err != nil {
 		_ = s.Reset()
 	}
-}
-
-// queryStep asks one peer for its step.
-func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
-	defer cancel()
-	start := time.Now()
-	s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepID)
-	if err != nil {
-		return StepReply{}, err
-	}
-	defer guard(ctx, s)()
-	deadline, _ := ctx.Deadline()
-	_ = s.SetDeadline(deadline)
-	if err := writeFrame(s, MarshalStepRequest(req)); err != nil {
-		_ = s.Reset()
-		return StepReply{}, err
-	}
-	_ = s.CloseWrite()
-	if req.Leaving {
-		_ = s.Close()
-		return StepReply{}, nil
-	}
-	body, err := readFrame(smallReader(s, maxStepFrame), maxStepFrame)
-	if err != nil {
-		_ = s.Reset()
-		return StepReply{}, err
-	}
-	_ = s.Close()
-	r, err := UnmarshalStepReply(body)
-	if err != nil {
-		n.m.queryErrors.Inc()
-		return StepReply{}, err
-	}
-	n.m.observeRTT(time.Since(start).Seconds())
-	return r, nil
 }
 
 // fetchModel asks one peer for its model.
@@ -576,6 +492,9 @@ func (n *Node) closeParts() error {
 	}
 	if n.ov != nil {
 		errs = append(errs, n.ov.Close())
+	}
+	if n.steps != nil {
+		n.steps.close()
 	}
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)

@@ -148,6 +148,7 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 func (n *Node) dropPeer(p peer.ID) {
 	n.ov.MarkDead(p)
 	n.progress.forget(p)
+	n.steps.drop(p)
 }
 
 // queryFailed handles a step query that failed while the node runs.

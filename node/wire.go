@@ -20,7 +20,8 @@ import (
 // anything is allocated, so a hostile peer cannot make a node allocate more
 // than the cap.
 //
-// Step protocol /psp/<job>/step/1.0.0, one request and one reply per stream:
+// Step protocol /psp/<job>/step/1.0.0, request and reply frames taking
+// turns; a stream carries one exchange or, reused, several (stepconn.go):
 //
 //	request: version u8 | kind u8 (1 query, 2 leaving) | step i64 | estimate f64
 //	reply:   version u8 | flags u8 (bit 0: leaving) | step i64 | estimate f64 | interval f64

@@ -56,7 +56,14 @@ type Result struct {
 		Draws       int     `json:"draws"`
 		Peers       int     `json:"peers"`
 	} `json:"sampling"`
-	BarrierWaitMs  Percentiles `json:"barrier_wait_ms"`
+	BarrierWaitMs Percentiles `json:"barrier_wait_ms"`
+	// BarrierChecks counts the honest live nodes' barrier checks, and
+	// ChecksPerWaitS divides the re-checks among them (checks that did
+	// not follow a step) by the time those nodes spent waiting: how often
+	// a waiting node re-checks (the simulator's poll mode, about 20 times
+	// a second).
+	BarrierChecks  uint64      `json:"barrier_checks"`
+	ChecksPerWaitS float64     `json:"checks_per_wait_s"`
 	BarrierCheckMs Percentiles `json:"barrier_check_ms"` // one decision: sample, query, decide
 	SampleRTTMs    Percentiles `json:"sample_rtt_ms"`
 	Updates        struct {
@@ -147,6 +154,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	}
 	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
+	var waitS, rechecks float64
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
@@ -183,6 +191,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.ReportsScreened += st.ReportsScreened
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
+		r.BarrierChecks += st.BarrierChecks
+		rechecks += float64(st.BarrierChecks) - float64(st.BarrierPasses)
+		waitS += st.BarrierWaitS
 		w, ck, rt := m.nd.Recent()
 		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
@@ -221,6 +232,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		return Percentiles{P50: 1000 * sim.Percentile(xs, 50), P99: 1000 * sim.Percentile(xs, 99)}
 	}
 	r.BarrierWaitMs, r.BarrierCheckMs, r.SampleRTTMs = ms(waits), ms(checks), ms(rtts)
+	if waitS > 0 {
+		r.ChecksPerWaitS = rechecks / waitS
+	}
 	if c.Model != "none" && len(t.accs) > 0 {
 		last := t.accs[len(t.accs)-1]
 		a := &Accuracy{Metric: t.metric(), Final: last.accuracy, FinalLoss: last.loss, Target: c.AccuracyTarget}

@@ -1,0 +1,281 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Step streams are reused. A step query is a few dozen bytes each way, and
+// a waiting node under a sampled barrier sends ten every few tens of
+// milliseconds; opening a stream for each (stream setup, protocol
+// negotiation, a handler goroutine; on the in-memory transport two more
+// goroutines and pipes) was about a fifth of a 200-node pBSP testnet's CPU.
+// So a stream carries one exchange after another, one at a time:
+//
+//   - The asker keeps at most one idle stream per peer, at most
+//     Config.StepStreams in all, each for at most stepIdleAsker; a query
+//     takes the peer's idle stream if there is one, opens a new one
+//     otherwise (also when another query to that peer is in flight), and
+//     gives it back after a clean exchange. Anything else (an error, a
+//     deadline, a malformed reply) resets it.
+//   - The answerer serves exchanges on a stream until the asker closes it,
+//     it has been idle for stepIdleAnswerer, or the node is over half its
+//     inbound stream cap (then it answers once and closes, so that idle
+//     streams never crowd out new askers).
+//   - A reused stream the answerer has closed fails at once; the query is
+//     then retried once on a fresh stream, so reuse never turns a live peer
+//     into a failed query.
+//
+// A stream that has carried one exchange and closes is exactly the old
+// one-shot protocol, so askers and answerers need not agree on reuse.
+const (
+	stepIdleAsker    = 5 * time.Second
+	stepIdleAnswerer = 2 * stepIdleAsker
+)
+
+// stepStream is an open step stream with its frame reader.
+type stepStream struct {
+	s    network.Stream
+	r    *bufio.Reader
+	used time.Time // end of its last exchange
+}
+
+func newStepStream(s network.Stream) *stepStream {
+	return &stepStream{s: s, r: bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)}
+}
+
+// stepStreams holds the asker's idle streams.
+type stepStreams struct {
+	max int
+
+	mu     sync.Mutex
+	idle   map[peer.ID]*stepStream
+	swept  time.Time
+	closed bool
+}
+
+func newStepStreams(max int) *stepStreams {
+	return &stepStreams{max: max, idle: make(map[peer.ID]*stepStream)}
+}
+
+// take removes and returns p's idle stream, or nil.
+func (ss *stepStreams) take(p peer.ID, now time.Time) *stepStream {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	st := ss.idle[p]
+	if st == nil {
+		return nil
+	}
+	delete(ss.idle, p)
+	if now.Sub(st.used) > stepIdleAsker {
+		_ = st.s.Close()
+		return nil
+	}
+	return st
+}
+
+// put keeps st as p's idle stream, or closes it if the set is full, p
+// already has one, or the node is closing. Now and then it closes the idle
+// streams that have expired.
+func (ss *stepStreams) put(p peer.ID, st *stepStream, now time.Time) {
+	st.used = now
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if now.Sub(ss.swept) > stepIdleAsker {
+		ss.swept = now
+		for q, old := range ss.idle {
+			if now.Sub(old.used) > stepIdleAsker {
+				_ = old.s.Close()
+				delete(ss.idle, q)
+			}
+		}
+	}
+	if ss.closed || ss.idle[p] != nil || len(ss.idle) >= ss.max {
+		_ = st.s.Close()
+		return
+	}
+	ss.idle[p] = st
+}
+
+// drop closes p's idle stream, if any (p left or failed).
+func (ss *stepStreams) drop(p peer.ID) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if st := ss.idle[p]; st != nil {
+		_ = st.s.Reset()
+		delete(ss.idle, p)
+	}
+}
+
+// close closes every idle stream and refuses new ones.
+func (ss *stepStreams) close() {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	ss.closed = true
+	for p, st := range ss.idle {
+		_ = st.s.Reset()
+		delete(ss.idle, p)
+	}
+}
+
+// size is the number of idle streams held.
+func (ss *stepStreams) size() int {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	return len(ss.idle)
+}
+
+// queryStep asks one peer for its step, on its idle step stream if it has
+// one (see stepStreams).
+func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
+	defer cancel()
+	start := time.Now()
+	for {
+		var st *stepStream
+		if !req.Leaving { // a leave notice goes on a fresh stream: a stale one could swallow it
+			st = n.steps.take(p, start)
+		}
+		reused := st != nil
+		if !reused {
+			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepID)
+			if err != nil {
+				return StepReply{}, err
+			}
+			st = newStepStream(s)
+		}
+		r, err := n.exchange(ctx, st, req)
+		if err == nil {
+			if req.Leaving {
+				_ = st.s.Close()
+				return r, nil
+			}
+			n.m.observeRTT(time.Since(start).Seconds())
+			n.steps.put(p, st, time.Now())
+			return r, nil
+		}
+		_ = st.s.Reset()
+		if errors.Is(err, errBadReply) {
+			n.m.queryErrors.Inc()
+			return StepReply{}, err
+		}
+		if !reused || ctx.Err() != nil {
+			return StepReply{}, err
+		}
+		n.m.staleStreams.Inc() // the answerer closed it: once more, on a fresh stream
+	}
+}
+
+// errBadReply marks a reply that arrived but does not decode.
+var errBadReply = errors.New("malformed step reply")
+
+// exchange sends one request on st and reads its reply (none for a leave
+// notice), within ctx.
+func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (StepReply, error) {
+	defer guard(ctx, st.s)()
+	deadline, _ := ctx.Deadline()
+	_ = st.s.SetDeadline(deadline)
+	if err := writeFrame(st.s, MarshalStepRequest(req)); err != nil {
+		return StepReply{}, err
+	}
+	if req.Leaving {
+		return StepReply{}, nil
+	}
+	body, err := readFrame(st.r, maxStepFrame)
+	if err != nil {
+		return StepReply{}, err
+	}
+	r, err := UnmarshalStepReply(body)
+	if err != nil {
+		return StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
+	}
+	_ = st.s.SetDeadline(time.Time{})
+	return r, nil
+}
+
+// handleStep answers step queries on one stream until the asker closes it,
+// it idles, or the node is over half its inbound cap (see stepStreams).
+func (n *Node) handleStep(s network.Stream) {
+	from := s.Conn().RemotePeer()
+	defer s.Close()
+	r := bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)
+	for first := true; n.serveStep(s, r, from, first) && n.limiter.roomy(); first = false {
+	}
+}
+
+// serveStep reads one request (the first of a stream within the query
+// timeout, a later one within stepIdleAnswerer) and answers it; it reports
+// whether the stream may carry another.
+func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first bool) bool {
+	wait := n.cfg.QueryTimeout
+	if !first {
+		wait = stepIdleAnswerer
+	}
+	rctx, rcancel := context.WithTimeout(context.Background(), wait)
+	stop := guard(rctx, s)
+	_ = s.SetReadDeadline(time.Now().Add(wait))
+	body, err := readFrame(r, maxStepFrame)
+	stop()
+	idled := rctx.Err() != nil
+	rcancel()
+	var q StepRequest
+	if err == nil {
+		q, err = UnmarshalStepRequest(body)
+	}
+	if err != nil {
+		// A stream that ends before a request (the asker closed it, or it
+		// idled) is the normal end of a reused stream; only the first
+		// request of a stream must come.
+		if idled || (!first && errors.Is(err, io.EOF)) {
+			return false // closed by the deferred Close (a no-op after a reset)
+		}
+		n.m.malformed.Inc()
+		n.log.Debug("malformed step request", "from", from, "err", err)
+		_ = s.Reset()
+		return false
+	}
+	if q.Leaving {
+		n.dropPeer(from)
+		n.poke()
+		return false
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
+	defer cancel()
+	defer guard(ctx, s)()
+	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
+	n.ov.MarkAlive(from)
+	if q.Estimate > 0 {
+		n.ov.ObserveEstimate(from, q.Estimate)
+	}
+	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	if f := n.cfg.Faults; f.active() {
+		if n.lost() {
+			<-ctx.Done() // the query is lost: the asker hears nothing
+			return false
+		}
+		if f.ReplyDelay > 0 {
+			sleepCtx(ctx, f.ReplyDelay)
+		}
+		if f.StepLie != nil {
+			reply.Step = f.StepLie(reply.Step)
+		}
+	}
+	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
+		_ = s.Reset()
+		return false
+	}
+	n.noteAsker(from, q.Step)
+	if q.Step <= n.step.Load() {
+		n.poke() // a peer at or behind us has progressed
+	}
+	return ctx.Err() == nil && !reply.Leaving
+}
