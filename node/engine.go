@@ -547,9 +547,12 @@ func (n *Node) barrier(ctx context.Context) error {
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon,
 			// but no sooner than WakeGap (at least PollMin) after the last
-			// check, so a burst of progress reports costs one check.
+			// check, so a burst of progress reports costs one check; and
+			// no later than the backoff would have (early in a wait the
+			// backoff is shorter than WakeGap: a wake must not delay).
 			t.Stop()
-			if sleepCtx(ctx, max(n.cfg.WakeGap, n.cfg.PollMin)-time.Since(checked)); ctx.Err() != nil {
+			gap := min(max(n.cfg.WakeGap, n.cfg.PollMin), backoff)
+			if sleepCtx(ctx, gap-time.Since(checked)); ctx.Err() != nil {
 				n.setWaiting(false)
 				return ctx.Err()
 			}
