@@ -54,7 +54,7 @@ figures-sim: build
 	cp results/bound/bound_mean.png results/bound/bound_variance.png docs/figures/
 
 figures-testnet: build
-	$(BIN) testnet --quiet --nodes 200 --duration 60s --time-scale 1 --model none \
+	$(BIN) testnet --quiet --nodes 200 --duration 200s --time-scale 1 --model none \
 	  --barrier asp,bsp,ssp:4,pbsp:10,pssp:10:4 --compare-sim --out results/fidelity
 	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) --stragglers 0.2 --straggle-factor 4 \
 	  --time-scale 0.1 --duration 60s --target 0.85 --eval-every 1s \
