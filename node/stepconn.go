@@ -208,7 +208,9 @@ func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
 	r := bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)
-	for first := true; n.serveStep(s, r, from, first) && n.limiter.roomy(); first = false {
+	first := true
+	for n.serveStep(s, r, from, first) && n.limiter.roomy() {
+		first = false
 	}
 }
 
@@ -232,10 +234,10 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		q, err = UnmarshalStepRequest(body)
 	}
 	if err != nil {
-		// A stream that ends before a request (the asker closed it, or it
-		// idled) is the normal end of a reused stream; only the first
-		// request of a stream must come.
-		if idled || (!first && errors.Is(err, io.EOF)) {
+		// A reused stream that ends before its next request (the asker
+		// closed it, or it idled) ends normally; a stream whose first
+		// request does not come in time is malformed, as before reuse.
+		if !first && (idled || errors.Is(err, io.EOF)) {
 			return false // closed by the deferred Close (a no-op after a reset)
 		}
 		n.m.malformed.Inc()
