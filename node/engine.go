@@ -423,12 +423,12 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	delay := n.hedgeDelay()
 	hedge := time.NewTicker(delay)
 	defer hedge.Stop()
-	// A static barrier (pBSP, pSSP) fails on any one answer below its
-	// threshold, so a check ends at the first such answer rather than at
-	// the slowest of β: a waiting node re-checks sooner, as the
+	// A static barrier (pBSP, pSSP) fails on any one answer behind it
+	// (psp.Behind), so a check ends at the first such answer rather than
+	// at the slowest of β: a waiting node re-checks sooner, as the
 	// simulator's instantaneous checks do. Pass still needs β answers.
-	static := !sp.Dynamic() && sp.BaseStaleness() >= 0
-	threshold := req.Step - int64(sp.BaseStaleness())
+	// (pDSSP weighs every answer: it waits for all.)
+	static := !sp.Dynamic()
 	var obs []psp.Observation
 	for outstanding > 0 && len(obs) < want {
 		select {
@@ -451,7 +451,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 				replace(1) // already marked dead by its goroutine
 			} else if o, ok := n.judge(ctx, r.p, r.a); ok {
 				obs = append(obs, o)
-				if static && o.Step < threshold {
+				if static && psp.Behind(req.Step, sp.BaseStaleness(), o.Step) {
 					n.m.earlyFail.Inc()
 					return obs
 				}

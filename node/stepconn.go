@@ -42,7 +42,8 @@ const (
 	stepIdleAnswerer = 2 * stepIdleAsker
 )
 
-// stepStream is an open step stream with its frame reader.
+// stepStream is an open step stream with its frame reader, which lives as
+// long as the stream (smallReader's limit is for one frame per stream).
 type stepStream struct {
 	s    network.Stream
 	r    *bufio.Reader
@@ -127,22 +128,17 @@ func (ss *stepStreams) close() {
 	}
 }
 
-// size is the number of idle streams held.
-func (ss *stepStreams) size() int {
-	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	return len(ss.idle)
-}
-
 // queryStep asks one peer for its step, on its idle step stream if it has
 // one (see stepStreams).
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
 	defer cancel()
 	start := time.Now()
+	// A leave notice goes on a fresh stream: a stale one could swallow it.
+	fresh := req.Leaving
 	for {
 		var st *stepStream
-		if !req.Leaving { // a leave notice goes on a fresh stream: a stale one could swallow it
+		if !fresh {
 			st = n.steps.take(p, start)
 		}
 		reused := st != nil
@@ -172,6 +168,7 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepR
 			return StepReply{}, err
 		}
 		n.m.staleStreams.Inc() // the answerer closed it: once more, on a fresh stream
+		fresh = true
 	}
 }
 
@@ -207,9 +204,9 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
-	r := bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)
+	st := newStepStream(s)
 	first := true
-	for n.serveStep(s, r, from, first) && n.limiter.roomy() {
+	for n.serveStep(s, st.r, from, first) && n.limiter.roomy() {
 		first = false
 	}
 }

@@ -81,7 +81,7 @@ func TestStepStreamReuse(t *testing.T) {
 	a.steps.close()
 	a.steps = newStepStreams(0)
 	query()
-	if got := a.steps.size(); got != 0 {
+	if got := len(a.steps.idle); got != 0 {
 		t.Errorf("StepStreams 0 kept %d idle streams", got)
 	}
 }

@@ -11,17 +11,21 @@ func Pass(c Step, s int, observed []Step) bool {
 
 // Lagging counts the observed steps below the threshold c-s (0 if s < 0).
 func Lagging(c Step, s int, observed []Step) int {
-	if s < 0 {
-		return 0
-	}
-	threshold := c - Step(s)
 	n := 0
 	for _, o := range observed {
-		if o < threshold {
+		if Behind(c, s, o) {
 			n++
 		}
 	}
 	return n
+}
+
+// Behind reports whether one observed step o holds back a node that has
+// completed c iterations under staleness s: o < c-s (never if s < 0). One
+// such observation fails a static barrier whatever the others are, so a
+// check may stop at the first.
+func Behind(c Step, s int, o Step) bool {
+	return s >= 0 && o < c-Step(s)
 }
 
 // Observation is what a node learns about one peer when it asks for its
@@ -67,12 +71,9 @@ type static struct{ s int }
 
 func (d static) Decide(self Step, _ float64, observed []Observation) Decision {
 	lag := 0
-	if d.s >= 0 {
-		threshold := self - Step(d.s)
-		for _, o := range observed {
-			if o.Step < threshold {
-				lag++
-			}
+	for _, o := range observed {
+		if Behind(self, d.s, o.Step) {
+			lag++
 		}
 	}
 	return Decision{Pass: lag == 0, Staleness: d.s, Lagging: lag}

@@ -39,6 +39,10 @@ func TestPassLaggingThresholds(t *testing.T) {
 			if got := Lagging(c, tt.s, tt.observed); got != tt.lagging {
 				t.Errorf("Lagging(%d, %d, %v) = %d, want %d", c, tt.s, tt.observed, got, tt.lagging)
 			}
+			// The first observation behind decides a failed check at once.
+			if got := slices.ContainsFunc(tt.observed, func(o Step) bool { return Behind(c, tt.s, o) }); got == tt.pass {
+				t.Errorf("some Behind(%d, %d, o) over %v = %v, want %v", c, tt.s, tt.observed, got, !tt.pass)
+			}
 		})
 	}
 }
