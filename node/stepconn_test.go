@@ -85,3 +85,35 @@ func TestStepStreamReuse(t *testing.T) {
 		t.Errorf("StepStreams 0 kept %d idle streams", got)
 	}
 }
+
+// A malformed request later on a reused stream is counted and the stream
+// reset, like a malformed first request; the answerer goes on serving.
+func TestStepStreamMalformedLaterRequest(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	nodes := buildTestNodes(t, 2, "pssp:1:1", 0.001, memHosts(t, mn))
+	a, b := nodes[0], nodes[1]
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s, err := a.Host().NewStream(ctx, b.ID(), a.stepID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newStepStream(s)
+	if _, err := a.exchange(ctx, st, StepRequest{Step: 1}); err != nil {
+		t.Fatalf("first exchange: %v", err)
+	}
+	before := counterValue(b.m.malformed)
+	if err := writeFrame(s, []byte{0xff, 0xff, 0xff}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := readFrame(st.r, maxStepFrame); err == nil {
+		t.Fatal("a malformed request got a reply")
+	}
+	if got := counterValue(b.m.malformed) - before; got != 1 {
+		t.Errorf("malformed requests counted %v, want 1", got)
+	}
+	if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1}); err != nil {
+		t.Errorf("b stopped answering after a malformed request: %v", err)
+	}
+}
