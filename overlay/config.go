@@ -142,10 +142,16 @@ const SharedMachineNodes = 200
 // rotates its pool (a dial each time) and refreshes on its own clock: cheap
 // for one node on its own machine, but in one process their sum grows with
 // nodes, and past about SharedMachineNodes it saturates two cores. Above
-// that many nodes the walk, rotation and refresh periods (and the estimate
-// window, which must hold as many walks) are stretched by
+// that many nodes the walk, rotation and refresh periods are stretched by
 // nodes/SharedMachineNodes, so the machine's total background load stays
 // that of SharedMachineNodes nodes. At or below it, c is returned as is.
+//
+// The estimate window is not stretched with the walks: it sets how quickly
+// the order-statistics estimate follows a change of N (a window still half
+// full of walks from the join, or from before a wave of departures, is off
+// by half the change), so it grows only as far as it must to hold
+// MinLookups+1 walks. Fewer walks per node widen each node's own estimate;
+// the peers' reports (Estimate) pool many nodes' walks and narrow it again.
 func (c Config) ForSharedMachine(nodes int) Config {
 	f := float64(nodes) / SharedMachineNodes
 	if f <= 1 {
@@ -155,7 +161,7 @@ func (c Config) ForSharedMachine(nodes int) Config {
 	c.WalkInterval = stretch(c.WalkInterval)
 	c.RotateInterval = stretch(c.RotateInterval)
 	c.RefreshInterval = stretch(c.RefreshInterval)
-	c.EstimateWindow = stretch(c.EstimateWindow)
+	c.EstimateWindow = max(c.EstimateWindow, time.Duration(c.MinLookups+1)*c.WalkInterval)
 	return c
 }
 

@@ -180,9 +180,11 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	// CPU over the last 20 s of the 60-s settle window.
 	settle := hdur(60 * time.Second)
 	time.Sleep(time.Until(lastJoin.Add(settle - hdur(20*time.Second))))
+	stopProfile := startCPUProfile(b, os.Getenv("PSP_HARNESS_CPUPROFILE"))
 	cpu0, wall0 := procstat.CPUTime().Seconds(), time.Now()
 	time.Sleep(time.Until(lastJoin.Add(settle)))
 	cores := (procstat.CPUTime().Seconds() - cpu0) / time.Since(wall0).Seconds()
+	stopProfile()
 
 	if f := os.Getenv("PSP_HARNESS_HEAPPROFILE"); f != "" {
 		writeHeapProfile(b, f)
@@ -303,6 +305,26 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	fmt.Printf("| %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f / %.3g | %v / %v | %d | %.2f | %.3f / %.3f | %d/%d | %d/%d |\n",
 		transport, n, estMed, estP95, locMed, locP95, maxm, minm, p, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
 		rss>>20, cores, cMed, cP95, bad10, tot10, bad30, tot30)
+}
+
+// startCPUProfile profiles the process's CPU into file (none when file is
+// empty) until the returned function is called: the harness profiles the
+// same 20 s of rest that its CPU figure covers.
+func startCPUProfile(b *testing.B, file string) (stop func()) {
+	if file == "" {
+		return func() {}
+	}
+	f, err := os.Create(file)
+	if err != nil {
+		b.Logf("cpu profile: %v", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Logf("cpu profile: %v", err)
+		_ = f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); _ = f.Close() }
 }
 
 // writeHeapProfile writes the live heap (after a collection) to file, for
