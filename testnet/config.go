@@ -157,8 +157,40 @@ func (c Config) Validate() error {
 			break
 		}
 	}
+	if c.ConnLow < 0 || c.ConnHigh < 0 || c.PoolSize < 0 {
+		bad("connection watermarks %d/%d and pool size %d must be non-negative", c.ConnLow, c.ConnHigh, c.PoolSize)
+	} else if low, high, _ := c.Limits(); high < low {
+		bad("connection high watermark %d is below the low watermark %d", high, low)
+	}
 	if c.RecordEvery <= 0 || c.StallWindow <= 0 || c.Warmup < 0 || c.EvalEvery < 0 {
 		bad("record interval and stall window must be positive, warm-up and eval interval non-negative")
 	}
 	return errors.Join(errs...)
+}
+
+// Limits returns each node's connection watermarks and sampler pool size:
+// ConnLow, ConnHigh and PoolSize where set, otherwise the library-sized
+// defaults for small testnets and tighter ones as Nodes grows, since each
+// connection end costs tens of kilobytes and the pool's connections are
+// kept open. The pool is never smaller than the barrier's β.
+func (c Config) Limits() (low, high, pool int) {
+	low, high, pool = 64, 192, 64
+	switch {
+	case c.Transport == "tcp":
+		low, high, pool = 24, 64, 32
+	case c.Nodes > 500:
+		low, high, pool = 16, 48, 24
+	case c.Nodes > 100:
+		low, high, pool = 32, 96, 32
+	}
+	if c.ConnLow > 0 {
+		low = c.ConnLow
+	}
+	if c.ConnHigh > 0 {
+		high = c.ConnHigh
+	}
+	if c.PoolSize > 0 {
+		pool = c.PoolSize
+	}
+	return low, high, max(pool, c.Barrier.Beta)
 }

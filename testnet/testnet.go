@@ -235,7 +235,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	case t.cfg.NormBound < 0:
 		cfg.NormBound = 0
 	}
-	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.limits()
+	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
 	// Background overlay work grows with N: past 200 nodes the overlay's
 	// periods stretch in proportion, so the testnet's total background load
 	// stays that of 200 nodes.
@@ -308,32 +308,6 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	t.members = append(t.members, m)
 	t.mu.Unlock()
 	return m, nil
-}
-
-// limits returns the connection watermarks and sampler pool size: the
-// library-sized defaults for small testnets, tighter ones as N grows, since
-// each connection end costs tens of kilobytes and the pool's connections are
-// kept open.
-func (t *testnet) limits() (low, high, pool int) {
-	low, high, pool = 64, 192, 64
-	switch {
-	case t.cfg.Transport == "tcp":
-		low, high, pool = 24, 64, 32
-	case t.cfg.Nodes > 500:
-		low, high, pool = 16, 48, 24
-	case t.cfg.Nodes > 100:
-		low, high, pool = 32, 96, 32
-	}
-	if t.cfg.ConnLow > 0 {
-		low = t.cfg.ConnLow
-	}
-	if t.cfg.ConnHigh > 0 {
-		high = t.cfg.ConnHigh
-	}
-	if t.cfg.PoolSize > 0 {
-		pool = t.cfg.PoolSize
-	}
-	return low, high, max(pool, t.cfg.Barrier.Beta)
 }
 
 func (t *testnet) liveLocked() []*member {

@@ -56,6 +56,9 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Transport, c.Nodes = "tcp", 1000 },
 		func(c *Config) { c.Stragglers = 2 },
 		func(c *Config) { c.Barrier = psp.Spec{} },
+		func(c *Config) { c.ConnLow, c.ConnHigh = 100, 50 },
+		func(c *Config) { c.ConnLow = 500 }, // above the default high watermark
+		func(c *Config) { c.PoolSize = -1 },
 	} {
 		c := DefaultConfig()
 		mod(&c)

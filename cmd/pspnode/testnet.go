@@ -78,6 +78,9 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
 		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
 		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
+		connLow   = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
+		connHigh  = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
+		poolSize  = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
 		gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
 	)
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
@@ -115,6 +118,7 @@ Examples:
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Latency, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *latency, *loss, *normBound, *noScreen
 			cfg.PollShare = *pollShare
+			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
 			if *hostile != "" {
 				rs, err := testnet.ParseRoles(*hostile)
 				if err != nil {
