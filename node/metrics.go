@@ -79,7 +79,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
 		normRefused:  c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
-		refused:      c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap."),
+		refused:      c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		staleStreams: c("step_streams_stale_total", "Step queries retried on a fresh stream because the peer had closed the idle one they took."),
 		earlyFail:    c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),

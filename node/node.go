@@ -33,10 +33,16 @@ import (
 // Node is one pspnode: a libp2p host, its overlay membership, its gossip
 // topic, the step and model protocols, and the training engine.
 type Node struct {
-	cfg      Config
-	log      *slog.Logger
-	h        host.Host
-	ov       *overlay.Overlay
+	cfg Config
+	log *slog.Logger
+	h   host.Host
+	ov  *overlay.Overlay
+	// ready is closed when New is done; up says whether it succeeded. The
+	// inbound handlers are registered before the overlay exists (peers can
+	// find a joining node in the DHT and query it before New returns), so
+	// they wait on ready before touching ov or gs.
+	ready    chan struct{}
+	up       atomic.Bool
 	gs       *gossip.Gossip // nil for a task without a model
 	task     Task
 	decider  psp.Decider
@@ -160,7 +166,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.task = NewSleepTask(cfg.TimeModel, seed)
 	}
 
+	n.ready = make(chan struct{})
 	fail := func(err error) (*Node, error) {
+		close(n.ready) // n.up stays false: waiting handlers reset their streams
 		n.closeParts()
 		return nil, err
 	}
@@ -201,7 +209,31 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.gs = gs
 	}
+	n.up.Store(true)
+	close(n.ready)
 	return n, nil
+}
+
+// awaitReady holds an inbound stream that arrived while New was still
+// joining until the node is assembled. It resets the stream, counted as
+// refused, if New failed or takes longer than the query timeout.
+func (n *Node) awaitReady(s network.Stream) bool {
+	select {
+	case <-n.ready:
+	default:
+		t := time.NewTimer(n.cfg.QueryTimeout)
+		defer t.Stop()
+		select {
+		case <-n.ready:
+		case <-t.C:
+		}
+	}
+	if !n.up.Load() {
+		n.m.refused.Inc()
+		_ = s.Reset()
+		return false
+	}
+	return true
 }
 
 // ID is the node's peer ID.
@@ -392,6 +424,9 @@ func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
 			return
 		}
 		defer n.limiter.release(from)
+		if !n.awaitReady(s) {
+			return
+		}
 		handle(s)
 	}
 }

@@ -1,11 +1,15 @@
 package node
 
 import (
+	"bufio"
 	"context"
+	"errors"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 )
@@ -115,5 +119,116 @@ func TestStepStreamMalformedLaterRequest(t *testing.T) {
 	}
 	if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1}); err != nil {
 		t.Errorf("b stopped answering after a malformed request: %v", err)
+	}
+}
+
+// gatedHost holds every Connect (the dial to the bootstrap peers, inside
+// New) until open is closed, then fails it with err if set.
+type gatedHost struct {
+	host.Host
+	open chan struct{}
+	err  error
+}
+
+func (h *gatedHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
+	select {
+	case <-h.open:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	if h.err != nil {
+		return h.err
+	}
+	return h.Host.Connect(ctx, ai)
+}
+
+// TestStepQueryWhileJoining sends a step query to a node whose New is still
+// joining the overlay: peers can find a joining node in the DHT and query it
+// before New returns. The query must wait for the node and get a proper
+// answer, or be reset if New fails; before the handlers waited, it reached
+// a node without an overlay and crashed the process (a 200-node churn
+// testnet, 2026-11-22).
+func TestStepQueryWhileJoining(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		joinErr error // what the bootstrap dial returns
+	}{
+		{"join succeeds", nil},
+		{"join fails", errors.New("bootstrap unreachable")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mn := memnet.New(0)
+			t.Cleanup(func() { _ = mn.Close() })
+			mk := memHosts(t, mn)
+			boot := buildTestNodes(t, 1, "pssp:1:1", 0.001, mk)[0]
+			asker := mk()
+			joiner := &gatedHost{Host: mk(), open: make(chan struct{}), err: tc.joinErr}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+
+			cfg := DefaultConfig()
+			cfg.Job = "nodetest"
+			cfg.Host = joiner
+			cfg.Bootstrap = []string{boot.Addrs()[0].String()}
+			cfg.QueryTimeout = 5 * time.Second
+			type result struct {
+				nd  *Node
+				err error
+			}
+			done := make(chan result, 1)
+			go func() {
+				nd, err := New(context.Background(), cfg)
+				done <- result{nd, err}
+			}()
+
+			// The step handler is registered at once; New then waits at the gate.
+			var s network.Stream
+			for {
+				var err error
+				s, err = asker.NewStream(ctx, joiner.ID(), StepProtocol(cfg.Job))
+				if err == nil {
+					break
+				}
+				if ctx.Err() != nil {
+					t.Fatalf("no step handler on the joining node: %v", err)
+				}
+				time.Sleep(10 * time.Millisecond)
+			}
+			defer func() { _ = s.Reset() }()
+			if err := writeFrame(s, MarshalStepRequest(StepRequest{Step: 3})); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(200 * time.Millisecond) // let the query reach the handler
+			select {
+			case r := <-done:
+				t.Fatalf("New returned (%v) while its bootstrap dial was held", r.err)
+			default:
+			}
+			close(joiner.open)
+
+			body, err := readFrame(bufio.NewReader(s), maxStepFrame)
+			r := <-done
+			if r.nd != nil {
+				t.Cleanup(func() { r.nd.Close() })
+			}
+			if tc.joinErr != nil {
+				if r.err == nil {
+					t.Fatal("New succeeded with its bootstrap unreachable")
+				}
+				if err == nil {
+					t.Fatal("a node whose New failed answered a step query")
+				}
+				return
+			}
+			if r.err != nil {
+				t.Fatalf("New: %v", r.err)
+			}
+			if err != nil {
+				t.Fatalf("no answer from a joining node: %v", err)
+			}
+			if _, err := UnmarshalStepReply(body); err != nil {
+				t.Fatalf("bad answer from a joining node: %v", err)
+			}
+		})
 	}
 }
