@@ -27,9 +27,12 @@ type Status struct {
 	RoutingTableSize   int      `json:"routing_table_size"`
 	KnownPeers         int      `json:"known_peers"`
 	ConnectedPeers     int      `json:"connected_peers"`
-	Waiting            bool     `json:"waiting"`
-	UptimeS            float64  `json:"uptime_s"`
-	StepIntervalS      float64  `json:"step_interval_s"`
+	// ConnectionsOpened counts connections opened since the node started,
+	// inbound and outbound.
+	ConnectionsOpened uint64  `json:"connections_opened"`
+	Waiting           bool    `json:"waiting"`
+	UptimeS           float64 `json:"uptime_s"`
+	StepIntervalS     float64 `json:"step_interval_s"`
 	// BarrierChecks counts barrier checks, BarrierPasses the checks that
 	// let the node go on (one per step), BarrierWaitS the total time spent
 	// at the barrier.
@@ -55,14 +58,15 @@ type Status struct {
 // Status returns the node's current status.
 func (n *Node) Status() Status {
 	st := Status{
-		PeerID:         n.h.ID().String(),
-		Job:            n.cfg.Job,
-		Barrier:        n.cfg.Barrier.String(),
-		Step:           n.step.Load(),
-		ConnectedPeers: len(n.h.Network().Peers()),
-		Waiting:        n.waiting.Load(),
-		UptimeS:        time.Since(n.started).Seconds(),
-		StepIntervalS:  n.stepInterval(),
+		PeerID:            n.h.ID().String(),
+		Job:               n.cfg.Job,
+		Barrier:           n.cfg.Barrier.String(),
+		Step:              n.step.Load(),
+		ConnectedPeers:    len(n.h.Network().Peers()),
+		ConnectionsOpened: n.opened.Load(),
+		Waiting:           n.waiting.Load(),
+		UptimeS:           time.Since(n.started).Seconds(),
+		StepIntervalS:     n.stepInterval(),
 	}
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())

@@ -30,6 +30,7 @@ type metrics struct {
 	accuracy      prometheus.Gauge
 	routingTable  prometheus.Gauge
 	connected     prometheus.Gauge
+	connsOpened   prometheus.Counter
 	screened      *prometheus.CounterVec
 	normRefused   prometheus.Counter
 	refused       prometheus.Counter
@@ -76,6 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		accuracy:      g("model_accuracy", "Held-out accuracy at the last evaluation."),
 		routingTable:  g("routing_table_size", "Peers in the Kademlia routing table."),
 		connected:     g("connected_peers", "Peers with an open connection."),
+		connsOpened:   c("connections_opened_total", "Connections opened, inbound and outbound (each costs an identify exchange: a high rate at rest means the connection manager trims connections that peers re-dial)."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
 		normRefused:  c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
@@ -90,7 +92,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rtts:         newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.estimate, m.estimateErr, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected,
+		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.routingTable, m.connected, m.connsOpened,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros

@@ -64,6 +64,9 @@ type Node struct {
 	estMu    sync.Mutex // guards estAt and estVal
 	estAt    time.Time
 	estVal   float64
+	// conns counts opened connections into opened.
+	conns  *network.NotifyBundle
+	opened atomic.Uint64
 	// updBuf receives each decoded update before the task applies it.
 	// Gossip handlers run one at a time, so one buffer serves them all and
 	// the receive path allocates nothing per update.
@@ -172,6 +175,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeParts()
 		return nil, err
 	}
+	n.conns = &network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) {
+		n.opened.Add(1)
+		n.m.connsOpened.Inc()
+	}}
+	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
@@ -534,6 +542,9 @@ func (n *Node) closeParts() error {
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
 		n.h.RemoveStreamHandler(n.modelID)
+		if n.conns != nil {
+			n.h.Network().StopNotify(n.conns)
+		}
 		errs = append(errs, n.h.Close())
 	}
 	return errors.Join(errs...)

@@ -113,6 +113,10 @@ func TestNodesTrainAndRespectBarrier(t *testing.T) {
 		if st.UpdatesReceived == 0 {
 			t.Errorf("node %s received no updates", st.PeerID)
 		}
+		// Each node dialled or was dialled by its 3 peers at least once.
+		if st.ConnectedPeers < 1 || st.ConnectionsOpened < 3 {
+			t.Errorf("node %s: %d connected, %d opened", st.PeerID, st.ConnectedPeers, st.ConnectionsOpened)
+		}
 	}
 	// pSSP(β=2, s=1) with β = 2 of 3 others: a node passes only if both
 	// sampled peers are within 1 step, so the spread stays small. The

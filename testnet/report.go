@@ -73,6 +73,13 @@ type Result struct {
 		BytesPerUpdate float64 `json:"bytes_per_update"`
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
+	// Connections: how many each live honest node held at the end (mean),
+	// and how many it opened per minute of training, inbound and outbound
+	// (each costs an identify exchange and, for DHT peers, a lookup check).
+	Connections struct {
+		HeldMean         float64 `json:"held_mean"`
+		OpenedPerNodeMin float64 `json:"opened_per_node_min"`
+	} `json:"connections"`
 
 	// Defences sums, over the honest live nodes, what their defences did.
 	Defences struct {
@@ -155,6 +162,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
 	var waitS, rechecks float64
+	var held, opened, nodeMin float64
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
@@ -191,6 +199,11 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.ReportsScreened += st.ReportsScreened
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
+		held += float64(st.ConnectedPeers)
+		if up := (elapsed - m.joinedAt).Minutes(); up > 0 {
+			opened += float64(st.ConnectionsOpened - m.opened0)
+			nodeMin += up
+		}
 		r.BarrierChecks += st.BarrierChecks
 		rechecks += float64(st.BarrierChecks) - float64(st.BarrierPasses)
 		waitS += st.BarrierWaitS
@@ -210,6 +223,12 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 	}
 	r.LiveNodes = len(all)
+	if len(all) > 0 {
+		r.Connections.HeldMean = held / float64(len(all))
+	}
+	if nodeMin > 0 {
+		r.Connections.OpenedPerNodeMin = opened / nodeMin
+	}
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
@@ -342,6 +361,7 @@ func (r *Result) PrintSummary(w io.Writer) {
 		}
 		row(a.Metric, "final %.4f (loss %.4f); %.2f reached: %s", a.Final, a.FinalLoss, a.Target, tt)
 	}
+	row("connections", "%.1f held per node, %.1f opened per node per minute", r.Connections.HeldMean, r.Connections.OpenedPerNodeMin)
 	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
 	if h := r.Hostile; h != nil {
 		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)

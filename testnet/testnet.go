@@ -45,6 +45,9 @@ type member struct {
 	leftAt   time.Duration // -1 while live
 	crashed  bool
 	lastStep int64
+	// opened0 is the node's connections-opened count when it was launched
+	// (training start, or its join), so the rate covers training only.
+	opened0 uint64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
 	// computing. -1 while it is not free.
@@ -332,6 +335,7 @@ func (t *testnet) countSample(peers []peer.ID) {
 func (t *testnet) launch(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
+	m.opened0 = m.nd.Status().ConnectionsOpened
 	t.wg.Go(func() {
 		defer close(m.done)
 		if err := m.nd.Run(c); err != nil {

@@ -100,6 +100,11 @@ func TestSmallTestnet(t *testing.T) {
 	if res.Sampling.Draws == 0 {
 		t.Error("no samples counted")
 	}
+	// Every node holds connections to its pool and mesh, and the pool
+	// rotates, so each opens some connections during training.
+	if res.Connections.HeldMean < 1 || !(res.Connections.OpenedPerNodeMin > 0) {
+		t.Errorf("connections not counted: %+v", res.Connections)
+	}
 }
 
 func TestParseRoles(t *testing.T) {
