@@ -155,3 +155,23 @@ func TestBound(t *testing.T) {
 		}
 	}
 }
+
+// TestTestnetProfiles runs a tiny testnet with both profiles and checks
+// that each file was written during training and says so on stderr.
+func TestTestnetProfiles(t *testing.T) {
+	dir := t.TempDir()
+	cpu, heap := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof")
+	code, _, errs := runCLI(t, "testnet", "--nodes", "6", "--duration", "4s", "--warmup", "2s",
+		"--model", "none", "--barrier", "pssp:2:1", "--json", "--cpu-profile", cpu, "--mem-profile", heap)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	for _, f := range []string{cpu, heap, heap + ".goroutines"} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+	if !strings.Contains(errs, "goroutines") {
+		t.Errorf("stderr does not report the memory split: %q", errs)
+	}
+}

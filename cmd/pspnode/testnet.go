@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"strings"
@@ -70,7 +71,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
-		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run")
+		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
 		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
 		latency   = fs.Duration("latency", 0, "one-way latency added to every link (mem transport)")
@@ -202,13 +203,42 @@ Examples:
 				}()
 			}
 			if *memProf != "" {
-				tm := time.AfterFunc(cfg.Warmup/2+cfg.Duration/2, func() {
-					if f, err := os.Create(*memProf); err == nil {
-						_ = pprof.Lookup("heap").WriteTo(f, 0)
-						f.Close()
+				// Halfway through the training phase of the first run
+				// (timed from its first progress tick, after the build and
+				// warm-up).
+				write := func() {
+					f, err := os.Create(*memProf)
+					if err != nil {
+						fmt.Fprintf(stderr, "testnet: no heap profile written: %v\n", err)
+						return
 					}
-				})
-				defer tm.Stop()
+					_ = pprof.Lookup("heap").WriteTo(f, 0)
+					f.Close()
+					if g, err := os.Create(*memProf + ".goroutines"); err == nil {
+						_ = pprof.Lookup("goroutine").WriteTo(g, 0)
+						g.Close()
+					}
+					// The heap profile does not show goroutine stacks or the
+					// collector's headroom; say how the process's memory splits.
+					var ms runtime.MemStats
+					runtime.ReadMemStats(&ms)
+					fmt.Fprintf(stderr, "testnet: heap profile written to %s: heap %d MiB in use (%d MiB from the OS), stacks %d MiB, %d goroutines\n",
+						*memProf, ms.HeapInuse>>20, ms.HeapSys>>20, ms.StackInuse>>20, runtime.NumGoroutine())
+				}
+				var once sync.Once
+				var tm *time.Timer
+				progress := cfg.Progress
+				cfg.Progress = func(s testnet.Snapshot) {
+					once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, write) })
+					if progress != nil {
+						progress(s)
+					}
+				}
+				defer func() { // Run has returned: its progress calls are over
+					if tm != nil {
+						tm.Stop()
+					}
+				}()
 			}
 			start := time.Now()
 			var results []*testnet.Result
