@@ -22,10 +22,18 @@
 // pings peers not heard from. Between refreshes it runs random-key lookups
 // ("walks") every WalkInterval (5 s, 2 s during a 20-s warm-up after the
 // join). Walks are what let a node learn the whole population and what feed
-// the order-statistics estimator; each costs one lookup (about α·hops
-// RPCs), so a thousand nodes together do about 200 lookups per second. If
-// the routing table ever empties, the overlay dials the bootstrap peers
-// again.
+// the order-statistics estimator. If the routing table ever empties, the
+// overlay dials the bootstrap peers again.
+//
+// Walks are our own lookups over the DHT protocol (walk.go), not the
+// library's: they start from the closest peers the whole member set knows
+// and stop by Kademlia's rule (the Resiliency closest peers heard of have
+// answered) without the library's follow-up to all k closest, so a walk
+// costs about 3 FIND_NODE requests instead of about 25. Every DHT request,
+// ours and the library's, goes on a stream of its own that is closed with
+// the reply (rpc.go): the library's sender keeps a stream open to every peer
+// it has queried, which at hundreds of nodes in one process held most of
+// the memory.
 //
 // # Estimator
 //

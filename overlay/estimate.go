@@ -108,6 +108,14 @@ func normDistance(a, b []byte) float64 {
 	for i := 0; i < 8 && i < len(a) && i < len(b); i++ {
 		x[i] = a[i] ^ b[i]
 	}
+	return normXOR(x[:])
+}
+
+// normXOR returns an XOR distance (big-endian bytes) divided by 2^(8·len),
+// from its top 64 bits.
+func normXOR(d []byte) float64 {
+	var x [8]byte
+	copy(x[:], d)
 	return float64(binary.BigEndian.Uint64(x[:])) / math.Ldexp(1, 64)
 }
 

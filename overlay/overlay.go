@@ -14,13 +14,13 @@ import (
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"github.com/libp2p/go-libp2p/core/routing"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 )
 
@@ -67,6 +67,7 @@ type Overlay struct {
 	log       *slog.Logger
 	h         host.Host
 	dht       *dht.IpfsDHT
+	pm        *pb.ProtocolMessenger // FIND_NODE requests of our own walks
 	proto     protocol.ID
 	selfKey   []byte
 	bootstrap []peer.AddrInfo
@@ -127,6 +128,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	boot = slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == h.ID() })
 
 	prefix := protocol.ID("/psp/" + cfg.Job)
+	var sender *rpcSender
 	opts := []dht.Option{
 		dht.Mode(dht.ModeServer),
 		dht.ProtocolPrefix(prefix),
@@ -143,6 +145,12 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 		// stores, GC goroutines or datastores per node.
 		dht.DisableProviders(),
 		dht.DisableValues(),
+		// One stream per request instead of one kept open per peer
+		// (rpc.go says why); our own walks use the same sender.
+		dht.WithCustomMessageSender(func(h host.Host, protos []protocol.ID) pb.MessageSenderWithDisconnect {
+			sender = newRPCSender(h, protos, cfg.QueryTimeout)
+			return sender
+		}),
 	}
 	if len(boot) > 0 {
 		opts = append(opts, dht.BootstrapPeers(boot...))
@@ -154,6 +162,10 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 
 	o := newOverlay(h, d, cfg, boot)
 	cancel := o.cancel
+	if o.pm, err = pb.NewProtocolMessenger(sender); err != nil {
+		cancel()
+		return nil, errors.Join(fmt.Errorf("overlay: DHT messenger: %w", err), d.Close())
+	}
 
 	sub, err := h.EventBus().Subscribe([]any{
 		new(event.EvtPeerIdentificationCompleted),
@@ -931,70 +943,6 @@ func (o *Overlay) refresh(force bool) {
 	o.lastRefresh = time.Now()
 	o.refreshes++
 	o.mu.Unlock()
-}
-
-// walk runs one lookup for a uniformly random key. Peers that answered
-// are confirmed alive; peers they named are added unverified; a complete
-// lookup's k-th closest distance feeds the order-statistics estimator.
-func (o *Overlay) walk() {
-	var raw [32]byte
-	_, _ = crand.Read(raw[:])
-	key := string(raw[:])
-	qctx, cancel := context.WithTimeout(o.ctx, o.cfg.QueryTimeout)
-	ectx, events := routing.RegisterForQueryEvents(qctx)
-	responders := make(map[peer.ID]bool)
-	heard := make(map[peer.ID]bool)
-	done := make(chan struct{})
-	go func() { // owned by walk: ends when qctx is cancelled below
-		defer close(done)
-		for ev := range events {
-			if ev.Type != routing.PeerResponse {
-				continue
-			}
-			responders[ev.ID] = true
-			for _, ai := range ev.Responses {
-				heard[ai.ID] = true
-			}
-		}
-	}()
-	peers, err := o.dht.GetClosestPeers(ectx, key)
-	cancel()
-	<-done
-
-	now := time.Now()
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.closed {
-		return
-	}
-	o.walks++
-	o.lastWalk = now
-	for p := range responders {
-		o.touchLocked(p, true, now)
-	}
-	for p := range heard {
-		if !responders[p] {
-			o.touchLocked(p, false, now)
-		}
-	}
-	if err != nil {
-		o.log.Debug("walk", "err", err)
-		return
-	}
-	target := kb.ConvertKey(key)
-	var ds []float64
-	for _, p := range peers {
-		if m, ok := o.members[p]; ok && m.dead {
-			continue
-		}
-		ds = append(ds, normDistance(kb.ConvertPeerID(p), target))
-	}
-	if len(ds) == 0 {
-		return
-	}
-	sort.Float64s(ds)
-	o.lookups = append(o.lookups, lookupSample{At: now, K: len(ds), DK: ds[len(ds)-1]})
-	o.estCache.at = time.Time{}
 }
 
 // syncRoutingTable adds routing-table peers to the member set and drops

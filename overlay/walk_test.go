@@ -1,0 +1,134 @@
+package overlay
+
+import (
+	"bytes"
+	"context"
+	crand "crypto/rand"
+	"slices"
+	"testing"
+	"time"
+
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+)
+
+// quietNetwork builds n in-memory overlays whose walks and refreshes are
+// off after the join (one refresh and one walk each), so that a test sees
+// only the traffic it makes itself.
+func quietNetwork(t *testing.T, n int) ([]*Overlay, []host.Host) {
+	t.Helper()
+	net := memnet.New(0)
+	t.Cleanup(func() { _ = net.Close() })
+	var nodes []*Overlay
+	var hosts []host.Host
+	for i := range n {
+		h, err := net.NewHost(100, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := fastConfig("walk")
+		cfg.WalkInterval, cfg.WarmupWalkInterval, cfg.RefreshInterval = time.Hour, time.Hour, time.Hour
+		if i > 0 {
+			for _, j := range []int{0, i - 1} {
+				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: hosts[j].ID()})
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		o, err := New(ctx, h, cfg)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
+		nodes, hosts = append(nodes, o), append(hosts, h)
+	}
+	for _, o := range nodes {
+		if err := o.WaitReady(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return nodes, hosts
+}
+
+// TestLookupFindsClosest runs our short lookups from random nodes of a
+// 60-node in-memory network and compares what they find with the true
+// closest IDs: the order-statistics estimator needs the k closest, and the
+// lookup must find them with a handful of requests (the library's lookup
+// with its follow-up asks about 25 peers).
+func TestLookupFindsClosest(t *testing.T) {
+	const n, lookups = 60, 40
+	nodes, hosts := quietNetwork(t, n)
+	k := nodes[0].cfg.BucketSize
+	exactTop, exactK, asked := 0, 0, 0
+	for i := range lookups {
+		var raw [32]byte
+		_, _ = crand.Read(raw[:])
+		key := string(raw[:])
+		o := nodes[i%n]
+		st := o.lookup(context.Background(), key)
+		asked += len(st.responders) + len(st.failed)
+
+		target := kb.ConvertKey(key)
+		var truth [][]byte
+		for _, h := range hosts {
+			if h.ID() != o.h.ID() {
+				truth = append(truth, kb.Xor(kb.ConvertPeerID(h.ID()), target))
+			}
+		}
+		slices.SortFunc(truth, bytes.Compare)
+		got := st.closest()
+		if len(got) < k {
+			t.Fatalf("lookup %d found %d peers, want at least k = %d", i, len(got), k)
+		}
+		top := true
+		for j := range o.cfg.Resiliency {
+			top = top && bytes.Equal(st.distance(got[j]), truth[j])
+		}
+		if top {
+			exactTop++
+		}
+		if bytes.Equal(st.distance(got[k-1]), truth[k-1]) {
+			exactK++
+		}
+	}
+	t.Logf("%d lookups: top %d exact in %d, k-th closest exact in %d, %.1f requests per lookup",
+		lookups, nodes[0].cfg.Resiliency, exactTop, exactK, float64(asked)/lookups)
+	if exactTop < lookups*9/10 || exactK < lookups*8/10 {
+		t.Errorf("lookups missed the closest peers: top exact %d/%d, k-th exact %d/%d", exactTop, lookups, exactK, lookups)
+	}
+	if mean := float64(asked) / lookups; mean > 8 {
+		t.Errorf("%.1f requests per lookup, want at most 8", mean)
+	}
+}
+
+// TestDHTStreamsClosed checks that DHT requests leave no stream open: the
+// library's own sender kept one per peer queried, with a goroutine blocked
+// on it at the answering end, which at hundreds of nodes in one process was
+// most of the memory.
+func TestDHTStreamsClosed(t *testing.T) {
+	nodes, hosts := quietNetwork(t, 20)
+	for i, o := range nodes {
+		var raw [32]byte
+		_, _ = crand.Read(raw[:])
+		if st := o.lookup(context.Background(), string(raw[:])); len(st.responders) == 0 {
+			t.Fatalf("lookup from node %d: no peer answered", i)
+		}
+	}
+	openDHT := func() int {
+		open := 0
+		for _, h := range hosts {
+			for _, c := range h.Network().Conns() {
+				for _, s := range c.GetStreams() {
+					if s.Protocol() == nodes[0].Protocol() {
+						open++
+					}
+				}
+			}
+		}
+		return open
+	}
+	eventually(t, 10*time.Second, "every DHT stream to close", func() bool { return openDHT() == 0 })
+}
