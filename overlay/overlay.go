@@ -79,24 +79,27 @@ type Overlay struct {
 	closeErr  error
 	probeCh   chan peer.ID
 
-	mu          sync.Mutex
-	closed      bool
-	rng         *rand.Rand
-	members     map[peer.ID]*member
-	live        []*member
-	pool        []*member
-	protected   map[peer.ID]bool
-	lookups     []lookupSample
-	reports     map[peer.ID]report
-	zoneDepth   int
-	ready       bool
-	startedAt   time.Time
-	joinedAt    time.Time
-	lastRefresh time.Time
-	lastWalk    time.Time
-	walks       int
-	refreshes   int
-	estCache    estCache
+	mu        sync.Mutex
+	closed    bool
+	rng       *rand.Rand
+	members   map[peer.ID]*member
+	live      []*member
+	pool      []*member
+	protected map[peer.ID]bool
+	lookups   []lookupSample
+	reports   map[peer.ID]report
+	// confirmedByCPL counts live members with first-hand signs of life by
+	// common-prefix length: the zone estimator's counts.
+	confirmedByCPL [keyBits + 1]int
+	zoneDepth      int
+	ready          bool
+	startedAt      time.Time
+	joinedAt       time.Time
+	lastRefresh    time.Time
+	lastWalk       time.Time
+	walks          int
+	refreshes      int
+	estCache       estCache
 }
 
 type estCache struct {
@@ -539,23 +542,21 @@ func (o *Overlay) estimates() estCache {
 	var c estCache
 	c.at = now
 
-	// Zone density: counts by CPL over live peers that are in the routing
-	// table or have shown first-hand signs of life; fullness from the
-	// routing table's own buckets.
+	// Zone density: counts by CPL over live peers that have shown first-
+	// hand signs of life (kept up to date as peers come and go, so this is
+	// not a pass over every member) or are in the routing table;
+	// fullness from the routing table's own buckets.
 	counts := make([]int, keyBits+1)
+	copy(counts, o.confirmedByCPL[:])
 	rtCounts := make([]int, keyBits+1)
-	inRT := make(map[peer.ID]bool, len(rtPeers))
 	for _, p := range rtPeers {
-		inRT[p] = true
 		if m, ok := o.members[p]; ok {
 			rtCounts[m.cpl]++
+			if !m.dead && m.confirmed.IsZero() {
+				counts[m.cpl]++
+			}
 		} else {
 			rtCounts[cpl(o.selfKey, kb.ConvertPeerID(p))]++
-		}
-	}
-	for _, m := range o.live {
-		if !m.confirmed.IsZero() || inRT[m.id] { // cheap test first: most are confirmed
-			counts[m.cpl]++
 		}
 	}
 	full := make([]bool, keyBits+1)
@@ -631,6 +632,7 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 		o.members[p] = m
 		m.dead = true // becomes live below
 	}
+	defer o.recountLocked(m, m.counted())
 	m.seenAt = now
 	if firstHand {
 		m.confirmed = now
@@ -651,6 +653,21 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 	return m
 }
 
+// counted reports whether m counts for the zone estimator: live, with
+// first-hand signs of life.
+func (m *member) counted() bool { return !m.dead && !m.confirmed.IsZero() }
+
+// recountLocked updates confirmedByCPL after a change to m, which counted
+// for it before the change if was.
+func (o *Overlay) recountLocked(m *member, was bool) {
+	switch now := m.counted(); {
+	case now && !was:
+		o.confirmedByCPL[m.cpl]++
+	case was && !now:
+		o.confirmedByCPL[m.cpl]--
+	}
+}
+
 func (o *Overlay) connected(p peer.ID) bool {
 	return o.h.Network().Connectedness(p) == network.Connected
 }
@@ -660,6 +677,7 @@ func (o *Overlay) markDeadLocked(m *member, now time.Time, why string) {
 		return
 	}
 	o.log.Debug("peer dead", "peer", m.id.ShortString(), "why", why)
+	defer o.recountLocked(m, m.counted())
 	m.dead = true
 	m.deadAt = now
 	m.verified = false

@@ -5,6 +5,7 @@ import (
 
 	"context"
 	"errors"
+	"math/rand/v2"
 	"testing"
 	"time"
 
@@ -241,6 +242,39 @@ func TestConfigValidate(t *testing.T) {
 		}
 		if !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)
+		}
+	}
+}
+
+// TestConfirmedCountsIncremental drives random first- and third-hand
+// sightings and deaths and checks that the zone estimator's counts, kept up
+// to date as members change, always equal a recount over the live members.
+func TestConfirmedCountsIncremental(t *testing.T) {
+	o := bareOverlay(t, DefaultConfig())
+	peers := synthPeers(t, 60)
+	r := rand.New(rand.NewPCG(7, 11))
+	now := time.Now()
+	for i := range 3000 {
+		p := peers[r.IntN(len(peers))]
+		now = now.Add(time.Duration(r.IntN(5000)) * time.Millisecond)
+		switch r.IntN(4) {
+		case 0:
+			o.touchLocked(p, false, now)
+		case 1, 2:
+			o.touchLocked(p, true, now)
+		case 3:
+			if m, ok := o.members[p]; ok {
+				o.markDeadLocked(m, now, "test")
+			}
+		}
+		var want [keyBits + 1]int
+		for _, m := range o.live {
+			if !m.confirmed.IsZero() {
+				want[m.cpl]++
+			}
+		}
+		if want != o.confirmedByCPL {
+			t.Fatalf("after %d operations: incremental counts differ from a recount", i+1)
 		}
 	}
 }
