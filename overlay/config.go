@@ -71,6 +71,9 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// ProbeConcurrency is the number of concurrent liveness probes.
 	ProbeConcurrency int
+	// DegreeRefresh is how often a pool member is asked again how many
+	// pools hold it (pool.go); Sample weights it by the answer.
+	DegreeRefresh time.Duration
 	// DeadHold is how long a peer found dead ignores third-party sightings
 	// (other nodes' stale routing tables). First-hand evidence (it connects
 	// to us, it answers a query, MarkAlive) revives it at once.
@@ -122,6 +125,7 @@ func DefaultConfig() Config {
 		MaintainInterval:   5 * time.Second,
 		ProbeTimeout:       3 * time.Second,
 		ProbeConcurrency:   4,
+		DegreeRefresh:      time.Minute,
 		DeadHold:           2 * time.Minute,
 		RetryDead:          15 * time.Second,
 		RevivalProbes:      2,
@@ -142,8 +146,8 @@ const SharedMachineNodes = 200
 // rotates its pool (a dial each time) and refreshes on its own clock: cheap
 // for one node on its own machine, but in one process their sum grows with
 // nodes, and past about SharedMachineNodes it saturates two cores. Above
-// that many nodes the walk, rotation and refresh periods are stretched by
-// nodes/SharedMachineNodes, so the machine's total background load stays
+// that many nodes the walk, rotation, refresh and in-degree refresh
+// periods are stretched by nodes/SharedMachineNodes, so the machine's total background load stays
 // that of SharedMachineNodes nodes. At or below it, c is returned as is.
 //
 // The estimate window is not stretched with the walks: it sets how quickly
@@ -161,6 +165,7 @@ func (c Config) ForSharedMachine(nodes int) Config {
 	c.WalkInterval = stretch(c.WalkInterval)
 	c.RotateInterval = stretch(c.RotateInterval)
 	c.RefreshInterval = stretch(c.RefreshInterval)
+	c.DegreeRefresh = stretch(c.DegreeRefresh)
 	c.EstimateWindow = max(c.EstimateWindow, time.Duration(c.MinLookups+1)*c.WalkInterval)
 	return c
 }
@@ -191,6 +196,7 @@ func (c *Config) validate() error {
 		"WarmupWalkInterval": c.WarmupWalkInterval, "QueryTimeout": c.QueryTimeout,
 		"JoinTimeout": c.JoinTimeout, "RotateInterval": c.RotateInterval,
 		"MaintainInterval": c.MaintainInterval, "ProbeTimeout": c.ProbeTimeout,
+		"DegreeRefresh":  c.DegreeRefresh,
 		"EstimateWindow": c.EstimateWindow, "ReportMaxAge": c.ReportMaxAge,
 	} {
 		if d <= 0 {

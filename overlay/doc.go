@@ -80,13 +80,24 @@
 //     discoveries (bootstrap peers, XOR neighbours) are not favoured;
 //   - every RotateInterval (2 s) a uniform pool member is swapped for a
 //     uniform non-pool member, so over time every peer passes through;
-//   - a peer enters the pool only after a successful dial (probe), and the
-//     connection is then protected in the connection manager.
+//   - a peer enters the pool only after a successful probe (a pool join),
+//     and the connection is then protected in the connection manager, by
+//     both ends.
 //
-// Drawing β uniformly from a uniform random subset is uniform over the
-// population. Sample fails with ErrNotEnoughPeers when fewer than β pool
-// members are verified; PoolSize must be at least the largest β. Peers
-// returns every known live peer, for "BSP = sample everyone I know".
+// Drawing β uniformly from a uniform random subset is uniform for each node.
+// Across the network, though, the number of pools that hold a peer (its
+// in-degree) varies like Poisson(PoolSize), and a peer in more pools is
+// drawn more often: at 1000 nodes with pools of 64 that alone puts the
+// pooled selection frequency at about 1.5× the mean for the most drawn
+// peer. So a node announces to a peer when its pool takes it in and lets it
+// go (the pool protocol /psp/<job>/pool/1.0.0, pool.go; the announcement is
+// also the liveness probe that admits the peer), the peer answers with its
+// in-degree, and Sample draws without replacement with weight
+// PoolSize/in-degree, clamped to [1/4, 4] so that a peer lying about its
+// in-degree gains at most 4×. Sample fails with ErrNotEnoughPeers when fewer
+// than β pool members are verified; PoolSize must be at least the largest
+// β. Peers returns every known live peer, for "BSP = sample everyone I
+// know".
 //
 // # Liveness
 //

@@ -191,6 +191,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	}
 	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
 	logf("estimator detail: %s", detailSummary(live(), float64(n)))
+	logf("in-degree (pools holding a node): %s", inDegreeSummary(live()))
 	coverage, rtAvg, connAvg := membershipStats(live(), n)
 	logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
 		estMed, estP95, locMed, locP95, estFail, coverage, rtAvg, connAvg, cores)
@@ -421,6 +422,18 @@ func membershipStats(nodes []*hnode, n int) (coverage, rt, conns float64) {
 	}
 	k := float64(len(nodes))
 	return coverage / k, rt / k, conns / k
+}
+
+// inDegreeSummary gives the spread of the nodes' in-degrees (how many pools
+// hold each): without Sample's weights, selection frequency would follow it.
+func inDegreeSummary(nodes []*hnode) string {
+	lo, hi, sum := math.MaxInt, 0, 0
+	for _, nd := range nodes {
+		d := nd.o.Status().InDegree
+		lo, hi, sum = min(lo, d), max(hi, d), sum+d
+	}
+	mean := float64(sum) / float64(len(nodes))
+	return fmt.Sprintf("mean %.1f, min/mean %.2f, max/mean %.2f", mean, float64(lo)/mean, float64(hi)/mean)
 }
 
 // knownBy returns, for each node in nodes, how many of the live nodes hold

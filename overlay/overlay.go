@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
 	crand "crypto/rand"
 	"errors"
@@ -53,6 +54,26 @@ type member struct {
 	poolIdx   int       // index in Overlay.pool, -1 when not in the pool
 	verified  bool
 	probing   bool
+	// Pool announcements (pool.go): joined says the peer knows our pool
+	// holds it; inDegree is how many pools hold it, as it said at degreeAt.
+	joined   bool
+	inDegree int
+	degreeAt time.Time
+}
+
+// probeOp is what a probe job does.
+type probeOp uint8
+
+const (
+	probeDial  probeOp = iota // dial: success is first-hand evidence of life
+	probeJoin                 // pool join (pool.go): a dial that also learns the in-degree
+	probeLeave                // pool leave, best effort
+)
+
+type probeJob struct {
+	p   peer.ID
+	op  probeOp
+	seq uint64 // pool requests: the order they were decided in (pool.go)
 }
 
 type report struct {
@@ -69,6 +90,7 @@ type Overlay struct {
 	dht       *dht.IpfsDHT
 	pm        *pb.ProtocolMessenger // FIND_NODE requests of our own walks
 	proto     protocol.ID
+	poolProto protocol.ID
 	selfKey   []byte
 	bootstrap []peer.AddrInfo
 
@@ -77,7 +99,7 @@ type Overlay struct {
 	wg        sync.WaitGroup
 	closeOnce sync.Once
 	closeErr  error
-	probeCh   chan peer.ID
+	probeCh   chan probeJob
 
 	mu        sync.Mutex
 	closed    bool
@@ -88,6 +110,10 @@ type Overlay struct {
 	protected map[peer.ID]bool
 	lookups   []lookupSample
 	reports   map[peer.ID]report
+	inPool    map[peer.ID]inPoolEntry // last pool request applied per peer (pool.go)
+	inDegree  int                     // entries of inPool whose pool holds us
+	poolSeq   uint64                  // sequence number of our last pool request
+	malformed int                     // malformed pool requests refused
 	// confirmedByCPL counts live members with first-hand signs of life by
 	// common-prefix length: the zone estimator's counts.
 	confirmedByCPL [keyBits + 1]int
@@ -179,9 +205,11 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 		return nil, errors.Join(fmt.Errorf("overlay: subscribing to host events: %w", err), d.Close())
 	}
 
+	h.SetStreamHandler(o.poolProto, o.handlePool)
 	if len(boot) > 0 {
 		if err := o.connectBootstrap(ctx); err != nil {
 			cancel()
+			h.RemoveStreamHandler(o.poolProto)
 			return nil, errors.Join(err, sub.Close(), d.Close())
 		}
 	} else {
@@ -209,15 +237,17 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 		h:         h,
 		dht:       d,
 		proto:     protocol.ID("/psp/"+cfg.Job) + "/kad/1.0.0",
+		poolProto: poolProtocol(cfg.Job),
 		selfKey:   kb.ConvertPeerID(h.ID()),
 		bootstrap: boot,
 		ctx:       octx,
 		cancel:    cancel,
-		probeCh:   make(chan peer.ID, 1024),
+		probeCh:   make(chan probeJob, 1024),
 		rng:       rand.New(rand.NewChaCha8(seed)),
 		members:   make(map[peer.ID]*member),
 		protected: make(map[peer.ID]bool),
 		reports:   make(map[peer.ID]report),
+		inPool:    make(map[peer.ID]inPoolEntry),
 		startedAt: time.Now(),
 	}
 }
@@ -254,6 +284,7 @@ func (o *Overlay) Close() error {
 		o.mu.Lock()
 		o.closed = true
 		o.mu.Unlock()
+		o.h.RemoveStreamHandler(o.poolProto)
 		o.cancel()
 		o.wg.Wait()
 		o.mu.Lock()
@@ -261,6 +292,9 @@ func (o *Overlay) Close() error {
 			o.h.ConnManager().Unprotect(p, protectTag)
 		}
 		clear(o.protected)
+		for p := range o.inPool {
+			o.dropInLocked(p)
+		}
 		o.mu.Unlock()
 		if err := o.dht.Close(); err != nil {
 			o.closeErr = fmt.Errorf("overlay: closing DHT: %w", err)
@@ -285,6 +319,8 @@ type Status struct {
 	Members          int           // known peers not known to be dead
 	Dead             int           // peers currently held as dead
 	Pool             int           // verified peers the sampler draws from
+	InDegree         int           // peers whose pools hold this node (pool.go)
+	MalformedPool    int           // malformed pool requests refused
 	ZoneDepth        int           // depth c of the zone-density estimator
 	Lookups          int           // random-walk lookups in the estimate window
 	Reports          int           // fresh peer-reported estimates
@@ -309,6 +345,8 @@ func (o *Overlay) Status() Status {
 		Reports:          len(o.reports),
 		Walks:            o.walks,
 		Refreshes:        o.refreshes,
+		InDegree:         o.inDegree,
+		MalformedPool:    o.malformed,
 		LastRefresh:      o.lastRefresh,
 	}
 	for _, m := range o.pool {
@@ -391,20 +429,29 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if o.closed {
 		return nil, ErrClosed
 	}
-	cand := make([]peer.ID, 0, len(o.pool))
+	// Weighted sampling without replacement (Efraimidis and Spirakis): each
+	// member gets the key log(u)/w for a uniform u and its weight w, and the
+	// beta largest keys win. Weights undo the spread of how many pools
+	// hold each peer (pool.go); with every weight 1 this is a uniform draw.
+	type keyed struct {
+		id  peer.ID
+		key float64
+	}
+	cand := make([]keyed, 0, len(o.pool))
 	for _, m := range o.pool {
 		if m.verified && !m.dead {
-			cand = append(cand, m.id)
+			cand = append(cand, keyed{m.id, math.Log(1-o.rng.Float64()) / o.weight(m)})
 		}
 	}
 	if len(cand) < beta {
 		return nil, fmt.Errorf("%w: want %d, have %d verified (pool size %d)", ErrNotEnoughPeers, beta, len(cand), o.cfg.PoolSize)
 	}
-	for i := 0; i < beta; i++ {
-		j := i + o.rng.IntN(len(cand)-i)
-		cand[i], cand[j] = cand[j], cand[i]
+	slices.SortFunc(cand, func(a, b keyed) int { return cmp.Compare(b.key, a.key) })
+	out := make([]peer.ID, beta)
+	for i := range out {
+		out[i] = cand[i].id
 	}
-	return cand[:beta:beta], nil
+	return out, nil
 }
 
 // Peers returns every known peer not known to be dead that has shown first-
@@ -713,13 +760,15 @@ func (o *Overlay) offerToPoolLocked(m *member) {
 	}
 }
 
+// addToPoolLocked adds m to the pool and queues its join (pool.go). A peer
+// connected and heard from within MaintainInterval is drawn at once; any
+// other waits for the join to succeed.
 func (o *Overlay) addToPoolLocked(m *member) {
 	m.poolIdx = len(o.pool)
 	o.pool = append(o.pool, m)
 	m.verified = o.connected(m.id) && time.Since(m.confirmed) < o.cfg.MaintainInterval
-	if !m.verified {
-		o.enqueueProbeLocked(m)
-	}
+	m.joined, m.inDegree, m.degreeAt = false, 0, time.Time{}
+	o.enqueueProbeLocked(m)
 }
 
 func (o *Overlay) removeFromPoolLocked(m *member) {
@@ -729,6 +778,10 @@ func (o *Overlay) removeFromPoolLocked(m *member) {
 	o.pool = o.pool[:len(o.pool)-1]
 	m.poolIdx = -1
 	m.verified = false
+	if m.joined && !m.dead {
+		o.enqueueLeaveLocked(m.id)
+	}
+	m.joined, m.inDegree, m.degreeAt = false, 0, time.Time{}
 }
 
 // randomNonPoolLocked picks a uniform live peer outside the pool, or nil.
@@ -780,14 +833,34 @@ func (o *Overlay) rotateLocked() {
 	o.addToPoolLocked(m)
 }
 
+// enqueueProbeLocked queues a liveness probe of m: a pool join for a pool
+// member (which also learns its in-degree), a dial for anyone else.
 func (o *Overlay) enqueueProbeLocked(m *member) {
 	if m.probing || o.closed {
 		return
 	}
+	job := probeJob{p: m.id, op: probeDial}
+	if m.poolIdx >= 0 {
+		o.poolSeq++
+		job.op, job.seq = probeJoin, o.poolSeq
+	}
 	select {
-	case o.probeCh <- m.id:
+	case o.probeCh <- job:
 		m.probing = true
 	default: // queue full: maintenance retries later
+	}
+}
+
+// enqueueLeaveLocked queues a pool leave for p (best effort: if the queue
+// is full, p drops us when our connection closes or the join goes stale).
+func (o *Overlay) enqueueLeaveLocked(p peer.ID) {
+	if o.closed {
+		return
+	}
+	o.poolSeq++
+	select {
+	case o.probeCh <- probeJob{p: p, op: probeLeave, seq: o.poolSeq}:
+	default:
 	}
 }
 
@@ -817,12 +890,18 @@ func (o *Overlay) eventLoop(sub event.Subscription) {
 				}
 			case event.EvtPeerConnectednessChanged:
 				o.mu.Lock()
+				if ev.Connectedness != network.Connected {
+					o.dropInLocked(ev.Peer) // its pool's hold on us ends with the connection
+				}
 				m, known := o.members[ev.Peer]
 				if known {
 					if ev.Connectedness == network.Connected {
 						o.touchLocked(ev.Peer, true, now)
 					} else if !m.dead && (m.poolIdx >= 0 || o.protected[m.id]) {
-						m.verified = false
+						// A pool member dropped our join with the
+						// connection: the probe (a join) dials and
+						// joins again.
+						m.verified, m.joined = false, false
 						o.enqueueProbeLocked(m)
 					}
 				}
@@ -832,37 +911,68 @@ func (o *Overlay) eventLoop(sub event.Subscription) {
 	}
 }
 
-// probeLoop checks liveness by dialling. Success confirms the peer (and
-// verifies it for the pool); failure marks it dead.
+// probeLoop checks liveness by dialling, or for pool members by a pool
+// join, and sends pool leaves. Success confirms the peer (and verifies it
+// for the pool); failure marks it dead.
 func (o *Overlay) probeLoop() {
 	for {
+		var job probeJob
 		select {
 		case <-o.ctx.Done():
 			return
-		case p := <-o.probeCh:
-			ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ProbeTimeout)
-			err := o.h.Connect(ctx, peer.AddrInfo{ID: p})
-			cancel()
-			if o.ctx.Err() != nil {
-				return
-			}
-			now := time.Now()
-			o.mu.Lock()
-			m := o.members[p]
-			if m != nil {
-				m.probing = false
-				if err == nil {
-					o.touchLocked(p, true, now)
-					if m.poolIdx >= 0 {
-						m.verified = true
-					}
-				} else {
-					o.markDeadLocked(m, now, "probe failed: "+err.Error())
-				}
-			}
-			o.mu.Unlock()
+		case job = <-o.probeCh:
 		}
+		p := job.p
+		var err error
+		inDegree := 0
+		switch job.op {
+		case probeLeave:
+			o.leave(p, job.seq)
+			continue
+		case probeJoin:
+			inDegree, err = o.join(p, job.seq)
+		default:
+			ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ProbeTimeout)
+			err = o.h.Connect(ctx, peer.AddrInfo{ID: p})
+			cancel()
+		}
+		if o.ctx.Err() != nil {
+			return
+		}
+		now := time.Now()
+		o.mu.Lock()
+		m := o.members[p]
+		if m != nil {
+			m.probing = false
+			o.probedLocked(m, job.op, inDegree, err, now)
+		}
+		o.mu.Unlock()
 	}
+}
+
+// probedLocked applies a probe's outcome to m.
+func (o *Overlay) probedLocked(m *member, op probeOp, inDegree int, err error, now time.Time) {
+	alive := err == nil || errors.Is(err, errNoPoolProtocol)
+	if !alive {
+		o.markDeadLocked(m, now, "probe failed: "+err.Error())
+		return
+	}
+	o.touchLocked(m.id, true, now)
+	if op != probeJoin {
+		if m.poolIdx >= 0 {
+			m.verified = true
+		}
+		return
+	}
+	joined := err == nil
+	if m.poolIdx < 0 {
+		if joined { // it left our pool while the join was under way
+			o.enqueueLeaveLocked(m.id)
+		}
+		return
+	}
+	m.verified = true
+	m.joined, m.inDegree, m.degreeAt = joined, inDegree, now
 }
 
 // walkLoop finishes the join (first refresh) and then runs random-key
@@ -1016,8 +1126,16 @@ func (o *Overlay) maintain() {
 		if m.verified && !o.connected(m.id) {
 			m.verified = false
 		}
-		if !m.verified {
+		// Unverified members are probed; the others join again once their
+		// in-degree is DegreeRefresh old, which also keeps our place in
+		// their count.
+		if !m.verified || m.degreeAt.IsZero() || now.Sub(m.degreeAt) > o.cfg.DegreeRefresh {
 			o.enqueueProbeLocked(m)
+		}
+	}
+	for p, in := range o.inPool {
+		if now.Sub(in.at) > 3*o.cfg.DegreeRefresh { // a lost leave, or an old one
+			o.dropInLocked(p)
 		}
 	}
 	for _, p := range rtPeers {

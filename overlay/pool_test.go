@@ -1,0 +1,246 @@
+package overlay
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+)
+
+func TestPoolWire(t *testing.T) {
+	body := func(frame []byte) []byte {
+		b, err := readPoolFrame(bytes.NewReader(frame))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, op := range []byte{poolOpJoin, poolOpLeave} {
+		got, seq, err := decodePoolRequest(body(encodePoolRequest(op, 1<<40+3)))
+		if err != nil || got != op || seq != 1<<40+3 {
+			t.Errorf("request op %d: got %d, seq %d, %v", op, got, seq, err)
+		}
+	}
+	for _, d := range []int{0, 1, 64, 1 << 20} {
+		got, err := decodePoolReply(body(encodePoolReply(d)))
+		if err != nil || got != d {
+			t.Errorf("reply in-degree %d: got %d, %v", d, got, err)
+		}
+	}
+	if got, _ := decodePoolReply(body(encodePoolReply(-3))); got != 0 {
+		t.Errorf("negative in-degree encoded as %d, want 0", got)
+	}
+
+	bad := []struct {
+		name string
+		raw  []byte // a whole frame
+		req  bool   // decode as a request (else as a reply)
+	}{
+		{"empty", nil, true},
+		{"truncated length", []byte{0x80}, true},
+		{"oversized frame", append([]byte{0xff, 0x7f}, make([]byte, 40)...), true},
+		{"truncated body", []byte{2, poolVersion}, true},
+		{"short request", frame([]byte{poolVersion, poolOpJoin, 0, 0, 0}), true},
+		{"long request", frame(append(encodePoolRequest(poolOpJoin, 1)[1:], 0)), true},
+		{"request version", frame([]byte{9, poolOpJoin, 0, 0, 0, 0, 0, 0, 0, 1}), true},
+		{"unknown op", frame([]byte{poolVersion, 7, 0, 0, 0, 0, 0, 0, 0, 1}), true},
+		{"short reply", frame([]byte{poolVersion, 0, 0, 1}), false},
+		{"reply version", frame([]byte{2, 0, 0, 0, 0, 1}), false},
+	}
+	for _, c := range bad {
+		b, err := readPoolFrame(bytes.NewReader(c.raw))
+		if err == nil {
+			if c.req {
+				_, _, err = decodePoolRequest(b)
+			} else {
+				_, err = decodePoolReply(b)
+			}
+		}
+		if !errors.Is(err, ErrPoolWire) {
+			t.Errorf("%s: err = %v, want ErrPoolWire", c.name, err)
+		}
+	}
+}
+
+// FuzzPoolMessages feeds arbitrary bytes to the pool protocol's decoders:
+// network input must give an error, never a panic or a large allocation.
+func FuzzPoolMessages(f *testing.F) {
+	f.Add(encodePoolRequest(poolOpJoin, 7))
+	f.Add(encodePoolReply(64))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, raw []byte) {
+		b, err := readPoolFrame(bytes.NewReader(raw))
+		if err != nil {
+			return
+		}
+		if len(b) > maxPoolFrame {
+			t.Fatalf("frame of %d bytes passed the cap", len(b))
+		}
+		if op, _, err := decodePoolRequest(b); err == nil && op != poolOpJoin && op != poolOpLeave {
+			t.Fatalf("decoded unknown op %d", op)
+		}
+		if d, err := decodePoolReply(b); err == nil && d < 0 {
+			t.Fatalf("negative in-degree %d", d)
+		}
+	})
+}
+
+// TestSampleWeighted checks that Sample draws pool members in proportion
+// to PoolSize/in-degree: with one draw at a time, members held by four
+// times as many pools come up a sixteenth as often as the least held (the
+// weights clamp at 1/4 and 4).
+func TestSampleWeighted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 16
+	o := bareOverlay(t, cfg)
+	now := time.Now()
+	for _, p := range synthPeers(t, cfg.PoolSize) {
+		o.touchLocked(p, true, now)
+	}
+	verifyPool(o)
+	degree := map[peer.ID]int{}
+	for i, m := range o.pool {
+		switch i % 3 {
+		case 0:
+			m.inDegree = 4 * cfg.PoolSize // weight 1/4
+		case 1:
+			m.inDegree = cfg.PoolSize // weight 1
+		default:
+			m.inDegree = cfg.PoolSize / 4 // weight 4
+		}
+		degree[m.id] = m.inDegree
+	}
+	counts := map[int]float64{}
+	const draws = 60000
+	for range draws {
+		s, err := o.Sample(context.Background(), 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		counts[degree[s[0]]]++
+	}
+	members := map[int]float64{}
+	for _, d := range degree {
+		members[d]++
+	}
+	per := func(d int) float64 { return counts[d] / members[d] }
+	low, mid, high := per(4*cfg.PoolSize), per(cfg.PoolSize), per(cfg.PoolSize/4)
+	t.Logf("draws per member: in-degree ×4 %.0f, ×1 %.0f, ×1/4 %.0f", low, mid, high)
+	if r := mid / low; math.Abs(r-4) > 0.4 {
+		t.Errorf("weight 1 against 1/4: ratio %.2f, want 4", r)
+	}
+	if r := high / mid; math.Abs(r-4) > 0.4 {
+		t.Errorf("weight 4 against 1: ratio %.2f, want 4", r)
+	}
+
+	// Without replacement: asking for the whole pool returns each member once.
+	s, err := o.Sample(context.Background(), cfg.PoolSize)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[peer.ID]bool{}
+	for _, p := range s {
+		if seen[p] {
+			t.Fatalf("duplicate %s", p)
+		}
+		seen[p] = true
+	}
+	if len(seen) != cfg.PoolSize {
+		t.Fatalf("got %d distinct members, want %d", len(seen), cfg.PoolSize)
+	}
+}
+
+// TestInDegreeCounts runs 24 in-memory overlays with pools of 6 and checks
+// that every node's in-degree (how many pools hold it, from the joins and
+// leaves it received) equals the truth read off every pool, that pool
+// members carry the in-degree they were told, and that the counts follow
+// rotations (a leave and a join) and a departure (the connection closes).
+func TestInDegreeCounts(t *testing.T) {
+	const n = 24
+	net := memnet.New(0)
+	t.Cleanup(func() { _ = net.Close() })
+	var nodes []*Overlay
+	for i := range n {
+		h, err := net.NewHost(100, 200)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := fastConfig("indegree")
+		cfg.PoolSize = 6
+		cfg.RotateInterval = time.Hour // rotations are made by hand below
+		if i > 0 {
+			cfg.BootstrapPeers = []peer.AddrInfo{{ID: nodes[0].h.ID()}}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		o, err := New(ctx, h, cfg)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
+		nodes = append(nodes, o)
+	}
+	gone := map[peer.ID]bool{}
+	// consistent reports whether each live node's in-degree equals the
+	// number of live pools holding it with a completed join.
+	consistent := func() bool {
+		truth := map[peer.ID]int{}
+		for _, o := range nodes {
+			if gone[o.h.ID()] {
+				continue
+			}
+			o.mu.Lock()
+			for _, m := range o.pool {
+				if !m.joined || !m.verified {
+					o.mu.Unlock()
+					return false // a join is still under way
+				}
+				truth[m.id]++
+			}
+			o.mu.Unlock()
+		}
+		for _, o := range nodes {
+			if gone[o.h.ID()] {
+				continue
+			}
+			if got := o.Status().InDegree; got != truth[o.h.ID()] {
+				return false
+			}
+		}
+		return true
+	}
+	eventually(t, 20*time.Second, "in-degrees to match the pools", consistent)
+
+	// Members carry an in-degree at least 1 (our own join counts).
+	for _, o := range nodes {
+		o.mu.Lock()
+		for _, m := range o.pool {
+			if m.inDegree < 1 {
+				t.Errorf("pool member with in-degree %d after its join", m.inDegree)
+			}
+		}
+		o.mu.Unlock()
+	}
+
+	for _, o := range nodes {
+		o.mu.Lock()
+		for range 3 {
+			o.rotateLocked()
+		}
+		o.mu.Unlock()
+	}
+	eventually(t, 20*time.Second, "in-degrees to follow rotations", consistent)
+
+	for _, o := range nodes[n-4:] {
+		gone[o.h.ID()] = true
+		_ = o.Close()
+		_ = o.h.Close()
+	}
+	eventually(t, 20*time.Second, "in-degrees to follow departures", consistent)
+}
