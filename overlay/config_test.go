@@ -11,13 +11,14 @@ func TestForSharedMachine(t *testing.T) {
 		nodes int
 		want  float64 // stretch of the background periods
 	}{
-		{1, 1}, {50, 1}, {200, 1}, {500, 2.5}, {1000, 5},
+		{1, 1}, {50, 1}, {200, 1}, {500, 1}, {1000, 2}, {2000, 4},
 	} {
 		c := base.ForSharedMachine(tc.nodes)
 		for name, got := range map[string][2]time.Duration{
 			"WalkInterval":    {c.WalkInterval, base.WalkInterval},
 			"RotateInterval":  {c.RotateInterval, base.RotateInterval},
 			"RefreshInterval": {c.RefreshInterval, base.RefreshInterval},
+			"DegreeRefresh":   {c.DegreeRefresh, base.DegreeRefresh},
 		} {
 			if want := time.Duration(tc.want * float64(got[1])); got[0] != want {
 				t.Errorf("%d nodes: %s = %v, want %v", tc.nodes, name, got[0], want)

@@ -25,11 +25,14 @@
 // the order-statistics estimator. If the routing table ever empties, the
 // overlay dials the bootstrap peers again.
 //
-// Walks are our own lookups over the DHT protocol (walk.go), not the
-// library's: they start from the closest peers the whole member set knows
-// and stop by Kademlia's rule (the Resiliency closest peers heard of have
-// answered) without the library's follow-up to all k closest, so a walk
-// costs about 3 FIND_NODE requests instead of about 25. Every DHT request,
+// Walks and refreshes are made of our own lookups over the DHT protocol
+// (walk.go), not the library's: they start from the closest peers the whole
+// member set knows and stop by Kademlia's rule (the Resiliency closest peers
+// heard of have answered) without the library's follow-up to all k closest,
+// so a lookup costs about 3 FIND_NODE requests instead of about 25. A
+// refresh is a lookup for our own key, one per stale bucket, and a
+// FIND_NODE to each routing-table peer not heard from for two periods,
+// which leaves the table if it does not answer. Every DHT request,
 // ours and the library's, goes on a stream of its own that is closed with
 // the reply (rpc.go): the library's sender keeps a stream open to every peer
 // it has queried, which at hundreds of nodes in one process held most of

@@ -1043,36 +1043,6 @@ func (o *Overlay) finishJoin() {
 	o.mu.Unlock()
 }
 
-// refresh runs a routing-table refresh, waiting at most a few query
-// timeouts (the refresh itself is bounded per query by QueryTimeout and
-// stopped by the DHT's Close).
-func (o *Overlay) refresh(force bool) {
-	var ch <-chan error
-	if force {
-		ch = o.dht.ForceRefresh()
-	} else {
-		ch = o.dht.RefreshRoutingTable()
-	}
-	t := time.NewTimer(4 * o.cfg.QueryTimeout)
-	defer t.Stop()
-	var err error
-	select {
-	case <-o.ctx.Done():
-		return
-	case <-t.C:
-		err = errors.New("refresh still running")
-	case err = <-ch:
-	}
-	if err != nil {
-		o.log.Debug("refresh", "err", err)
-	}
-	o.syncRoutingTable()
-	o.mu.Lock()
-	o.lastRefresh = time.Now()
-	o.refreshes++
-	o.mu.Unlock()
-}
-
 // syncRoutingTable adds routing-table peers to the member set and drops
 // peers we hold dead from the routing table.
 func (o *Overlay) syncRoutingTable() {
@@ -1127,9 +1097,9 @@ func (o *Overlay) maintain() {
 			m.verified = false
 		}
 		// Unverified members are probed; the others join again once their
-		// in-degree is DegreeRefresh old, which also keeps our place in
+		// in-degree is old (degreeRefresh), which also keeps our place in
 		// their count.
-		if !m.verified || m.degreeAt.IsZero() || now.Sub(m.degreeAt) > o.cfg.DegreeRefresh {
+		if !m.verified || m.degreeAt.IsZero() || now.Sub(m.degreeAt) > o.degreeRefresh(m) {
 			o.enqueueProbeLocked(m)
 		}
 	}

@@ -244,3 +244,23 @@ func TestInDegreeCounts(t *testing.T) {
 	}
 	eventually(t, 20*time.Second, "in-degrees to follow departures", consistent)
 }
+
+func TestDegreeRefresh(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize, cfg.DegreeRefresh = 64, time.Minute
+	o := &Overlay{cfg: cfg}
+	for _, c := range []struct {
+		inDegree int
+		want     time.Duration
+	}{
+		{0, time.Minute},       // unknown: the full period
+		{8, 15 * time.Second},  // far below PoolSize: a quarter
+		{32, 30 * time.Second}, // half PoolSize: half the period
+		{64, time.Minute},      // at PoolSize
+		{500, time.Minute},     // above: never longer
+	} {
+		if got := o.degreeRefresh(&member{inDegree: c.inDegree}); got != c.want {
+			t.Errorf("in-degree %d: refresh after %v, want %v", c.inDegree, got, c.want)
+		}
+	}
+}

@@ -190,15 +190,99 @@ func (o *Overlay) resilient(st *lookupState, candidates []peer.ID, asked map[pee
 	return true
 }
 
-// walk runs one lookup for a uniformly random key. Peers that answered
-// are confirmed alive and offered to the routing table (as kad-dht does
-// for peers that answer its queries); peers they named are added
-// unverified; the k closest found feed the order-statistics estimator.
+// walk runs one lookup for a uniformly random key (recordLookup says what
+// it feeds).
 func (o *Overlay) walk() {
 	var raw [32]byte
 	_, _ = crand.Read(raw[:])
-	key := string(raw[:])
-	st := o.lookup(o.ctx, key)
+	ctx, cancel := context.WithTimeout(o.ctx, 2*o.cfg.QueryTimeout)
+	defer cancel()
+	o.recordLookup(ctx, string(raw[:]))
+	o.mu.Lock()
+	o.walks++
+	o.lastWalk = time.Now()
+	o.mu.Unlock()
+}
+
+// refresh refreshes the routing table with our own lookups, as the library's
+// refresh does with its own (which cost about 25 requests each): one for
+// our own key (the peers closest to us, the zone), one for a random key in
+// every bucket that no lookup has touched for RefreshInterval (every bucket
+// when force is set), then one FIND_NODE to each routing-table peer neither
+// connected nor heard from for 2 × RefreshInterval, dropping those that do
+// not answer. It takes at most 4 × QueryTimeout.
+func (o *Overlay) refresh(force bool) {
+	ctx, cancel := context.WithTimeout(o.ctx, 4*o.cfg.QueryTimeout)
+	defer cancel()
+	rt := o.dht.RoutingTable()
+	o.recordLookup(ctx, string(o.h.ID()))
+	for cpl, at := range rt.GetTrackedCplsForRefresh() {
+		if ctx.Err() != nil {
+			break
+		}
+		if !force && time.Since(at) < o.cfg.RefreshInterval {
+			continue
+		}
+		if p, err := rt.GenRandPeerID(uint(cpl)); err == nil {
+			o.recordLookup(ctx, string(p))
+		}
+	}
+	o.evictStale(ctx)
+	if o.ctx.Err() != nil {
+		return
+	}
+	o.syncRoutingTable()
+	o.mu.Lock()
+	o.lastRefresh = time.Now()
+	o.refreshes++
+	o.mu.Unlock()
+}
+
+// evictStale asks every routing-table peer that is neither connected nor
+// heard from for 2 × RefreshInterval for its closest peers (ProbeConcurrency
+// at a time) and drops from the routing table those that do not answer.
+func (o *Overlay) evictStale(ctx context.Context) {
+	rt := o.dht.RoutingTable()
+	sem := make(chan struct{}, o.cfg.ProbeConcurrency)
+	var wg sync.WaitGroup
+	for _, pi := range rt.GetPeerInfos() {
+		if o.connected(pi.Id) || time.Since(pi.LastSuccessfulOutboundQueryAt) < 2*o.cfg.RefreshInterval {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+		case sem <- struct{}{}:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			qctx, cancel := context.WithTimeout(ctx, o.cfg.QueryTimeout)
+			defer cancel()
+			_, err := o.pm.GetClosestPeers(qctx, pi.Id, pi.Id)
+			switch {
+			case err == nil:
+				rt.UpdateLastSuccessfulOutboundQueryAt(pi.Id, time.Now())
+				o.MarkAlive(pi.Id)
+			case ctx.Err() == nil:
+				rt.RemovePeer(pi.Id)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// recordLookup runs one lookup for key and records what it learnt. Peers
+// that answered are confirmed alive and offered to the routing table (as
+// kad-dht does for peers that answer its queries); peers that failed while
+// ctx was live leave it (as in kad-dht); peers they named are added to the
+// member set unverified; the lookup's bucket is marked refreshed; and the k
+// closest found feed the order-statistics estimator: for any key chosen
+// independently of the other nodes' IDs, the distance to the k-th closest
+// of them is Gamma(k, N−1).
+func (o *Overlay) recordLookup(ctx context.Context, key string) {
+	st := o.lookup(ctx, key)
 	if o.ctx.Err() != nil {
 		return
 	}
@@ -208,8 +292,11 @@ func (o *Overlay) walk() {
 		_, _ = rt.TryAddPeer(p, true, true)
 		rt.UpdateLastSuccessfulOutboundQueryAt(p, now)
 	}
-	// Our walks keep the routing table's buckets fresh, as the library's
-	// own lookups do, so its refresh skips the buckets they cover.
+	if ctx.Err() == nil {
+		for p := range st.failed {
+			rt.RemovePeer(p)
+		}
+	}
 	rt.ResetCplRefreshedAtForID(st.target, now)
 	ps := o.h.Peerstore()
 	for p, addrs := range st.named {
@@ -224,8 +311,6 @@ func (o *Overlay) walk() {
 	if o.closed {
 		return
 	}
-	o.walks++
-	o.lastWalk = now
 	for p := range st.responders {
 		o.touchLocked(p, true, now)
 	}
@@ -235,7 +320,7 @@ func (o *Overlay) walk() {
 		}
 	}
 	if len(st.responders) == 0 {
-		o.log.Debug("walk: no peer answered", "asked", len(st.failed))
+		o.log.Debug("lookup: no peer answered", "asked", len(st.failed))
 		return
 	}
 	var ds []float64
