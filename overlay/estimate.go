@@ -101,18 +101,9 @@ func estimateOrder(samples []lookupSample, bucketSize, minLookups int) (float64,
 	return 1 + n, n / math.Sqrt(sumK-2), nil
 }
 
-// normDistance returns XOR(a, b) / 2^256 for two 32-byte keys, using the
-// top 64 bits (ample precision for distances above 2^-50).
-func normDistance(a, b []byte) float64 {
-	var x [8]byte
-	for i := 0; i < 8 && i < len(a) && i < len(b); i++ {
-		x[i] = a[i] ^ b[i]
-	}
-	return normXOR(x[:])
-}
-
-// normXOR returns an XOR distance (big-endian bytes) divided by 2^(8·len),
-// from its top 64 bits.
+// normXOR returns an XOR distance between two 32-byte keys (big-endian
+// bytes) divided by 2^256, from its top 64 bits (ample precision for
+// distances above 2^-50).
 func normXOR(d []byte) float64 {
 	var x [8]byte
 	copy(x[:], d)

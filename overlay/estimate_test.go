@@ -114,6 +114,16 @@ func TestZoneEstimatorTooFew(t *testing.T) {
 	}
 }
 
+// normDistance returns XOR(a, b) / 2^256 for two 32-byte keys, using the
+// top 64 bits (ample precision for distances above 2^-50).
+func normDistance(a, b []byte) float64 {
+	var x [8]byte
+	for i := 0; i < 8 && i < len(a) && i < len(b); i++ {
+		x[i] = a[i] ^ b[i]
+	}
+	return normXOR(x[:])
+}
+
 // orderSamples simulates L random-key lookups over the other IDs.
 func orderSamples(r *rand.Rand, others [][]byte, lookups, k int) []lookupSample {
 	var out []lookupSample

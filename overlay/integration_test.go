@@ -44,8 +44,11 @@ func tcpHost(t *testing.T, key crypto.PrivKey) host.Host {
 
 // tcpHostB builds a TCP-loopback host with a connection manager, as a real
 // node would have.
+// tcpConnLimits are the TCP hosts' connection-manager watermarks.
+func tcpConnLimits() (int, int) { return 50, 100 }
+
 func tcpHostB(key crypto.PrivKey) (host.Host, error) {
-	cm, err := connmgr.NewConnManager(50, 100)
+	cm, err := connmgr.NewConnManager(tcpConnLimits())
 	if err != nil {
 		return nil, err
 	}
