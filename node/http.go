@@ -36,11 +36,16 @@ type Status struct {
 	// BarrierChecks counts barrier checks, BarrierPasses the checks that
 	// let the node go on (one per step), BarrierWaitS the total time spent
 	// at the barrier.
-	BarrierChecks   uint64   `json:"barrier_checks"`
-	BarrierPasses   uint64   `json:"barrier_passes"`
-	BarrierWaitS    float64  `json:"barrier_wait_s"`
-	OverlayReady    bool     `json:"overlay_ready"`
-	SinceRefreshS   float64  `json:"since_refresh_s"`
+	BarrierChecks uint64  `json:"barrier_checks"`
+	BarrierPasses uint64  `json:"barrier_passes"`
+	BarrierWaitS  float64 `json:"barrier_wait_s"`
+	OverlayReady  bool    `json:"overlay_ready"`
+	SinceRefreshS float64 `json:"since_refresh_s"`
+	// PoolInDegree is how many peers' sampler pools hold this node (their
+	// samples draw it with weight pool size / in-degree); PoolRefused
+	// counts malformed pool announcements refused.
+	PoolInDegree    int      `json:"pool_in_degree"`
+	PoolRefused     int      `json:"pool_requests_refused"`
 	Model           string   `json:"model,omitempty"`
 	Loss            *float64 `json:"loss,omitempty"`
 	Accuracy        *float64 `json:"accuracy,omitempty"`
@@ -80,6 +85,7 @@ func (n *Node) Status() Status {
 	os := n.ov.Status()
 	st.RoutingTableSize, st.KnownPeers = os.RoutingTableSize, os.Members
 	st.OverlayReady, st.SinceRefreshS = os.Ready, os.SinceRefresh.Seconds()
+	st.PoolInDegree, st.PoolRefused = os.InDegree, os.MalformedPool
 	if ev := n.lastEval.Load(); ev != nil {
 		loss, acc := ev.Loss, ev.Accuracy
 		st.Loss = &loss

@@ -130,6 +130,17 @@ func TestNodesTrainAndRespectBarrier(t *testing.T) {
 			t.Errorf("node %s never evaluated", st.PeerID)
 		}
 	}
+	// Sampler pools (64) hold every other node of four, and each node
+	// reports how many pools hold it.
+	deadline = time.Now().Add(5 * time.Second)
+	for _, nd := range nodes {
+		for nd.Status().PoolInDegree != len(nodes)-1 && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+		if st := nd.Status(); st.PoolInDegree != len(nodes)-1 || st.PoolRefused != 0 {
+			t.Errorf("node %s: pool in-degree %d (want %d), %d pool requests refused", st.PeerID, st.PoolInDegree, len(nodes)-1, st.PoolRefused)
+		}
+	}
 }
 
 func TestCrashDoesNotStallOthers(t *testing.T) {
