@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	crand "crypto/rand"
+	"math"
 	"slices"
 	"sort"
 	"sync"
@@ -209,8 +210,8 @@ func (o *Overlay) walk() {
 // our own key (the peers closest to us, the zone), one for a random key in
 // every bucket that no lookup has touched for RefreshInterval (every bucket
 // when force is set), then one FIND_NODE to each routing-table peer neither
-// connected nor heard from for 2 × RefreshInterval, dropping those that do
-// not answer. It takes at most 4 × QueryTimeout.
+// connected nor heard from for staleAfter, dropping those that do not
+// answer. It takes at most 4 × QueryTimeout.
 func (o *Overlay) refresh(force bool) {
 	ctx, cancel := context.WithTimeout(o.ctx, 4*o.cfg.QueryTimeout)
 	defer cancel()
@@ -238,15 +239,31 @@ func (o *Overlay) refresh(force bool) {
 	o.mu.Unlock()
 }
 
+// staleAfter is how long a routing-table peer may go without answering a
+// query of ours before a refresh asks it whether it is still there:
+// go-libp2p-kad-dht's threshold, the time after which a peer would have
+// been queried by a refresh with high probability, log(1/k)/log(1−α/k)
+// refresh periods (18 for k = 20, α = 3). Our lookups ask fewer peers than
+// the library's, so most routing-table peers go unasked for a while; a
+// threshold of two periods had each refresh dial dozens of them.
+func (o *Overlay) staleAfter() time.Duration {
+	k, a := float64(o.cfg.BucketSize), float64(o.cfg.Concurrency)
+	if a >= k {
+		return o.cfg.RefreshInterval
+	}
+	return time.Duration(math.Log(1/k) / math.Log(1-a/k) * float64(o.cfg.RefreshInterval))
+}
+
 // evictStale asks every routing-table peer that is neither connected nor
-// heard from for 2 × RefreshInterval for its closest peers (ProbeConcurrency
-// at a time) and drops from the routing table those that do not answer.
+// heard from for staleAfter for its closest peers (ProbeConcurrency at a
+// time) and drops from the routing table those that do not answer.
 func (o *Overlay) evictStale(ctx context.Context) {
 	rt := o.dht.RoutingTable()
 	sem := make(chan struct{}, o.cfg.ProbeConcurrency)
 	var wg sync.WaitGroup
+	stale := o.staleAfter()
 	for _, pi := range rt.GetPeerInfos() {
-		if o.connected(pi.Id) || time.Since(pi.LastSuccessfulOutboundQueryAt) < 2*o.cfg.RefreshInterval {
+		if o.connected(pi.Id) || time.Since(pi.LastSuccessfulOutboundQueryAt) < stale {
 			continue
 		}
 		select {

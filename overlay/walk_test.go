@@ -132,3 +132,16 @@ func TestDHTStreamsClosed(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, "every DHT stream to close", func() bool { return openDHT() == 0 })
 }
+
+func TestStaleAfter(t *testing.T) {
+	cfg := DefaultConfig()
+	o := &Overlay{cfg: cfg}
+	// kad-dht: log(1/20)/log(1-3/20) = 18.43 refresh periods.
+	if got, want := o.staleAfter(), time.Duration(18.43*float64(cfg.RefreshInterval)); got < want-time.Second || got > want+time.Second {
+		t.Errorf("staleAfter = %v, want about %v", got, want)
+	}
+	cfg.Concurrency = cfg.BucketSize
+	if got := (&Overlay{cfg: cfg}).staleAfter(); got != cfg.RefreshInterval {
+		t.Errorf("α ≥ k: staleAfter = %v, want one period", got)
+	}
+}
