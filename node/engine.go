@@ -82,7 +82,6 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.cfg.EvalEvery > 0 && step%int64(n.cfg.EvalEvery) == 0 {
 			n.evaluate(step)
 		}
-		n.refreshGauges()
 		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
 			return nil
 		}
@@ -197,16 +196,6 @@ func noteEWMA(a *atomic.Uint64, s float64) {
 		s = 0.3*s + 0.7*old
 	}
 	a.Store(math.Float64bits(s))
-}
-
-func (n *Node) refreshGauges() {
-	if est, se, err := n.ov.Estimate(); err == nil {
-		n.m.estimate.Set(est)
-		n.m.estimateErr.Set(se)
-	}
-	st := n.ov.Status()
-	n.m.routingTable.Set(float64(st.RoutingTableSize))
-	n.m.connected.Set(float64(len(n.h.Network().Peers())))
 }
 
 func (n *Node) evaluate(step int64) {

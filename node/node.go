@@ -194,6 +194,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return fail(fmt.Errorf("node: %w", err))
 	}
 	n.ov = ov
+	n.registerGaugeFuncs()
 
 	if n.task.NumParams() > 0 {
 		gcfg := cfg.Gossip

@@ -130,6 +130,24 @@ func TestNodesTrainAndRespectBarrier(t *testing.T) {
 			t.Errorf("node %s never evaluated", st.PeerID)
 		}
 	}
+	// The gauges read at scrape time: three peers, in the routing table,
+	// and an estimate of about four nodes.
+	for _, nd := range nodes {
+		got := map[string]float64{}
+		mfs, err := nd.Registry().Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
+				got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+			}
+		}
+		if got["psp_connected_peers"] < 1 || got["psp_routing_table_size"] < 1 ||
+			!(got["psp_population_estimate"] >= 2 && got["psp_population_estimate"] <= 8) {
+			t.Errorf("node %s: gauges %v", nd.ID(), got)
+		}
+	}
 	// Sampler pools (64) hold every other node of four, and each node
 	// reports how many pools hold it.
 	deadline = time.Now().Add(5 * time.Second)
