@@ -12,7 +12,45 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
+
+	"github.com/pspnode/pspnode/internal/memnet"
 )
+
+// memOverlays starts n overlays on a fresh in-memory network (hosts with
+// connection-manager watermarks low and high), each joining through the
+// first node and the one before it, with fastConfig(job) adjusted by tune
+// (which may be nil) for node i. Everything is closed when the test ends.
+func memOverlays(t *testing.T, n int, job string, low, high int, tune func(i int, cfg *Config)) (*memnet.Net, []*Overlay) {
+	t.Helper()
+	net := memnet.New(0)
+	t.Cleanup(func() { _ = net.Close() })
+	var nodes []*Overlay
+	for i := range n {
+		h, err := net.NewHost(low, high)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := fastConfig(job)
+		if i > 0 {
+			cfg.BootstrapPeers = []peer.AddrInfo{{ID: nodes[0].h.ID()}}
+			if i > 1 {
+				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: nodes[i-1].h.ID()})
+			}
+		}
+		if tune != nil {
+			tune(i, &cfg)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		o, err := New(ctx, h, cfg)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
+		nodes = append(nodes, o)
+	}
+	return net, nodes
+}
 
 // fastConfig shortens every period so an in-process test converges in
 // seconds.

@@ -1,13 +1,10 @@
 package overlay
 
 import (
-	"context"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 // TestPartitionHeals cuts 12 in-memory nodes into two halves until each
@@ -16,30 +13,13 @@ import (
 // node comes to know (almost) everyone.
 func TestPartitionHeals(t *testing.T) {
 	const n = 12
-	net := memnet.New(0)
-	t.Cleanup(func() { _ = net.Close() })
-	var nodes []*Overlay
-	side := map[peer.ID]int{}
-	for i := range n {
-		h, err := net.NewHost(20, 40)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := fastConfig("partition")
+	net, nodes := memOverlays(t, n, "partition", 20, 40, func(_ int, cfg *Config) {
 		cfg.RetryDead = time.Second
 		cfg.DeadHold = 30 * time.Second
-		if i > 0 {
-			cfg.BootstrapPeers = []peer.AddrInfo{{ID: nodes[0].h.ID(), Addrs: nodes[0].h.Addrs()}}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		o, err := New(ctx, h, cfg)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
-		nodes = append(nodes, o)
-		side[h.ID()] = i % 2
+	})
+	side := map[peer.ID]int{}
+	for i, o := range nodes {
+		side[o.h.ID()] = i % 2
 	}
 	knowsMost := func() bool {
 		for _, o := range nodes {

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 func TestPoolWire(t *testing.T) {
@@ -163,29 +161,10 @@ func TestSampleWeighted(t *testing.T) {
 // rotations (a leave and a join) and a departure (the connection closes).
 func TestInDegreeCounts(t *testing.T) {
 	const n = 24
-	net := memnet.New(0)
-	t.Cleanup(func() { _ = net.Close() })
-	var nodes []*Overlay
-	for i := range n {
-		h, err := net.NewHost(100, 200)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := fastConfig("indegree")
+	_, nodes := memOverlays(t, n, "indegree", 100, 200, func(_ int, cfg *Config) {
 		cfg.PoolSize = 6
 		cfg.RotateInterval = time.Hour // rotations are made by hand below
-		if i > 0 {
-			cfg.BootstrapPeers = []peer.AddrInfo{{ID: nodes[0].h.ID()}}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		o, err := New(ctx, h, cfg)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
-		nodes = append(nodes, o)
-	}
+	})
 	gone := map[peer.ID]bool{}
 	// consistent reports whether each live node's in-degree equals the
 	// number of live pools holding it with a completed join.

@@ -10,9 +10,6 @@ import (
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/host"
-	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 // quietNetwork builds n in-memory overlays whose walks and refreshes are
@@ -20,30 +17,12 @@ import (
 // only the traffic it makes itself.
 func quietNetwork(t *testing.T, n int) ([]*Overlay, []host.Host) {
 	t.Helper()
-	net := memnet.New(0)
-	t.Cleanup(func() { _ = net.Close() })
-	var nodes []*Overlay
-	var hosts []host.Host
-	for i := range n {
-		h, err := net.NewHost(100, 200)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cfg := fastConfig("walk")
+	_, nodes := memOverlays(t, n, "walk", 100, 200, func(_ int, cfg *Config) {
 		cfg.WalkInterval, cfg.WarmupWalkInterval, cfg.RefreshInterval = time.Hour, time.Hour, time.Hour
-		if i > 0 {
-			for _, j := range []int{0, i - 1} {
-				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: hosts[j].ID()})
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		o, err := New(ctx, h, cfg)
-		cancel()
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
-		nodes, hosts = append(nodes, o), append(hosts, h)
+	})
+	var hosts []host.Host
+	for _, o := range nodes {
+		hosts = append(hosts, o.h)
 	}
 	for _, o := range nodes {
 		if err := o.WaitReady(context.Background()); err != nil {

@@ -239,9 +239,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		cfg.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
-	// Background overlay work grows with N: past 200 nodes the overlay's
-	// periods stretch in proportion, so the testnet's total background load
-	// stays that of 200 nodes.
+	// Background overlay work grows with N: past overlay.SharedMachineNodes
+	// the overlay's periods stretch in proportion, so the testnet's total
+	// background load stays that of that many nodes.
 	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
 	t.mu.Lock()
 	idx := len(t.members)
