@@ -89,6 +89,12 @@ type Config struct {
 	// EstimateWindow is how far back random-walk lookups count for the
 	// order-statistics estimator; short enough to follow churn.
 	EstimateWindow time.Duration
+	// MaxLookups caps the lookups the order-statistics estimator counts:
+	// the most recent ones win. During the warm-up's fast walks this
+	// shortens the window, so that lookups made while the network was
+	// still forming (a testnet builds 200 nodes in 4 s; they read N about
+	// a third low) stop counting within seconds, not EstimateWindow.
+	MaxLookups int
 	// MinLookups is the number of full lookups in EstimateWindow the
 	// order-statistics estimator needs before it gives an answer.
 	MinLookups int
@@ -131,6 +137,7 @@ func DefaultConfig() Config {
 		RevivalProbes:      2,
 		EstimateWindow:     45 * time.Second,
 		MinLookups:         3,
+		MaxLookups:         8,
 		MinZonePeers:       4,
 		ReportMaxAge:       30 * time.Second,
 		MaxReports:         64,
@@ -192,6 +199,8 @@ func (c *Config) validate() error {
 		return bad("ProbeConcurrency %d < 1", c.ProbeConcurrency)
 	case c.MinLookups < 1 || c.MinZonePeers < 1 || c.MaxReports < 1:
 		return bad("MinLookups, MinZonePeers and MaxReports must be ≥ 1")
+	case c.MaxLookups < c.MinLookups:
+		return bad("MaxLookups %d < MinLookups %d", c.MaxLookups, c.MinLookups)
 	}
 	for name, d := range map[string]time.Duration{
 		"RefreshInterval": c.RefreshInterval, "WalkInterval": c.WalkInterval,

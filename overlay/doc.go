@@ -54,10 +54,14 @@
 //   - Order statistics of random-key lookups (the idea behind kad-dht's
 //     netsize package). For a uniform key the normalised XOR distance to the
 //     k-th closest of the other N−1 IDs is about Gamma(k, N−1), so over the
-//     lookups of the last EstimateWindow N̂ − 1 = (Σk − 1)/Σd_k, unbiased,
-//     with relative error 1/√(Σk − 2): about 7 % for nine lookups. It
-//     corrects the zone estimator, which reads low when the routing table
-//     misses peers and is coarse (relative error ≈ 1/√n_c ≈ 20 %).
+//     walks of the last EstimateWindow (at most the MaxLookups most recent)
+//     N̂ − 1 = (Σk − 1)/Σd_k, unbiased, with relative error 1/√(Σk − 2):
+//     about 8 % for eight walks. It corrects the zone estimator, which reads
+//     low when the routing table misses peers and is coarse (relative error
+//     ≈ 1/√n_c ≈ 20 %). The cap makes the window short during the warm-up's
+//     fast walks, so lookups made while the network was still forming stop
+//     counting within seconds; refresh lookups, whose keys are ours and
+//     which run at the join, are not counted.
 //   - Reports from peers (ObserveEstimate), which the node's step replies
 //     carry. The latest report per peer counts for ReportMaxAge; their 10 %
 //     trimmed mean is averaged with the local estimate with weight m : 1

@@ -264,3 +264,37 @@ func TestTrimmedMean(t *testing.T) {
 		t.Fatalf("trimmed mean = %v, want 10", m)
 	}
 }
+
+// TestOrderEstimateRecentLookups checks that the order-statistics estimate
+// counts only the MaxLookups most recent lookups of its window: lookups
+// made while a network was still forming (here: as if N were 50) stop
+// counting as soon as enough newer ones (N = 200) have come in.
+func TestOrderEstimateRecentLookups(t *testing.T) {
+	cfg := DefaultConfig()
+	o := bareOverlay(t, cfg)
+	r := rand.New(rand.NewPCG(3, 4))
+	now := time.Now()
+	sample := func(n int, at time.Time) lookupSample {
+		// The k-th closest of n−1 uniform IDs to a key: Gamma(k, n−1).
+		d := 0.0
+		for range cfg.BucketSize {
+			d += r.ExpFloat64() / float64(n-1)
+		}
+		return lookupSample{At: at, K: cfg.BucketSize, DK: d}
+	}
+	o.mu.Lock()
+	for i := range 12 {
+		o.lookups = append(o.lookups, sample(50, now.Add(time.Duration(i-20)*time.Second)))
+	}
+	for i := range cfg.MaxLookups {
+		o.lookups = append(o.lookups, sample(200, now.Add(time.Duration(i-8)*time.Second)))
+	}
+	o.mu.Unlock()
+	d := o.EstimateDetail()
+	if d.Lookups != cfg.MaxLookups {
+		t.Errorf("%d lookups counted, want MaxLookups = %d", d.Lookups, cfg.MaxLookups)
+	}
+	if math.Abs(d.OrderN-200)/200 > 0.25 {
+		t.Errorf("order-statistics estimate %.0f, want about 200 (the recent lookups only)", d.OrderN)
+	}
+}

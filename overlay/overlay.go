@@ -613,9 +613,13 @@ func (o *Overlay) estimates() estCache {
 	c.zone, c.zerr = estimateZone(counts, full, o.cfg.MinZonePeers)
 	o.zoneDepth = c.zone.Depth
 
-	// Order statistics over recent random-walk lookups.
+	// Order statistics over the MaxLookups most recent random-walk lookups
+	// of the window (o.lookups is in time order).
 	cut := now.Add(-o.cfg.EstimateWindow)
 	o.lookups = slices.DeleteFunc(o.lookups, func(s lookupSample) bool { return s.At.Before(cut) })
+	if extra := len(o.lookups) - o.cfg.MaxLookups; extra > 0 {
+		o.lookups = slices.Delete(o.lookups, 0, extra)
+	}
 	c.ordN, c.ordSE, c.ordErr = estimateOrder(o.lookups, o.cfg.BucketSize, o.cfg.MinLookups)
 
 	// Local fusion.

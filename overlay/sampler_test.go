@@ -233,6 +233,8 @@ func TestConfigValidate(t *testing.T) {
 		"zero pool":   func(c *Config) { c.PoolSize = 0 },
 		"zero walk":   func(c *Config) { c.WalkInterval = 0 },
 		"bad address": func(c *Config) { c.BootstrapAddrs = []string{"/ip4/nope"} },
+		"max lookups": func(c *Config) { c.MaxLookups = c.MinLookups - 1 },
+		"zero degree": func(c *Config) { c.DegreeRefresh = 0 },
 	} {
 		c := DefaultConfig()
 		mut(&c)

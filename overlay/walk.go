@@ -19,7 +19,7 @@ import (
 
 // maxLookupRounds bounds the rounds of one lookup. Starting from the
 // closest peers the member set knows, a lookup converges in one to three.
-const maxLookupRounds = 6
+const maxLookupRounds = 10
 
 // lookupState is what one lookup learnt.
 type lookupState struct {
@@ -198,7 +198,7 @@ func (o *Overlay) walk() {
 	_, _ = crand.Read(raw[:])
 	ctx, cancel := context.WithTimeout(o.ctx, 2*o.cfg.QueryTimeout)
 	defer cancel()
-	o.recordLookup(ctx, string(raw[:]))
+	o.recordLookup(ctx, string(raw[:]), true)
 	o.mu.Lock()
 	o.walks++
 	o.lastWalk = time.Now()
@@ -216,7 +216,7 @@ func (o *Overlay) refresh(force bool) {
 	ctx, cancel := context.WithTimeout(o.ctx, 4*o.cfg.QueryTimeout)
 	defer cancel()
 	rt := o.dht.RoutingTable()
-	o.recordLookup(ctx, string(o.h.ID()))
+	o.recordLookup(ctx, string(o.h.ID()), false)
 	for cpl, at := range rt.GetTrackedCplsForRefresh() {
 		if ctx.Err() != nil {
 			break
@@ -225,7 +225,7 @@ func (o *Overlay) refresh(force bool) {
 			continue
 		}
 		if p, err := rt.GenRandPeerID(uint(cpl)); err == nil {
-			o.recordLookup(ctx, string(p))
+			o.recordLookup(ctx, string(p), false)
 		}
 	}
 	o.evictStale(ctx)
@@ -298,7 +298,7 @@ func (o *Overlay) evictStale(ctx context.Context) {
 // closest found feed the order-statistics estimator: for any key chosen
 // independently of the other nodes' IDs, the distance to the k-th closest
 // of them is Gamma(k, N−1).
-func (o *Overlay) recordLookup(ctx context.Context, key string) {
+func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	st := o.lookup(ctx, key)
 	if o.ctx.Err() != nil {
 		return
@@ -338,6 +338,9 @@ func (o *Overlay) recordLookup(ctx context.Context, key string) {
 	}
 	if len(st.responders) == 0 {
 		o.log.Debug("lookup: no peer answered", "asked", len(st.failed))
+		return
+	}
+	if !estimate {
 		return
 	}
 	var ds []float64
