@@ -25,22 +25,35 @@ type zoneEstimate struct {
 // estimateZone computes N̂ = 1 + 2^c·n_c from counts of known live peers by
 // common-prefix length with self (counts[j] = peers with CPL exactly j) and
 // from which routing-table buckets are full (full[j]: the bucket for CPL j
-// holds k peers, so it may be missing peers). The zone depth c is the
-// shallowest depth below which no bucket is full: every zone from c down is
-// then completely known. n_c is Poisson with mean (N−1)/2^c, so the standard
-// error of N̂ is 2^c·√n_c (relative error ≈ 1/√n_c). With c = 0 the count
-// is the whole (small) network and only missed peers add error.
+// holds k peers, so it may be missing peers). Below the deepest full bucket
+// no bucket is full, so every zone from there down is completely known; the
+// zone depth c is one level deeper still. The first bucket below the
+// deepest full one is the one whose own count (fewer than k) made it the
+// first not full, so counting it would read N low: by 3 % with perfect
+// knowledge (2000 synthetic ID sets at N = 200 to 3000; TestZoneEstimator-
+// Synthetic checks the bias). If that deeper zone holds fewer than
+// minPeers, the zone starts at the first bucket after all. n_c is Poisson
+// with mean (N−1)/2^c, so the standard error of N̂ is 2^c·√n_c (relative
+// error ≈ 1/√n_c). With no full bucket (c = 0) the count is the whole
+// (small) network, and only missed peers add error.
 func estimateZone(counts []int, full []bool, minPeers int) (zoneEstimate, error) {
 	c := 0
 	for j := len(full) - 1; j >= 0; j-- {
 		if full[j] {
-			c = j + 1
+			c = j + 2
 			break
 		}
 	}
-	n := 0
-	for j := c; j < len(counts); j++ {
-		n += counts[j]
+	zone := func(c int) (n int) {
+		for j := c; j < len(counts); j++ {
+			n += counts[j]
+		}
+		return n
+	}
+	n := zone(c)
+	if c > 0 && n < minPeers {
+		c--
+		n = zone(c)
 	}
 	if n == 0 || (c > 0 && n < minPeers) {
 		return zoneEstimate{Depth: c, Count: n}, ErrTooFewPeers
