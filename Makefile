@@ -62,7 +62,7 @@ figures-testnet: build
 	$(BIN) testnet --quiet --nodes 200 --duration 5m --time-scale 1 --model none --churn 0.2 --churn-mode mixed \
 	  --barrier pssp:10:4,bsp --out results/churn
 	$(BIN) testnet --quiet --nodes 100 --duration 120s --time-scale 1 --model none --stragglers 0.2 --straggle-factor 4 \
-	  --barrier asp,bsp,pbsp:10,pssp:10:4 --out results/hetero
+	  --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero
 	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist:$(MNIST) \
 	  --time-scale 0.05 --duration 45s --barrier pssp:10:4 --encoding $$enc --eval-every 2s --out results/encoding/$$enc; done
 	mkdir -p docs/figures
