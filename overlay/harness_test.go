@@ -25,8 +25,9 @@ import (
 
 // The benchmark harness: N real libp2p hosts (go-libp2p mocknet with
 // on-demand links and a connection manager, or TCP loopback) each running
-// an Overlay with DefaultConfig, adjusted by ForSharedMachine (above 200
-// nodes the background periods stretch by N/200, as in pspnode testnet).
+// an Overlay with DefaultConfig, adjusted by ForSharedMachine (above
+// SharedMachineNodes, 500, the background periods stretch by N/500, as in
+// pspnode testnet).
 // One run per sub-benchmark; use
 // -benchtime=1x. See RESULTS.md for the commands and figures.
 //
