@@ -32,11 +32,11 @@
 // so a lookup costs about 3 FIND_NODE requests instead of about 25. A
 // refresh is a lookup for our own key, one per stale bucket, and a
 // FIND_NODE to each routing-table peer not heard from for the library's
-// threshold (18 periods), which leaves the table if it does not answer. Every DHT request,
-// ours and the library's, goes on a stream of its own that is closed with
-// the reply (rpc.go): the library's sender keeps a stream open to every peer
-// it has queried, which at hundreds of nodes in one process held most of
-// the memory.
+// threshold (18 periods), which leaves the table if it does not answer.
+// Every DHT request, ours and the library's, goes on a stream of its own
+// that is closed with the reply (rpc.go): the library's sender keeps a
+// stream open to every peer it has queried, which at hundreds of nodes in
+// one process held most of the memory.
 //
 // # Estimator
 //

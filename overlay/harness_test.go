@@ -131,7 +131,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	lastJoin := time.Now()
 	lo, hi := connLimits(n)
 	if tcp {
-		lo, hi = tcpConnLimits()
+		lo, hi = tcpConnLow, tcpConnHigh
 	}
 	logf("all joined in %.1fs (walk every %v, pool rotation every %v, refresh every %v, estimate window %v; pool %d, connections %d-%d)",
 		time.Since(start).Seconds(), nodeCfg.WalkInterval, nodeCfg.RotateInterval, nodeCfg.RefreshInterval, nodeCfg.EstimateWindow, nodeCfg.PoolSize, lo, hi)

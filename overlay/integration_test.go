@@ -82,11 +82,11 @@ func tcpHost(t *testing.T, key crypto.PrivKey) host.Host {
 
 // tcpHostB builds a TCP-loopback host with a connection manager, as a real
 // node would have.
-// tcpConnLimits are the TCP hosts' connection-manager watermarks.
-func tcpConnLimits() (int, int) { return 50, 100 }
+// The TCP hosts' connection-manager watermarks.
+const tcpConnLow, tcpConnHigh = 50, 100
 
 func tcpHostB(key crypto.PrivKey) (host.Host, error) {
-	cm, err := connmgr.NewConnManager(tcpConnLimits())
+	cm, err := connmgr.NewConnManager(tcpConnLow, tcpConnHigh)
 	if err != nil {
 		return nil, err
 	}
