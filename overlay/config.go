@@ -78,6 +78,12 @@ type Config struct {
 	// (other nodes' stale routing tables). First-hand evidence (it connects
 	// to us, it answers a query, MarkAlive) revives it at once.
 	DeadHold time.Duration
+
+	// Seed seeds the overlay's own random choices (pool draws, rotation,
+	// walk keys); 0 draws one from crypto/rand. With the same seed and the
+	// same sequence of events an overlay makes the same choices, so a
+	// seeded testnet can be replayed.
+	Seed uint64
 	// RetryDead is how often a peer held as dead is dialled again, until it
 	// is forgotten (2 × DeadHold after it died); RevivalProbes bounds how
 	// many such dials one maintenance round starts. This is what re-merges
