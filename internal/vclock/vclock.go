@@ -1,0 +1,141 @@
+// Package vclock runs a function on a virtual clock from a program, not only
+// from a test.
+//
+// The virtual clock is Go's testing/synctest bubble. Inside a bubble every
+// timer, sleep, deadline and time.Now follows a fake clock that moves only
+// when every goroutine in the bubble is durably blocked (waiting on a
+// timer, a channel or a sync.Cond of the bubble). CPU work takes no virtual
+// time: a bubble of a thousand libp2p nodes reports the same figures on a
+// loaded two-core laptop as on an idle server, only the wall time differs.
+//
+// synctest.Test needs a *testing.T, which only the testing package can
+// make. Exit gets one from testing.Main, the function the testing package
+// keeps for programs that run tests without "go test" (exported since Go 1
+// and covered by the Go 1 compatibility promise, unlike testing.MainStart).
+// testing.Main ends the process when its tests end, so Exit never returns:
+// the function it runs does the whole job and returns the exit code.
+// TestExitRunsOnTheVirtualClock, in this package, fails loudly if a Go
+// release changes any of this.
+//
+// Rules for code inside the bubble: create everything it uses inside it
+// (contexts, channels, hosts); never wait on anything outside it (real
+// sockets, a context made outside); and stop every goroutine it starts.
+// Exit relays a cancellation of the outside context into the bubble.
+package vclock
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"regexp"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+)
+
+// Clock tells the bubble how much wall time has passed; the bubble's own
+// time package only knows virtual time.
+type Clock struct {
+	start time.Time
+	wall  atomic.Int64 // nanoseconds of wall time since start, kept fresh from outside the bubble
+}
+
+// Wall returns the wall time since Exit started the bubble, to within a few
+// milliseconds.
+func (c *Clock) Wall() time.Duration { return time.Duration(c.wall.Load()) }
+
+// relayPeriod is how often, in virtual time, the bubble looks whether the
+// outside context was cancelled, and how often (in wall time) the wall
+// clock is refreshed.
+const relayPeriod = 20 * time.Millisecond
+
+// Exit runs f inside a synctest bubble and ends the process with f's return
+// value as its exit code. It never returns. f's context is made inside the
+// bubble and is cancelled soon after ctx is (within relayPeriod of virtual
+// time once the bubble's clock moves).
+//
+// f should print its results itself. Exit ends the process from inside the
+// bubble as soon as f returns, without waiting for goroutines f left
+// behind; tests of the code f runs should use synctest.Test, which fails
+// when a goroutine is left behind.
+//
+// If the bubble deadlocks (every goroutine blocked on something only the
+// bubble could release) the testing package reports it with every
+// goroutine's stack and the process exits with a non-zero code.
+func Exit(ctx context.Context, f func(ctx context.Context, clock *Clock) int) {
+	clock := &Clock{start: time.Now()}
+	var stopped atomic.Bool
+	go func() { // outside the bubble; runs until the process ends
+		tick := time.NewTicker(relayPeriod)
+		defer tick.Stop()
+		done := ctx.Done()
+		for {
+			select {
+			case <-done:
+				stopped.Store(true)
+				done = nil
+			case <-tick.C:
+				clock.wall.Store(int64(time.Since(clock.start)))
+			}
+		}
+	}()
+	testing.Init()
+	if !flag.Parsed() {
+		// testing.Main would parse os.Args (the program's own flags) as
+		// test flags; give it none.
+		_ = flag.CommandLine.Parse(nil)
+	}
+	match := func(pat, str string) (bool, error) { return regexp.MatchString(pat, str) }
+	testing.Main(match, []testing.InternalTest{{
+		Name: "virtual-clock",
+		F: func(t *testing.T) {
+			synctest.Test(t, func(*testing.T) {
+				inner, cancel := context.WithCancel(context.Background())
+				go relay(inner, cancel, &stopped)
+				code := f(inner, clock)
+				cancel()
+				os.Exit(code)
+			})
+			// Not reached: f's bubble ends the process. If a Go release
+			// ever gets here, say so rather than exit 0 silently.
+			fmt.Fprintln(os.Stderr, "vclock: the bubble returned without ending the process")
+			os.Exit(3)
+		},
+	}}, nil, nil)
+	fmt.Fprintln(os.Stderr, "vclock: testing.Main returned")
+	os.Exit(3)
+}
+
+// relay cancels the bubble's context once the outside one is (stopped is
+// set from outside). It polls on the virtual clock: a bubble may not wait on
+// a channel made outside it.
+func relay(ctx context.Context, cancel context.CancelFunc, stopped *atomic.Bool) {
+	tick := time.NewTicker(relayPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			if stopped.Load() {
+				cancel()
+				return
+			}
+		}
+	}
+}
+
+// InBubble reports whether the calling goroutine runs on a virtual clock
+// (inside a synctest bubble). It must not be called while another goroutine
+// of the same bubble calls it or synctest.Wait.
+func InBubble() (in bool) {
+	defer func() {
+		if recover() != nil {
+			in = false
+		}
+	}()
+	synctest.Wait() // panics outside a bubble
+	return true
+}
