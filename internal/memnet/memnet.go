@@ -2,15 +2,24 @@
 // libp2p hosts in one process: go-libp2p's mocknet, with peers linked the
 // first time one dials the other (instead of mocknet's N² LinkAll), a real
 // connection manager on every host (mocknet hosts have none), and the
-// faults a testnet injects: crashed peers that can no longer be dialled,
-// partitions that cut links between groups, and link latency.
+// faults and links a testnet sets: crashed peers that can no longer be
+// dialled, partitions that cut links between groups, a one-way latency per
+// link (fixed, or drawn once per link from a range), and a bandwidth per
+// host that every stream's writes share.
+//
+// Every delay is a timer, so on a virtual clock (a testing/synctest bubble)
+// the links take virtual time and nothing else does.
 package memnet
 
 import (
 	"context"
-	"crypto/rand"
+	crand "crypto/rand"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
 	"net"
 	"sync"
 	"time"
@@ -29,33 +38,137 @@ import (
 // ErrUnreachable is returned when a peer is gone or cut off by a partition.
 var ErrUnreachable = errors.New("memnet: peer unreachable")
 
+// Config describes the links of a network.
+type Config struct {
+	// LatencyMin and LatencyMax bound the one-way latency of a link. Each
+	// pair of hosts draws its latency once, uniformly in [LatencyMin,
+	// LatencyMax] (from Seed and the two peer IDs, so both directions and
+	// every reconnection agree); equal bounds give every link the same.
+	LatencyMin, LatencyMax time.Duration
+	// Bandwidth, in bytes per second, is each host's uplink and downlink:
+	// a write from a to b waits until both a's uplink and b's downlink are
+	// free, then holds them for len/Bandwidth. 0 is unlimited.
+	Bandwidth float64
+	// Seed makes the hosts' keys (and so their peer IDs) a function of it
+	// and of the order hosts are added; 0 draws them from crypto/rand.
+	Seed uint64
+}
+
 // Net is one in-memory network.
 type Net struct {
-	mn      mocknet.Mocknet
-	latency time.Duration
+	mn  mocknet.Mocknet
+	cfg Config
 
 	mu     sync.Mutex
+	keys   io.Reader                    // host keys, guarded by mu
 	linked map[peer.ID]map[peer.ID]bool // both directions: linked[a][b] == linked[b][a]
 	gone   map[peer.ID]bool
 	group  map[peer.ID]int // partition group; peers in different groups cannot talk
 	cut    bool
+	hosts  map[peer.ID]*Host // open hosts, closed with the network
+
+	bwMu sync.Mutex
+	busy map[peer.ID]*pipes // each host's uplink and downlink, with Bandwidth
 }
 
-// New returns an empty network whose links add the given one-way latency.
+// pipes is when a host's uplink and downlink are next free.
+type pipes struct{ up, down time.Time }
+
+// New returns an empty network whose links all add the given one-way
+// latency.
 func New(latency time.Duration) *Net {
-	mn := mocknet.New()
-	mn.SetLinkDefaults(mocknet.LinkOptions{Latency: latency})
+	return NewNet(Config{LatencyMin: latency, LatencyMax: latency})
+}
+
+// NewNet returns an empty network with the given links.
+func NewNet(cfg Config) *Net {
+	cfg.LatencyMax = max(cfg.LatencyMax, cfg.LatencyMin)
+	var keys io.Reader = crand.Reader
+	if cfg.Seed != 0 {
+		var seed [32]byte
+		binary.LittleEndian.PutUint64(seed[:], cfg.Seed)
+		copy(seed[8:], "memnet host keys")
+		keys = rand.NewChaCha8(seed)
+	}
 	return &Net{
-		mn:      mn,
-		latency: latency,
-		linked:  make(map[peer.ID]map[peer.ID]bool),
-		gone:    make(map[peer.ID]bool),
-		group:   make(map[peer.ID]int),
+		mn:     mocknet.New(),
+		cfg:    cfg,
+		keys:   keys,
+		linked: make(map[peer.ID]map[peer.ID]bool),
+		gone:   make(map[peer.ID]bool),
+		group:  make(map[peer.ID]int),
+		hosts:  make(map[peer.ID]*Host),
+		busy:   make(map[peer.ID]*pipes),
 	}
 }
 
-// Close closes every host of the network.
-func (n *Net) Close() error { return n.mn.Close() }
+// Latency returns the one-way latency of the link between a and b.
+func (n *Net) Latency(a, b peer.ID) time.Duration {
+	lo, hi := n.cfg.LatencyMin, n.cfg.LatencyMax
+	if hi <= lo {
+		return lo
+	}
+	k := key(a, b)
+	h := fnv.New64a()
+	var seed [8]byte
+	binary.LittleEndian.PutUint64(seed[:], n.cfg.Seed)
+	h.Write(seed[:])
+	h.Write([]byte(k[0]))
+	h.Write([]byte(k[1]))
+	u := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
+	return lo + time.Duration(u*float64(hi-lo))
+}
+
+// shaped reports whether streams need the wrapper (latency or bandwidth).
+func (n *Net) shaped() bool { return n.cfg.LatencyMax > 0 || n.cfg.Bandwidth > 0 }
+
+// transmit blocks for the time size bytes take through src's uplink and
+// dst's downlink, after whatever they are already carrying.
+func (n *Net) transmit(src, dst peer.ID, size int) {
+	if n.cfg.Bandwidth <= 0 || size <= 0 {
+		return
+	}
+	d := time.Duration(float64(size) / n.cfg.Bandwidth * float64(time.Second))
+	n.bwMu.Lock()
+	now := time.Now()
+	up, down := n.pipesLocked(src), n.pipesLocked(dst)
+	start := now
+	if up.up.After(start) {
+		start = up.up
+	}
+	if down.down.After(start) {
+		start = down.down
+	}
+	done := start.Add(d)
+	up.up, down.down = done, done
+	n.bwMu.Unlock()
+	time.Sleep(done.Sub(now))
+}
+
+func (n *Net) pipesLocked(p peer.ID) *pipes {
+	b := n.busy[p]
+	if b == nil {
+		b = &pipes{}
+		n.busy[p] = b
+	}
+	return b
+}
+
+// Close closes every host of the network, with its connection manager.
+func (n *Net) Close() error {
+	n.mu.Lock()
+	var cms []*bcm.BasicConnMgr
+	for _, h := range n.hosts {
+		cms = append(cms, h.cm)
+	}
+	clear(n.hosts)
+	n.mu.Unlock()
+	err := n.mn.Close()
+	for _, cm := range cms {
+		_ = cm.Close()
+	}
+	return err
+}
 
 func key(a, b peer.ID) [2]peer.ID {
 	if a > b {
@@ -80,9 +193,9 @@ func (n *Net) ensure(a, b peer.ID) error {
 	if _, err := n.mn.LinkPeers(k[0], k[1]); err != nil {
 		return fmt.Errorf("memnet: link: %w", err)
 	}
-	if n.latency > 0 {
+	if lat := n.Latency(a, b); lat > 0 {
 		for _, l := range n.mn.LinksBetweenPeers(k[0], k[1]) {
-			l.SetOptions(mocknet.LinkOptions{Latency: n.latency})
+			l.SetOptions(mocknet.LinkOptions{Latency: lat})
 		}
 	}
 	n.link(a, b, true)
@@ -156,7 +269,9 @@ func (n *Net) NewHost(low, high int) (*Host, error) {
 	// mocknet's GenPeer makes ECDSA keys; real nodes use Ed25519, whose
 	// signatures (every GossipSub message is signed and verified) cost
 	// a third as much to check. Addresses follow GenPeer's scheme.
-	sk, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	n.mu.Lock()
+	sk, _, err := crypto.GenerateEd25519Key(n.keys)
+	n.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
@@ -181,7 +296,11 @@ func (n *Net) NewHost(low, high int) (*Host, error) {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
 	h.Network().Notify(cm.Notifee())
-	return &Host{Host: h, net: n, cm: cm}, nil
+	mh := &Host{Host: h, net: n, cm: cm}
+	n.mu.Lock()
+	n.hosts[id] = mh
+	n.mu.Unlock()
+	return mh, nil
 }
 
 // Connect links the two peers if needed, then connects.
@@ -202,7 +321,7 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 		}
 	}
 	s, err := h.Host.NewStream(ctx, p, pids...)
-	if err != nil || h.net.latency <= 0 {
+	if err != nil || !h.net.shaped() {
 		return s, err
 	}
 	return h.net.wrap(s), nil
@@ -220,6 +339,7 @@ func (h *Host) Close() error {
 	id := h.ID()
 	h.net.mu.Lock()
 	h.net.gone[id] = true
+	delete(h.net.hosts, id)
 	// Only this host's own links: scanning every link of the network made
 	// closing all hosts of a 1000-node testnet quadratic (27 CPU-seconds).
 	var unlink [][2]peer.ID
@@ -233,15 +353,18 @@ func (h *Host) Close() error {
 	for _, k := range unlink {
 		_ = h.net.mn.UnlinkPeers(k[0], k[1])
 	}
+	h.net.bwMu.Lock()
+	delete(h.net.busy, id)
+	h.net.bwMu.Unlock()
 	err := h.Host.Close()
 	_ = h.cm.Close()
 	return err
 }
 
 // SetStreamHandler registers handler with its streams wrapped like those of
-// NewStream (see delayStream).
+// NewStream (see shapedStream).
 func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
-	if h.net.latency <= 0 {
+	if !h.net.shaped() {
 		h.Host.SetStreamHandler(pid, handler)
 		return
 	}
@@ -250,7 +373,7 @@ func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) 
 
 // SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
 func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
-	if h.net.latency <= 0 {
+	if !h.net.shaped() {
 		h.Host.SetStreamHandlerMatch(pid, m, handler)
 		return
 	}
@@ -258,28 +381,34 @@ func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, 
 }
 
 func (n *Net) wrap(s network.Stream) network.Stream {
-	return &delayStream{Stream: s, latency: n.latency}
+	c := s.Conn()
+	local, remote := c.LocalPeer(), c.RemotePeer()
+	return &shapedStream{Stream: s, net: n, local: local, remote: remote, latency: n.Latency(local, remote)}
 }
 
-// delayStream makes the link latency hold for the last write before a
-// close too: mocknet delivers everything still in flight at once when a
-// stream is closed, so a request-reply exchange (write, close) would
-// otherwise cross a slow link in no time.
-type delayStream struct {
+// shapedStream holds every write for its share of the hosts' bandwidth,
+// and makes the link latency hold for the last write before a close too:
+// mocknet delivers everything still in flight at once when a stream is
+// closed, so a request-reply exchange (write, close) would otherwise cross
+// a slow link in no time.
+type shapedStream struct {
 	network.Stream
-	latency time.Duration
-	mu      sync.Mutex
-	last    time.Time
+	net           *Net
+	local, remote peer.ID
+	latency       time.Duration
+	mu            sync.Mutex
+	last          time.Time
 }
 
-func (s *delayStream) Write(b []byte) (int, error) {
+func (s *shapedStream) Write(b []byte) (int, error) {
+	s.net.transmit(s.local, s.remote, len(b))
 	s.mu.Lock()
 	s.last = time.Now()
 	s.mu.Unlock()
 	return s.Stream.Write(b)
 }
 
-func (s *delayStream) settle() {
+func (s *shapedStream) settle() {
 	s.mu.Lock()
 	wait := time.Until(s.last.Add(s.latency))
 	s.mu.Unlock()
@@ -288,5 +417,5 @@ func (s *delayStream) settle() {
 	}
 }
 
-func (s *delayStream) CloseWrite() error { s.settle(); return s.Stream.CloseWrite() }
-func (s *delayStream) Close() error      { s.settle(); return s.Stream.Close() }
+func (s *shapedStream) CloseWrite() error { s.settle(); return s.Stream.CloseWrite() }
+func (s *shapedStream) Close() error      { s.settle(); return s.Stream.Close() }
