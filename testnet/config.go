@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"math"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/pspnode/pspnode/node"
@@ -13,13 +15,115 @@ import (
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
+// Clock is the time a testnet runs on.
+type Clock string
+
+const (
+	// Virtual runs the testnet on a virtual clock: a testing/synctest
+	// bubble, where time moves only when every goroutine is blocked. The
+	// time model's compute time and the links' latency and bandwidth are
+	// the only things that take time; CPU work takes none. Its figures are
+	// the protocol's, whatever N, the time scale or the machine's load;
+	// only the wall time a run takes depends on the machine. Run must then
+	// be called inside a bubble: from a test, in synctest.Test; pspnode
+	// testnet makes one (internal/vclock).
+	Virtual Clock = "virtual"
+	// Real runs on the machine's clock, as a deployment does. Every
+	// figure then includes the machine's CPU: when the nodes need more
+	// than the cores, the machine sets the pace. The result's Overload
+	// says whether that happened.
+	Real Clock = "real"
+)
+
+// ParseClock reads "virtual" or "real".
+func ParseClock(s string) (Clock, error) {
+	switch c := Clock(s); c {
+	case Virtual, Real:
+		return c, nil
+	}
+	return "", fmt.Errorf("clock %q: want virtual or real", s)
+}
+
+// Latency is the one-way latency of the testnet's links: Min == Max gives
+// every link the same; otherwise each link draws one, once, uniformly in
+// [Min, Max] (some peers near, some far).
+type Latency struct{ Min, Max time.Duration }
+
+// String renders the latency in ParseLatency syntax.
+func (l Latency) String() string {
+	if l.Max > l.Min {
+		return fmt.Sprintf("uniform:%v-%v", l.Min, l.Max)
+	}
+	return l.Min.String()
+}
+
+// ParseLatency reads a fixed latency ("20ms", "0") or a per-link
+// distribution "uniform:MIN-MAX" ("uniform:10ms-80ms").
+func ParseLatency(s string) (Latency, error) {
+	bad := fmt.Errorf("latency %q: want a duration such as 20ms, or uniform:MIN-MAX such as uniform:10ms-80ms", s)
+	if rest, ok := strings.CutPrefix(s, "uniform:"); ok {
+		lo, hi, ok := strings.Cut(rest, "-")
+		if !ok {
+			return Latency{}, bad
+		}
+		a, err1 := time.ParseDuration(lo)
+		b, err2 := time.ParseDuration(hi)
+		if err1 != nil || err2 != nil || a < 0 || b < a {
+			return Latency{}, bad
+		}
+		return Latency{a, b}, nil
+	}
+	if s == "0" {
+		return Latency{}, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return Latency{}, bad
+	}
+	return Latency{d, d}, nil
+}
+
+// ParseBandwidth reads a rate per second in bits (tc's units: "100mbit",
+// "1gbit", "512kbit", "8000bit") or bytes ("12.5MB", "1GB", "64KiB", "100B"),
+// and returns bytes per second. "0" is unlimited.
+func ParseBandwidth(s string) (float64, error) {
+	units := []struct {
+		suffix string
+		bytes  float64
+	}{
+		{"gbit", 1e9 / 8}, {"mbit", 1e6 / 8}, {"kbit", 1e3 / 8}, {"bit", 1.0 / 8},
+		{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10},
+		{"GB", 1e9}, {"MB", 1e6}, {"KB", 1e3}, {"B", 1},
+	}
+	if s == "0" {
+		return 0, nil
+	}
+	for _, u := range units {
+		if num, ok := strings.CutSuffix(s, u.suffix); ok {
+			v, err := strconv.ParseFloat(num, 64)
+			if err == nil && v > 0 && !math.IsInf(v, 0) {
+				return v * u.bytes, nil
+			}
+			break
+		}
+	}
+	return 0, fmt.Errorf("bandwidth %q: want a rate such as 100mbit, 1gbit, 512kbit or 12.5MB (per second)", s)
+}
+
 // Config is one testnet run. Start from DefaultConfig.
 type Config struct {
 	Nodes    int           // nodes at the start
 	Duration time.Duration // training time, after the warm-up
 	Barrier  psp.Spec
+	Clock    Clock // Virtual (the default) or Real
+	// WallClock, if set, returns the wall time since a fixed moment. On the
+	// virtual clock time.Now is virtual, so the run can only report how
+	// long it took in wall time (and live progress its speed) with it.
+	WallClock func() time.Duration
 
-	TimeScale      float64 // multiplies the paper's task time (Exp(1)+1) s
+	// TimeScale multiplies the paper's task time (Exp(1)+1) s. 0 (real
+	// clock only) adds none: steps take what the model's compute takes.
+	TimeScale      float64
 	Stragglers     float64 // fraction of nodes slowed by StraggleFactor
 	StraggleFactor float64
 
@@ -36,10 +140,13 @@ type Config struct {
 	// Role); SlowDelay is how late Slow nodes answer step queries.
 	Roles     []RoleShare
 	SlowDelay time.Duration
-	// Latency is added to every link one way, and Loss is the probability
-	// that a step query or a gossip message is lost (mem transport only).
-	Latency time.Duration
-	Loss    float64
+	// Latency is added to every link one way; Bandwidth (bytes per second,
+	// 0 unlimited) is each node's uplink and downlink, shared by all its
+	// streams; Loss is the probability that a step query or a gossip
+	// message is lost (mem transport only).
+	Latency   Latency
+	Bandwidth float64
+	Loss      float64
 	// NormBound overrides the nodes' update norm bound (node.Config);
 	// 0 keeps the node default, a negative value turns the check off.
 	NormBound float64
@@ -79,6 +186,7 @@ func DefaultConfig() Config {
 		Nodes:          50,
 		Duration:       time.Minute,
 		Barrier:        psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
+		Clock:          Virtual,
 		TimeScale:      0.5,
 		StraggleFactor: 4,
 		ChurnMode:      sim.Mixed,
@@ -113,8 +221,20 @@ func (c Config) Validate() error {
 	if err := c.Barrier.Validate(); err != nil {
 		bad("barrier: %w", err)
 	}
-	if !(c.TimeScale > 0) || math.IsInf(c.TimeScale, 0) {
-		bad("time scale %v must be positive", c.TimeScale)
+	switch c.Clock {
+	case Virtual:
+		if c.TimeScale == 0 {
+			bad("time scale 0 (real compute only) cannot run on the virtual clock, where compute takes no time: every step would take none; use the real clock, or a positive time scale")
+		}
+		if c.Transport == "tcp" {
+			bad("the virtual clock needs the mem transport: real sockets cannot run on a fake clock")
+		}
+	case Real:
+	default:
+		bad("clock %q: want virtual or real", c.Clock)
+	}
+	if !(c.TimeScale >= 0) || math.IsInf(c.TimeScale, 0) {
+		bad("time scale %v must be a finite number >= 0", c.TimeScale)
 	}
 	if !(c.Stragglers >= 0 && c.Stragglers <= 1) || !(c.StraggleFactor >= 1) {
 		bad("stragglers %v must be in [0, 1] and straggle factor %v >= 1", c.Stragglers, c.StraggleFactor)
@@ -135,11 +255,14 @@ func (c Config) Validate() error {
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
 	}
-	if c.Latency < 0 || c.Latency > 10*time.Second || !(c.Loss >= 0 && c.Loss < 1) || c.SlowDelay < 0 {
-		bad("latency %v must be in [0, 10s], loss %v in [0, 1), slow delay %v non-negative", c.Latency, c.Loss, c.SlowDelay)
+	if c.Latency.Min < 0 || c.Latency.Max < c.Latency.Min || c.Latency.Max > 10*time.Second || !(c.Loss >= 0 && c.Loss < 1) || c.SlowDelay < 0 {
+		bad("latency %v must be within [0, 10s], loss %v in [0, 1), slow delay %v non-negative", c.Latency, c.Loss, c.SlowDelay)
 	}
-	if (c.Latency > 0 || c.Loss > 0) && c.Transport != "mem" {
-		bad("latency and loss injection need --transport mem")
+	if !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 0) {
+		bad("bandwidth %v must be a finite number of bytes per second >= 0", c.Bandwidth)
+	}
+	if (c.Latency.Max > 0 || c.Loss > 0 || c.Bandwidth > 0) && c.Transport != "mem" {
+		bad("latency, bandwidth and loss need the mem transport")
 	}
 	total := 0.0
 	for _, r := range c.Roles {

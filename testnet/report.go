@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -29,12 +30,21 @@ type Percentiles struct {
 // `pspnode testnet --json` prints.
 type Result struct {
 	Nodes     int     `json:"nodes"`
-	DurationS float64 `json:"duration_s"`
+	DurationS float64 `json:"duration_s"` // training time, on the run's clock
 	Barrier   string  `json:"barrier"`
+	Clock     string  `json:"clock"` // virtual or real
+	TimeScale float64 `json:"time_scale"`
 	Transport string  `json:"transport"`
 	Model     string  `json:"model"`
 	Seed      uint64  `json:"seed"`
 	WarmupS   float64 `json:"warmup_s"`
+	// WallS is the wall time training took (0 when the run could not tell)
+	// and VirtualPerWall the run's seconds per wall second: on the virtual
+	// clock, how much faster (or slower) than real time the machine ran it.
+	WallS          float64 `json:"wall_s,omitempty"`
+	VirtualPerWall float64 `json:"virtual_per_wall,omitempty"`
+	// Overload (real clock only) says whether the machine set the pace.
+	Overload *Overload `json:"overload,omitempty"`
 
 	Steps          sim.Stats  `json:"steps"`
 	FastSteps      *sim.Stats `json:"fast_steps,omitempty"`      // non-stragglers, when there are stragglers
@@ -44,6 +54,9 @@ type Result struct {
 	Joined         int        `json:"joined"`
 	Left           int        `json:"left"`
 	Crashed        int        `json:"crashed"`
+	// JoinS is how long joins took, from a join's start to the joiner's
+	// first step (nil without joins).
+	JoinS *Percentiles `json:"join_s,omitempty"`
 
 	Population struct {
 		MedianRelError float64 `json:"median_rel_error"`
@@ -94,10 +107,11 @@ type Result struct {
 
 	CompareSim *Comparison `json:"compare_sim,omitempty"`
 
-	steps  []stepRow
-	ests   []estRow
-	accs   []accRow
-	finals []finalRow
+	steps   []stepRow
+	ests    []estRow
+	accs    []accRow
+	churned []churnRow
+	finals  []finalRow
 }
 
 // Hostility reports a run with hostile or faulty nodes (Config.Roles).
@@ -137,10 +151,17 @@ type Accuracy struct {
 }
 
 // Comparison sets the testnet beside the simulator run with the same
-// parameters: Ratio is real/simulated for each step figure.
+// parameters, twice: Sim in fidelity mode (every waiting node re-checks at
+// every completion, as the paper's simulator does) and Poll in poll mode,
+// where waiting nodes re-check every PollIntervalS, the interval the
+// testnet's nodes kept (1 / ChecksPerWaitS). Ratio and PollRatio are
+// real/simulated for each step figure.
 type Comparison struct {
-	Sim   sim.Stats          `json:"sim_steps"`
-	Ratio map[string]float64 `json:"ratio"`
+	Sim           sim.Stats
+	Ratio         map[string]float64
+	PollIntervalS float64
+	Poll          sim.Stats
+	PollRatio     map[string]float64
 }
 
 type finalRow struct {
@@ -155,9 +176,15 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	defer t.mu.Unlock()
 	c := t.cfg
 	r := &Result{
-		Nodes: c.Nodes, DurationS: elapsed.Seconds(), Barrier: c.Barrier.String(), Transport: c.Transport,
-		Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(), StalledNodes: len(t.stalls),
-		steps: t.steps, ests: t.ests, accs: t.accs,
+		Nodes: c.Nodes, DurationS: elapsed.Seconds(), Barrier: c.Barrier.String(), Clock: string(c.Clock),
+		TimeScale: c.TimeScale, Transport: c.Transport, Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(),
+		StalledNodes: len(t.stalls), steps: t.steps, ests: t.ests, accs: t.accs,
+		churned: slices.Clone(t.churned),
+	}
+	if len(t.joins) > 0 {
+		js := slices.Clone(t.joins)
+		slices.Sort(js)
+		r.JoinS = &Percentiles{P50: sim.Percentile(js, 50), P99: sim.Percentile(js, 99)}
 	}
 	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
@@ -292,57 +319,100 @@ func uniformity(counts []float64) (maxMean, minMean, p float64, draws int) {
 	return slices.Max(counts) / mean, slices.Min(counts) / mean, p, int(total)
 }
 
-// CompareWithSim runs the simulator with the testnet's parameters and
-// stores the real/simulated ratio of each step figure in r.CompareSim.
+// CompareWithSim runs the simulator with the testnet's parameters, in
+// fidelity mode and in poll mode at the nodes' measured re-check rate, and
+// stores the real/simulated ratios in r.CompareSim.
 func CompareWithSim(cfg Config, r *Result) error {
+	if cfg.TimeScale <= 0 {
+		return errors.New("comparing with the simulator needs the time model: a positive time scale")
+	}
 	sc := sim.DefaultConfig()
 	sc.Nodes, sc.Duration, sc.Barrier, sc.Seed = cfg.Nodes, r.DurationS, cfg.Barrier, cfg.Seed
 	sc.TimeScale, sc.Stragglers, sc.StraggleFactor = cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor
 	sc.LeaveRate, sc.JoinRate, sc.ChurnMode = cfg.Churn, cfg.Churn, cfg.ChurnMode
-	sc.Mode, sc.PollInterval = sim.Poll, 0.05 // a real node polls
 	sc.RecordEvery = 0
-	s, err := sim.Run(sc)
+	sc.Mode = sim.Fidelity
+	fid, err := sim.Run(sc)
 	if err != nil {
 		return err
 	}
+	sc.Mode, sc.PollInterval = sim.Poll, 0.05
+	if r.ChecksPerWaitS > 0 {
+		sc.PollInterval = 1 / r.ChecksPerWaitS
+	}
+	poll, err := sim.Run(sc)
+	if err != nil {
+		return err
+	}
+	r.CompareSim = &Comparison{
+		Sim: fid.Steps, Ratio: stepRatios(r.Steps, fid.Steps),
+		PollIntervalS: sc.PollInterval, Poll: poll.Steps, PollRatio: stepRatios(r.Steps, poll.Steps),
+	}
+	return nil
+}
+
+// stepRatios is real/simulated for each step figure (NaN over a zero).
+func stepRatios(real, sim sim.Stats) map[string]float64 {
 	ratio := func(a, b float64) float64 {
 		if b == 0 {
 			return math.NaN()
 		}
 		return a / b
 	}
-	r.CompareSim = &Comparison{Sim: s.Steps, Ratio: map[string]float64{
-		"min": ratio(r.Steps.Min, s.Steps.Min), "mean": ratio(r.Steps.Mean, s.Steps.Mean),
-		"max": ratio(r.Steps.Max, s.Steps.Max), "p5": ratio(r.Steps.P5, s.Steps.P5),
-		"p50": ratio(r.Steps.P50, s.Steps.P50), "p95": ratio(r.Steps.P95, s.Steps.P95),
-	}}
-	return nil
+	return map[string]float64{
+		"min": ratio(real.Min, sim.Min), "mean": ratio(real.Mean, sim.Mean),
+		"max": ratio(real.Max, sim.Max), "p5": ratio(real.P5, sim.P5),
+		"p50": ratio(real.P50, sim.P50), "p95": ratio(real.P95, sim.P95),
+	}
 }
 
 // MarshalJSON keeps NaN (ratios of zero) out of the JSON.
 func (c Comparison) MarshalJSON() ([]byte, error) {
-	ratio := map[string]*float64{}
-	for k, v := range c.Ratio {
-		if !math.IsNaN(v) && !math.IsInf(v, 0) {
-			v := v
-			ratio[k] = &v
-		} else {
-			ratio[k] = nil
+	finite := func(m map[string]float64) map[string]*float64 {
+		out := map[string]*float64{}
+		for k, v := range m {
+			if !math.IsNaN(v) && !math.IsInf(v, 0) {
+				out[k] = &v
+			} else {
+				out[k] = nil
+			}
 		}
+		return out
 	}
 	return json.Marshal(struct {
-		Sim   sim.Stats           `json:"sim_steps"`
-		Ratio map[string]*float64 `json:"ratio"`
-	}{c.Sim, ratio})
+		Sim           sim.Stats           `json:"sim_steps"`
+		Ratio         map[string]*float64 `json:"ratio"`
+		PollIntervalS float64             `json:"poll_interval_s"`
+		Poll          sim.Stats           `json:"poll_steps"`
+		PollRatio     map[string]*float64 `json:"poll_ratio"`
+	}{c.Sim, finite(c.Ratio), c.PollIntervalS, c.Poll, finite(c.PollRatio)})
+}
+
+// OverloadWarning is the line a flagged real-clock run prints: what
+// happened and what to do. Empty when the run was not flagged.
+func (r *Result) OverloadWarning() string {
+	if r.Overload == nil || !r.Overload.Flagged {
+		return ""
+	}
+	return fmt.Sprintf("WARNING: this machine set the pace of the %s run (%s): its figures are the machine's, not the protocol's. "+
+		"Use --clock virtual, fewer nodes, or a larger --time-scale.", r.Barrier, r.Overload.Reason)
 }
 
 // PrintSummary writes a human-readable summary table.
-func (r *Result) PrintSummary(w io.Writer) {
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+func (r *Result) PrintSummary(w0 io.Writer) {
+	tw := tabwriter.NewWriter(w0, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	row("barrier", "%s (%s transport, model %s, seed %d)", r.Barrier, r.Transport, r.Model, r.Seed)
+	row("barrier", "%s (%s clock, %s transport, model %s, time scale %g, seed %d)", r.Barrier, r.Clock, r.Transport, r.Model, r.TimeScale, r.Seed)
 	row("nodes", "%d at start, %d live at the end (%d joined, %d left, %d crashed)", r.Nodes, r.LiveNodes, r.Joined, r.Left, r.Crashed)
-	row("duration", "%.1f s of training after %.1f s of warm-up", r.DurationS, r.WarmupS)
+	if r.JoinS != nil {
+		row("  joins", "p50 %.2f s, p99 %.2f s from a join's start to its first step", r.JoinS.P50, r.JoinS.P99)
+	}
+	switch {
+	case r.Clock == string(Virtual) && r.WallS > 0:
+		row("duration", "%.1f s of training (virtual) after %.1f s of warm-up; %.1f s of wall time (%.2f× real time)", r.DurationS, r.WarmupS, r.WallS, r.VirtualPerWall)
+	default:
+		row("duration", "%.1f s of training after %.1f s of warm-up", r.DurationS, r.WarmupS)
+	}
 	row("steps", "min %.0f  p5 %.0f  p50 %.0f  mean %.1f  p95 %.0f  max %.0f  (stddev %.2f)", r.Steps.Min, r.Steps.P5, r.Steps.P50, r.Steps.Mean, r.Steps.P95, r.Steps.Max, r.Steps.StdDev)
 	if r.FastSteps != nil {
 		row("  fast / stragglers", "mean %.1f / %.1f", r.FastSteps.Mean, r.StragglerSteps.Mean)
@@ -371,10 +441,18 @@ func (r *Result) PrintSummary(w io.Writer) {
 		}
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if o := r.Overload; o != nil {
+		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
+			o.Flagged, o.TimerLagP50Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
+	}
 	if c := r.CompareSim; c != nil {
-		row("vs simulator", "sim mean %.1f (min %.0f, max %.0f); real/sim mean %.3f, p5 %.3f, p95 %.3f", c.Sim.Mean, c.Sim.Min, c.Sim.Max, c.Ratio["mean"], c.Ratio["p5"], c.Ratio["p95"])
+		row("vs simulator", "fidelity mode: sim mean %.1f (min %.0f, max %.0f); real/sim mean %.3f, p5 %.3f, p95 %.3f", c.Sim.Mean, c.Sim.Min, c.Sim.Max, c.Ratio["mean"], c.Ratio["p5"], c.Ratio["p95"])
+		row("", "poll mode at the nodes' re-check interval (%.0f ms): sim mean %.1f; real/sim mean %.3f", 1000*c.PollIntervalS, c.Poll.Mean, c.PollRatio["mean"])
 	}
 	tw.Flush()
+	if w := r.OverloadWarning(); w != "" {
+		fmt.Fprintln(w0, w)
+	}
 }
 
 // WriteOut writes the run's CSV files, figures and summary.json under dir:
@@ -384,6 +462,7 @@ func (r *Result) PrintSummary(w io.Writer) {
 //	barrier_waits.csv     wait_ms (recent waits of live nodes)
 //	estimate.csv          time_s,true_n,median_rel_error,p5,p95
 //	accuracy.csv          time_s,accuracy,loss,updates_sent
+//	churn_events.csv      time_s,event,node (leave, crash, join: as each began)
 //	step_distribution.png, estimate.png, accuracy.png, summary.json
 func (r *Result) WriteOut(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -424,6 +503,13 @@ func (r *Result) WriteOut(dir string) error {
 		ax, ay = append(ax, a.t), append(ay, a.accuracy)
 	}
 	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent"}, rows); err != nil {
+		return err
+	}
+	rows = nil
+	for _, c := range r.churned {
+		rows = append(rows, []string{f(c.t), string(c.kind), strconv.Itoa(c.node)})
+	}
+	if err := figure.CSV(filepath.Join(dir, "churn_events.csv"), []string{"time_s", "event", "node"}, rows); err != nil {
 		return err
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
@@ -514,9 +600,9 @@ func WriteComparison(dir string, results []*Result) error {
 // PrintComparison writes one line per run.
 func PrintComparison(w io.Writer, results []*Result) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintln(tw, "barrier\tlive\tmin\tmean\tmax\tp5\tp95\tstalled\twait p50 ms\tcheck p50 ms\taccuracy\tto target s\tsim mean\treal/sim\t")
+	fmt.Fprintln(tw, "barrier\tlive\tmin\tmean\tmax\tp5\tp95\tstalled\twait p50 ms\tcheck p50 ms\taccuracy\tto target s\tsim mean\treal/sim\treal/poll\t")
 	for _, r := range results {
-		acc, tt, sm, ratio := "-", "-", "-", "-"
+		acc, tt, sm, ratio, pratio := "-", "-", "-", "-", "-"
 		if a := r.Accuracy; a != nil {
 			acc = fmt.Sprintf("%.4f", a.Final)
 			if a.TimeToTarget != nil {
@@ -525,9 +611,19 @@ func PrintComparison(w io.Writer, results []*Result) {
 		}
 		if c := r.CompareSim; c != nil {
 			sm, ratio = fmt.Sprintf("%.1f", c.Sim.Mean), fmt.Sprintf("%.3f", c.Ratio["mean"])
+			pratio = fmt.Sprintf("%.3f", c.PollRatio["mean"])
 		}
-		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t\n", r.Barrier, r.LiveNodes,
-			r.Steps.Min, r.Steps.Mean, r.Steps.Max, r.Steps.P5, r.Steps.P95, r.StalledNodes, r.BarrierWaitMs.P50, r.BarrierCheckMs.P50, acc, tt, sm, ratio)
+		fmt.Fprintf(tw, "%s\t%d\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%d\t%.1f\t%.2f\t%s\t%s\t%s\t%s\t%s\t\n", r.Barrier, r.LiveNodes,
+			r.Steps.Min, r.Steps.Mean, r.Steps.Max, r.Steps.P5, r.Steps.P95, r.StalledNodes, r.BarrierWaitMs.P50, r.BarrierCheckMs.P50, acc, tt, sm, ratio, pratio)
 	}
 	tw.Flush()
+	if len(results) > 0 {
+		r := results[0]
+		fmt.Fprintf(w, "(%s clock, %d nodes, %.0f s, time scale %g; sim: fidelity mode; poll: poll mode at the nodes' re-check interval)\n", r.Clock, r.Nodes, r.DurationS, r.TimeScale)
+	}
+	for _, r := range results {
+		if w2 := r.OverloadWarning(); w2 != "" {
+			fmt.Fprintln(w, w2)
+		}
+	}
 }

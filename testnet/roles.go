@@ -35,8 +35,9 @@ const (
 	PoisonHuge   Role = "poison-huge"   // values of 1e30
 	PoisonLength Role = "poison-length" // one value too many
 	PoisonNorm   Role = "poison-norm"   // valid-looking: the update × -100
-	// A flooder opens many step streams to one target node, sends frames
-	// over the size cap or stalls mid-frame, and publishes junk updates.
+	// A flooder opens many step streams to one target node (32 workers,
+	// each at most one stream every floodPause), sends frames over the size
+	// cap or stalls mid-frame, and publishes junk updates.
 	Flooder Role = "flooder"
 	// Slow peers answer step queries after Config.SlowDelay.
 	Slow Role = "slow"
@@ -179,10 +180,17 @@ func (t *testnet) faults(r Role, seed uint64, self *peer.ID, params int, modelID
 	return f
 }
 
+// floodPause is the least time between two streams of one flood worker:
+// 32 workers open at most 6 400 streams a second. Without a pause a worker
+// whose stream is refused at once would loop without ever waiting, which on
+// the virtual clock (where CPU work takes no time) is an attack of infinite
+// rate that stops the clock.
+const floodPause = 5 * time.Millisecond
+
 // flood is a flooder's attack on the target, until ctx ends: 32 workers
 // that each open a step stream, announce a frame far over the size cap (or
-// send half a frame and stall), and start again; and junk updates of the
-// largest allowed size, 20 a second.
+// send half a frame and stall), and start again after floodPause; and junk
+// updates of the largest allowed size, 20 a second.
 func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 	h := m.nd.Host()
 	proto := node.StepProtocol("testnet")
@@ -198,6 +206,7 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 					sleepCtx(ctx, 50*time.Millisecond)
 					continue
 				}
+				sleepCtx(ctx, floodPause)
 				if w%2 == 0 {
 					k := binary.PutUvarint(hdr[:], 1<<30) // a 1 GiB frame
 					_, _ = s.Write(append(hdr[:k], make([]byte, 4096)...))
@@ -213,13 +222,16 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 		})
 	}
 	if g := m.nd.Gossip(); g != nil {
-		junk := make([]byte, gossip.MaxEncodedSize(m.nd.Task().NumParams()))
+		size := gossip.MaxEncodedSize(m.nd.Task().NumParams())
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ctx.Err() == nil; i++ {
 			select {
 			case <-ctx.Done():
 			case <-tick.C:
+				// A fresh buffer each time: GossipSub may still be sending
+				// the previous message when the next is published.
+				junk := make([]byte, size)
 				binary.LittleEndian.PutUint64(junk, uint64(i)) // distinct messages
 				_ = g.PublishRaw(ctx, junk)
 			}

@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/pspnode/pspnode/psp"
@@ -59,11 +60,30 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.ConnLow, c.ConnHigh = 100, 50 },
 		func(c *Config) { c.ConnLow = 500 }, // above the default high watermark
 		func(c *Config) { c.PoolSize = -1 },
+		func(c *Config) { c.Clock = "wall" },
+		func(c *Config) { c.Transport = "tcp" }, // virtual clock: no real sockets
+		func(c *Config) { c.TimeScale = 0 },     // virtual clock: compute takes no time
+		func(c *Config) { c.TimeScale = -1 },
+		func(c *Config) { c.Clock, c.TimeScale = Real, -0.5 },
+		func(c *Config) { c.Latency = Latency{20 * time.Millisecond, 10 * time.Millisecond} },
+		func(c *Config) { c.Bandwidth = -1 },
+		func(c *Config) { c.Clock, c.Transport, c.Bandwidth = Real, "tcp", 1e6 },
 	} {
 		c := DefaultConfig()
 		mod(&c)
 		if c.Validate() == nil {
 			t.Errorf("config %+v should be invalid", c)
+		}
+	}
+	// The real clock takes real compute only, and real sockets.
+	for _, mod := range []func(*Config){
+		func(c *Config) { c.Clock, c.TimeScale = Real, 0 },
+		func(c *Config) { c.Clock, c.Transport = Real, "tcp" },
+	} {
+		c := DefaultConfig()
+		mod(&c)
+		if err := c.Validate(); err != nil {
+			t.Errorf("config %+v: %v", c, err)
 		}
 	}
 }
@@ -191,12 +211,26 @@ func smallConfig(d time.Duration) Config {
 	return cfg
 }
 
-// runLogged runs a testnet and logs its summary.
+// runLogged runs a testnet on the virtual clock (or, with Clock Real, on
+// the machine's) and logs its summary. On the virtual clock the run is
+// pace-independent: time moves only when every node waits.
 func runLogged(t *testing.T, cfg Config) *Result {
 	t.Helper()
-	res, err := Run(context.Background(), cfg)
-	if err != nil {
-		t.Fatal(err)
+	var res *Result
+	run := func(t *testing.T) {
+		var err error
+		res, err = Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if cfg.Clock == Virtual {
+		synctest.Test(t, run)
+	} else {
+		run(t)
+	}
+	if res == nil {
+		t.FailNow()
 	}
 	var sb strings.Builder
 	res.PrintSummary(&sb)

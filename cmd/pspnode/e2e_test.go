@@ -230,3 +230,93 @@ func TestIDCommand(t *testing.T) {
 		t.Errorf("id without --identity: exit %d, want 2", code)
 	}
 }
+
+// TestTestnetVirtualClock runs `pspnode testnet` on its default, virtual
+// clock, as a user would: as a process of its own (the virtual clock ends
+// the process when the run ends), with both profiles and --out.
+func TestTestnetVirtualClock(t *testing.T) {
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	cpu, heap, out := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof"), filepath.Join(dir, "out")
+	cmd := exec.Command(bin, "testnet", "--nodes", "8", "--duration", "30s", "--model", "none", "--time-scale", "0.5",
+		"--barrier", "pssp:3:1", "--json", "--cpu-profile", cpu, "--mem-profile", heap, "--out", out)
+	var stderr strings.Builder
+	cmd.Stderr = &stderr
+	stdout, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("pspnode testnet: %v\nstderr:\n%s", err, stderr.String())
+	}
+	var r struct {
+		Clock          string          `json:"clock"`
+		DurationS      float64         `json:"duration_s"`
+		WallS          float64         `json:"wall_s"`
+		VirtualPerWall float64         `json:"virtual_per_wall"`
+		Overload       json.RawMessage `json:"overload"`
+		Steps          struct{ Min, Mean float64 }
+		StalledNodes   int `json:"stalled_nodes"`
+	}
+	if err := json.Unmarshal(stdout, &r); err != nil {
+		t.Fatalf("stdout is not one JSON object: %v\n%s", err, stdout)
+	}
+	// 30 s of 1-s mean steps: about 30 steps, less the barrier's waits.
+	if r.Clock != "virtual" || r.DurationS != 30 || !(r.WallS > 0) || !(r.VirtualPerWall > 0) || r.Overload != nil ||
+		r.Steps.Min < 15 || r.Steps.Mean > 31 || r.StalledNodes != 0 {
+		t.Errorf("result %+v", r)
+	}
+	for _, f := range []string{cpu, heap, heap + ".goroutines", filepath.Join(out, "summary.json"), filepath.Join(out, "churn_events.csv")} {
+		if fi, err := os.Stat(f); err != nil || fi.Size() == 0 && !strings.HasSuffix(f, ".csv") {
+			t.Errorf("%s not written: %v", f, err)
+		}
+	}
+	if !strings.Contains(stderr.String(), "s virtual") {
+		t.Errorf("progress does not show virtual time and speed:\n%s", stderr.String())
+	}
+}
+
+// TestTestnetVirtualClockInterrupt: SIGINT stops a virtual-clock run early;
+// it still reports the time it ran, and exits 0.
+func TestTestnetVirtualClockInterrupt(t *testing.T) {
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "testnet", "--nodes", "6", "--duration", "1h", "--model", "none", "--barrier", "pssp:2:1", "--json")
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stdout strings.Builder
+	cmd.Stdout = &stdout
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	sc := bufio.NewScanner(errPipe)
+	var seen []string
+	for sc.Scan() {
+		seen = append(seen, sc.Text())
+		if strings.Contains(sc.Text(), "s virtual") { // training runs
+			if err := cmd.Process.Signal(os.Interrupt); err != nil {
+				t.Fatal(err)
+			}
+			break
+		}
+	}
+	go func() {
+		for sc.Scan() {
+		}
+		done <- cmd.Wait()
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("exit after SIGINT: %v\nstderr:\n%s", err, strings.Join(seen, "\n"))
+		}
+	case <-time.After(60 * time.Second):
+		_ = cmd.Process.Kill()
+		t.Fatalf("no exit within 60 s of SIGINT; stderr:\n%s", strings.Join(seen, "\n"))
+	}
+	var r struct {
+		DurationS float64 `json:"duration_s"`
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &r); err != nil || !(r.DurationS > 0 && r.DurationS < 3600) {
+		t.Errorf("after SIGINT: duration %v s (err %v), want part of the hour", r.DurationS, err)
+	}
+}

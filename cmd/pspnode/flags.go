@@ -112,6 +112,19 @@ func (f *positive) Set(v string) error {
 	return nil
 }
 
+// nonNegative is a float flag that must be >= 0 and finite.
+type nonNegative float64
+
+func (f *nonNegative) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
+func (f *nonNegative) Set(v string) error {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(x >= 0) || math.IsInf(x, 0) {
+		return fmt.Errorf("%q is not a number >= 0", v)
+	}
+	*f = nonNegative(x)
+	return nil
+}
+
 // progress prints a line to w at most every interval.
 type progress struct {
 	last  time.Time

@@ -39,16 +39,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "pspnode: %v\n", err)
 		return 2
 	}
-	if err := root.Run(ctx); err != nil {
-		var u usageError
-		if errors.As(err, &u) {
-			fmt.Fprintf(stderr, "pspnode: %v\n", err)
-			return 2
-		}
-		fmt.Fprintf(stderr, "pspnode: %v\n", err)
-		return 1
+	return exitCode(root.Run(ctx), stderr)
+}
+
+// exitCode prints err, if any, and returns the exit code for it: 0 for
+// none, 2 for a usage error, 1 for a failed job.
+func exitCode(err error, stderr io.Writer) int {
+	if err == nil {
+		return 0
 	}
-	return 0
+	fmt.Fprintf(stderr, "pspnode: %v\n", err)
+	var u usageError
+	if errors.As(err, &u) {
+		return 2
+	}
+	return 1
 }
 
 // usageError marks errors in what the user asked for (exit code 2).

@@ -39,6 +39,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bound", "--beta", "-1"}, 2, "not a non-negative integer"},
 		{[]string{"testnet", "--gc-percent", "-5"}, 2, "--gc-percent must be >= 0"},
 		{[]string{"testnet", "--gc-percent", "x"}, 2, "invalid value"},
+		{[]string{"testnet", "--clock", "wall"}, 2, "want virtual or real"},
+		{[]string{"testnet", "--transport", "tcp"}, 2, "the virtual clock needs the mem transport"},
+		{[]string{"testnet", "--time-scale", "0"}, 2, "cannot run on the virtual clock"},
+		{[]string{"testnet", "--time-scale", "-1"}, 2, "not a number >= 0"},
+		{[]string{"testnet", "--latency", "uniform:80ms-10ms"}, 2, "uniform:MIN-MAX"},
+		{[]string{"testnet", "--bandwidth", "fast"}, 2, "want a rate such as 100mbit"},
+		{[]string{"testnet", "--clock", "real", "--time-scale", "0", "--compare-sim"}, 2, "--compare-sim needs the time model"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)
@@ -161,7 +168,7 @@ func TestBound(t *testing.T) {
 func TestTestnetProfiles(t *testing.T) {
 	dir := t.TempDir()
 	cpu, heap := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof")
-	code, _, errs := runCLI(t, "testnet", "--nodes", "6", "--duration", "4s", "--warmup", "2s",
+	code, _, errs := runCLI(t, "testnet", "--clock", "real", "--nodes", "6", "--duration", "4s", "--warmup", "2s",
 		"--model", "none", "--barrier", "pssp:2:1", "--json", "--cpu-profile", cpu, "--mem-profile", heap)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errs)

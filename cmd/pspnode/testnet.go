@@ -18,6 +18,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -50,31 +51,33 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		barriers  = specList{def.Barrier}
 		stragg    fraction
 		factor    = positive(def.StraggleFactor)
-		scale     = positive(def.TimeScale)
+		scale     = nonNegative(def.TimeScale)
 		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
-		duration  = fs.Duration("duration", def.Duration, "training time (after the network has formed)")
+		duration  = fs.Duration("duration", def.Duration, "training time (after the network has formed), on the run's clock")
+		clock     = fs.String("clock", string(def.Clock), "virtual (time moves only when every node waits: the protocol's figures, whatever this machine's load) or real (this machine's clock: figures include its CPU; the run reports whether it was overloaded)")
 		churn     = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
 		churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
-		script    = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', e.g. '60s crash 30%'")
+		script    = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%' or 'TIME heal', e.g. '60s crash 30%'")
 		modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
-		data      = fs.String("data", def.Data, "data: synthetic, or mnist:DIR")
+		data      = fs.String("data", def.Data, "data: synthetic, mnist (the MNIST test set built into pspnode) or mnist:DIR")
 		encoding  = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
 		lr        = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
-		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N) or tcp (loopback sockets, up to 300 nodes)")
-		seed      = fs.Uint64("seed", def.Seed, "random seed")
+		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N) or tcp (loopback sockets, up to 300 nodes; real clock only)")
+		seed      = fs.Uint64("seed", def.Seed, "random seed (also of the nodes' keys; 0: random keys)")
 		warmup    = fs.Duration("warmup", def.Warmup, "longest wait for the overlay to form before training starts")
 		evalEvery = fs.Duration("eval-every", def.EvalEvery, "evaluate the models this often (0: never)")
 		target    = fs.Float64("target", def.AccuracyTarget, "accuracy (R² for linreg) whose first crossing is reported")
 		out       = fs.String("out", "", "write CSV files, PNG figures and summary.json to this directory")
 		asJSON    = fs.Bool("json", false, "print exactly one JSON object on stdout (progress still goes to stderr)")
 		quiet     = fs.Bool("quiet", false, "no live progress on stderr")
-		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters and report real/simulated step ratios")
+		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters (fidelity mode, and poll mode at the nodes' re-check rate) and report real/simulated step ratios")
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
 		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
-		latency   = fs.Duration("latency", 0, "one-way latency added to every link (mem transport)")
+		latency   = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
+		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
 		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
@@ -87,10 +90,10 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
-	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s")
+	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
 	return &ffcli.Command{
 		Name:       "testnet",
-		ShortUsage: "pspnode testnet [--nodes 50] [--duration 1m] [--barrier pssp:10:4] [--churn 0.2] [--out DIR] [--json] [flags]",
+		ShortUsage: "pspnode testnet [--nodes 50] [--duration 1m] [--barrier pssp:10:4] [--clock virtual|real] [--churn 0.2] [--out DIR] [--json] [flags]",
 		ShortHelp:  "run a local testnet of real nodes (libp2p hosts, DHT, GossipSub, the engine) and report its figures",
 		LongHelp: `Starts N real pspnode nodes in this process — real libp2p hosts, the real
 Kademlia DHT, real GossipSub and the real training engine — over an
@@ -100,12 +103,22 @@ and churn are injected; live progress goes to stderr; at the end it prints a
 summary (or one JSON object with --json) and, with --out, CSV files and PNG
 figures.
 
+By default the testnet runs on a virtual clock (--clock virtual): time moves
+only when every node is waiting, so the time model's task time and the
+links' latency and bandwidth are the only things that take time, and CPU
+work takes none. Its figures are the protocol's on any machine; a loaded
+machine only makes the run take longer in wall time (progress shows the
+speed). --clock real runs on this machine's clock, as a deployment would:
+its figures include this machine's CPU, and the run measures whether the
+machine set the pace (timer lag, CPU share, churn lag) and warns if so.
+
 Examples:
   pspnode testnet                                   # 50 nodes, pSSP(10,4), 1 minute
   pspnode testnet --nodes 200 --duration 200s --time-scale 1 --barrier pbsp:10 --compare-sim
   pspnode testnet --nodes 200 --churn 0.2 --churn-mode mixed --duration 5m --out results/churn
-  pspnode testnet --model logreg --data mnist:../shared/data/mnist --nodes 16 --stragglers 0.2
-  pspnode testnet --nodes 100 --hostile liar-zero:5% --duration 90s   # RELIABILITY.md`,
+  pspnode testnet --model logreg --data mnist --nodes 16 --stragglers 0.2
+  pspnode testnet --nodes 100 --latency uniform:10ms-80ms --bandwidth 100mbit
+  pspnode testnet --clock real --nodes 50 --json    # what real CPU costs`,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
@@ -117,9 +130,19 @@ Examples:
 			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
-			cfg.SlowDelay, cfg.Latency, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *latency, *loss, *normBound, *noScreen
+			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
 			cfg.PollShare = *pollShare
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
+			var err error
+			if cfg.Clock, err = testnet.ParseClock(*clock); err != nil {
+				return usageError{err}
+			}
+			if cfg.Latency, err = testnet.ParseLatency(*latency); err != nil {
+				return usageError{err}
+			}
+			if cfg.Bandwidth, err = testnet.ParseBandwidth(*bandwidth); err != nil {
+				return usageError{err}
+			}
 			if *hostile != "" {
 				rs, err := testnet.ParseRoles(*hostile)
 				if err != nil {
@@ -150,6 +173,9 @@ Examples:
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			if *compare && cfg.TimeScale == 0 {
+				return usagef("--compare-sim needs the time model: a positive --time-scale")
+			}
 			if *gcPercent < 0 {
 				return usagef("--gc-percent must be >= 0 (got %d)", *gcPercent)
 			}
@@ -161,141 +187,241 @@ Examples:
 				return err
 			}
 			cfg.Logger = log
-			if !*quiet {
-				fmt.Fprintf(stderr, "testnet: starting %d nodes (%s transport), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Barrier, cfg.Model)
-				cfg.BuildProgress = func(built, total int, d time.Duration) {
-					fmt.Fprintf(stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
-				}
-				cfg.Progress = func(s testnet.Snapshot) {
-					acc := ""
-					if s.Accuracy == s.Accuracy {
-						acc = fmt.Sprintf("  acc %.3f", s.Accuracy)
-					}
-					fmt.Fprintf(stderr, "[%5.0fs] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
-						s.Elapsed.Seconds(), s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
-				}
-			}
+			job := &testnetJob{cfg: cfg, barriers: barriers, out: *out, asJSON: *asJSON, quiet: *quiet, compare: *compare,
+				memProf: *memProf, stdout: stdout, stderr: stderr}
 			if *cpuProf != "" {
-				// Profile the training phase only (from the first progress
-				// tick), not the overlay's warm-up.
 				f, err := os.Create(*cpuProf)
 				if err != nil {
 					return fmt.Errorf("cpu profile: %w", err)
 				}
-				var once sync.Once
-				var startErr error = errors.New("training never started")
-				progress := cfg.Progress
-				cfg.Progress = func(s testnet.Snapshot) {
-					once.Do(func() { startErr = pprof.StartCPUProfile(f) })
-					if progress != nil {
-						progress(s)
-					}
-				}
-				defer func() { // Run has returned: its progress calls are over
-					if startErr == nil {
-						pprof.StopCPUProfile()
-						f.Close()
-						return
-					}
-					f.Close()
-					os.Remove(*cpuProf)
-					fmt.Fprintf(stderr, "testnet: no CPU profile written: %v\n", startErr)
-				}()
+				job.cpu = newCPUProfile(f, *cpuProf, stderr)
 			}
-			if *memProf != "" {
-				// Halfway through the training phase of the first run
-				// (timed from its first progress tick, after the build and
-				// warm-up).
-				write := func() {
-					f, err := os.Create(*memProf)
-					if err != nil {
-						fmt.Fprintf(stderr, "testnet: no heap profile written: %v\n", err)
-						return
-					}
-					_ = pprof.Lookup("heap").WriteTo(f, 0)
-					f.Close()
-					if g, err := os.Create(*memProf + ".goroutines"); err == nil {
-						_ = pprof.Lookup("goroutine").WriteTo(g, 0)
-						g.Close()
-					}
-					// The heap profile does not show goroutine stacks or the
-					// collector's headroom; say how the process's memory splits.
-					var ms runtime.MemStats
-					runtime.ReadMemStats(&ms)
-					fmt.Fprintf(stderr, "testnet: heap profile written to %s: heap %d MiB in use (%d MiB from the OS), stacks %d MiB, %d goroutines\n",
-						*memProf, ms.HeapInuse>>20, ms.HeapSys>>20, ms.StackInuse>>20, runtime.NumGoroutine())
-				}
-				var once sync.Once
-				var tm *time.Timer
-				progress := cfg.Progress
-				cfg.Progress = func(s testnet.Snapshot) {
-					once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, write) })
-					if progress != nil {
-						progress(s)
-					}
-				}
-				defer func() { // Run has returned: its progress calls are over
-					if tm != nil {
-						tm.Stop()
-					}
-				}()
+			if cfg.Clock == testnet.Real {
+				start := time.Now()
+				return job.run(ctx, func() time.Duration { return time.Since(start) })
 			}
-			start := time.Now()
-			var results []*testnet.Result
-			for i, sp := range barriers {
-				c := cfg
-				c.Barrier = sp
-				if len(barriers) > 1 && !*quiet {
-					fmt.Fprintf(stderr, "testnet: run %d/%d: %s\n", i+1, len(barriers), sp)
-				}
-				res, err := testnet.Run(ctx, c)
-				if err != nil {
-					return err
-				}
-				if *compare {
-					if err := testnet.CompareWithSim(c, res); err != nil {
-						return err
-					}
-				}
-				if *out != "" {
-					dir := *out
-					if len(barriers) > 1 {
-						dir = filepath.Join(*out, strings.ReplaceAll(sp.String(), ":", "_"))
-					}
-					if err := res.WriteOut(dir); err != nil {
-						return err
-					}
-				}
-				results = append(results, res)
-				if ctx.Err() != nil {
-					break
-				}
-			}
-			if *out != "" {
-				if len(results) > 1 {
-					if err := testnet.WriteComparison(*out, results); err != nil {
-						return err
-					}
-				}
-				fmt.Fprintf(stderr, "testnet: wrote CSV files, figures and summary.json to %s\n", *out)
-			}
-			if !*quiet {
-				fmt.Fprintf(stderr, "testnet: done in %s\n", time.Since(start).Round(time.Second))
-			}
-			if *asJSON {
-				enc := json.NewEncoder(stdout)
-				enc.SetIndent("", "  ")
-				if len(results) == 1 {
-					return enc.Encode(results[0])
-				}
-				return enc.Encode(results)
-			}
-			if len(results) == 1 {
-				results[0].PrintSummary(stdout)
-			} else {
-				testnet.PrintComparison(stdout, results)
-			}
-			return nil
+			vclock.Exit(ctx, func(ctx context.Context, c *vclock.Clock) int {
+				return exitCode(job.run(ctx, c.Wall), stderr)
+			})
+			return nil // not reached: Exit ends the process
 		},
 	}
+}
+
+// testnetJob is what the testnet command does once its flags are checked:
+// one testnet run per barrier, then the report. On the virtual clock it runs
+// inside the bubble, so it must not wait on anything made outside it.
+type testnetJob struct {
+	cfg                    testnet.Config
+	barriers               []psp.Spec
+	out                    string
+	asJSON, quiet, compare bool
+	memProf                string
+	cpu                    *cpuProfile // nil without --cpu-profile
+	stdout, stderr         io.Writer
+}
+
+// run runs the job; wall tells the wall time since the command started.
+func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
+	cfg := j.cfg
+	cfg.WallClock = wall
+	virtual := cfg.Clock == testnet.Virtual
+	if !j.quiet {
+		fmt.Fprintf(j.stderr, "testnet: starting %d nodes (%s transport, %s clock), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Clock, cfg.Barrier, cfg.Model)
+		if !virtual {
+			fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
+		}
+		cfg.BuildProgress = func(built, total int, d time.Duration) {
+			if virtual {
+				fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s wall)\n", built, total, wall().Round(time.Second))
+				return
+			}
+			fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
+		}
+		var printed time.Duration = -1
+		cfg.Progress = func(s testnet.Snapshot) {
+			// On the virtual clock snapshots can come many times a wall
+			// second: print at most one a wall second.
+			if virtual && printed >= 0 && s.Wall-printed < time.Second {
+				return
+			}
+			printed = s.Wall
+			acc := ""
+			if s.Accuracy == s.Accuracy {
+				acc = fmt.Sprintf("  acc %.3f", s.Accuracy)
+			}
+			clock := fmt.Sprintf("%5.0fs", s.Elapsed.Seconds())
+			switch {
+			case virtual && s.Wall > 0:
+				clock = fmt.Sprintf("%5.0fs virtual, %5.2f× real time", s.Elapsed.Seconds(), s.Elapsed.Seconds()/s.Wall.Seconds())
+			case virtual:
+				clock = fmt.Sprintf("%5.0fs virtual", s.Elapsed.Seconds())
+			}
+			fmt.Fprintf(j.stderr, "[%s] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
+				clock, s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
+		}
+	}
+	if j.cpu != nil {
+		// Profile the training phase only (from the first progress tick),
+		// not the overlay's warm-up.
+		progress := cfg.Progress
+		cfg.Progress = func(s testnet.Snapshot) {
+			j.cpu.begin()
+			if progress != nil {
+				progress(s)
+			}
+		}
+		defer j.cpu.stop() // Run has returned: its progress calls are over
+	}
+	if j.memProf != "" {
+		// Halfway through the training phase of the first run (timed from
+		// its first progress tick, after the build and warm-up).
+		var once sync.Once
+		var tm *time.Timer
+		progress := cfg.Progress
+		cfg.Progress = func(s testnet.Snapshot) {
+			once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, func() { writeMemProfile(j.memProf, j.stderr) }) })
+			if progress != nil {
+				progress(s)
+			}
+		}
+		defer func() { // Run has returned: its progress calls are over
+			if tm != nil {
+				tm.Stop()
+			}
+		}()
+	}
+	var results []*testnet.Result
+	for i, sp := range j.barriers {
+		c := cfg
+		c.Barrier = sp
+		if len(j.barriers) > 1 && !j.quiet {
+			fmt.Fprintf(j.stderr, "testnet: run %d/%d: %s\n", i+1, len(j.barriers), sp)
+		}
+		res, err := testnet.Run(ctx, c)
+		if err != nil {
+			return err
+		}
+		if j.compare {
+			if err := testnet.CompareWithSim(c, res); err != nil {
+				return err
+			}
+		}
+		if j.out != "" {
+			dir := j.out
+			if len(j.barriers) > 1 {
+				dir = filepath.Join(j.out, strings.ReplaceAll(sp.String(), ":", "_"))
+			}
+			if err := res.WriteOut(dir); err != nil {
+				return err
+			}
+		}
+		results = append(results, res)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	if j.out != "" {
+		if len(results) > 1 {
+			if err := testnet.WriteComparison(j.out, results); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(j.stderr, "testnet: wrote CSV files, figures and summary.json to %s\n", j.out)
+	}
+	if !j.quiet {
+		fmt.Fprintf(j.stderr, "testnet: done in %s of wall time\n", wall().Round(time.Second))
+	}
+	if j.asJSON {
+		enc := json.NewEncoder(j.stdout)
+		enc.SetIndent("", "  ")
+		if len(results) == 1 {
+			return enc.Encode(results[0])
+		}
+		return enc.Encode(results)
+	}
+	if len(results) == 1 {
+		results[0].PrintSummary(j.stdout)
+	} else {
+		testnet.PrintComparison(j.stdout, results)
+	}
+	return nil
+}
+
+// writeMemProfile writes a heap profile to file and a goroutine profile to
+// file.goroutines, and says how the process's memory splits.
+func writeMemProfile(file string, stderr io.Writer) {
+	f, err := os.Create(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "testnet: no heap profile written: %v\n", err)
+		return
+	}
+	_ = pprof.Lookup("heap").WriteTo(f, 0)
+	f.Close()
+	if g, err := os.Create(file + ".goroutines"); err == nil {
+		_ = pprof.Lookup("goroutine").WriteTo(g, 0)
+		g.Close()
+	}
+	// The heap profile does not show goroutine stacks or the collector's
+	// headroom; say how the process's memory splits.
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	fmt.Fprintf(stderr, "testnet: heap profile written to %s: heap %d MiB in use (%d MiB from the OS), stacks %d MiB, %d goroutines\n",
+		file, ms.HeapInuse>>20, ms.HeapSys>>20, ms.StackInuse>>20, runtime.NumGoroutine())
+}
+
+// cpuProfile is a CPU profile that begins when training does. pprof's
+// writer goroutine must not run in a virtual-clock bubble (it blocks in the
+// runtime, which the bubble would take for activity and never move its
+// clock), so the profile is started by a goroutine made outside, which
+// begin wakes.
+type cpuProfile struct {
+	f         *os.File
+	name      string
+	stderr    io.Writer
+	signal    chan struct{} // closed by begin
+	attempted chan struct{} // closed once the profile was started (or failed to)
+	quit      chan struct{} // closed by stop
+	once      sync.Once
+	err       error // of starting; set before attempted is closed
+}
+
+// newCPUProfile must be called outside any bubble.
+func newCPUProfile(f *os.File, name string, stderr io.Writer) *cpuProfile {
+	p := &cpuProfile{f: f, name: name, stderr: stderr,
+		signal: make(chan struct{}), attempted: make(chan struct{}), quit: make(chan struct{})}
+	go func() { // outside the bubble; ends at begin or stop
+		select {
+		case <-p.signal:
+			p.err = pprof.StartCPUProfile(p.f)
+			close(p.attempted)
+		case <-p.quit:
+		}
+	}()
+	return p
+}
+
+func (p *cpuProfile) begin() { p.once.Do(func() { close(p.signal) }) }
+
+// stop ends the profile, or, if it never began, removes the file.
+func (p *cpuProfile) stop() {
+	close(p.quit)
+	begun := false
+	select {
+	case <-p.signal:
+		begun = true
+		<-p.attempted
+	default:
+	}
+	switch {
+	case begun && p.err == nil:
+		pprof.StopCPUProfile()
+		p.f.Close()
+		return
+	case !begun:
+		p.err = errors.New("training never started")
+	}
+	p.f.Close()
+	os.Remove(p.name)
+	fmt.Fprintf(p.stderr, "testnet: no CPU profile written: %v\n", p.err)
 }

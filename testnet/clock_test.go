@@ -1,0 +1,233 @@
+package testnet
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// tinyConfig is a fast virtual-clock testnet for the clock and churn tests.
+func tinyConfig(nodes int, d time.Duration) Config {
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Duration = nodes, d
+	cfg.Model = "none"
+	cfg.TimeScale = 0.25
+	cfg.Barrier = psp.MustParse("pssp:4:2")
+	cfg.StallWindow = 5 * time.Second
+	return cfg
+}
+
+// The virtual clock outside a bubble is refused, not silently run on the
+// machine's clock.
+func TestVirtualNeedsBubble(t *testing.T) {
+	_, err := Run(context.Background(), tinyConfig(4, time.Second))
+	if err == nil || !strings.Contains(err.Error(), "synctest bubble") {
+		t.Fatalf("virtual clock outside a bubble: err %v, want one that names the bubble", err)
+	}
+}
+
+// Leaves and joins are independent Poisson processes: every event starts
+// at the time the seed's schedule gives it, even while slow joins (100 ms
+// links make a join take many round trips) are still under way. With the
+// old loop, which waited for each join, later events ran late and then in
+// a burst.
+func TestChurnOnSchedule(t *testing.T) {
+	cfg := tinyConfig(24, 30*time.Second)
+	cfg.Churn = 1 // 24 leaves and 24 joins a minute
+	cfg.ChurnMode = sim.Crash
+	cfg.Latency = Latency{100 * time.Millisecond, 100 * time.Millisecond}
+	res := runLogged(t, cfg)
+	// The schedule: cumulative Exp draws from each process's own stream.
+	rate := cfg.Churn * float64(cfg.Nodes) / 60
+	schedule := func(stream uint64) []float64 {
+		rng := rand.New(rand.NewPCG(cfg.Seed, stream))
+		var out []float64
+		for at := rng.ExpFloat64() / rate; at < cfg.Duration.Seconds(); at += rng.ExpFloat64() / rate {
+			out = append(out, at)
+		}
+		return out
+	}
+	got := map[Action][]float64{}
+	for _, c := range res.churned {
+		got[c.kind] = append(got[c.kind], c.t)
+	}
+	for _, tc := range []struct {
+		kind   Action
+		stream uint64
+	}{{Crash, 0x1ea7e}, {Join, 0x701}} {
+		want := schedule(tc.stream)
+		if len(want) < 5 {
+			t.Fatalf("the seed schedules only %d %s events: pick another", len(want), tc.kind)
+		}
+		if len(got[tc.kind]) != len(want) {
+			t.Errorf("%d %s events, the schedule has %d", len(got[tc.kind]), tc.kind, len(want))
+			continue
+		}
+		for i, at := range want {
+			if d := got[tc.kind][i] - at; math.Abs(d) > 1e-6 {
+				t.Errorf("%s %d began at %.3f s, scheduled at %.3f s", tc.kind, i, got[tc.kind][i], at)
+			}
+		}
+	}
+	if res.JoinS == nil || !(res.JoinS.P50 > 0.2) {
+		t.Errorf("join times %+v: over 100 ms links a join takes several round trips", res.JoinS)
+	}
+	if res.Joined == 0 || res.Crashed != len(schedule(0x1ea7e)) || res.StalledNodes != 0 {
+		t.Errorf("joined %d, crashed %d, stalled %d", res.Joined, res.Crashed, res.StalledNodes)
+	}
+}
+
+// Links take virtual time and nothing else does: with 50 ms one way, a step
+// query's round trip is 100 ms of virtual time, however busy the machine.
+func TestLinkLatencyOnVirtualClock(t *testing.T) {
+	cfg := tinyConfig(8, 10*time.Second)
+	cfg.Latency = Latency{50 * time.Millisecond, 50 * time.Millisecond}
+	res := runLogged(t, cfg)
+	if rtt := res.SampleRTTMs.P50; rtt < 100 || rtt > 101 {
+		t.Errorf("step query round trip p50 %.2f ms of virtual time, want 100 ms (two 50 ms links)", rtt)
+	}
+	if res.Steps.Min < 10 {
+		t.Errorf("steps %+v", res.Steps)
+	}
+}
+
+// The same flags and seed give the same step figures within 1 %.
+func TestReproducible(t *testing.T) {
+	cfg := tinyConfig(20, 30*time.Second)
+	cfg.Barrier = psp.MustParse("pbsp:4")
+	a, b := runLogged(t, cfg), runLogged(t, cfg)
+	if d := math.Abs(a.Steps.Mean-b.Steps.Mean) / a.Steps.Mean; d > 0.01 {
+		t.Errorf("mean steps %.2f then %.2f with the same seed: %.1f %% apart", a.Steps.Mean, b.Steps.Mean, 100*d)
+	}
+}
+
+func TestOverloadJudge(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		o    Overload
+		want bool
+	}{
+		{"light", Overload{TimerLagP99Ms: 2, StepTimeS: 2}, false},
+		{"timers just within", Overload{TimerLagP99Ms: 99, StepTimeS: 2}, false},
+		{"timers late", Overload{TimerLagP99Ms: 120, StepTimeS: 2}, true},
+		{"fast steps are stricter", Overload{TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
+		{"churn behind", Overload{TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
+		{"no step time", Overload{TimerLagP99Ms: 500}, false},
+	} {
+		o := tc.o
+		o.judge()
+		if o.Flagged != tc.want || (o.Flagged != (o.Reason != "")) {
+			t.Errorf("%s: flagged %v (reason %q), want %v", tc.name, o.Flagged, o.Reason, tc.want)
+		}
+	}
+}
+
+// The probe keeps a bounded number of samples spread over the whole run.
+func TestLagProbeBounded(t *testing.T) {
+	var p lagProbe
+	n := 3*maxProbes + 7
+	for i := range n {
+		p.note(float64(i))
+	}
+	s := p.sorted()
+	if len(s) > maxProbes || len(s) < maxProbes/2 {
+		t.Fatalf("%d samples kept of %d, want between %d and %d", len(s), n, maxProbes/2, maxProbes)
+	}
+	if s[0] > float64(n)/100 || s[len(s)-1] < 0.9*float64(n) {
+		t.Errorf("samples span [%v, %v] of [0, %d): not spread over the run", s[0], s[len(s)-1], n)
+	}
+}
+
+// A real-clock run measures its own overload figures.
+func TestRealClockReportsOverload(t *testing.T) {
+	cfg := tinyConfig(6, 3*time.Second)
+	cfg.Clock = Real
+	cfg.TimeScale = 0.5
+	res := runLogged(t, cfg)
+	o := res.Overload
+	if o == nil {
+		t.Fatal("no overload figures on the real clock")
+	}
+	if !(o.TimerLagP50Ms >= 0 && o.TimerLagP99Ms >= o.TimerLagP50Ms && o.CPUShare > 0 && o.StepTimeS == 1) {
+		t.Errorf("overload figures %+v", o)
+	}
+	if res.Clock != "real" || res.WallS <= 0 {
+		t.Errorf("clock %q, wall %v s", res.Clock, res.WallS)
+	}
+}
+
+// On the virtual clock nothing reports overload, and the run still knows
+// its wall time when given a wall clock.
+func TestVirtualClockWall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := tinyConfig(4, 5*time.Second)
+		calls := 0
+		cfg.WallClock = func() time.Duration { calls++; return time.Duration(calls) * time.Millisecond }
+		res, err := Run(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Overload != nil || res.Clock != "virtual" || res.DurationS != 5 || !(res.WallS > 0) || !(res.VirtualPerWall > 0) {
+			t.Errorf("virtual run: clock %q, duration %v, wall %v, speed %v, overload %+v", res.Clock, res.DurationS, res.WallS, res.VirtualPerWall, res.Overload)
+		}
+	})
+}
+
+func TestParseLatency(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want Latency
+		ok   bool
+	}{
+		{"0", Latency{}, true},
+		{"20ms", Latency{20 * time.Millisecond, 20 * time.Millisecond}, true},
+		{"uniform:10ms-80ms", Latency{10 * time.Millisecond, 80 * time.Millisecond}, true},
+		{"uniform:5ms-5ms", Latency{5 * time.Millisecond, 5 * time.Millisecond}, true},
+		{"uniform:80ms-10ms", Latency{}, false},
+		{"uniform:10ms", Latency{}, false},
+		{"normal:1ms-2ms", Latency{}, false},
+		{"-5ms", Latency{}, false},
+		{"fast", Latency{}, false},
+	} {
+		got, err := ParseLatency(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseLatency(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+		if tc.ok && got.Max > 0 {
+			if back, _ := ParseLatency(got.String()); back != got {
+				t.Errorf("%v does not round-trip through String (%q)", got, got.String())
+			}
+		}
+	}
+}
+
+func TestParseBandwidth(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want float64
+		ok   bool
+	}{
+		{"0", 0, true},
+		{"100mbit", 12.5e6, true},
+		{"1gbit", 125e6, true},
+		{"512kbit", 64e3, true},
+		{"12.5MB", 12.5e6, true},
+		{"64KiB", 65536, true},
+		{"100", 0, false},
+		{"-1mbit", 0, false},
+		{"fastmbit", 0, false},
+		{"10mbps", 0, false},
+	} {
+		got, err := ParseBandwidth(tc.in)
+		if (err == nil) != tc.ok || got != tc.want {
+			t.Errorf("ParseBandwidth(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
+		}
+	}
+}

@@ -1,0 +1,337 @@
+package testnet
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// member is one node of the testnet, live or gone.
+type member struct {
+	idx      int
+	nd       *node.Node
+	factor   float64
+	role     Role
+	cancel   context.CancelFunc
+	done     chan struct{}
+	joinedAt time.Duration // since training started (0 for initial nodes)
+	leftAt   time.Duration // -1 while live
+	crashed  bool
+	lastStep int64
+	// opened0 is the node's connections-opened count when it was launched
+	// (training start, or its join), so the rate covers training only.
+	opened0 uint64
+	// freeSince is when the node last became free to go on at lastStep:
+	// its barrier, on the true population, would let it, and it is not
+	// computing. -1 while it is not free.
+	freeSince time.Duration
+}
+
+// noteFree records whether the member is free to go on at now (see
+// freeSince) and reports whether it has been free, without progress, for
+// a whole window. (A joiner is first seen free after it joined, so the
+// window also runs from its join.)
+func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bool {
+	if !free {
+		m.freeSince = -1
+		return false
+	}
+	if m.freeSince < 0 {
+		m.freeSince = now
+	}
+	return now-m.freeSince >= window
+}
+
+// addNode creates a node (not yet training) bootstrapped from up to three
+// random live members.
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role) (*member, error) {
+	cfg := node.DefaultConfig()
+	cfg.Job = "testnet"
+	cfg.Barrier = t.cfg.Barrier
+	cfg.Logger = t.log
+	cfg.EvalEvery = 0
+	cfg.JoinFetch = joining
+	cfg.QueryTimeout = 2 * time.Second
+	cfg.Overlay.Logger = t.log
+	cfg.Gossip.Logger = t.log
+	enc, err := gossip.ParseEncoding(t.cfg.Encoding)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Gossip.Encoding = enc
+	cfg.Gossip.PeerScoring = true
+	cfg.PollShare = t.cfg.PollShare
+	if t.cfg.NoScreen {
+		cfg.Screen = psp.ScreenConfig{}
+	}
+	switch {
+	case t.cfg.NormBound > 0:
+		cfg.NormBound = t.cfg.NormBound
+	case t.cfg.NormBound < 0:
+		cfg.NormBound = 0
+	}
+	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
+	// Background overlay work grows with N: past overlay.SharedMachineNodes
+	// the overlay's periods stretch in proportion, so the testnet's total
+	// background load stays that of that many nodes.
+	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
+
+	t.mu.Lock()
+	idx := t.nextIdx // the node's number, seed and shard
+	t.nextIdx++
+	if joining {
+		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
+	}
+	live := t.liveLocked()
+	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
+		for _, a := range live[j].nd.Addrs() {
+			cfg.Bootstrap = append(cfg.Bootstrap, a.String())
+			break
+		}
+	}
+	var key crypto.PrivKey
+	if t.net == nil {
+		key, _, err = crypto.GenerateEd25519Key(t.keys)
+	}
+	t.mu.Unlock()
+	if err != nil {
+		return nil, err
+	}
+	if t.net != nil {
+		h, err := t.net.NewHost(cfg.ConnLow, cfg.ConnHigh)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Host = h
+	} else {
+		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		cfg.Identity = key
+	}
+	cfg.Seed = t.cfg.Seed*1_000_003 + uint64(idx) + 1
+	cfg.OnSample = t.countSample
+	spec := node.TaskSpec{
+		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
+		SGD:  model.DefaultSGDConfig(),
+		Time: node.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
+		Seed: cfg.Seed, InitSeed: node.SeedOf(cfg.Job),
+	}
+	if t.cfg.LR > 0 {
+		spec.SGD.LR0 = t.cfg.LR
+	}
+	task, err := node.NewTask(spec, t.data)
+	if err != nil {
+		if cfg.Host != nil {
+			_ = cfg.Host.Close()
+		}
+		return nil, err
+	}
+	cfg.Task = task
+	var self peer.ID
+	cfg.Faults = t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID())
+	nd, err := node.New(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	self = nd.ID()
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{})}
+	if role != Honest {
+		t.roleOf.Store(self, role)
+	} else if g := nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
+		// Count what honest nodes receive from poisoners.
+		g.Subscribe(func(u gossip.Update) {
+			r, ok := t.roleOf.Load(u.Sender)
+			switch {
+			case !ok:
+			case r.(Role).invalidPoison():
+				t.poisonApplied.Add(1)
+			case r.(Role) == PoisonNorm:
+				t.normDelivered.Add(1)
+			}
+		})
+	}
+	if joining {
+		m.joinedAt = time.Since(t.start)
+	}
+	t.mu.Lock()
+	t.members = append(t.members, m)
+	t.mu.Unlock()
+	return m, nil
+}
+
+func (t *testnet) liveLocked() []*member {
+	var out []*member
+	for _, m := range t.members {
+		if m.leftAt < 0 {
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+func (t *testnet) countSample(peers []peer.ID) {
+	t.mu.Lock()
+	for _, p := range peers {
+		t.sampled[p]++
+	}
+	t.mu.Unlock()
+}
+
+// launch starts a member's training loop. t.mu must be held.
+func (t *testnet) launch(ctx context.Context, m *member) {
+	c, cancel := context.WithCancel(ctx)
+	m.cancel = cancel
+	m.opened0 = m.nd.Status().ConnectionsOpened
+	t.wg.Go(func() {
+		defer close(m.done)
+		if err := m.nd.Run(c); err != nil {
+			t.log.Warn("node failed", "node", m.idx, "err", err)
+		}
+	})
+	if m.role == Flooder && t.target != nil {
+		target := t.target.nd.ID()
+		t.wg.Go(func() { t.flood(c, m, target) })
+	}
+}
+
+// waitWarm waits until every node's overlay knows most of the others (or
+// the warm-up time passes), so training starts on a formed network.
+func (t *testnet) waitWarm(ctx context.Context) {
+	deadline := time.Now().Add(t.cfg.Warmup)
+	want := min(t.cfg.Nodes-1, 2*t.cfg.Barrier.Beta+4)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		ready := 0
+		t.mu.Lock()
+		for _, m := range t.members {
+			if len(m.nd.Overlay().Peers()) >= want {
+				ready++
+			}
+		}
+		n := len(t.members)
+		t.mu.Unlock()
+		if ready == n {
+			return
+		}
+		sleepCtx(ctx, 100*time.Millisecond)
+	}
+}
+
+func (t *testnet) closeAll() {
+	t.mu.Lock()
+	ms := slices.Clone(t.members)
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range ms {
+		wg.Go(func() { _ = m.nd.Crash() })
+	}
+	wg.Wait()
+	if t.net != nil {
+		_ = t.net.Close()
+	}
+}
+
+// remove stops n random live nodes, all at once, and returns when they
+// have stopped.
+func (t *testnet) remove(n int, crash bool) {
+	t.mu.Lock()
+	live := t.liveLocked()
+	if len(live) <= 2 {
+		t.mu.Unlock()
+		return
+	}
+	n = min(n, len(live)-2) // keep a network
+	now := time.Since(t.start)
+	var victims []*member
+	kind := Leave
+	if crash {
+		kind = Crash
+	}
+	for _, j := range t.rng.Perm(len(live))[:n] {
+		m := live[j]
+		m.leftAt, m.crashed = now, crash
+		victims = append(victims, m)
+		t.churned = append(t.churned, churnRow{now.Seconds(), kind, m.idx})
+	}
+	t.mu.Unlock()
+	var wg sync.WaitGroup
+	for _, m := range victims {
+		wg.Go(func() {
+			if m.cancel != nil {
+				m.cancel()
+			}
+			if crash {
+				_ = m.nd.Crash()
+			} else {
+				<-m.done // finish or abandon the step, then say goodbye
+				_ = m.nd.Close()
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// partition cuts the network in two: n random live nodes on one side, the
+// rest (and later joiners) on the other.
+func (t *testnet) partition(n int) {
+	if t.net == nil {
+		return
+	}
+	t.mu.Lock()
+	live := t.liveLocked()
+	side := make(map[peer.ID]int, n)
+	for _, j := range t.rng.Perm(len(live))[:min(n, len(live))] {
+		side[live[j].nd.ID()] = 1
+	}
+	t.mu.Unlock()
+	t.net.Partition(func(p peer.ID) int { return side[p] })
+}
+
+// join adds a node that joins the running job, and times it from its
+// start to its first step (joinWatch).
+func (t *testnet) join(ctx context.Context) {
+	begun := time.Now()
+	m, err := t.addNode(ctx, 1, true, Honest)
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("join failed", "err", err)
+		}
+		return
+	}
+	t.mu.Lock()
+	t.launch(ctx, m)
+	t.mu.Unlock()
+	t.wg.Go(func() { t.joinWatch(ctx, m, begun) })
+}
+
+// joinWatchPeriod is how often a joiner is looked at until its first step.
+const joinWatchPeriod = 10 * time.Millisecond
+
+// joinWatch records how long m took from the start of its join to its
+// first step: the first barrier check, which follows the first step.
+func (t *testnet) joinWatch(ctx context.Context, m *member, begun time.Time) {
+	tick := time.NewTicker(joinWatchPeriod)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-m.done:
+			return
+		case <-tick.C:
+		}
+		if m.nd.Status().BarrierChecks > 0 {
+			t.mu.Lock()
+			t.joins = append(t.joins, time.Since(begun).Seconds())
+			t.mu.Unlock()
+			return
+		}
+	}
+}

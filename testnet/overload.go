@@ -1,0 +1,151 @@
+package testnet
+
+import (
+	"context"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// Overload says whether the machine, not the protocol, set a real-clock
+// run's pace. A testnet of N nodes in one process needs N nodes' worth of
+// CPU at the moments they all compute, check and gossip; when that is more
+// than the cores, every timer of every node fires late, steps stretch,
+// churn falls behind its schedule, and the figures describe the machine.
+//
+// The rule: the run is flagged when timers fired late by more than
+// OverloadLagShare of the mean step time at the 99th percentile, or when a
+// churn event started more than one mean step time after its time. The
+// mean step time is the time model's mean task time (2 s × the time scale),
+// or, with no time model, the nodes' median time per step. CPU share is
+// reported beside it, not judged: a run can use every core and still keep
+// its timers.
+type Overload struct {
+	Flagged       bool    `json:"flagged"`
+	TimerLagP50Ms float64 `json:"timer_lag_p50_ms"`
+	TimerLagP99Ms float64 `json:"timer_lag_p99_ms"`
+	// CPUShare is the process's CPU time over training time × cores.
+	CPUShare float64 `json:"cpu_share"`
+	// ChurnLagS is the latest a churn event (Poisson or scripted) started
+	// after its time; 0 without churn.
+	ChurnLagS float64 `json:"churn_lag_s"`
+	// StepTimeS is the mean step time the rule measures lag against.
+	StepTimeS float64 `json:"step_time_s"`
+	// Reason says which part of the rule flagged the run.
+	Reason string `json:"reason,omitempty"`
+}
+
+// OverloadLagShare is the share of the mean step time that timers may fire
+// late (at p99) before a real-clock run is flagged: a node whose barrier
+// re-checks, hedges and progress wakes all come this much late loses about
+// this share of its pace.
+const OverloadLagShare = 0.05
+
+// judge applies the rule to the measured figures.
+func (o *Overload) judge() {
+	step := o.StepTimeS
+	switch {
+	case !(step > 0):
+		o.Flagged, o.Reason = false, ""
+	case o.TimerLagP99Ms/1000 > OverloadLagShare*step:
+		o.Flagged = true
+		o.Reason = fmt.Sprintf("timers fired %.0f ms late at p99, more than %.0f %% of the %.2f s mean step", o.TimerLagP99Ms, 100*OverloadLagShare, step)
+	case o.ChurnLagS > step:
+		o.Flagged = true
+		o.Reason = fmt.Sprintf("a churn event started %.1f s late, more than the %.2f s mean step", o.ChurnLagS, step)
+	default:
+		o.Flagged, o.Reason = false, ""
+	}
+}
+
+// overload measures a real-clock run's overload figures and judges them.
+func (t *testnet) overload(p *lagProbe, elapsed, cpu time.Duration, r *Result) *Overload {
+	lags := p.sorted()
+	o := &Overload{
+		TimerLagP50Ms: 1000 * sim.Percentile(lags, 50),
+		TimerLagP99Ms: 1000 * sim.Percentile(lags, 99),
+		StepTimeS:     2 * t.cfg.TimeScale,
+	}
+	if elapsed > 0 {
+		o.CPUShare = cpu.Seconds() / (elapsed.Seconds() * float64(runtime.GOMAXPROCS(0)))
+	}
+	t.mu.Lock()
+	if len(t.lags) > 0 {
+		o.ChurnLagS = max(0, slices.Max(t.lags))
+	}
+	if o.StepTimeS == 0 { // real compute only: the nodes' own pace
+		var iv []float64
+		for _, m := range t.liveLocked() {
+			if s := m.nd.Status().StepIntervalS; s > 0 {
+				iv = append(iv, s)
+			}
+		}
+		slices.Sort(iv)
+		o.StepTimeS = sim.Percentile(iv, 50)
+	}
+	t.mu.Unlock()
+	o.judge()
+	return o
+}
+
+// lagProbe measures how late timers fire in this process: every
+// probePeriod it sets a timer and records how much later than asked it
+// fired. Every node's barrier re-checks, hedges and wakes are timers too.
+type lagProbe struct {
+	mu     sync.Mutex
+	lags   []float64 // seconds
+	stride int       // record every stride-th measurement
+	n      int
+}
+
+const (
+	probePeriod = 10 * time.Millisecond
+	maxProbes   = 1 << 16 // beyond, every other sample is dropped and the stride doubles
+)
+
+func (p *lagProbe) run(ctx context.Context) {
+	tm := time.NewTimer(probePeriod)
+	defer tm.Stop()
+	for {
+		t0 := time.Now()
+		tm.Reset(probePeriod)
+		select {
+		case <-ctx.Done():
+			return
+		case <-tm.C:
+		}
+		p.note(max(0, time.Since(t0)-probePeriod).Seconds())
+	}
+}
+
+func (p *lagProbe) note(lag float64) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	if p.stride == 0 {
+		p.stride = 1
+	}
+	if p.n%p.stride != 0 {
+		return
+	}
+	if len(p.lags) == maxProbes { // keep samples spread over the whole run
+		for i := range len(p.lags) / 2 {
+			p.lags[i] = p.lags[2*i+1]
+		}
+		p.lags = p.lags[:len(p.lags)/2]
+		p.stride *= 2
+	}
+	p.lags = append(p.lags, lag)
+}
+
+func (p *lagProbe) sorted() []float64 {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := slices.Clone(p.lags)
+	slices.Sort(s)
+	return s
+}

@@ -1,0 +1,192 @@
+package testnet
+
+import (
+	"context"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+type stepRow struct {
+	t    float64
+	node int
+	step int64
+}
+
+type estRow struct {
+	t          float64
+	truth      int
+	median, lo float64
+	hi         float64
+}
+
+// churnRow is one churn event: at t, node left, crashed or began to join.
+type churnRow struct {
+	t    float64
+	kind Action // Leave, Crash or Join
+	node int
+}
+
+type accRow struct {
+	t        float64
+	accuracy float64
+	loss     float64
+	updates  float64
+}
+
+// record takes one snapshot of every live node.
+func (t *testnet) record(now time.Duration) Snapshot {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	live := t.liveLocked()
+	truth := float64(len(live))
+	snap := Snapshot{Elapsed: now, Wall: -1, Live: len(live), EstimateError: math.NaN(), Accuracy: math.NaN()}
+	var steps []int64
+	var rel []float64
+	sec := now.Seconds()
+	for _, m := range live {
+		s := m.nd.Step()
+		if s != m.lastStep {
+			m.lastStep, m.freeSince = s, -1
+		}
+		steps = append(steps, s)
+		t.steps = append(t.steps, stepRow{sec, m.idx, s})
+		if m.nd.Waiting() {
+			snap.Waiting++
+		}
+		if est, _, err := m.nd.Overlay().Estimate(); err == nil {
+			rel = append(rel, math.Abs(est-truth)/truth)
+		} else {
+			rel = append(rel, 1) // no estimate counts as 100 % off
+		}
+	}
+	// Stalled: no progress for StallWindow while the node was free to go
+	// on: its barrier, evaluated on the true live population, would have
+	// let it all along, and it was not busy computing its own step (a
+	// straggler's long step is not a stall).
+	minStep := slices.Min(append(steps, math.MaxInt64))
+	s := t.cfg.Barrier.BaseStaleness()
+	for _, m := range live {
+		free := (s < 0 || minStep >= m.lastStep-int64(s)) && !m.nd.Computing()
+		if m.noteFree(now, free, t.cfg.StallWindow) {
+			t.stalls[m.idx] = true
+		}
+	}
+	if len(steps) > 0 {
+		slices.Sort(steps)
+		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
+	}
+	if len(rel) > 0 {
+		sorted := slices.Clone(rel)
+		slices.Sort(sorted)
+		snap.EstimateError = sorted[(len(sorted)-1)/2]
+		t.ests = append(t.ests, estRow{t: sec, truth: len(live), median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)})
+	}
+	t.relErr = rel
+	if len(t.accs) > 0 {
+		snap.Accuracy = t.accs[len(t.accs)-1].accuracy
+	}
+	return snap
+}
+
+func (t *testnet) recordLoop(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.RecordEvery)
+	defer tick.Stop()
+	var lastUpdates uint64
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		snap := t.record(time.Since(t.start))
+		if w := t.wallNow(); w >= 0 {
+			snap.Wall = w - t.wall0
+		}
+		u := t.updatesReceived()
+		snap.UpdatesPerSec = float64(u-lastUpdates) / t.cfg.RecordEvery.Seconds()
+		lastUpdates = u
+		if t.cfg.Progress != nil {
+			t.cfg.Progress(snap)
+		}
+	}
+}
+
+func (t *testnet) updatesReceived() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var n uint64
+	for _, m := range t.members {
+		if g := m.nd.Gossip(); g != nil {
+			n += g.Stats().Received
+		}
+	}
+	return n
+}
+
+func (t *testnet) evalLoop(ctx context.Context) {
+	tick := time.NewTicker(t.cfg.EvalEvery)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			t.evaluate(time.Since(t.start))
+		}
+	}
+}
+
+// metric names what Accuracy measures for the configured model.
+func (t *testnet) metric() string {
+	if t.cfg.Model == "linreg" {
+		return "r2"
+	}
+	return "accuracy"
+}
+
+// evaluate scores the models of up to three random live nodes on the
+// held-out data and records their mean.
+func (t *testnet) evaluate(now time.Duration) {
+	t.mu.Lock()
+	live := t.liveLocked()
+	var pick []*member
+	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
+		pick = append(pick, live[j])
+	}
+	var updates float64
+	for _, m := range t.members {
+		if g := m.nd.Gossip(); g != nil {
+			updates += float64(g.Stats().Sent)
+		}
+	}
+	t.mu.Unlock()
+	var acc, loss float64
+	k := 0
+	for _, m := range pick {
+		ev, ok := m.nd.Task().(node.Evaluator)
+		if !ok {
+			continue
+		}
+		r, err := ev.Evaluate()
+		if err != nil {
+			continue
+		}
+		if t.cfg.Model == "linreg" {
+			acc += r.R2
+		} else {
+			acc += r.Accuracy
+		}
+		loss += r.Loss
+		k++
+	}
+	if k == 0 {
+		return
+	}
+	t.mu.Lock()
+	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates})
+	t.mu.Unlock()
+}
