@@ -3,7 +3,6 @@ package overlay
 import (
 	"cmp"
 	"context"
-	crand "crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,7 +102,10 @@ type Overlay struct {
 
 	mu        sync.Mutex
 	closed    bool
-	rng       *rand.Rand
+	rng       *rand.Rand // pool draws (random.go has the streams)
+	walkRNG   *rand.Rand // walk keys
+	bucketRNG *rand.Rand // refresh keys of stale buckets
+	jitterRNG *rand.Rand // walk and refresh timing
 	members   map[peer.ID]*member
 	live      []*member
 	pool      []*member
@@ -229,8 +231,6 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 // newOverlay builds the Overlay's state without starting anything.
 func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *Overlay {
 	octx, cancel := context.WithCancel(context.Background())
-	var seed [32]byte
-	_, _ = crand.Read(seed[:])
 	return &Overlay{
 		cfg:       cfg,
 		log:       cfg.logger().With("component", "overlay", "self", h.ID().ShortString()),
@@ -243,7 +243,10 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 		ctx:       octx,
 		cancel:    cancel,
 		probeCh:   make(chan probeJob, 1024),
-		rng:       rand.New(rand.NewChaCha8(seed)),
+		rng:       newStream(cfg.Seed, streamPool),
+		walkRNG:   newStream(cfg.Seed, streamWalk),
+		bucketRNG: newStream(cfg.Seed, streamBucket),
+		jitterRNG: newStream(cfg.Seed, streamJitter),
 		members:   make(map[peer.ID]*member),
 		protected: make(map[peer.ID]bool),
 		reports:   make(map[peer.ID]report),
@@ -990,7 +993,7 @@ func (o *Overlay) walkLoop() {
 	jitter := func(d time.Duration) time.Duration {
 		o.mu.Lock()
 		defer o.mu.Unlock()
-		return time.Duration(float64(d) * (0.5 + o.rng.Float64()))
+		return time.Duration(float64(d) * (0.5 + o.jitterRNG.Float64()))
 	}
 	nextRefresh := time.Now().Add(jitter(o.cfg.RefreshInterval))
 	for {
@@ -1155,19 +1158,27 @@ func (o *Overlay) maintain() {
 			o.protected[p] = true
 		}
 	}
-	revive := o.cfg.RevivalProbes
+	// Dial a few dead peers again now and then, RevivalProbes at most,
+	// chosen at random among those due: a success revives a peer,
+	// first-hand.
+	var due []*member
 	for p, m := range o.members {
 		switch {
 		case !m.dead:
 		case now.Sub(m.deadAt) > 2*o.cfg.DeadHold:
 			delete(o.members, p)
-		case revive > 0 && o.cfg.RetryDead > 0 && !now.Before(m.retryAt) && now.Sub(m.deadAt) >= o.cfg.RetryDead:
-			// Dial a dead peer again now and then (map order is random):
-			// a success revives it, first-hand.
-			m.retryAt = now.Add(o.cfg.RetryDead)
-			o.enqueueProbeLocked(m)
-			revive--
+		case o.cfg.RetryDead > 0 && !now.Before(m.retryAt) && now.Sub(m.deadAt) >= o.cfg.RetryDead:
+			due = append(due, m)
 		}
+	}
+	// Map order is random but not seeded: sort, then draw from the pool
+	// stream.
+	slices.SortFunc(due, func(a, b *member) int { return cmp.Compare(a.id, b.id) })
+	for i := range min(o.cfg.RevivalProbes, len(due)) {
+		j := i + o.rng.IntN(len(due)-i)
+		due[i], due[j] = due[j], due[i]
+		due[i].retryAt = now.Add(o.cfg.RetryDead)
+		o.enqueueProbeLocked(due[i])
 	}
 	o.refillPoolLocked()
 }

@@ -96,9 +96,10 @@ func FuzzPoolMessages(f *testing.F) {
 func TestSampleWeighted(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 16
+	cfg.Seed = 5
 	o := bareOverlay(t, cfg)
 	now := time.Now()
-	for _, p := range synthPeers(t, cfg.PoolSize) {
+	for _, p := range synthPeers(t, 5, cfg.PoolSize) {
 		o.touchLocked(p, true, now)
 	}
 	verifyPool(o)

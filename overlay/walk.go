@@ -3,7 +3,6 @@ package overlay
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
 	"math"
 	"slices"
 	"sort"
@@ -194,11 +193,12 @@ func (o *Overlay) resilient(st *lookupState, candidates []peer.ID, asked map[pee
 // walk runs one lookup for a uniformly random key (recordLookup says what
 // it feeds).
 func (o *Overlay) walk() {
-	var raw [32]byte
-	_, _ = crand.Read(raw[:])
+	o.mu.Lock()
+	key := randomKey(o.walkRNG)
+	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(o.ctx, 2*o.cfg.QueryTimeout)
 	defer cancel()
-	o.recordLookup(ctx, string(raw[:]), true)
+	o.recordLookup(ctx, key, true)
 	o.mu.Lock()
 	o.walks++
 	o.lastWalk = time.Now()
@@ -224,7 +224,10 @@ func (o *Overlay) refresh(force bool) {
 		if !force && time.Since(at) < o.cfg.RefreshInterval {
 			continue
 		}
-		if p, err := rt.GenRandPeerID(uint(cpl)); err == nil {
+		o.mu.Lock()
+		p, err := bucketKey(o.selfKey, uint(cpl), o.bucketRNG)
+		o.mu.Unlock()
+		if err == nil {
 			o.recordLookup(ctx, string(p), false)
 		}
 	}
