@@ -9,7 +9,6 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"sync"
 	"time"
 
@@ -635,8 +634,11 @@ func (o *Overlay) estimates() estCache {
 	}
 	ln, lse, lok := fuseIV(ns, ses)
 
-	// Peer reports: the freshest MaxReports distinct peers.
+	// Peer reports: the freshest MaxReports distinct peers (ties, which
+	// are common when reports come in together, by peer ID rather than by
+	// map order, so that the same reports give the same estimate).
 	type rep struct {
+		p  peer.ID
 		n  float64
 		at time.Time
 	}
@@ -650,9 +652,14 @@ func (o *Overlay) estimates() estCache {
 		if m, ok := o.members[p]; ok && m.dead {
 			continue
 		}
-		reps = append(reps, rep(r))
+		reps = append(reps, rep{p: p, n: r.n, at: r.at})
 	}
-	sort.Slice(reps, func(i, j int) bool { return reps[i].at.After(reps[j].at) })
+	slices.SortFunc(reps, func(a, b rep) int {
+		if c := b.at.Compare(a.at); c != 0 {
+			return c
+		}
+		return cmp.Compare(a.p, b.p)
+	})
 	if len(reps) > o.cfg.MaxReports {
 		reps = reps[:o.cfg.MaxReports]
 	}

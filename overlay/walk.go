@@ -3,6 +3,7 @@ package overlay
 import (
 	"bytes"
 	"context"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -306,9 +307,14 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	if o.ctx.Err() != nil {
 		return
 	}
+	// In ID order, not map order: the order of discoveries decides which
+	// peers enter the pool and a full bucket, and with a seeded overlay
+	// (Config.Seed) the same lookup must make the same choices.
+	responders := slices.Sorted(maps.Keys(st.responders))
+	named := slices.Sorted(maps.Keys(st.named))
 	now := time.Now()
 	rt := o.dht.RoutingTable()
-	for p := range st.responders {
+	for _, p := range responders {
 		_, _ = rt.TryAddPeer(p, true, true)
 		rt.UpdateLastSuccessfulOutboundQueryAt(p, now)
 	}
@@ -331,10 +337,10 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	if o.closed {
 		return
 	}
-	for p := range st.responders {
+	for _, p := range responders {
 		o.touchLocked(p, true, now)
 	}
-	for p := range st.named {
+	for _, p := range named {
 		if !st.responders[p] {
 			o.touchLocked(p, false, now)
 		}
