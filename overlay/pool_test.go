@@ -160,7 +160,9 @@ func TestSampleWeighted(t *testing.T) {
 // leaves it received) equals the truth read off every pool, that pool
 // members carry the in-degree they were told, and that the counts follow
 // rotations (a leave and a join) and a departure (the connection closes).
-func TestInDegreeCounts(t *testing.T) {
+func TestInDegreeCounts(t *testing.T) { bubble(t, testInDegreeCounts) }
+
+func testInDegreeCounts(t *testing.T) {
 	const n = 24
 	_, nodes := memOverlays(t, n, "indegree", 100, 200, func(_ int, cfg *Config) {
 		cfg.PoolSize = 6
