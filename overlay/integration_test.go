@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"runtime"
@@ -364,4 +365,31 @@ func TestIntegrationTCP(t *testing.T) {
 		}
 		return true
 	})
+}
+
+// TestJoinFails checks that New gives up with ErrJoin when no bootstrap
+// peer can be reached, and leaves nothing running (the bubble fails on a
+// goroutine still alive when the test ends).
+func TestJoinFails(t *testing.T) { bubble(t, testJoinFails) }
+
+func testJoinFails(t *testing.T) {
+	net := memnet.New(0)
+	defer func() { _ = net.Close() }()
+	gone, err := net.NewHost(10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = gone.Close()
+	h, err := net.NewHost(10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	o, err := New(context.Background(), h, fastConfig("join", peer.AddrInfo{ID: gone.ID()}))
+	if !errors.Is(err, ErrJoin) {
+		if o != nil {
+			_ = o.Close()
+		}
+		t.Fatalf("New through a departed bootstrap peer: err = %v, want ErrJoin", err)
+	}
 }
