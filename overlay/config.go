@@ -79,10 +79,17 @@ type Config struct {
 	// to us, it answers a query, MarkAlive) revives it at once.
 	DeadHold time.Duration
 
-	// Seed seeds the overlay's own random choices (pool draws, rotation,
-	// walk keys); 0 draws one from crypto/rand. With the same seed and the
-	// same sequence of events an overlay makes the same choices, so a
-	// seeded testnet can be replayed.
+	// Seed seeds the overlay's own random choices: the pool's draws and
+	// rotation, Sample, which dead peers are dialled again, the keys of
+	// walks and refreshes, and the jitter of the background periods. 0
+	// seeds them from crypto/rand. Each kind of choice has its own stream
+	// derived from Seed, so an overlay with a given seed makes the same
+	// choices of one kind whenever it has had the same inputs for that
+	// kind: the same peers discovered in the same order, the same number
+	// of walks before. The order of events in a live network depends on
+	// timing as well, so a seeded network is not replayed exactly. Nodes of
+	// one network need distinct seeds: overlays with the same seed walk the
+	// same keys, and the estimator takes their walks as independent.
 	Seed uint64
 	// RetryDead is how often a peer held as dead is dialled again, until it
 	// is forgotten (2 × DeadHold after it died); RevivalProbes bounds how

@@ -44,13 +44,15 @@
 // wrapping ErrTooFewPeers when there is too little data. It fuses three
 // sources:
 //
-//   - Zone density (DESIGN §5). Known live peers are counted by common
-//     prefix length (CPL) with self. A routing-table bucket holding fewer
-//     than k peers is complete, so the zone depth c is chosen as the
-//     shallowest depth below which no bucket is full, and
-//     N̂ = 1 + 2^c·n_c with standard error 2^c·√n_c (n_c is Poisson).
-//     Departed peers are excluded: the overlay keeps connections to its
-//     zone peers, so their departure is seen at once.
+//   - Zone density. Known live peers are counted by common prefix length
+//     (CPL) with self. A routing-table bucket holding fewer than k peers is
+//     complete, so every zone below the deepest full bucket is completely
+//     known. The zone depth c is one level deeper still (the first bucket
+//     that is not full reads N low), or that first bucket when the deeper
+//     zone holds fewer than MinZonePeers, and N̂ = 1 + 2^c·n_c with
+//     standard error 2^c·√n_c (n_c is Poisson). Departed peers are
+//     excluded: the overlay keeps connections to its zone peers, so their
+//     departure is seen at once.
 //   - Order statistics of random-key lookups (the idea behind kad-dht's
 //     netsize package). For a uniform key the normalised XOR distance to the
 //     k-th closest of the other N−1 IDs is about Gamma(k, N−1), so over the
@@ -105,6 +107,11 @@
 // than β pool members are verified; PoolSize must be at least the largest
 // β. Peers returns every known live peer, for "BSP = sample everyone I
 // know".
+//
+// Every random choice the overlay makes (the pool's draws, Sample, walk and
+// refresh keys, which dead peers to dial again, the jitter of its periods)
+// comes from streams seeded by Config.Seed, or from crypto/rand when Seed
+// is 0 (random.go).
 //
 // # Liveness
 //

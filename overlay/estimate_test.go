@@ -141,15 +141,24 @@ func normDistance(a, b []byte) float64 {
 // orderSamples simulates L random-key lookups over the other IDs.
 func orderSamples(r *rand.Rand, others [][]byte, lookups, k int) []lookupSample {
 	var out []lookupSample
-	ds := make([]float64, len(others))
+	kk := min(k, len(others))
+	closest := make([]float64, 0, kk) // the kk smallest distances so far, ascending
 	for range lookups {
 		key := synthIDs(r, 1)[0]
-		for i, o := range others {
-			ds[i] = normDistance(o, key)
+		closest = closest[:0]
+		for _, o := range others {
+			d := normDistance(o, key)
+			if len(closest) == kk && d >= closest[kk-1] {
+				continue // most peers: not among the kk closest (no full sort needed)
+			}
+			i, _ := slices.BinarySearch(closest, d)
+			if len(closest) < kk {
+				closest = append(closest, 0)
+			}
+			copy(closest[i+1:], closest[i:len(closest)-1])
+			closest[i] = d
 		}
-		slices.Sort(ds)
-		kk := min(k, len(ds))
-		out = append(out, lookupSample{At: time.Now(), K: kk, DK: ds[kk-1]})
+		out = append(out, lookupSample{At: time.Now(), K: kk, DK: closest[kk-1]})
 	}
 	return out
 }

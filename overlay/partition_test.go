@@ -11,7 +11,9 @@ import (
 // side holds peers of the other as dead, heals the cut, and checks that
 // the overlays merge again: revival probes dial the dead peers, and every
 // node comes to know (almost) everyone.
-func TestPartitionHeals(t *testing.T) {
+func TestPartitionHeals(t *testing.T) { bubble(t, testPartitionHeals) }
+
+func testPartitionHeals(t *testing.T) {
 	const n = 12
 	net, nodes := memOverlays(t, n, "partition", 20, 40, func(_ int, cfg *Config) {
 		cfg.RetryDead = time.Second

@@ -96,9 +96,10 @@ func FuzzPoolMessages(f *testing.F) {
 func TestSampleWeighted(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 16
+	cfg.Seed = 5
 	o := bareOverlay(t, cfg)
 	now := time.Now()
-	for _, p := range synthPeers(t, cfg.PoolSize) {
+	for _, p := range synthPeers(t, 5, cfg.PoolSize) {
 		o.touchLocked(p, true, now)
 	}
 	verifyPool(o)
@@ -159,7 +160,9 @@ func TestSampleWeighted(t *testing.T) {
 // leaves it received) equals the truth read off every pool, that pool
 // members carry the in-degree they were told, and that the counts follow
 // rotations (a leave and a join) and a departure (the connection closes).
-func TestInDegreeCounts(t *testing.T) {
+func TestInDegreeCounts(t *testing.T) { bubble(t, testInDegreeCounts) }
+
+func testInDegreeCounts(t *testing.T) {
 	const n = 24
 	_, nodes := memOverlays(t, n, "indegree", 100, 200, func(_ int, cfg *Config) {
 		cfg.PoolSize = 6

@@ -1,17 +1,19 @@
 package overlay
 
 import (
-	"github.com/pspnode/pspnode/internal/memnet"
-
 	"context"
+	"encoding/binary"
 	"errors"
 	"math/rand/v2"
 	"testing"
 	"time"
 
 	dht "github.com/libp2p/go-libp2p-kad-dht"
+	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/test"
+
+	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 // bareOverlay returns an Overlay whose background goroutines are not
@@ -51,13 +53,38 @@ func verifyPool(o *Overlay) {
 	}
 }
 
-func synthPeers(t *testing.T, n int) []peer.ID {
+// synthPeers returns the IDs of n Ed25519 keys drawn from a stream seeded
+// with seed: the same peers for the same seed, so that statistical tests
+// see the same population every run.
+func synthPeers(t *testing.T, seed uint64, n int) []peer.ID {
 	t.Helper()
 	ps := make([]peer.ID, n)
-	for i := range ps {
-		ps[i] = test.RandPeerIDFatal(t)
+	for i, k := range seededKeys(t, seed, n) {
+		id, err := peer.IDFromPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps[i] = id
 	}
 	return ps
+}
+
+// seededKeys returns n Ed25519 keys drawn from a ChaCha8 stream seeded with
+// seed.
+func seededKeys(t testing.TB, seed uint64, n int) []crypto.PrivKey {
+	t.Helper()
+	var s [32]byte
+	binary.LittleEndian.PutUint64(s[:], seed)
+	r := rand.NewChaCha8(s)
+	keys := make([]crypto.PrivKey, n)
+	for i := range keys {
+		k, _, err := crypto.GenerateEd25519Key(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = k
+	}
+	return keys
 }
 
 // TestPoolReservoirUniform streams a population's discoveries into fresh
@@ -67,9 +94,10 @@ func synthPeers(t *testing.T, n int) []peer.ID {
 func TestPoolReservoirUniform(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 16
+	cfg.Seed = 1
 	o := bareOverlay(t, cfg)
 	const pop, trials = 100, 1500
-	peers := synthPeers(t, pop)
+	peers := synthPeers(t, 1, pop)
 	counts := make([]int, pop) // by discovery position
 	now := time.Now()
 	for range trials {
@@ -102,9 +130,10 @@ func TestPoolReservoirUniform(t *testing.T) {
 func TestSampleUniform(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 32
+	cfg.Seed = 2
 	o := bareOverlay(t, cfg)
 	const pop = 200
-	peers := synthPeers(t, pop)
+	peers := synthPeers(t, 2, pop)
 	idx := make(map[peer.ID]int, pop)
 	now := time.Now()
 	for i, p := range peers {
@@ -148,8 +177,9 @@ func TestSampleUniform(t *testing.T) {
 func TestDeadAndRevive(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 8
+	cfg.Seed = 3
 	o := bareOverlay(t, cfg)
-	peers := synthPeers(t, 20)
+	peers := synthPeers(t, 3, 20)
 	now := time.Now()
 	for _, p := range peers {
 		o.touchLocked(p, true, now)
@@ -253,7 +283,7 @@ func TestConfigValidate(t *testing.T) {
 // to date as members change, always equal a recount over the live members.
 func TestConfirmedCountsIncremental(t *testing.T) {
 	o := bareOverlay(t, DefaultConfig())
-	peers := synthPeers(t, 60)
+	peers := synthPeers(t, 4, 60)
 	r := rand.New(rand.NewPCG(7, 11))
 	now := time.Now()
 	for i := range 3000 {

@@ -3,7 +3,7 @@ package overlay
 import (
 	"bytes"
 	"context"
-	crand "crypto/rand"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -194,11 +194,12 @@ func (o *Overlay) resilient(st *lookupState, candidates []peer.ID, asked map[pee
 // walk runs one lookup for a uniformly random key (recordLookup says what
 // it feeds).
 func (o *Overlay) walk() {
-	var raw [32]byte
-	_, _ = crand.Read(raw[:])
+	o.mu.Lock()
+	key := randomKey(o.walkRNG)
+	o.mu.Unlock()
 	ctx, cancel := context.WithTimeout(o.ctx, 2*o.cfg.QueryTimeout)
 	defer cancel()
-	o.recordLookup(ctx, string(raw[:]), true)
+	o.recordLookup(ctx, key, true)
 	o.mu.Lock()
 	o.walks++
 	o.lastWalk = time.Now()
@@ -224,7 +225,10 @@ func (o *Overlay) refresh(force bool) {
 		if !force && time.Since(at) < o.cfg.RefreshInterval {
 			continue
 		}
-		if p, err := rt.GenRandPeerID(uint(cpl)); err == nil {
+		o.mu.Lock()
+		p, err := bucketKey(o.selfKey, uint(cpl), o.bucketRNG)
+		o.mu.Unlock()
+		if err == nil {
 			o.recordLookup(ctx, string(p), false)
 		}
 	}
@@ -303,9 +307,14 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	if o.ctx.Err() != nil {
 		return
 	}
+	// In ID order, not map order: the order of discoveries decides which
+	// peers enter the pool and a full bucket, and with a seeded overlay
+	// (Config.Seed) the same lookup must make the same choices.
+	responders := slices.Sorted(maps.Keys(st.responders))
+	named := slices.Sorted(maps.Keys(st.named))
 	now := time.Now()
 	rt := o.dht.RoutingTable()
-	for p := range st.responders {
+	for _, p := range responders {
 		_, _ = rt.TryAddPeer(p, true, true)
 		rt.UpdateLastSuccessfulOutboundQueryAt(p, now)
 	}
@@ -328,10 +337,10 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	if o.closed {
 		return
 	}
-	for p := range st.responders {
+	for _, p := range responders {
 		o.touchLocked(p, true, now)
 	}
-	for p := range st.named {
+	for _, p := range named {
 		if !st.responders[p] {
 			o.touchLocked(p, false, now)
 		}

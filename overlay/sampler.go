@@ -1,0 +1,186 @@
+package overlay
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Sample returns beta distinct verified live peers other than self, drawn
+// uniformly at random. It never blocks on the network: the draw is from the
+// in-memory pool, which is kept a uniform random subset of every known live
+// peer. It fails with ErrNotEnoughPeers when fewer than beta are available
+// (raise PoolSize if beta exceeds it) and with ctx's error if ctx is done.
+func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
+	if beta < 0 {
+		return nil, fmt.Errorf("overlay: negative sample size %d", beta)
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("overlay: sample: %w", err)
+	}
+	if beta == 0 {
+		return []peer.ID{}, nil
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, ErrClosed
+	}
+	// Weighted sampling without replacement (Efraimidis and Spirakis): each
+	// member gets the key log(u)/w for a uniform u and its weight w, and the
+	// beta largest keys win. Weights undo the spread of how many pools
+	// hold each peer (pool.go); with every weight 1 this is a uniform draw.
+	type keyed struct {
+		id  peer.ID
+		key float64
+	}
+	cand := make([]keyed, 0, len(o.pool))
+	for _, m := range o.pool {
+		if m.verified && !m.dead {
+			cand = append(cand, keyed{m.id, math.Log(1-o.rng.Float64()) / o.weight(m)})
+		}
+	}
+	if len(cand) < beta {
+		return nil, fmt.Errorf("%w: want %d, have %d verified (pool size %d)", ErrNotEnoughPeers, beta, len(cand), o.cfg.PoolSize)
+	}
+	slices.SortFunc(cand, func(a, b keyed) int { return cmp.Compare(b.key, a.key) })
+	out := make([]peer.ID, beta)
+	for i := range out {
+		out[i] = cand[i].id
+	}
+	return out, nil
+}
+
+// Peers returns every known peer not known to be dead that has shown first-
+// hand signs of life at least once (answered us, connected to us, or was
+// reported alive with MarkAlive): the population as this node knows it,
+// for "BSP = sample everyone I know".
+func (o *Overlay) Peers() []peer.ID {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	out := make([]peer.ID, 0, len(o.live))
+	for _, m := range o.live {
+		if !m.confirmed.IsZero() {
+			out = append(out, m.id)
+		}
+	}
+	return out
+}
+
+// MarkDead records that p did not answer (e.g. a step query timed out). p
+// leaves the sampler pool and the routing table at once; it returns only on
+// first-hand evidence of life (it connects or answers again, or MarkAlive).
+func (o *Overlay) MarkDead(p peer.ID) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if m, ok := o.members[p]; ok {
+		o.markDeadLocked(m, time.Now(), "marked dead")
+	}
+}
+
+// MarkAlive records first-hand evidence that p is alive (e.g. it answered
+// a step query). A peer held as dead is revived.
+func (o *Overlay) MarkAlive(p peer.ID) {
+	if p == o.h.ID() || p == "" {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.touchLocked(p, true, time.Now())
+}
+
+// offerToPoolLocked is reservoir sampling over the stream of live peers:
+// while the pool has room every peer enters; after that a new peer enters
+// with probability PoolSize/|live|, replacing a uniform pool member. The
+// pool thus stays a uniform random subset of all known live peers.
+func (o *Overlay) offerToPoolLocked(m *member) {
+	if m.poolIdx >= 0 || m.dead {
+		return
+	}
+	if len(o.pool) < o.cfg.PoolSize {
+		o.addToPoolLocked(m)
+		return
+	}
+	if o.rng.IntN(len(o.live)) < o.cfg.PoolSize {
+		o.removeFromPoolLocked(o.pool[o.rng.IntN(len(o.pool))])
+		o.addToPoolLocked(m)
+	}
+}
+
+// addToPoolLocked adds m to the pool and queues its join (pool.go). A peer
+// connected and heard from within MaintainInterval is drawn at once; any
+// other waits for the join to succeed.
+func (o *Overlay) addToPoolLocked(m *member) {
+	m.poolIdx = len(o.pool)
+	o.pool = append(o.pool, m)
+	m.verified = o.connected(m.id) && time.Since(m.confirmed) < o.cfg.MaintainInterval
+	m.joined, m.inDegree, m.degreeAt = false, 0, time.Time{}
+	o.enqueueProbeLocked(m)
+}
+
+func (o *Overlay) removeFromPoolLocked(m *member) {
+	last := o.pool[len(o.pool)-1]
+	o.pool[m.poolIdx] = last
+	last.poolIdx = m.poolIdx
+	o.pool = o.pool[:len(o.pool)-1]
+	m.poolIdx = -1
+	m.verified = false
+	if m.joined && !m.dead {
+		o.enqueueLeaveLocked(m.id)
+	}
+	m.joined, m.inDegree, m.degreeAt = false, 0, time.Time{}
+}
+
+// randomNonPoolLocked picks a uniform live peer outside the pool, or nil.
+func (o *Overlay) randomNonPoolLocked() *member {
+	outside := len(o.live) - len(o.pool)
+	if outside <= 0 {
+		return nil
+	}
+	if outside*4 >= len(o.live) {
+		for range 64 {
+			if m := o.live[o.rng.IntN(len(o.live))]; m.poolIdx < 0 {
+				return m
+			}
+		}
+	}
+	var cand []*member
+	for _, m := range o.live {
+		if m.poolIdx < 0 {
+			cand = append(cand, m)
+		}
+	}
+	if len(cand) == 0 {
+		return nil
+	}
+	return cand[o.rng.IntN(len(cand))]
+}
+
+func (o *Overlay) refillPoolLocked() {
+	for len(o.pool) < o.cfg.PoolSize {
+		m := o.randomNonPoolLocked()
+		if m == nil {
+			return
+		}
+		o.addToPoolLocked(m)
+	}
+}
+
+// rotateLocked swaps a uniform pool member for a uniform live peer outside
+// the pool, so that over time every peer passes through the pool.
+func (o *Overlay) rotateLocked() {
+	if len(o.pool) == 0 {
+		return
+	}
+	m := o.randomNonPoolLocked()
+	if m == nil {
+		return
+	}
+	o.removeFromPoolLocked(o.pool[o.rng.IntN(len(o.pool))])
+	o.addToPoolLocked(m)
+}
