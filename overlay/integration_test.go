@@ -5,11 +5,8 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"slices"
 	"testing"
-	"testing/cryptotest"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p"
@@ -19,23 +16,20 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // memOverlays starts n overlays on a fresh in-memory network (hosts with
 // connection-manager watermarks low and high), each joining through the
 // first node and the one before it, with fastConfig(job) and Seed i+1
 // adjusted by tune (which may be nil) for node i. The hosts' keys are the
-// same every run. Everything is closed when the test ends. Call it inside
-// a synctest bubble, so that the test runs on a virtual clock; it seeds
-// crypto/rand for the whole process (cryptotest.SetGlobalRandom), so the
-// test must not be parallel.
+// same every run (seeded memnet). Everything is closed when the test ends.
+// Call it inside a synctest bubble, so that the test runs on a virtual
+// clock.
 func memOverlays(t *testing.T, n int, job string, low, high int, tune func(i int, cfg *Config)) (*memnet.Net, []*Overlay) {
 	t.Helper()
-	net := memnet.New(0)
+	net := memnet.NewNet(memnet.Config{Seed: 1}) // the same host keys every run
 	t.Cleanup(func() { _ = net.Close() })
-	// memnet draws host keys from crypto/rand: seeded here, and drawn
-	// before any overlay runs, so the hosts are the same every run.
-	cryptotest.SetGlobalRandom(t, 1)
 	hosts := make([]*memnet.Host, n)
 	for i := range hosts {
 		h, err := net.NewHost(low, high)
@@ -145,23 +139,11 @@ func startNode(t *testing.T, job string, key crypto.PrivKey, boot ...peer.AddrIn
 
 // bubble runs f in a synctest bubble: on a virtual clock that advances only
 // when every goroutine of the test is blocked, so that no deadline of the
-// overlay or of the test can pass because the machine is busy.
-//
-// Under the race detector the bubble runs with GOMAXPROCS 1: with more,
-// Go 1.26's race detector crashes in most runs of these tests ("CHECK
-// failed: tsan_rtl.cpp:346 ... kEpochLast", golang/go#78156). The runtime
-// gives all the timers of a bubble one race-detector context, and a timer
-// channel's send runs on the thread that reads the channel, so two threads
-// can use that context at once, the likely cause. With one P only one
-// thread runs Go code at a time, and the crash has not been seen. The
-// detector still checks every pair of accesses for synchronization between
-// them; one P only narrows the interleavings the tests happen to run.
+// overlay or of the test can pass because the machine is busy. (Under the
+// race detector with one P: see vclock.Test.)
 func bubble(t *testing.T, f func(t *testing.T)) {
 	t.Helper()
-	if raceEnabled {
-		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
-	}
-	synctest.Test(t, f)
+	vclock.Test(t, f)
 }
 
 // eventually polls cond every 100 ms until it holds or d passes. In a

@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -166,7 +166,7 @@ func TestRealClockReportsOverload(t *testing.T) {
 // On the virtual clock nothing reports overload, and the run still knows
 // its wall time when given a wall clock.
 func TestVirtualClockWall(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		cfg := tinyConfig(4, 5*time.Second)
 		calls := 0
 		cfg.WallClock = func() time.Duration { calls++; return time.Duration(calls) * time.Millisecond }

@@ -5,9 +5,9 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"testing/synctest"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -225,7 +225,7 @@ func runLogged(t *testing.T, cfg Config) *Result {
 		}
 	}
 	if cfg.Clock == Virtual {
-		synctest.Test(t, run)
+		vclock.Test(t, run)
 	} else {
 		run(t)
 	}

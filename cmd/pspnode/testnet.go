@@ -233,7 +233,7 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 		}
 		cfg.BuildProgress = func(built, total int, d time.Duration) {
 			if virtual {
-				fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s wall)\n", built, total, wall().Round(time.Second))
+				fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s of wall time so far)\n", built, total, wall().Round(time.Second))
 				return
 			}
 			fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))

@@ -4,8 +4,9 @@ import (
 	"context"
 	"io"
 	"testing"
-	"testing/synctest"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/vclock"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -73,7 +74,7 @@ func TestSeededKeys(t *testing.T) {
 // On the virtual clock a write takes its size over the bandwidth, and two
 // writers into one host share its downlink.
 func TestBandwidth(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		const rate = 1 << 20 // 1 MiB/s
 		n := NewNet(Config{Bandwidth: rate, Seed: 1})
 		defer n.Close()

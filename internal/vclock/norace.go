@@ -1,0 +1,5 @@
+//go:build !race
+
+package vclock
+
+const raceEnabled = false
