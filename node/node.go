@@ -137,6 +137,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		rm, err := resourceManager(cfg)
 		if err != nil {
+			_ = cm.Close()
 			return nil, fmt.Errorf("node: resource manager: %w", err)
 		}
 		opts := []libp2p.Option{
@@ -150,7 +151,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		h, err := libp2p.New(opts...)
 		if err != nil {
-			rm.Close()
+			// Both run goroutines from their constructors; libp2p closes
+			// them on some failures but not all (not when an option is
+			// refused). Close is idempotent on both.
+			_ = rm.Close()
+			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
 		n.h = h
