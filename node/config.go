@@ -127,7 +127,11 @@ type Config struct {
 	// (testnets count selection frequencies to measure sampling bias).
 	OnSample func(peers []peer.ID)
 
-	// Seed seeds the node's random streams (0: derived from its peer ID).
+	// Seed seeds the node's random streams (0: derived from its peer ID)
+	// and, unless Overlay.Seed is set, the overlay's sampling, through a
+	// seed derived from this one: a seeded node draws the same samples
+	// given the same events. With Seed 0 the overlay draws from
+	// crypto/rand.
 	Seed uint64
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger

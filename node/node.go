@@ -185,13 +185,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
-	ocfg := cfg.Overlay
-	ocfg.Job = cfg.Job
-	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
-	if ocfg.Logger == nil {
-		ocfg.Logger = n.log
-	}
-	ov, err := overlay.New(ctx, n.h, ocfg)
+	ov, err := overlay.New(ctx, n.h, overlayConfig(cfg, n.log))
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
@@ -223,6 +217,36 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
+}
+
+// overlayConfig is the overlay's configuration for a node: cfg.Overlay with
+// the job, the bootstrap peers and the logger filled in, and, when the node
+// is seeded (cfg.Seed != 0) and cfg.Overlay.Seed is not set, a seed derived
+// from the node's, so that a seeded node samples reproducibly. The overlay
+// gets a stream of its own (overlaySeed), not the node's seed itself. An
+// unseeded node leaves the overlay on crypto/rand: a seed derived from the
+// peer ID, which anyone can read, would let others predict its samples.
+func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
+	ocfg := cfg.Overlay
+	ocfg.Job = cfg.Job
+	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
+	if ocfg.Logger == nil {
+		ocfg.Logger = log
+	}
+	if ocfg.Seed == 0 && cfg.Seed != 0 {
+		ocfg.Seed = overlaySeed(cfg.Seed)
+	}
+	return ocfg
+}
+
+// overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
+// label and the seed, so it is unrelated to the node's own streams (which
+// use the seed directly), and never 0 (which the overlay reads as unset).
+func overlaySeed(seed uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seed)
+	sum := sha256.Sum256(append([]byte("pspnode overlay seed\x00"), b[:]...))
+	return max(binary.BigEndian.Uint64(sum[:8]), 1)
 }
 
 // awaitReady holds an inbound stream that arrived while New was still
