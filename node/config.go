@@ -180,6 +180,12 @@ func (c Config) Validate() error {
 	if err := c.Barrier.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("barrier: %w", err))
 	}
+	if c.Barrier.Probabilistic() && c.Overlay.PoolSize < c.Barrier.Beta {
+		// Sample draws from the pool; a pool smaller than β cannot give β
+		// peers, and every check would fall back to all known peers.
+		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
+			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
+	}
 	if c.Host == nil && len(c.Listen) == 0 {
 		errs = append(errs, errors.New("no listen address"))
 	}
