@@ -123,6 +123,40 @@ func TestStepAndApplyAreAdditive(t *testing.T) {
 	}
 }
 
+// SetSteps moves the learning-rate schedule: a trainer set to step 1000
+// takes, on the same batch from the same parameters, the step of LR(1000),
+// not LR0; and Steps counts on from there.
+func TestSetStepsMovesTheSchedule(t *testing.T) {
+	fresh, _ := syntheticTrainer(t, "logreg", false)
+	resumed, _ := syntheticTrainer(t, "logreg", false)
+	resumed.SetSteps(1000)
+	d0, _, err := fresh.Step(newRNG(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _, err := resumed.Step(newRNG(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := resumed.Config()
+	want := cfg.LR(1000) / cfg.LR(0)
+	for i := range d0 {
+		if d0[i] == 0 {
+			continue
+		}
+		if got := d1[i] / d0[i]; math.Abs(got-want) > 1e-9 {
+			t.Fatalf("element %d: update ratio %v, want LR(1000)/LR(0) = %v", i, got, want)
+		}
+	}
+	if got := resumed.Steps(); got != 1001 {
+		t.Errorf("Steps = %d after SetSteps(1000) and one step, want 1001", got)
+	}
+	resumed.SetSteps(-5)
+	if got := resumed.Steps(); got != 0 {
+		t.Errorf("Steps = %d after SetSteps(-5), want 0", got)
+	}
+}
+
 func TestStepDeterministic(t *testing.T) {
 	run := func() []float64 {
 		tr, _ := syntheticTrainer(t, "mlp", false)

@@ -35,9 +35,23 @@ func (n *Node) resume() {
 			return
 		}
 	}
-	n.step.Store(c.Step)
-	n.m.step.Set(float64(c.Step))
+	n.adoptStep(c.Step)
 	n.log.Info("resumed from checkpoint", "file", n.cfg.Checkpoint, "step", c.Step)
+}
+
+// adoptStep sets the node's step to one it did not count itself (from a
+// checkpoint, or the job's on joining): the step it reports, the gossip
+// topic's, and the task's (StepAware), whose learning-rate schedule would
+// otherwise start again at LR0.
+func (n *Node) adoptStep(step int64) {
+	n.step.Store(step)
+	n.m.step.Set(float64(step))
+	if n.gs != nil {
+		n.gs.SetLocalStep(step)
+	}
+	if sa, ok := n.task.(StepAware); ok {
+		sa.SetStep(step)
+	}
 }
 
 // checkpoint writes the step and model to the checkpoint file.
@@ -119,10 +133,6 @@ func (n *Node) join(ctx context.Context) {
 			n.log.Warn("joined a running job but could not fetch the model: training from own parameters")
 		}
 	}
-	n.step.Store(adopt)
-	n.m.step.Set(float64(adopt))
-	if n.gs != nil {
-		n.gs.SetLocalStep(adopt)
-	}
+	n.adoptStep(adopt)
 	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
 }
