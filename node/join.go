@@ -109,6 +109,12 @@ func (n *Node) join(ctx context.Context) {
 		if r.err == nil && !r.reply.Leaving {
 			steps = append(steps, r.reply.Step)
 			answered = append(answered, peers[i])
+			if r.reply.Estimate > 0 {
+				// The joiner's own estimate needs time; until then its
+				// learning rate follows what its peers report.
+				n.ov.ObserveEstimate(peers[i], r.reply.Estimate)
+				n.notePeerEstimate(r.reply.Estimate)
+			}
 		}
 	}
 	adopt := psp.JoinStep(steps)

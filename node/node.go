@@ -61,6 +61,8 @@ type Node struct {
 	estMu    sync.Mutex // guards estAt and estVal
 	estAt    time.Time
 	estVal   float64
+	repMu    sync.Mutex // guards reports
+	reports  ring       // population estimates peers reported lately (population)
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -119,6 +121,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		steps:    newStepStreams(cfg.StepStreams),
 		screen:   screenFor(cfg.Screen),
 		ownNorms: newRing(32),
+		reports:  newRing(32),
 		progress: newProgress(),
 	}
 	if n.log == nil {

@@ -220,6 +220,7 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 	n.ov.MarkAlive(p)
 	if a.reply.Estimate > 0 {
 		n.ov.ObserveEstimate(p, a.reply.Estimate)
+		n.notePeerEstimate(a.reply.Estimate)
 	}
 	// Hold the peer to its earlier reports (psp.Screen). A stuck peer
 	// that is not behind us cannot hold us back, so it still counts.

@@ -254,6 +254,7 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 	n.ov.MarkAlive(from)
 	if q.Estimate > 0 {
 		n.ov.ObserveEstimate(from, q.Estimate)
+		n.notePeerEstimate(q.Estimate)
 	}
 	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.Faults; f.active() {
