@@ -87,11 +87,14 @@ func (n *Node) Run(ctx context.Context) error {
 // population is the node's best guess of the number of nodes: the overlay's
 // estimate, unless it is off by more than a factor of two from the median
 // of the estimates peers reported lately (reportedPopulation), which then
-// wins; without an overlay estimate, that median; without either, itself
-// plus the peers it knows.
+// wins; without an overlay estimate, that median; and never fewer than
+// itself plus the live peers it knows.
 //
 // It sets the learning rate (Config.ScaleLR), and through it the size of
-// the node's updates, which its peers hold to the norm bound. A joiner's
+// the node's updates, which its peers hold to the norm bound, so nodes
+// should agree on it. The floor makes a small job agree exactly: in a job
+// of four, estimates of 3 (and peer reports of 2) beside others' 4 made
+// some updates more than 4 times the median of others' own. A joiner's
 // overlay knows only its bootstrap peers at its first step and estimates a
 // population of about 4 (and caches that for a second, so the reports of
 // the peers it has just asked do not reach the estimate in time): it
@@ -109,15 +112,16 @@ func (n *Node) population() float64 {
 
 // choosePopulation is population's rule, given the overlay's estimate (0:
 // none), the median of peer reports (haveRep: there are enough) and the
-// number of known peers.
+// number of live peers the node knows.
 func choosePopulation(est, rep float64, haveRep bool, known int) float64 {
+	floor := float64(1 + known)
 	switch {
 	case est >= 1 && (!haveRep || (est >= rep/2 && est <= 2*rep)):
-		return est
+		return max(est, floor)
 	case haveRep:
-		return rep
+		return max(rep, floor)
 	}
-	return float64(1 + known)
+	return floor
 }
 
 // minReports is how many peer reports reportedPopulation needs.

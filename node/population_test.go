@@ -25,6 +25,8 @@ func TestChoosePopulation(t *testing.T) {
 		{"overlay far above the reports", 500, 50, true, 3, 50},
 		{"no overlay estimate: reports", 0, 50, true, 3, 50},
 		{"nothing: self and known peers", 0, 0, false, 3, 4},
+		{"never below self and known peers", 3, 2, true, 3, 4},
+		{"reports below self and known peers", 0, 2, true, 3, 4},
 	} {
 		if got := choosePopulation(tc.est, tc.rep, tc.haveRep, tc.known); got != tc.want {
 			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
