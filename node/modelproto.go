@@ -14,7 +14,7 @@ import (
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(n.life, 10*n.cfg.QueryTimeout)
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))

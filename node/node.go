@@ -38,8 +38,12 @@ type Node struct {
 	// inbound handlers are registered before the overlay exists (peers can
 	// find a joining node in the DHT and query it before New returns), so
 	// they wait on ready before touching ov or gs.
-	ready    chan struct{}
-	up       atomic.Bool
+	ready chan struct{}
+	up    atomic.Bool
+	// life ends when the node closes (endLife): the inbound stream
+	// handlers derive their contexts from it, so none outlives the node.
+	life     context.Context
+	endLife  context.CancelFunc
 	gs       *gossip.Gossip // nil for a task without a model
 	task     Task
 	decider  psp.Decider
@@ -124,6 +128,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reports:  newRing(32),
 		progress: newProgress(),
 	}
+	n.life, n.endLife = context.WithCancel(context.Background())
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -417,6 +422,9 @@ func (n *Node) announceLeave() {
 }
 
 func (n *Node) closeParts() error {
+	if n.endLife != nil {
+		n.endLife()
+	}
 	var errs []error
 	if n.gs != nil {
 		errs = append(errs, n.gs.Close())
