@@ -12,12 +12,12 @@ import (
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
-// loadMNIST loads the shared MNIST split and fails loudly if it is absent.
+// loadMNIST loads the embedded MNIST split.
 func loadMNIST(tb testing.TB) Data {
 	tb.Helper()
-	d, err := LoadMNIST(mnistDir)
+	d, err := EmbeddedMNIST()
 	if err != nil {
-		tb.Fatalf("the shared MNIST test set must be at %s (beside the repo): %v", mnistDir, err)
+		tb.Fatal(err)
 	}
 	return d
 }
