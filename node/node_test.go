@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -268,4 +269,35 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 			t.Errorf("query took %v with a %v timeout", d, a.cfg.QueryTimeout)
 		}
 	})
+}
+
+// Real hosts: New builds a libp2p host listening on TCP (with the
+// connection and resource managers), the second node joins through the
+// first, and each answers the other's step queries. Real sockets cannot
+// live in a bubble, so this test runs on real time and waits on conditions.
+func TestTCPNodesAnswerEachOther(t *testing.T) {
+	nodes := buildTestNodes(t, 2, "asp", 0, nil)
+	a, b := nodes[0], nodes[1]
+	b.step.Store(7)
+	for _, nd := range nodes {
+		addrs := nd.Status().Addrs
+		if len(addrs) == 0 || !strings.HasPrefix(addrs[0], "/ip4/127.0.0.1/tcp/") {
+			t.Errorf("node %s listens on %v, want 127.0.0.1 TCP", nd.ID(), addrs)
+		}
+	}
+	var r StepReply
+	var err error
+	answered := waitFor(30*time.Second, func() bool {
+		r, err = a.queryStep(t.Context(), b.ID(), StepRequest{Step: 1})
+		return err == nil
+	})
+	if !answered {
+		t.Fatalf("no answer to a step query over TCP: %v", err)
+	}
+	if r.Step != 7 {
+		t.Errorf("b answered step %d, want 7", r.Step)
+	}
+	if _, err := b.queryStep(t.Context(), a.ID(), StepRequest{Step: 7}); err != nil {
+		t.Errorf("a did not answer b: %v", err)
+	}
 }
