@@ -245,10 +245,7 @@ func FuzzReadIDX(f *testing.F) {
 // pixels in [0, 1] and every class present; read from the same files on
 // disk (mnist:DIR) it gives the same data.
 func TestEmbeddedMNIST(t *testing.T) {
-	d, err := EmbeddedMNIST()
-	if err != nil {
-		t.Fatal(err)
-	}
+	d := loadMNIST(t)
 	if d.Train.Len() != 8000 || d.Test.Len() != 2000 || d.Train.Dim != 784 || d.Train.Classes != 10 {
 		t.Fatalf("train %d×%d, held-out %d: want 8000×784 and 2000", d.Train.Len(), d.Train.Dim, d.Test.Len())
 	}
@@ -280,7 +277,7 @@ func TestEmbeddedMNIST(t *testing.T) {
 	if d.Train.Labels[0] != 7 {
 		t.Errorf("first label %d, want 7", d.Train.Labels[0])
 	}
-	disk, err := LoadMNIST(mnistDir)
+	disk, err := Open("mnist:" + mnistDir)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,10 +12,14 @@ import (
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
-// loadMNIST loads the embedded MNIST split.
+// embeddedOnce loads the embedded MNIST split once for all tests (several
+// seconds under the race detector); tests must not modify it.
+var embeddedOnce = sync.OnceValues(EmbeddedMNIST)
+
+// loadMNIST returns the embedded MNIST split.
 func loadMNIST(tb testing.TB) Data {
 	tb.Helper()
-	d, err := EmbeddedMNIST()
+	d, err := embeddedOnce()
 	if err != nil {
 		tb.Fatal(err)
 	}
