@@ -11,7 +11,8 @@
 //
 //	node.go        Node, New, Close: the host, overlay and gossip topic
 //	config.go      Config, DefaultConfig, Validate
-//	engine.go      Run and barrier: the step loop; the population estimate
+//	engine.go      Run and barrier: the step loop
+//	population.go  the population estimate that scales the learning rate
 //	observe.go     one barrier check: sampling, hedged step queries, judging replies
 //	join.go        waitPeers, resume from a checkpoint, join a running job
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
