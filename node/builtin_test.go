@@ -6,16 +6,27 @@ import (
 	"github.com/pspnode/pspnode/model"
 )
 
-// --data mnist needs no directory: it is the MNIST set built into the
-// binary, on which a logistic-regression task trains.
-func TestBuiltinTaskOnEmbeddedMNIST(t *testing.T) {
-	if got := DataFor("logreg", "mnist"); got != "mnist" {
-		t.Fatalf("DataFor(logreg, mnist) = %q", got)
+// DataFor maps the --data flag to a data spec for model.Open: "mnist" (no
+// directory) is passed through, and model.Open reads it as the MNIST set
+// built into the binary (model's TestOpen and TestEmbeddedMNIST load it);
+// "synthetic" depends on the model.
+func TestDataFor(t *testing.T) {
+	for _, tc := range []struct{ model, data, want string }{
+		{"logreg", "mnist", "mnist"},
+		{"mlp", "mnist:/data/mnist", "mnist:/data/mnist"},
+		{"linreg", "synthetic", "synthetic:regression"},
+		{"logreg", "synthetic", "synthetic"},
+	} {
+		if got := DataFor(tc.model, tc.data); got != tc.want {
+			t.Errorf("DataFor(%s, %s) = %q, want %q", tc.model, tc.data, got, tc.want)
+		}
 	}
-	if got := DataFor("linreg", "synthetic"); got != "synthetic:regression" {
-		t.Errorf("DataFor(linreg, synthetic) = %q", got)
-	}
-	data, err := model.Open(DataFor("logreg", "mnist"))
+}
+
+// NewTask builds a model task that steps on its shard, and refuses a
+// model that does not fit the data.
+func TestNewTask(t *testing.T) {
+	data, err := model.Open(DataFor("logreg", "synthetic"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -23,14 +34,15 @@ func TestBuiltinTaskOnEmbeddedMNIST(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if task.NumParams() != 7850 {
-		t.Errorf("logreg on MNIST has %d parameters, want 7850", task.NumParams())
+	want := (data.Train.Dim + 1) * data.Train.Classes
+	if task.NumParams() != want {
+		t.Errorf("logreg has %d parameters, want %d", task.NumParams(), want)
 	}
 	upd, err := task.Step(t.Context())
-	if err != nil || len(upd) != 7850 {
+	if err != nil || len(upd) != want {
 		t.Fatalf("step: %d values, %v", len(upd), err)
 	}
 	if _, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data); err == nil {
-		t.Error("linreg accepted MNIST classification data")
+		t.Error("linreg accepted classification data")
 	}
 }
