@@ -259,9 +259,14 @@ func Synthetic(cfg SyntheticConfig) (Data, error) {
 //     classification task (for logreg and mlp);
 //   - "synthetic:regression": the default synthetic regression task (for
 //     linreg);
-//   - "mnist:DIR": MNIST IDX files in DIR (see LoadMNIST).
+//   - "mnist": the MNIST test set embedded in this package, split 8000
+//     training and 2000 held-out images (see EmbeddedMNIST);
+//   - "mnist:DIR": MNIST IDX files in DIR, such as a full download of the
+//     train and t10k sets (see LoadMNIST).
 func Open(spec string) (Data, error) {
 	switch {
+	case spec == "mnist":
+		return EmbeddedMNIST()
 	case spec == "synthetic" || spec == "synthetic:classification":
 		return Synthetic(DefaultSyntheticConfig(false))
 	case spec == "synthetic:regression":
@@ -273,7 +278,7 @@ func Open(spec string) (Data, error) {
 		}
 		return LoadMNIST(dir)
 	}
-	return Data{}, fmt.Errorf("model: unknown data spec %q (want synthetic, synthetic:regression, synthetic:classification or mnist:DIR)", spec)
+	return Data{}, fmt.Errorf("model: unknown data spec %q (want synthetic, synthetic:regression, synthetic:classification, mnist or mnist:DIR)", spec)
 }
 
 // firstNonFinite returns the index of the first NaN or ±Inf in v, or -1.

@@ -38,16 +38,19 @@
 //
 // A Dataset holds its examples row-major in X with Labels (classification)
 // or Targets (regression). Open takes the data spec of the command line:
-// "synthetic" (classification), "synthetic:regression" or "mnist:DIR".
+// "synthetic" (classification), "synthetic:regression", "mnist" (the
+// embedded MNIST test set) or "mnist:DIR".
 //
 // Synthetic generates the embedded default tasks from a seed, bit for bit the
 // same on every machine: y = w·x + b + noise for regression, a Gaussian
 // mixture with one mean per class for classification.
 //
 // LoadMNIST reads MNIST IDX files, raw or gzip. With both the train and the
-// t10k sets, they are the training and held-out sets. With only one set
-// (the shared directory holds only the 10 000-image t10k set), example i is
-// held out iff i mod 5 == 4: 8000 training and 2000 held-out images. Pixels
+// t10k sets, they are the training and held-out sets. With only one set,
+// example i is held out iff i mod 5 == 4: for the 10 000-image t10k set,
+// 8000 training and 2000 held-out images. EmbeddedMNIST is that split of the
+// official t10k set, which the package embeds (mnist/, with its
+// attribution), so no download is needed. Pixels
 // are scaled to [0, 1]. ReadIDX rejects malformed files with errors wrapping
 // ErrInvalidIDX, and caps sizes (MaxIDXBytes) so a hostile header cannot make
 // it allocate more than the file holds.

@@ -63,9 +63,10 @@ func ExampleTrainer_Apply() {
 
 func zero() float64 { return 0 }
 
-// LoadMNIST splits the shared 10 000-image test set 8000 / 2000.
-func ExampleLoadMNIST() {
-	data, err := model.LoadMNIST("../../shared/data/mnist")
+// The MNIST test set ships inside the package: Open("mnist") or
+// EmbeddedMNIST splits its 10 000 images 8000 / 2000.
+func ExampleEmbeddedMNIST() {
+	data, err := model.EmbeddedMNIST()
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -74,6 +75,18 @@ func ExampleLoadMNIST() {
 	// Output:
 	// mnist-t10k/train 8000 784
 	// mnist-t10k/heldout 2000
+}
+
+// For the full 60 000-image training set, download the four MNIST files
+// (train-images-idx3-ubyte.gz, train-labels-idx1-ubyte.gz and the t10k
+// pair) into a directory: the train files are then the training set and
+// t10k the held-out set. The data spec "mnist:DIR" does the same.
+func ExampleLoadMNIST() {
+	data, err := model.LoadMNIST("/data/mnist") // your download
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(data.Train.Len(), data.Test.Len()) // 60000 10000
 }
 
 // ShardOf deals a dataset into disjoint, balanced shards; Shard picks one by

@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -240,14 +241,16 @@ func FuzzReadIDX(f *testing.F) {
 	})
 }
 
-func TestMNISTSharedFiles(t *testing.T) {
-	// The shared test set must be present (CI keeps shared/ beside the repo).
-	d, err := LoadMNIST(mnistDir)
-	if err != nil {
-		t.Fatalf("the shared MNIST test set must be at %s: %v", mnistDir, err)
-	}
+// The embedded set is the official t10k set, split 8000 / 2000, with
+// pixels in [0, 1] and every class present; read from the same files on
+// disk (mnist:DIR) it gives the same data.
+func TestEmbeddedMNIST(t *testing.T) {
+	d := loadMNIST(t)
 	if d.Train.Len() != 8000 || d.Test.Len() != 2000 || d.Train.Dim != 784 || d.Train.Classes != 10 {
 		t.Fatalf("train %d×%d, held-out %d: want 8000×784 and 2000", d.Train.Len(), d.Train.Dim, d.Test.Len())
+	}
+	if d.Train.Name != "mnist-t10k/train" || d.Test.Name != "mnist-t10k/heldout" {
+		t.Errorf("names %q and %q", d.Train.Name, d.Test.Name)
 	}
 	for _, ds := range []*Dataset{d.Train, d.Test} {
 		if err := ds.Validate(); err != nil {
@@ -270,7 +273,18 @@ func TestMNISTSharedFiles(t *testing.T) {
 			}
 		}
 	}
+	// The first test image is a 7, as in every copy of t10k.
+	if d.Train.Labels[0] != 7 {
+		t.Errorf("first label %d, want 7", d.Train.Labels[0])
+	}
+	disk, err := Open("mnist:" + mnistDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(disk.Train.X, d.Train.X) || !slices.Equal(disk.Test.Labels, d.Test.Labels) {
+		t.Error("the embedded set and the same files read from disk differ")
+	}
 }
 
-// mnistDir is the shared MNIST directory, relative to this package.
-const mnistDir = "../../shared/data/mnist"
+// mnistDir holds the embedded MNIST files on disk, relative to this package.
+const mnistDir = "mnist"

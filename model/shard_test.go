@@ -131,7 +131,7 @@ func TestSyntheticDeterministic(t *testing.T) {
 }
 
 func TestOpen(t *testing.T) {
-	for _, spec := range []string{"synthetic", "synthetic:regression", "synthetic:classification", "mnist:" + mnistDir} {
+	for _, spec := range []string{"synthetic", "synthetic:regression", "synthetic:classification", "mnist"} { // mnist:DIR: TestEmbeddedMNIST
 		d, err := Open(spec)
 		if err != nil {
 			t.Errorf("%s: %v", spec, err)

@@ -127,7 +127,6 @@ func (t *Trainer) Shard() *Dataset { return t.shard }
 // Config returns the trainer's SGD hyperparameters.
 func (t *Trainer) Config() SGDConfig { return t.cfg }
 
-// Steps returns the number of local steps taken.
 // SetLRScale multiplies the learning rate of the following steps by f (1 or
 // 0 restore the schedule). In data-parallel training where every node adds
 // every other node's update, N nodes each stepping with the schedule's rate
@@ -143,10 +142,22 @@ func (t *Trainer) SetLRScale(f float64) {
 	t.stepMu.Unlock()
 }
 
+// Steps returns the step the learning-rate schedule is at: the number of
+// local steps taken, counted from the last SetSteps.
 func (t *Trainer) Steps() int {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 	return t.steps
+}
+
+// SetSteps sets the step the learning-rate schedule is at: the next Step
+// uses LR(steps). A node that resumes from a checkpoint or joins a running
+// job at step s calls SetSteps(s), so that its rate is the job's, not LR0
+// again. Negative values are taken as 0.
+func (t *Trainer) SetSteps(steps int) {
+	t.stepMu.Lock()
+	t.steps = max(steps, 0)
+	t.stepMu.Unlock()
 }
 
 // Applied returns the number of received updates Apply accepted.

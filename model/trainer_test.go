@@ -12,12 +12,16 @@ import (
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x5eed)) }
 
-// loadMNIST loads the shared MNIST split and fails loudly if it is absent.
+// embeddedOnce loads the embedded MNIST split once for all tests (several
+// seconds under the race detector); tests must not modify it.
+var embeddedOnce = sync.OnceValues(EmbeddedMNIST)
+
+// loadMNIST returns the embedded MNIST split.
 func loadMNIST(tb testing.TB) Data {
 	tb.Helper()
-	d, err := LoadMNIST(mnistDir)
+	d, err := embeddedOnce()
 	if err != nil {
-		tb.Fatalf("the shared MNIST test set must be at %s (beside the repo): %v", mnistDir, err)
+		tb.Fatal(err)
 	}
 	return d
 }
@@ -120,6 +124,40 @@ func TestStepAndApplyAreAdditive(t *testing.T) {
 	}
 	if tr.Steps() != 1 || tr.Applied() != 1 {
 		t.Errorf("Steps %d Applied %d, want 1 and 1", tr.Steps(), tr.Applied())
+	}
+}
+
+// SetSteps moves the learning-rate schedule: a trainer set to step 1000
+// takes, on the same batch from the same parameters, the step of LR(1000),
+// not LR0; and Steps counts on from there.
+func TestSetStepsMovesTheSchedule(t *testing.T) {
+	fresh, _ := syntheticTrainer(t, "logreg", false)
+	resumed, _ := syntheticTrainer(t, "logreg", false)
+	resumed.SetSteps(1000)
+	d0, _, err := fresh.Step(newRNG(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	d1, _, err := resumed.Step(newRNG(3))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := resumed.Config()
+	want := cfg.LR(1000) / cfg.LR(0)
+	for i := range d0 {
+		if d0[i] == 0 {
+			continue
+		}
+		if got := d1[i] / d0[i]; math.Abs(got-want) > 1e-9 {
+			t.Fatalf("element %d: update ratio %v, want LR(1000)/LR(0) = %v", i, got, want)
+		}
+	}
+	if got := resumed.Steps(); got != 1001 {
+		t.Errorf("Steps = %d after SetSteps(1000) and one step, want 1001", got)
+	}
+	resumed.SetSteps(-5)
+	if got := resumed.Steps(); got != 0 {
+		t.Errorf("Steps = %d after SetSteps(-5), want 0", got)
 	}
 }
 

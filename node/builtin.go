@@ -27,8 +27,12 @@ type TaskSpec struct {
 	Seed, InitSeed uint64
 }
 
-// DataFor returns the data spec a model trains on by default: synthetic
-// regression data for linreg, synthetic classification data otherwise.
+// DataFor returns the data spec (for model.Open) a model trains on, given
+// the --data flag: "synthetic" means synthetic regression data for linreg
+// and synthetic classification data otherwise; "mnist" is the MNIST test set
+// built into the binary (model.EmbeddedMNIST: 8000 training and 2000
+// held-out images, nothing to download); "mnist:DIR" reads IDX files from
+// DIR. Other specs pass through unchanged.
 func DataFor(modelName, data string) string {
 	if data == "synthetic" && modelName == "linreg" {
 		return "synthetic:regression"

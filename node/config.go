@@ -127,7 +127,11 @@ type Config struct {
 	// (testnets count selection frequencies to measure sampling bias).
 	OnSample func(peers []peer.ID)
 
-	// Seed seeds the node's random streams (0: derived from its peer ID).
+	// Seed seeds the node's random streams (0: derived from its peer ID)
+	// and, unless Overlay.Seed is set, the overlay's sampling, through a
+	// seed derived from this one: a seeded node draws the same samples
+	// given the same events. With Seed 0 the overlay draws from
+	// crypto/rand.
 	Seed uint64
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
@@ -175,6 +179,12 @@ func (c Config) Validate() error {
 	}
 	if err := c.Barrier.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("barrier: %w", err))
+	}
+	if c.Barrier.Probabilistic() && c.Overlay.PoolSize < c.Barrier.Beta {
+		// Sample draws from the pool; a pool smaller than β cannot give β
+		// peers, and every check would fall back to all known peers.
+		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
+			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
 	}
 	if c.Host == nil && len(c.Listen) == 0 {
 		errs = append(errs, errors.New("no listen address"))

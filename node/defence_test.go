@@ -5,6 +5,7 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -95,6 +96,10 @@ func TestNormBound(t *testing.T) {
 // flooder) gets the streams over its cap reset, and an honest peer's query
 // to the same node is still answered.
 func TestStreamFloodIsCapped(t *testing.T) {
+	synctest.Test(t, testStreamFloodIsCapped)
+}
+
+func testStreamFloodIsCapped(t *testing.T) {
 	mn := memnet.New(0)
 	t.Cleanup(func() { _ = mn.Close() })
 	nodes := buildTestNodes(t, 2, "asp", 0.001, memHosts(t, mn))
@@ -104,10 +109,10 @@ func TestStreamFloodIsCapped(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = flood.Close() })
-	if err := flood.Connect(context.Background(), peer.AddrInfo{ID: target.ID(), Addrs: target.Host().Addrs()}); err != nil {
+	if err := flood.Connect(t.Context(), peer.AddrInfo{ID: target.ID(), Addrs: target.Host().Addrs()}); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
 	for range 64 {
@@ -121,14 +126,11 @@ func TestStreamFloodIsCapped(t *testing.T) {
 			_ = s.Reset()
 		})
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for counterValue(target.m.refused) < 64-float64(target.cfg.MaxStreamsPerPeer) && time.Now().Before(deadline) {
-		time.Sleep(10 * time.Millisecond)
-	}
+	synctest.Wait() // every flood stream is open, or reset
 	if got, want := counterValue(target.m.refused), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
-	r, err := honest.queryStep(context.Background(), target.ID(), StepRequest{Step: 1})
+	r, err := honest.queryStep(t.Context(), target.ID(), StepRequest{Step: 1})
 	if err != nil {
 		t.Fatalf("honest query during the flood failed: %v", err)
 	}
@@ -150,21 +152,26 @@ func (c *countTask) Apply([]float64) error { c.applied++; return nil }
 // A sampled barrier check does not wait for a slow peer: after the hedge
 // delay it asks a fresh draw beside it and ends with the first β answers.
 func TestObserveHedgesSlowPeer(t *testing.T) {
-	mn := memnet.New(0)
-	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 4, "pssp:2:1", 0.001, memHosts(t, mn))
+	synctest.Test(t, testObserveHedgesSlowPeer)
+}
+
+func testObserveHedgesSlowPeer(t *testing.T) {
+	nodes := memNodes(t, 4, "pssp:2:1", 0.001)
 	a, slow := nodes[0], nodes[2]
 	slow.cfg.Faults.ReplyDelay = time.Second
 	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
-	deadline := time.Now().Add(10 * time.Second)
-	for len(a.Overlay().Peers()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
+		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
 	}
 	sampledSlow := 0
 	for i := 0; i < 100 && sampledSlow < 3; i++ {
 		var drew []peer.ID
 		a.cfg.OnSample = func(ps []peer.ID) { drew = ps }
-		obs := a.observe(context.Background())
+		start := time.Now()
+		obs := a.observe(t.Context())
+		if d := time.Since(start); d >= slow.cfg.Faults.ReplyDelay {
+			t.Fatalf("the check took %v, as long as the slow peer's reply", d)
+		}
 		if len(obs) != 2 {
 			t.Fatalf("observe returned %d observations, want 2: %+v", len(obs), obs)
 		}
@@ -189,17 +196,18 @@ func TestObserveHedgesSlowPeer(t *testing.T) {
 // has failed whatever the others say, so it does not wait for the slow
 // ones. A check that can pass still waits for all β answers.
 func TestObserveEndsAtFirstLaggard(t *testing.T) {
-	mn := memnet.New(0)
-	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 4, "pbsp:3", 0.001, memHosts(t, mn))
+	synctest.Test(t, testObserveEndsAtFirstLaggard)
+}
+
+func testObserveEndsAtFirstLaggard(t *testing.T) {
+	nodes := memNodes(t, 4, "pbsp:3", 0.001)
 	a := nodes[0]
 	// Slow, but within the 500 ms query timeout: the level check waits
 	// for them.
 	nodes[2].cfg.Faults.ReplyDelay = 200 * time.Millisecond
 	nodes[3].cfg.Faults.ReplyDelay = 200 * time.Millisecond
-	deadline := time.Now().Add(10 * time.Second)
-	for len(a.Overlay().Peers()) < 3 && time.Now().Before(deadline) {
-		time.Sleep(20 * time.Millisecond)
+	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
+		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
 	}
 	tests := []struct {
 		name    string
@@ -213,20 +221,23 @@ func TestObserveEndsAtFirstLaggard(t *testing.T) {
 		{"ahead: fails at the first answer", 5, 1, true},
 	}
 	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			a.step.Store(tt.step)
-			before := counterValue(a.m.earlyFail)
-			obs := a.observe(context.Background())
-			if len(obs) != tt.wantObs {
-				t.Fatalf("observe returned %d observations, want %d: %+v", len(obs), tt.wantObs, obs)
-			}
-			if tt.early && peer.ID(obs[0].Peer) != nodes[1].ID() {
-				t.Errorf("the check ended on %s, want the fast peer %s", obs[0].Peer, nodes[1].ID())
-			}
-			if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {
-				t.Errorf("early-fail counter grew by %v, want growth %v", got, tt.early)
-			}
-		})
+		a.step.Store(tt.step)
+		before := counterValue(a.m.earlyFail)
+		start := time.Now()
+		obs := a.observe(t.Context())
+		took := time.Since(start)
+		if len(obs) != tt.wantObs {
+			t.Fatalf("%s: observe returned %d observations, want %d: %+v", tt.name, len(obs), tt.wantObs, obs)
+		}
+		if tt.early && peer.ID(obs[0].Peer) != nodes[1].ID() {
+			t.Errorf("%s: the check ended on %s, want the fast peer %s", tt.name, obs[0].Peer, nodes[1].ID())
+		}
+		if slow := nodes[2].cfg.Faults.ReplyDelay; (took >= slow) != !tt.early {
+			t.Errorf("%s: the check took %v; the slow peers answer after %v", tt.name, took, slow)
+		}
+		if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {
+			t.Errorf("%s: early-fail counter grew by %v, want growth %v", tt.name, got, tt.early)
+		}
 	}
 }
 

@@ -1,4 +1,31 @@
 // Package node is the pspnode daemon: the libp2p host, the step and model
 // protocols, and the training engine loop (compute a step, publish the
 // update, pass the barrier, repeat).
+//
+// A program builds a Node with New from a Config (start from
+// DefaultConfig), gives it a Task (the work of a step: a ModelTask from
+// NewTask, or its own; see the package example), and calls Run. Close
+// leaves the job.
+//
+// Where things are:
+//
+//	node.go        Node, New, Close: the host, overlay and gossip topic
+//	config.go      Config, DefaultConfig, Validate
+//	engine.go      Run and barrier: the step loop
+//	population.go  the population estimate that scales the learning rate
+//	observe.go     one barrier check: sampling, hedged step queries, judging replies
+//	join.go        waitPeers, resume from a checkpoint, join a running job
+//	updates.go     publishing updates; receiving them: the norm bound, held updates
+//	progress.go    peers' known steps, and waking the peers this node held back
+//	stepconn.go    the step protocol: queries, replies, stream reuse
+//	modelproto.go  the model protocol: a joiner fetches the current model
+//	wire.go        wire formats of the step and model protocols
+//	checkpoint.go  the checkpoint file format
+//	task.go        Task and the built-in SleepTask and ModelTask
+//	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
+//	limits.go      inbound stream caps and the resource manager
+//	faults.go      Faults: misbehaviour for testnets that measure the defences
+//	identity.go    identity keys
+//	metrics.go     Prometheus metrics
+//	http.go        /status and /metrics
 package node

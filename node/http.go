@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -135,22 +136,29 @@ func (n *Node) Handler() http.Handler {
 type HTTPServer struct {
 	srv *http.Server
 	ln  net.Listener
-	err chan error
+	err chan error // Serve's result, sent once
+
+	closeOnce sync.Once
+	closeErr  error
 }
 
 // ServeHTTP starts serving the node's /metrics and /status on addr
 // ("127.0.0.1:9090", or port 0 for any free port).
 func (n *Node) ServeHTTP(addr string) (*HTTPServer, error) {
+	return serveHTTP(addr, n.Handler())
+}
+
+func serveHTTP(addr string, h http.Handler) (*HTTPServer, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("http: %w", err)
 	}
 	s := &HTTPServer{
-		srv: &http.Server{Handler: n.Handler(), ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
+		srv: &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
 		ln:  ln,
 		err: make(chan error, 1),
 	}
-	go func() { s.err <- s.srv.Serve(ln) }()
+	go func() { s.err <- s.srv.Serve(ln) }() // ends when Close shuts the server down
 	return s, nil
 }
 
@@ -158,12 +166,16 @@ func (n *Node) ServeHTTP(addr string) (*HTTPServer, error) {
 func (s *HTTPServer) Addr() net.Addr { return s.ln.Addr() }
 
 // Close shuts the server down, waiting up to 2 s for requests in flight.
+// It is safe to call more than once: later calls return the first's result.
 func (s *HTTPServer) Close() error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	err := s.srv.Shutdown(ctx)
-	if serr := <-s.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-		err = errors.Join(err, serr)
-	}
-	return err
+	s.closeOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		err := s.srv.Shutdown(ctx)
+		if serr := <-s.err; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		s.closeErr = err
+	})
+	return s.closeErr
 }

@@ -1,17 +1,14 @@
 package node
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,8 +38,12 @@ type Node struct {
 	// inbound handlers are registered before the overlay exists (peers can
 	// find a joining node in the DHT and query it before New returns), so
 	// they wait on ready before touching ov or gs.
-	ready    chan struct{}
-	up       atomic.Bool
+	ready chan struct{}
+	up    atomic.Bool
+	// life ends when the node closes (endLife): the inbound stream
+	// handlers derive their contexts from it, so none outlives the node.
+	life     context.Context
+	endLife  context.CancelFunc
 	gs       *gossip.Gossip // nil for a task without a model
 	task     Task
 	decider  psp.Decider
@@ -64,6 +65,8 @@ type Node struct {
 	estMu    sync.Mutex // guards estAt and estVal
 	estAt    time.Time
 	estVal   float64
+	repMu    sync.Mutex // guards reports
+	reports  ring       // population estimates peers reported lately (population)
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -122,8 +125,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		steps:    newStepStreams(cfg.StepStreams),
 		screen:   screenFor(cfg.Screen),
 		ownNorms: newRing(32),
+		reports:  newRing(32),
 		progress: newProgress(),
 	}
+	n.life, n.endLife = context.WithCancel(context.Background())
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -140,6 +145,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		rm, err := resourceManager(cfg)
 		if err != nil {
+			_ = cm.Close()
 			return nil, fmt.Errorf("node: resource manager: %w", err)
 		}
 		opts := []libp2p.Option{
@@ -153,7 +159,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		h, err := libp2p.New(opts...)
 		if err != nil {
-			rm.Close()
+			// Both run goroutines from their constructors; libp2p closes
+			// them on some failures but not all (not when an option is
+			// refused). Close is idempotent on both.
+			_ = rm.Close()
+			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
 		n.h = h
@@ -183,13 +193,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
-	ocfg := cfg.Overlay
-	ocfg.Job = cfg.Job
-	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
-	if ocfg.Logger == nil {
-		ocfg.Logger = n.log
-	}
-	ov, err := overlay.New(ctx, n.h, ocfg)
+	ov, err := overlay.New(ctx, n.h, overlayConfig(cfg, n.log))
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
@@ -221,6 +225,36 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
+}
+
+// overlayConfig is the overlay's configuration for a node: cfg.Overlay with
+// the job, the bootstrap peers and the logger filled in, and, when the node
+// is seeded (cfg.Seed != 0) and cfg.Overlay.Seed is not set, a seed derived
+// from the node's, so that a seeded node samples reproducibly. The overlay
+// gets a stream of its own (overlaySeed), not the node's seed itself. An
+// unseeded node leaves the overlay on crypto/rand: a seed derived from the
+// peer ID, which anyone can read, would let others predict its samples.
+func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
+	ocfg := cfg.Overlay
+	ocfg.Job = cfg.Job
+	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
+	if ocfg.Logger == nil {
+		ocfg.Logger = log
+	}
+	if ocfg.Seed == 0 && cfg.Seed != 0 {
+		ocfg.Seed = overlaySeed(cfg.Seed)
+	}
+	return ocfg
+}
+
+// overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
+// label and the seed, so it is unrelated to the node's own streams (which
+// use the seed directly), and never 0 (which the overlay reads as unset).
+func overlaySeed(seed uint64) uint64 {
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], seed)
+	sum := sha256.Sum256(append([]byte("pspnode overlay seed\x00"), b[:]...))
+	return max(binary.BigEndian.Uint64(sum[:8]), 1)
 }
 
 // awaitReady holds an inbound stream that arrived while New was still
@@ -318,103 +352,6 @@ func (n *Node) estimate() float64 {
 	return est
 }
 
-// onUpdate applies a validated update from the gossip topic.
-func (n *Node) onUpdate(u gossip.Update) {
-	clear(n.updBuf)
-	if err := u.AddTo(n.updBuf, 1); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
-		return
-	}
-	if !n.withinNorm(n.updBuf) {
-		return
-	}
-	n.apply(n.updBuf)
-	n.progress.saw(u.Sender, u.Step)
-	if u.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
-	}
-}
-
-// apply adds a received update to the model.
-func (n *Node) apply(v []float64) {
-	if err := n.task.Apply(v); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Debug("update refused by the model", "err", err)
-		return
-	}
-	n.m.applied.Inc()
-}
-
-// noteOwnNorm records the norm of an update this node computed itself and,
-// after the node's first step, checks and applies the updates that arrived
-// before it had a reference norm.
-func (n *Node) noteOwnNorm(delta []float64) {
-	nrm := l2(delta)
-	if !(nrm > 0) || math.IsInf(nrm, 0) {
-		return
-	}
-	n.normMu.Lock()
-	n.ownNorms.add(nrm)
-	held := n.held
-	n.held, n.heldBytes = nil, 0
-	n.normMu.Unlock()
-	for _, v := range held {
-		if n.withinNorm(v) {
-			n.apply(v)
-		}
-	}
-}
-
-// maxHeldBytes caps the updates a node holds before its first step.
-const maxHeldBytes = 8 << 20
-
-// withinNorm reports whether a received update v is within NormBound × the
-// median norm of this node's own recent updates, and counts it if not.
-// Honest peers train the same model on shards of the same data at the same
-// learning rate, so their updates are of the same size as ours; an update
-// far larger is a poisoner's, or a broken peer's, and is dropped whole:
-// scaling it down instead would still let a poisoner push a few honest
-// updates' worth in a direction of its choice with every message. The
-// reference is our own updates, which no peer can inflate.
-//
-// Until this node has made a step of its own there is no reference: the
-// update is then held (up to maxHeldBytes; beyond, refused) and checked
-// after the first step, and withinNorm returns false. v is copied.
-func (n *Node) withinNorm(v []float64) bool {
-	if n.cfg.NormBound <= 0 {
-		return true
-	}
-	n.normMu.Lock()
-	norms := n.ownNorms.values()
-	if len(norms) == 0 {
-		if n.heldBytes+8*len(v) <= maxHeldBytes {
-			n.held = append(n.held, slices.Clone(v))
-			n.heldBytes += 8 * len(v)
-			n.normMu.Unlock()
-			return false
-		}
-		n.normMu.Unlock()
-		n.m.normRefused.Inc()
-		return false
-	}
-	n.normMu.Unlock()
-	slices.Sort(norms)
-	if l2(v) <= n.cfg.NormBound*norms[len(norms)/2] {
-		return true
-	}
-	n.m.normRefused.Inc()
-	return false
-}
-
-func l2(v []float64) float64 {
-	var s float64
-	for _, x := range v {
-		s += x * x
-	}
-	return math.Sqrt(s)
-}
-
 // guard resets s when ctx ends. Every wait on a stream then has a deadline
 // even on transports whose SetDeadline does nothing (go-libp2p's mocknet),
 // and whatever the remote does. Call the returned stop when done.
@@ -438,51 +375,6 @@ func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
 		}
 		handle(s)
 	}
-}
-
-// handleModel sends the current model to a joining peer.
-func (n *Node) handleModel(s network.Stream) {
-	defer s.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*n.cfg.QueryTimeout)
-	defer cancel()
-	defer guard(ctx, s)()
-	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
-	body, err := readFrame(smallReader(s, 8), 8)
-	if err != nil || len(body) != 1 || body[0] != wireVersion {
-		n.m.malformed.Inc()
-		_ = s.Reset()
-		return
-	}
-	snap := ModelSnapshot{Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
-	if err := writeFrame(s, MarshalModel(snap)); err != nil {
-		_ = s.Reset()
-	}
-}
-
-// fetchModel asks one peer for its model.
-func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
-	defer cancel()
-	s, err := n.h.NewStream(ctx, p, n.modelID)
-	if err != nil {
-		return ModelSnapshot{}, err
-	}
-	defer guard(ctx, s)()
-	deadline, _ := ctx.Deadline()
-	_ = s.SetDeadline(deadline)
-	if err := writeFrame(s, []byte{wireVersion}); err != nil {
-		_ = s.Reset()
-		return ModelSnapshot{}, err
-	}
-	_ = s.CloseWrite()
-	limit := MaxModelFrame(n.task.NumParams())
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64)), limit)
-	if err != nil {
-		_ = s.Reset()
-		return ModelSnapshot{}, err
-	}
-	_ = s.Close()
-	return UnmarshalModel(body, n.task.ModelID(), n.task.NumParams())
 }
 
 // Crash stops the node as a crash would: no leave note, the host simply
@@ -530,6 +422,9 @@ func (n *Node) announceLeave() {
 }
 
 func (n *Node) closeParts() error {
+	if n.endLife != nil {
+		n.endLife()
+	}
 	var errs []error
 	if n.gs != nil {
 		errs = append(errs, n.gs.Close())

@@ -219,7 +219,7 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 	if !first {
 		wait = stepIdleAnswerer
 	}
-	rctx, rcancel := context.WithTimeout(context.Background(), wait)
+	rctx, rcancel := context.WithTimeout(n.life, wait)
 	stop := guard(rctx, s)
 	_ = s.SetReadDeadline(time.Now().Add(wait))
 	body, err := readFrame(r, maxStepFrame)
@@ -237,6 +237,9 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		if !first && (idled || errors.Is(err, io.EOF)) {
 			return false // closed by the deferred Close (a no-op after a reset)
 		}
+		if n.life.Err() != nil {
+			return false // this node is closing: the stream was cut here
+		}
 		n.m.malformed.Inc()
 		n.log.Debug("malformed step request", "from", from, "err", err)
 		_ = s.Reset()
@@ -247,13 +250,14 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		n.poke()
 		return false
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(n.life, n.cfg.QueryTimeout)
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
 	n.ov.MarkAlive(from)
 	if q.Estimate > 0 {
 		n.ov.ObserveEstimate(from, q.Estimate)
+		n.notePeerEstimate(q.Estimate)
 	}
 	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.Faults; f.active() {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -31,11 +32,13 @@ func stepStreamsTo(a, b *Node) []network.Stream {
 // costs a retry on a fresh one, not a failed query; a leave notice and
 // StepStreams = 0 do not keep streams.
 func TestStepStreamReuse(t *testing.T) {
-	mn := memnet.New(0)
-	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 2, "pssp:1:1", 0.001, memHosts(t, mn))
+	synctest.Test(t, testStepStreamReuse)
+}
+
+func testStepStreamReuse(t *testing.T) {
+	nodes := memNodes(t, 2, "pssp:1:1", 0.001)
 	a, b := nodes[0], nodes[1]
-	ctx := context.Background()
+	ctx := t.Context()
 	query := func() {
 		t.Helper()
 		if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1}); err != nil {
@@ -62,7 +65,7 @@ func TestStepStreamReuse(t *testing.T) {
 	for _, s := range stepStreamsTo(b, a) {
 		_ = s.Close()
 	}
-	time.Sleep(50 * time.Millisecond)
+	synctest.Wait() // the close has reached a's end
 	stale := counterValue(a.m.staleStreams)
 	query()
 	if got := counterValue(a.m.staleStreams) - stale; got != 1 {
@@ -93,11 +96,13 @@ func TestStepStreamReuse(t *testing.T) {
 // A malformed request later on a reused stream is counted and the stream
 // reset, like a malformed first request; the answerer goes on serving.
 func TestStepStreamMalformedLaterRequest(t *testing.T) {
-	mn := memnet.New(0)
-	t.Cleanup(func() { _ = mn.Close() })
-	nodes := buildTestNodes(t, 2, "pssp:1:1", 0.001, memHosts(t, mn))
+	synctest.Test(t, testStepStreamMalformedLaterRequest)
+}
+
+func testStepStreamMalformedLaterRequest(t *testing.T) {
+	nodes := memNodes(t, 2, "pssp:1:1", 0.001)
 	a, b := nodes[0], nodes[1]
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 	defer cancel()
 	s, err := a.Host().NewStream(ctx, b.ID(), a.stepID)
 	if err != nil {
@@ -157,78 +162,83 @@ func TestStepQueryWhileJoining(t *testing.T) {
 		{"join fails", errors.New("bootstrap unreachable")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			mn := memnet.New(0)
-			t.Cleanup(func() { _ = mn.Close() })
-			mk := memHosts(t, mn)
-			boot := buildTestNodes(t, 1, "pssp:1:1", 0.001, mk)[0]
-			asker := mk()
-			joiner := &gatedHost{Host: mk(), open: make(chan struct{}), err: tc.joinErr}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-
-			cfg := DefaultConfig()
-			cfg.Job = "nodetest"
-			cfg.Host = joiner
-			cfg.Bootstrap = []string{boot.Addrs()[0].String()}
-			cfg.QueryTimeout = 5 * time.Second
-			type result struct {
-				nd  *Node
-				err error
-			}
-			done := make(chan result, 1)
-			go func() {
-				nd, err := New(context.Background(), cfg)
-				done <- result{nd, err}
-			}()
-
-			// The step handler is registered at once; New then waits at the gate.
-			var s network.Stream
-			for {
-				var err error
-				s, err = asker.NewStream(ctx, joiner.ID(), StepProtocol(cfg.Job))
-				if err == nil {
-					break
-				}
-				if ctx.Err() != nil {
-					t.Fatalf("no step handler on the joining node: %v", err)
-				}
-				time.Sleep(10 * time.Millisecond)
-			}
-			defer func() { _ = s.Reset() }()
-			if err := writeFrame(s, MarshalStepRequest(StepRequest{Step: 3})); err != nil {
-				t.Fatal(err)
-			}
-			time.Sleep(200 * time.Millisecond) // let the query reach the handler
-			select {
-			case r := <-done:
-				t.Fatalf("New returned (%v) while its bootstrap dial was held", r.err)
-			default:
-			}
-			close(joiner.open)
-
-			body, err := readFrame(bufio.NewReader(s), maxStepFrame)
-			r := <-done
-			if r.nd != nil {
-				t.Cleanup(func() { r.nd.Close() })
-			}
-			if tc.joinErr != nil {
-				if r.err == nil {
-					t.Fatal("New succeeded with its bootstrap unreachable")
-				}
-				if err == nil {
-					t.Fatal("a node whose New failed answered a step query")
-				}
-				return
-			}
-			if r.err != nil {
-				t.Fatalf("New: %v", r.err)
-			}
-			if err != nil {
-				t.Fatalf("no answer from a joining node: %v", err)
-			}
-			if _, err := UnmarshalStepReply(body); err != nil {
-				t.Fatalf("bad answer from a joining node: %v", err)
-			}
+			synctest.Test(t, func(t *testing.T) { testStepQueryWhileJoining(t, tc.joinErr) })
 		})
+	}
+}
+
+func testStepQueryWhileJoining(t *testing.T, joinErr error) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	mk := memHosts(t, mn)
+	boot := buildTestNodes(t, 1, "pssp:1:1", 0.001, mk)[0]
+	asker := mk()
+	t.Cleanup(func() { _ = asker.Close() }) // mn.Close leaves a host's connection manager running
+	joiner := &gatedHost{Host: mk(), open: make(chan struct{}), err: joinErr}
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+
+	cfg := DefaultConfig()
+	cfg.Job = "nodetest"
+	cfg.Host = joiner
+	cfg.Bootstrap = []string{boot.Addrs()[0].String()}
+	cfg.QueryTimeout = 5 * time.Second
+	type result struct {
+		nd  *Node
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		nd, err := New(context.Background(), cfg)
+		done <- result{nd, err}
+	}()
+
+	// The step handler is registered at once; New then waits at the gate.
+	var s network.Stream
+	for {
+		var err error
+		s, err = asker.NewStream(ctx, joiner.ID(), StepProtocol(cfg.Job))
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no step handler on the joining node: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	defer func() { _ = s.Reset() }()
+	if err := writeFrame(s, MarshalStepRequest(StepRequest{Step: 3})); err != nil {
+		t.Fatal(err)
+	}
+	synctest.Wait() // the query has reached the handler, which waits for New
+	select {
+	case r := <-done:
+		t.Fatalf("New returned (%v) while its bootstrap dial was held", r.err)
+	default:
+	}
+	close(joiner.open)
+
+	body, err := readFrame(bufio.NewReader(s), maxStepFrame)
+	r := <-done
+	if r.nd != nil {
+		t.Cleanup(func() { r.nd.Close() })
+	}
+	if joinErr != nil {
+		if r.err == nil {
+			t.Fatal("New succeeded with its bootstrap unreachable")
+		}
+		if err == nil {
+			t.Fatal("a node whose New failed answered a step query")
+		}
+		return
+	}
+	if r.err != nil {
+		t.Fatalf("New: %v", r.err)
+	}
+	if err != nil {
+		t.Fatalf("no answer from a joining node: %v", err)
+	}
+	if _, err := UnmarshalStepReply(body); err != nil {
+		t.Fatalf("bad answer from a joining node: %v", err)
 	}
 }

@@ -43,6 +43,15 @@ type PopulationAware interface {
 	SetPopulation(n float64)
 }
 
+// StepAware is implemented by tasks whose work depends on the node's step,
+// such as ModelTask, whose learning-rate schedule follows it. The engine
+// calls SetStep when the node takes a step it did not count itself: when it
+// resumes from a checkpoint and when it joins a running job. Steps the node
+// computes itself are not reported: the task counts its own Step calls.
+type StepAware interface {
+	SetStep(step int64)
+}
+
 // Evaluator is implemented by tasks that can report held-out loss and
 // accuracy; the node exports them as metrics.
 type Evaluator interface {
@@ -162,6 +171,10 @@ func (t *ModelTask) SetPopulation(n float64) {
 		t.trainer.SetLRScale(1 / n)
 	}
 }
+
+// SetStep moves the learning-rate schedule to the node's step (see
+// StepAware and model.Trainer.SetSteps).
+func (t *ModelTask) SetStep(step int64) { t.trainer.SetSteps(int(step)) }
 
 // Trainer returns the wrapped trainer.
 func (t *ModelTask) Trainer() *model.Trainer { return t.trainer }

@@ -68,7 +68,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run)")
 		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
-		data      = fs.String("data", "synthetic", "data: synthetic, or mnist:DIR (IDX files, gzip or raw)")
+		data      = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
 		shards    = fs.Int("shards", 16, "the training data is dealt into this many shards; the node takes the one its peer ID hashes to")
 		shard     = fs.Int("shard", -1, "take this shard index instead of hashing the peer ID (0 <= shard < shards)")
 		httpAddr  = fs.String("http", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9090 (port 0: any free port)")

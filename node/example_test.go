@@ -1,0 +1,131 @@
+package node_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"sync"
+	"time"
+
+	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
+
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// tally is a Task of one parameter: each step adds 1 to its own copy and
+// publishes that +1 as its update; Apply adds the updates of its peers.
+// With every update delivered, every node's tally is the total number of
+// steps taken by all nodes. A real task trains a model instead.
+type tally struct {
+	mu    sync.Mutex
+	total float64
+}
+
+func (t *tally) Step(ctx context.Context) ([]float64, error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total++
+	return []float64{1}, nil // published to every peer
+}
+
+func (t *tally) Apply(update []float64) error { // an update from a peer
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total += update[0]
+	return nil
+}
+
+func (t *tally) Params() []float64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return []float64{t.total}
+}
+
+func (t *tally) SetParams(p []float64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.total = p[0]
+	return nil
+}
+
+func (t *tally) NumParams() int  { return 1 }
+func (t *tally) ModelID() uint32 { return 1 } // peers must agree on it
+func (t *tally) Done() bool      { return false }
+
+// Three nodes in memory run five steps each under pSSP(2, 1): before each
+// step a node asks two peers, drawn at random, for their steps, and goes on
+// only if neither is more than one step behind.
+func Example() {
+	// An in-memory network (go-libp2p's mocknet); real nodes listen on
+	// TCP or QUIC instead (cfg.Listen).
+	mn := mocknet.New()
+	defer mn.Close()
+	const n = 3
+	tasks := make([]*tally, n)
+	nodes := make([]*node.Node, n)
+	var boot []string // every node joins through the first
+	for i := range n {
+		h, err := mn.GenPeer()
+		if err != nil {
+			log.Fatal(err)
+		}
+		if err := mn.LinkAll(); err != nil { // the new host can reach the others
+			log.Fatal(err)
+		}
+		tasks[i] = &tally{}
+		cfg := node.DefaultConfig()
+		cfg.Job = "example"
+		cfg.Host = h
+		cfg.Bootstrap = boot
+		cfg.Barrier = psp.MustParse("pssp:2:1")
+		cfg.Task = tasks[i]
+		cfg.MaxSteps = 5
+		cfg.JoinFetch = false // all start together: nobody joins a running job
+		nd, err := node.New(context.Background(), cfg)
+		if err != nil {
+			log.Fatal(err)
+		}
+		defer nd.Close()
+		nodes[i] = nd
+		if i == 0 {
+			boot = []string{nd.Addrs()[0].String()}
+		}
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Start once every node has the others on the update topic, so that
+	// no update is published before they listen.
+	for _, nd := range nodes {
+		waitUntil(ctx, func() bool { return len(nd.Gossip().Peers()) == n-1 })
+	}
+	var wg sync.WaitGroup
+	for _, nd := range nodes {
+		wg.Go(func() {
+			if err := nd.Run(ctx); err != nil { // returns after MaxSteps
+				log.Print(err)
+			}
+		})
+	}
+	wg.Wait()
+
+	// Updates travel by gossip: wait until each node has all of them.
+	for _, t := range tasks {
+		waitUntil(ctx, func() bool { return t.Params()[0] == n*5 })
+	}
+	for i, nd := range nodes {
+		fmt.Printf("node %d: step %d, tally %v\n", i, nd.Step(), tasks[i].Params()[0])
+	}
+	// Output:
+	// node 0: step 5, tally 15
+	// node 1: step 5, tally 15
+	// node 2: step 5, tally 15
+}
+
+// waitUntil polls cond until it holds or ctx ends.
+func waitUntil(ctx context.Context, cond func() bool) {
+	for !cond() && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,144 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/psp"
+)
+
+// resume loads the checkpoint, if one is configured and present. A bad
+// checkpoint is logged and ignored; join then fetches the model from peers.
+func (n *Node) resume() {
+	if n.cfg.Checkpoint == "" {
+		return
+	}
+	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return
+	case err != nil:
+		n.log.Error("ignoring checkpoint; the model will come from peers", "file", n.cfg.Checkpoint, "err", err)
+		return
+	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+		n.log.Error("ignoring checkpoint of another job or model; the model will come from peers",
+			"file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
+		return
+	}
+	if len(c.Params) > 0 {
+		if err := n.task.SetParams(c.Params); err != nil {
+			n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
+			return
+		}
+	}
+	n.adoptStep(c.Step)
+	n.log.Info("resumed from checkpoint", "file", n.cfg.Checkpoint, "step", c.Step)
+}
+
+// adoptStep sets the node's step to one it did not count itself (from a
+// checkpoint, or the job's on joining): the step it reports, the gossip
+// topic's, and the task's (StepAware), whose learning-rate schedule would
+// otherwise start again at LR0.
+func (n *Node) adoptStep(step int64) {
+	n.step.Store(step)
+	n.m.step.Set(float64(step))
+	if n.gs != nil {
+		n.gs.SetLocalStep(step)
+	}
+	if sa, ok := n.task.(StepAware); ok {
+		sa.SetStep(step)
+	}
+}
+
+// checkpoint writes the step and model to the checkpoint file.
+func (n *Node) checkpoint() {
+	if n.cfg.Checkpoint == "" {
+		return
+	}
+	c := Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+		n.log.Warn("checkpoint failed", "err", err)
+	}
+}
+
+// waitPeers blocks until the overlay knows cfg.WaitPeers peers, or
+// StartTimeout passes (then it goes on with what it has).
+func (n *Node) waitPeers(ctx context.Context) error {
+	if n.cfg.WaitPeers <= 0 {
+		return nil
+	}
+	deadline := time.Now().Add(n.cfg.StartTimeout)
+	for len(n.ov.Peers()) < n.cfg.WaitPeers && time.Now().Before(deadline) {
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+	return nil
+}
+
+// join adopts a step and the model of a running job. It asks up to
+// psp.JoinSample peers for their steps; if the job has started (the median
+// is above this node's step), it adopts psp.JoinStep and fetches the model
+// from an answering peer (trying up to three), verifying it. If every fetch
+// fails it trains from its own parameters and says so.
+func (n *Node) join(ctx context.Context) {
+	// A joiner's overlay may not have verified any peer yet: give it up to
+	// StartTimeout to find one before deciding the job has not started.
+	if len(n.cfg.Bootstrap) > 0 || len(n.cfg.Overlay.BootstrapPeers) > 0 {
+		deadline := time.Now().Add(n.cfg.StartTimeout)
+		for len(n.ov.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	peers := n.sample(ctx, psp.JoinSample)
+	if len(peers) == 0 {
+		return
+	}
+	replies := n.ask(ctx, peers)
+	var steps []psp.Step
+	var answered []peer.ID
+	for i, r := range replies {
+		if r.err == nil && !r.reply.Leaving {
+			steps = append(steps, r.reply.Step)
+			answered = append(answered, peers[i])
+			if r.reply.Estimate > 0 {
+				// The joiner's own estimate needs time; until then its
+				// learning rate follows what its peers report.
+				n.ov.ObserveEstimate(peers[i], r.reply.Estimate)
+				n.notePeerEstimate(r.reply.Estimate)
+			}
+		}
+	}
+	adopt := psp.JoinStep(steps)
+	if adopt <= n.step.Load() {
+		return
+	}
+	if n.task.NumParams() > 0 {
+		fetched := false
+		for i := 0; i < len(answered) && i < 3 && !fetched; i++ {
+			snap, err := n.fetchModel(ctx, answered[i])
+			if err == nil {
+				err = n.task.SetParams(snap.Params)
+			}
+			if err != nil {
+				n.log.Warn("model fetch failed", "peer", answered[i], "err", err)
+				continue
+			}
+			fetched = true
+			n.log.Info("joined a running job: fetched the model", "peer", answered[i], "peer_step", snap.Step)
+		}
+		if !fetched {
+			n.log.Warn("joined a running job but could not fetch the model: training from own parameters")
+		}
+	}
+	n.adoptStep(adopt)
+	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
+}

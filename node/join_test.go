@@ -1,0 +1,42 @@
+package node
+
+import (
+	"testing"
+	"testing/synctest"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+)
+
+// A node that joins a running job adopts the job's step, its model, and
+// the learning-rate schedule's position at that step: its trainer must not
+// start again at LR0 (which, scaled by 1/N̂ like its peers' rates, made its
+// first updates many times theirs).
+func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		nodes := buildTestNodes(t, 2, "pssp:1:1", 0, memHosts(t, mn))
+		running, joiner := nodes[0], nodes[1]
+		running.step.Store(100)
+		params := running.task.Params()
+		params[0] = 0.25 // a model the joiner cannot have by chance
+		if err := running.task.SetParams(params); err != nil {
+			t.Fatal(err)
+		}
+
+		joiner.join(t.Context())
+
+		if got := joiner.Step(); got != 100 {
+			t.Fatalf("joiner at step %d, want the job's 100", got)
+		}
+		if got := joiner.task.(*ModelTask).Trainer().Steps(); got != 100 {
+			t.Errorf("joiner's schedule at step %d, want 100", got)
+		}
+		if got := joiner.Gossip().LocalStep(); got != 100 {
+			t.Errorf("joiner's gossip validator at step %d, want 100", got)
+		}
+		if got := joiner.task.Params()[0]; got != 0.25 {
+			t.Errorf("joiner's first parameter %v, want the fetched 0.25", got)
+		}
+	})
+}

@@ -1,0 +1,105 @@
+package node
+
+import (
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+)
+
+func TestChoosePopulation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		est     float64 // the overlay's; 0: none
+		rep     float64
+		haveRep bool
+		known   int
+		want    float64
+	}{
+		{"overlay estimate alone", 48, 0, false, 3, 48},
+		{"overlay agrees with reports", 40, 50, true, 3, 40},
+		{"overlay at half the reports", 25, 50, true, 3, 25},
+		{"overlay at twice the reports", 100, 50, true, 3, 100},
+		{"joiner's overlay far below the reports", 4, 50, true, 3, 50},
+		{"overlay far above the reports", 500, 50, true, 3, 50},
+		{"no overlay estimate: reports", 0, 50, true, 3, 50},
+		{"nothing: self and known peers", 0, 0, false, 3, 4},
+		{"never below self and known peers", 3, 2, true, 3, 4},
+		{"reports below self and known peers", 0, 2, true, 3, 4},
+	} {
+		if got := choosePopulation(tc.est, tc.rep, tc.haveRep, tc.known); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestReportedPopulation(t *testing.T) {
+	n := &Node{reports: newRing(32)}
+	n.notePeerEstimate(50)
+	n.notePeerEstimate(52)
+	if _, ok := n.reportedPopulation(); ok {
+		t.Fatal("a median from two reports")
+	}
+	for _, v := range []float64{0, -3, 2e9} { // nonsense is ignored
+		n.notePeerEstimate(v)
+	}
+	if _, ok := n.reportedPopulation(); ok {
+		t.Fatal("nonsense reports counted")
+	}
+	n.notePeerEstimate(1e6) // a liar does not move the median
+	if got, ok := n.reportedPopulation(); !ok || got != 52 {
+		t.Errorf("median of 50, 52, 1e6 = %v, %v; want 52", got, ok)
+	}
+}
+
+// A joiner's first update must pass its peers' norm bound. Its overlay knows
+// only a few peers at its first step and estimates a tiny population, so it
+// used to scale its learning rate by 1/4 where its peers used 1/50, and its
+// first update, many times theirs, was refused by all of them. Now the
+// estimates its peers report when it asks their steps on joining set its
+// population, and its first update is of the size of theirs.
+func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		nodes := buildTestNodes(t, 4, "pssp:1:1", 0, memHosts(t, mn))
+		running, joiner := nodes[:3], nodes[3]
+		const pop = 50 // what the running nodes estimate and report
+		for _, nd := range running {
+			nd.step.Store(100)
+			nd.estMu.Lock()
+			nd.estAt, nd.estVal = time.Now().Add(time.Hour), pop // held for the test
+			nd.estMu.Unlock()
+		}
+
+		// As in a testnet, the joiner knows the running nodes (it
+		// bootstrapped from three); its overlay has no estimate worth the
+		// name yet.
+		for len(joiner.Overlay().Peers()) < len(running) {
+			time.Sleep(10 * time.Millisecond) // the bubble's clock: waits only for the overlay
+		}
+		joiner.join(t.Context())
+		if got := joiner.population(); got < pop/2 || got > 2*pop {
+			t.Errorf("joiner's population %v, want about the %v its peers report", got, pop)
+		}
+
+		// One step each from the same model (the joiner fetched it), each
+		// at its own population, as Run does.
+		step := func(nd *Node, pop float64) []float64 {
+			nd.task.(PopulationAware).SetPopulation(pop)
+			upd, err := nd.task.Step(t.Context())
+			if err != nil {
+				t.Fatal(err)
+			}
+			return upd
+		}
+		ref := running[0]
+		ref.noteOwnNorm(step(ref, pop))
+		first := step(joiner, joiner.population())
+		if !ref.withinNorm(first) {
+			t.Errorf("a running node refused the joiner's first update: norm %.3g, its own %.3g, bound %v×",
+				l2(first), ref.ownNorms.values()[0], ref.cfg.NormBound)
+		}
+	})
+}
