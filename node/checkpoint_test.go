@@ -5,9 +5,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"testing/synctest"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 func TestCheckpointRoundTrip(t *testing.T) {
@@ -75,7 +75,7 @@ func FuzzCheckpoint(f *testing.F) {
 // resumes at step 12 with that model and with its learning-rate schedule
 // at step 12 (not at LR0 again). A corrupt checkpoint is ignored.
 func TestNodeResumesFromCheckpoint(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		nodes := buildTestNodes(t, 2, "asp", 0.001, memHosts(t, mn))

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -96,7 +97,7 @@ func TestNormBound(t *testing.T) {
 // flooder) gets the streams over its cap reset, and an honest peer's query
 // to the same node is still answered.
 func TestStreamFloodIsCapped(t *testing.T) {
-	synctest.Test(t, testStreamFloodIsCapped)
+	vclock.Test(t, testStreamFloodIsCapped)
 }
 
 func testStreamFloodIsCapped(t *testing.T) {
@@ -152,7 +153,7 @@ func (c *countTask) Apply([]float64) error { c.applied++; return nil }
 // A sampled barrier check does not wait for a slow peer: after the hedge
 // delay it asks a fresh draw beside it and ends with the first β answers.
 func TestObserveHedgesSlowPeer(t *testing.T) {
-	synctest.Test(t, testObserveHedgesSlowPeer)
+	vclock.Test(t, testObserveHedgesSlowPeer)
 }
 
 func testObserveHedgesSlowPeer(t *testing.T) {
@@ -196,7 +197,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 // has failed whatever the others say, so it does not wait for the slow
 // ones. A check that can pass still waits for all β answers.
 func TestObserveEndsAtFirstLaggard(t *testing.T) {
-	synctest.Test(t, testObserveEndsAtFirstLaggard)
+	vclock.Test(t, testObserveEndsAtFirstLaggard)
 }
 
 func testObserveEndsAtFirstLaggard(t *testing.T) {

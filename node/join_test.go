@@ -2,9 +2,9 @@ package node
 
 import (
 	"testing"
-	"testing/synctest"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // A node that joins a running job adopts the job's step, its model, and
@@ -12,7 +12,7 @@ import (
 // start again at LR0 (which, scaled by 1/N̂ like its peers' rates, made its
 // first updates many times theirs).
 func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		nodes := buildTestNodes(t, 2, "pssp:1:1", 0, memHosts(t, mn))

@@ -8,13 +8,13 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -144,7 +144,7 @@ func minStep(nodes []*Node) int64 {
 }
 
 func TestNodesTrainAndRespectBarrier(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 4, "pssp:2:1", 0.01)
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
@@ -220,7 +220,7 @@ func TestNodesTrainAndRespectBarrier(t *testing.T) {
 }
 
 func TestCrashDoesNotStallOthers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 4, "pssp:3:1", 0.01)
 		ctx, cancel := context.WithCancel(t.Context())
 		victim := nodes[3]
@@ -251,7 +251,7 @@ func TestCrashDoesNotStallOthers(t *testing.T) {
 // asker past its query timeout, even on a transport without deadlines
 // (mocknet's SetDeadline does nothing).
 func TestQueryTimeoutWithSilentPeer(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 2, "asp", 0.001)
 		a, b := nodes[0], nodes[1]
 		// b reads step queries and never answers.

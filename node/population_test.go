@@ -2,10 +2,10 @@ package node
 
 import (
 	"testing"
-	"testing/synctest"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 func TestChoosePopulation(t *testing.T) {
@@ -60,7 +60,7 @@ func TestReportedPopulation(t *testing.T) {
 // estimates its peers report when it asks their steps on joining set its
 // population, and its first update is of the size of theirs.
 func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		nodes := buildTestNodes(t, 4, "pssp:1:1", 0, memHosts(t, mn))

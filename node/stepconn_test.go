@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // stepStreamsTo lists the open step streams a's host has with b.
@@ -32,7 +33,7 @@ func stepStreamsTo(a, b *Node) []network.Stream {
 // costs a retry on a fresh one, not a failed query; a leave notice and
 // StepStreams = 0 do not keep streams.
 func TestStepStreamReuse(t *testing.T) {
-	synctest.Test(t, testStepStreamReuse)
+	vclock.Test(t, testStepStreamReuse)
 }
 
 func testStepStreamReuse(t *testing.T) {
@@ -96,7 +97,7 @@ func testStepStreamReuse(t *testing.T) {
 // A malformed request later on a reused stream is counted and the stream
 // reset, like a malformed first request; the answerer goes on serving.
 func TestStepStreamMalformedLaterRequest(t *testing.T) {
-	synctest.Test(t, testStepStreamMalformedLaterRequest)
+	vclock.Test(t, testStepStreamMalformedLaterRequest)
 }
 
 func testStepStreamMalformedLaterRequest(t *testing.T) {
@@ -162,7 +163,7 @@ func TestStepQueryWhileJoining(t *testing.T) {
 		{"join fails", errors.New("bootstrap unreachable")},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) { testStepQueryWhileJoining(t, tc.joinErr) })
+			vclock.Test(t, func(t *testing.T) { testStepQueryWhileJoining(t, tc.joinErr) })
 		})
 	}
 }
