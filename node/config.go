@@ -54,32 +54,32 @@ type Config struct {
 	// StartTimeout bounds the wait for WaitPeers.
 	StartTimeout time.Duration
 
-	// QueryTimeout bounds one step query (dial, request and reply).
-	QueryTimeout time.Duration
 	// Replacements is how many times peers that did not answer a barrier
 	// query are replaced by fresh draws within one check.
 	Replacements int
-	// PollMin and PollMax bound the backoff between checks of a node that
-	// must wait; it also wakes early when a peer reports progress.
-	PollMin, PollMax time.Duration
-	// PollShare caps the backoff of a sampled barrier (pBSP, pSSP,
-	// pDSSP) at this share of the node's mean compute time per step
-	// (still within [PollMin, PollMax]). Each check of a sampled barrier
-	// is a fresh, independent draw, so a node held back by a few
-	// persistent stragglers passes after about 1/P(pass) checks; a long
-	// backoff would make its wait, not its sample, the bottleneck (with
-	// 20 % stragglers × 4, a 500 ms cap cost the fast nodes a third of
-	// their steps). With 2 s steps and the default 1/32 a waiting node
-	// re-checks at least every 62 ms: at most 32β queries per step time
-	// spent waiting. 1/64 did better with stragglers (pSSP 0.94 of the
-	// simulator against 0.87) but worse in a CPU-bound 200-node testnet
-	// (pBSP 0.73 against 0.81). 0 turns the cap off.
+
+	// Barrier timing: every interval follows the node's own measured
+	// compute time per step and query round trip (see timing.go for the
+	// rules); the durations here are floors and caps.
+	//
+	// PollShare bounds how often a node waiting at a sampled barrier
+	// (pBSP, pSSP, pDSSP) re-checks: it re-checks once per expected step
+	// completion in the population (mean compute time / N̂, as the
+	// paper's simulator does at every completion), but no more often
+	// than every PollShare × mean compute time, in (0, 1]. A waiting node
+	// sends at most β/PollShare queries per step time spent waiting.
 	PollShare float64
-	// WakeGap is the least time between two checks of a waiting node
-	// when peers' progress reports wake it (they can arrive many times a
-	// second; each check of a sampled barrier costs β queries). The
-	// simulator's poll mode re-checks every 50 ms on average.
-	WakeGap time.Duration
+	// GlobalPollShare is the same for global barriers (BSP, SSP, DSSP),
+	// which ask every known peer not yet seen at the threshold and are
+	// woken by the progress reports of the peers they wait for; polling is
+	// their safety net.
+	GlobalPollShare float64
+	// PollMin is the least interval between two checks (and the least
+	// hedge delay); PollMax the longest.
+	PollMin, PollMax time.Duration
+	// QueryTimeout is the longest a step query (dial, request and reply)
+	// may take; QueryTimeoutMin the shortest timeout the rules may set.
+	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training.
 	JoinFetch bool
@@ -149,12 +149,13 @@ func DefaultConfig() Config {
 		ConnHigh:          256,
 		Barrier:           psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
 		StartTimeout:      30 * time.Second,
-		QueryTimeout:      time.Second,
 		Replacements:      2,
-		PollMin:           10 * time.Millisecond,
+		PollShare:         1.0 / 64,
+		GlobalPollShare:   1.0 / 4,
+		PollMin:           100 * time.Microsecond,
 		PollMax:           500 * time.Millisecond,
-		PollShare:         1.0 / 32,
-		WakeGap:           50 * time.Millisecond,
+		QueryTimeout:      time.Second,
+		QueryTimeoutMin:   50 * time.Millisecond,
 		JoinFetch:         true,
 		EvalEvery:         10,
 		CheckpointEvery:   10,
@@ -192,14 +193,19 @@ func (c Config) Validate() error {
 	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
 		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
 	}
-	if !(c.PollShare >= 0) || math.IsInf(c.PollShare, 0) {
-		errs = append(errs, fmt.Errorf("need poll share >= 0 (got %v)", c.PollShare))
+	for _, s := range []struct {
+		name string
+		v    float64
+	}{{"poll share", c.PollShare}, {"global poll share", c.GlobalPollShare}} {
+		if !(s.v > 0 && s.v <= 1) {
+			errs = append(errs, fmt.Errorf("%s %v must be in (0, 1]", s.name, s.v))
+		}
 	}
-	if c.WakeGap < 0 {
-		errs = append(errs, fmt.Errorf("need wake gap >= 0 (got %v)", c.WakeGap))
+	if c.PollMin <= 0 || c.PollMax < c.PollMin {
+		errs = append(errs, fmt.Errorf("poll interval bounds %v..%v: need 0 < min <= max", c.PollMin, c.PollMax))
 	}
-	if c.QueryTimeout <= 0 || c.PollMin <= 0 || c.PollMax < c.PollMin {
-		errs = append(errs, fmt.Errorf("need query timeout > 0 and 0 < poll min <= poll max (got %v, %v, %v)", c.QueryTimeout, c.PollMin, c.PollMax))
+	if c.QueryTimeoutMin <= 0 || c.QueryTimeout < c.QueryTimeoutMin {
+		errs = append(errs, fmt.Errorf("query timeout bounds %v..%v: need 0 < min <= max", c.QueryTimeoutMin, c.QueryTimeout))
 	}
 	if c.StepStreams < 0 {
 		errs = append(errs, fmt.Errorf("need step streams >= 0 (got %d)", c.StepStreams))

@@ -15,10 +15,10 @@ import (
 //	        updates arrived by gossip and were applied)
 //	push    the update is published on the job's GossipSub topic
 //	barrier β peers are sampled through the overlay and asked for their
-//	        steps in parallel; peers that do not answer within
-//	        QueryTimeout are marked dead and replaced; psp decides; a node
-//	        that must wait polls again with backoff and a fresh sample, and
-//	        wakes early when a peer reports progress
+//	        steps in parallel; peers that do not answer within the query
+//	        timeout are marked dead and replaced; psp decides; a node that
+//	        must wait polls again with backoff and a fresh sample, and
+//	        wakes early when a peer reports progress (timing.go)
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
 // step in progress. Run returns an error only if the task fails.
@@ -83,17 +83,6 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 }
 
-// pollMax is the longest backoff between two checks of a waiting node:
-// PollMax, and for a sampled barrier at most PollShare of the mean compute
-// time per step (see Config.PollShare).
-func (n *Node) pollMax() time.Duration {
-	if !n.cfg.Barrier.Probabilistic() || n.cfg.PollShare <= 0 {
-		return n.cfg.PollMax
-	}
-	c := time.Duration(n.cfg.PollShare * math.Float64frombits(n.compute.Load()) * float64(time.Second))
-	return min(max(c, n.cfg.PollMin), n.cfg.PollMax)
-}
-
 // noteEWMA folds one sample, in seconds, into an EWMA stored as float64
 // bits (weight 0.3 for the new sample; the first sample is taken as is).
 func noteEWMA(a *atomic.Uint64, s float64) {
@@ -129,9 +118,12 @@ func (n *Node) setWaiting(w bool) {
 }
 
 // barrier blocks until the barrier lets the node start its next step.
+// Between checks it waits the backoff of its timing (timing.go), or until a
+// progress report wakes it, and then no less than the wake gap after the
+// last check.
 func (n *Node) barrier(ctx context.Context) error {
 	start := time.Now()
-	backoff, most := n.cfg.PollMin, n.pollMax()
+	var backoff time.Duration
 	for first := true; ; first = false {
 		t0 := time.Now()
 		obs := n.observe(ctx)
@@ -148,8 +140,12 @@ func (n *Node) barrier(ctx context.Context) error {
 			n.m.observeWait(time.Since(start).Seconds())
 			return nil
 		}
+		tm := n.timing()
 		if first {
 			n.setWaiting(true)
+			backoff = tm.first
+		} else {
+			backoff = min(2*backoff, tm.recheck)
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -158,19 +154,16 @@ func (n *Node) barrier(ctx context.Context) error {
 			n.setWaiting(false)
 			return ctx.Err()
 		case <-n.wake:
-			// A peer at or behind this node progressed. Re-check soon,
-			// but no sooner than WakeGap (at least PollMin) after the last
-			// check, so a burst of progress reports costs one check; and
-			// no later than the backoff would have (early in a wait the
-			// backoff is shorter than WakeGap: a wake must not delay).
+			// A peer at or behind this node progressed. Re-check soon, but
+			// no sooner than the wake gap after the last check, so a burst
+			// of progress reports costs one check; and no later than the
+			// backoff would have.
 			t.Stop()
-			gap := min(max(n.cfg.WakeGap, n.cfg.PollMin), backoff)
-			if sleepCtx(ctx, gap-time.Since(checked)); ctx.Err() != nil {
+			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); ctx.Err() != nil {
 				n.setWaiting(false)
 				return ctx.Err()
 			}
 		case <-t.C:
 		}
-		backoff = min(2*backoff, most)
 	}
 }

@@ -152,7 +152,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	}
 	// Every delay, each query older than delay that has not been hedged
 	// yet (replacements included) gets one fresh draw beside it.
-	delay := n.hedgeDelay()
+	delay := n.timing().hedge
 	hedge := time.NewTicker(delay)
 	defer hedge.Stop()
 	// A static barrier (pBSP, pSSP) fails on any one answer behind it
@@ -193,14 +193,6 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		}
 	}
 	return obs
-}
-
-// hedgeDelay is how long a sampled barrier check waits for an answer before
-// it asks a fresh draw beside the slow peer: four smoothed round trips,
-// within [PollMin, QueryTimeout/2].
-func (n *Node) hedgeDelay() time.Duration {
-	d := time.Duration(4 * n.rttEWMA() * float64(time.Second))
-	return min(max(d, n.cfg.PollMin), n.cfg.QueryTimeout/2)
 }
 
 // judge turns one answer into an observation, or says why not: a failed

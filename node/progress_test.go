@@ -7,8 +7,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/psp"
 )
 
 func TestProgressSeen(t *testing.T) {
@@ -78,32 +76,42 @@ func TestProgressBounded(t *testing.T) {
 	}
 }
 
-// TestPollMax checks the backoff cap: PollMax for global barriers and with
-// PollShare off, PollShare × mean compute time for sampled ones, clamped to
-// [PollMin, PollMax].
-func TestPollMax(t *testing.T) {
+// TestBarrierTiming checks the timing rules (timing.go): intervals follow
+// the compute time c and the round trip r, so they scale with the step;
+// the floors and caps hold at the extremes.
+func TestBarrierTiming(t *testing.T) {
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	cfg := DefaultConfig() // PollShare 1/64, GlobalPollShare 1/4, PollMin 0.1 ms, PollMax 500 ms, timeouts 50 ms..1 s
 	tests := []struct {
-		barrier string
-		share   float64
-		compute float64 // seconds
-		want    time.Duration
+		name    string
+		sampled bool
+		c, r, n float64 // seconds, seconds, nodes
+		want    timing
 	}{
-		{"bsp", 1.0 / 32, 2, 500 * time.Millisecond},
-		{"ssp:4", 1.0 / 32, 2, 500 * time.Millisecond},
-		{"pbsp:10", 1.0 / 64, 2, 31250 * time.Microsecond},
-		{"pbsp:10", DefaultConfig().PollShare, 2, 62500 * time.Microsecond},
-		{"pssp:10:4", 1.0 / 32, 2, 62500 * time.Microsecond},
-		{"pssp:10:4", 0, 2, 500 * time.Millisecond},
-		{"pssp:10:4", 1.0 / 32, 0, 10 * time.Millisecond},   // no step yet: PollMin
-		{"pssp:10:4", 1.0 / 32, 60, 500 * time.Millisecond}, // slow steps: PollMax
+		{"paper steps, 200 nodes: PollShare", true, 2, 0, 200,
+			timing{recheck: ms(31.25), first: ms(7.8125), wake: ms(15.625), hedge: ms(7.8125), timeout: time.Second}},
+		{"a fifth of the step: a fifth of every interval", true, 0.4, 0, 200,
+			timing{recheck: ms(6.25), first: ms(1.5625), wake: ms(3.125), hedge: ms(1.5625), timeout: time.Second}},
+		{"20 nodes: once per completion, c/N", true, 2, 0, 20,
+			timing{recheck: ms(100), first: ms(25), wake: ms(50), hedge: ms(25), timeout: time.Second}},
+		{"population unknown: as one node", true, 2, 0, 0,
+			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
+		{"global barrier", false, 2, 0, 200,
+			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
+		{"round trips known: timeout from c and r", true, 0.4, 0.002, 200,
+			timing{recheck: ms(6.25), first: ms(1.5625), wake: ms(3.125), hedge: ms(8), timeout: ms(1000)}},
+		{"fast steps, slow links: the round trip sets the floor", true, 0.02, 0.01, 200,
+			timing{recheck: ms(20), first: ms(5), wake: ms(10), hedge: ms(40), timeout: ms(160)}},
+		{"fast steps, loopback: QueryTimeoutMin", true, 0.005, 0.0001, 200,
+			timing{recheck: ms(0.2), first: ms(0.1), wake: ms(0.1), hedge: ms(0.4), timeout: ms(50)}},
+		{"compute near zero: PollMin", true, 1e-9, 0, 200,
+			timing{recheck: ms(0.1), first: ms(0.1), wake: ms(0.05), hedge: ms(0.1), timeout: time.Second}},
+		{"very slow steps: PollMax", true, 60, 0, 200,
+			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
 	}
 	for _, tc := range tests {
-		cfg := DefaultConfig()
-		cfg.Barrier, cfg.PollShare = psp.MustParse(tc.barrier), tc.share
-		n := &Node{cfg: cfg}
-		noteEWMA(&n.compute, tc.compute)
-		if got := n.pollMax(); got != tc.want {
-			t.Errorf("%s, share %v, compute %v s: pollMax = %v, want %v", tc.barrier, tc.share, tc.compute, got, tc.want)
+		if got := barrierTiming(cfg, tc.sampled, tc.c, tc.r, tc.n); got != tc.want {
+			t.Errorf("%s (c %v s, r %v s, N %v): %+v, want %+v", tc.name, tc.c, tc.r, tc.n, got, tc.want)
 		}
 	}
 }

@@ -131,7 +131,7 @@ func (ss *stepStreams) close() {
 // queryStep asks one peer for its step, on its idle step stream if it has
 // one (see stepStreams).
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.timing().timeout)
 	defer cancel()
 	start := time.Now()
 	// A leave notice goes on a fresh stream: a stale one could swallow it.

@@ -15,7 +15,7 @@ package psp
 // The stuck window scales with the asking node's own step interval (an
 // honest straggler advances every few of the asker's intervals, and under a
 // barrier the asker's interval is itself stretched by the stragglers it
-// waits for), with a floor for very fast tasks.
+// waits for), so it means the same at any step time.
 //
 // A peer that reports a step far ahead is not screened: being ahead never
 // makes a barrier wait, so such a lie can only hide one lagging peer from a
@@ -26,8 +26,9 @@ package psp
 
 // ScreenConfig sets the screening thresholds (seconds on the caller's clock).
 type ScreenConfig struct {
-	// StuckIntervals × the asker's own step interval, but at least
-	// StuckMin seconds, without progress makes a peer stuck.
+	// StuckIntervals × the asker's own step interval without progress
+	// makes a peer stuck; StuckMin seconds while the asker's interval is
+	// not known yet.
 	StuckIntervals float64
 	StuckMin       float64
 	// Quarantine is how long the reports of a peer that went backwards are
@@ -41,8 +42,8 @@ type ScreenConfig struct {
 }
 
 // DefaultScreenConfig returns the thresholds the node uses: stuck after 10
-// of the asker's intervals (at least 3 s), a 60 s quarantine, records kept
-// for 10 minutes, at most 4096 of them.
+// of the asker's intervals (3 s before it knows its interval), a 60 s
+// quarantine, records kept for 10 minutes, at most 4096 of them.
 func DefaultScreenConfig() ScreenConfig {
 	return ScreenConfig{StuckIntervals: 10, StuckMin: 3, Quarantine: 60, Forget: 600, MaxPeers: 4096}
 }
@@ -123,7 +124,10 @@ func (s *Screen) Check(peer string, step Step, now, interval float64) Verdict {
 		r.step, r.since = step, now
 		return Accept
 	}
-	window := max(s.cfg.StuckMin, s.cfg.StuckIntervals*interval)
+	window := s.cfg.StuckMin
+	if interval > 0 {
+		window = s.cfg.StuckIntervals * interval
+	}
 	if now-r.since > window {
 		return Stuck
 	}

@@ -25,8 +25,11 @@ func TestScreen(t *testing.T) {
 			{"z", 0, 0, 0.5, Accept}, {"z", 0, 4, 0.5, Accept}, {"z", 0, 5.1, 0.5, Stuck}, {"z", 0, 50, 0.5, Stuck},
 			{"z", 1, 51, 0.5, Accept},
 		}},
-		{"stuck window floors at StuckMin", []report{
-			{"f", 3, 0, 0.01, Accept}, {"f", 3, 2.9, 0.01, Accept}, {"f", 3, 3.1, 0.01, Stuck},
+		{"fast steps: the window is 10 of them", []report{
+			{"f", 3, 0, 0.01, Accept}, {"f", 3, 0.09, 0.01, Accept}, {"f", 3, 0.11, 0.01, Stuck},
+		}},
+		{"interval not known yet: StuckMin", []report{
+			{"u", 3, 0, 0, Accept}, {"u", 3, 2.9, 0, Accept}, {"u", 3, 3.1, 0, Stuck},
 		}},
 		{"slow straggler within window is accepted", []report{
 			{"s", 2, 0, 2, Accept}, {"s", 2, 19, 2, Accept}, {"s", 3, 30, 2, Accept},

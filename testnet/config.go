@@ -153,9 +153,9 @@ type Config struct {
 	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
 	// to measure what it defends against.
 	NoScreen bool
-	// PollShare is the nodes' node.Config.PollShare: how often a node
-	// waiting at a sampled barrier re-checks, as a share of its mean
-	// compute time per step.
+	// PollShare is the nodes' node.Config.PollShare: the shortest
+	// interval between re-checks of a node waiting at a sampled barrier,
+	// as a share of its mean compute time per step.
 	PollShare float64
 
 	Transport string // mem (in-process network) or tcp (loopback)
@@ -209,8 +209,8 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if !(c.PollShare >= 0) || math.IsInf(c.PollShare, 0) {
-		bad("poll share %v must be >= 0", c.PollShare)
+	if !(c.PollShare > 0 && c.PollShare <= 1) {
+		bad("poll share %v must be in (0, 1]", c.PollShare)
 	}
 	if c.Nodes < 2 || c.Nodes > 5000 {
 		bad("nodes %d out of range [2, 5000]", c.Nodes)

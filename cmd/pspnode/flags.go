@@ -12,7 +12,20 @@ import (
 
 // pollShareHelp is --poll-share's help, shared by run and testnet
 // (node.Config.PollShare).
-const pollShareHelp = "waiting at a sampled barrier, re-check at least every this share of the mean compute time per step (0: plain backoff to 500 ms)"
+const pollShareHelp = "waiting at a sampled barrier, re-check once per expected step completion in the job (compute time / N), but at most once every this share of the compute time per step; in (0, 1]"
+
+// share is a float flag in (0, 1].
+type share float64
+
+func (f *share) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
+func (f *share) Set(v string) error {
+	x, err := strconv.ParseFloat(v, 64)
+	if err != nil || !(x > 0 && x <= 1) {
+		return fmt.Errorf("%q is not a share in (0, 1]", v)
+	}
+	*f = share(x)
+	return nil
+}
 
 // intList is a comma-separated list of non-negative integers flag.
 type intList []int

@@ -76,7 +76,9 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		duration  = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 		scale     = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
 		factor    = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
+		pollShare = share(def.PollShare)
+		pollMax   = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
+		queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
 		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
 		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
 		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
@@ -90,6 +92,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id>; repeatable or comma-separated (none for the first node)")
 	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -123,7 +126,15 @@ Example, two nodes on one machine:
 			}
 			cfg.Bootstrap = bootstrap
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
-			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, *pollShare
+			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, float64(pollShare)
+			if *pollMax <= 0 {
+				return usagef("--poll-max must be a positive duration (got %v)", *pollMax)
+			}
+			if *queryTime <= 0 {
+				return usagef("--query-timeout must be a positive duration (got %v)", *queryTime)
+			}
+			cfg.PollMax, cfg.QueryTimeout = max(*pollMax, cfg.PollMin), *queryTime
+			cfg.QueryTimeoutMin = min(cfg.QueryTimeoutMin, cfg.QueryTimeout)
 			if *scale < 0 || *factor <= 0 {
 				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 			}

@@ -80,7 +80,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
-		pollShare = fs.Float64("poll-share", def.PollShare, pollShareHelp)
+		pollShare = share(def.PollShare)
 		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 		connLow   = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
 		connHigh  = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
@@ -90,6 +90,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
+	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
 	return &ffcli.Command{
 		Name:       "testnet",
@@ -131,7 +132,7 @@ Examples:
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
-			cfg.PollShare = *pollShare
+			cfg.PollShare = float64(pollShare)
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
 			var err error
 			if cfg.Clock, err = testnet.ParseClock(*clock); err != nil {
