@@ -236,7 +236,19 @@ func (t *testnet) closeAll() {
 	if t.net != nil {
 		_ = t.net.Close()
 	}
+	if t.cfg.Clock == Virtual {
+		// Some library goroutines outlive their host by a bounded sleep
+		// (go-libp2p-pubsub's announceRetry sleeps up to 1 s, then sees
+		// its context is done). On the virtual clock that time costs
+		// nothing, and waiting it out lets Run return with every
+		// goroutine it started gone, as a synctest bubble requires.
+		time.Sleep(librarySettle)
+	}
 }
+
+// librarySettle outlasts the longest bounded sleep of a library goroutine
+// after its host closed.
+const librarySettle = 2 * time.Second
 
 // remove stops n random live nodes, all at once, and returns when they
 // have stopped.

@@ -100,3 +100,40 @@ func TestReproducible(t *testing.T) {
 		t.Errorf("mean steps %.2f then %.2f with the same seed: %.1f %% apart", a.Steps.Mean, b.Steps.Mean, 100*d)
 	}
 }
+
+// TestVirtualClockFeatures runs the testnet features that the other tests
+// leave out on the virtual clock at once: stragglers, a partition that
+// heals, lossy links with a latency spread, a bandwidth limit, and a real
+// model on the built-in MNIST set.
+func TestVirtualClockFeatures(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Duration, cfg.TimeScale = 16, 40*time.Second, 0.1
+	cfg.Barrier = psp.MustParse("pssp:4:2")
+	cfg.Model, cfg.Data = "logreg", "mnist"
+	cfg.Stragglers, cfg.StraggleFactor = 0.25, 3
+	cfg.Latency = Latency{5 * time.Millisecond, 40 * time.Millisecond}
+	cfg.Bandwidth = 10e6 // 10 MB/s: a 31 KB update takes 3 ms of each link it crosses
+	cfg.Loss = 0.02
+	cfg.EvalEvery = 5 * time.Second
+	cfg.StallWindow = 5 * time.Second
+	cfg.Script = []Event{{At: 5 * time.Second, Action: Partition, Fraction: 0.5}, {At: 10 * time.Second, Action: Heal}}
+	res := runLogged(t, cfg)
+	if res.FastSteps == nil || !(res.FastSteps.Mean > res.StragglerSteps.Mean) {
+		t.Errorf("stragglers not slower: fast %+v, stragglers %+v", res.FastSteps, res.StragglerSteps)
+	}
+	if res.StalledNodes != 0 || res.Steps.Min < 40 {
+		t.Errorf("steps %+v, %d stalled", res.Steps, res.StalledNodes)
+	}
+	// 5-40 ms one way: a step query's round trip takes at least 10 ms of
+	// virtual time, more when it queues behind updates on a node's link.
+	if rtt := res.SampleRTTMs.P50; rtt < 10 || rtt > 1000 {
+		t.Errorf("step query round trip p50 %.1f ms: the links' latency and bandwidth take 10 ms to 1 s", rtt)
+	}
+	// The halves found each other again: the estimates are back.
+	if e := res.Population.MedianRelError; !(e < 0.1) {
+		t.Errorf("population error median %.2f 30 s after the partition healed", e)
+	}
+	if res.Accuracy == nil || !(res.Accuracy.Final > 0.8) {
+		t.Errorf("MNIST logistic regression did not train: %+v", res.Accuracy)
+	}
+}

@@ -122,11 +122,16 @@ func (n *Net) Latency(a, b peer.ID) time.Duration {
 // shaped reports whether streams need the wrapper (latency or bandwidth).
 func (n *Net) shaped() bool { return n.cfg.LatencyMax > 0 || n.cfg.Bandwidth > 0 }
 
+// errHostClosed is a write's error when its host closes while the write
+// waits for bandwidth.
+var errHostClosed = errors.New("memnet: host closed")
+
 // transmit blocks for the time size bytes take through src's uplink and
-// dst's downlink, after whatever they are already carrying.
-func (n *Net) transmit(src, dst peer.ID, size int) {
+// dst's downlink, after whatever they are already carrying, or until done
+// is closed (the writer's host closed).
+func (n *Net) transmit(src, dst peer.ID, size int, done <-chan struct{}) error {
 	if n.cfg.Bandwidth <= 0 || size <= 0 {
-		return
+		return nil
 	}
 	d := time.Duration(float64(size) / n.cfg.Bandwidth * float64(time.Second))
 	n.bwMu.Lock()
@@ -139,10 +144,17 @@ func (n *Net) transmit(src, dst peer.ID, size int) {
 	if down.down.After(start) {
 		start = down.down
 	}
-	done := start.Add(d)
-	up.up, down.down = done, done
+	end := start.Add(d)
+	up.up, down.down = end, end
 	n.bwMu.Unlock()
-	time.Sleep(done.Sub(now))
+	tm := time.NewTimer(end.Sub(now))
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+		return nil
+	case <-done:
+		return errHostClosed
+	}
 }
 
 func (n *Net) pipesLocked(p peer.ID) *pipes {
@@ -160,6 +172,7 @@ func (n *Net) Close() error {
 	var cms []*bcm.BasicConnMgr
 	for _, h := range n.hosts {
 		cms = append(cms, h.cm)
+		h.markClosed()
 	}
 	clear(n.hosts)
 	n.mu.Unlock()
@@ -260,9 +273,14 @@ func (n *Net) Heal() {
 // Host is a mocknet host that links on demand and has a connection manager.
 type Host struct {
 	host.Host
-	net *Net
-	cm  *bcm.BasicConnMgr
+	net       *Net
+	cm        *bcm.BasicConnMgr
+	done      chan struct{} // closed when the host closes
+	closeOnce sync.Once
 }
+
+// markClosed closes h.done once.
+func (h *Host) markClosed() { h.closeOnce.Do(func() { close(h.done) }) }
 
 // NewHost adds a host with connection-manager watermarks low and high.
 func (n *Net) NewHost(low, high int) (*Host, error) {
@@ -296,7 +314,7 @@ func (n *Net) NewHost(low, high int) (*Host, error) {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
 	h.Network().Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm}
+	mh := &Host{Host: h, net: n, cm: cm, done: make(chan struct{})}
 	n.mu.Lock()
 	n.hosts[id] = mh
 	n.mu.Unlock()
@@ -324,7 +342,7 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 	if err != nil || !h.net.shaped() {
 		return s, err
 	}
-	return h.net.wrap(s), nil
+	return h.wrap(s), nil
 }
 
 // ConnManager returns the host's connection manager.
@@ -337,6 +355,7 @@ func (h *Host) ConnManager() connmgr.ConnManager { return h.cm }
 // looking connection to a dead peer.
 func (h *Host) Close() error {
 	id := h.ID()
+	h.markClosed()
 	h.net.mu.Lock()
 	h.net.gone[id] = true
 	delete(h.net.hosts, id)
@@ -368,7 +387,7 @@ func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) 
 		h.Host.SetStreamHandler(pid, handler)
 		return
 	}
-	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.net.wrap(s)) })
+	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.wrap(s)) })
 }
 
 // SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
@@ -377,13 +396,13 @@ func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, 
 		h.Host.SetStreamHandlerMatch(pid, m, handler)
 		return
 	}
-	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.net.wrap(s)) })
+	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.wrap(s)) })
 }
 
-func (n *Net) wrap(s network.Stream) network.Stream {
+func (h *Host) wrap(s network.Stream) network.Stream {
 	c := s.Conn()
 	local, remote := c.LocalPeer(), c.RemotePeer()
-	return &shapedStream{Stream: s, net: n, local: local, remote: remote, latency: n.Latency(local, remote)}
+	return &shapedStream{Stream: s, host: h, local: local, remote: remote, latency: h.net.Latency(local, remote)}
 }
 
 // shapedStream holds every write for its share of the hosts' bandwidth,
@@ -393,7 +412,7 @@ func (n *Net) wrap(s network.Stream) network.Stream {
 // a slow link in no time.
 type shapedStream struct {
 	network.Stream
-	net           *Net
+	host          *Host
 	local, remote peer.ID
 	latency       time.Duration
 	mu            sync.Mutex
@@ -401,7 +420,9 @@ type shapedStream struct {
 }
 
 func (s *shapedStream) Write(b []byte) (int, error) {
-	s.net.transmit(s.local, s.remote, len(b))
+	if err := s.host.net.transmit(s.local, s.remote, len(b), s.host.done); err != nil {
+		return 0, err
+	}
 	s.mu.Lock()
 	s.last = time.Now()
 	s.mu.Unlock()
@@ -412,8 +433,14 @@ func (s *shapedStream) settle() {
 	s.mu.Lock()
 	wait := time.Until(s.last.Add(s.latency))
 	s.mu.Unlock()
-	if wait > 0 {
-		time.Sleep(wait)
+	if wait <= 0 {
+		return
+	}
+	tm := time.NewTimer(wait)
+	defer tm.Stop()
+	select {
+	case <-tm.C:
+	case <-s.host.done:
 	}
 }
 
