@@ -55,13 +55,23 @@ type Config struct {
 	// JoinTimeout bounds connecting to the bootstrap peers in New.
 	JoinTimeout time.Duration
 
-	// PoolSize is the number of verified peers the sampler draws from. The
-	// pool is kept a uniform random subset of all known live peers
-	// (reservoir sampling over discoveries plus rotation), so Sample is
-	// uniform over the population. It must be at least the largest β used.
+	// LivenessWindow is how long first-hand evidence of life (the peer
+	// answered us, connected to us, or was reported with MarkAlive) keeps a
+	// peer that we hold no connection to drawable by Sample. A peer that
+	// departs is drawn at most this long after it was last heard from;
+	// connected peers are drawable as long as the connection lasts.
+	LivenessWindow time.Duration
+
+	// PoolSize is the number of peers kept connected and verified: a
+	// uniform random subset of all known live peers (reservoir sampling
+	// over discoveries plus rotation), whose connections are protected at
+	// both ends. They are always drawable, so Sample has at least PoolSize
+	// peers to draw from whatever else the node hears, and their departures
+	// are seen at once. Sample draws from every drawable peer, not only
+	// from the pool.
 	PoolSize int
 	// RotateInterval is how often one pool member is swapped for a random
-	// other known peer, so successive samples range over everyone.
+	// other known peer (a probe that also refreshes its evidence of life).
 	RotateInterval time.Duration
 	// MaintainInterval is the period of housekeeping: syncing the routing
 	// table into the member set, watching the estimator's zone, expiring
@@ -71,8 +81,9 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// ProbeConcurrency is the number of concurrent liveness probes.
 	ProbeConcurrency int
-	// DegreeRefresh is how often a pool member is asked again how many
-	// pools hold it (pool.go); Sample weights it by the answer.
+	// DegreeRefresh is how often a pool member is told again that our pool
+	// holds it (a pool join, pool.go), which renews its hold on us and
+	// returns its in-degree.
 	DegreeRefresh time.Duration
 	// DeadHold is how long a peer found dead ignores third-party sightings
 	// (other nodes' stale routing tables). First-hand evidence (it connects
@@ -139,6 +150,7 @@ func DefaultConfig() Config {
 		WarmupPeriod:       20 * time.Second,
 		QueryTimeout:       10 * time.Second,
 		JoinTimeout:        15 * time.Second,
+		LivenessWindow:     20 * time.Second,
 		PoolSize:           64,
 		RotateInterval:     2 * time.Second,
 		MaintainInterval:   5 * time.Second,
@@ -220,7 +232,7 @@ func (c *Config) validate() error {
 		"WarmupWalkInterval": c.WarmupWalkInterval, "QueryTimeout": c.QueryTimeout,
 		"JoinTimeout": c.JoinTimeout, "RotateInterval": c.RotateInterval,
 		"MaintainInterval": c.MaintainInterval, "ProbeTimeout": c.ProbeTimeout,
-		"DegreeRefresh":  c.DegreeRefresh,
+		"DegreeRefresh": c.DegreeRefresh, "LivenessWindow": c.LivenessWindow,
 		"EstimateWindow": c.EstimateWindow, "ReportMaxAge": c.ReportMaxAge,
 	} {
 		if d <= 0 {

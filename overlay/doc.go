@@ -75,38 +75,65 @@
 //
 // # Sampler
 //
-// Sample(ctx, β) returns β distinct verified live peers other than self,
-// uniformly at random, in microseconds and without network I/O. It draws
-// from a pool of PoolSize (64) peers that is kept a uniform random subset
-// of every known live peer:
+// PSP's barrier check draws β peers uniformly at random, without
+// replacement, from the whole population, and a node that must wait checks
+// again with a fresh sample. Sample(ctx, β) does that over the peers this
+// node knows to be alive, in microseconds and without network I/O: every
+// call is a new uniform draw from every drawable peer, independent of the
+// calls before it. A known peer is drawable when it has shown first-hand
+// signs of life (see Liveness) and either
 //
-//   - the member set holds every peer learnt from walks (those that
-//     answered, and those they named), the routing table, identify and
-//     connections;
-//   - reservoir sampling over the stream of new members: while the pool has
-//     room every peer enters, after that a new peer enters with probability
-//     PoolSize/|members| replacing a uniform pool member, so early
-//     discoveries (bootstrap peers, XOR neighbours) are not favoured;
-//   - every RotateInterval (2 s) a uniform pool member is swapped for a
-//     uniform non-pool member, so over time every peer passes through;
-//   - a peer enters the pool only after a successful probe (a pool join),
-//     and the connection is then protected in the connection manager, by
-//     both ends.
+//   - a connection to it is open: its departure would close the connection,
+//     which the host reports at once; or
+//   - its last first-hand evidence of life is younger than LivenessWindow
+//     (20 s).
 //
-// Drawing β uniformly from a uniform random subset is uniform for each node.
-// Across the network, though, the number of pools that hold a peer (its
-// in-degree) varies like Poisson(PoolSize), and a peer in more pools is
-// drawn more often: at 1000 nodes with pools of 64 that alone puts the
-// pooled selection frequency at about 1.5× the mean for the most drawn
-// peer. So a node announces to a peer when its pool takes it in and lets it
-// go (the pool protocol /psp/<job>/pool/1.0.0, pool.go; the announcement is
-// also the liveness probe that admits the peer), the peer answers with its
-// in-degree, and Sample draws without replacement with weight
-// PoolSize/in-degree, clamped to [1/4, 4] so that a peer lying about its
-// in-degree gains at most 4×. Sample fails with ErrNotEnoughPeers when fewer
-// than β pool members are verified; PoolSize must be at least the largest
-// β. Peers returns every known live peer, for "BSP = sample everyone I
-// know".
+// A lagging peer is thus in any one of a node's samples with probability
+// β/D, D the number of drawable peers, whatever was drawn before. Drawing
+// from a small set instead is uniform on average but correlates a node's
+// successive checks: with a pool of 32 of 200 nodes that rotates one member
+// every 2 s, a lagging pool member is in each sample with probability
+// 10/32 rather than 10/199, holds its holders back check after check, and
+// measured on the virtual clock cost pBSP(10) about 5 % of its pace
+// against the simulator. Drawable peers come from everything that shows a
+// peer alive: connections (the pool's, the zone's, peers that connect to
+// us), the node's own traffic (every step query answered, every query
+// received: MarkAlive) and the peers that answer our walks. Sample fails
+// with ErrNotEnoughPeers when fewer than β are drawable. Peers returns
+// every known peer with first-hand signs of life at any time, for "BSP =
+// sample everyone I know".
+//
+// The pool. PoolSize (64) peers are kept connected and verified: a uniform
+// random subset of every known live peer, kept so by reservoir sampling
+// over the stream of new members (while the pool has room every peer
+// enters; after that a new peer enters with probability PoolSize/|members|
+// replacing a uniform pool member, so early discoveries are not favoured)
+// and by swapping a uniform pool member for a uniform non-pool member every
+// RotateInterval (2 s). A peer enters only after a successful probe, a
+// pool join (/psp/<job>/pool/1.0.0, pool.go), and the connection is then
+// protected in the connection manager by both ends. Pool members are always
+// drawable, so Sample has at least PoolSize peers to draw from however
+// quiet the node is, and their departures are seen at once; each rotation
+// is also a probe of a uniformly chosen peer. The join's reply carries the
+// peer's in-degree (how many pools hold it, Status.InDegree); nothing is
+// weighted by it any more, but the wire format is unchanged.
+//
+// What a node knows is not a uniform subset of the population when it
+// does not know everyone: it knows every peer near it in the ID space (its
+// zone and deep routing-table buckets) but only some of the far ones, and
+// it hears from peers that contact it. Sample nevertheless gives every
+// drawable peer the same weight. Weights that restored each region of the
+// ID space to its share of the population (the inverse of the share of
+// that region that is drawable) would draw the far peers a node knows more
+// often, in the same proportion as they are under-represented: the peer
+// most likely to be in any one sample, which is what correlates successive
+// checks, would be drawn more often, not less, and a peer's speed does not
+// depend on its ID, so the barrier gains nothing from the region's share.
+// Equal weights minimise the largest chance any one peer has to be in a
+// sample (β/D); the way to bring D towards N is to know more peers, which
+// the walks do (members/N reaches about 1 at a few hundred nodes within a
+// minute). RESULTS.md has the harness's measurement of the draws by common
+// prefix length with the drawer.
 //
 // Every random choice the overlay makes (the pool's draws, Sample, walk and
 // refresh keys, which dead peers to dial again, the jitter of its periods)
@@ -117,14 +144,20 @@
 //
 // Evidence of life is first-hand only: a peer answered one of our queries,
 // completed identify advertising our DHT protocol, connected to us, or the
-// node reported it with MarkAlive. When a pool or zone peer disconnects it
-// leaves the sampler at once and is probed (dialled, ProbeTimeout 3 s); a
-// failed probe marks it dead. MarkDead (the node calls it when a step
-// query times out) does the same without probing. A dead peer leaves the
-// pool (which is refilled), the routing table and the reports. Other
-// nodes' stale routing tables keep naming departed peers, so third-party
-// sightings are ignored for DeadHold (2 minutes); first-hand evidence
-// revives a peer at once, so rejoining peers return.
+// node reported it with MarkAlive. A departed peer stops being drawn
+// without anyone probing it: its connections close (which makes it
+// undrawable unless it was heard from within LivenessWindow), and a peer
+// we hold no connection to ages out LivenessWindow after its last
+// evidence. So no departed peer is drawn more than LivenessWindow after it
+// was last heard from, at no cost in probes whatever N. When a pool or zone
+// peer disconnects it is probed as well (dialled, ProbeTimeout 3 s), and a
+// failed probe marks it dead. MarkDead (the node calls it when a step query
+// fails) does the same without probing: a departed peer that the node
+// draws within LivenessWindow costs one failed query and a replacement
+// draw. A dead peer leaves the pool (which is refilled), the routing table
+// and the reports. Other nodes' stale routing tables keep naming departed
+// peers, so third-party sightings are ignored for DeadHold (2 minutes);
+// first-hand evidence revives a peer at once, so rejoining peers return.
 //
 // # Scale
 //

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -204,9 +205,9 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
 	logf("estimator detail: %s", detailSummary(live(), float64(n)))
 	logf("in-degree (pools holding a node): %s", inDegreeSummary(live()))
-	coverage, rtAvg, connAvg := membershipStats(live(), n)
-	logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
-		estMed, estP95, locMed, locP95, estFail, coverage, rtAvg, connAvg, cores)
+	coverage, drawable, rtAvg, connAvg := membershipStats(live(), n)
+	logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, drawable/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
+		estMed, estP95, locMed, locP95, estFail, coverage, drawable, rtAvg, connAvg, cores)
 
 	// Sampling: 10 rounds in which every node calls Sample(β=10): 100·N
 	// picks pooled. Once with rounds 1 s apart (the pools, which rotate one
@@ -216,6 +217,7 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	// each pool rotates half its members: what a barrier sees over time).
 	samplePass := func(gap time.Duration) (maxm, minm, chi2, p float64, lat []time.Duration, errs int) {
 		counts := make(map[peer.ID]int, n)
+		byCPL := newCPLBias(live())
 		for round := range 10 {
 			if round > 0 {
 				time.Sleep(gap)
@@ -230,9 +232,11 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 				}
 				for _, p := range s {
 					counts[p]++
+					byCPL.pick(nd.h.ID(), p)
 				}
 			}
 		}
+		logf("draws by common-prefix length with the drawer, observed/uniform: %s", byCPL)
 		cs := make([]int, 0, n)
 		for _, nd := range nodes {
 			cs = append(cs, counts[nd.h.ID()])
@@ -425,15 +429,78 @@ func detailSummary(nodes []*hnode, n float64) string {
 		med(z), len(z), med(o), len(o), med(f), len(f))
 }
 
-func membershipStats(nodes []*hnode, n int) (coverage, rt, conns float64) {
+// membershipStats gives the nodes' mean share of the population known
+// (members) and drawable by Sample (self included in both), routing-table
+// size and open connections.
+func membershipStats(nodes []*hnode, n int) (coverage, drawable, rt, conns float64) {
 	for _, nd := range nodes {
 		st := nd.o.Status()
 		coverage += float64(st.Members+1) / float64(n)
+		drawable += float64(st.Drawable+1) / float64(n)
 		rt += float64(st.RoutingTableSize)
 		conns += float64(len(nd.h.Network().Conns()))
 	}
 	k := float64(len(nodes))
-	return coverage / k, rt / k, conns / k
+	return coverage / k, drawable / k, rt / k, conns / k
+}
+
+// cplBias compares the common-prefix lengths (CPL) of drawer and drawn
+// peer with what uniform draws over the live nodes would give: routing
+// tables and zones hold every peer near a node in ID space but only some of
+// the far ones, so a sampler drawing from what a node knows over-draws
+// near peers (high CPL) unless it knows nearly everyone.
+type cplBias struct {
+	keys     map[peer.ID][]byte
+	share    map[peer.ID]*[cplBins]float64 // per drawer: the live population's share in each bin
+	observed [cplBins]float64
+	expected [cplBins]float64
+}
+
+const cplBins = 6 // CPL 0, 1, 2, 3, 4, ≥ 5
+
+func newCPLBias(live []*hnode) *cplBias {
+	b := &cplBias{keys: make(map[peer.ID][]byte, len(live)), share: make(map[peer.ID]*[cplBins]float64, len(live))}
+	for _, nd := range live {
+		b.keys[nd.h.ID()] = kb.ConvertPeerID(nd.h.ID())
+	}
+	for _, a := range live {
+		var sh [cplBins]float64
+		ka := b.keys[a.h.ID()]
+		for _, c := range live {
+			if c != a {
+				sh[min(cpl(ka, b.keys[c.h.ID()]), cplBins-1)]++
+			}
+		}
+		for i := range sh {
+			sh[i] /= float64(len(live) - 1)
+		}
+		b.share[a.h.ID()] = &sh
+	}
+	return b
+}
+
+func (b *cplBias) pick(drawer, p peer.ID) {
+	sh, ok := b.share[drawer]
+	kp, ok2 := b.keys[p]
+	if !ok || !ok2 {
+		return
+	}
+	b.observed[min(cpl(b.keys[drawer], kp), cplBins-1)]++
+	for i := range sh {
+		b.expected[i] += sh[i]
+	}
+}
+
+func (b *cplBias) String() string {
+	var parts []string
+	for i := range b.observed {
+		label := strconv.Itoa(i)
+		if i == cplBins-1 {
+			label = "≥" + label
+		}
+		parts = append(parts, fmt.Sprintf("%s: %.2f", label, b.observed[i]/b.expected[i]))
+	}
+	return strings.Join(parts, ", ")
 }
 
 // inDegreeSummary gives the spread of the nodes' in-degrees (how many pools

@@ -57,7 +57,8 @@ func (o *Overlay) eventLoop(sub event.Subscription) {
 				}
 				m, known := o.members[ev.Peer]
 				if known {
-					if ev.Connectedness == network.Connected {
+					m.connected = ev.Connectedness == network.Connected
+					if m.connected {
 						o.touchLocked(ev.Peer, true, now)
 					} else if !m.dead && (m.poolIdx >= 0 || o.protected[m.id]) {
 						// A pool member dropped our join with the
@@ -258,10 +259,10 @@ func (o *Overlay) maintain() {
 		if m.verified && !o.connected(m.id) {
 			m.verified = false
 		}
-		// Unverified members are probed; the others join again once their
-		// in-degree is old (degreeRefresh), which also keeps our place in
-		// their count.
-		if !m.verified || m.degreeAt.IsZero() || now.Sub(m.degreeAt) > o.degreeRefresh(m) {
+		// Unverified members are probed; the others join again every
+		// DegreeRefresh, which keeps our place in their count (a hold not
+		// renewed for 3 × DegreeRefresh lapses, pool.go).
+		if !m.verified || m.degreeAt.IsZero() || now.Sub(m.degreeAt) > o.cfg.DegreeRefresh {
 			o.enqueueProbeLocked(m)
 		}
 	}

@@ -13,10 +13,14 @@ import (
 // member is one known peer.
 type member struct {
 	id        peer.ID
-	key       []byte // SHA-256 of the peer ID: its DHT key
-	cpl       int    // common-prefix length with self
-	confirmed time.Time
+	key       []byte    // SHA-256 of the peer ID: its DHT key
+	cpl       int       // common-prefix length with self
+	confirmed time.Time // last first-hand evidence of life (zero: none yet)
 	seenAt    time.Time
+	// connected follows the host's connectedness events: while a
+	// connection is open the peer stays drawable by Sample whatever the age
+	// of its evidence, since its departure would close the connection.
+	connected bool
 	dead      bool
 	deadAt    time.Time
 	retryAt   time.Time // next revival probe while dead
@@ -42,7 +46,7 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 	m, ok := o.members[p]
 	if !ok {
 		key := kb.ConvertPeerID(p)
-		m = &member{id: p, key: key, cpl: cpl(o.selfKey, key), liveIdx: -1, poolIdx: -1}
+		m = &member{id: p, key: key, cpl: cpl(o.selfKey, key), liveIdx: -1, poolIdx: -1, connected: o.connected(p)}
 		o.members[p] = m
 		m.dead = true // becomes live below
 	}

@@ -64,6 +64,7 @@ type Overlay struct {
 	members   map[peer.ID]*member
 	live      []*member
 	pool      []*member
+	drawBuf   []*member // Sample's scratch space
 	protected map[peer.ID]bool
 	lookups   []lookupSample
 	reports   map[peer.ID]report

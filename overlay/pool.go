@@ -17,22 +17,22 @@ import (
 
 // Pool announcements: /psp/<job>/pool/1.0.0.
 //
-// Every node draws its samples from a pool of PoolSize peers, a uniform
-// random subset of the peers it knows. Independent pools are uniform for
-// each node, but across the network the number of pools that hold a peer
-// (its in-degree) is Binomial, about Poisson(PoolSize): a peer in 1.4× the
-// mean number of pools is picked 1.4× as often. At 1000 nodes with pools of
-// 64 that spread alone put the pooled selection frequency at max/mean ≈ 1.5
-// and min/mean ≈ 0.55.
+// Every node keeps a pool of PoolSize peers, a uniform random subset of the
+// peers it knows, connected and verified (sampler.go). A node tells a peer
+// when it takes it into its pool (join) and when it lets it go (leave); the
+// peer protects the connection while a pool holds it (so that neither end's
+// connection manager trims a connection whose closing is how departures
+// are seen), counts the pools that hold it (its in-degree, Status.InDegree)
+// and answers each join with that count. The join doubles as the liveness
+// probe that admits a peer to the pool, and it is repeated every
+// DegreeRefresh to renew the hold.
 //
-// So a node tells a peer when it takes it into its pool (join) and when it
-// lets it go (leave); the peer counts the pools that hold it and answers
-// each join with that count. Sample then draws pool members with weight
-// PoolSize/in-degree (clamped to [1/4, 4], so a peer lying about its
-// in-degree gains at most 4×): a peer held by many pools is drawn less by
-// each, and every peer ends up drawn about equally often. The join doubles
-// as the liveness probe that admits a peer to the pool, and a join is
-// repeated every DegreeRefresh to keep the count current.
+// Sample used to draw from the pool alone, weighting each member by
+// PoolSize/in-degree to undo the spread of in-degrees across the network.
+// It now draws from every peer known to be alive, with equal weights, so
+// the in-degree no longer weighs anything; it is still counted, reported
+// and sent, and the wire format is unchanged, so that nodes of either kind
+// interoperate.
 //
 // Wire format (frames as in the node's protocols: a uvarint length, then the
 // body; a body starts with a version byte; integers big-endian):
@@ -55,8 +55,6 @@ const (
 	poolRequestLn = 10
 	poolReplyLen  = 6
 	maxPoolFrame  = 16
-	// minWeight and maxWeight bound a pool member's draw weight.
-	minWeight, maxWeight = 0.25, 4.0
 	// inTag protects connections of peers whose pools hold us: their
 	// departure must show at once, and trimming the connection would only
 	// make the peer dial and join again.
@@ -262,28 +260,4 @@ func (o *Overlay) poolRequest(p peer.ID, op byte, seq uint64) ([]byte, error) {
 	}
 	_ = s.Close()
 	return b, nil
-}
-
-// weight is a pool member's draw weight: PoolSize over its in-degree,
-// clamped, or 1 while its in-degree is unknown.
-func (o *Overlay) weight(m *member) float64 {
-	if m.inDegree <= 0 {
-		return 1
-	}
-	return min(maxWeight, max(minWeight, float64(o.cfg.PoolSize)/float64(m.inDegree)))
-}
-
-// degreeRefresh is how long m's in-degree counts before m is asked again:
-// DegreeRefresh, shortened in proportion for a member held by fewer pools
-// than PoolSize, down to a quarter. Such a member is usually a newcomer
-// whose in-degree is still growing, and its weight is the largest, so a
-// stale count would over-draw it (at 1000 nodes, in-degrees taken at the
-// join and kept for minutes had the last quarter of joiners drawn 1.1× the
-// mean and the first 0.83×).
-func (o *Overlay) degreeRefresh(m *member) time.Duration {
-	if m.inDegree <= 0 {
-		return o.cfg.DegreeRefresh
-	}
-	f := min(1, max(0.25, float64(m.inDegree)/float64(o.cfg.PoolSize)))
-	return time.Duration(f * float64(o.cfg.DegreeRefresh))
 }

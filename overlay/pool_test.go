@@ -2,9 +2,7 @@ package overlay
 
 import (
 	"bytes"
-	"context"
 	"errors"
-	"math"
 	"testing"
 	"time"
 
@@ -89,72 +87,6 @@ func FuzzPoolMessages(f *testing.F) {
 	})
 }
 
-// TestSampleWeighted checks that Sample draws pool members in proportion
-// to PoolSize/in-degree: with one draw at a time, members held by four
-// times as many pools come up a sixteenth as often as the least held (the
-// weights clamp at 1/4 and 4).
-func TestSampleWeighted(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.PoolSize = 16
-	cfg.Seed = 5
-	o := bareOverlay(t, cfg)
-	now := time.Now()
-	for _, p := range synthPeers(t, 5, cfg.PoolSize) {
-		o.touchLocked(p, true, now)
-	}
-	verifyPool(o)
-	degree := map[peer.ID]int{}
-	for i, m := range o.pool {
-		switch i % 3 {
-		case 0:
-			m.inDegree = 4 * cfg.PoolSize // weight 1/4
-		case 1:
-			m.inDegree = cfg.PoolSize // weight 1
-		default:
-			m.inDegree = cfg.PoolSize / 4 // weight 4
-		}
-		degree[m.id] = m.inDegree
-	}
-	counts := map[int]float64{}
-	const draws = 60000
-	for range draws {
-		s, err := o.Sample(context.Background(), 1)
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts[degree[s[0]]]++
-	}
-	members := map[int]float64{}
-	for _, d := range degree {
-		members[d]++
-	}
-	per := func(d int) float64 { return counts[d] / members[d] }
-	low, mid, high := per(4*cfg.PoolSize), per(cfg.PoolSize), per(cfg.PoolSize/4)
-	t.Logf("draws per member: in-degree ×4 %.0f, ×1 %.0f, ×1/4 %.0f", low, mid, high)
-	if r := mid / low; math.Abs(r-4) > 0.4 {
-		t.Errorf("weight 1 against 1/4: ratio %.2f, want 4", r)
-	}
-	if r := high / mid; math.Abs(r-4) > 0.4 {
-		t.Errorf("weight 4 against 1: ratio %.2f, want 4", r)
-	}
-
-	// Without replacement: asking for the whole pool returns each member once.
-	s, err := o.Sample(context.Background(), cfg.PoolSize)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[peer.ID]bool{}
-	for _, p := range s {
-		if seen[p] {
-			t.Fatalf("duplicate %s", p)
-		}
-		seen[p] = true
-	}
-	if len(seen) != cfg.PoolSize {
-		t.Fatalf("got %d distinct members, want %d", len(seen), cfg.PoolSize)
-	}
-}
-
 // TestInDegreeCounts runs 24 in-memory overlays with pools of 6 and checks
 // that every node's in-degree (how many pools hold it, from the joins and
 // leaves it received) equals the truth read off every pool, that pool
@@ -225,24 +157,4 @@ func testInDegreeCounts(t *testing.T) {
 		_ = o.h.Close()
 	}
 	eventually(t, 20*time.Second, "in-degrees to follow departures", consistent)
-}
-
-func TestDegreeRefresh(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.PoolSize, cfg.DegreeRefresh = 64, time.Minute
-	o := &Overlay{cfg: cfg}
-	for _, c := range []struct {
-		inDegree int
-		want     time.Duration
-	}{
-		{0, time.Minute},       // unknown: the full period
-		{8, 15 * time.Second},  // far below PoolSize: a quarter
-		{32, 30 * time.Second}, // half PoolSize: half the period
-		{64, time.Minute},      // at PoolSize
-		{500, time.Minute},     // above: never longer
-	} {
-		if got := o.degreeRefresh(&member{inDegree: c.inDegree}); got != c.want {
-			t.Errorf("in-degree %d: refresh after %v, want %v", c.inDegree, got, c.want)
-		}
-	}
 }

@@ -1,21 +1,20 @@
 package overlay
 
 import (
-	"cmp"
 	"context"
 	"fmt"
-	"math"
-	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// Sample returns beta distinct verified live peers other than self, drawn
-// uniformly at random. It never blocks on the network: the draw is from the
-// in-memory pool, which is kept a uniform random subset of every known live
-// peer. It fails with ErrNotEnoughPeers when fewer than beta are available
-// (raise PoolSize if beta exceeds it) and with ctx's error if ctx is done.
+// Sample returns beta distinct live peers other than self, drawn uniformly
+// at random, without replacement, from every peer this node knows to be
+// alive now (drawable): a peer it holds a connection to, or one that gave
+// first-hand evidence of life within LivenessWindow. Every call is a fresh
+// draw from that whole set, independent of earlier calls. It never blocks
+// on the network. It fails with ErrNotEnoughPeers when fewer than beta
+// peers are drawable, and with ctx's error if ctx is done.
 func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if beta < 0 {
 		return nil, fmt.Errorf("overlay: negative sample size %d", beta)
@@ -26,34 +25,41 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if beta == 0 {
 		return []peer.ID{}, nil
 	}
+	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed {
 		return nil, ErrClosed
 	}
-	// Weighted sampling without replacement (Efraimidis and Spirakis): each
-	// member gets the key log(u)/w for a uniform u and its weight w, and the
-	// beta largest keys win. Weights undo the spread of how many pools
-	// hold each peer (pool.go); with every weight 1 this is a uniform draw.
-	type keyed struct {
-		id  peer.ID
-		key float64
-	}
-	cand := make([]keyed, 0, len(o.pool))
-	for _, m := range o.pool {
-		if m.verified && !m.dead {
-			cand = append(cand, keyed{m.id, math.Log(1-o.rng.Float64()) / o.weight(m)})
+	cand := o.drawBuf[:0]
+	for _, m := range o.live {
+		if o.drawableLocked(m, now) {
+			cand = append(cand, m)
 		}
 	}
+	o.drawBuf = cand[:0]
 	if len(cand) < beta {
-		return nil, fmt.Errorf("%w: want %d, have %d verified (pool size %d)", ErrNotEnoughPeers, beta, len(cand), o.cfg.PoolSize)
+		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(cand), len(o.live))
 	}
-	slices.SortFunc(cand, func(a, b keyed) int { return cmp.Compare(b.key, a.key) })
+	// A partial Fisher–Yates shuffle: the first beta of cand become a
+	// uniform draw without replacement.
 	out := make([]peer.ID, beta)
 	for i := range out {
+		j := i + o.rng.IntN(len(cand)-i)
+		cand[i], cand[j] = cand[j], cand[i]
 		out[i] = cand[i].id
 	}
+	clear(cand) // drop the references the buffer would otherwise keep
 	return out, nil
+}
+
+// drawableLocked reports whether Sample may draw the live member m at now:
+// m has shown first-hand signs of life, and either a connection to it is
+// open (its departure would close it) or the evidence is younger than
+// LivenessWindow. A departed peer thus stops being drawn at most
+// LivenessWindow after it last answered, wherever it was known from.
+func (o *Overlay) drawableLocked(m *member, now time.Time) bool {
+	return !m.confirmed.IsZero() && (m.connected || now.Sub(m.confirmed) < o.cfg.LivenessWindow)
 }
 
 // Peers returns every known peer not known to be dead that has shown first-

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -125,8 +126,10 @@ func TestPoolReservoirUniform(t *testing.T) {
 	}
 }
 
-// TestSampleUniform draws β=10 from a rotating pool over a population
-// larger than the pool and checks selection frequencies over 100·N picks.
+// TestSampleUniform draws β=10 from a population of 200 drawable peers,
+// many more than the pool, and checks that every call is a draw without
+// replacement and that selection frequencies over 100·N picks are uniform
+// over the whole population, not over the pool.
 func TestSampleUniform(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.PoolSize = 32
@@ -142,12 +145,9 @@ func TestSampleUniform(t *testing.T) {
 	}
 	verifyPool(o)
 	counts := make([]int, pop)
+	pooled := 0
 	ctx := context.Background()
 	for draws := 0; draws < 100*pop; draws += 10 {
-		for range 150 { // decorrelate successive pools (e^-150/32 ≈ 1 % kept)
-			o.rotateLocked()
-		}
-		verifyPool(o)
 		s, err := o.Sample(ctx, 10)
 		if err != nil {
 			t.Fatal(err)
@@ -162,12 +162,90 @@ func TestSampleUniform(t *testing.T) {
 			}
 			seen[p] = true
 			counts[idx[p]]++
+			if o.members[p].poolIdx >= 0 {
+				pooled++
+			}
 		}
 	}
 	maxm, minm, chi2, p := uniformity(counts)
-	t.Logf("sample: max/mean %.2f min/mean %.2f chi2 %.1f p=%.3f", maxm, minm, chi2, p)
+	t.Logf("sample: max/mean %.2f min/mean %.2f chi2 %.1f p=%.3f; %.3f of picks in the pool", maxm, minm, chi2, p, float64(pooled)/float64(100*pop))
 	if maxm > 1.5 || minm < 0.5 || p < 0.001 {
 		t.Errorf("sampling not uniform: max/mean %.2f min/mean %.2f p=%.2g", maxm, minm, p)
+	}
+	if share := float64(pooled) / float64(100*pop); math.Abs(share-float64(cfg.PoolSize)/pop) > 0.02 {
+		t.Errorf("%.3f of picks in the pool, want its share of the population, %.3f", share, float64(cfg.PoolSize)/pop)
+	}
+}
+
+// TestSampleDrawable checks which known peers Sample draws: those with
+// first-hand evidence of life younger than LivenessWindow, and those with
+// an open connection whatever the age of their evidence; never peers only
+// heard of from others, nor peers whose evidence has aged out and that we
+// hold no connection to (a departed peer drops out that way).
+func TestSampleDrawable(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 4
+	cfg.Seed = 6
+	o := bareOverlay(t, cfg)
+	peers := synthPeers(t, 6, 40)
+	now := time.Now()
+	old := now.Add(-2 * cfg.LivenessWindow)
+	want := map[peer.ID]bool{}
+	o.mu.Lock()
+	for i, p := range peers {
+		switch i % 4 {
+		case 0: // fresh first-hand evidence
+			o.touchLocked(p, true, now)
+			want[p] = true
+		case 1: // old evidence, connected
+			o.touchLocked(p, true, old).connected = true
+			want[p] = true
+		case 2: // old evidence, not connected: aged out
+			o.touchLocked(p, true, old)
+		case 3: // only heard of from others
+			o.touchLocked(p, false, now)
+		}
+	}
+	for _, m := range o.pool { // the pool does not make a peer drawable by itself
+		m.verified = true
+	}
+	o.mu.Unlock()
+	got := map[peer.ID]bool{}
+	for range 500 {
+		s, err := o.Sample(context.Background(), 5)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range s {
+			if !want[p] {
+				t.Fatalf("drew %s, which is not drawable", p.ShortString())
+			}
+			got[p] = true
+		}
+	}
+	if len(got) != len(want) {
+		t.Errorf("drew %d distinct peers, want all %d drawable", len(got), len(want))
+	}
+	if _, err := o.Sample(context.Background(), len(want)+1); !errors.Is(err, ErrNotEnoughPeers) {
+		t.Errorf("beta above the drawable count: err = %v, want ErrNotEnoughPeers", err)
+	}
+	// A connected peer whose connection closes is drawable no more once
+	// its evidence is old; an aged-out one that answers again is drawable.
+	o.mu.Lock()
+	o.members[peers[1]].connected = false
+	o.touchLocked(peers[2], true, time.Now())
+	o.mu.Unlock()
+	for range 300 {
+		s, _ := o.Sample(context.Background(), 5)
+		for _, p := range s {
+			if p == peers[1] {
+				t.Fatal("drew a disconnected peer with old evidence")
+			}
+			got[p] = true
+		}
+	}
+	if !got[peers[2]] {
+		t.Error("a peer that answered again was not drawn")
 	}
 }
 
@@ -223,8 +301,8 @@ func TestDeadAndRevive(t *testing.T) {
 		t.Fatal("revived peer missing from Peers()")
 	}
 
-	if _, err := o.Sample(context.Background(), 9); !errors.Is(err, ErrNotEnoughPeers) {
-		t.Fatalf("beta > pool: err = %v, want ErrNotEnoughPeers", err)
+	if _, err := o.Sample(context.Background(), len(peers)+1); !errors.Is(err, ErrNotEnoughPeers) {
+		t.Fatalf("beta above the live peers: err = %v, want ErrNotEnoughPeers", err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()

@@ -12,6 +12,7 @@ type Status struct {
 	Ready            bool          // joined and the first refresh finished
 	RoutingTableSize int           // peers in the Kademlia routing table
 	Members          int           // known peers not known to be dead
+	Drawable         int           // peers Sample draws from now (sampler.go)
 	Dead             int           // peers currently held as dead
 	Pool             int           // verified peers the sampler draws from
 	InDegree         int           // peers whose pools hold this node (pool.go)
@@ -47,6 +48,12 @@ func (o *Overlay) Status() Status {
 	for _, m := range o.pool {
 		if m.verified {
 			s.Pool++
+		}
+	}
+	now := time.Now()
+	for _, m := range o.live {
+		if o.drawableLocked(m, now) {
+			s.Drawable++
 		}
 	}
 	if o.lastRefresh.IsZero() {
