@@ -128,8 +128,9 @@ func others(steps []Step, self int) []Step {
 	return slices.Concat(steps[:self], steps[self+1:])
 }
 
-// TestIdentities checks the identities of DESIGN.md §3 as properties over
-// random populations.
+// TestIdentities checks the barriers' identities as properties over random
+// populations: pBSP(0) and pSSP(0,s) are ASP; pBSP(β) with β ≥ P−1 is BSP
+// and pSSP(β,s) with β ≥ P−1 is SSP(s); SSP(0) is BSP.
 func TestIdentities(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	const rounds = 3000

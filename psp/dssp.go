@@ -5,7 +5,7 @@ import "math"
 // Dynamic SSP.
 //
 // DSSP (Zhao et al., "Dynamic Stale Synchronous Parallel Distributed Training
-// for Deep Learning"; reference/dssp-notes.md) lets the staleness vary within
+// for Deep Learning", ICDCS 2019) lets the staleness vary within
 // [S_L, S_U]. A worker within S_L steps of the slowest goes on. When the
 // fastest worker gets more than S_L steps ahead, a synchronisation
 // controller grants it r extra iterations, 0 <= r <= S_U-S_L, choosing the r

@@ -38,8 +38,9 @@ func TestDeterministic(t *testing.T) {
 	}
 }
 
-// The identities of DESIGN.md §3, at the level of whole runs: with common
-// random numbers, runs that must decide identically end identically.
+// The barriers' identities (pBSP(0) = ASP, pBSP(β ≥ P−1) = BSP, pSSP(β ≥
+// P−1, s) = SSP(s), ...), at the level of whole runs: with common random
+// numbers, runs that must decide identically end identically.
 func TestIdentities(t *testing.T) {
 	n := 40
 	for _, tc := range []struct{ a, b string }{
