@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -15,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/pspnode/pspnode/internal/jobname"
 )
 
 // ErrClosed is returned by Publish after Close.
@@ -28,8 +28,8 @@ func TopicName(job string) string {
 // Config configures a Gossip. Start from DefaultConfig and set at least Job
 // and ParamCount.
 type Config struct {
-	// Job namespaces the topic: psp/<Job>/updates/1. Non-empty, no '/' or
-	// whitespace.
+	// Job namespaces the topic: psp/<Job>/updates/1. 1 to 64 letters,
+	// digits, '.', '_' or '-' (the rule node and overlay use).
 	Job string
 
 	// ParamCount is the length of the model's parameter vector. Updates of
@@ -71,7 +71,8 @@ type Config struct {
 	// BufferSize is the subscription's queue length.
 	BufferSize int
 
-	// Logger receives debug logs of rejections; nil means slog.Default().
+	// Logger receives debug logs of rejections; nil discards them (as in
+	// node and overlay).
 	Logger *slog.Logger
 
 	// Registerer, if non-nil, gets the package's prometheus counters
@@ -137,8 +138,8 @@ func DefaultConfig() Config {
 }
 
 func (c *Config) check() error {
-	if c.Job == "" || strings.ContainsAny(c.Job, "/ \t\r\n") {
-		return fmt.Errorf("gossip: invalid job name %q", c.Job)
+	if err := jobname.Validate(c.Job); err != nil {
+		return fmt.Errorf("gossip: %w", err)
 	}
 	if c.ParamCount <= 0 {
 		return fmt.Errorf("gossip: ParamCount must be positive, got %d", c.ParamCount)
@@ -162,7 +163,7 @@ func (c *Config) check() error {
 		c.BufferSize = 256
 	}
 	if c.Logger == nil {
-		c.Logger = slog.Default()
+		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math"
-	"regexp"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -14,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/jobname"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -170,13 +170,11 @@ func DefaultConfig() Config {
 	}
 }
 
-var jobRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
-
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	var errs []error
-	if !jobRE.MatchString(c.Job) {
-		errs = append(errs, fmt.Errorf("job %q: want 1-64 letters, digits, '.', '_' or '-'", c.Job))
+	if err := jobname.Validate(c.Job); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Barrier.Validate(); err != nil {
 		errs = append(errs, fmt.Errorf("barrier: %w", err))

@@ -3,13 +3,12 @@ package overlay
 import (
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
-	"strings"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+	"github.com/pspnode/pspnode/internal/jobname"
 )
 
 // Config holds the settings of an Overlay. Start from DefaultConfig and set
@@ -17,7 +16,8 @@ import (
 // few thousand nodes (see the package documentation for the reasoning).
 type Config struct {
 	// Job names the training job. The DHT speaks /psp/<job>/kad/1.0.0, so
-	// nodes of different jobs never share a routing table. Required.
+	// nodes of different jobs never share a routing table. Required: 1 to
+	// 64 letters, digits, '.', '_' or '-' (the rule node and gossip use).
 	Job string
 
 	// BootstrapPeers are peers to join through. Empty for the first node.
@@ -211,9 +211,10 @@ func (c *Config) validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}
+	if err := jobname.Validate(c.Job); err != nil {
+		return bad("%v", err)
+	}
 	switch {
-	case c.Job == "" || strings.ContainsAny(c.Job, "/ \t\n"):
-		return bad("job name %q must be non-empty and contain no '/' or spaces", c.Job)
 	case c.BucketSize < 2:
 		return bad("BucketSize %d < 2", c.BucketSize)
 	case c.Concurrency < 1 || c.Resiliency < 1:
@@ -283,5 +284,5 @@ func (c *Config) logger() *slog.Logger {
 	if c.Logger != nil {
 		return c.Logger
 	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
+	return slog.New(slog.DiscardHandler)
 }
