@@ -132,7 +132,7 @@
 // Equal weights minimise the largest chance any one peer has to be in a
 // sample (β/D); the way to bring D towards N is to know more peers, which
 // the walks do (members/N reaches about 1 at a few hundred nodes within a
-// minute). RESULTS.md has the harness's measurement of the draws by common
+// minute). docs/overlay.md has the harness's measurement of the draws by common
 // prefix length with the drawer.
 //
 // Every random choice the overlay makes (the pool's draws, Sample, walk and
@@ -167,5 +167,5 @@
 // pool, the zone and the peers of current lookups, with a connection
 // manager trimming the rest (the node should give its host one, e.g.
 // connmgr.NewConnManager(150, 250)); in the mocknet harness, links created
-// on first dial instead of LinkAll's N². RESULTS.md has the measurements.
+// on first dial instead of LinkAll's N². docs/overlay.md has the measurements.
 package overlay

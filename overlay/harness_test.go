@@ -30,7 +30,7 @@ import (
 // SharedMachineNodes, 500, the background periods stretch by N/500, as in
 // pspnode testnet).
 // One run per sub-benchmark; use
-// -benchtime=1x. See RESULTS.md for the commands and figures.
+// -benchtime=1x. See docs/overlay.md for the commands and figures.
 //
 //	go test -run '^$' -bench 'BenchmarkOverlay/N=200$' -benchtime=1x -timeout 60m ./overlay/
 
