@@ -334,6 +334,13 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 		fmt.Fprintf(j.stderr, "testnet: done in %s of wall time\n", wall().Round(time.Second))
 	}
 	if j.asJSON {
+		// The JSON carries overload.flagged; the warning still goes to
+		// stderr, where a person reads it.
+		for _, r := range results {
+			if w := r.OverloadWarning(); w != "" {
+				fmt.Fprintln(j.stderr, w)
+			}
+		}
 		enc := json.NewEncoder(j.stdout)
 		enc.SetIndent("", "  ")
 		if len(results) == 1 {
