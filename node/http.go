@@ -59,6 +59,8 @@ type Status struct {
 	ReportsScreened    uint64 `json:"reports_screened"`
 	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 	StreamsRefused     uint64 `json:"streams_refused"`
+	// JoinStatus says whether the node has joined, and if not why.
+	JoinStatus
 }
 
 // Status returns the node's current status.
@@ -73,6 +75,7 @@ func (n *Node) Status() Status {
 		Waiting:           n.waiting.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),
+		JoinStatus:        n.joinStatus(),
 	}
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())
