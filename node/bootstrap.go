@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -413,4 +414,15 @@ func (n *Node) joinStatus() JoinStatus {
 		return JoinStatus{Joined: true}
 	}
 	return n.joiner.status()
+}
+
+// serveHealth answers 200 once the node has joined, 503 with the reason
+// before: a readiness probe.
+func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	st := n.joinStatus()
+	if !st.Joined {
+		http.Error(w, "not joined: "+st.JoinError, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "joined")
 }

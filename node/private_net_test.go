@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -187,6 +189,9 @@ func TestJoinWhenBootstrapStartsLater(t *testing.T) {
 	if st.Joined || !strings.Contains(st.JoinError, "bootstrap peer") || st.JoinAttempts < 1 || st.LastJoinAttempt == "" {
 		t.Fatalf("before the bootstrap node is up: %+v", st.JoinStatus)
 	}
+	if code, body := health(early); code != http.StatusServiceUnavailable || !strings.Contains(body, "not joined") {
+		t.Errorf("/health before joining: %d %q", code, body)
+	}
 	if !waitFor(10*time.Second, func() bool { return early.Status().JoinAttempts >= 3 }) {
 		t.Fatalf("the node did not retry: %+v", early.Status().JoinStatus)
 	}
@@ -202,6 +207,16 @@ func TestJoinWhenBootstrapStartsLater(t *testing.T) {
 	if !waitFor(10*time.Second, func() bool { return slices.Contains(boot.Overlay().Peers(), early.ID()) }) {
 		t.Error("the bootstrap node does not know the early node")
 	}
+	if code, _ := health(early); code != http.StatusOK {
+		t.Errorf("/health once joined: %d", code)
+	}
+}
+
+// health gets a node's /health.
+func health(nd *Node) (int, string) {
+	rec := httptest.NewRecorder()
+	nd.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+	return rec.Code, rec.Body.String()
 }
 
 // A dead first bootstrap address does not hold up the join through a
