@@ -80,14 +80,20 @@ func ParseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 		if err != nil {
 			return nil, fmt.Errorf("bootstrap address %q: %w", s, err)
 		}
-		i := slices.IndexFunc(out, func(o peer.AddrInfo) bool { return o.ID == ai.ID })
-		if i < 0 {
-			out = append(out, *ai)
-		} else {
-			out[i].Addrs = append(out[i].Addrs, ai.Addrs...)
-		}
+		out = addInfo(out, *ai)
 	}
 	return out, nil
+}
+
+// addInfo adds ai to infos, merging its addresses into an entry of the
+// same peer.
+func addInfo(infos []peer.AddrInfo, ai peer.AddrInfo) []peer.AddrInfo {
+	i := slices.IndexFunc(infos, func(o peer.AddrInfo) bool { return o.ID == ai.ID })
+	if i < 0 {
+		return append(infos, ai)
+	}
+	infos[i].Addrs = append(infos[i].Addrs, ai.Addrs...)
+	return infos
 }
 
 // JoinStatus is the join's part of /status.
@@ -369,12 +375,7 @@ func (c Config) bootstrapPeers(self peer.ID) ([]peer.AddrInfo, error) {
 		return nil, err
 	}
 	for _, ai := range c.Overlay.BootstrapPeers {
-		i := slices.IndexFunc(boot, func(o peer.AddrInfo) bool { return o.ID == ai.ID })
-		if i < 0 {
-			boot = append(boot, ai)
-		} else {
-			boot[i].Addrs = append(boot[i].Addrs, ai.Addrs...)
-		}
+		boot = addInfo(boot, peer.AddrInfo{ID: ai.ID, Addrs: slices.Clone(ai.Addrs)})
 	}
 	return slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == self }), nil
 }
