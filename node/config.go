@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
@@ -36,6 +37,16 @@ type Config struct {
 	Host host.Host
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int
+	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
+	// connection is encrypted with it from its first byte, so a peer
+	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
+	// WebRTC cannot carry it): Listen must hold TCP addresses only.
+	// AllowPeers, if not empty, refuses every peer not in it. Both need a
+	// host the node builds (not Host).
+	PSK        pnet.PSK
+	AllowPeers []peer.ID
+	// Join sets the retries of the join and the split check (bootstrap.go).
+	Join JoinConfig
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
@@ -167,6 +178,7 @@ func DefaultConfig() Config {
 		StepStreams:       64,
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
+		Join:              DefaultJoinConfig(),
 	}
 }
 
@@ -188,6 +200,7 @@ func (c Config) Validate() error {
 	if c.Host == nil && len(c.Listen) == 0 {
 		errs = append(errs, errors.New("no listen address"))
 	}
+	errs = append(errs, c.validateNetwork()...)
 	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
 		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
 	}

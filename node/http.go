@@ -59,6 +59,8 @@ type Status struct {
 	ReportsScreened    uint64 `json:"reports_screened"`
 	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 	StreamsRefused     uint64 `json:"streams_refused"`
+	// JoinStatus says whether the node has joined, and if not why.
+	JoinStatus
 }
 
 // Status returns the node's current status.
@@ -73,6 +75,7 @@ func (n *Node) Status() Status {
 		Waiting:           n.waiting.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),
+		JoinStatus:        n.joinStatus(),
 	}
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())
@@ -112,7 +115,8 @@ func (n *Node) Status() Status {
 }
 
 // Handler serves /metrics (Prometheus text format: the psp_* metrics, the
-// gossip counters and go-libp2p's own) and /status (JSON).
+// gossip counters and go-libp2p's own), /status (JSON) and /health (200
+// once the node has joined, 503 and the reason before).
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))
@@ -122,6 +126,7 @@ func (n *Node) Handler() http.Handler {
 		enc.SetIndent("", "  ")
 		_ = enc.Encode(n.Status())
 	})
+	mux.HandleFunc("/health", n.serveHealth)
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path != "/" {
 			http.NotFound(w, r)

@@ -90,6 +90,9 @@ type Node struct {
 	ownNorms  ring
 	held      [][]float64 // updates received before the first own step
 	heldBytes int
+	// joiner keeps the node joined through its bootstrap peers (nil with
+	// none; bootstrap.go).
+	joiner *joiner
 
 	closeOnce sync.Once
 	closeErr  error
@@ -157,6 +160,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
 		}
+		opts = append(opts, newGate(cfg.AllowPeers, n.log, n.reg).hostOptions(cfg)...)
 		h, err := libp2p.New(opts...)
 		if err != nil {
 			// Both run goroutines from their constructors; libp2p closes
@@ -193,11 +197,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
-	ov, err := overlay.New(ctx, n.h, overlayConfig(cfg, n.log))
+	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
-	n.ov = ov
 	n.registerGaugeFuncs()
 
 	if n.task.NumParams() > 0 {
@@ -222,6 +225,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		n.gs = gs
 	}
+	n.startJoiner(joinErr, seed)
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
@@ -424,6 +428,9 @@ func (n *Node) announceLeave() {
 func (n *Node) closeParts() error {
 	if n.endLife != nil {
 		n.endLife()
+	}
+	if n.joiner != nil {
+		n.joiner.wait()
 	}
 	var errs []error
 	if n.gs != nil {

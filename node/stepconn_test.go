@@ -151,7 +151,8 @@ func (h *gatedHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
 // TestStepQueryWhileJoining sends a step query to a node whose New is still
 // joining the overlay: peers can find a joining node in the DHT and query it
 // before New returns. The query must wait for the node and get a proper
-// answer, or be reset if New fails; before the handlers waited, it reached
+// answer, also when the join fails (New then starts the node alone and
+// keeps trying; see bootstrap.go); before the handlers waited, it reached
 // a node without an overlay and crashed the process (a 200-node churn
 // testnet, 2026-11-22).
 func TestStepQueryWhileJoining(t *testing.T) {
@@ -224,15 +225,6 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	if r.nd != nil {
 		t.Cleanup(func() { r.nd.Close() })
 	}
-	if joinErr != nil {
-		if r.err == nil {
-			t.Fatal("New succeeded with its bootstrap unreachable")
-		}
-		if err == nil {
-			t.Fatal("a node whose New failed answered a step query")
-		}
-		return
-	}
 	if r.err != nil {
 		t.Fatalf("New: %v", r.err)
 	}
@@ -241,5 +233,8 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	}
 	if _, err := UnmarshalStepReply(body); err != nil {
 		t.Fatalf("bad answer from a joining node: %v", err)
+	}
+	if joinErr != nil && r.nd.Status().Joined {
+		t.Error("a node whose bootstrap is unreachable says it joined")
 	}
 }

@@ -74,6 +74,7 @@ peers. Run 'pspnode <subcommand> --help' for the flags of each subcommand.`,
 		Subcommands: []*ffcli.Command{
 			runCommand(stdout, stderr),
 			idCommand(stdout, stderr),
+			keygenCommand(stdout, stderr),
 			testnetCommand(stdout, stderr),
 			simCommand(stdout, stderr),
 			boundCommand(stdout, stderr),

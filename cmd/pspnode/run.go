@@ -88,9 +88,11 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
 		logFormat = fs.String("log-format", "text", "text or json (logs go to stderr)")
 		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
+		swarmKey  = fs.String("swarm-key", "", "make the job private: a swarm.key file (kubo's format; 'pspnode keygen --swarm-key FILE' writes one) every node of the job holds; only TCP runs")
+		allow     = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
 	)
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
-	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id>; repeatable or comma-separated (none for the first node)")
+	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
 	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	return &ffcli.Command{
@@ -125,6 +127,9 @@ Example, two nodes on one machine:
 				cfg.Listen = listen
 			}
 			cfg.Bootstrap = bootstrap
+			if err := privateJob(&cfg, *swarmKey, *allow, len(listen) > 0, log); err != nil {
+				return err
+			}
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
 			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, float64(pollShare)
 			if *pollMax <= 0 {

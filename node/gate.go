@@ -1,0 +1,196 @@
+package node
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/control"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/transport"
+	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
+	"github.com/libp2p/go-libp2p/p2p/transport/tcpreuse"
+	libp2pwebrtc "github.com/libp2p/go-libp2p/p2p/transport/webrtc"
+	ws "github.com/libp2p/go-libp2p/p2p/transport/websocket"
+	libp2pwebtransport "github.com/libp2p/go-libp2p/p2p/transport/webtransport"
+	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Refused connections. A connection whose security handshake fails (the
+// peer holds another swarm key, or none, or is no libp2p peer at all) and
+// a connection from a peer outside the allowlist are refused, counted in
+// psp_handshakes_refused_total{reason} and logged, on both sides.
+//
+// go-libp2p reports a failed inbound upgrade to nobody, so the node's TCP
+// transport hands its upgrader connections it watches (watchedConn): the
+// gater marks a connection once its security handshake is done, and a
+// connection closed before that was refused; outbound, an upgrade that
+// fails before it. A dial abandoned mid-handshake (it timed out, or another
+// address of the same peer answered first) is counted too: neither side can
+// tell it from a wrong key, which often shows as a handshake that hangs
+// until the dialler gives up.
+
+// Reasons a connection is refused (the reason label).
+const (
+	refusedHandshake  = "handshake"   // security handshake failed: another swarm key, or none
+	refusedNotAllowed = "not_allowed" // peer not in the allowlist
+)
+
+// gate is the node's connection gater and handshake counter.
+type gate struct {
+	allow   map[peer.ID]bool // nil: every peer
+	log     *slog.Logger
+	refused *prometheus.CounterVec
+}
+
+func newGate(allow []peer.ID, log *slog.Logger, reg prometheus.Registerer) *gate {
+	g := &gate{
+		log: log,
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "psp", Name: "handshakes_refused_total",
+			Help: "Connections refused: reason=handshake, the security handshake failed (another swarm key, or none, or not a libp2p peer); reason=not_allowed, the peer is not in the allowlist.",
+		}, []string{"reason"}),
+	}
+	reg.MustRegister(g.refused)
+	for _, r := range []string{refusedHandshake, refusedNotAllowed} {
+		g.refused.WithLabelValues(r) // export zeros, so a scrape shows the series
+	}
+	if len(allow) > 0 {
+		g.allow = make(map[peer.ID]bool, len(allow))
+		for _, p := range allow {
+			g.allow[p] = true
+		}
+	}
+	return g
+}
+
+// hostOptions are the libp2p options for a real host: the gater, the
+// watched TCP transport, and either the private network (TCP only: QUIC,
+// WebTransport and WebRTC cannot carry a pre-shared key) or go-libp2p's
+// other default transports.
+func (g *gate) hostOptions(cfg Config) []libp2p.Option {
+	opts := []libp2p.Option{
+		libp2p.ConnectionGater(g),
+		libp2p.Transport(func(u transport.Upgrader, rm network.ResourceManager, shared *tcpreuse.ConnMgr) (*tcp.TcpTransport, error) {
+			return tcp.NewTCPTransport(&watchingUpgrader{Upgrader: u, g: g}, rm, shared)
+		}),
+	}
+	if len(cfg.PSK) > 0 {
+		return append(opts, libp2p.PrivateNetwork(cfg.PSK))
+	}
+	return append(opts,
+		libp2p.Transport(libp2pquic.NewTransport),
+		libp2p.Transport(ws.New),
+		libp2p.Transport(libp2pwebtransport.New),
+		libp2p.Transport(libp2pwebrtc.New),
+	)
+}
+
+func (g *gate) allowed(p peer.ID) bool { return g.allow == nil || g.allow[p] }
+
+func (g *gate) refuse(reason string, dir network.Direction, p peer.ID, addr ma.Multiaddr, err error) {
+	g.refused.WithLabelValues(reason).Inc()
+	args := []any{"reason", reason, "direction", dir.String(), "remote", addr}
+	if p != "" {
+		args = append(args, "peer", p)
+	}
+	if err != nil {
+		args = append(args, "err", err)
+	}
+	msg := "refused a connection: security handshake failed (another swarm key, or none?)"
+	if reason == refusedNotAllowed {
+		msg = "refused a connection: peer not in the allowlist"
+	}
+	g.log.Warn(msg, args...)
+}
+
+// InterceptPeerDial refuses to dial peers outside the allowlist.
+func (g *gate) InterceptPeerDial(p peer.ID) bool { return g.allowed(p) }
+
+func (g *gate) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }
+
+func (g *gate) InterceptAccept(network.ConnMultiaddrs) bool { return true }
+
+// InterceptSecured refuses a peer outside the allowlist, and marks a
+// watched connection as past its handshake.
+func (g *gate) InterceptSecured(dir network.Direction, p peer.ID, cm network.ConnMultiaddrs) bool {
+	wc, _ := cm.(*watchedConn)
+	if wc != nil {
+		wc.settle()
+	}
+	if !g.allowed(p) {
+		g.refuse(refusedNotAllowed, dir, p, cm.RemoteMultiaddr(), nil)
+		return false
+	}
+	return true
+}
+
+func (g *gate) InterceptUpgraded(network.Conn) (bool, control.DisconnectReason) { return true, 0 }
+
+// watchingUpgrader is the TCP transport's upgrader: it watches every
+// connection through its handshake.
+type watchingUpgrader struct {
+	transport.Upgrader
+	g *gate
+}
+
+// UpgradeGatedMaListener watches the connections the listener accepts.
+func (u *watchingUpgrader) UpgradeGatedMaListener(t transport.Transport, l transport.GatedMaListener) transport.Listener {
+	return u.Upgrader.UpgradeGatedMaListener(t, &watchingListener{GatedMaListener: l, g: u.g})
+}
+
+// Upgrade (outbound connections) counts an upgrade that failed before the
+// security handshake was done.
+func (u *watchingUpgrader) Upgrade(ctx context.Context, t transport.Transport, c manet.Conn, dir network.Direction, p peer.ID, scope network.ConnManagementScope) (transport.CapableConn, error) {
+	wc := &watchedConn{Conn: c}
+	cc, err := u.Upgrader.Upgrade(ctx, t, wc, dir, p, scope)
+	if err != nil && wc.refused() {
+		u.g.refuse(refusedHandshake, dir, p, c.RemoteMultiaddr(), err)
+	}
+	return cc, err
+}
+
+type watchingListener struct {
+	transport.GatedMaListener
+	g *gate
+}
+
+func (l *watchingListener) Accept() (manet.Conn, network.ConnManagementScope, error) {
+	c, scope, err := l.GatedMaListener.Accept()
+	if err != nil {
+		return c, scope, err
+	}
+	return &watchedConn{Conn: c, onEarlyClose: func() {
+		l.g.refuse(refusedHandshake, network.DirInbound, "", c.RemoteMultiaddr(), nil)
+	}}, scope, nil
+}
+
+// watchedConn is a connection in or past its security handshake.
+type watchedConn struct {
+	manet.Conn
+	// done is set once the handshake is over: secured (the gater saw it),
+	// or refused and counted.
+	done atomic.Bool
+	// onEarlyClose, if set, runs when the connection closes before its
+	// handshake was done (inbound connections).
+	onEarlyClose func()
+}
+
+// settle marks the handshake as secured.
+func (c *watchedConn) settle() { c.done.Store(true) }
+
+// refused marks a connection that failed before its handshake was done:
+// true for the first caller only, who counts it.
+func (c *watchedConn) refused() bool { return c.done.CompareAndSwap(false, true) }
+
+func (c *watchedConn) Close() error {
+	if c.onEarlyClose != nil && c.refused() {
+		c.onEarlyClose()
+	}
+	return c.Conn.Close()
+}
