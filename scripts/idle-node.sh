@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# idle-node.sh: measures what an idle pspnode costs (issue 4's target: < 2 %
+# idle-node.sh: measures what an idle pspnode costs (target: < 2 %
 # of one core and < 50 MB RSS with 50 peers). It starts 1 + PEERS separate
 # `pspnode run` processes on 127.0.0.1, bootstrapped from the first, with the
 # synthetic task time scaled so that no node finishes a step during the run
