@@ -153,6 +153,9 @@ func newJoiner(n *Node, boot []peer.AddrInfo, seed uint64) *joiner {
 		}
 		return 0
 	}))
+	for _, r := range []string{"ok", "failed"} {
+		j.tries.WithLabelValues(r) // export zeros, so a scrape shows the series
+	}
 	return j
 }
 

@@ -23,6 +23,7 @@ type metrics struct {
 	timeouts      prometheus.Counter
 	queryErrors   prometheus.Counter
 	malformed     prometheus.Counter
+	modelBad      prometheus.Counter
 	applied       prometheus.Counter
 	applyRejected prometheus.Counter
 	loss          prometheus.Gauge
@@ -66,6 +67,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		timeouts:      c("samples_timed_out_total", "Step queries that timed out or failed (the peer was replaced)."),
 		queryErrors:   c("step_query_errors_total", "Step queries answered with a malformed reply."),
 		malformed:     c("step_requests_malformed_total", "Malformed step requests received."),
+		modelBad:      c("model_requests_malformed_total", "Malformed model requests received (not one framed version byte)."),
 		applied:       c("updates_applied_total", "Received updates applied to the model."),
 		applyRejected: c("updates_apply_rejected_total", "Received updates the model refused (wrong length, not finite)."),
 		loss:          g("model_loss", "Held-out loss at the last evaluation."),
@@ -85,7 +87,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rtts:         newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
+		m.queryErrors, m.malformed, m.modelBad, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros

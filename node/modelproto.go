@@ -20,7 +20,7 @@ func (n *Node) handleModel(s network.Stream) {
 	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
 	body, err := readFrame(smallReader(s, 8), 8)
 	if err != nil || len(body) != 1 || body[0] != wireVersion {
-		n.m.malformed.Inc()
+		n.m.modelBad.Inc()
 		_ = s.Reset()
 		return
 	}
