@@ -141,7 +141,7 @@ func TestDeployFilesUseExistingFlags(t *testing.T) {
 			t.Error(e)
 		}
 		t.Logf("%s: %d flags checked", f, n)
-		if n == 0 {
+		if n == 0 && filepath.Ext(f) != ".json" { // the Grafana dashboard runs nothing
 			t.Errorf("%s: no pspnode flags found", f)
 		}
 	}
