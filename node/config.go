@@ -144,6 +144,10 @@ type Config struct {
 	// given the same events. With Seed 0 the overlay draws from
 	// crypto/rand.
 	Seed uint64
+	// UserAgent is the identify agent version a host the node builds
+	// advertises; "" is pspnode/<Version()>. IdentifyProtocol is its
+	// protocol version.
+	UserAgent string
 	// Logger receives the node's logs; nil discards them.
 	Logger *slog.Logger
 	// Registry receives the node's metrics; nil makes a private one.

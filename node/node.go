@@ -156,6 +156,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			libp2p.ConnectionManager(cm),
 			libp2p.ResourceManager(rm),
 			libp2p.PrometheusRegisterer(n.reg),
+			libp2p.UserAgent(userAgent(cfg)),
+			libp2p.ProtocolVersion(IdentifyProtocol),
 		}
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))

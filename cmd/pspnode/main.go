@@ -16,10 +16,21 @@ import (
 
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
+
+	"github.com/pspnode/pspnode/node"
 )
 
 // version is set at build time by `make dist` (-X main.version=...).
-var version = "dev"
+var version string
+
+// buildVersion is version, or without it the module version from the Go
+// build information ("devel" for a plain go build in the repository).
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	return node.Version()
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -84,7 +95,7 @@ peers. Run 'pspnode <subcommand> --help' for the flags of each subcommand.`,
 				ShortHelp:  "print the version",
 				FlagSet:    newFlagSet("pspnode version", stderr),
 				Exec: func(context.Context, []string) error {
-					_, err := fmt.Fprintln(stdout, "pspnode", version)
+					_, err := fmt.Fprintln(stdout, "pspnode", buildVersion())
 					return err
 				},
 			},

@@ -187,3 +187,16 @@ func TestTestnetProfiles(t *testing.T) {
 		t.Errorf("stderr does not report the memory split: %q", errs)
 	}
 }
+
+// pspnode version prints the -ldflags version, or without one the module
+// version from the build information, never nothing.
+func TestVersion(t *testing.T) {
+	if code, out, _ := runCLI(t, "version"); code != 0 || out != "pspnode devel\n" {
+		t.Errorf("version without -ldflags: exit %d, %q; want pspnode devel", code, out)
+	}
+	defer func(v string) { version = v }(version)
+	version = "v1.2.3"
+	if _, out, _ := runCLI(t, "version"); out != "pspnode v1.2.3\n" {
+		t.Errorf("version set by -ldflags: %q", out)
+	}
+}

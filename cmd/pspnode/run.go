@@ -123,6 +123,7 @@ Example, two nodes on one machine:
 			}
 			cfg := node.DefaultConfig()
 			cfg.Job, cfg.Barrier, cfg.Logger = *job, barrier.Spec, log
+			cfg.UserAgent = "pspnode/" + buildVersion()
 			if len(listen) > 0 {
 				cfg.Listen = listen
 			}
