@@ -14,6 +14,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/jobname"
 )
 
@@ -105,10 +106,18 @@ type Config struct {
 	// GossipSub holds the router's parameters (mesh degree, heartbeat, ...).
 	GossipSub pubsub.GossipSubParams
 
-	// Drop, if set, is asked for every incoming message before validation;
+	// drop, if set, is asked for every incoming message before validation;
 	// true drops it as if lost on the way (ignored, no score penalty, not
-	// forwarded). Fault injection for testnets; nil in production.
-	Drop func() bool
+	// forwarded). Fault injection for testnets (internal/faults); nil in
+	// production.
+	drop func() bool
+}
+
+func init() {
+	faults.SetGossipDrop = func(cfg any, drop func() bool) { cfg.(*Config).drop = drop }
+	faults.PublishRaw = func(g any, ctx context.Context, data []byte) error {
+		return g.(*Gossip).publishRaw(ctx, data)
+	}
 }
 
 // DefaultConfig returns a configuration for a job of 2..1000 nodes: dense
@@ -447,10 +456,11 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	return nil
 }
 
-// PublishRaw publishes data on the topic as it is, unchecked. It exists for
-// fault injection: testnets use it to play peers that send malformed or
-// hostile updates, so that the receivers' defences can be measured.
-func (g *Gossip) PublishRaw(ctx context.Context, data []byte) error {
+// publishRaw publishes data on the topic as it is, unchecked. It exists for
+// fault injection (internal/faults.PublishRaw): testnets use it to play
+// peers that send malformed or hostile updates, so that the receivers'
+// defences can be measured.
+func (g *Gossip) publishRaw(ctx context.Context, data []byte) error {
 	if g.closed.Load() {
 		return ErrClosed
 	}
@@ -471,7 +481,7 @@ func (g *Gossip) validate(_ context.Context, from peer.ID, msg *pubsub.Message) 
 	if origin == g.self {
 		return pubsub.ValidationIgnore // our own message coming back: already applied
 	}
-	if g.cfg.Drop != nil && g.cfg.Drop() {
+	if g.cfg.drop != nil && g.cfg.drop() {
 		return pubsub.ValidationIgnore
 	}
 	u, err := Validate(msg.GetData(), origin, g.step.Load(), g.lim)

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/jobname"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -125,18 +126,10 @@ type Config struct {
 	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
 	StepStreams int
 
-	// Faults make the node misbehave, for testnets that measure the
-	// defences above. The zero value is an honest node.
-	Faults Faults
-
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
 	// peers are filled in from the fields above.
 	Overlay overlay.Config
 	Gossip  gossip.Config
-
-	// OnSample, if set, is called with every barrier sample the node draws
-	// (testnets count selection frequencies to measure sampling bias).
-	OnSample func(peers []peer.ID)
 
 	// Seed seeds the node's random streams (0: derived from its peer ID)
 	// and, unless Overlay.Seed is set, the overlay's sampling, through a
@@ -152,6 +145,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Registry receives the node's metrics; nil makes a private one.
 	Registry *prometheus.Registry
+
+	// faults make the node misbehave, or report its samples, for testnets
+	// that measure the defences above (set through internal/faults). The
+	// zero value is an honest node.
+	faults faults.Node
 }
 
 // DefaultConfig returns a node configuration for a real network: TCP and

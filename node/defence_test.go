@@ -159,7 +159,7 @@ func TestObserveHedgesSlowPeer(t *testing.T) {
 func testObserveHedgesSlowPeer(t *testing.T) {
 	nodes := memNodes(t, 4, "pssp:2:1", 0.001)
 	a, slow := nodes[0], nodes[2]
-	slow.cfg.Faults.ReplyDelay = time.Second
+	slow.cfg.faults.ReplyDelay = time.Second
 	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
 	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
 		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
@@ -167,10 +167,10 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 	sampledSlow := 0
 	for i := 0; i < 100 && sampledSlow < 3; i++ {
 		var drew []peer.ID
-		a.cfg.OnSample = func(ps []peer.ID) { drew = ps }
+		a.cfg.faults.OnSample = func(ps []peer.ID) { drew = ps }
 		start := time.Now()
 		obs := a.observe(t.Context())
-		if d := time.Since(start); d >= slow.cfg.Faults.ReplyDelay {
+		if d := time.Since(start); d >= slow.cfg.faults.ReplyDelay {
 			t.Fatalf("the check took %v, as long as the slow peer's reply", d)
 		}
 		if len(obs) != 2 {
@@ -205,8 +205,8 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 	a := nodes[0]
 	// Slow, but within the 500 ms query timeout: the level check waits
 	// for them.
-	nodes[2].cfg.Faults.ReplyDelay = 200 * time.Millisecond
-	nodes[3].cfg.Faults.ReplyDelay = 200 * time.Millisecond
+	nodes[2].cfg.faults.ReplyDelay = 200 * time.Millisecond
+	nodes[3].cfg.faults.ReplyDelay = 200 * time.Millisecond
 	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
 		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
 	}
@@ -233,7 +233,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		if tt.early && peer.ID(obs[0].Peer) != nodes[1].ID() {
 			t.Errorf("%s: the check ended on %s, want the fast peer %s", tt.name, obs[0].Peer, nodes[1].ID())
 		}
-		if slow := nodes[2].cfg.Faults.ReplyDelay; (took >= slow) != !tt.early {
+		if slow := nodes[2].cfg.faults.ReplyDelay; (took >= slow) != !tt.early {
 			t.Errorf("%s: the check took %v; the slow peers answer after %v", tt.name, took, slow)
 		}
 		if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {

@@ -24,7 +24,7 @@
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager
-//	faults.go      Faults: misbehaviour for testnets that measure the defences
+//	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
 //	identity.go    identity keys
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -211,8 +212,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		gcfg.ParamCount = n.task.NumParams()
 		gcfg.ModelID = n.task.ModelID()
 		gcfg.Handler = n.onUpdate
-		if cfg.Faults.Loss > 0 {
-			gcfg.Drop = n.lost
+		if cfg.faults.Loss > 0 {
+			faults.SetGossipDrop(&gcfg, n.lost)
 		}
 		n.updBuf = make([]float64, n.task.NumParams())
 		if gcfg.Logger == nil {

@@ -93,8 +93,8 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		return obs
 	}
 	peers := n.sample(ctx, sp.Beta) // fewer (or none) when the job is small
-	if n.cfg.OnSample != nil && len(peers) > 0 {
-		n.cfg.OnSample(peers)
+	if f := n.cfg.faults.OnSample; f != nil && len(peers) > 0 {
+		f(peers)
 	}
 	want := len(peers)
 	if want == 0 {

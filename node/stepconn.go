@@ -267,7 +267,7 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		n.notePeerEstimate(q.Estimate)
 	}
 	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
-	if f := n.cfg.Faults; f.active() {
+	if f := n.cfg.faults; f.Misbehaves() {
 		if n.lost() {
 			<-ctx.Done() // the query is lost: the asker hears nothing
 			return false

@@ -6,15 +6,16 @@ import (
 	"slices"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
 )
 
 // publish sends the step's update on the gossip topic (or, for a node
-// playing a poisoner, what Faults.Poison makes of it).
+// playing a poisoner, what faults.Poison makes of it).
 func (n *Node) publish(ctx context.Context, step int64, upd []float64) {
 	var err error
-	if poison := n.cfg.Faults.Poison; poison != nil {
+	if poison := n.cfg.faults.Poison; poison != nil {
 		if raw := poison(step, upd); raw != nil {
-			err = n.gs.PublishRaw(ctx, raw)
+			err = faults.PublishRaw(n.gs, ctx, raw)
 		}
 	} else {
 		err = n.gs.Publish(ctx, step, upd)

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
@@ -117,7 +118,6 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		cfg.Identity = key
 	}
 	cfg.Seed = t.cfg.Seed*1_000_003 + uint64(idx) + 1
-	cfg.OnSample = t.countSample
 	spec := node.TaskSpec{
 		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
 		SGD:  model.DefaultSGDConfig(),
@@ -136,7 +136,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	cfg.Task = task
 	var self peer.ID
-	cfg.Faults = t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID())
+	faults.SetNode(&cfg, t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID()))
 	nd, err := node.New(ctx, cfg)
 	if err != nil {
 		return nil, err

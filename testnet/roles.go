@@ -15,6 +15,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/node"
 )
 
@@ -135,8 +136,8 @@ func assignRoles(n int, shares []RoleShare, seed uint64) []Role {
 
 // faults returns the node faults that play role r. self is filled in once
 // the node's peer ID is known (poisoned messages carry it).
-func (t *testnet) faults(r Role, seed uint64, self *peer.ID, params int, modelID uint32) node.Faults {
-	f := node.Faults{Loss: t.cfg.Loss}
+func (t *testnet) faults(r Role, seed uint64, self *peer.ID, params int, modelID uint32) faults.Node {
+	f := faults.Node{Loss: t.cfg.Loss, OnSample: t.countSample}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x11a5))
 	switch r {
@@ -233,7 +234,7 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 				// the previous message when the next is published.
 				junk := make([]byte, size)
 				binary.LittleEndian.PutUint64(junk, uint64(i)) // distinct messages
-				_ = g.PublishRaw(ctx, junk)
+				_ = faults.PublishRaw(g, ctx, junk)
 			}
 		}
 	}

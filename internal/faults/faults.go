@@ -1,0 +1,58 @@
+// Package faults holds the hooks that make a node misbehave, or report the
+// peers it draws, so that testnets can measure how the honest nodes'
+// defences hold. They are not part of node's or gossip's public API: only
+// this module's packages can import this one, and production nodes never
+// set them (pspnode run has no flag for any).
+//
+// The hooks reach into unexported fields of node.Config and gossip.Gossip.
+// Those packages install the functions below when they are initialised
+// (the way the standard library's internal packages reach into net/http),
+// so package testnet, which imports node, finds them set.
+package faults
+
+import (
+	"context"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// Node makes a node misbehave. The zero value is an honest node.
+type Node struct {
+	// StepLie, if set, replaces the step the node reports in step replies
+	// (a step liar). It is called with the true step.
+	StepLie func(step int64) int64
+	// ReplyDelay delays every step reply (a slow peer). A delay beyond the
+	// asker's query timeout makes the query time out.
+	ReplyDelay time.Duration
+	// Loss is the probability that an incoming step query or gossip
+	// message is lost: the query is left unanswered until the asker's
+	// deadline, the message is dropped before validation.
+	Loss float64
+	// Poison, if set, is called with each update the node would send and
+	// returns the raw message to send instead (nil: send nothing). An
+	// update poisoner.
+	Poison func(step int64, delta []float64) []byte
+	// OnSample, if set, is called with every barrier sample the node
+	// draws (testnets count how often each peer is drawn).
+	OnSample func(peers []peer.ID)
+}
+
+// Misbehaves reports whether f changes what the node does on the wire
+// (OnSample only observes).
+func (f Node) Misbehaves() bool {
+	return f.StepLie != nil || f.ReplyDelay > 0 || f.Loss > 0 || f.Poison != nil
+}
+
+// SetNode attaches f to cfg, a *node.Config. Package node installs it.
+var SetNode func(cfg any, f Node)
+
+// PublishRaw publishes data on the topic of g, a *gossip.Gossip, as it is,
+// unchecked: testnets play peers that send malformed or hostile updates
+// with it. Package gossip installs it.
+var PublishRaw func(g any, ctx context.Context, data []byte) error
+
+// SetGossipDrop makes the gossip.Config cfg ask drop for every incoming
+// message before validation, and drop the message when it returns true
+// (lossy links). Package gossip installs it.
+var SetGossipDrop func(cfg any, drop func() bool)
