@@ -146,7 +146,27 @@ func DefaultConfig() Config {
 	}
 }
 
+// check validates c and fills in the optional fields left zero.
 func (c *Config) check() error {
+	if err := c.Validate(); err != nil {
+		return err
+	}
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = MaxEncodedSize(c.ParamCount)
+	}
+	if c.BufferSize <= 0 {
+		c.BufferSize = 256
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return nil
+}
+
+// Validate reports the first unusable field of c. New and PubSubOptions
+// call it; node, overlay and gossip each have one. Zero MaxMessageSize,
+// BufferSize and Logger are not errors: New fills them in.
+func (c Config) Validate() error {
 	if err := jobname.Validate(c.Job); err != nil {
 		return fmt.Errorf("gossip: %w", err)
 	}
@@ -164,15 +184,6 @@ func (c *Config) check() error {
 	}
 	if c.MaxMessageSize < 0 {
 		return fmt.Errorf("gossip: MaxMessageSize must be >= 0, got %d", c.MaxMessageSize)
-	}
-	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = MaxEncodedSize(c.ParamCount)
-	}
-	if c.BufferSize <= 0 {
-		c.BufferSize = 256
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
 	}
 	return nil
 }

@@ -207,7 +207,9 @@ func (c Config) ForSharedMachine(nodes int) Config {
 // ErrInvalidConfig reports an unusable Config.
 var ErrInvalidConfig = errors.New("overlay: invalid config")
 
-func (c *Config) validate() error {
+// Validate reports the first unusable field of c, wrapping
+// ErrInvalidConfig. New calls it; node, overlay and gossip each have one.
+func (c Config) Validate() error {
 	bad := func(format string, args ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...)
 	}

@@ -37,7 +37,7 @@ func TestForSharedMachine(t *testing.T) {
 		if c.QueryTimeout != base.QueryTimeout || c.ProbeTimeout != base.ProbeTimeout || c.PoolSize != base.PoolSize {
 			t.Errorf("%d nodes: timeouts or pool size changed", tc.nodes)
 		}
-		if err := c.validate(); err != nil {
+		if err := c.Validate(); err != nil {
 			t.Errorf("%d nodes: %v", tc.nodes, err)
 		}
 	}

@@ -94,7 +94,7 @@ type Overlay struct {
 // probes and pool maintenance then run in the background until Close.
 // Close does not close h: the caller owns the host.
 func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
-	if err := cfg.validate(); err != nil {
+	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	boot, err := cfg.bootstrapInfos()

@@ -332,7 +332,7 @@ func TestObserveEstimateIgnoresNonsense(t *testing.T) {
 
 func TestConfigValidate(t *testing.T) {
 	good := DefaultConfig()
-	if err := good.validate(); err != nil {
+	if err := good.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
@@ -346,7 +346,7 @@ func TestConfigValidate(t *testing.T) {
 	} {
 		c := DefaultConfig()
 		mut(&c)
-		err := c.validate()
+		err := c.Validate()
 		if err == nil {
 			_, err = c.bootstrapInfos()
 		}
