@@ -33,7 +33,8 @@ type Config struct {
 	// with Host.
 	Identity crypto.PrivKey
 	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node takes ownership and closes it.
+	// hosts). The node takes ownership and closes it, and counts the bytes
+	// of the streams it opens and accepts through it (Traffic).
 	Host host.Host
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int

@@ -61,6 +61,8 @@ type Status struct {
 	StreamsRefused     uint64 `json:"streams_refused"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
+	// Traffic is what the node's streams carried, by protocol class.
+	Traffic Traffic `json:"traffic"`
 }
 
 // Status returns the node's current status.
@@ -108,6 +110,7 @@ func (n *Node) Status() Status {
 	st.StreamsRefused = uint64(counterValue(n.m.refused))
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
+	st.Traffic = n.Traffic()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
+	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -67,6 +68,8 @@ type Node struct {
 	estVal   float64
 	repMu    sync.Mutex // guards reports
 	reports  ring       // population estimates peers reported lately (population)
+	// meter counts the bytes of the node's streams (traffic.go).
+	meter *meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -139,13 +142,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.meter = newMeter(cfg.Job)
+	n.reg.MustRegister(newTrafficCollector(n))
 
-	n.h = cfg.Host
-	if n.h == nil {
+	if cfg.Host != nil {
+		n.h = n.meter.wrapHost(cfg.Host)
+	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
+		n.meter.bwc = lpmetrics.NewBandwidthCounter()
 		rm, err := resourceManager(cfg)
 		if err != nil {
 			_ = cm.Close()
@@ -156,6 +163,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			libp2p.ConnectionManager(cm),
 			libp2p.ResourceManager(rm),
 			libp2p.PrometheusRegisterer(n.reg),
+			libp2p.BandwidthReporter(n.meter.bwc),
 		}
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))

@@ -86,6 +86,8 @@ type Result struct {
 		BytesPerUpdate float64 `json:"bytes_per_update"`
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
+	// Traffic is what the honest live nodes' streams carried in training.
+	Traffic *TrafficReport `json:"traffic,omitempty"`
 	// Connections: how many each live honest node held at the end (mean),
 	// and how many it opened per minute of training, inbound and outbound
 	// (each costs an identify exchange and, for DHT peers, a lookup check).
@@ -190,6 +192,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	var counts []float64
 	var waitS, rechecks float64
 	var held, opened, nodeMin float64
+	var traffic trafficSum
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
@@ -215,6 +218,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 			}
 			continue
 		}
+		traffic.add(m, elapsed-m.joinedAt)
 		s := float64(m.nd.Step())
 		all = append(all, s)
 		if m.factor > 1 {
@@ -250,6 +254,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 	}
 	r.LiveNodes = len(all)
+	r.Traffic = traffic.report()
 	if len(all) > 0 {
 		r.Connections.HeldMean = held / float64(len(all))
 	}
@@ -431,6 +436,13 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		}
 		row(a.Metric, "final %.4f (loss %.4f); %.2f reached: %s", a.Final, a.FinalLoss, a.Target, tt)
 	}
+	if tr := r.Traffic; tr != nil {
+		amp := ""
+		if tr.GossipAmplification > 0 {
+			amp = fmt.Sprintf("; gossip amplification %.2f", tr.GossipAmplification)
+		}
+		row("traffic", "per node %.0f B/s in, %.0f B/s out; %.0f B in per step%s", tr.InBytesPerNodeS, tr.OutBytesPerNodeS, tr.InBytesPerStep, amp)
+	}
 	row("connections", "%.1f held per node, %.1f opened per node per minute", r.Connections.HeldMean, r.Connections.OpenedPerNodeMin)
 	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
 	if h := r.Hostile; h != nil {
@@ -461,7 +473,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 //	final_steps.csv       node,straggle_factor,final_step,live
 //	barrier_waits.csv     wait_ms (recent waits of live nodes)
 //	estimate.csv          time_s,true_n,median_rel_error,p5,p95
-//	accuracy.csv          time_s,accuracy,loss,updates_sent
+//	accuracy.csv          time_s,accuracy,loss,updates_sent,in_bytes_per_node
 //	churn_events.csv      time_s,event,node (leave, crash, join: as each began)
 //	step_distribution.png, estimate.png, accuracy.png, summary.json
 func (r *Result) WriteOut(dir string) error {
@@ -499,10 +511,10 @@ func (r *Result) WriteOut(dir string) error {
 	rows = nil
 	var ax, ay []float64
 	for _, a := range r.accs {
-		rows = append(rows, []string{f(a.t), f(a.accuracy), f(a.loss), f(a.updates)})
+		rows = append(rows, []string{f(a.t), f(a.accuracy), f(a.loss), f(a.updates), f(a.inBytes)})
 		ax, ay = append(ax, a.t), append(ay, a.accuracy)
 	}
-	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent"}, rows); err != nil {
+	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent", "in_bytes_per_node"}, rows); err != nil {
 		return err
 	}
 	rows = nil
@@ -538,14 +550,15 @@ func (r *Result) WriteOut(dir string) error {
 }
 
 // WriteComparison writes figures that set several runs side by side under
-// dir: step_distribution.png (final steps of every run), accuracy_time.png
-// and accuracy_updates.png (held-out accuracy against wall time and against
-// the number of updates sent), and comparison.csv (one row per run).
+// dir: step_distribution.png (final steps of every run), accuracy_time.png,
+// accuracy_updates.png and accuracy_bytes.png (held-out accuracy against
+// wall time, the number of updates sent, and the bytes a node received),
+// and comparison.csv (one row per run).
 func WriteComparison(dir string, results []*Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	var dists, accT, accU []figure.Series
+	var dists, accT, accU, accB []figure.Series
 	var rows [][]string
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 	metric := "accuracy"
@@ -557,12 +570,13 @@ func WriteComparison(dir string, results []*Result) error {
 			}
 		}
 		dists = append(dists, figure.Distribution(r.Barrier, finals))
-		st, su := figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}
+		st, su, sb := figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}
 		for _, a := range r.accs {
 			st.X, st.Y = append(st.X, a.t), append(st.Y, a.accuracy)
 			su.X, su.Y = append(su.X, a.updates), append(su.Y, a.accuracy)
+			sb.X, sb.Y = append(sb.X, a.inBytes/1e6), append(sb.Y, a.accuracy)
 		}
-		accT, accU = append(accT, st), append(accU, su)
+		accT, accU, accB = append(accT, st), append(accU, su), append(accB, sb)
 		final, tt := "", ""
 		if a := r.Accuracy; a != nil {
 			metric = a.Metric
@@ -590,6 +604,11 @@ func WriteComparison(dir string, results []*Result) error {
 	if err := figure.Lines(filepath.Join(dir, "accuracy_time.png"), figure.Options{
 		Title: fmt.Sprintf("Held-out %s against wall time (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "time (s)", YLabel: metric, LegendBottom: true,
 	}, accT...); err != nil {
+		return err
+	}
+	if err := figure.Lines(filepath.Join(dir, "accuracy_bytes.png"), figure.Options{
+		Title: fmt.Sprintf("Held-out %s against bytes received (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "MB received per node", YLabel: metric, LegendBottom: true,
+	}, accB...); err != nil {
 		return err
 	}
 	return figure.Lines(filepath.Join(dir, "accuracy_updates.png"), figure.Options{
