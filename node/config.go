@@ -130,6 +130,12 @@ type Config struct {
 	// defences above. The zero value is an honest node.
 	Faults Faults
 
+	// Exchange is how nodes combine their work: gossip (the zero value:
+	// every delta to every node over GossipSub) or epidemic:S (each step's
+	// model to S sampled peers, which average what they receive; see
+	// exchange.go). Nodes of one job must agree on the kind.
+	Exchange Exchange
+
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
 	// peers are filled in from the fields above.
 	Overlay overlay.Config
@@ -230,6 +236,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
+	}
+	if err := c.Exchange.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
 		errs = append(errs, fmt.Errorf("connection watermarks %d/%d: need 0 <= low <= high", c.ConnLow, c.ConnHigh))

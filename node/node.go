@@ -45,7 +45,15 @@ type Node struct {
 	// handlers derive their contexts from it, so none outlives the node.
 	life     context.Context
 	endLife  context.CancelFunc
-	gs       *gossip.Gossip // nil for a task without a model
+	gs       *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
+	// ex is the epidemic exchange's state (exchange.go), nil under gossip;
+	// xm its metrics, nil for a task without a model.
+	ex        *epidemic
+	xm        *exchangeMetrics
+	exID      protocol.ID
+	exLimiter *inboundLimiter
+	warnMu    sync.Mutex
+	warned    map[peer.ID]bool // peers warned about (warnOnce)
 	task     Task
 	decider  psp.Decider
 	reg      *prometheus.Registry
@@ -124,6 +132,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reg:      cfg.Registry,
 		stepID:   StepProtocol(cfg.Job),
 		modelID:  ModelProtocol(cfg.Job),
+		exID:     ExchangeProtocol(cfg.Job),
 		started:  time.Now(),
 		wake:     make(chan struct{}, 1),
 		decider:  psp.NewDecider(cfg.Barrier),
@@ -204,6 +213,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
+	if n.task.NumParams() > 0 {
+		// Every node with a model serves the exchange protocol: under
+		// gossip, to refuse epidemic peers' models with a clear reason.
+		n.xm = newExchangeMetrics(n.reg)
+		n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
+		if cfg.Exchange.Kind == ExchangeEpidemic {
+			ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
+			if err != nil {
+				return fail(fmt.Errorf("node: %w", err))
+			}
+			n.ex = ex
+		}
+		n.h.SetStreamHandler(n.exID, n.handleExchange)
+	}
 
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
@@ -211,7 +234,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.registerGaugeFuncs()
 
-	if n.task.NumParams() > 0 {
+	if n.task.NumParams() > 0 && n.ex == nil {
 		gcfg := cfg.Gossip
 		gcfg.Job = cfg.Job
 		gcfg.ParamCount = n.task.NumParams()
@@ -440,6 +463,7 @@ func (n *Node) closeParts() error {
 	if n.joiner != nil {
 		n.joiner.wait()
 	}
+	n.waitSends() // they end with n.life
 	var errs []error
 	if n.gs != nil {
 		errs = append(errs, n.gs.Close())
@@ -453,6 +477,7 @@ func (n *Node) closeParts() error {
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
 		n.h.RemoveStreamHandler(n.modelID)
+		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {
 			n.h.Network().StopNotify(n.conns)
 		}

@@ -41,6 +41,13 @@ func memNodes(t *testing.T, n int, barrier string, scale float64) []*Node {
 // task with the synthetic task time scale.
 func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func() host.Host) []*Node {
 	t.Helper()
+	return buildTestNodesWith(t, n, barrier, scale, mk, nil)
+}
+
+// buildTestNodesWith is buildTestNodes with each node's configuration
+// passed through edit (if not nil) before the node is built.
+func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk func() host.Host, edit func(*Config)) []*Node {
+	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +81,9 @@ func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func(
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second
 		cfg.Seed = uint64(i + 1)
+		if edit != nil {
+			edit(&cfg)
+		}
 		nd, err := New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
