@@ -74,6 +74,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.Gossip.Encoding = enc
 	cfg.Gossip.PeerScoring = true
 	cfg.PollShare = t.cfg.PollShare
+	cfg.Exchange = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}

@@ -121,9 +121,7 @@ func (t *testnet) updatesReceived() uint64 {
 	defer t.mu.Unlock()
 	var n uint64
 	for _, m := range t.members {
-		if g := m.nd.Gossip(); g != nil {
-			n += g.Stats().Received
-		}
+		n += m.nd.UpdateStats().Received
 	}
 	return n
 }
@@ -160,9 +158,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	}
 	var updates float64
 	for _, m := range t.members {
-		if g := m.nd.Gossip(); g != nil {
-			updates += float64(g.Stats().Sent)
-		}
+		updates += float64(m.nd.UpdateStats().Sent)
 	}
 	var honest []*member
 	for _, m := range live {

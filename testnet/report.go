@@ -36,6 +36,7 @@ type Result struct {
 	TimeScale float64 `json:"time_scale"`
 	Transport string  `json:"transport"`
 	Model     string  `json:"model"`
+	Exchange  string  `json:"exchange"`
 	Seed      uint64  `json:"seed"`
 	WarmupS   float64 `json:"warmup_s"`
 	// WallS is the wall time training took (0 when the run could not tell)
@@ -179,7 +180,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	c := t.cfg
 	r := &Result{
 		Nodes: c.Nodes, DurationS: elapsed.Seconds(), Barrier: c.Barrier.String(), Clock: string(c.Clock),
-		TimeScale: c.TimeScale, Transport: c.Transport, Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(),
+		TimeScale: c.TimeScale, Transport: c.Transport, Model: c.Model, Exchange: c.Exchange.String(), Seed: c.Seed, WarmupS: warm.Seconds(),
 		StalledNodes: len(t.stalls), steps: t.steps, ests: t.ests, accs: t.accs,
 		churned: slices.Clone(t.churned),
 	}
@@ -243,8 +244,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
 		}
-		if g := m.nd.Gossip(); g != nil {
-			st := g.Stats()
+		if m.nd.Task().NumParams() > 0 {
+			st := m.nd.UpdateStats()
 			r.Updates.Sent += st.Sent
 			r.Updates.Received += st.Received
 			r.Updates.Rejected += st.TotalRejected()
@@ -407,7 +408,7 @@ func (r *Result) OverloadWarning() string {
 func (r *Result) PrintSummary(w0 io.Writer) {
 	tw := tabwriter.NewWriter(w0, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	row("barrier", "%s (%s clock, %s transport, model %s, time scale %g, seed %d)", r.Barrier, r.Clock, r.Transport, r.Model, r.TimeScale, r.Seed)
+	row("barrier", "%s (%s clock, %s transport, model %s, exchange %s, time scale %g, seed %d)", r.Barrier, r.Clock, r.Transport, r.Model, r.Exchange, r.TimeScale, r.Seed)
 	row("nodes", "%d at start, %d live at the end (%d joined, %d left, %d crashed)", r.Nodes, r.LiveNodes, r.Joined, r.Left, r.Crashed)
 	if r.JoinS != nil {
 		row("  joins", "p50 %.2f s, p99 %.2f s from a join's start to its first step", r.JoinS.P50, r.JoinS.P99)
