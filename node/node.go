@@ -43,9 +43,9 @@ type Node struct {
 	up    atomic.Bool
 	// life ends when the node closes (endLife): the inbound stream
 	// handlers derive their contexts from it, so none outlives the node.
-	life     context.Context
-	endLife  context.CancelFunc
-	gs       *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
+	life    context.Context
+	endLife context.CancelFunc
+	gs      *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
 	// ex is the epidemic exchange's state (exchange.go), nil under gossip;
 	// xm its metrics, nil for a task without a model.
 	ex        *epidemic
@@ -54,28 +54,28 @@ type Node struct {
 	exLimiter *inboundLimiter
 	warnMu    sync.Mutex
 	warned    map[peer.ID]bool // peers warned about (warnOnce)
-	task     Task
-	decider  psp.Decider
-	reg      *prometheus.Registry
-	m        *metrics
-	stepID   protocol.ID
-	modelID  protocol.ID
-	started  time.Time
-	wake     chan struct{}
-	rngMu    sync.Mutex
-	rng      *rand.Rand
-	step     atomic.Int64
-	waiting  atomic.Bool
-	leaving  atomic.Bool
-	interval atomic.Uint64 // float64 bits: EWMA seconds per step
-	compute  atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
-	busy     atomic.Bool   // inside task.Step
-	lastEval atomic.Pointer[evalResult]
-	estMu    sync.Mutex // guards estAt and estVal
-	estAt    time.Time
-	estVal   float64
-	repMu    sync.Mutex // guards reports
-	reports  ring       // population estimates peers reported lately (population)
+	task      Task
+	decider   psp.Decider
+	reg       *prometheus.Registry
+	m         *metrics
+	stepID    protocol.ID
+	modelID   protocol.ID
+	started   time.Time
+	wake      chan struct{}
+	rngMu     sync.Mutex
+	rng       *rand.Rand
+	step      atomic.Int64
+	waiting   atomic.Bool
+	leaving   atomic.Bool
+	interval  atomic.Uint64 // float64 bits: EWMA seconds per step
+	compute   atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	busy      atomic.Bool   // inside task.Step
+	lastEval  atomic.Pointer[evalResult]
+	estMu     sync.Mutex // guards estAt and estVal
+	estAt     time.Time
+	estVal    float64
+	repMu     sync.Mutex // guards reports
+	reports   ring       // population estimates peers reported lately (population)
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *meter
 	// conns counts opened connections into opened.
