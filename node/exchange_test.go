@@ -303,6 +303,10 @@ func TestExchangeUnsupportedPeer(t *testing.T) {
 			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
 		})
 		nodes[1].Host().RemoveStreamHandler(nodes[1].exID)
+		// identify pushes the change: wait until node 0 knows it.
+		if !waitFor(10*time.Second, func() bool { return nodes[0].lacksExchange(nodes[1].ID()) }) {
+			t.Fatal("node 0 never learned that node 1 dropped the exchange protocol")
+		}
 		nodes[0].sendTo(nodes[1].ID(), 1, []byte{wireVersion, byte(ExchangeEpidemic)})
 		if st := nodes[0].ExchangeStats(); st.SendFailed[sendUnsupported] != 1 {
 			t.Errorf("send to a peer without the protocol: %+v", st)

@@ -164,7 +164,14 @@ const (
 func (n *Node) sendTo(p peer.ID, step int64, body []byte) {
 	ctx, cancel := context.WithTimeout(n.life, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	status, theirs, err := n.exchangeWith(ctx, p, body)
+	var status byte
+	var theirs ExchangeKind
+	var err error
+	if n.lacksExchange(p) {
+		err = msmux.ErrNotSupported[protocol.ID]{Protos: []protocol.ID{n.exID}}
+	} else {
+		status, theirs, err = n.exchangeWith(ctx, p, body)
+	}
 	switch {
 	case errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}):
 		n.xm.sendFailed.WithLabelValues(sendUnsupported).Inc()
@@ -186,6 +193,21 @@ func (n *Node) sendTo(p peer.ID, step int64, body []byte) {
 		n.xm.sendFailed.WithLabelValues(sendRefused).Inc()
 		n.log.Debug("model refused by the peer", "peer", p, "step", step, "reason", string(exchangeCodes[status]))
 	}
+}
+
+// lacksExchange reports whether identify has told this node p's protocols
+// and the exchange protocol is not among them: then the model is not sent
+// at all. (Otherwise a stream finds out, but go-libp2p negotiates lazily,
+// so the model is on its way when the refusal comes, and the peer's reset
+// can arrive before the refusal.)
+func (n *Node) lacksExchange(p peer.ID) bool {
+	ps := n.h.Peerstore()
+	known, err := ps.GetProtocols(p)
+	if err != nil || len(known) == 0 {
+		return false
+	}
+	has, err := ps.SupportsProtocols(p, n.exID)
+	return err == nil && len(has) == 0
 }
 
 // exchangeWith runs one exchange: open, request, read the reply. status is
