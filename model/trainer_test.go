@@ -537,3 +537,34 @@ func TestSetLRScale(t *testing.T) {
 		}
 	}
 }
+
+// Compute leaves the parameters and the schedule as they were; Commit
+// then makes the two halves one Step.
+func TestComputeThenCommitIsStep(t *testing.T) {
+	data, err := Synthetic(DefaultSyntheticConfig(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := New("linreg", data.Train.Dim, 0)
+	mk := func() *Trainer {
+		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	a, b := mk(), mk()
+	before := b.Params()
+	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
+	db, _, err := b.Compute(rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Params(), before) || b.Steps() != 0 {
+		t.Fatalf("Compute changed the trainer: steps %d", b.Steps())
+	}
+	b.Commit(db)
+	if !slices.Equal(da, db) || !slices.Equal(a.Params(), b.Params()) || b.Steps() != 1 {
+		t.Errorf("Compute+Commit differs from Step: steps %d", b.Steps())
+	}
+}
