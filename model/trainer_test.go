@@ -514,19 +514,7 @@ func TestFirstNonFinite(t *testing.T) {
 }
 
 func TestSetLRScale(t *testing.T) {
-	data, err := Synthetic(DefaultSyntheticConfig(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := New("linreg", data.Train.Dim, 0)
-	mk := func() *Trainer {
-		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
-	a, b := mk(), mk()
+	a, b := twoTrainers(t)
 	b.SetLRScale(0.25)
 	b.SetLRScale(math.NaN()) // ignored
 	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
@@ -541,19 +529,7 @@ func TestSetLRScale(t *testing.T) {
 // Compute leaves the parameters and the schedule as they were; Commit
 // then makes the two halves one Step.
 func TestComputeThenCommitIsStep(t *testing.T) {
-	data, err := Synthetic(DefaultSyntheticConfig(true))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, _ := New("linreg", data.Train.Dim, 0)
-	mk := func() *Trainer {
-		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tr
-	}
-	a, b := mk(), mk()
+	a, b := twoTrainers(t)
 	before := b.Params()
 	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
 	db, _, err := b.Compute(rand.New(rand.NewPCG(1, 2)))
@@ -567,4 +543,22 @@ func TestComputeThenCommitIsStep(t *testing.T) {
 	if !slices.Equal(da, db) || !slices.Equal(a.Params(), b.Params()) || b.Steps() != 1 {
 		t.Errorf("Compute+Commit differs from Step: steps %d", b.Steps())
 	}
+}
+
+// twoTrainers are two identical linreg trainers on the synthetic data.
+func twoTrainers(t *testing.T) (*Trainer, *Trainer) {
+	t.Helper()
+	data, err := Synthetic(DefaultSyntheticConfig(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, _ := New("linreg", data.Train.Dim, 0)
+	mk := func() *Trainer {
+		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	return mk(), mk()
 }

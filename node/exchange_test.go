@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -123,7 +124,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if got := n.takeModel(a, ExchangeEpidemic, otherModel.Bytes()); got != gossip.ReasonModelMismatch {
 		t.Errorf("another model id: reason %q", got)
 	}
-	if n.ex.k != 1 || !equalFloats(n.ex.sum, held) {
+	if n.ex.k != 1 || !slices.Equal(n.ex.sum, held) {
 		t.Errorf("refusals changed what the node holds: %d models, sum %v (was %v)", n.ex.k, n.ex.sum, held)
 	}
 	// A flooder cannot outweigh the others: maxPerSender models per
@@ -139,18 +140,6 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if st := n.ExchangeStats(); st.Received != maxPerSender {
 		t.Errorf("received %d, want %d", st.Received, maxPerSender)
 	}
-}
-
-func equalFloats(a, b []float64) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // The average is of the node's model and every model received since the
@@ -297,11 +286,7 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 // unsupported, and the sender goes on.
 func TestExchangeUnsupportedPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *Config) {
-			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
-		})
+		nodes := epidemicPair(t)
 		nodes[1].Host().RemoveStreamHandler(nodes[1].exID)
 		// identify pushes the change: wait until node 0 knows it.
 		if !waitFor(10*time.Second, func() bool { return nodes[0].lacksExchange(nodes[1].ID()) }) {
@@ -318,11 +303,7 @@ func TestExchangeUnsupportedPeer(t *testing.T) {
 // frame over the cap gets its stream reset and is counted.
 func TestExchangeFrameOverCap(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *Config) {
-			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
-		})
+		nodes := epidemicPair(t)
 		a, b := nodes[0], nodes[1]
 		body := make([]byte, MaxExchangeFrame(b.task.NumParams())+1)
 		body[0], body[1] = wireVersion, byte(ExchangeEpidemic)
@@ -333,6 +314,17 @@ func TestExchangeFrameOverCap(t *testing.T) {
 		if !waitFor(time.Second, func() bool { return b.ExchangeStats().Rejected[string(gossip.ReasonMalformed)] == 1 }) {
 			t.Errorf("oversized request not counted: %+v", b.ExchangeStats())
 		}
+	})
+}
+
+// epidemicPair is two epidemic:1 nodes on a memnet, in the caller's
+// bubble, not running.
+func epidemicPair(t *testing.T) []*Node {
+	t.Helper()
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	return buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *Config) {
+		c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
 	})
 }
 
@@ -366,7 +358,7 @@ func FuzzTakeModel(f *testing.F) {
 		n.noteOwnNorm([]float64{1, 0, 0})
 		n.ex.ref = []float64{rand.Float64(), 0, 0}
 		r := n.takeModel("p", ExchangeKind(kind), payload)
-		if r != "" && (n.ex.k != 0 || !equalFloats(n.ex.sum, []float64{0, 0, 0})) {
+		if r != "" && (n.ex.k != 0 || !slices.Equal(n.ex.sum, []float64{0, 0, 0})) {
 			t.Fatalf("refused (%s) but held: k %d, sum %v", r, n.ex.k, n.ex.sum)
 		}
 		for _, v := range n.ex.sum {
