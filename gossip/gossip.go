@@ -94,12 +94,12 @@ type Config struct {
 
 	// FloodPublish sends own updates to every topic peer above the publish
 	// threshold instead of only to mesh peers (forwarding is always by mesh).
-	// On by default here (the library's default is off): without it an
-	// update published before the heartbeat has built the mesh goes to no
-	// one and is lost for good, which every fresh node hits at once. The
-	// price is upload: a node sends its own update once per connected topic
-	// peer (IDONTWANT saves most duplicates). In large testnets where nodes
-	// hold many connections, turn it off once meshes have formed.
+	// Off by default, as in the library: a node's own update then goes to
+	// its few mesh peers, not once per connected topic peer, and every
+	// receiver takes it in fewer times (see DefaultConfig). Without it an
+	// update published before the heartbeat has built the mesh would go to
+	// no one, so Publish first waits (once, at most two heartbeats) for a
+	// mesh peer.
 	FloodPublish bool
 
 	// GossipSub holds the router's parameters (mesh degree, heartbeat, ...).
@@ -113,13 +113,23 @@ type Config struct {
 
 // DefaultConfig returns a configuration for a job of 2..1000 nodes: dense
 // float32 updates, top-k fraction 0.1 (when a top-k encoding is chosen), peer
-// scoring on without IP-colocation penalty, strict signing, flood publishing,
-// GossipSub with mesh degree 6 (4..10). ParamCount must still be set.
+// scoring on without IP-colocation penalty, strict signing, no flood
+// publishing, GossipSub with mesh degree 3 (2..4). ParamCount must still be
+// set.
 func DefaultConfig() Config {
 	gs := pubsub.DefaultGossipSubParams()
-	// Default D = 6 reaches 1000 nodes in about 4 hops. A lower Dhi than the
-	// library's 12 bounds write amplification of large messages.
-	gs.D, gs.Dlo, gs.Dhi, gs.Dscore, gs.Dout = 6, 4, 10, 4, 2
+	// Updates are large (31 KB for MNIST logistic regression), and a node
+	// receives each one about once per mesh peer that forwards it: with
+	// flood publishing and D = 6 a node took in 6.3 times the update bytes
+	// delivered to it at 16 nodes. IDONTWANT (on by default for messages
+	// over 1 KB) cannot help much: it races the duplicates it is meant to
+	// stop. D = 3 without flood publishing brings that to 1.7 at 16 and
+	// 50 nodes with every update delivered and the same accuracy
+	// (docs/exchange.md). The price: about log₂ N hops instead of log₆ N,
+	// and no outbound quota in the mesh (Dout must be below D/2), so a
+	// node's mesh may be all inbound peers. Set D, Dlo, Dhi, Dout and
+	// FloodPublish back for jobs of small updates on high-latency links.
+	gs.D, gs.Dlo, gs.Dhi, gs.Dscore, gs.Dout = 3, 2, 4, 2, 0
 	// Churn experiments restart nodes; rejoining after a prune should not
 	// take a minute.
 	gs.PruneBackoff = 20 * time.Second
@@ -132,7 +142,7 @@ func DefaultConfig() Config {
 		MaxStepAhead: 1 << 20,
 		BufferSize:   256,
 		PeerScoring:  true,
-		FloodPublish: true,
+		FloodPublish: false,
 		GossipSub:    gs,
 	}
 }
@@ -280,6 +290,7 @@ type Gossip struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
+	meshSeen  atomic.Bool // publish has found a mesh peer once (see publish)
 	closeErr  error
 }
 
@@ -439,12 +450,33 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 			break
 		}
 	}
-	if err := g.topic.Publish(ctx, data); err != nil {
+	if err := g.publish(ctx, data); err != nil {
 		g.enc.Restore(u)
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
 	}
 	g.stats.addSent(len(data))
 	return nil
+}
+
+// publish sends data on the topic. Without flood publishing, a message
+// published before the heartbeat has grafted a peer into this node's mesh
+// goes to no one, which every fresh node would hit at its first step. So
+// until the mesh has had a peer once, publish waits for one, for at most
+// two heartbeats; after that (or if no peer came: a lone node must not
+// stall at every step) it publishes at once.
+func (g *Gossip) publish(ctx context.Context, data []byte) error {
+	if g.cfg.FloodPublish || g.meshSeen.Load() {
+		return g.topic.Publish(ctx, data)
+	}
+	wait, cancel := context.WithTimeout(ctx, 2*g.cfg.GossipSub.HeartbeatInterval)
+	err := g.topic.Publish(wait, data, pubsub.WithReadiness(pubsub.MinTopicSize(1)))
+	cancel()
+	if err == nil || ctx.Err() != nil {
+		g.meshSeen.Store(err == nil)
+		return err
+	}
+	g.meshSeen.Store(true)
+	return g.topic.Publish(ctx, data)
 }
 
 // PublishRaw publishes data on the topic as it is, unchecked. It exists for
@@ -454,7 +486,7 @@ func (g *Gossip) PublishRaw(ctx context.Context, data []byte) error {
 	if g.closed.Load() {
 		return ErrClosed
 	}
-	if err := g.topic.Publish(ctx, data); err != nil {
+	if err := g.publish(ctx, data); err != nil {
 		return fmt.Errorf("gossip: publish raw: %w", err)
 	}
 	g.stats.addSent(len(data))

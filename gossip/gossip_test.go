@@ -13,6 +13,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // mockHosts returns n linked mocknet hosts (not yet connected).
@@ -353,4 +356,33 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, reason string) float
 	}
 	t.Fatalf("metric %s{reason=%q} not found", name, reason)
 	return 0
+}
+
+// Without flood publishing a node's first Publish waits for a mesh peer,
+// but a lone node waits once, at most two heartbeats, and never again.
+func TestPublishWaitsForMeshOnce(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg := DefaultConfig()
+		cfg.ParamCount = 3
+		g, err := New(t.Context(), h, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		for i, most := range []time.Duration{2 * cfg.GossipSub.HeartbeatInterval, 0} {
+			t0 := time.Now()
+			if err := g.Publish(t.Context(), int64(i), []float64{1, 2, 3}); err != nil {
+				t.Fatal(err)
+			}
+			if d := time.Since(t0); d > most {
+				t.Errorf("publish %d of a lone node took %v, want at most %v", i, d, most)
+			}
+		}
+	})
 }
