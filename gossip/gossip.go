@@ -98,8 +98,7 @@ type Config struct {
 	// its few mesh peers, not once per connected topic peer, and every
 	// receiver takes it in fewer times (see DefaultConfig). Without it an
 	// update published before the heartbeat has built the mesh would go to
-	// no one, so Publish first waits (once, at most two heartbeats) for a
-	// mesh peer.
+	// no one: a node calls WaitMesh before its first step.
 	FloodPublish bool
 
 	// GossipSub holds the router's parameters (mesh degree, heartbeat, ...).
@@ -280,6 +279,7 @@ type Gossip struct {
 	step   atomic.Int64
 	cancel context.CancelFunc
 	done   chan struct{}
+	mesh   *meshTracer
 
 	pubMu sync.Mutex // serialises Publish (the encoder's residual)
 	enc   *Encoder
@@ -290,7 +290,6 @@ type Gossip struct {
 
 	closeOnce sync.Once
 	closed    atomic.Bool
-	meshSeen  atomic.Bool // publish has found a mesh peer once (see publish)
 	closeErr  error
 }
 
@@ -343,6 +342,10 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Gossip, error) {
 		// The router lives until Close, not until ctx: ctx is for set-up.
 		psCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 		g.ownPS = cancel
+		if !cfg.FloodPublish {
+			g.mesh = newMeshTracer(TopicName(cfg.Job))
+			opts = append(opts, pubsub.WithRawTracer(g.mesh))
+		}
 		g.ps, err = pubsub.NewGossipSub(psCtx, h, opts...)
 		if err != nil {
 			return nil, fmt.Errorf("gossip: start gossipsub: %w", err)
@@ -450,33 +453,12 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 			break
 		}
 	}
-	if err := g.publish(ctx, data); err != nil {
+	if err := g.topic.Publish(ctx, data); err != nil {
 		g.enc.Restore(u)
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
 	}
 	g.stats.addSent(len(data))
 	return nil
-}
-
-// publish sends data on the topic. Without flood publishing, a message
-// published before the heartbeat has grafted a peer into this node's mesh
-// goes to no one, which every fresh node would hit at its first step. So
-// until the mesh has had a peer once, publish waits for one, for at most
-// two heartbeats; after that (or if no peer came: a lone node must not
-// stall at every step) it publishes at once.
-func (g *Gossip) publish(ctx context.Context, data []byte) error {
-	if g.cfg.FloodPublish || g.meshSeen.Load() {
-		return g.topic.Publish(ctx, data)
-	}
-	wait, cancel := context.WithTimeout(ctx, 2*g.cfg.GossipSub.HeartbeatInterval)
-	err := g.topic.Publish(wait, data, pubsub.WithReadiness(pubsub.MinTopicSize(1)))
-	cancel()
-	if err == nil || ctx.Err() != nil {
-		g.meshSeen.Store(err == nil)
-		return err
-	}
-	g.meshSeen.Store(true)
-	return g.topic.Publish(ctx, data)
 }
 
 // PublishRaw publishes data on the topic as it is, unchecked. It exists for
@@ -486,7 +468,7 @@ func (g *Gossip) PublishRaw(ctx context.Context, data []byte) error {
 	if g.closed.Load() {
 		return ErrClosed
 	}
-	if err := g.publish(ctx, data); err != nil {
+	if err := g.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("gossip: publish raw: %w", err)
 	}
 	g.stats.addSent(len(data))

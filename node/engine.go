@@ -35,6 +35,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.cfg.JoinFetch {
 		n.join(ctx)
 	}
+	if n.gs != nil && !n.gs.WaitMesh(ctx) && ctx.Err() == nil {
+		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+	}
 	defer n.checkpoint()
 	last := time.Now()
 	for {
