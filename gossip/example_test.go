@@ -48,6 +48,7 @@ func Example() {
 	for len(ga.Peers()) == 0 { // wait until A knows B is on the topic
 		time.Sleep(10 * time.Millisecond)
 	}
+	ga.WaitMesh(ctx) // and until the heartbeat has put B in A's mesh
 
 	// A applied this delta to its own model; now it tells the others.
 	if err := ga.Publish(ctx, 1, []float64{0.5, -0.25, 0, 2}); err != nil {

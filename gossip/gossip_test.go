@@ -11,8 +11,12 @@ import (
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // mockHosts returns n linked mocknet hosts (not yet connected).
@@ -42,6 +46,16 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// waitMeshes waits until each node's mesh has a peer (Gossip.WaitMesh).
+func waitMeshes(t *testing.T, ctx context.Context, gs ...*Gossip) {
+	t.Helper()
+	for i, g := range gs {
+		if !g.WaitMesh(ctx) {
+			t.Fatalf("node %d: no mesh peer within two heartbeats", i)
+		}
 	}
 }
 
@@ -116,6 +130,7 @@ func TestGossipNetwork(t *testing.T) {
 		_ = i
 	}
 	waitFor(t, "hostile topic peers", func() bool { return len(badTopic.ListPeers()) == honest })
+	waitMeshes(t, ctx, gs[:]...)
 
 	// 1. An honest update reaches every other honest node, exactly.
 	delta := []float64{0.5, -0.25, 0, 1, 2, -3, 0.125, float64(float32(1e-3)), float64(float32(0.1)), 7}
@@ -219,6 +234,7 @@ func TestGossipTopKError(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "topic peers", func() bool { return len(gs[0].Peers()) == 1 && len(gs[1].Peers()) == 1 })
+	waitMeshes(t, ctx, gs[:]...)
 	delta := make([]float64, n)
 	for i := range delta {
 		delta[i] = float64(float32(math.Sin(float64(i))))
@@ -353,4 +369,50 @@ func gathered(t *testing.T, reg *prometheus.Registry, name, reason string) float
 	}
 	t.Fatalf("metric %s{reason=%q} not found", name, reason)
 	return 0
+}
+
+// A node without a peer waits two heartbeats for its mesh, then goes on;
+// WaitMesh returns at once when the mesh has a peer, and when flood
+// publishing makes the mesh irrelevant to a node's own updates.
+func TestWaitMesh(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		newG := func(flood bool) *Gossip {
+			h, err := mn.NewHost(10, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := DefaultConfig()
+			cfg.ParamCount = 3
+			cfg.FloodPublish = flood
+			g, err := New(t.Context(), h, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { _ = g.Close() })
+			return g
+		}
+		lone := newG(false)
+		t0 := time.Now()
+		if lone.WaitMesh(t.Context()) {
+			t.Error("a lone node found a mesh peer")
+		}
+		if d, want := time.Since(t0), 2*lone.cfg.GossipSub.HeartbeatInterval; d != want {
+			t.Errorf("a lone node waited %v, want %v", d, want)
+		}
+		if !newG(true).WaitMesh(t.Context()) {
+			t.Error("with flood publishing WaitMesh did not return true")
+		}
+		other := newG(false)
+		if err := lone.h.Connect(t.Context(), peer.AddrInfo{ID: other.h.ID(), Addrs: other.h.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		if !other.WaitMesh(t.Context()) {
+			t.Fatal("no mesh peer within two heartbeats of connecting")
+		}
+		if !lone.WaitMesh(t.Context()) {
+			t.Error("the first node's mesh stayed empty")
+		}
+	})
 }

@@ -170,13 +170,28 @@ func (t *Trainer) Applied() int {
 // Step takes one local SGD step on a mini-batch of the shard and returns
 // the update it applied to the local parameters (delta = −LR(t)·gradient,
 // so new = old + delta: read-my-writes) and the mini-batch's mean loss
-// before the step. The caller owns delta and publishes it.
+// before the step. The caller owns delta and publishes it. Step is
+// Compute followed by Commit.
 //
 // Mini-batches walk through the shard in epochs: each epoch is a fresh
 // permutation drawn from rng, so the same rng sequence gives the same
 // steps. If the gradient is not finite (the model diverged), Step returns
 // an error wrapping ErrNotFinite and leaves the parameters unchanged.
 func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error) {
+	delta, loss, err = t.Compute(rng)
+	if err == nil {
+		t.Commit(delta)
+	}
+	return delta, loss, err
+}
+
+// Compute is the first half of Step: it draws the next mini-batch and
+// returns the update a step from the current parameters would apply, and
+// the batch's loss, without applying it. Commit applies it and moves the
+// schedule on. A caller that models compute time waits between the two,
+// so that its parameters change when the compute ends, as a real step's
+// do. The caller serialises Compute/Commit pairs (as Step does).
+func (t *Trainer) Compute(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 
@@ -200,11 +215,17 @@ func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error
 	if i := firstNonFinite(delta); i >= 0 {
 		return nil, loss, fmt.Errorf("model: step %d: update element %d (loss %v): %w", t.steps, i, loss, ErrNotFinite)
 	}
+	return delta, loss, nil
+}
+
+// Commit adds delta, from Compute, to the parameters and counts the step.
+func (t *Trainer) Commit(delta []float64) {
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
 	t.mu.Lock()
 	axpy(1, delta, t.params)
 	t.mu.Unlock()
 	t.steps++
-	return delta, loss, nil
 }
 
 // nextBatch fills t.batch with the next BatchSize examples of the epoch

@@ -514,6 +514,40 @@ func TestFirstNonFinite(t *testing.T) {
 }
 
 func TestSetLRScale(t *testing.T) {
+	a, b := twoTrainers(t)
+	b.SetLRScale(0.25)
+	b.SetLRScale(math.NaN()) // ignored
+	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
+	db, _, _ := b.Step(rand.New(rand.NewPCG(1, 2)))
+	for i := range da {
+		if math.Abs(db[i]-0.25*da[i]) > 1e-12 {
+			t.Fatalf("element %d: scaled delta %v, want a quarter of %v", i, db[i], da[i])
+		}
+	}
+}
+
+// Compute leaves the parameters and the schedule as they were; Commit
+// then makes the two halves one Step.
+func TestComputeThenCommitIsStep(t *testing.T) {
+	a, b := twoTrainers(t)
+	before := b.Params()
+	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
+	db, _, err := b.Compute(rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(b.Params(), before) || b.Steps() != 0 {
+		t.Fatalf("Compute changed the trainer: steps %d", b.Steps())
+	}
+	b.Commit(db)
+	if !slices.Equal(da, db) || !slices.Equal(a.Params(), b.Params()) || b.Steps() != 1 {
+		t.Errorf("Compute+Commit differs from Step: steps %d", b.Steps())
+	}
+}
+
+// twoTrainers are two identical linreg trainers on the synthetic data.
+func twoTrainers(t *testing.T) (*Trainer, *Trainer) {
+	t.Helper()
 	data, err := Synthetic(DefaultSyntheticConfig(true))
 	if err != nil {
 		t.Fatal(err)
@@ -526,14 +560,5 @@ func TestSetLRScale(t *testing.T) {
 		}
 		return tr
 	}
-	a, b := mk(), mk()
-	b.SetLRScale(0.25)
-	b.SetLRScale(math.NaN()) // ignored
-	da, _, _ := a.Step(rand.New(rand.NewPCG(1, 2)))
-	db, _, _ := b.Step(rand.New(rand.NewPCG(1, 2)))
-	for i := range da {
-		if math.Abs(db[i]-0.25*da[i]) > 1e-12 {
-			t.Fatalf("element %d: scaled delta %v, want a quarter of %v", i, db[i], da[i])
-		}
-	}
+	return mk(), mk()
 }

@@ -34,7 +34,8 @@ type Config struct {
 	// with Host.
 	Identity crypto.PrivKey
 	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node takes ownership and closes it.
+	// hosts). The node takes ownership and closes it, and counts the bytes
+	// of the streams it opens and accepts through it (Traffic).
 	Host host.Host
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int
@@ -125,6 +126,12 @@ type Config struct {
 	// StepStreams is how many idle step streams a node keeps open for
 	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
 	StepStreams int
+
+	// Exchange is how nodes combine their work: gossip (the zero value:
+	// every delta to every node over GossipSub) or epidemic:S (each step's
+	// model to S sampled peers, which average what they receive; see
+	// exchange.go). Nodes of one job must agree on the kind.
+	Exchange Exchange
 
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
 	// peers are filled in from the fields above.
@@ -231,6 +238,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
+	}
+	if err := c.Exchange.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
 		errs = append(errs, fmt.Errorf("connection watermarks %d/%d: need 0 <= low <= high", c.ConnLow, c.ConnHigh))

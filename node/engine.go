@@ -35,6 +35,9 @@ func (n *Node) Run(ctx context.Context) error {
 	if n.cfg.JoinFetch {
 		n.join(ctx)
 	}
+	if n.gs != nil && !n.gs.WaitMesh(ctx) && ctx.Err() == nil {
+		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+	}
 	defer n.checkpoint()
 	last := time.Now()
 	for {
@@ -42,8 +45,9 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
-			pa.SetPopulation(n.population())
+			pa.SetPopulation(n.lrPopulation())
 		}
+		n.mergeReceived() // epidemic: average in the models received (exchange.go)
 		n.busy.Store(true)
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
@@ -61,13 +65,7 @@ func (n *Node) Run(ctx context.Context) error {
 		noteEWMA(&n.interval, now.Sub(last).Seconds())
 		last = now
 		n.pushProgress(ctx, step)
-		if n.gs != nil {
-			n.gs.SetLocalStep(step)
-			if upd != nil {
-				n.noteOwnNorm(upd)
-				n.publish(ctx, step, upd)
-			}
-		}
+		n.pushUpdate(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
 		}

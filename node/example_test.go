@@ -129,3 +129,21 @@ func waitUntil(ctx context.Context, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// ParseExchange reads --exchange. Bad input is an error the CLI reports as
+// a usage error.
+func ExampleParseExchange() {
+	for _, s := range []string{"gossip", "epidemic:4", "epidemic:0", "epidemic:four"} {
+		ex, err := node.ParseExchange(s)
+		if err != nil {
+			fmt.Println("error:", err)
+			continue
+		}
+		fmt.Println(ex)
+	}
+	// Output:
+	// gossip
+	// epidemic:4
+	// error: "epidemic:0": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
+	// error: "epidemic:four": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
+}

@@ -45,14 +45,18 @@ type Status struct {
 	// PoolInDegree is how many peers' sampler pools hold this node (their
 	// samples draw it with weight pool size / in-degree); PoolRefused
 	// counts malformed pool announcements refused.
-	PoolInDegree    int      `json:"pool_in_degree"`
-	PoolRefused     int      `json:"pool_requests_refused"`
-	Model           string   `json:"model,omitempty"`
-	Loss            *float64 `json:"loss,omitempty"`
-	Accuracy        *float64 `json:"accuracy,omitempty"`
-	UpdatesSent     uint64   `json:"updates_sent"`
-	UpdatesReceived uint64   `json:"updates_received"`
-	UpdatesRejected uint64   `json:"updates_rejected"`
+	PoolInDegree int      `json:"pool_in_degree"`
+	PoolRefused  int      `json:"pool_requests_refused"`
+	Model        string   `json:"model,omitempty"`
+	Loss         *float64 `json:"loss,omitempty"`
+	Accuracy     *float64 `json:"accuracy,omitempty"`
+	// Updates counts what the exchange carried: under gossip, updates
+	// published and received on the topic; under epidemic, models sent to
+	// peers (one per peer) and taken from them. Exchange details it.
+	UpdatesSent     uint64         `json:"updates_sent"`
+	UpdatesReceived uint64         `json:"updates_received"`
+	UpdatesRejected uint64         `json:"updates_rejected"`
+	Exchange        *ExchangeStats `json:"exchange,omitempty"`
 	// Defences at work: step reports not counted at the barrier (stuck or
 	// lying peers), received updates refused by the norm bound, inbound
 	// streams reset at the per-peer cap.
@@ -61,6 +65,8 @@ type Status struct {
 	StreamsRefused     uint64 `json:"streams_refused"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
+	// Traffic is what the node's streams carried, by protocol class.
+	Traffic Traffic `json:"traffic"`
 }
 
 // Status returns the node's current status.
@@ -97,9 +103,11 @@ func (n *Node) Status() Status {
 			st.Accuracy = &acc
 		}
 	}
-	if n.gs != nil {
-		gs := n.gs.Stats()
-		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = gs.Sent, gs.Received, gs.TotalRejected()
+	if n.task.NumParams() > 0 {
+		us := n.UpdateStats()
+		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = us.Sent, us.Received, us.TotalRejected()
+		x := n.ExchangeStats()
+		st.Exchange = &x
 	}
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		st.ReportsScreened += uint64(counterValue(n.m.screened.WithLabelValues(v.String())))
@@ -108,6 +116,7 @@ func (n *Node) Status() Status {
 	st.StreamsRefused = uint64(counterValue(n.m.refused))
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
+	st.Traffic = n.Traffic()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

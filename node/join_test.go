@@ -12,10 +12,18 @@ import (
 // start again at LR0 (which, scaled by 1/N̂ like its peers' rates, made its
 // first updates many times theirs).
 func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
+	// Under either exchange a joiner fetches the model: averaging alone
+	// would take many rounds to pull a fresh model to the job's.
+	for _, ex := range []Exchange{{}, {Kind: ExchangeEpidemic, S: 2}} {
+		t.Run(ex.String(), func(t *testing.T) { testJoinAdopts(t, ex) })
+	}
+}
+
+func testJoinAdopts(t *testing.T, ex Exchange) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodes(t, 2, "pssp:1:1", 0, memHosts(t, mn))
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *Config) { c.Exchange = ex })
 		running, joiner := nodes[0], nodes[1]
 		running.step.Store(100)
 		params := running.task.Params()
@@ -32,8 +40,10 @@ func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
 		if got := joiner.task.(*ModelTask).Trainer().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
-		if got := joiner.Gossip().LocalStep(); got != 100 {
-			t.Errorf("joiner's gossip validator at step %d, want 100", got)
+		if g := joiner.Gossip(); (g == nil) != (ex.Kind == ExchangeEpidemic) {
+			t.Errorf("exchange %s: gossip topic joined: %v", ex, g != nil)
+		} else if g != nil && g.LocalStep() != 100 {
+			t.Errorf("joiner's gossip validator at step %d, want 100", g.LocalStep())
 		}
 		if got := joiner.task.Params()[0]; got != 0.25 {
 			t.Errorf("joiner's first parameter %v, want the fetched 0.25", got)

@@ -11,7 +11,7 @@ import (
 
 // resourceManager is go-libp2p's default resource manager (limits scaled to
 // the machine's memory and file descriptors) plus per-peer stream caps on
-// the job's step and model protocols, so that one peer cannot hold more
+// the job's step, model and exchange protocols, so that one peer cannot hold more
 // than MaxStreamsPerPeer of either open at the transport level.
 func resourceManager(cfg Config) (network.ResourceManager, error) {
 	limits := rcmgr.DefaultLimits
@@ -20,6 +20,7 @@ func resourceManager(cfg Config) (network.ResourceManager, error) {
 	perPeer := rcmgr.BaseLimit{Streams: 2 * k, StreamsInbound: k, StreamsOutbound: k, Memory: 16 << 20}
 	limits.AddProtocolPeerLimit(StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(ExchangeProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }
 

@@ -15,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
+	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -43,31 +44,41 @@ type Node struct {
 	up    atomic.Bool
 	// life ends when the node closes (endLife): the inbound stream
 	// handlers derive their contexts from it, so none outlives the node.
-	life     context.Context
-	endLife  context.CancelFunc
-	gs       *gossip.Gossip // nil for a task without a model
-	task     Task
-	decider  psp.Decider
-	reg      *prometheus.Registry
-	m        *metrics
-	stepID   protocol.ID
-	modelID  protocol.ID
-	started  time.Time
-	wake     chan struct{}
-	rngMu    sync.Mutex
-	rng      *rand.Rand
-	step     atomic.Int64
-	waiting  atomic.Bool
-	leaving  atomic.Bool
-	interval atomic.Uint64 // float64 bits: EWMA seconds per step
-	compute  atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
-	busy     atomic.Bool   // inside task.Step
-	lastEval atomic.Pointer[evalResult]
-	estMu    sync.Mutex // guards estAt and estVal
-	estAt    time.Time
-	estVal   float64
-	repMu    sync.Mutex // guards reports
-	reports  ring       // population estimates peers reported lately (population)
+	life    context.Context
+	endLife context.CancelFunc
+	gs      *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
+	// ex is the epidemic exchange's state (exchange.go), nil under gossip;
+	// xm its metrics, nil for a task without a model.
+	ex        *epidemic
+	xm        *exchangeMetrics
+	exID      protocol.ID
+	exLimiter *inboundLimiter
+	warnMu    sync.Mutex
+	warned    map[peer.ID]bool // peers warned about (warnOnce)
+	task      Task
+	decider   psp.Decider
+	reg       *prometheus.Registry
+	m         *metrics
+	stepID    protocol.ID
+	modelID   protocol.ID
+	started   time.Time
+	wake      chan struct{}
+	rngMu     sync.Mutex
+	rng       *rand.Rand
+	step      atomic.Int64
+	waiting   atomic.Bool
+	leaving   atomic.Bool
+	interval  atomic.Uint64 // float64 bits: EWMA seconds per step
+	compute   atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	busy      atomic.Bool   // inside task.Step
+	lastEval  atomic.Pointer[evalResult]
+	estMu     sync.Mutex // guards estAt and estVal
+	estAt     time.Time
+	estVal    float64
+	repMu     sync.Mutex // guards reports
+	reports   ring       // population estimates peers reported lately (population)
+	// meter counts the bytes of the node's streams (traffic.go).
+	meter *meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -122,6 +133,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reg:      cfg.Registry,
 		stepID:   StepProtocol(cfg.Job),
 		modelID:  ModelProtocol(cfg.Job),
+		exID:     ExchangeProtocol(cfg.Job),
 		started:  time.Now(),
 		wake:     make(chan struct{}, 1),
 		decider:  psp.NewDecider(cfg.Barrier),
@@ -140,13 +152,17 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.meter = newMeter(cfg.Job)
+	n.reg.MustRegister(newTrafficCollector(n))
 
-	n.h = cfg.Host
-	if n.h == nil {
+	if cfg.Host != nil {
+		n.h = n.meter.wrapHost(cfg.Host)
+	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
+		n.meter.bwc = lpmetrics.NewBandwidthCounter()
 		rm, err := resourceManager(cfg)
 		if err != nil {
 			_ = cm.Close()
@@ -159,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			libp2p.PrometheusRegisterer(n.reg),
 			libp2p.UserAgent(userAgent(cfg)),
 			libp2p.ProtocolVersion(IdentifyProtocol),
+			libp2p.BandwidthReporter(n.meter.bwc),
 		}
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
@@ -199,6 +216,20 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
+	if n.task.NumParams() > 0 {
+		// Every node with a model serves the exchange protocol: under
+		// gossip, to refuse epidemic peers' models with a clear reason.
+		n.xm = newExchangeMetrics(n.reg)
+		n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
+		if cfg.Exchange.Kind == ExchangeEpidemic {
+			ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
+			if err != nil {
+				return fail(fmt.Errorf("node: %w", err))
+			}
+			n.ex = ex
+		}
+		n.h.SetStreamHandler(n.exID, n.handleExchange)
+	}
 
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
@@ -206,7 +237,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.registerGaugeFuncs()
 
-	if n.task.NumParams() > 0 {
+	if n.task.NumParams() > 0 && n.ex == nil {
 		gcfg := cfg.Gossip
 		gcfg.Job = cfg.Job
 		gcfg.ParamCount = n.task.NumParams()
@@ -435,6 +466,7 @@ func (n *Node) closeParts() error {
 	if n.joiner != nil {
 		n.joiner.wait()
 	}
+	n.waitSends() // they end with n.life
 	var errs []error
 	if n.gs != nil {
 		errs = append(errs, n.gs.Close())
@@ -448,6 +480,7 @@ func (n *Node) closeParts() error {
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
 		n.h.RemoveStreamHandler(n.modelID)
+		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {
 			n.h.Network().StopNotify(n.conns)
 		}

@@ -41,6 +41,13 @@ func memNodes(t *testing.T, n int, barrier string, scale float64) []*Node {
 // task with the synthetic task time scale.
 func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func() host.Host) []*Node {
 	t.Helper()
+	return buildTestNodesWith(t, n, barrier, scale, mk, nil)
+}
+
+// buildTestNodesWith is buildTestNodes with each node's configuration
+// passed through edit (if not nil) before the node is built.
+func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk func() host.Host, edit func(*Config)) []*Node {
+	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
 		t.Fatal(err)
@@ -74,6 +81,9 @@ func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func(
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second
 		cfg.Seed = uint64(i + 1)
+		if edit != nil {
+			edit(&cfg)
+		}
 		nd, err := New(context.Background(), cfg)
 		if err != nil {
 			t.Fatal(err)
@@ -299,5 +309,10 @@ func TestTCPNodesAnswerEachOther(t *testing.T) {
 	}
 	if _, err := b.queryStep(t.Context(), a.ID(), StepRequest{Step: 7}); err != nil {
 		t.Errorf("a did not answer b: %v", err)
+	}
+	// A host the node built reports to go-libp2p's BandwidthCounter, whose
+	// totals follow within a second.
+	if !waitFor(5*time.Second, func() bool { return b.Traffic().Class("step").InBytes > 0 && a.Traffic().Class("step").OutBytes > 0 }) {
+		t.Errorf("step traffic not counted: a %+v, b %+v", a.Traffic().ByProtocol, b.Traffic().ByProtocol)
 	}
 }

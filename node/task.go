@@ -145,9 +145,15 @@ func ModelIDOf(m model.Model) uint32 {
 
 func (t *ModelTask) Step(ctx context.Context) ([]float64, error) {
 	t.mu.Lock()
-	delta, _, err := t.trainer.Step(t.rng)
+	// The time model stands for the step's compute: the parameters change
+	// when it ends, so that what peers fetch and evaluations see meanwhile
+	// is the model the step started from (under the epidemic exchange, the
+	// average it just took), as on a node whose compute takes that long.
+	delta, _, err := t.trainer.Compute(t.rng)
 	if err == nil {
-		err = t.time.sleep(ctx, t.rng)
+		if err = t.time.sleep(ctx, t.rng); err == nil {
+			t.trainer.Commit(delta)
+		}
 	}
 	t.mu.Unlock()
 	if err != nil {

@@ -9,6 +9,28 @@ import (
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
+// pushUpdate hands the step's update to the exchange: under gossip it is
+// published on the topic; under epidemic the node's model goes to S
+// sampled peers (exchange.go). upd is nil for a task without a model.
+func (n *Node) pushUpdate(ctx context.Context, step int64, upd []float64) {
+	if n.ex != nil {
+		if upd != nil {
+			n.noteOwnNorm(upd)
+		}
+		n.sendModel(step)
+		n.releaseHeld()
+		return
+	}
+	if n.gs == nil {
+		return
+	}
+	n.gs.SetLocalStep(step)
+	if upd != nil {
+		n.noteOwnNorm(upd)
+		n.publish(ctx, step, upd)
+	}
+}
+
 // publish sends the step's update on the gossip topic (or, for a node
 // playing a poisoner, what faults.Poison makes of it).
 func (n *Node) publish(ctx context.Context, step int64, upd []float64) {

@@ -31,6 +31,10 @@ type member struct {
 	// opened0 is the node's connections-opened count when it was launched
 	// (training start, or its join), so the rate covers training only.
 	opened0 uint64
+	// traffic0 and step0 are the node's traffic and step at its launch,
+	// so that the traffic report covers training only.
+	traffic0 node.Traffic
+	step0    int64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
 	// computing. -1 while it is not free.
@@ -71,6 +75,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.Gossip.Encoding = enc
 	cfg.Gossip.PeerScoring = true
 	cfg.PollShare = t.cfg.PollShare
+	cfg.Exchange = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
@@ -190,6 +195,7 @@ func (t *testnet) launch(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
 	m.opened0 = m.nd.Status().ConnectionsOpened
+	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
 	t.wg.Go(func() {
 		defer close(m.done)
 		if err := m.nd.Run(c); err != nil {

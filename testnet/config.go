@@ -135,6 +135,9 @@ type Config struct {
 	Data     string // synthetic or mnist:DIR
 	Encoding string // gossip encoding: dense32, dense16, topk32, topk16
 	LR       float64
+	// Exchange is the nodes' node.Config.Exchange: gossip (the zero
+	// value) or epidemic:S.
+	Exchange node.Exchange
 
 	// Roles makes shares of the initial nodes hostile or faulty (see
 	// Role); SlowDelay is how late Slow nodes answer step queries.
@@ -251,6 +254,9 @@ func (c Config) Validate() error {
 	case "mem", "tcp":
 	default:
 		bad("transport %q: want mem or tcp", c.Transport)
+	}
+	if c.Exchange.Kind == node.ExchangeEpidemic && strings.HasPrefix(c.Encoding, "topk") {
+		bad("exchange %s sends whole models: encoding %s carries sparse deltas; use dense32 or dense16", c.Exchange, c.Encoding)
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)

@@ -35,6 +35,7 @@ type accRow struct {
 	accuracy float64
 	loss     float64
 	updates  float64
+	inBytes  float64 // mean bytes an honest live node received since its launch
 }
 
 // record takes one snapshot of every live node.
@@ -120,9 +121,7 @@ func (t *testnet) updatesReceived() uint64 {
 	defer t.mu.Unlock()
 	var n uint64
 	for _, m := range t.members {
-		if g := m.nd.Gossip(); g != nil {
-			n += g.Stats().Received
-		}
+		n += m.nd.UpdateStats().Received
 	}
 	return n
 }
@@ -159,10 +158,15 @@ func (t *testnet) evaluate(now time.Duration) {
 	}
 	var updates float64
 	for _, m := range t.members {
-		if g := m.nd.Gossip(); g != nil {
-			updates += float64(g.Stats().Sent)
+		updates += float64(m.nd.UpdateStats().Sent)
+	}
+	var honest []*member
+	for _, m := range live {
+		if m.role == Honest {
+			honest = append(honest, m)
 		}
 	}
+	inBytes := meanInBytes(honest)
 	t.mu.Unlock()
 	var acc, loss float64
 	k := 0
@@ -187,6 +191,6 @@ func (t *testnet) evaluate(now time.Duration) {
 		return
 	}
 	t.mu.Lock()
-	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates})
+	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates, inBytes: inBytes})
 	t.mu.Unlock()
 }

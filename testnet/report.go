@@ -2,10 +2,8 @@ package testnet
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
-	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -36,6 +34,7 @@ type Result struct {
 	TimeScale float64 `json:"time_scale"`
 	Transport string  `json:"transport"`
 	Model     string  `json:"model"`
+	Exchange  string  `json:"exchange"`
 	Seed      uint64  `json:"seed"`
 	WarmupS   float64 `json:"warmup_s"`
 	// WallS is the wall time training took (0 when the run could not tell)
@@ -86,6 +85,8 @@ type Result struct {
 		BytesPerUpdate float64 `json:"bytes_per_update"`
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
+	// Traffic is what the honest live nodes' streams carried in training.
+	Traffic *TrafficReport `json:"traffic,omitempty"`
 	// Connections: how many each live honest node held at the end (mean),
 	// and how many it opened per minute of training, inbound and outbound
 	// (each costs an identify exchange and, for DHT peers, a lookup check).
@@ -150,20 +151,6 @@ type Accuracy struct {
 	TimeToTarget *float64 `json:"time_to_target_s"` // null if never reached
 }
 
-// Comparison sets the testnet beside the simulator run with the same
-// parameters, twice: Sim in fidelity mode (every waiting node re-checks at
-// every completion, as the paper's simulator does) and Poll in poll mode,
-// where waiting nodes re-check every PollIntervalS, the interval the
-// testnet's nodes kept (1 / ChecksPerWaitS). Ratio and PollRatio are
-// real/simulated for each step figure.
-type Comparison struct {
-	Sim           sim.Stats
-	Ratio         map[string]float64
-	PollIntervalS float64
-	Poll          sim.Stats
-	PollRatio     map[string]float64
-}
-
 type finalRow struct {
 	node   int
 	factor float64
@@ -177,7 +164,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	c := t.cfg
 	r := &Result{
 		Nodes: c.Nodes, DurationS: elapsed.Seconds(), Barrier: c.Barrier.String(), Clock: string(c.Clock),
-		TimeScale: c.TimeScale, Transport: c.Transport, Model: c.Model, Seed: c.Seed, WarmupS: warm.Seconds(),
+		TimeScale: c.TimeScale, Transport: c.Transport, Model: c.Model, Exchange: c.Exchange.String(), Seed: c.Seed, WarmupS: warm.Seconds(),
 		StalledNodes: len(t.stalls), steps: t.steps, ests: t.ests, accs: t.accs,
 		churned: slices.Clone(t.churned),
 	}
@@ -190,6 +177,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	var counts []float64
 	var waitS, rechecks float64
 	var held, opened, nodeMin float64
+	var traffic trafficSum
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
@@ -215,6 +203,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 			}
 			continue
 		}
+		traffic.add(m, elapsed-m.joinedAt)
 		s := float64(m.nd.Step())
 		all = append(all, s)
 		if m.factor > 1 {
@@ -239,8 +228,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
 		}
-		if g := m.nd.Gossip(); g != nil {
-			st := g.Stats()
+		if m.nd.Task().NumParams() > 0 {
+			st := m.nd.UpdateStats()
 			r.Updates.Sent += st.Sent
 			r.Updates.Received += st.Received
 			r.Updates.Rejected += st.TotalRejected()
@@ -250,6 +239,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 	}
 	r.LiveNodes = len(all)
+	r.Traffic = traffic.report()
 	if len(all) > 0 {
 		r.Connections.HeldMean = held / float64(len(all))
 	}
@@ -319,75 +309,6 @@ func uniformity(counts []float64) (maxMean, minMean, p float64, draws int) {
 	return slices.Max(counts) / mean, slices.Min(counts) / mean, p, int(total)
 }
 
-// CompareWithSim runs the simulator with the testnet's parameters, in
-// fidelity mode and in poll mode at the nodes' measured re-check rate, and
-// stores the real/simulated ratios in r.CompareSim.
-func CompareWithSim(cfg Config, r *Result) error {
-	if cfg.TimeScale <= 0 {
-		return errors.New("comparing with the simulator needs the time model: a positive time scale")
-	}
-	sc := sim.DefaultConfig()
-	sc.Nodes, sc.Duration, sc.Barrier, sc.Seed = cfg.Nodes, r.DurationS, cfg.Barrier, cfg.Seed
-	sc.TimeScale, sc.Stragglers, sc.StraggleFactor = cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor
-	sc.LeaveRate, sc.JoinRate, sc.ChurnMode = cfg.Churn, cfg.Churn, cfg.ChurnMode
-	sc.RecordEvery = 0
-	sc.Mode = sim.Fidelity
-	fid, err := sim.Run(sc)
-	if err != nil {
-		return err
-	}
-	sc.Mode, sc.PollInterval = sim.Poll, 0.05
-	if r.ChecksPerWaitS > 0 {
-		sc.PollInterval = 1 / r.ChecksPerWaitS
-	}
-	poll, err := sim.Run(sc)
-	if err != nil {
-		return err
-	}
-	r.CompareSim = &Comparison{
-		Sim: fid.Steps, Ratio: stepRatios(r.Steps, fid.Steps),
-		PollIntervalS: sc.PollInterval, Poll: poll.Steps, PollRatio: stepRatios(r.Steps, poll.Steps),
-	}
-	return nil
-}
-
-// stepRatios is real/simulated for each step figure (NaN over a zero).
-func stepRatios(real, sim sim.Stats) map[string]float64 {
-	ratio := func(a, b float64) float64 {
-		if b == 0 {
-			return math.NaN()
-		}
-		return a / b
-	}
-	return map[string]float64{
-		"min": ratio(real.Min, sim.Min), "mean": ratio(real.Mean, sim.Mean),
-		"max": ratio(real.Max, sim.Max), "p5": ratio(real.P5, sim.P5),
-		"p50": ratio(real.P50, sim.P50), "p95": ratio(real.P95, sim.P95),
-	}
-}
-
-// MarshalJSON keeps NaN (ratios of zero) out of the JSON.
-func (c Comparison) MarshalJSON() ([]byte, error) {
-	finite := func(m map[string]float64) map[string]*float64 {
-		out := map[string]*float64{}
-		for k, v := range m {
-			if !math.IsNaN(v) && !math.IsInf(v, 0) {
-				out[k] = &v
-			} else {
-				out[k] = nil
-			}
-		}
-		return out
-	}
-	return json.Marshal(struct {
-		Sim           sim.Stats           `json:"sim_steps"`
-		Ratio         map[string]*float64 `json:"ratio"`
-		PollIntervalS float64             `json:"poll_interval_s"`
-		Poll          sim.Stats           `json:"poll_steps"`
-		PollRatio     map[string]*float64 `json:"poll_ratio"`
-	}{c.Sim, finite(c.Ratio), c.PollIntervalS, c.Poll, finite(c.PollRatio)})
-}
-
 // OverloadWarning is the line a flagged real-clock run prints: what
 // happened and what to do. Empty when the run was not flagged.
 func (r *Result) OverloadWarning() string {
@@ -402,7 +323,7 @@ func (r *Result) OverloadWarning() string {
 func (r *Result) PrintSummary(w0 io.Writer) {
 	tw := tabwriter.NewWriter(w0, 0, 0, 2, ' ', 0)
 	row := func(k, format string, a ...any) { fmt.Fprintf(tw, "%s\t%s\n", k, fmt.Sprintf(format, a...)) }
-	row("barrier", "%s (%s clock, %s transport, model %s, time scale %g, seed %d)", r.Barrier, r.Clock, r.Transport, r.Model, r.TimeScale, r.Seed)
+	row("barrier", "%s (%s clock, %s transport, model %s, exchange %s, time scale %g, seed %d)", r.Barrier, r.Clock, r.Transport, r.Model, r.Exchange, r.TimeScale, r.Seed)
 	row("nodes", "%d at start, %d live at the end (%d joined, %d left, %d crashed)", r.Nodes, r.LiveNodes, r.Joined, r.Left, r.Crashed)
 	if r.JoinS != nil {
 		row("  joins", "p50 %.2f s, p99 %.2f s from a join's start to its first step", r.JoinS.P50, r.JoinS.P99)
@@ -430,6 +351,13 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			tt = fmt.Sprintf("%.0f s", *a.TimeToTarget)
 		}
 		row(a.Metric, "final %.4f (loss %.4f); %.2f reached: %s", a.Final, a.FinalLoss, a.Target, tt)
+	}
+	if tr := r.Traffic; tr != nil {
+		amp := ""
+		if tr.GossipAmplification > 0 {
+			amp = fmt.Sprintf("; gossip amplification %.2f", tr.GossipAmplification)
+		}
+		row("traffic", "per node %.0f B/s in, %.0f B/s out; %.0f B in per step%s", tr.InBytesPerNodeS, tr.OutBytesPerNodeS, tr.InBytesPerStep, amp)
 	}
 	row("connections", "%.1f held per node, %.1f opened per node per minute", r.Connections.HeldMean, r.Connections.OpenedPerNodeMin)
 	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
@@ -461,7 +389,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 //	final_steps.csv       node,straggle_factor,final_step,live
 //	barrier_waits.csv     wait_ms (recent waits of live nodes)
 //	estimate.csv          time_s,true_n,median_rel_error,p5,p95
-//	accuracy.csv          time_s,accuracy,loss,updates_sent
+//	accuracy.csv          time_s,accuracy,loss,updates_sent,in_bytes_per_node
 //	churn_events.csv      time_s,event,node (leave, crash, join: as each began)
 //	step_distribution.png, estimate.png, accuracy.png, summary.json
 func (r *Result) WriteOut(dir string) error {
@@ -499,10 +427,10 @@ func (r *Result) WriteOut(dir string) error {
 	rows = nil
 	var ax, ay []float64
 	for _, a := range r.accs {
-		rows = append(rows, []string{f(a.t), f(a.accuracy), f(a.loss), f(a.updates)})
+		rows = append(rows, []string{f(a.t), f(a.accuracy), f(a.loss), f(a.updates), f(a.inBytes)})
 		ax, ay = append(ax, a.t), append(ay, a.accuracy)
 	}
-	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent"}, rows); err != nil {
+	if err := figure.CSV(filepath.Join(dir, "accuracy.csv"), []string{"time_s", "accuracy", "loss", "updates_sent", "in_bytes_per_node"}, rows); err != nil {
 		return err
 	}
 	rows = nil
@@ -538,14 +466,15 @@ func (r *Result) WriteOut(dir string) error {
 }
 
 // WriteComparison writes figures that set several runs side by side under
-// dir: step_distribution.png (final steps of every run), accuracy_time.png
-// and accuracy_updates.png (held-out accuracy against wall time and against
-// the number of updates sent), and comparison.csv (one row per run).
+// dir: step_distribution.png (final steps of every run), accuracy_time.png,
+// accuracy_updates.png and accuracy_bytes.png (held-out accuracy against
+// wall time, the number of updates sent, and the bytes a node received),
+// and comparison.csv (one row per run).
 func WriteComparison(dir string, results []*Result) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return fmt.Errorf("output directory: %w", err)
 	}
-	var dists, accT, accU []figure.Series
+	var dists, accT, accU, accB []figure.Series
 	var rows [][]string
 	f := func(v float64) string { return strconv.FormatFloat(v, 'g', 6, 64) }
 	metric := "accuracy"
@@ -557,12 +486,13 @@ func WriteComparison(dir string, results []*Result) error {
 			}
 		}
 		dists = append(dists, figure.Distribution(r.Barrier, finals))
-		st, su := figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}
+		st, su, sb := figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}, figure.Series{Name: r.Barrier}
 		for _, a := range r.accs {
 			st.X, st.Y = append(st.X, a.t), append(st.Y, a.accuracy)
 			su.X, su.Y = append(su.X, a.updates), append(su.Y, a.accuracy)
+			sb.X, sb.Y = append(sb.X, a.inBytes/1e6), append(sb.Y, a.accuracy)
 		}
-		accT, accU = append(accT, st), append(accU, su)
+		accT, accU, accB = append(accT, st), append(accU, su), append(accB, sb)
 		final, tt := "", ""
 		if a := r.Accuracy; a != nil {
 			metric = a.Metric
@@ -590,6 +520,11 @@ func WriteComparison(dir string, results []*Result) error {
 	if err := figure.Lines(filepath.Join(dir, "accuracy_time.png"), figure.Options{
 		Title: fmt.Sprintf("Held-out %s against wall time (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "time (s)", YLabel: metric, LegendBottom: true,
 	}, accT...); err != nil {
+		return err
+	}
+	if err := figure.Lines(filepath.Join(dir, "accuracy_bytes.png"), figure.Options{
+		Title: fmt.Sprintf("Held-out %s against bytes received (%d nodes, %s)", metric, r0.Nodes, r0.Model), XLabel: "MB received per node", YLabel: metric, LegendBottom: true,
+	}, accB...); err != nil {
 		return err
 	}
 	return figure.Lines(filepath.Join(dir, "accuracy_updates.png"), figure.Options{

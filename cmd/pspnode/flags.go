@@ -27,6 +27,10 @@ func (f *share) Set(v string) error {
 	return nil
 }
 
+// exchangeHelp is --exchange's help, shared by run and testnet
+// (node.Config.Exchange).
+const exchangeHelp = "how nodes combine their work: gossip (every update to every node over GossipSub) or epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N; see docs/exchange.md). Nodes of a job must agree"
+
 // intList is a comma-separated list of non-negative integers flag.
 type intList []int
 

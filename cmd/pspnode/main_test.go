@@ -51,6 +51,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"testnet", "--latency", "uniform:80ms-10ms"}, 2, "uniform:MIN-MAX"},
 		{[]string{"testnet", "--bandwidth", "fast"}, 2, "want a rate such as 100mbit"},
 		{[]string{"testnet", "--clock", "real", "--time-scale", "0", "--compare-sim"}, 2, "--compare-sim needs the time model"},
+		{[]string{"testnet", "--exchange", "epidemic:0"}, 2, "S must be a whole number >= 1"},
+		{[]string{"run", "--exchange", "epidemic:x"}, 2, "S must be a whole number >= 1"},
+		{[]string{"run", "--exchange", "push"}, 2, "want gossip or epidemic:S"},
+		{[]string{"testnet", "--exchange", "epidemic:2", "--encoding", "topk32"}, 2, "sends whole models"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

@@ -95,6 +95,8 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
 	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
+	exchange := def.Exchange
+	fs.Var(&exchange, "exchange", exchangeHelp)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -141,6 +143,7 @@ Example, two nodes on one machine:
 			}
 			cfg.PollMax, cfg.QueryTimeout = max(*pollMax, cfg.PollMin), *queryTime
 			cfg.QueryTimeoutMin = min(cfg.QueryTimeoutMin, cfg.QueryTimeout)
+			cfg.Exchange = exchange
 			if *scale < 0 || *factor <= 0 {
 				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 			}

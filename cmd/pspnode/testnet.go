@@ -91,6 +91,8 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
+	exchange := def.Exchange
+	fs.Var(&exchange, "exchange", exchangeHelp)
 	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
 	return &ffcli.Command{
 		Name:       "testnet",
@@ -133,6 +135,7 @@ Examples:
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
 			cfg.PollShare = float64(pollShare)
+			cfg.Exchange = exchange
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
 			var err error
 			if cfg.Clock, err = testnet.ParseClock(*clock); err != nil {

@@ -1,0 +1,271 @@
+package node
+
+import (
+	"context"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Traffic accounting. A node counts the bytes its streams carry, in and
+// out, by protocol class. A host the node builds itself reports to
+// go-libp2p's BandwidthCounter (libp2p.BandwidthReporter), which the swarm
+// feeds from every stream's reads and writes. A host passed in Config.Host
+// (testnets pass in-memory mocknet hosts, whose swarm has no reporter) is
+// wrapped instead: every stream it opens or accepts through the node, the
+// overlay's DHT and pool, and GossipSub counts its reads and writes. Both
+// count stream payload: protocol negotiation included, the security and
+// multiplexer framing below the stream not.
+//
+// The BandwidthCounter is not used for wrapped hosts: its meters share one
+// process-wide sweeper goroutine, which cannot run in a testing/synctest
+// bubble (the testnet's virtual clock).
+
+// Traffic classes, in the order of TrafficClasses.
+const (
+	classDHT = iota
+	classStep
+	classModel
+	classGossip
+	classPool
+	classExchange
+	classOther
+	numClasses
+)
+
+// TrafficClasses names the protocol classes of Traffic.ByProtocol: the
+// job's DHT, step, model, pool and exchange protocols, GossipSub
+// (/meshsub/*, /floodsub/*), and everything else (identify, ping, protocol
+// negotiation before a protocol is chosen).
+var TrafficClasses = [numClasses]string{"dht", "step", "model", "gossip", "pool", "exchange", "other"}
+
+// ProtocolTraffic is the bytes of one protocol class.
+type ProtocolTraffic struct {
+	InBytes  uint64 `json:"in_bytes"`
+	OutBytes uint64 `json:"out_bytes"`
+}
+
+// Traffic is what a node's streams carried since it started.
+type Traffic struct {
+	InBytes  uint64 `json:"in_bytes"`
+	OutBytes uint64 `json:"out_bytes"`
+	// InBytesPerS and OutBytesPerS are the means since the node started;
+	// InBytesPerStep divides InBytes by the node's step (0 before the
+	// first).
+	InBytesPerS    float64                    `json:"in_bytes_per_s"`
+	OutBytesPerS   float64                    `json:"out_bytes_per_s"`
+	InBytesPerStep float64                    `json:"in_bytes_per_step"`
+	ByProtocol     map[string]ProtocolTraffic `json:"by_protocol"`
+	// GossipPayloadBytes is the encoded size of the updates GossipSub
+	// delivered to this node, and GossipAmplification the GossipSub bytes
+	// that came in for them: ByProtocol["gossip"].InBytes ÷
+	// GossipPayloadBytes (duplicates, control messages and envelopes
+	// included; 0 before the first update).
+	GossipPayloadBytes  uint64  `json:"gossip_payload_bytes"`
+	GossipAmplification float64 `json:"gossip_amplification,omitempty"`
+}
+
+// Class returns the bytes of one class (see TrafficClasses).
+func (t Traffic) Class(name string) ProtocolTraffic { return t.ByProtocol[name] }
+
+// Sub returns t minus an earlier reading of the same node: the traffic in
+// between (rates and per-step figures are left at zero).
+func (t Traffic) Sub(earlier Traffic) Traffic {
+	out := Traffic{
+		InBytes:            t.InBytes - earlier.InBytes,
+		OutBytes:           t.OutBytes - earlier.OutBytes,
+		GossipPayloadBytes: t.GossipPayloadBytes - earlier.GossipPayloadBytes,
+		ByProtocol:         make(map[string]ProtocolTraffic, len(t.ByProtocol)),
+	}
+	for k, v := range t.ByProtocol {
+		e := earlier.ByProtocol[k]
+		out.ByProtocol[k] = ProtocolTraffic{InBytes: v.InBytes - e.InBytes, OutBytes: v.OutBytes - e.OutBytes}
+	}
+	return out
+}
+
+// meter counts a node's traffic by class.
+type meter struct {
+	prefix string                      // "/psp/<job>/"
+	bwc    *lpmetrics.BandwidthCounter // a host the node built; nil for a wrapped one
+	in     [numClasses]atomic.Uint64   // a wrapped host's
+	out    [numClasses]atomic.Uint64
+}
+
+func newMeter(job string) *meter { return &meter{prefix: "/psp/" + job + "/"} }
+
+// classOf maps a protocol ID to its class.
+func (m *meter) classOf(p protocol.ID) int {
+	s := string(p)
+	if rest, ok := strings.CutPrefix(s, m.prefix); ok {
+		name, _, _ := strings.Cut(rest, "/")
+		switch name {
+		case "kad":
+			return classDHT
+		case "step":
+			return classStep
+		case "model":
+			return classModel
+		case "pool":
+			return classPool
+		case "exchange":
+			return classExchange
+		}
+		return classOther
+	}
+	if strings.HasPrefix(s, "/meshsub/") || strings.HasPrefix(s, "/floodsub/") {
+		return classGossip
+	}
+	return classOther
+}
+
+// totals returns the bytes in and out by class.
+func (m *meter) totals() (in, out [numClasses]uint64) {
+	if m.bwc != nil {
+		for p, st := range m.bwc.GetBandwidthByProtocol() {
+			c := m.classOf(p)
+			in[c] += uint64(st.TotalIn)
+			out[c] += uint64(st.TotalOut)
+		}
+		return in, out
+	}
+	for c := range numClasses {
+		in[c], out[c] = m.in[c].Load(), m.out[c].Load()
+	}
+	return in, out
+}
+
+// wrapHost returns h with every stream counted into m.
+func (m *meter) wrapHost(h host.Host) host.Host { return &countingHost{Host: h, m: m} }
+
+// countingHost counts the streams it opens and the streams its handlers
+// accept.
+type countingHost struct {
+	host.Host
+	m *meter
+}
+
+func (h *countingHost) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
+	s, err := h.Host.NewStream(ctx, p, pids...)
+	if err != nil {
+		return s, err
+	}
+	return h.m.wrap(s), nil
+}
+
+func (h *countingHost) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
+	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.m.wrap(s)) })
+}
+
+func (h *countingHost) SetStreamHandlerMatch(pid protocol.ID, match func(protocol.ID) bool, handler network.StreamHandler) {
+	h.Host.SetStreamHandlerMatch(pid, match, func(s network.Stream) { handler(h.m.wrap(s)) })
+}
+
+func (m *meter) wrap(s network.Stream) network.Stream {
+	cs := &countedStream{Stream: s, m: m}
+	cs.class.Store(-1)
+	return cs
+}
+
+// countedStream adds its reads and writes to its class. The class is the
+// stream's protocol, known once negotiation chose it (an outbound stream
+// may be handed over before: the bytes until then count as other).
+type countedStream struct {
+	network.Stream
+	m     *meter
+	class atomic.Int32 // -1 until the protocol is known
+}
+
+func (s *countedStream) classNow() int {
+	if c := s.class.Load(); c >= 0 {
+		return int(c)
+	}
+	p := s.Stream.Protocol()
+	if p == "" {
+		return classOther
+	}
+	c := s.m.classOf(p)
+	s.class.Store(int32(c))
+	return c
+}
+
+func (s *countedStream) Read(b []byte) (int, error) {
+	n, err := s.Stream.Read(b)
+	if n > 0 {
+		s.m.in[s.classNow()].Add(uint64(n))
+	}
+	return n, err
+}
+
+func (s *countedStream) Write(b []byte) (int, error) {
+	n, err := s.Stream.Write(b)
+	if n > 0 {
+		s.m.out[s.classNow()].Add(uint64(n))
+	}
+	return n, err
+}
+
+// Traffic returns what the node's streams carried since it started.
+func (n *Node) Traffic() Traffic {
+	in, out := n.meter.totals()
+	t := Traffic{ByProtocol: make(map[string]ProtocolTraffic, numClasses)}
+	for c, name := range TrafficClasses {
+		t.InBytes += in[c]
+		t.OutBytes += out[c]
+		t.ByProtocol[name] = ProtocolTraffic{InBytes: in[c], OutBytes: out[c]}
+	}
+	if up := time.Since(n.started).Seconds(); up > 0 {
+		t.InBytesPerS, t.OutBytesPerS = float64(t.InBytes)/up, float64(t.OutBytes)/up
+	}
+	if s := n.step.Load(); s > 0 {
+		t.InBytesPerStep = float64(t.InBytes) / float64(s)
+	}
+	if n.gs != nil {
+		t.GossipPayloadBytes = n.gs.Stats().ReceivedBytes
+		if t.GossipPayloadBytes > 0 {
+			t.GossipAmplification = float64(in[classGossip]) / float64(t.GossipPayloadBytes)
+		}
+	}
+	return t
+}
+
+// trafficCollector exports the meter as psp_traffic_bytes_total{direction,
+// protocol}, and psp_gossip_amplification, read when /metrics is scraped.
+type trafficCollector struct {
+	n          *Node
+	bytes, amp *prometheus.Desc
+}
+
+func newTrafficCollector(n *Node) *trafficCollector {
+	return &trafficCollector{n: n,
+		bytes: prometheus.NewDesc("psp_traffic_bytes_total",
+			"Bytes the node's streams carried, by direction (in, out) and protocol class (dht, step, model, gossip, pool, exchange, other).",
+			[]string{"direction", "protocol"}, nil),
+		amp: prometheus.NewDesc("psp_gossip_amplification",
+			"GossipSub bytes received per byte of update payload delivered (0 before the first update).", nil, nil),
+	}
+}
+
+func (c *trafficCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.bytes; ch <- c.amp }
+
+func (c *trafficCollector) Collect(ch chan<- prometheus.Metric) {
+	in, out := c.n.meter.totals()
+	for i, name := range TrafficClasses {
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(in[i]), "in", name)
+		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(out[i]), "out", name)
+	}
+	amp := 0.0
+	if c.n.up.Load() && c.n.gs != nil { // gs is set before up
+		if p := c.n.gs.Stats().ReceivedBytes; p > 0 {
+			amp = float64(in[classGossip]) / float64(p)
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(c.amp, prometheus.GaugeValue, amp)
+}
