@@ -69,6 +69,8 @@ figures-testnet: build
 	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
 	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.2 --duration 180s --barrier pssp:10:4 \
 	  --churn 0.2 --churn-mode mixed --seed 11 --out results/churn
+	$(BIN) testnet --quiet --nodes 200 --model linreg --exchange epidemic:4 --time-scale 0.2 --duration 180s \
+	  --barrier pssp:10:4 --churn 0.2 --churn-mode mixed --seed 11 --out results/churn-model
 	$(BIN) testnet --quiet --nodes 100 --model none --time-scale 0.2 --duration 24s --stragglers 0.2 \
 	  --straggle-factor 4 --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero
 	for seed in 7 7 8; do $(BIN) testnet --quiet --nodes 50 --model none --time-scale 0.2 --duration 40s \
