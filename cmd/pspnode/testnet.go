@@ -125,6 +125,9 @@ Examples:
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
+			// Progress, the nodes' logs and the heap profile's timer all
+			// write to stderr from their own goroutines.
+			stderr := &lockedWriter{w: stderr}
 			if len(args) > 0 {
 				return usagef("testnet takes no arguments, got %q", args)
 			}
@@ -435,4 +438,16 @@ func (p *cpuProfile) stop() {
 	p.f.Close()
 	os.Remove(p.name)
 	fmt.Fprintf(p.stderr, "testnet: no CPU profile written: %v\n", p.err)
+}
+
+// lockedWriter serialises writes to w from several goroutines.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
