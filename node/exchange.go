@@ -144,8 +144,12 @@ type epidemic struct {
 	heldBytes int
 
 	// sends bounds the sends in flight; wg waits for them at Close.
-	sends chan struct{}
-	wg    sync.WaitGroup
+	// sendMu orders starting a send against waitSends: once closed is set
+	// no send starts, so wg.Wait never runs beside a wg.Go.
+	sends  chan struct{}
+	wg     sync.WaitGroup
+	sendMu sync.Mutex
+	closed bool
 }
 
 func newEpidemic(cfg Config, params int, modelID uint32) (*epidemic, error) {
@@ -153,8 +157,12 @@ func newEpidemic(cfg Config, params int, modelID uint32) (*epidemic, error) {
 	if enc == 0 {
 		enc = gossip.EncodingDense32
 	}
-	if enc != gossip.EncodingDense32 && enc != gossip.EncodingDense16 {
-		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s carries sparse deltas; use dense32 or dense16", cfg.Exchange, enc)
+	if enc != gossip.EncodingDense32 {
+		// Sparse encodings carry deltas, not models; float16 would round
+		// away every change smaller than about 1e-3 of a parameter (gossip's
+		// float16 keeps the residual for the next delta; a whole model has
+		// no next delta to carry it).
+		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", cfg.Exchange, enc)
 	}
 	maxAbs := cfg.Gossip.MaxAbsValue
 	if !(maxAbs > 0) {
@@ -199,6 +207,7 @@ func (n *Node) mergeReceived() {
 	ex.mu.Lock()
 	k := ex.k
 	if k == 0 {
+		clear(ex.from) // a new round: every sender's share starts again
 		ex.mu.Unlock()
 		return
 	}
@@ -245,19 +254,26 @@ func (n *Node) sendModel(step int64) {
 		u := &gossip.Update{Sender: n.h.ID(), Step: step, ModelID: ex.lim.ModelID, ParamCount: len(params), Encoding: ex.enc,
 			Values: make([]float32, len(params))}
 		for i, v := range params {
-			if math.Abs(v) > ex.lim.MaxAbsValue {
-				n.log.Warn("model not sent: a parameter exceeds MaxAbsValue", "step", step, "index", i, "value", v)
+			if !(math.Abs(v) <= ex.lim.MaxAbsValue) { // NaN too
+				n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
+				n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
 				return
 			}
 			u.Values[i] = float32(v) // to float16, if so encoded, by EncodeUpdate
 		}
 		var err error
 		if payload, err = gossip.EncodeUpdate(nil, u); err != nil {
+			n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 			n.log.Warn("model not sent", "step", step, "err", err)
 			return
 		}
 	}
 	body := marshalExchange(payload)
+	ex.sendMu.Lock()
+	defer ex.sendMu.Unlock()
+	if ex.closed {
+		return
+	}
 	for _, p := range n.sample(n.life, ex.s) {
 		select {
 		case ex.sends <- struct{}{}:
@@ -380,6 +396,9 @@ func dist(a, b []float64) float64 {
 // ending.
 func (n *Node) waitSends() {
 	if n.ex != nil {
+		n.ex.sendMu.Lock()
+		n.ex.closed = true
+		n.ex.sendMu.Unlock()
 		n.ex.wg.Wait()
 	}
 }

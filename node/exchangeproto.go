@@ -3,6 +3,7 @@ package node
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -92,15 +93,39 @@ func (n *Node) handleExchange(s network.Stream) {
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(timeout))
+	// The two header bytes first: a model this node would refuse anyway
+	// (another exchange, or a sender over its share) is read past, never
+	// held.
 	limit := MaxExchangeFrame(n.task.NumParams())
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, int64(limit)+10)), limit)
-	if err != nil || len(body) < 2 || body[0] != wireVersion {
+	r := bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64))
+	size, err := readFrameLen(r, limit)
+	var hdr [2]byte
+	if err == nil && size < len(hdr) {
+		err = fmt.Errorf("%w: exchange request of %d bytes", ErrWire, size)
+	}
+	if err == nil {
+		_, err = io.ReadFull(r, hdr[:])
+	}
+	if err == nil && hdr[0] != wireVersion {
+		err = fmt.Errorf("%w: exchange request version %d", ErrWire, hdr[0])
+	}
+	var reason gossip.Reason
+	if err == nil {
+		if reason = n.screenModel(from, ExchangeKind(hdr[1])); reason != "" {
+			_, err = io.CopyN(io.Discard, r, int64(size-len(hdr)))
+		} else {
+			var payload []byte
+			if payload, err = readBody(r, size-len(hdr)); err == nil {
+				reason = n.acceptModel(from, payload)
+			}
+		}
+	}
+	if err != nil {
 		n.xm.rejected.WithLabelValues(string(gossip.ReasonMalformed)).Inc()
 		n.log.Debug("exchange request malformed", "from", from, "err", err)
 		_ = s.Reset()
 		return
 	}
-	reason := n.takeModel(from, ExchangeKind(body[1]), body[2:])
 	if reason != "" {
 		n.xm.rejected.WithLabelValues(string(reason)).Inc()
 	}
@@ -112,14 +137,35 @@ func (n *Node) handleExchange(s network.Stream) {
 	_ = s.Close()
 }
 
-// takeModel checks one received model and offers it to the average; it
-// returns why it was refused, or "".
-func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip.Reason {
+// screenModel says, from a request's header alone, whether this node
+// refuses the model that follows: it runs another exchange, or the sender
+// has sent its share since this node's last step. "" means read it.
+func (n *Node) screenModel(from peer.ID, kind ExchangeKind) gossip.Reason {
 	if n.ex == nil || kind != ExchangeEpidemic {
 		n.warnOnce(from, "a peer sent a model by another exchange than this node's: nodes of a job must agree on --exchange",
 			"peer", from, "peer_exchange", kindName(kind), "exchange", n.cfg.Exchange.String())
 		return ReasonExchangeMismatch
 	}
+	n.ex.mu.Lock()
+	defer n.ex.mu.Unlock()
+	if n.ex.from[from] >= maxPerSender {
+		return ReasonRate
+	}
+	return ""
+}
+
+// takeModel checks one received model (header and payload) and offers it
+// to the average; it returns why it was refused, or "".
+func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip.Reason {
+	if r := n.screenModel(from, kind); r != "" {
+		return r
+	}
+	return n.acceptModel(from, payload)
+}
+
+// acceptModel is takeModel past screenModel: validation, the distance
+// bound, the average.
+func (n *Node) acceptModel(from peer.ID, payload []byte) gossip.Reason {
 	if n.cfg.faults.Loss > 0 && n.lost() {
 		return ""
 	}
@@ -158,6 +204,7 @@ const (
 	sendRefused     = "refused"           // the peer refused the model (its reason is logged)
 	sendError       = "error"             // the stream failed or timed out
 	sendSkipped     = "skipped"           // too many sends in flight already
+	sendInvalid     = "invalid"           // this node's own model is not finite or not encodable
 )
 
 // sendTo sends one request body to p and reads its answer.
@@ -277,13 +324,13 @@ func newExchangeMetrics(reg prometheus.Registerer) *exchangeMetrics {
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
 			Help: "Received exchange requests refused, by reason (gossip's validation reasons, exchange_mismatch, distance, rate)."}, []string{"reason"}),
 		sendFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "send_failed_total",
-			Help: "Models not delivered, by reason: unsupported, exchange_mismatch, refused, error, skipped."}, []string{"reason"}),
+			Help: "Models not delivered, by reason: unsupported, exchange_mismatch, refused, error, skipped, invalid."}, []string{"reason"}),
 	}
 	reg.MustRegister(m.sent, m.sentBytes, m.received, m.receivedBytes, m.merged, m.merges, m.rejected, m.sendFailed)
 	for _, r := range exchangeCodes[1:] {
 		m.rejected.WithLabelValues(string(r))
 	}
-	for _, r := range []string{sendUnsupported, sendMismatch, sendRefused, sendError, sendSkipped} {
+	for _, r := range []string{sendUnsupported, sendMismatch, sendRefused, sendError, sendSkipped, sendInvalid} {
 		m.sendFailed.WithLabelValues(r)
 	}
 	return m

@@ -85,15 +85,42 @@ func smallReader(r io.Reader, limit int) *bufio.Reader {
 }
 
 func readFrame(r *bufio.Reader, limit int) ([]byte, error) {
+	n, err := readFrameLen(r, limit)
+	if err != nil {
+		return nil, err
+	}
+	return readBody(r, n)
+}
+
+// readFrameLen reads a frame's length prefix and checks it against limit.
+func readFrameLen(r *bufio.Reader, limit int) (int, error) {
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
-		return nil, fmt.Errorf("%w: length: %w", ErrWire, err)
+		return 0, fmt.Errorf("%w: length: %w", ErrWire, err)
 	}
 	if n > uint64(limit) {
-		return nil, fmt.Errorf("%w: frame of %d bytes exceeds the cap of %d", ErrWire, n, limit)
+		return 0, fmt.Errorf("%w: frame of %d bytes exceeds the cap of %d", ErrWire, n, limit)
 	}
-	b := make([]byte, n)
-	if _, err := io.ReadFull(r, b); err != nil {
+	return int(n), nil
+}
+
+// readBody reads the n bytes of a frame's body. A large body's buffer grows
+// as its bytes arrive, so a peer that declares a large frame and sends
+// nothing makes this node hold nothing for it.
+func readBody(r io.Reader, n int) ([]byte, error) {
+	const eager = 64 << 10
+	if n <= eager {
+		b := make([]byte, n)
+		if _, err := io.ReadFull(r, b); err != nil {
+			return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
+		}
+		return b, nil
+	}
+	b, err := io.ReadAll(io.LimitReader(r, int64(n)))
+	if err == nil && len(b) < n {
+		err = io.ErrUnexpectedEOF
+	}
+	if err != nil {
 		return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
 	}
 	return b, nil

@@ -3,8 +3,11 @@ package node
 import (
 	"bufio"
 	"bytes"
+	"encoding/binary"
 	"errors"
+	"io"
 	"math"
+	"runtime"
 	"testing"
 )
 
@@ -134,4 +137,23 @@ func FuzzModel(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A frame that declares a large body and then sends a few bytes makes the
+// reader hold about what arrived, not what was declared.
+func TestReadFrameGrowsAsBytesArrive(t *testing.T) {
+	const declared = 64 << 20
+	var in bytes.Buffer
+	in.Write(binary.AppendUvarint(nil, declared))
+	in.WriteString("only these bytes")
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := readFrame(bufio.NewReader(&in), 2*declared)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrWire) || !errors.Is(err, io.ErrUnexpectedEOF) {
+		t.Fatalf("err %v, want a wire error for the short body", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > declared/8 {
+		t.Errorf("reading a short %d-byte frame allocated %d bytes", declared, got)
+	}
 }

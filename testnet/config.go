@@ -255,8 +255,8 @@ func (c Config) Validate() error {
 	default:
 		bad("transport %q: want mem or tcp", c.Transport)
 	}
-	if c.Exchange.Kind == node.ExchangeEpidemic && strings.HasPrefix(c.Encoding, "topk") {
-		bad("exchange %s sends whole models: encoding %s carries sparse deltas; use dense32 or dense16", c.Exchange, c.Encoding)
+	if c.Exchange.Kind == node.ExchangeEpidemic && c.Encoding != "" && c.Encoding != "dense32" {
+		bad("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", c.Exchange, c.Encoding)
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)

@@ -95,6 +95,7 @@ func TestHostileTestnet(t *testing.T) {
 func TestReproducible(t *testing.T) {
 	cfg := tinyConfig(20, 30*time.Second)
 	cfg.Barrier = psp.MustParse("pbsp:4")
+	cfg.Latency = Latency{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	a, b := runLogged(t, cfg), runLogged(t, cfg)
 	if d := math.Abs(a.Steps.Mean-b.Steps.Mean) / a.Steps.Mean; d > 0.01 {
 		t.Errorf("mean steps %.2f then %.2f with the same seed: %.1f %% apart", a.Steps.Mean, b.Steps.Mean, 100*d)
