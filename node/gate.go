@@ -44,6 +44,7 @@ const (
 // gate is the node's connection gater and handshake counter.
 type gate struct {
 	allow   map[peer.ID]bool // nil: every peer
+	private bool             // a swarm key or an allowlist is set
 	log     *slog.Logger
 	refused *prometheus.CounterVec
 }
@@ -74,6 +75,7 @@ func newGate(allow []peer.ID, log *slog.Logger, reg prometheus.Registerer) *gate
 // WebTransport and WebRTC cannot carry a pre-shared key) or go-libp2p's
 // other default transports.
 func (g *gate) hostOptions(cfg Config) []libp2p.Option {
+	g.private = len(cfg.PSK) > 0 || len(cfg.AllowPeers) > 0
 	opts := []libp2p.Option{
 		libp2p.ConnectionGater(g),
 		libp2p.Transport(func(u transport.Upgrader, rm network.ResourceManager, shared *tcpreuse.ConnMgr) (*tcp.TcpTransport, error) {
@@ -102,11 +104,16 @@ func (g *gate) refuse(reason string, dir network.Direction, p peer.ID, addr ma.M
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	msg := "refused a connection: security handshake failed (another swarm key, or none?)"
-	if reason == refusedNotAllowed {
-		msg = "refused a connection: peer not in the allowlist"
+	switch {
+	case reason == refusedNotAllowed:
+		g.log.Warn("refused a connection: peer not in the allowlist", args...)
+	case g.private:
+		g.log.Warn("refused a connection: security handshake failed (another swarm key, or none?)", args...)
+	default:
+		// An open job: port scans and abandoned dials fail handshakes too,
+		// and say nothing about keys. Counted; logged only for debugging.
+		g.log.Debug("a connection's security handshake failed", args...)
 	}
-	g.log.Warn(msg, args...)
 }
 
 // InterceptPeerDial refuses to dial peers outside the allowlist.

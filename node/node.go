@@ -15,7 +15,6 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
-	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -162,7 +161,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
-		n.meter.bwc = lpmetrics.NewBandwidthCounter()
 		rm, err := resourceManager(cfg)
 		if err != nil {
 			_ = cm.Close()
@@ -175,7 +173,6 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			libp2p.PrometheusRegisterer(n.reg),
 			libp2p.UserAgent(userAgent(cfg)),
 			libp2p.ProtocolVersion(IdentifyProtocol),
-			libp2p.BandwidthReporter(n.meter.bwc),
 		}
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
@@ -190,7 +187,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
-		n.h = h
+		n.h = n.meter.wrapHost(h)
 	}
 	seed := cfg.Seed
 	if seed == 0 {

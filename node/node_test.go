@@ -310,8 +310,7 @@ func TestTCPNodesAnswerEachOther(t *testing.T) {
 	if _, err := b.queryStep(t.Context(), a.ID(), StepRequest{Step: 7}); err != nil {
 		t.Errorf("a did not answer b: %v", err)
 	}
-	// A host the node built reports to go-libp2p's BandwidthCounter, whose
-	// totals follow within a second.
+	// A host the node built counts its streams' bytes too.
 	if !waitFor(5*time.Second, func() bool { return b.Traffic().Class("step").InBytes > 0 && a.Traffic().Class("step").OutBytes > 0 }) {
 		t.Errorf("step traffic not counted: a %+v, b %+v", a.Traffic().ByProtocol, b.Traffic().ByProtocol)
 	}

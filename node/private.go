@@ -64,10 +64,7 @@ func WriteSwarmKey(path string) error {
 	if err != nil {
 		return fmt.Errorf("swarm key: %w", err)
 	}
-	err = f.Chmod(0o600) // whatever the umask
-	if err == nil {
-		_, err = f.Write(EncodeSwarmKey(key))
-	}
+	_, err = f.Write(EncodeSwarmKey(key)) // mode 0600 at most: a umask only removes bits
 	if err == nil {
 		err = f.Sync()
 	}

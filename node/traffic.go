@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
-	lpmetrics "github.com/libp2p/go-libp2p/core/metrics"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -15,18 +14,18 @@ import (
 )
 
 // Traffic accounting. A node counts the bytes its streams carry, in and
-// out, by protocol class. A host the node builds itself reports to
-// go-libp2p's BandwidthCounter (libp2p.BandwidthReporter), which the swarm
-// feeds from every stream's reads and writes. A host passed in Config.Host
-// (testnets pass in-memory mocknet hosts, whose swarm has no reporter) is
-// wrapped instead: every stream it opens or accepts through the node, the
-// overlay's DHT and pool, and GossipSub counts its reads and writes. Both
-// count stream payload: protocol negotiation included, the security and
-// multiplexer framing below the stream not.
+// out, by protocol class. The node wraps its host, built or passed in
+// Config.Host: every stream it opens or accepts through the node, the
+// overlay's DHT and pool, and GossipSub counts its reads and writes, in one
+// counter per class. That is stream payload, protocol negotiation
+// included; the security and multiplexer framing below the stream, and
+// the streams of go-libp2p's own services (identify, ping), are not.
 //
-// The BandwidthCounter is not used for wrapped hosts: its meters share one
-// process-wide sweeper goroutine, which cannot run in a testing/synctest
-// bubble (the testnet's virtual clock).
+// go-libp2p's BandwidthCounter is not used: it keeps a meter per remote
+// peer that is never freed unless trimmed (memory that grows with every
+// peer ever seen), and its meters share a process-wide sweeper goroutine,
+// which cannot run in a testing/synctest bubble (the testnet's virtual
+// clock).
 
 // Traffic classes, in the order of TrafficClasses.
 const (
@@ -93,9 +92,8 @@ func (t Traffic) Sub(earlier Traffic) Traffic {
 
 // meter counts a node's traffic by class.
 type meter struct {
-	prefix string                      // "/psp/<job>/"
-	bwc    *lpmetrics.BandwidthCounter // a host the node built; nil for a wrapped one
-	in     [numClasses]atomic.Uint64   // a wrapped host's
+	prefix string // "/psp/<job>/"
+	in     [numClasses]atomic.Uint64
 	out    [numClasses]atomic.Uint64
 }
 
@@ -128,14 +126,6 @@ func (m *meter) classOf(p protocol.ID) int {
 
 // totals returns the bytes in and out by class.
 func (m *meter) totals() (in, out [numClasses]uint64) {
-	if m.bwc != nil {
-		for p, st := range m.bwc.GetBandwidthByProtocol() {
-			c := m.classOf(p)
-			in[c] += uint64(st.TotalIn)
-			out[c] += uint64(st.TotalOut)
-		}
-		return in, out
-	}
 	for c := range numClasses {
 		in[c], out[c] = m.in[c].Load(), m.out[c].Load()
 	}
