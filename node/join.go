@@ -72,7 +72,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 		return nil
 	}
 	deadline := time.Now().Add(n.cfg.StartTimeout)
-	for len(n.ov.Peers()) < n.cfg.WaitPeers && time.Now().Before(deadline) {
+	for n.ov.PeerCount() < n.cfg.WaitPeers && time.Now().Before(deadline) {
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-ctx.Done():
@@ -94,7 +94,7 @@ func (n *Node) join(ctx context.Context) {
 	// StartTimeout to find one before deciding the job has not started.
 	if len(n.cfg.Bootstrap) > 0 || len(n.cfg.Overlay.BootstrapPeers) > 0 {
 		deadline := time.Now().Add(n.cfg.StartTimeout)
-		for len(n.ov.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		for n.ov.PeerCount() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}

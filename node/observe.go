@@ -42,11 +42,10 @@ type answer struct {
 func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 	out := make([]answer, len(peers))
 	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
-	timeout := n.timing().timeout
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
-			r, err := n.queryStepWithin(ctx, p, req, timeout)
+			r, err := n.queryStep(ctx, p, req)
 			out[i] = answer{r, err}
 		})
 	}
@@ -107,7 +106,6 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	}
 	results := make(chan result, want+budget) // every query can send without blocking
 	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
-	tm := n.timing()
 	asked := make(map[peer.ID]bool, want+budget)
 	unhedged := make(map[peer.ID]time.Time, want) // outstanding queries not yet hedged: launch time
 	outstanding := 0
@@ -119,7 +117,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		// dropped), so that a peer that never answers is still found
 		// dead at the query timeout and leaves the sampler.
 		go func() { // ends within QueryTimeout, or when the node stops
-			r, err := n.queryStepWithin(ctx, p, req, tm.timeout)
+			r, err := n.queryStep(ctx, p, req)
 			if err != nil && ctx.Err() == nil {
 				n.queryFailed(p)
 			}
@@ -154,7 +152,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	}
 	// Every delay, each query older than delay that has not been hedged
 	// yet (replacements included) gets one fresh draw beside it.
-	delay := tm.hedge
+	delay := n.timing().hedge
 	hedge := time.NewTicker(delay)
 	defer hedge.Stop()
 	// A static barrier (pBSP, pSSP) fails on any one answer behind it

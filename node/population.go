@@ -25,7 +25,7 @@ func (n *Node) population() float64 {
 		est = 0
 	}
 	rep, haveRep := n.reportedPopulation()
-	return choosePopulation(est, rep, haveRep, len(n.ov.Peers()))
+	return choosePopulation(est, rep, haveRep, n.ov.PeerCount())
 }
 
 // choosePopulation is population's rule, given the overlay's estimate (0:

@@ -130,10 +130,9 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 	}
 	n.m.pushed.Add(float64(len(peers)))
 	req := StepRequest{Step: step, Estimate: n.estimate()}
-	timeout := n.timing().timeout
 	for _, p := range peers {
 		go func() { // ends within QueryTimeout, or when the node stops
-			r, err := n.queryStepWithin(ctx, p, req, timeout)
+			r, err := n.queryStep(ctx, p, req)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				n.queryFailed(p)

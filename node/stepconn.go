@@ -131,14 +131,7 @@ func (ss *stepStreams) close() {
 // queryStep asks one peer for its step, on its idle step stream if it has
 // one (see stepStreams).
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
-	return n.queryStepWithin(ctx, p, req, n.timing().timeout)
-}
-
-// queryStepWithin is queryStep with the timeout given: a check that asks
-// β peers works out the node's timing once, not once per query (the
-// population estimate behind it walks every known peer).
-func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req StepRequest, timeout time.Duration) (StepReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
+	ctx, cancel := context.WithTimeout(ctx, n.timing().timeout)
 	defer cancel()
 	start := time.Now()
 	// A leave notice goes on a fresh stream: a stale one could swallow it.

@@ -78,6 +78,19 @@ func (o *Overlay) Peers() []peer.ID {
 	return out
 }
 
+// PeerCount is len(Peers()) without building the list: the number of
+// known peers not known to be dead that have shown first-hand signs of
+// life.
+func (o *Overlay) PeerCount() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	n := 0
+	for _, c := range o.confirmedByCPL {
+		n += c
+	}
+	return n
+}
+
 // MarkDead records that p did not answer (e.g. a step query timed out). p
 // leaves the sampler pool and the routing table at once; it returns only on
 // first-hand evidence of life (it connects or answers again, or MarkAlive).

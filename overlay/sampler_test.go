@@ -386,5 +386,8 @@ func TestConfirmedCountsIncremental(t *testing.T) {
 		if want != o.confirmedByCPL {
 			t.Fatalf("after %d operations: incremental counts differ from a recount", i+1)
 		}
+		if got, peers := o.PeerCount(), len(o.Peers()); got != peers {
+			t.Fatalf("after %d operations: PeerCount %d, Peers lists %d", i+1, got, peers)
+		}
 	}
 }
