@@ -178,9 +178,11 @@ func (t *Trainer) Applied() int {
 // steps. If the gradient is not finite (the model diverged), Step returns
 // an error wrapping ErrNotFinite and leaves the parameters unchanged.
 func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error) {
-	delta, loss, err = t.Compute(rng)
+	t.stepMu.Lock()
+	defer t.stepMu.Unlock()
+	delta, loss, err = t.computeLocked(rng)
 	if err == nil {
-		t.Commit(delta)
+		t.commitLocked(delta)
 	}
 	return delta, loss, err
 }
@@ -190,11 +192,16 @@ func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error
 // the batch's loss, without applying it. Commit applies it and moves the
 // schedule on. A caller that models compute time waits between the two,
 // so that its parameters change when the compute ends, as a real step's
-// do. The caller serialises Compute/Commit pairs (as Step does).
+// do. The caller serialises Compute/Commit pairs; Step holds its lock
+// across both.
 func (t *Trainer) Compute(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
+	return t.computeLocked(rng)
+}
 
+// computeLocked is Compute with stepMu held.
+func (t *Trainer) computeLocked(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.nextBatch(rng)
 	t.mu.Lock()
 	copy(t.snap, t.params)
@@ -222,6 +229,11 @@ func (t *Trainer) Compute(rng *rand.Rand) (delta []float64, loss float64, err er
 func (t *Trainer) Commit(delta []float64) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
+	t.commitLocked(delta)
+}
+
+// commitLocked is Commit with stepMu held.
+func (t *Trainer) commitLocked(delta []float64) {
 	t.mu.Lock()
 	axpy(1, delta, t.params)
 	t.mu.Unlock()
