@@ -141,16 +141,7 @@ func eofIsUnexpected(err error) error {
 
 // ReadIDXFile reads an IDX file (raw or gzip) from path.
 func ReadIDXFile(path string) (*IDX, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
-	}
-	defer f.Close()
-	idx, err := ReadIDX(f)
-	if err != nil {
-		return nil, fmt.Errorf("model: %s: %w", path, err)
-	}
-	return idx, nil
+	return readIDXFS(os.DirFS(filepath.Dir(path)), filepath.Base(path), path)
 }
 
 // MNISTClasses is the number of MNIST classes (digits 0 to 9).
@@ -289,7 +280,7 @@ func loadMNISTPair(fsys fs.FS, where, prefix string) (*Dataset, error) {
 func readIDXFS(fsys fs.FS, name, path string) (*IDX, error) {
 	f, err := fsys.Open(name)
 	if err != nil {
-		return nil, fmt.Errorf("model: %w", err)
+		return nil, fmt.Errorf("model: %s: %w", path, err)
 	}
 	defer f.Close()
 	idx, err := ReadIDX(f)

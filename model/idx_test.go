@@ -288,3 +288,14 @@ func TestEmbeddedMNIST(t *testing.T) {
 
 // mnistDir holds the embedded MNIST files on disk, relative to this package.
 const mnistDir = "mnist"
+
+func TestReadIDXFile(t *testing.T) {
+	idx, err := ReadIDXFile(filepath.Join("mnist", "t10k-labels-idx1-ubyte.gz"))
+	if err != nil || len(idx.Dims) != 1 || idx.Dims[0] != 10000 {
+		t.Fatalf("labels: %+v, %v; want 10000 labels", idx, err)
+	}
+	missing := filepath.Join(t.TempDir(), "none.gz")
+	if _, err := ReadIDXFile(missing); err == nil || !strings.Contains(err.Error(), missing) {
+		t.Errorf("missing file: err %v, want one naming %s", err, missing)
+	}
+}
