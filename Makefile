@@ -73,8 +73,8 @@ figures-testnet: build
 	  --barrier pssp:10:4 --churn 0.2 --churn-mode mixed --seed 11 --out results/churn-model
 	$(BIN) testnet --quiet --nodes 100 --model none --time-scale 0.2 --duration 24s --stragglers 0.2 \
 	  --straggle-factor 4 --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero
-	for seed in 7 7 8; do $(BIN) testnet --quiet --nodes 50 --model none --time-scale 0.2 --duration 40s \
-	  --barrier pbsp:10,pssp:10:4 --seed $$seed --out results/repro-$$seed; done
+	for run in 7 7-again 8; do $(BIN) testnet --quiet --nodes 50 --model none --time-scale 0.2 --duration 40s \
+	  --barrier pbsp:10,pssp:10:4 --seed $${run%%-*} --out results/repro-$$run; done
 	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist \
 	  --time-scale 0.05 --duration 45s --barrier pssp:10:4 --encoding $$enc --eval-every 2s --out results/encoding/$$enc; done
 	mkdir -p docs/figures

@@ -183,11 +183,11 @@ func (t *testnet) liveLocked() []*member {
 }
 
 func (t *testnet) countSample(peers []peer.ID) {
-	t.mu.Lock()
+	t.sampledMu.Lock()
 	for _, p := range peers {
 		t.sampled[p]++
 	}
-	t.mu.Unlock()
+	t.sampledMu.Unlock()
 }
 
 // launch starts a member's training loop. t.mu must be held.
@@ -260,7 +260,14 @@ const librarySettle = 2 * time.Second
 // have stopped.
 func (t *testnet) remove(n int, crash bool) {
 	t.mu.Lock()
-	live := t.liveLocked()
+	var live []*member
+	for _, m := range t.liveLocked() {
+		// A joiner is listed before it is launched (join); only a node
+		// that runs can leave or crash.
+		if m.cancel != nil {
+			live = append(live, m)
+		}
+	}
 	if len(live) <= 2 {
 		t.mu.Unlock()
 		return
@@ -282,9 +289,7 @@ func (t *testnet) remove(n int, crash bool) {
 	var wg sync.WaitGroup
 	for _, m := range victims {
 		wg.Go(func() {
-			if m.cancel != nil {
-				m.cancel()
-			}
+			m.cancel()
 			if crash {
 				_ = m.nd.Crash()
 			} else {

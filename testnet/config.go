@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -239,8 +240,11 @@ func (c Config) Validate() error {
 	if !(c.TimeScale >= 0) || math.IsInf(c.TimeScale, 0) {
 		bad("time scale %v must be a finite number >= 0", c.TimeScale)
 	}
-	if !(c.Stragglers >= 0 && c.Stragglers <= 1) || !(c.StraggleFactor >= 1) {
-		bad("stragglers %v must be in [0, 1] and straggle factor %v >= 1", c.Stragglers, c.StraggleFactor)
+	if !(c.Stragglers >= 0 && c.Stragglers <= 1) {
+		bad("stragglers %v: want a fraction of the nodes in [0, 1]", c.Stragglers)
+	}
+	if !(c.StraggleFactor >= 1) || math.IsInf(c.StraggleFactor, 0) {
+		bad("straggle factor %v: want a finite task-time multiplier >= 1", c.StraggleFactor)
 	}
 	if !(c.Churn >= 0) || c.Churn > 10 {
 		bad("churn %v must be a fraction per minute in [0, 10]", c.Churn)
@@ -255,14 +259,22 @@ func (c Config) Validate() error {
 	default:
 		bad("transport %q: want mem or tcp", c.Transport)
 	}
-	if c.Exchange.Kind == node.ExchangeEpidemic && c.Encoding != "" && c.Encoding != "dense32" {
+	if _, err := gossip.ParseEncoding(c.Encoding); err != nil {
+		bad("encoding: %w", err)
+	} else if c.Exchange.Kind == node.ExchangeEpidemic && c.Encoding != "dense32" {
 		bad("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", c.Exchange, c.Encoding)
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
 	}
-	if c.Latency.Min < 0 || c.Latency.Max < c.Latency.Min || c.Latency.Max > 10*time.Second || !(c.Loss >= 0 && c.Loss < 1) || c.SlowDelay < 0 {
-		bad("latency %v must be within [0, 10s], loss %v in [0, 1), slow delay %v non-negative", c.Latency, c.Loss, c.SlowDelay)
+	if c.Latency.Min < 0 || c.Latency.Max < c.Latency.Min || c.Latency.Max > 10*time.Second {
+		bad("latency %v: want one-way latencies within [0, 10s]", c.Latency)
+	}
+	if !(c.Loss >= 0 && c.Loss < 1) {
+		bad("loss %v: want a probability in [0, 1)", c.Loss)
+	}
+	if c.SlowDelay < 0 {
+		bad("slow delay %v: want a duration >= 0", c.SlowDelay)
 	}
 	if !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 0) {
 		bad("bandwidth %v must be a finite number of bytes per second >= 0", c.Bandwidth)
@@ -291,8 +303,14 @@ func (c Config) Validate() error {
 	} else if low, high, _ := c.Limits(); high < low {
 		bad("connection high watermark %d is below the low watermark %d", high, low)
 	}
-	if c.RecordEvery <= 0 || c.StallWindow <= 0 || c.Warmup < 0 || c.EvalEvery < 0 {
-		bad("record interval and stall window must be positive, warm-up and eval interval non-negative")
+	if c.Warmup < 0 {
+		bad("warm-up %v: want a duration >= 0", c.Warmup)
+	}
+	if c.EvalEvery < 0 {
+		bad("eval interval %v: want a duration >= 0 (0: never)", c.EvalEvery)
+	}
+	if c.RecordEvery <= 0 || c.StallWindow <= 0 {
+		bad("record interval %v and stall window %v must be positive", c.RecordEvery, c.StallWindow)
 	}
 	return errors.Join(errs...)
 }

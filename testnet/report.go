@@ -226,7 +226,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		w, ck, rt := m.nd.Recent()
 		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
+			t.sampledMu.Lock()
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
+			t.sampledMu.Unlock()
 		}
 		if m.nd.Task().NumParams() > 0 {
 			st := m.nd.UpdateStats()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -42,19 +43,24 @@ type testnet struct {
 	log   *slog.Logger
 	net   *memnet.Net // nil for tcp
 	data  model.Data
-	keys  *rand.ChaCha8 // tcp host keys, seeded; guarded by mu
+	keys  io.Reader     // tcp host keys (memnet.KeySource); guarded by mu
 	start time.Time     // training start, on the run's clock
 	wall0 time.Duration // wall time at training start (see wall)
+
+	// sampledMu guards sampled, the selection counts of barrier samples:
+	// every node adds to them at every check, so they have a lock of
+	// their own, apart from mu, which the recorder holds for a while.
+	sampledMu sync.Mutex
+	sampled   map[peer.ID]int
 
 	mu      sync.Mutex
 	rng     *rand.Rand // bootstrap choice, churn victims, partitions, evaluation picks
 	members []*member
-	nextIdx int             // the next node's number
-	sampled map[peer.ID]int // selection counts of barrier samples
-	stalls  map[int]bool    // members found stalled at some point
-	joins   []float64       // seconds from each join's start to its first step
-	lags    []float64       // seconds each churn event started after its time
-	churned []churnRow      // every leave, crash and join, as it started
+	nextIdx int          // the next node's number
+	stalls  map[int]bool // members found stalled at some point
+	joins   []float64    // seconds from each join's start to its first step
+	lags    []float64    // seconds each churn event started after its time
+	churned []churnRow   // every leave, crash and join, as it started
 
 	steps  []stepRow
 	ests   []estRow
@@ -84,7 +90,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		cfg:     cfg,
 		log:     cfg.Logger,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x7e57)),
-		keys:    rand.NewChaCha8(seedBytes(cfg.Seed, "testnet tcp keys")),
+		keys:    memnet.KeySource(cfg.Seed, "testnet tcp keys"),
 		sampled: make(map[peer.ID]int),
 		stalls:  make(map[int]bool),
 	}
@@ -207,14 +213,4 @@ func (t *testnet) wallNow() time.Duration {
 		return time.Duration(time.Now().UnixNano())
 	}
 	return -1
-}
-
-// seedBytes makes a ChaCha8 seed from a run seed and a purpose.
-func seedBytes(seed uint64, purpose string) [32]byte {
-	var b [32]byte
-	for i := range 8 {
-		b[i] = byte(seed >> (8 * i))
-	}
-	copy(b[8:], purpose)
-	return b
 }

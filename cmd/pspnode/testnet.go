@@ -17,7 +17,6 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
-	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
@@ -162,18 +161,15 @@ Examples:
 				return usageError{err}
 			}
 			cfg.ChurnMode = cm
-			if _, err := gossip.ParseEncoding(*encoding); err != nil {
-				return usageError{err}
-			}
 			if *script != "" {
 				f, err := os.Open(*script)
 				if err != nil {
-					return fmt.Errorf("churn script: %w", err)
+					return usagef("--churn-script: %v", err)
 				}
 				evs, err := testnet.ParseScript(f)
 				f.Close()
 				if err != nil {
-					return usageError{err}
+					return usagef("--churn-script %s: %v", *script, err)
 				}
 				cfg.Script = evs
 			}
@@ -248,11 +244,13 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 		var printed time.Duration = -1
 		cfg.Progress = func(s testnet.Snapshot) {
 			// On the virtual clock snapshots can come many times a wall
-			// second: print at most one a wall second.
-			if virtual && printed >= 0 && s.Wall-printed < time.Second {
+			// second: print at most one a wall second. (The job's wall
+			// time: each run's own, s.Wall, starts again at 0.)
+			now := wall()
+			if virtual && printed >= 0 && now-printed < time.Second {
 				return
 			}
-			printed = s.Wall
+			printed = now
 			acc := ""
 			if s.Accuracy == s.Accuracy {
 				acc = fmt.Sprintf("  acc %.3f", s.Accuracy)

@@ -80,16 +80,24 @@ func New(latency time.Duration) *Net {
 	return NewNet(Config{LatencyMin: latency, LatencyMax: latency})
 }
 
+// KeySource is where hosts' keys come from: crypto/rand for seed 0, else a
+// stream seeded by seed and purpose (a label that keeps streams of the same
+// seed apart), so a seed gives the same peer IDs run after run. The stream
+// is not safe for concurrent use.
+func KeySource(seed uint64, purpose string) io.Reader {
+	if seed == 0 {
+		return crand.Reader
+	}
+	var b [32]byte
+	binary.LittleEndian.PutUint64(b[:], seed)
+	copy(b[8:], purpose)
+	return rand.NewChaCha8(b)
+}
+
 // NewNet returns an empty network with the given links.
 func NewNet(cfg Config) *Net {
 	cfg.LatencyMax = max(cfg.LatencyMax, cfg.LatencyMin)
-	var keys io.Reader = crand.Reader
-	if cfg.Seed != 0 {
-		var seed [32]byte
-		binary.LittleEndian.PutUint64(seed[:], cfg.Seed)
-		copy(seed[8:], "memnet host keys")
-		keys = rand.NewChaCha8(seed)
-	}
+	keys := KeySource(cfg.Seed, "memnet host keys")
 	return &Net{
 		mn:     mocknet.New(),
 		cfg:    cfg,
