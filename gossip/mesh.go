@@ -12,7 +12,7 @@ import (
 
 // WaitMesh waits until this node's mesh on the update topic has had a
 // peer, for at most two heartbeats, and reports whether it has. Without
-// flood publishing (the default) a node's update goes to its mesh peers
+// flood publishing (Config.FloodPublish false) a node's update goes to its mesh peers
 // only, and the heartbeat grafts the first of them up to a heartbeat after
 // the peers' subscriptions arrive: an update published before that would
 // reach no one. A node calls WaitMesh once, before its first step; a lone

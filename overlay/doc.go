@@ -80,7 +80,9 @@
 // again with a fresh sample. Sample(ctx, β) does that over the peers this
 // node knows to be alive, in microseconds and without network I/O: every
 // call is a new uniform draw from every drawable peer, independent of the
-// calls before it. A known peer is drawable when it has shown first-hand
+// calls before it (rejection sampling over the live members: about β
+// random picks whatever N, with a pass over them all when picks keep
+// missing). A known peer is drawable when it has shown first-hand
 // signs of life (see Liveness) and either
 //
 //   - a connection to it is open: its departure would close the connection,
@@ -115,8 +117,8 @@
 // drawable, so Sample has at least PoolSize peers to draw from however
 // quiet the node is, and their departures are seen at once; each rotation
 // is also a probe of a uniformly chosen peer. The join's reply carries the
-// peer's in-degree (how many pools hold it, Status.InDegree); nothing is
-// weighted by it any more, but the wire format is unchanged.
+// peer's in-degree (how many pools hold it, Status.InDegree), reported for
+// monitoring; no draw is weighted by it.
 //
 // What a node knows is not a uniform subset of the population when it
 // does not know everyone: it knows every peer near it in the ID space (its

@@ -16,7 +16,6 @@ type member struct {
 	key       []byte    // SHA-256 of the peer ID: its DHT key
 	cpl       int       // common-prefix length with self
 	confirmed time.Time // last first-hand evidence of life (zero: none yet)
-	seenAt    time.Time
 	// connected follows the host's connectedness events: while a
 	// connection is open the peer stays drawable by Sample whatever the age
 	// of its evidence, since its departure would close the connection.
@@ -51,7 +50,6 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 		m.dead = true // becomes live below
 	}
 	defer o.recountLocked(m, m.counted())
-	m.seenAt = now
 	if firstHand {
 		m.confirmed = now
 	}

@@ -22,8 +22,8 @@ import (
 
 // Errors returned by the overlay.
 var (
-	// ErrNotEnoughPeers is returned by Sample when fewer than β verified
-	// live peers are available.
+	// ErrNotEnoughPeers is returned by Sample when fewer than β peers are
+	// drawable (see Sample).
 	ErrNotEnoughPeers = errors.New("overlay: not enough live peers to sample")
 	// ErrJoin is returned by New when no bootstrap peer could be reached.
 	ErrJoin = errors.New("overlay: could not reach any bootstrap peer")
@@ -80,7 +80,6 @@ type Overlay struct {
 	startedAt      time.Time
 	joinedAt       time.Time
 	lastRefresh    time.Time
-	lastWalk       time.Time
 	walks          int
 	refreshes      int
 	estCache       estCache

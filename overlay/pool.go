@@ -27,12 +27,9 @@ import (
 // probe that admits a peer to the pool, and it is repeated every
 // DegreeRefresh to renew the hold.
 //
-// Sample used to draw from the pool alone, weighting each member by
-// PoolSize/in-degree to undo the spread of in-degrees across the network.
-// It now draws from every peer known to be alive, with equal weights, so
-// the in-degree no longer weighs anything; it is still counted, reported
-// and sent, and the wire format is unchanged, so that nodes of either kind
-// interoperate.
+// Sample draws from every drawable peer with equal weights (sampler.go),
+// so the in-degree weighs nothing: it is counted, reported in Status and
+// sent in the reply, for monitoring.
 //
 // Wire format (frames as in the node's protocols: a uvarint length, then the
 // body; a body starts with a version byte; integers big-endian):

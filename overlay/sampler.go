@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -30,6 +31,25 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	defer o.mu.Unlock()
 	if o.closed {
 		return nil, ErrClosed
+	}
+	// Rejection sampling: draw uniformly from the live members, keeping
+	// the drawable ones not drawn yet. Each kept peer is then uniform over
+	// the drawable peers left, and with most members drawable a sample
+	// takes about β draws, whatever N. Should the draws keep missing, a
+	// pass over every member decides (and reports too few drawable).
+	if len(o.live) >= beta {
+		out := make([]peer.ID, 0, beta)
+		for misses := 0; len(out) < beta && misses < 4*beta+16; {
+			m := o.live[o.rng.IntN(len(o.live))]
+			if !o.drawableLocked(m, now) || slices.Contains(out, m.id) {
+				misses++
+				continue
+			}
+			out = append(out, m.id)
+		}
+		if len(out) == beta {
+			return out, nil
+		}
 	}
 	cand := o.drawBuf[:0]
 	for _, m := range o.live {
@@ -132,8 +152,9 @@ func (o *Overlay) offerToPoolLocked(m *member) {
 }
 
 // addToPoolLocked adds m to the pool and queues its join (pool.go). A peer
-// connected and heard from within MaintainInterval is drawn at once; any
-// other waits for the join to succeed.
+// connected and heard from within MaintainInterval counts as verified at
+// once; any other once the join succeeds. (Whether Sample draws it depends
+// on its evidence of life, not on the pool: see drawableLocked.)
 func (o *Overlay) addToPoolLocked(m *member) {
 	m.poolIdx = len(o.pool)
 	o.pool = append(o.pool, m)

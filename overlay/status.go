@@ -14,7 +14,7 @@ type Status struct {
 	Members          int           // known peers not known to be dead
 	Drawable         int           // peers Sample draws from now (sampler.go)
 	Dead             int           // peers currently held as dead
-	Pool             int           // verified peers the sampler draws from
+	Pool             int           // verified peers kept connected in the sampler's pool
 	InDegree         int           // peers whose pools hold this node (pool.go)
 	MalformedPool    int           // malformed pool requests refused
 	ZoneDepth        int           // depth c of the zone-density estimator

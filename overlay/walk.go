@@ -202,7 +202,6 @@ func (o *Overlay) walk() {
 	o.recordLookup(ctx, key, true)
 	o.mu.Lock()
 	o.walks++
-	o.lastWalk = time.Now()
 	o.mu.Unlock()
 }
 
