@@ -77,17 +77,9 @@ const (
 )
 
 // handleExchange takes in one model from a peer.
+// Its caps and the wait for the node to be ready come from limitedBy.
 func (n *Node) handleExchange(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	if !n.exLimiter.acquire(from) {
-		n.m.refused.Inc()
-		_ = s.Reset()
-		return
-	}
-	defer n.exLimiter.release(from)
-	if !n.awaitReady(s) {
-		return
-	}
 	timeout := 10 * n.cfg.QueryTimeout
 	ctx, cancel := context.WithTimeout(n.life, timeout)
 	defer cancel()

@@ -225,7 +225,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			}
 			n.ex = ex
 		}
-		n.h.SetStreamHandler(n.exID, n.handleExchange)
+		n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, n.handleExchange))
 	}
 
 	joinErr, err := n.newOverlay(ctx)
@@ -394,17 +394,24 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
-// limited wraps a stream handler in the inbound stream caps: a stream over
-// its peer's or the node's cap is reset at once and counted.
+// limited wraps a stream handler in the step and model protocols' inbound
+// stream caps: a stream over its peer's or the node's cap is reset at once
+// and counted.
 func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
+	return n.limitedBy(n.limiter, handle)
+}
+
+// limitedBy is limited with the caps of l, and waits, as every handler
+// must, until the node is assembled.
+func (n *Node) limitedBy(l *inboundLimiter, handle network.StreamHandler) network.StreamHandler {
 	return func(s network.Stream) {
 		from := s.Conn().RemotePeer()
-		if !n.limiter.acquire(from) {
+		if !l.acquire(from) {
 			n.m.refused.Inc()
 			_ = s.Reset()
 			return
 		}
-		defer n.limiter.release(from)
+		defer l.release(from)
 		if !n.awaitReady(s) {
 			return
 		}
