@@ -41,8 +41,8 @@ const (
 
 // TrafficClasses names the protocol classes of Traffic.ByProtocol: the
 // job's DHT, step, model, pool and exchange protocols, GossipSub
-// (/meshsub/*, /floodsub/*), and everything else (identify, ping, protocol
-// negotiation before a protocol is chosen).
+// (/meshsub/*, /floodsub/*), and every other protocol of the streams the
+// node's wrapped host carries.
 var TrafficClasses = [numClasses]string{"dht", "step", "model", "gossip", "pool", "exchange", "other"}
 
 // ProtocolTraffic is the bytes of one protocol class.
