@@ -88,10 +88,11 @@ type Config struct {
 	// their safety net.
 	GlobalPollShare float64
 	// PollMin is the least interval between two checks (and the least
-	// hedge delay); PollMax the longest.
+	// hedge delay); PollMax the longest. Where they cross, PollMax wins.
 	PollMin, PollMax time.Duration
 	// QueryTimeout is the longest a step query (dial, request and reply)
 	// may take; QueryTimeoutMin the shortest timeout the rules may set.
+	// Where they cross, QueryTimeout wins.
 	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training.
@@ -221,11 +222,11 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %v must be in (0, 1]", s.name, s.v))
 		}
 	}
-	if c.PollMin <= 0 || c.PollMax < c.PollMin {
-		errs = append(errs, fmt.Errorf("poll interval bounds %v..%v: need 0 < min <= max", c.PollMin, c.PollMax))
+	if c.PollMin <= 0 || c.PollMax <= 0 {
+		errs = append(errs, fmt.Errorf("poll interval bounds %v..%v: both must be positive", c.PollMin, c.PollMax))
 	}
-	if c.QueryTimeoutMin <= 0 || c.QueryTimeout < c.QueryTimeoutMin {
-		errs = append(errs, fmt.Errorf("query timeout bounds %v..%v: need 0 < min <= max", c.QueryTimeoutMin, c.QueryTimeout))
+	if c.QueryTimeoutMin <= 0 || c.QueryTimeout <= 0 {
+		errs = append(errs, fmt.Errorf("query timeout bounds %v..%v: both must be positive", c.QueryTimeoutMin, c.QueryTimeout))
 	}
 	if c.StepStreams < 0 {
 		errs = append(errs, fmt.Errorf("need step streams >= 0 (got %d)", c.StepStreams))

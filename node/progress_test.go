@@ -114,4 +114,16 @@ func TestBarrierTiming(t *testing.T) {
 			t.Errorf("%s (c %v s, r %v s, N %v): %+v, want %+v", tc.name, tc.c, tc.r, tc.n, got, tc.want)
 		}
 	}
+
+	// Caps below their floors (--poll-max 50µs, --query-timeout 20ms): the
+	// caps win, and no interval is longer than the re-check.
+	crossed := cfg
+	crossed.PollMax, crossed.QueryTimeout = ms(0.05), ms(20)
+	if err := crossed.Validate(); err != nil {
+		t.Errorf("crossed bounds refused: %v", err)
+	}
+	want := timing{recheck: ms(0.05), first: ms(0.05), wake: ms(0.025), hedge: ms(0.4), timeout: ms(20)}
+	if got := barrierTiming(crossed, true, 0.005, 0.0001, 200); got != want {
+		t.Errorf("crossed bounds: %+v, want %+v", got, want)
+	}
 }

@@ -68,7 +68,7 @@ func barrierTiming(cfg Config, sampled bool, c, r, n float64) timing {
 		share = max(cfg.PollShare, 1/max(n, 1))
 	}
 	p := min(max(sec(share*c), cfg.PollMin, sec(2*r)), cfg.PollMax)
-	tm := timing{recheck: p, first: max(p/4, cfg.PollMin), wake: p / 2, timeout: cfg.QueryTimeout}
+	tm := timing{recheck: p, first: min(max(p/4, cfg.PollMin), p), wake: p / 2, timeout: cfg.QueryTimeout}
 	if c > 0 && r > 0 {
 		tm.timeout = min(max(sec(4*c), sec(16*r), cfg.QueryTimeoutMin), cfg.QueryTimeout)
 	}

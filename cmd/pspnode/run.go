@@ -141,8 +141,7 @@ Example, two nodes on one machine:
 			if *queryTime <= 0 {
 				return usagef("--query-timeout must be a positive duration (got %v)", *queryTime)
 			}
-			cfg.PollMax, cfg.QueryTimeout = max(*pollMax, cfg.PollMin), *queryTime
-			cfg.QueryTimeoutMin = min(cfg.QueryTimeoutMin, cfg.QueryTimeout)
+			cfg.PollMax, cfg.QueryTimeout = *pollMax, *queryTime
 			cfg.Exchange = exchange
 			if *scale < 0 || *factor <= 0 {
 				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
