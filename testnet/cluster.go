@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
@@ -113,7 +114,8 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	if t.net != nil {
-		h, err := t.net.NewHost(cfg.ConnLow, cfg.ConnHigh)
+		var h host.Host
+		asNode(idx, func() { h, err = t.net.NewHost(cfg.ConnLow, cfg.ConnHigh) })
 		if err != nil {
 			return nil, err
 		}
@@ -142,7 +144,8 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.Task = task
 	var self peer.ID
 	faults.SetNode(&cfg, t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID()))
-	nd, err := node.New(ctx, cfg)
+	var nd *node.Node
+	asNode(idx, func() { nd, err = node.New(ctx, cfg) })
 	if err != nil {
 		return nil, err
 	}
@@ -198,13 +201,15 @@ func (t *testnet) launch(ctx context.Context, m *member) {
 	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
 	t.wg.Go(func() {
 		defer close(m.done)
-		if err := m.nd.Run(c); err != nil {
-			t.log.Warn("node failed", "node", m.idx, "err", err)
-		}
+		asNode(m.idx, func() {
+			if err := m.nd.Run(c); err != nil {
+				t.log.Warn("node failed", "node", m.idx, "err", err)
+			}
+		})
 	})
 	if m.role == Flooder && t.target != nil {
 		target := t.target.nd.ID()
-		t.wg.Go(func() { t.flood(c, m, target) })
+		t.wg.Go(func() { asNode(m.idx, func() { t.flood(c, m, target) }) })
 	}
 }
 

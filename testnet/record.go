@@ -104,6 +104,10 @@ func (t *testnet) recordLoop(ctx context.Context) {
 		case <-tick.C:
 		}
 		snap := t.record(time.Since(t.start))
+		if t.quarter == nil && snap.Elapsed >= t.cfg.Duration/4 {
+			q := sampleResources(snap.Live)
+			t.quarter = &q
+		}
 		if w := t.wallNow(); w >= 0 {
 			snap.Wall = w - t.wall0
 		}

@@ -103,8 +103,9 @@ type Result struct {
 	} `json:"defences"`
 	Hostile *Hostility `json:"hostile,omitempty"`
 
-	PeakRSSBytes int64   `json:"peak_rss_bytes"`
-	CPUS         float64 `json:"cpu_s"`
+	PeakRSSBytes int64      `json:"peak_rss_bytes"`
+	Resources    *Resources `json:"resources,omitempty"` // at a quarter of the run and at its end
+	CPUS         float64    `json:"cpu_s"`
 
 	CompareSim *Comparison `json:"compare_sim,omitempty"`
 
@@ -371,6 +372,14 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		}
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if rs := r.Resources; rs != nil {
+		row("  quarter → end", "RSS %.0f → %.0f MiB, live heap %.0f → %.0f MiB, goroutines %d → %d (%.1f → %.1f per live node)",
+			float64(rs.RSSBytesAtQuarter)/(1<<20), float64(rs.RSSBytesEnd)/(1<<20), float64(rs.HeapBytesAtQuarter)/(1<<20), float64(rs.HeapBytesEnd)/(1<<20),
+			rs.GoroutinesAtQuarter, rs.GoroutinesEnd, rs.GoroutinesPerNodeQuarter, rs.GoroutinesPerNodeEnd)
+		if rs.Departed > 0 {
+			row("  departed", "%d goroutines still running for %d nodes gone %s or longer", rs.GoroutinesOfDeparted, rs.Departed, DepartedGrace)
+		}
+	}
 	if o := r.Overload; o != nil {
 		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
 			o.Flagged, o.TimerLagP50Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)

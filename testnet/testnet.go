@@ -66,7 +66,10 @@ type testnet struct {
 	ests   []estRow
 	accs   []accRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
-	wg     sync.WaitGroup
+	// quarter is the process's resources at a quarter of the training
+	// time (set by the recorder; read after it stopped).
+	quarter *resourceSample
+	wg      sync.WaitGroup
 
 	roleOf        sync.Map // peer.ID -> Role, hostile nodes only
 	target        *member  // the honest node flooders attack
@@ -144,11 +147,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	<-runCtx.Done()
 	bg.Wait()
 	elapsed := time.Since(t.start)
-	t.record(elapsed) // final snapshot, before nodes stop
+	final := t.record(elapsed) // final snapshot, before nodes stop
+	endRes := sampleResources(final.Live)
 	if cfg.Model != "none" {
 		t.evaluate(elapsed)
 	}
 	res := t.result(elapsed, warm)
+	res.Resources = t.resources(endRes, elapsed)
 	if wall := t.wallNow(); wall >= 0 {
 		res.WallS = (wall - t.wall0).Seconds()
 		if res.WallS > 0 {

@@ -9,3 +9,6 @@ func CPUTime() time.Duration { return 0 }
 
 // PeakRSS is not measured on this platform.
 func PeakRSS() int64 { return 0 }
+
+// RSS is not measured on this platform.
+func RSS() int64 { return 0 }

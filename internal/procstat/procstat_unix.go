@@ -24,7 +24,10 @@ func CPUTime() time.Duration {
 
 // PeakRSS is the process's peak resident set in bytes (Linux: VmHWM; 0
 // where /proc is missing).
-func PeakRSS() int64 {
+func PeakRSS() int64 { return statusKB("VmHWM:") }
+
+// statusKB reads a "kB" field of /proc/self/status in bytes (0 if absent).
+func statusKB(field string) int64 {
 	f, err := os.Open("/proc/self/status")
 	if err != nil {
 		return 0
@@ -32,7 +35,7 @@ func PeakRSS() int64 {
 	defer f.Close()
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "VmHWM:"); ok {
+		if v, ok := strings.CutPrefix(sc.Text(), field); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
 			if err == nil {
 				return kb * 1024
@@ -41,3 +44,7 @@ func PeakRSS() int64 {
 	}
 	return 0
 }
+
+// RSS is the process's current resident set in bytes (Linux: VmRSS; 0
+// where /proc is missing).
+func RSS() int64 { return statusKB("VmRSS:") }
