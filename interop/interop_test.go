@@ -218,6 +218,7 @@ func TestJSClient(t *testing.T) {
 		"PSP_BOOTSTRAP="+a.addr,
 		"PSP_STATUS="+a.http,
 		"PSP_TARGET="+b.addr,
+		"PSP_TARGET_STATUS="+b.http,
 		"PSP_MODEL="+spec,
 		"PSP_TIMEOUT_MS=50000",
 	)

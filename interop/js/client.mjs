@@ -8,8 +8,10 @@
 //   PSP_JOB         job name
 //   PSP_BOOTSTRAP   multiaddr of node A, ending in /p2p/<id>
 //   PSP_STATUS      base URL of node A's HTTP interface (for /status)
-//   PSP_TARGET      multiaddr of node B, ending in /p2p/<id>: the client is
-//                   not told it; it must find B's peer ID through A's DHT
+//   PSP_TARGET      multiaddr of node B, ending in /p2p/<id>: the client
+//                   looks B's peer ID up in A's DHT and checks that the
+//                   lookup returns this address
+//   PSP_TARGET_STATUS  base URL of node B's HTTP interface
 //   PSP_MODEL       the model's "<name>|<shape>" string (section 7.5), for
 //                   example "linreg|w[1x20] b[1x1]"
 //   PSP_TIMEOUT_MS  overall deadline (default 45000)
@@ -32,7 +34,7 @@ import { multiaddr } from '@multiformats/multiaddr'
 import { byteStream } from 'it-byte-stream'
 
 const env = process.env
-for (const k of ['PSP_JOB', 'PSP_BOOTSTRAP', 'PSP_STATUS', 'PSP_TARGET', 'PSP_MODEL']) {
+for (const k of ['PSP_JOB', 'PSP_BOOTSTRAP', 'PSP_STATUS', 'PSP_TARGET', 'PSP_TARGET_STATUS', 'PSP_MODEL']) {
   if (!env[k]) {
     console.error(`missing ${k}`)
     process.exit(2)
@@ -43,7 +45,10 @@ const bootAddr = multiaddr(env.PSP_BOOTSTRAP)
 const bootId = peerIdFromString(bootAddr.getPeerId())
 const targetAddr = multiaddr(env.PSP_TARGET)
 const targetId = peerIdFromString(targetAddr.getPeerId())
-const statusURL = env.PSP_STATUS.replace(/\/$/, '') + '/status'
+const statusURL = {
+  [bootId.toString()]: env.PSP_STATUS.replace(/\/$/, '') + '/status',
+  [targetId.toString()]: env.PSP_TARGET_STATUS.replace(/\/$/, '') + '/status'
+}
 const timeoutMs = Number(env.PSP_TIMEOUT_MS ?? 45000)
 
 // Section 3: protocol IDs and the topic.
@@ -96,9 +101,11 @@ async function waitFor (what, ms, cond) {
   }
 }
 
-async function nodeStatus () {
-  const res = await fetch(statusURL, { signal: AbortSignal.timeout(2000) })
-  check(res.ok, `GET ${statusURL}: ${res.status}`)
+// nodeStatus reads a node's /status (node A's unless id names node B).
+async function nodeStatus (id = bootId) {
+  const url = statusURL[id.toString()]
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
+  check(res.ok, `GET ${url}: ${res.status}`)
   return res.json()
 }
 
@@ -348,7 +355,7 @@ await node.handle(proto.step, serveStep)
 
 // Gossip: subscribe first, so that updates are collected while the other
 // checks run.
-const updates = { valid: 0, origins: new Set(), encodings: new Set(), bad: [], maxStep: 0n }
+const updates = { valid: 0, maxStep: new Map(), encodings: new Set(), bad: [] }
 node.services.pubsub.addEventListener('message', (evt) => {
   const msg = evt.detail
   if (msg.topic !== topic) return
@@ -357,9 +364,9 @@ node.services.pubsub.addEventListener('message', (evt) => {
     const u = parseUpdate(msg.data, msg.from.toMultihash().bytes)
     check(u.step >= 1n, `update step ${u.step}: a node's first update carries step 1`)
     updates.valid++
-    updates.origins.add(msg.from.toString())
     updates.encodings.add(u.enc)
-    if (u.step > updates.maxStep) updates.maxStep = u.step
+    const from = msg.from.toString()
+    if (!(updates.maxStep.get(from) >= u.step)) updates.maxStep.set(from, u.step)
   } catch (err) {
     updates.bad.push(err.message)
   }
@@ -490,6 +497,18 @@ await run('step', async () => {
   const after = await nodeStatus()
   const [r1, r2] = replies
   check(r1.flags === 0 && r2.flags === 0, 'the node replied with the leaving flag')
+  // Estimate: nodes, itself included, or 0 for none; a two-node job is
+  // far below 64.
+  for (const r of replies) {
+    check(r.estimate === 0 || (r.estimate >= 1 && r.estimate <= 64), `estimate ${r.estimate} for a two-node job`)
+  }
+  // Interval: the same mean step time, in seconds, that /status reports as
+  // step_interval_s, read just before and after; it moves with every step,
+  // so allow a factor of 4.
+  const lo = Math.min(before.step_interval_s, after.step_interval_s) / 4
+  const hi = Math.max(before.step_interval_s, after.step_interval_s) * 4
+  check(r2.interval === 0 || (lo <= r2.interval && r2.interval <= hi),
+    `interval ${r2.interval} s, /status says ${before.step_interval_s} then ${after.step_interval_s}`)
   check(BigInt(before.step) <= r1.step && r1.step <= r2.step && r2.step <= BigInt(after.step),
     `steps out of order: /status ${before.step}, replies ${r1.step} and ${r2.step}, /status ${after.step}`)
   return `replies step ${r1.step}, ${r2.step} (status ${before.step}..${after.step}), ` +
@@ -517,11 +536,21 @@ await run('model', async () => {
 
 // Check 3 (section 10): updates from both nodes arrive and validate.
 await run('gossip', async () => {
+  const origins = [bootId, targetId]
   await waitFor('updates from both nodes', 15000, () =>
-    updates.bad.length > 0 || (updates.valid >= 4 && updates.origins.has(bootId.toString()) && updates.origins.has(targetId.toString())))
+    updates.bad.length > 0 || (updates.valid >= 4 && origins.every(id => updates.maxStep.has(id.toString()))))
   check(updates.bad.length === 0, `invalid update: ${updates.bad[0]}`)
-  return `${updates.valid} valid updates from ${updates.origins.size} nodes, ` +
-    `encodings ${[...updates.encodings].join(',')}, up to step ${updates.maxStep}`
+  // The step field is the sender's step (10.1): never above what its
+  // /status reports afterwards.
+  const steps = []
+  for (const id of origins) {
+    const st = await nodeStatus(id)
+    const max = updates.maxStep.get(id.toString())
+    check(max <= BigInt(st.step), `an update from ${id} carries step ${max}, above its /status step ${st.step}`)
+    steps.push(`${max} ≤ ${st.step}`)
+  }
+  return `${updates.valid} valid updates from both nodes, encodings ${[...updates.encodings].join(',')}, ` +
+    `latest steps ${steps.join(' and ')} (/status)`
 })
 
 // pspnode's own step requests to this client, if any arrived, had to match
