@@ -17,7 +17,8 @@
 //   PSP_TIMEOUT_MS  overall deadline (default 45000)
 //
 // It prints one line per check and exits 0 when every check passed, 1
-// otherwise.
+// otherwise. interop/interop_test.go starts the two nodes and runs it:
+// `go test -run TestJSClient -v ./interop/` from the repository's root.
 
 import './node20.mjs'
 import { createHash } from 'node:crypto'
@@ -442,14 +443,19 @@ await run('identify', async () => {
       return null
     }
   })
-  for (const p of Object.values(proto)) {
+  // Section 4 lists the protocols observed for a node with a model; every
+  // one of them must be there (others may be added).
+  const listed = ['/floodsub/1.0.0', '/ipfs/id/1.0.0', '/ipfs/id/push/1.0.0', '/ipfs/ping/1.0.0',
+    '/libp2p/circuit/relay/0.2.0/stop', '/meshsub/1.0.0', '/meshsub/1.1.0', '/meshsub/1.2.0',
+    '/meshsub/1.3.0', `/psp/${job}/exchange/1.0.0`, ...Object.values(proto)]
+  for (const p of listed) {
     check(peer.protocols.includes(p), `identify lacks ${p}: ${peer.protocols.join(' ')}`)
   }
   const agent = new TextDecoder().decode(peer.metadata.get('AgentVersion'))
   const pv = new TextDecoder().decode(peer.metadata.get('ProtocolVersion'))
   check(agent.startsWith('pspnode/'), `agent version ${agent}`)
   check(pv === 'psp/1', `protocol version ${pv}`)
-  return `${agent}, ${pv}, ${Object.values(proto).join(' ')}`
+  return `${agent}, ${pv}, ${peer.protocols.join(' ')}`
 })
 
 // Check 2 (section 9): a FIND_NODE lookup through the bootstrap node finds
