@@ -157,6 +157,16 @@ func npmCI(t *testing.T, npm, dir string) {
 	t.Logf("npm ci: %v", time.Since(start).Round(time.Millisecond))
 }
 
+// nodeAtLeast reports whether a `node --version` string such as "v20.20.2"
+// is at least major.minor.
+func nodeAtLeast(v string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(v, "v%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
 // TestJSClient runs the js-libp2p client against two daemons. The client
 // builds every message from docs/protocols.md; any check it fails means the
 // protocol and the document have drifted apart.
@@ -167,6 +177,9 @@ func TestJSClient(t *testing.T) {
 	nodeBin, err := exec.LookPath("node")
 	if err != nil {
 		t.Skip("node is not on PATH: the js-libp2p interop client cannot run")
+	}
+	if v, err := exec.Command(nodeBin, "--version").Output(); err != nil || !nodeAtLeast(strings.TrimSpace(string(v)), 20, 19) {
+		t.Skipf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err)
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {

@@ -509,10 +509,11 @@ await run('step', async () => {
     check(r.estimate === 0 || (r.estimate >= 1 && r.estimate <= 64), `estimate ${r.estimate} for a two-node job`)
   }
   // Interval: the same mean step time, in seconds, that /status reports as
-  // step_interval_s, read just before and after; it moves with every step,
-  // so allow a factor of 4.
-  const lo = Math.min(before.step_interval_s, after.step_interval_s) / 4
-  const hi = Math.max(before.step_interval_s, after.step_interval_s) * 4
+  // step_interval_s, read just before and after; it moves with every step
+  // (a stall of a loaded machine can lift it several times over for a few
+  // steps), so allow a factor of 10.
+  const lo = Math.min(before.step_interval_s, after.step_interval_s) / 10
+  const hi = Math.max(before.step_interval_s, after.step_interval_s) * 10
   check(r2.interval === 0 || (lo <= r2.interval && r2.interval <= hi),
     `interval ${r2.interval} s, /status says ${before.step_interval_s} then ${after.step_interval_s}`)
   check(BigInt(before.step) <= r1.step && r1.step <= r2.step && r2.step <= BigInt(after.step),
