@@ -4,6 +4,12 @@
 // libp2p stack (TCP, Noise, yamux, identify, Kademlia, GossipSub) comes from
 // the npm registry at the versions pinned in package.json.
 //
+// Checks: the worked examples; identify (section 4); a FIND_NODE lookup
+// (9); two step queries on one stream (5, 6); a model fetch (7); a pool
+// join, leave and stale join (8); GossipSub updates from both nodes (10);
+// and the step queries pspnode sends the client, which it answers with the
+// leaving flag (6.3, 14).
+//
 // Configuration (environment):
 //   PSP_JOB         job name
 //   PSP_BOOTSTRAP   multiaddr of node A, ending in /p2p/<id>
@@ -108,6 +114,15 @@ async function nodeStatus (id = bootId) {
   const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
   check(res.ok, `GET ${url}: ${res.status}`)
   return res.json()
+}
+
+function hex (h) {
+  return Uint8Array.from(Buffer.from(h.replace(/\s+/g, ''), 'hex'))
+}
+// same compares bytes; a string is read as hex.
+function same (a, b) {
+  const bytes = (x) => Buffer.from(typeof x === 'string' ? hex(x) : x)
+  return bytes(a).equals(bytes(b))
 }
 
 // Section 1: uvarint, 7 bits a byte, least significant group first.
@@ -384,13 +399,11 @@ async function run (name, fn) {
   console.log(`     (${Date.now() - t0} ms)`)
 }
 
-// The worked examples of sections 6.5, 7.4, 7.5 and 10.6, through the same
-// encoders and decoders as the checks against the live nodes below: if an
-// example disagrees with this client, either the example or the client is
-// wrong, and the live checks say which.
+// The worked examples of sections 6.5, 7.4, 7.5 and 10.6 (8.6's are in the
+// pool check), through the same encoders and decoders as the checks against
+// the live nodes below: if an example disagrees with this client, either
+// the example or the client is wrong, and the live checks say which.
 await run('examples', async () => {
-  const hex = (h) => Uint8Array.from(Buffer.from(h.replace(/\s+/g, ''), 'hex'))
-  const same = (a, b) => Buffer.from(a).equals(Buffer.from(b))
   const unframe = (f) => {
     check(f[0] < 0x80 && f[0] === f.length - 1, `frame prefix ${f[0]} for ${f.length} bytes`)
     return f.subarray(1)
@@ -539,6 +552,54 @@ await run('model', async () => {
   check(norm > 0, 'all parameters are zero: the node has not trained')
   const { id, n, step } = m
   return `model id 0x${id.toString(16)}, ${n} parameters at step ${step}, |θ| = ${norm.toFixed(4)}`
+})
+
+// Section 8: pool join, leave, and a stale join. The in-degree a join
+// reply reports and /status's pool_in_degree must follow section 8.5.
+function poolRequest (op, seq) {
+  const b = new Uint8Array(10)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 1)
+  dv.setUint8(1, op)
+  dv.setBigUint64(2, BigInt(seq))
+  return b
+}
+
+async function poolExchange (op, seq) {
+  const signal = AbortSignal.timeout(3000)
+  const stream = await node.dialProtocol(bootId, proto.pool, { signal })
+  const bytes = byteStream(stream)
+  await bytes.write(frame(poolRequest(op, seq)), { signal })
+  await stream.closeWrite({ signal })
+  if (op === 2) {
+    await stream.close({ signal })
+    return null
+  }
+  const body = await readFrame(bytes, 16, signal)
+  check(body != null, 'end of stream before the pool reply')
+  await stream.close({ signal })
+  check(body.length === 6, `pool reply body is ${body.length} bytes, want 6`)
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  check(dv.getUint8(0) === 1, `pool reply version ${dv.getUint8(0)}`)
+  check(dv.getUint8(1) === 0, `pool reply flags ${dv.getUint8(1)}, the text says 0`)
+  return dv.getUint32(2)
+}
+
+await run('pool', async () => {
+  const refused = (await nodeStatus()).pool_requests_refused
+  check(same(frame(poolRequest(1, 1)), '0a01010000000000000001'), '8.6 join frame')
+  check(same(frame(poolRequest(2, 2)), '0a01020000000000000002'), '8.6 leave frame')
+  const joined = await poolExchange(1, 1)
+  check(joined >= 1, `in-degree ${joined} after the client's join`)
+  await waitFor(`/status pool_in_degree ${joined}`, 3000, async () => (await nodeStatus()).pool_in_degree === joined)
+  await poolExchange(2, 2)
+  await waitFor(`/status pool_in_degree ${joined - 1} after the leave`, 3000,
+    async () => (await nodeStatus()).pool_in_degree === joined - 1)
+  const stale = await poolExchange(1, 1) // seq 1 ≤ 2: answered, not applied
+  check(stale === joined - 1, `a stale join changed the in-degree: ${stale}, want ${joined - 1}`)
+  const after = (await nodeStatus()).pool_requests_refused
+  check(after === refused, `the node refused ${after - refused} of the client's pool requests`)
+  return `join → in-degree ${joined}, leave → ${joined - 1}, stale join answered with ${stale}`
 })
 
 // Check 3 (section 10): updates from both nodes arrive and validate.
