@@ -16,7 +16,8 @@ build:
 
 ## test: vet, every test under the race detector, then the whole-testnet
 ## runs that are too slow for it (the CI command; under 10 minutes on 2
-## cores; the race detector needs cgo and gcc)
+## cores; the race detector needs cgo and gcc). The interop test runs a
+## js-libp2p client and needs node and npm; it skips without them
 test:
 	$(GO) vet $(PKGS)
 	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 9m $(PKGS)

@@ -1,0 +1,252 @@
+// Package interop checks pspnode's wire protocols against an implementation
+// written from docs/protocols.md alone: a js-libp2p client (interop/js)
+// joins a job of two `pspnode run` daemons and checks identify, a Kademlia
+// lookup on the job's DHT, the GossipSub updates, a step query and a model
+// fetch. The package has no code of its own, only this test; it needs
+// Node.js and npm on PATH (it installs the client's pinned dependencies
+// with `npm ci`) and skips without them.
+package interop
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pspnode/pspnode/model"
+)
+
+// daemon is one `pspnode run` process.
+type daemon struct {
+	cmd    *exec.Cmd
+	id     string // peer ID
+	addr   string // first printed multiaddr, with /p2p/<id>
+	http   string // base URL of /status
+	stderr *strings.Builder
+	done   chan error
+}
+
+// startDaemon starts `pspnode run` and reads its peer ID, first multiaddr
+// and HTTP address from stdout.
+func startDaemon(t *testing.T, bin string, args ...string) *daemon {
+	t.Helper()
+	d := &daemon{stderr: &strings.Builder{}, done: make(chan error, 1)}
+	d.cmd = exec.Command(bin, append([]string{"run"}, args...)...)
+	d.cmd.Stderr = d.stderr
+	out, err := d.cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := d.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = d.cmd.Process.Kill()
+		<-d.done
+	})
+	lines := make(chan string)
+	go func() {
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+		_, _ = io.Copy(io.Discard, out)
+		d.done <- d.cmd.Wait()
+	}()
+	timeout := time.After(20 * time.Second)
+	for d.http == "" {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("pspnode exited before printing its addresses; stderr:\n%s", d.stderr)
+			}
+			switch {
+			case strings.HasPrefix(l, "peer id: "):
+				d.id = strings.TrimPrefix(l, "peer id: ")
+			case strings.HasPrefix(l, "listening: ") && d.addr == "":
+				d.addr = strings.TrimPrefix(l, "listening: ")
+			case strings.HasPrefix(l, "http: "):
+				d.http = strings.Fields(l)[1]
+			}
+		case <-timeout:
+			t.Fatalf("pspnode printed no addresses in 20 s; stderr:\n%s", d.stderr)
+		}
+	}
+	go func() {
+		for range lines {
+		}
+	}()
+	if d.id == "" || !strings.HasSuffix(d.addr, "/p2p/"+d.id) {
+		t.Fatalf("printed multiaddr %q does not end in /p2p/%s", d.addr, d.id)
+	}
+	return d
+}
+
+type status struct {
+	Step    int64 `json:"step"`
+	Routing int   `json:"routing_table_size"`
+	Sent    int64 `json:"updates_sent"`
+}
+
+func (d *daemon) status() (status, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(d.http + "/status")
+	if err != nil {
+		return status{}, err
+	}
+	defer resp.Body.Close()
+	var s status
+	return s, json.NewDecoder(resp.Body).Decode(&s)
+}
+
+// waitReady waits until every daemon holds a peer in its routing table and
+// has published a few updates.
+func waitReady(t *testing.T, ds ...*daemon) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		ready := true
+		var last []status
+		for _, d := range ds {
+			s, err := d.status()
+			if err != nil {
+				t.Fatalf("status of %s: %v\nstderr:\n%s", d.id, err, d.stderr)
+			}
+			last = append(last, s)
+			ready = ready && s.Routing >= 1 && s.Sent >= 3
+		}
+		if ready {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("daemons not ready in 30 s (want a routing-table peer and 3 updates sent each): %+v", last)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// npmCI installs the client's dependencies from package-lock.json unless
+// node_modules already holds that lock's install.
+func npmCI(t *testing.T, npm, dir string) {
+	t.Helper()
+	lock, err := os.Stat(filepath.Join(dir, "package-lock.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inst, err := os.Stat(filepath.Join(dir, "node_modules", ".package-lock.json")); err == nil && !inst.ModTime().Before(lock.ModTime()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, npm, "ci", "--no-audit", "--no-fund")
+	cmd.Dir = dir
+	start := time.Now()
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("npm ci in %s: %v\n%s", dir, err, out)
+	}
+	t.Logf("npm ci: %v", time.Since(start).Round(time.Millisecond))
+}
+
+// nodeAtLeast reports whether a `node --version` string such as "v20.20.2"
+// is at least major.minor.
+func nodeAtLeast(v string, major, minor int) bool {
+	var ma, mi int
+	if _, err := fmt.Sscanf(v, "v%d.%d", &ma, &mi); err != nil {
+		return false
+	}
+	return ma > major || ma == major && mi >= minor
+}
+
+// TestJSClient runs the js-libp2p client against two daemons. The client
+// builds every message from docs/protocols.md; any check it fails means the
+// protocol and the document have drifted apart.
+func TestJSClient(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts processes and Node.js")
+	}
+	nodeBin, err := exec.LookPath("node")
+	if err != nil {
+		t.Skip("node is not on PATH: the js-libp2p interop client cannot run")
+	}
+	if v, err := exec.Command(nodeBin, "--version").Output(); err != nil || !nodeAtLeast(strings.TrimSpace(string(v)), 20, 19) {
+		t.Skipf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err)
+	}
+	npm, err := exec.LookPath("npm")
+	if err != nil {
+		t.Skip("npm is not on PATH: the js-libp2p interop client's dependencies cannot be installed")
+	}
+	jsDir, err := filepath.Abs("js")
+	if err != nil {
+		t.Fatal(err)
+	}
+	npmCI(t, npm, jsDir)
+
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	}
+	bin := filepath.Join(t.TempDir(), "pspnode")
+	start := time.Now()
+	// No symbol table or DWARF: with the packages cached, linking is most
+	// of the build's time, and these daemons are never debugged.
+	if out, err := exec.Command(gobin, "build", "-ldflags=-s -w", "-o", bin, "../cmd/pspnode").CombinedOutput(); err != nil {
+		t.Fatalf("go build: %v\n%s", err, out)
+	}
+	t.Logf("go build: %v", time.Since(start).Round(time.Millisecond))
+
+	// The client computes the model id from the model's "<name>|<shape>"
+	// string as section 7.5 says; the shape comes from the code.
+	cfg := model.DefaultSyntheticConfig(true)
+	m, err := model.New("linreg", cfg.Dim, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := m.Name() + "|" + m.Shape().String()
+
+	const job = "interop-js"
+	common := []string{
+		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--job", job,
+		"--model", "linreg", "--barrier", "pssp:2:4", "--time-scale", "0.02", "--log-level", "warn",
+	}
+	a := startDaemon(t, bin, common...)
+	b := startDaemon(t, bin, append(common, "--bootstrap", a.addr)...)
+	start = time.Now()
+	waitReady(t, a, b)
+	t.Logf("daemons ready: %v", time.Since(start).Round(time.Millisecond))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, nodeBin, "client.mjs")
+	cmd.Dir = jsDir
+	cmd.Env = append(os.Environ(),
+		"PSP_JOB="+job,
+		"PSP_BOOTSTRAP="+a.addr,
+		"PSP_STATUS="+a.http,
+		"PSP_TARGET="+b.addr,
+		"PSP_TARGET_STATUS="+b.http,
+		"PSP_MODEL="+spec,
+		"PSP_TIMEOUT_MS=50000",
+	)
+	start = time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("node client.mjs (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
+	if err != nil {
+		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.stderr, b.stderr)
+	}
+	// Exit 0 alone is not enough: every check must have reported.
+	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "served"} {
+		if !strings.Contains(string(out), fmt.Sprintf("ok   %s:", check)) {
+			t.Errorf("the client reported no passing %q check", check)
+		}
+	}
+}

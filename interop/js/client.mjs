@@ -1,0 +1,635 @@
+// A js-libp2p client that joins a running pspnode job and checks its wire
+// protocols against docs/protocols.md. Every message it sends or decodes is
+// built from that document alone (section numbers below refer to it); the
+// libp2p stack (TCP, Noise, yamux, identify, Kademlia, GossipSub) comes from
+// the npm registry at the versions pinned in package.json.
+//
+// Checks: the worked examples; identify (section 4); a FIND_NODE lookup
+// (9); two step queries on one stream (5, 6); a model fetch (7); a pool
+// join, leave and stale join (8); GossipSub updates from both nodes (10);
+// and the step queries pspnode sends the client, which it answers with the
+// leaving flag (6.3, 14).
+//
+// Configuration (environment):
+//   PSP_JOB         job name
+//   PSP_BOOTSTRAP   multiaddr of node A, ending in /p2p/<id>
+//   PSP_STATUS      base URL of node A's HTTP interface (for /status)
+//   PSP_TARGET      multiaddr of node B, ending in /p2p/<id>: the client
+//                   looks B's peer ID up in A's DHT and checks that the
+//                   lookup returns this address
+//   PSP_TARGET_STATUS  base URL of node B's HTTP interface
+//   PSP_MODEL       the model's "<name>|<shape>" string (section 7.5), for
+//                   example "linreg|w[1x20] b[1x1]"
+//   PSP_TIMEOUT_MS  overall deadline (default 45000)
+//
+// It prints one line per check and exits 0 when every check passed, 1
+// otherwise. interop/interop_test.go starts the two nodes and runs it:
+// `go test -run TestJSClient -v ./interop/` from the repository's root.
+
+import './node20.mjs'
+import { createHash } from 'node:crypto'
+import { createLibp2p } from 'libp2p'
+import { tcp } from '@libp2p/tcp'
+import { noise } from '@chainsafe/libp2p-noise'
+import { yamux } from '@chainsafe/libp2p-yamux'
+import { identify } from '@libp2p/identify'
+import { ping } from '@libp2p/ping'
+import { kadDHT, passthroughMapper } from '@libp2p/kad-dht'
+import { gossipsub } from '@chainsafe/libp2p-gossipsub'
+import { peerIdFromString } from '@libp2p/peer-id'
+import { multiaddr } from '@multiformats/multiaddr'
+import { byteStream } from 'it-byte-stream'
+
+const env = process.env
+for (const k of ['PSP_JOB', 'PSP_BOOTSTRAP', 'PSP_STATUS', 'PSP_TARGET', 'PSP_TARGET_STATUS', 'PSP_MODEL']) {
+  if (!env[k]) {
+    console.error(`missing ${k}`)
+    process.exit(2)
+  }
+}
+const job = env.PSP_JOB
+const bootAddr = multiaddr(env.PSP_BOOTSTRAP)
+const bootId = peerIdFromString(bootAddr.getPeerId())
+const targetAddr = multiaddr(env.PSP_TARGET)
+const targetId = peerIdFromString(targetAddr.getPeerId())
+const statusURL = {
+  [bootId.toString()]: env.PSP_STATUS.replace(/\/$/, '') + '/status',
+  [targetId.toString()]: env.PSP_TARGET_STATUS.replace(/\/$/, '') + '/status'
+}
+const timeoutMs = Number(env.PSP_TIMEOUT_MS ?? 45000)
+
+// Section 3: protocol IDs and the topic.
+const proto = {
+  step: `/psp/${job}/step/1.0.0`,
+  model: `/psp/${job}/model/1.0.0`,
+  pool: `/psp/${job}/pool/1.0.0`,
+  kad: `/psp/${job}/kad/1.0.0`
+}
+const topic = `psp/${job}/updates/1`
+
+// Section 7.5: model id = first 4 bytes (big-endian) of SHA-256 of
+// "<name>|<shape>"; the parameter count is the sum of the tensors' sizes.
+function modelIdOf (spec) {
+  return createHash('sha256').update(spec, 'ascii').digest().readUInt32BE(0)
+}
+const modelSpec = env.PSP_MODEL
+const modelId = modelIdOf(modelSpec)
+const nParams = [...modelSpec.split('|')[1].matchAll(/\[(\d+)x(\d+)\]/g)]
+  .reduce((s, m) => s + Number(m[1]) * Number(m[2]), 0)
+
+let failed = 0
+let passed = 0
+function ok (name, detail) {
+  passed++
+  console.log(`ok   ${name}: ${detail}`)
+}
+function fail (name, detail) {
+  failed++
+  console.log(`FAIL ${name}: ${detail}`)
+}
+class CheckError extends Error {}
+function check (cond, msg) {
+  if (!cond) throw new CheckError(msg)
+}
+
+const overall = setTimeout(() => {
+  console.log(`FAIL deadline: the client did not finish within ${timeoutMs} ms`)
+  process.exit(1)
+}, timeoutMs)
+
+// waitFor polls cond until it returns a truthy value or ms pass.
+async function waitFor (what, ms, cond) {
+  const end = Date.now() + ms
+  for (;;) {
+    const v = await cond()
+    if (v) return v
+    if (Date.now() > end) throw new CheckError(`timed out after ${ms} ms waiting for ${what}`)
+    await new Promise(resolve => setTimeout(resolve, 50))
+  }
+}
+
+// nodeStatus reads a node's /status (node A's unless id names node B).
+async function nodeStatus (id = bootId) {
+  const url = statusURL[id.toString()]
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
+  check(res.ok, `GET ${url}: ${res.status}`)
+  return res.json()
+}
+
+function hex (h) {
+  return Uint8Array.from(Buffer.from(h.replace(/\s+/g, ''), 'hex'))
+}
+// same compares bytes; a string is read as hex.
+function same (a, b) {
+  const bytes = (x) => Buffer.from(typeof x === 'string' ? hex(x) : x)
+  return bytes(a).equals(bytes(b))
+}
+
+// Section 1: uvarint, 7 bits a byte, least significant group first.
+function uvarint (n) {
+  const out = []
+  while (n >= 0x80) {
+    out.push((n & 0x7f) | 0x80)
+    n = Math.floor(n / 128)
+  }
+  out.push(n)
+  return Uint8Array.from(out)
+}
+
+// Section 5: a frame is uvarint(length) followed by the body.
+function frame (body) {
+  const prefix = uvarint(body.length)
+  const out = new Uint8Array(prefix.length + body.length)
+  out.set(prefix)
+  out.set(body, prefix.length)
+  return out
+}
+
+// readFrame reads one frame, checking the length against cap before
+// reading the body (section 5). It returns null on end-of-stream before the
+// first byte.
+async function readFrame (bytes, cap, signal) {
+  let len = 0
+  let mul = 1
+  for (let i = 0; ; i++) {
+    check(i < 10, 'length prefix longer than 10 bytes')
+    let b
+    try {
+      b = await bytes.read({ bytes: 1, signal })
+    } catch (err) {
+      if (i === 0 && err.name === 'UnexpectedEOFError') return null
+      throw err
+    }
+    const v = b.get(0)
+    len += (v & 0x7f) * mul
+    mul *= 128
+    if ((v & 0x80) === 0) break
+  }
+  check(len <= cap, `frame length ${len} above the cap ${cap}`)
+  if (len === 0) return new Uint8Array(0)
+  return (await bytes.read({ bytes: len, signal })).subarray()
+}
+
+// Section 6.2: step request, 18 bytes, big-endian.
+function stepRequest (kind, step, estimate) {
+  const b = new Uint8Array(18)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 1)
+  dv.setUint8(1, kind)
+  dv.setBigInt64(2, BigInt(step))
+  dv.setFloat64(10, estimate)
+  return b
+}
+
+// Section 6.3: step reply, 26 bytes, big-endian.
+function parseStepReply (body) {
+  check(body.length === 26, `step reply body is ${body.length} bytes, want 26`)
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  const r = {
+    version: dv.getUint8(0),
+    flags: dv.getUint8(1),
+    step: dv.getBigInt64(2),
+    estimate: dv.getFloat64(10),
+    interval: dv.getFloat64(18)
+  }
+  check(r.version === 1, `step reply version ${r.version}, want 1`)
+  check((r.flags & 0xfe) === 0, `step reply flags 0x${r.flags.toString(16)} set bits 1-7`)
+  check(r.step >= 0n, `step reply step ${r.step} < 0`)
+  check(Number.isFinite(r.estimate) && r.estimate >= 0, `step reply estimate ${r.estimate}`)
+  check(Number.isFinite(r.interval) && r.interval >= 0, `step reply interval ${r.interval}`)
+  return r
+}
+
+// Section 6.2, as the answerer: validate a request pspnode sends us.
+function parseStepRequest (body) {
+  check(body.length === 18, `step request body is ${body.length} bytes, want 18`)
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  const r = { version: dv.getUint8(0), kind: dv.getUint8(1), step: dv.getBigInt64(2), estimate: dv.getFloat64(10) }
+  check(r.version === 1, `step request version ${r.version}`)
+  check(r.kind === 1 || r.kind === 2, `step request kind ${r.kind}`)
+  check(r.step >= 0n, `step request step ${r.step}`)
+  check(Number.isFinite(r.estimate) && r.estimate >= 0, `step request estimate ${r.estimate}`)
+  return r
+}
+
+// Section 7.3: model reply, 17 + 8·n bytes, big-endian.
+function parseModelReply (body, wantId = modelId, wantN = nParams) {
+  check(body.length === 17 + 8 * wantN, `model reply body is ${body.length} bytes, want ${17 + 8 * wantN}`)
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  const version = dv.getUint8(0)
+  const step = dv.getBigInt64(1)
+  const id = dv.getUint32(9)
+  const n = dv.getUint32(13)
+  check(version === 1, `model reply version ${version}`)
+  check(step >= 0n, `model reply step ${step}`)
+  check(id === wantId, `model id 0x${id.toString(16)}, want 0x${wantId.toString(16)}`)
+  check(n === wantN, `model n ${n}, want ${wantN}`)
+  const params = []
+  for (let i = 0; i < n; i++) {
+    const v = dv.getFloat64(17 + 8 * i)
+    check(Number.isFinite(v), `parameter ${i} is ${v}`)
+    params.push(v)
+  }
+  return { step, id, n, params }
+}
+
+// Section 10.3: decode and validate a GossipSub update (little-endian):
+// the checks of section 10.5 that do not depend on the receiver's step.
+// sender is the binary peer ID the message was signed by.
+function parseUpdate (data, sender, wantId = modelId, wantN = nParams) {
+  check(data.length >= 3, `update of ${data.length} bytes`)
+  const dv = new DataView(data.buffer, data.byteOffset, data.byteLength)
+  const version = dv.getUint8(0)
+  const enc = dv.getUint8(1)
+  const L = dv.getUint8(2)
+  check(version === 1, `update version ${version}`)
+  check(enc >= 1 && enc <= 4, `update encoding ${enc}`)
+  check(L >= 1 && L <= 128 && data.length >= 19 + L, `update sender length ${L} in ${data.length} bytes`)
+  check(Buffer.from(data.subarray(3, 3 + L)).equals(Buffer.from(sender)),
+    'update sender field differs from the signed from')
+  const step = dv.getBigInt64(3 + L, true)
+  const id = dv.getUint32(11 + L, true)
+  const N = dv.getUint32(15 + L, true)
+  check(step >= 0n, `update step ${step} < 0`)
+  check(id === wantId, `update model id 0x${id.toString(16)}, want 0x${wantId.toString(16)}`)
+  check(N === wantN, `update N ${N}, want ${wantN}`)
+  const width = enc === 1 || enc === 3 ? 4 : 2
+  let off = 19 + L
+  let indices = null
+  if (enc >= 3) {
+    check(data.length >= off + 9, 'sparse header cut short')
+    const K = dv.getUint32(off, true)
+    const coding = dv.getUint8(off + 4)
+    const B = dv.getUint32(off + 5, true)
+    check(K <= N, `sparse K ${K} > N ${N}`)
+    check(data.length === off + 9 + B + width * K,
+      `update is ${data.length} bytes, want ${off + 9 + B + width * K}`)
+    const block = data.subarray(off + 9, off + 9 + B)
+    indices = []
+    if (coding === 0) { // gaps: K uvarints, each index − previous − 1
+      let pos = 0
+      let prev = -1
+      while (pos < block.length) {
+        let v = 0
+        let mul = 1
+        for (;;) {
+          check(pos < block.length, 'gap uvarint cut short')
+          const byte = block[pos++]
+          v += (byte & 0x7f) * mul
+          mul *= 128
+          if ((byte & 0x80) === 0) break
+        }
+        prev = prev + 1 + v
+        check(prev < N, `index ${prev} ≥ N`)
+        indices.push(prev)
+      }
+    } else {
+      check(coding === 1, `index coding ${coding}`)
+      check(B === Math.ceil(N / 8), `bitmap of ${B} bytes, want ${Math.ceil(N / 8)}`)
+      for (let i = 0; i < 8 * B; i++) {
+        if (block[i >> 3] & (1 << (i & 7))) {
+          check(i < N, `bitmap padding bit ${i} set`)
+          indices.push(i)
+        }
+      }
+    }
+    check(indices.length === K, `index block holds ${indices.length} indices, want K = ${K}`)
+    off += 9 + B
+  } else {
+    check(data.length === off + width * N, `update is ${data.length} bytes, want ${off + width * N}`)
+  }
+  const count = indices == null ? N : indices.length
+  const values = []
+  for (let i = 0; i < count; i++) {
+    values.push(width === 4 ? dv.getFloat32(off + 4 * i, true) : f16(dv.getUint16(off + 2 * i, true)))
+  }
+  for (const v of values) {
+    check(Number.isFinite(v), `update value ${v} not finite`)
+    check(Math.abs(v) <= 1e4, `update value ${v} above 1e4`)
+  }
+  return { enc, step, N, indices, values }
+}
+
+function f16 (h) {
+  const s = h & 0x8000 ? -1 : 1
+  const e = (h >> 10) & 0x1f
+  const m = h & 0x3ff
+  if (e === 0) return s * m * 2 ** -24
+  if (e === 31) return m ? NaN : s * Infinity
+  return s * (1 + m / 1024) * 2 ** (e - 15)
+}
+
+// Section 6.1, as answerer: pspnode may sample this client at its barrier
+// once the client's query made it a member. The client does not train, so
+// it answers with the leaving flag (section 14: the way to stay out of
+// barriers), after checking the request against section 6.2.
+const served = { queries: 0, bad: [] }
+async function serveStep ({ stream }) {
+  const bytes = byteStream(stream)
+  const signal = AbortSignal.timeout(2000)
+  try {
+    const body = await readFrame(bytes, 64, signal)
+    if (body == null) return
+    const q = parseStepRequest(body)
+    served.queries++
+    if (q.kind === 1) {
+      const reply = new Uint8Array(26)
+      reply[0] = 1
+      reply[1] = 0x01 // leaving
+      await bytes.write(frame(reply), { signal })
+    }
+    await stream.close({ signal })
+  } catch (err) {
+    if (err instanceof CheckError) served.bad.push(err.message)
+    stream.abort(err)
+  }
+}
+
+const node = await createLibp2p({
+  addresses: { listen: ['/ip4/127.0.0.1/tcp/0'] },
+  transports: [tcp()],
+  connectionEncrypters: [noise()],
+  streamMuxers: [yamux()],
+  services: {
+    identify: identify(),
+    ping: ping(),
+    // Client mode: the client asks and does not serve. No self-query or
+    // automatic lookups: the only lookup is the one check 2 makes, so what
+    // it finds comes from that lookup.
+    dht: kadDHT({
+      protocol: proto.kad,
+      clientMode: true,
+      peerInfoMapper: passthroughMapper,
+      allowQueryWithZeroPeers: true,
+      initialQuerySelfInterval: 3600_000,
+      querySelfInterval: 3600_000
+    }),
+    pubsub: gossipsub({ globalSignaturePolicy: 'StrictSign', allowPublishToZeroTopicPeers: true })
+  }
+})
+await node.handle(proto.step, serveStep)
+
+// Gossip: subscribe first, so that updates are collected while the other
+// checks run.
+const updates = { valid: 0, maxStep: new Map(), encodings: new Set(), bad: [] }
+node.services.pubsub.addEventListener('message', (evt) => {
+  const msg = evt.detail
+  if (msg.topic !== topic) return
+  try {
+    check(msg.type === 'signed', `unsigned message (type ${msg.type}) under StrictSign`)
+    const u = parseUpdate(msg.data, msg.from.toMultihash().bytes)
+    check(u.step >= 1n, `update step ${u.step}: a node's first update carries step 1`)
+    updates.valid++
+    updates.encodings.add(u.enc)
+    const from = msg.from.toString()
+    if (!(updates.maxStep.get(from) >= u.step)) updates.maxStep.set(from, u.step)
+  } catch (err) {
+    updates.bad.push(err.message)
+  }
+})
+node.services.pubsub.subscribe(topic)
+
+const t0 = Date.now()
+async function run (name, fn) {
+  try {
+    ok(name, await fn())
+  } catch (err) {
+    fail(name, err instanceof CheckError ? err.message : (err.stack ?? String(err)))
+  }
+  console.log(`     (${Date.now() - t0} ms)`)
+}
+
+// The worked examples of sections 6.5, 7.4, 7.5 and 10.6 (8.6's are in the
+// pool check), through the same encoders and decoders as the checks against
+// the live nodes below: if an example disagrees with this client, either
+// the example or the client is wrong, and the live checks say which.
+await run('examples', async () => {
+  const unframe = (f) => {
+    check(f[0] < 0x80 && f[0] === f.length - 1, `frame prefix ${f[0]} for ${f.length} bytes`)
+    return f.subarray(1)
+  }
+  check(same(frame(stepRequest(1, 42, 199.5)), hex('120101000000000000002a4068f00000000000')), '6.5 query')
+  check(same(frame(stepRequest(2, 42, 0)), hex('120102000000000000002a0000000000000000')), '6.5 leave notice')
+  let r = parseStepReply(unframe(hex('1a0100000000000000002840690000000000003ff4000000000000')))
+  check(r.flags === 0 && r.step === 40n && r.estimate === 200 && r.interval === 1.25, '6.5 reply')
+  r = parseStepReply(unframe(hex('1a0101000000000000002900000000000000000000000000000000')))
+  check(r.flags === 1 && r.step === 41n && r.estimate === 0 && r.interval === 0, '6.5 leaving reply')
+  check(same(frame(Uint8Array.of(1)), hex('0101')), '7.2 request frame')
+  const linreg2 = modelIdOf('linreg|w[1x2] b[1x1]')
+  check(linreg2 === 0x44734f20, `7.5 model id 0x${linreg2.toString(16)}`)
+  const m = parseModelReply(unframe(hex('2901000000000000000c44734f20000000033fe0000000000000c0040000000000003ff0000000000000')), linreg2, 3)
+  check(m.step === 12n && m.params.join() === '0.5,-2.5,1', '7.4 model reply')
+  const sender = hex('002408011220 03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8')
+  check(same(peerIdFromString('12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB').toMultihash().bytes, sender),
+    '10.6 sender peer ID')
+  const head = '01012600240801122003a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8'
+  const examples = [
+    ['dense32', head + '0700000000000000204f7344030000000000003f000020c00000803f', linreg2, 3, null, '0.5,-2.5,1', 69],
+    ['dense16', head.replace(/^0101/, '0102') + '0700000000000000204f734403000000003800c1003c', linreg2, 3, null, '0.5,-2.5,1', 63],
+    ['topk32', head.replace(/^0101/, '0103') + '0700000000000000efbeadde100000000200000000020000000905000040c000000040',
+      0xdeadbeef, 16, '9,15', '-3,2', 76],
+    ['topk16', head.replace(/^0101/, '0104') + '0700000000000000efbeadde100000000400000001020000000486003a00c2662e0040',
+      0xdeadbeef, 16, '2,9,10,15', '0.75,-3,0.0999755859375,2', 76]
+  ]
+  for (const [name, h, id, n, idx, vals, size] of examples) {
+    const data = hex(h)
+    check(data.length === size, `10.6 ${name}: ${data.length} bytes, the text says ${size}`)
+    const u = parseUpdate(data, sender, id, n)
+    check(u.step === 7n && String(u.indices ?? null) === String(idx) && u.values.join() === vals,
+      `10.6 ${name}: step ${u.step}, indices ${u.indices}, values ${u.values}`)
+  }
+  return 'the worked examples of 6.5, 7.4, 7.5 and 10.6 decode as the text says'
+})
+
+await run('connect', async () => {
+  await node.dial(bootAddr, { signal: AbortSignal.timeout(10000) })
+  return `dialled ${bootAddr}`
+})
+
+// Check 1 (section 4): identify lists the job's protocols.
+await run('identify', async () => {
+  const peer = await waitFor('identify of the bootstrap node', 10000, async () => {
+    try {
+      const p = await node.peerStore.get(bootId)
+      return p.protocols.includes(proto.kad) ? p : null
+    } catch {
+      return null
+    }
+  })
+  // Section 4 lists the protocols observed for a node with a model; every
+  // one of them must be there (others may be added).
+  const listed = ['/floodsub/1.0.0', '/ipfs/id/1.0.0', '/ipfs/id/push/1.0.0', '/ipfs/ping/1.0.0',
+    '/libp2p/circuit/relay/0.2.0/stop', '/meshsub/1.0.0', '/meshsub/1.1.0', '/meshsub/1.2.0',
+    '/meshsub/1.3.0', `/psp/${job}/exchange/1.0.0`, ...Object.values(proto)]
+  for (const p of listed) {
+    check(peer.protocols.includes(p), `identify lacks ${p}: ${peer.protocols.join(' ')}`)
+  }
+  const agent = new TextDecoder().decode(peer.metadata.get('AgentVersion'))
+  const pv = new TextDecoder().decode(peer.metadata.get('ProtocolVersion'))
+  check(agent.startsWith('pspnode/'), `agent version ${agent}`)
+  check(pv === 'psp/1', `protocol version ${pv}`)
+  return `${agent}, ${pv}, ${peer.protocols.join(' ')}`
+})
+
+// Check 2 (section 9): a FIND_NODE lookup through the bootstrap node finds
+// node B, whose peer ID the client knows but whose address it does not.
+await run('kad', async () => {
+  const dht = node.services.dht
+  await waitFor('the bootstrap node in the DHT routing table', 10000, () => dht.routingTable.size > 0)
+  const known = await node.peerStore.get(targetId).then(p => p.addresses.length, () => 0)
+  check(known === 0 && node.getConnections(targetId).length === 0,
+    'node B was known before the lookup')
+  let listed = null
+  let found = null
+  for await (const ev of dht.findPeer(targetId, { useCache: false, signal: AbortSignal.timeout(10000) })) {
+    if (ev.name === 'PEER_RESPONSE' && ev.messageName === 'FIND_NODE' && ev.from.equals(bootId)) {
+      listed = ev.closer.find(p => p.id.equals(targetId)) ?? listed
+    }
+    if (ev.name === 'FINAL_PEER' && ev.peer.id.equals(targetId)) {
+      found = ev.peer
+      break
+    }
+  }
+  check(listed != null, 'the bootstrap node\'s FIND_NODE reply did not list node B')
+  check(found != null, 'findPeer did not find node B')
+  const want = targetAddr.decapsulateCode(421).toString() // without /p2p/<id>
+  const addrs = found.multiaddrs.map(a => a.toString())
+  check(addrs.includes(want), `node B's addresses ${addrs.join(' ')} lack ${want}`)
+  await node.dial(targetId, { signal: AbortSignal.timeout(10000) })
+  return `FIND_NODE via ${bootId} returned ${targetId} at ${addrs.join(' ')}`
+})
+
+// Check 4 (sections 5, 6.2, 6.3, 6.7): two step queries on one stream.
+await run('step', async () => {
+  const before = await nodeStatus()
+  const signal = AbortSignal.timeout(5000)
+  const stream = await node.dialProtocol(bootId, proto.step, { signal })
+  const bytes = byteStream(stream)
+  const replies = []
+  for (let i = 0; i < 2; i++) {
+    await bytes.write(frame(stepRequest(1, 0, 0)), { signal })
+    const body = await readFrame(bytes, 64, signal)
+    check(body != null, 'end of stream before the reply')
+    replies.push(parseStepReply(body))
+  }
+  await bytes.unwrap().close({ signal })
+  const after = await nodeStatus()
+  const [r1, r2] = replies
+  check(r1.flags === 0 && r2.flags === 0, 'the node replied with the leaving flag')
+  // Estimate: nodes, itself included, or 0 for none; a two-node job is
+  // far below 64.
+  for (const r of replies) {
+    check(r.estimate === 0 || (r.estimate >= 1 && r.estimate <= 64), `estimate ${r.estimate} for a two-node job`)
+  }
+  // Interval: the same mean step time, in seconds, that /status reports as
+  // step_interval_s, read just before and after; it moves with every step
+  // (a stall of a loaded machine can lift it several times over for a few
+  // steps), so allow a factor of 10.
+  const lo = Math.min(before.step_interval_s, after.step_interval_s) / 10
+  const hi = Math.max(before.step_interval_s, after.step_interval_s) * 10
+  check(r2.interval === 0 || (lo <= r2.interval && r2.interval <= hi),
+    `interval ${r2.interval} s, /status says ${before.step_interval_s} then ${after.step_interval_s}`)
+  check(BigInt(before.step) <= r1.step && r1.step <= r2.step && r2.step <= BigInt(after.step),
+    `steps out of order: /status ${before.step}, replies ${r1.step} and ${r2.step}, /status ${after.step}`)
+  return `replies step ${r1.step}, ${r2.step} (status ${before.step}..${after.step}), ` +
+    `estimate ${r2.estimate}, interval ${r2.interval.toFixed(4)} s`
+})
+
+// Section 7: fetch the model.
+await run('model', async () => {
+  const signal = AbortSignal.timeout(10000)
+  const stream = await node.dialProtocol(bootId, proto.model, { signal })
+  const bytes = byteStream(stream)
+  await bytes.write(frame(Uint8Array.of(1)), { signal })
+  const want = 17 + 8 * nParams
+  const body = await readFrame(bytes, want, signal)
+  check(body != null, 'end of stream before the reply')
+  await bytes.unwrap().close({ signal })
+  const m = parseModelReply(body)
+  const after = await nodeStatus()
+  check(m.step <= BigInt(after.step), `model reply step ${m.step} above the node's step ${after.step}`)
+  const norm = Math.hypot(...m.params)
+  check(norm > 0, 'all parameters are zero: the node has not trained')
+  const { id, n, step } = m
+  return `model id 0x${id.toString(16)}, ${n} parameters at step ${step}, |θ| = ${norm.toFixed(4)}`
+})
+
+// Section 8: pool join, leave, and a stale join. The in-degree a join
+// reply reports and /status's pool_in_degree must follow section 8.5.
+function poolRequest (op, seq) {
+  const b = new Uint8Array(10)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 1)
+  dv.setUint8(1, op)
+  dv.setBigUint64(2, BigInt(seq))
+  return b
+}
+
+async function poolExchange (op, seq) {
+  const signal = AbortSignal.timeout(3000)
+  const stream = await node.dialProtocol(bootId, proto.pool, { signal })
+  const bytes = byteStream(stream)
+  await bytes.write(frame(poolRequest(op, seq)), { signal })
+  await stream.closeWrite({ signal })
+  if (op === 2) {
+    await stream.close({ signal })
+    return null
+  }
+  const body = await readFrame(bytes, 16, signal)
+  check(body != null, 'end of stream before the pool reply')
+  await stream.close({ signal })
+  check(body.length === 6, `pool reply body is ${body.length} bytes, want 6`)
+  const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
+  check(dv.getUint8(0) === 1, `pool reply version ${dv.getUint8(0)}`)
+  check(dv.getUint8(1) === 0, `pool reply flags ${dv.getUint8(1)}, the text says 0`)
+  return dv.getUint32(2)
+}
+
+await run('pool', async () => {
+  const refused = (await nodeStatus()).pool_requests_refused
+  check(same(frame(poolRequest(1, 1)), '0a01010000000000000001'), '8.6 join frame')
+  check(same(frame(poolRequest(2, 2)), '0a01020000000000000002'), '8.6 leave frame')
+  const joined = await poolExchange(1, 1)
+  check(joined >= 1, `in-degree ${joined} after the client's join`)
+  await waitFor(`/status pool_in_degree ${joined}`, 3000, async () => (await nodeStatus()).pool_in_degree === joined)
+  await poolExchange(2, 2)
+  await waitFor(`/status pool_in_degree ${joined - 1} after the leave`, 3000,
+    async () => (await nodeStatus()).pool_in_degree === joined - 1)
+  const stale = await poolExchange(1, 1) // seq 1 ≤ 2: answered, not applied
+  check(stale === joined - 1, `a stale join changed the in-degree: ${stale}, want ${joined - 1}`)
+  const after = (await nodeStatus()).pool_requests_refused
+  check(after === refused, `the node refused ${after - refused} of the client's pool requests`)
+  return `join → in-degree ${joined}, leave → ${joined - 1}, stale join answered with ${stale}`
+})
+
+// Check 3 (section 10): updates from both nodes arrive and validate.
+await run('gossip', async () => {
+  const origins = [bootId, targetId]
+  await waitFor('updates from both nodes', 15000, () =>
+    updates.bad.length > 0 || (updates.valid >= 4 && origins.every(id => updates.maxStep.has(id.toString()))))
+  check(updates.bad.length === 0, `invalid update: ${updates.bad[0]}`)
+  // The step field is the sender's step (10.1): never above what its
+  // /status reports afterwards.
+  const steps = []
+  for (const id of origins) {
+    const st = await nodeStatus(id)
+    const max = updates.maxStep.get(id.toString())
+    check(max <= BigInt(st.step), `an update from ${id} carries step ${max}, above its /status step ${st.step}`)
+    steps.push(`${max} ≤ ${st.step}`)
+  }
+  return `${updates.valid} valid updates from both nodes, encodings ${[...updates.encodings].join(',')}, ` +
+    `latest steps ${steps.join(' and ')} (/status)`
+})
+
+// pspnode's own step requests to this client, if any arrived, had to match
+// section 6.2.
+await run('served', async () => {
+  check(served.bad.length === 0, `malformed step request from pspnode: ${served.bad[0]}`)
+  return `${served.queries} step requests from pspnode, all well-formed`
+})
+
+clearTimeout(overall)
+await node.stop()
+console.log(`     stopped (${Date.now() - t0} ms)`)
+console.log(`interop: ${passed} checks ok, ${failed} failed`)
+process.exit(failed === 0 ? 0 : 1)
