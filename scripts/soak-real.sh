@@ -2,10 +2,10 @@
 # soak-real.sh: leaves NODES separate `pspnode run` daemons training for
 # MINUTES on 127.0.0.1 and reads each one's /metrics every EVERY seconds:
 # resident memory (process_resident_memory_bytes), goroutines
-# (go_goroutines), live heap (go_memstats_heap_alloc_bytes) and step
-# (psp_step). It writes the readings to OUT (CSV) and prints, per node, the
-# largest deviation of RSS and goroutines after the first WARM minutes from
-# their value at WARM minutes (target: within 10 %). The model is MNIST
+# (go_goroutines), heap (go_memstats_heap_alloc_bytes) and step
+# (psp_step). It writes the readings to OUT (CSV) and prints, per node,
+# how RSS and goroutines moved after the first WARM minutes (target: flat
+# within 10 %). The model is MNIST
 # logistic regression on the built-in data with pSSP(2,2) and 0.1-s
 # synthetic steps, so the nodes keep stepping, exchanging updates and
 # querying each other for the whole run. Linux only. Usage:
@@ -63,13 +63,28 @@ while :; do
   [ "$SECONDS" -ge "$end" ] && break
   sleep "$EVERY"
 done
-awk -F, -v warm="$WARM" 'NR>1 && $1>=warm {
-    n=$2; if (!(n in r0)) {r0[n]=$3; g0[n]=$4}
-    dr=($3-r0[n])/r0[n]; dg=($4-g0[n])/g0[n]
-    if (dr<0) dr=-dr; if (dg<0) dg=-dg
-    if (dr>mr[n]) mr[n]=dr; if (dg>mg[n]) mg[n]=dg
-    last[n]=$0; r1[n]=$3; g1[n]=$4; s1[n]=$6
+# Per node, after WARM minutes: the mean of the first and of the last K
+# readings (K = 3 minutes' worth; single readings swing with the
+# collector's cycle), the largest single deviation from the first
+# reading, and the least-squares trend in % of the mean per minute.
+awk -F, -v warm="$WARM" -v k=$(( (180 + EVERY - 1) / EVERY )) 'NR>1 && $1>=warm {
+    n=$2; c=++cnt[n]; t[n,c]=$1; r[n,c]=$3; g[n,c]=$4; s1[n]=$6
   } END {
-    for (n in r0) printf "soak-real: node %s: RSS %.1f -> %.1f MiB (max deviation %.1f %%), goroutines %d -> %d (max deviation %.1f %%), step %d\n",
-      n, r0[n]/1048576, r1[n]/1048576, 100*mr[n], g0[n], g1[n], 100*mg[n], s1[n]
+    for (n in cnt) {
+      c=cnt[n]; kk=(k<c?k:c)
+      split("", a)
+      for (f=3; f<=4; f++) {
+        sf=0; sl=0; st=0; sv=0; stt=0; stv=0; mx=0
+        for (i=1; i<=c; i++) {
+          v=(f==3?r[n,i]:g[n,i]); x=t[n,i]
+          if (i<=kk) sf+=v; if (i>c-kk) sl+=v
+          st+=x; sv+=v; stt+=x*x; stv+=x*v
+          d=(v-(f==3?r[n,1]:g[n,1]))/(f==3?r[n,1]:g[n,1]); if (d<0) d=-d; if (d>mx) mx=d
+        }
+        slope=(c*stv-st*sv)/(c*stt-st*st+1e-12)
+        a[f]=sprintf("%.1f -> %.1f (%+.1f %%; single readings within %.1f %%; trend %+.2f %%/min)",
+          sf/kk/(f==3?1048576:1), sl/kk/(f==3?1048576:1), 100*(sl-sf)/sf, 100*mx, 100*slope/(sv/c))
+      }
+      printf "soak-real: node %s, step %d: RSS MiB %s; goroutines %s\n", n, s1[n], a[3], a[4]
+    }
   }' "$OUT"
