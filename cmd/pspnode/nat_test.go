@@ -1,0 +1,50 @@
+package main
+
+import (
+	"bytes"
+	"flag"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+
+	"github.com/pspnode/pspnode/node"
+)
+
+// --nat-traversal and --relay-service set node.Config.NAT: both on by
+// default, --nat-traversal=false turns everything off (the relay service
+// too, unless asked for: then it is a usage error), --relay-service=false
+// only the relay service. The start message says which.
+func TestNATFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want node.NATConfig
+		log  string
+	}{
+		{nil, node.NATConfig{Traversal: true, RelayService: true}, "relay_service=true"},
+		{[]string{"--relay-service=false"}, node.NATConfig{Traversal: true}, "relay_service=false"},
+		{[]string{"--nat-traversal=false"}, node.NATConfig{}, "NAT traversal off"},
+		{[]string{"--nat-traversal=false", "--relay-service=false"}, node.NATConfig{}, "NAT traversal off"},
+	} {
+		fs := flag.NewFlagSet("run", flag.ContinueOnError)
+		fs.SetOutput(io.Discard)
+		def := node.DefaultNATConfig()
+		traversal := fs.Bool("nat-traversal", def.Traversal, "")
+		relay := fs.Bool("relay-service", def.RelayService, "")
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		cfg := node.DefaultConfig()
+		if err := natTraversal(&cfg, fs, *traversal, *relay); err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		if cfg.NAT != tc.want {
+			t.Errorf("%v: NAT %+v, want %+v", tc.args, cfg.NAT, tc.want)
+		}
+		var buf bytes.Buffer
+		logNAT(slog.New(slog.NewTextHandler(&buf, nil)), cfg)
+		if !strings.Contains(buf.String(), tc.log) {
+			t.Errorf("%v: start message %q lacks %q", tc.args, buf.String(), tc.log)
+		}
+	}
+}
