@@ -8,6 +8,7 @@ import (
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
 	circuitproto "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
 	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
@@ -121,7 +122,12 @@ func (s *natState) hostOptions(cfg Config, reg prometheus.Registerer) []libp2p.O
 		opts = append(opts, libp2p.EnableRelayService(relayv2.WithResources(relayv2.DefaultResources())))
 	}
 	// Validate has parsed the bootstrap addresses: each names its peer.
-	if boot, err := cfg.bootstrapPeers(""); err == nil && len(boot) > 0 {
+	// A node listed among its own bootstrap peers is not its own relay.
+	var self peer.ID
+	if cfg.Identity != nil {
+		self, _ = peer.IDFromPrivateKey(cfg.Identity)
+	}
+	if boot, err := cfg.bootstrapPeers(self); err == nil && len(boot) > 0 {
 		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(boot,
 			// The relays are fixed: reserve at once rather than wait
 			// (3 min by default) for candidates to choose from, and ask
@@ -146,12 +152,14 @@ func (s *natState) Trace(evt *holepunch.Event) {
 		}
 		s.punches.WithLabelValues(punchSuccess).Inc()
 		start := time.Unix(0, evt.Timestamp).Add(-e.EllapsedTime)
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		if s.h == nil {
+		h := s.host()
+		if h == nil {
 			return
 		}
-		for _, c := range s.h.Network().ConnsToPeer(evt.Remote) {
+		conns := h.Network().ConnsToPeer(evt.Remote) // not under s.mu: the swarm locks inside
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range conns {
 			if !isRelayed(c) && !c.Stat().Opened.Before(start) {
 				s.punched[c.ID()] = true
 			}
