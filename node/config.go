@@ -162,8 +162,8 @@ type Config struct {
 	// that measure the defences above (set through internal/faults). The
 	// zero value is an honest node.
 	faults faults.Node
-	// hostFaults fix the reachability of a host the node builds, for
-	// tests on one machine that play relays and NATs.
+	// hostFaults change what a host the node builds announces and
+	// accepts, for tests on one machine that play relays and NATs.
 	hostFaults faults.Host
 }
 
@@ -248,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
+	}
+	if err := c.NAT.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Exchange.validate(); err != nil {
 		errs = append(errs, err)

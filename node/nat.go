@@ -1,6 +1,7 @@
 package node
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"time"
@@ -15,8 +16,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/pspnode/pspnode/internal/faults"
 )
 
 // NAT traversal, all of it go-libp2p's own services:
@@ -58,10 +57,33 @@ type NATConfig struct {
 	// circuit relay. It needs Traversal: without AutoNAT nothing finds the
 	// node public.
 	RelayService bool
+	// Reachability, if ReachabilityPublic or ReachabilityPrivate, fixes
+	// the node's reachability instead of letting AutoNAT find it (it needs
+	// Traversal). Public suits a node known to be reachable, such as a
+	// job's one public bootstrap node: it relays at once and whatever its
+	// peers can tell (AutoNAT needs a public peer that answers dial-backs,
+	// and go-libp2p stops a node answering them once it finds itself
+	// private). Private makes a node known to be behind a NAT use relays at
+	// once. ReachabilityUnknown (the zero value) lets AutoNAT find out.
+	Reachability network.Reachability
 }
 
-// DefaultNATConfig turns everything on.
+// DefaultNATConfig turns everything on and lets AutoNAT find the node's
+// reachability.
 func DefaultNATConfig() NATConfig { return NATConfig{Traversal: true, RelayService: true} }
+
+func (c NATConfig) validate() error {
+	switch c.Reachability {
+	case network.ReachabilityUnknown:
+	case network.ReachabilityPublic, network.ReachabilityPrivate:
+		if !c.Traversal {
+			return fmt.Errorf("NAT: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
+		}
+	default:
+		return fmt.Errorf("NAT: reachability %d: want unknown, public or private", c.Reachability)
+	}
+	return nil
+}
 
 // natState follows a node's reachability, relays and hole punches.
 type natState struct {
@@ -93,22 +115,21 @@ func newNATState(reg prometheus.Registerer) *natState {
 	return s
 }
 
-// hostOptions are the libp2p options of cfg.NAT and of the test hooks
-// (faults.Host): AutoNAT, relays and hole punching.
+// hostOptions are the libp2p options of cfg.NAT (AutoNAT, relays and hole
+// punching) and of the test hook faults.Host.Announce.
 func (s *natState) hostOptions(cfg Config, reg prometheus.Registerer) []libp2p.Option {
 	var opts []libp2p.Option
-	hf := cfg.hostFaults
-	switch hf.Reachability {
-	case faults.Public:
-		opts = append(opts, libp2p.ForceReachabilityPublic())
-	case faults.Private:
-		opts = append(opts, libp2p.ForceReachabilityPrivate())
-	}
-	if hf.Announce != nil {
-		opts = append(opts, libp2p.AddrsFactory(hf.Announce))
+	if f := cfg.hostFaults.Announce; f != nil {
+		opts = append(opts, libp2p.AddrsFactory(f))
 	}
 	if !cfg.NAT.Traversal {
 		return opts
+	}
+	switch cfg.NAT.Reachability {
+	case network.ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case network.ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
 	}
 	opts = append(opts,
 		libp2p.EnableAutoNATv2(),

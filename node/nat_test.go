@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/pnet"
@@ -23,8 +24,8 @@ import (
 )
 
 // These tests build real hosts on TCP loopback. One machine has no NAT, so
-// the test hooks (faults.Host) play one: the relay is fixed public and
-// announces its loopback address under a name AutoNAT and auto-relay count
+// the nodes play one: the relay is fixed public (NATConfig.Reachability)
+// and, through a test hook (faults.Host), announces its loopback address under a name AutoNAT and auto-relay count
 // as public (as go-libp2p's own auto-relay tests do: a relay's private
 // addresses never make /p2p-circuit addresses), and the node behind the
 // "NAT" is fixed private and refuses every inbound connection that does not
@@ -57,8 +58,8 @@ func loopbackAddr(nd *Node) string {
 // publicRelay fixes a node public and has it announce its loopback
 // addresses as /dns/libp2p.internal.
 func publicRelay(cfg *Config) {
+	cfg.NAT.Reachability = network.ReachabilityPublic
 	faults.SetHost(cfg, faults.Host{
-		Reachability: faults.Public,
 		Announce: func(addrs []ma.Multiaddr) []ma.Multiaddr {
 			var out []ma.Multiaddr
 			for _, a := range addrs {
@@ -74,7 +75,8 @@ func publicRelay(cfg *Config) {
 
 // behindNAT fixes a node private and refuses direct inbound connections.
 func behindNAT(cfg *Config) {
-	faults.SetHost(cfg, faults.Host{Reachability: faults.Private, RefuseDirectInbound: true})
+	cfg.NAT.Reachability = network.ReachabilityPrivate
+	faults.SetHost(cfg, faults.Host{RefuseDirectInbound: true})
 }
 
 // waitRelay waits until nd serves as a relay.
@@ -292,5 +294,29 @@ func TestNATHolePunchCounted(t *testing.T) {
 		return len(b.nat.punched) == 0
 	}) {
 		t.Errorf("closed connections still marked hole-punched: %v", b.nat.punched)
+	}
+}
+
+// A fixed reachability needs NAT traversal, and must be one of the three.
+func TestNATConfigValidate(t *testing.T) {
+	for _, tc := range []struct {
+		nat  NATConfig
+		want string // in the error; "" for none
+	}{
+		{DefaultNATConfig(), ""},
+		{NATConfig{}, ""},
+		{NATConfig{Traversal: true, Reachability: network.ReachabilityPublic}, ""},
+		{NATConfig{Reachability: network.ReachabilityPrivate}, "reachability private needs NAT traversal"},
+		{NATConfig{Traversal: true, Reachability: 7}, "want unknown, public or private"},
+	} {
+		cfg := DefaultConfig()
+		cfg.NAT = tc.nat
+		err := cfg.Validate()
+		switch {
+		case tc.want == "" && err != nil:
+			t.Errorf("%+v: %v", tc.nat, err)
+		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+			t.Errorf("%+v: error %v, want %q", tc.nat, err, tc.want)
+		}
 	}
 }

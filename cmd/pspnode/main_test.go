@@ -57,6 +57,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"testnet", "--exchange", "epidemic:2", "--encoding", "topk32"}, 2, "sends whole models"},
 		{[]string{"run", "--nat-traversal=false", "--relay-service"}, 2, "--relay-service needs --nat-traversal"},
 		{[]string{"run", "--relay-service=maybe"}, 2, "invalid boolean value"},
+		{[]string{"run", "--reachability", "open"}, 2, "want auto, public or private"},
+		{[]string{"run", "--nat-traversal=false", "--reachability", "public"}, 2, "--reachability public needs --nat-traversal"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

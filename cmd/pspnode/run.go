@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/prometheus/client_golang/prometheus"
@@ -93,6 +94,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		allow     = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
 		traversal = fs.Bool("nat-traversal", def.NAT.Traversal, "find out whether peers can dial this node (AutoNAT); behind a NAT, announce addresses through relays at the bootstrap peers and punch holes for direct connections (DCUtR)")
 		relaySvc  = fs.Bool("relay-service", def.NAT.RelayService, "when AutoNAT finds this node publicly reachable, relay for peers behind NATs (go-libp2p's limits: 128 reservations, each relayed connection 2 min and 128 KiB); needs --nat-traversal")
+		reach     = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
 	)
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
@@ -136,7 +138,7 @@ Example, two nodes on one machine:
 			if err := privateJob(&cfg, *swarmKey, *allow, len(listen) > 0, log); err != nil {
 				return err
 			}
-			if err := natTraversal(&cfg, fs, *traversal, *relaySvc); err != nil {
+			if err := natTraversal(&cfg, fs, *traversal, *relaySvc, *reach); err != nil {
 				return err
 			}
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
@@ -213,16 +215,29 @@ Example, two nodes on one machine:
 	}
 }
 
-// natTraversal sets cfg.NAT from --nat-traversal and --relay-service. A
-// relay service asked for without NAT traversal is a usage error: nothing
-// would find the node public.
-func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool) error {
+// natTraversal sets cfg.NAT from --nat-traversal, --relay-service and
+// --reachability. A relay service asked for without NAT traversal is a
+// usage error (only AutoNAT, or --reachability public, starts it), and so
+// is a fixed reachability.
+func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, reach string) error {
 	relaySet := false
 	fs.Visit(func(f *flag.Flag) { relaySet = relaySet || f.Name == "relay-service" })
 	if !traversal && relay && relaySet {
 		return usagef("--relay-service needs --nat-traversal: the service starts when AutoNAT finds the node public")
 	}
 	cfg.NAT = node.NATConfig{Traversal: traversal, RelayService: traversal && relay}
+	switch reach {
+	case "auto":
+	case "public":
+		cfg.NAT.Reachability = network.ReachabilityPublic
+	case "private":
+		cfg.NAT.Reachability = network.ReachabilityPrivate
+	default:
+		return usagef("--reachability %q: want auto, public or private", reach)
+	}
+	if reach != "auto" && !traversal {
+		return usagef("--reachability %s needs --nat-traversal", reach)
+	}
 	return nil
 }
 
@@ -237,8 +252,15 @@ func logNAT(log *slog.Logger, cfg node.Config) {
 		transports = "TCP (private job: relayed connections carry the swarm key too)"
 	}
 	relays, _ := node.ParseBootstrap(cfg.Bootstrap) // validated already
+	reach := "auto (AutoNAT)"
+	switch cfg.NAT.Reachability {
+	case network.ReachabilityPublic:
+		reach = "public (fixed)"
+	case network.ReachabilityPrivate:
+		reach = "private (fixed)"
+	}
 	log.Info("NAT traversal: AutoNAT, hole punching, relays at the bootstrap peers",
-		"relays", len(relays), "relay_service", cfg.NAT.RelayService, "over", transports)
+		"relays", len(relays), "relay_service", cfg.NAT.RelayService, "reachability", reach, "over", transports)
 	if len(cfg.Bootstrap) == 0 {
 		log.Info("no bootstrap peers: behind a NAT this node has no relay, and only peers it dials can reach it")
 	}

@@ -59,12 +59,10 @@ var PublishRaw func(g any, ctx context.Context, data []byte) error
 var SetGossipDrop func(cfg any, drop func() bool)
 
 // Host changes how a node's host meets the network, so that tests on one
-// machine can play a public relay and a node behind a NAT. The zero value
-// changes nothing.
+// machine can play a public relay and a node behind a NAT (with
+// node.NATConfig.Reachability fixing each one's reachability). The zero
+// value changes nothing.
 type Host struct {
-	// Reachability, if Public or Private, fixes the host's reachability
-	// instead of letting AutoNAT find it.
-	Reachability Reachability
 	// Announce, if set, rewrites the addresses the host announces (a
 	// loopback address as a name AutoNAT and auto-relay count as public).
 	Announce func([]ma.Multiaddr) []ma.Multiaddr
@@ -72,16 +70,6 @@ type Host struct {
 	// come through a relay, as a NAT drops unsolicited packets.
 	RefuseDirectInbound bool
 }
-
-// Reachability is a reachability a test fixes.
-type Reachability int
-
-// Reachabilities a test can fix (Unforced: AutoNAT finds it).
-const (
-	Unforced Reachability = iota
-	Public
-	Private
-)
 
 // SetHost attaches h to cfg, a *node.Config. Package node installs it.
 var SetHost func(cfg any, h Host)
