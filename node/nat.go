@@ -60,11 +60,12 @@ type NATConfig struct {
 	// Reachability, if ReachabilityPublic or ReachabilityPrivate, fixes
 	// the node's reachability instead of letting AutoNAT find it (it needs
 	// Traversal). Public suits a node known to be reachable, such as a
-	// job's one public bootstrap node: it relays at once and whatever its
-	// peers can tell (AutoNAT needs a public peer that answers dial-backs,
-	// and go-libp2p stops a node answering them once it finds itself
-	// private). Private makes a node known to be behind a NAT use relays at
-	// once. ReachabilityUnknown (the zero value) lets AutoNAT find out.
+	// job's one public bootstrap node: it relays at once, whether or not
+	// its peers could tell (AutoNAT needs a public peer that answers
+	// dial-backs, and go-libp2p stops a node answering them once it finds
+	// itself private). Private makes a node known to be behind a NAT use
+	// relays at once. ReachabilityUnknown (the zero value) lets AutoNAT
+	// find out.
 	Reachability network.Reachability
 }
 
