@@ -245,7 +245,7 @@ type NATStatus struct {
 	// RelayAddrs are the /p2p-circuit addresses the host announces: it
 	// holds a reservation at each of their relays.
 	RelayAddrs []string `json:"relay_addrs,omitempty"`
-	// RelayService: the node serves as a relay now (it offers the
+	// RelayService: the node serves as a relay at this moment (it offers the
 	// service and AutoNAT found it public).
 	RelayService bool      `json:"relay_service"`
 	Connections  ConnKinds `json:"connections"`
@@ -269,7 +269,8 @@ func (s *natState) host() host.Host {
 	return s.h
 }
 
-// relayServing says whether the host serves the relay protocol now.
+// relayServing says whether the host serves the relay protocol at the
+// moment.
 func (s *natState) relayServing() bool {
 	h := s.host()
 	return h != nil && slices.Contains(h.Mux().Protocols(), circuitproto.ProtoIDv2Hop)
