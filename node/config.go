@@ -49,6 +49,10 @@ type Config struct {
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
 	Join JoinConfig
+	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
+	// through the bootstrap peers and hole punching (nat.go). Ignored with
+	// Host.
+	NAT NATConfig
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
@@ -158,10 +162,14 @@ type Config struct {
 	// that measure the defences above (set through internal/faults). The
 	// zero value is an honest node.
 	faults faults.Node
+	// hostFaults change what a host the node builds announces and
+	// accepts, for tests on one machine that play relays and NATs.
+	hostFaults faults.Host
 }
 
 // DefaultConfig returns a node configuration for a real network: TCP and
-// QUIC on port 4001, pSSP(10, 4), no model.
+// QUIC on port 4001, NAT traversal and the relay service on, pSSP(10, 4),
+// no model.
 func DefaultConfig() Config {
 	return Config{
 		Job:               "default",
@@ -189,6 +197,7 @@ func DefaultConfig() Config {
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
 		Join:              DefaultJoinConfig(),
+		NAT:               DefaultNATConfig(),
 	}
 }
 
@@ -239,6 +248,9 @@ func (c Config) Validate() error {
 	}
 	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
 		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
+	}
+	if err := c.NAT.validate(); err != nil {
+		errs = append(errs, err)
 	}
 	if err := c.Exchange.validate(); err != nil {
 		errs = append(errs, err)

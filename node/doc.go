@@ -28,4 +28,5 @@
 //	identity.go    identity keys
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics
+//	nat.go         NAT traversal: AutoNAT, relays, hole punching (go-libp2p's), and what /status says of them
 package node

@@ -11,6 +11,7 @@ import (
 // not part of the public API.
 func init() {
 	faults.SetNode = func(cfg any, f faults.Node) { cfg.(*Config).faults = f }
+	faults.SetHost = func(cfg any, h faults.Host) { cfg.(*Config).hostFaults = h }
 }
 
 // lost draws whether one incoming message is lost under faults.Loss.

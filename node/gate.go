@@ -45,6 +45,9 @@ const (
 type gate struct {
 	allow   map[peer.ID]bool // nil: every peer
 	private bool             // a swarm key or an allowlist is set
+	// natted refuses inbound connections not through a relay (a test
+	// hook: faults.Host.RefuseDirectInbound).
+	natted  bool
 	log     *slog.Logger
 	refused *prometheus.CounterVec
 }
@@ -76,6 +79,7 @@ func newGate(allow []peer.ID, log *slog.Logger, reg prometheus.Registerer) *gate
 // other default transports.
 func (g *gate) hostOptions(cfg Config) []libp2p.Option {
 	g.private = len(cfg.PSK) > 0 || len(cfg.AllowPeers) > 0
+	g.natted = cfg.hostFaults.RefuseDirectInbound
 	opts := []libp2p.Option{
 		libp2p.ConnectionGater(g),
 		libp2p.Transport(func(u transport.Upgrader, rm network.ResourceManager, shared *tcpreuse.ConnMgr) (*tcp.TcpTransport, error) {
@@ -121,7 +125,11 @@ func (g *gate) InterceptPeerDial(p peer.ID) bool { return g.allowed(p) }
 
 func (g *gate) InterceptAddrDial(peer.ID, ma.Multiaddr) bool { return true }
 
-func (g *gate) InterceptAccept(network.ConnMultiaddrs) bool { return true }
+// InterceptAccept accepts every connection, but for a node that plays one
+// behind a NAT (faults.Host) only relayed ones.
+func (g *gate) InterceptAccept(cm network.ConnMultiaddrs) bool {
+	return !g.natted || isCircuit(cm.RemoteMultiaddr())
+}
 
 // InterceptSecured refuses a peer outside the allowlist, and marks a
 // watched connection as past its handshake.

@@ -67,6 +67,9 @@ type Status struct {
 	JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
 	Traffic Traffic `json:"traffic"`
+	// NAT is the node's reachability, relay addresses and connections by
+	// kind (nat.go).
+	NAT NATStatus `json:"nat"`
 }
 
 // Status returns the node's current status.
@@ -117,6 +120,7 @@ func (n *Node) Status() Status {
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
+	st.NAT = n.NAT()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

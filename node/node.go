@@ -104,6 +104,8 @@ type Node struct {
 	// joiner keeps the node joined through its bootstrap peers (nil with
 	// none; bootstrap.go).
 	joiner *joiner
+	// nat follows reachability, relays and hole punches (nat.go).
+	nat *natState
 
 	closeOnce sync.Once
 	closeErr  error
@@ -153,8 +155,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.m = newMetrics(n.reg)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
+	n.nat = newNATState(n.reg)
 
 	if cfg.Host != nil {
+		n.nat.attach(cfg.Host)
 		n.h = n.meter.wrapHost(cfg.Host)
 	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
@@ -178,6 +182,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
 		}
 		opts = append(opts, newGate(cfg.AllowPeers, n.log, n.reg).hostOptions(cfg)...)
+		opts = append(opts, n.nat.hostOptions(cfg, n.reg)...)
 		h, err := libp2p.New(opts...)
 		if err != nil {
 			// Both run goroutines from their constructors; libp2p closes
@@ -187,6 +192,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
+		n.nat.attach(h)
 		n.h = n.meter.wrapHost(h)
 	}
 	seed := cfg.Seed
@@ -206,10 +212,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.closeParts()
 		return nil, err
 	}
-	n.conns = &network.NotifyBundle{ConnectedF: func(network.Network, network.Conn) {
-		n.opened.Add(1)
-		n.m.connsOpened.Inc()
-	}}
+	n.conns = &network.NotifyBundle{
+		ConnectedF: func(network.Network, network.Conn) {
+			n.opened.Add(1)
+			n.m.connsOpened.Inc()
+		},
+		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.closed(c) },
+	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))

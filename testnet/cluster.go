@@ -67,6 +67,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.EvalEvery = 0
 	cfg.JoinFetch = joining
 	cfg.QueryTimeout = 2 * time.Second
+	// Every node is reachable on loopback or the in-memory network: no
+	// AutoNAT, relays or hole punching (and their extra dialer hosts).
+	cfg.NAT = node.NATConfig{}
 	cfg.Overlay.Logger = t.log
 	cfg.Gossip.Logger = t.log
 	enc, err := gossip.ParseEncoding(t.cfg.Encoding)

@@ -55,6 +55,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--exchange", "epidemic:x"}, 2, "S must be a whole number >= 1"},
 		{[]string{"run", "--exchange", "push"}, 2, "want gossip or epidemic:S"},
 		{[]string{"testnet", "--exchange", "epidemic:2", "--encoding", "topk32"}, 2, "sends whole models"},
+		{[]string{"run", "--nat-traversal=false", "--relay-service"}, 2, "--relay-service needs --nat-traversal"},
+		{[]string{"run", "--relay-service=maybe"}, 2, "invalid boolean value"},
+		{[]string{"run", "--reachability", "open"}, 2, "want auto, public or private"},
+		{[]string{"run", "--nat-traversal=false", "--reachability", "public"}, 2, "--reachability public needs --nat-traversal"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

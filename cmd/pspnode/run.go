@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/peterbourgon/ff/v3"
 	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/prometheus/client_golang/prometheus"
@@ -90,6 +92,9 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
 		swarmKey  = fs.String("swarm-key", "", "make the job private: a swarm.key file (kubo's format; 'pspnode keygen --swarm-key FILE' writes one) every node of the job holds; only TCP runs")
 		allow     = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
+		traversal = fs.Bool("nat-traversal", def.NAT.Traversal, "find out whether peers can dial this node (AutoNAT); behind a NAT, announce addresses through relays at the bootstrap peers and punch holes for direct connections (DCUtR)")
+		relaySvc  = fs.Bool("relay-service", def.NAT.RelayService, "when AutoNAT finds this node publicly reachable, relay for peers behind NATs (go-libp2p's limits: 128 reservations, each relayed connection 2 min and 128 KiB); needs --nat-traversal")
+		reach     = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
 	)
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
@@ -131,6 +136,9 @@ Example, two nodes on one machine:
 			}
 			cfg.Bootstrap = bootstrap
 			if err := privateJob(&cfg, *swarmKey, *allow, len(listen) > 0, log); err != nil {
+				return err
+			}
+			if err := natTraversal(&cfg, fs, *traversal, *relaySvc, *reach); err != nil {
 				return err
 			}
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
@@ -194,6 +202,7 @@ Example, two nodes on one machine:
 				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 			}
 			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			logNAT(log, cfg)
 			start := time.Now()
 			err = nd.Run(ctx)
 			st := nd.Status()
@@ -203,6 +212,57 @@ Example, two nodes on one machine:
 			}
 			return nd.Close()
 		},
+	}
+}
+
+// natTraversal sets cfg.NAT from --nat-traversal, --relay-service and
+// --reachability. A relay service asked for without NAT traversal is a
+// usage error (only AutoNAT, or --reachability public, starts it), and so
+// is a fixed reachability.
+func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, reach string) error {
+	relaySet := false
+	fs.Visit(func(f *flag.Flag) { relaySet = relaySet || f.Name == "relay-service" })
+	if !traversal && relay && relaySet {
+		return usagef("--relay-service needs --nat-traversal: the service starts when AutoNAT finds the node public")
+	}
+	cfg.NAT = node.NATConfig{Traversal: traversal, RelayService: traversal && relay}
+	switch reach {
+	case "auto":
+	case "public":
+		cfg.NAT.Reachability = network.ReachabilityPublic
+	case "private":
+		cfg.NAT.Reachability = network.ReachabilityPrivate
+	default:
+		return usagef("--reachability %q: want auto, public or private", reach)
+	}
+	if reach != "auto" && !traversal {
+		return usagef("--reachability %s needs --nat-traversal", reach)
+	}
+	return nil
+}
+
+// logNAT says at start what the node does about NATs.
+func logNAT(log *slog.Logger, cfg node.Config) {
+	if !cfg.NAT.Traversal {
+		log.Info("NAT traversal off (--nat-traversal=false): no AutoNAT, relays or hole punching; peers must reach this node at its listen addresses")
+		return
+	}
+	transports := "TCP and QUIC"
+	if len(cfg.PSK) > 0 {
+		transports = "TCP (private job: relayed connections carry the swarm key too)"
+	}
+	relays, _ := node.ParseBootstrap(cfg.Bootstrap) // validated already
+	reach := "auto (AutoNAT)"
+	switch cfg.NAT.Reachability {
+	case network.ReachabilityPublic:
+		reach = "public (fixed)"
+	case network.ReachabilityPrivate:
+		reach = "private (fixed)"
+	}
+	log.Info("NAT traversal: AutoNAT, hole punching, relays at the bootstrap peers",
+		"relays", len(relays), "relay_service", cfg.NAT.RelayService, "reachability", reach, "over", transports)
+	if len(cfg.Bootstrap) == 0 {
+		log.Info("no bootstrap peers: behind a NAT this node has no relay, and only peers it dials can reach it")
 	}
 }
 

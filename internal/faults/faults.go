@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
 )
 
 // Node makes a node misbehave. The zero value is an honest node.
@@ -56,3 +57,19 @@ var PublishRaw func(g any, ctx context.Context, data []byte) error
 // message before validation, and drop the message when it returns true
 // (lossy links). Package gossip installs it.
 var SetGossipDrop func(cfg any, drop func() bool)
+
+// Host changes how a node's host meets the network, so that tests on one
+// machine can play a public relay and a node behind a NAT (with
+// node.NATConfig.Reachability fixing each one's reachability). The zero
+// value changes nothing.
+type Host struct {
+	// Announce, if set, rewrites the addresses the host announces (a
+	// loopback address as a name AutoNAT and auto-relay count as public).
+	Announce func([]ma.Multiaddr) []ma.Multiaddr
+	// RefuseDirectInbound refuses every inbound connection that does not
+	// come through a relay, as a NAT drops unsolicited packets.
+	RefuseDirectInbound bool
+}
+
+// SetHost attaches h to cfg, a *node.Config. Package node installs it.
+var SetHost func(cfg any, h Host)

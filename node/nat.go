@@ -1,0 +1,406 @@
+package node
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p"
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/host/autorelay"
+	circuitproto "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/proto"
+	relayv2 "github.com/libp2p/go-libp2p/p2p/protocol/circuitv2/relay"
+	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
+	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// NAT traversal, all of it go-libp2p's own services:
+//
+//   - AutoNAT. Each node asks its peers to dial it back and learns whether
+//     it is reachable: AutoNAT v1 gives the host's reachability (public,
+//     private, unknown), which go-libp2p's relay service and auto-relay
+//     follow; AutoNAT v2 confirms each address on its own (reachable_addrs
+//     in /status). Each node also answers its peers' dial-back requests
+//     (rate-limited by go-libp2p), so a job needs no outside AutoNAT
+//     servers. Both only test public addresses.
+//   - Circuit relay v2. A node AutoNAT finds public offers a relay with
+//     go-libp2p's default limits (relayv2.DefaultResources: 128
+//     reservations, 16 circuits per peer, each relayed connection reset
+//     after 2 minutes or 128 KiB each way), unless NATConfig.RelayService is
+//     off. Relayed connections are "limited": step queries (a few dozen
+//     bytes) run over them; every other protocol waits for a direct
+//     connection.
+//   - Auto-relay. A node AutoNAT finds private reserves a slot at its
+//     bootstrap peers (those that offer the service) and announces the
+//     /p2p-circuit addresses through them. A node without bootstrap peers
+//     has no relays.
+//   - Hole punching (DCUtR). When a peer reaches a node over a relay, the
+//     two try to connect directly: a dial if one side is public, else a
+//     simultaneous open through both NATs, coordinated over the relay.
+//
+// Everything runs over TCP too, so a private job (a swarm key: TCP only)
+// relays and punches holes the same way; relayed connections are upgraded
+// with the key like any other.
+
+// NATConfig turns NAT traversal on. It applies to a host the node builds
+// (not Config.Host).
+type NATConfig struct {
+	// Traversal turns on AutoNAT v1 and v2 (client and service), auto-relay
+	// through the bootstrap peers and hole punching. Off, the host runs
+	// none of them (it can still dial a /p2p-circuit address it is given).
+	Traversal bool
+	// RelayService makes a node that AutoNAT finds public offer a limited
+	// circuit relay. It needs Traversal: without AutoNAT nothing finds the
+	// node public.
+	RelayService bool
+	// Reachability, if ReachabilityPublic or ReachabilityPrivate, fixes
+	// the node's reachability instead of letting AutoNAT find it (it needs
+	// Traversal). Public suits a node known to be reachable, such as a
+	// job's one public bootstrap node: it relays at once, whether or not
+	// its peers could tell (AutoNAT needs a public peer that answers
+	// dial-backs, and go-libp2p stops a node answering them once it finds
+	// itself private). Private makes a node known to be behind a NAT use
+	// relays at once. ReachabilityUnknown (the zero value) lets AutoNAT
+	// find out.
+	Reachability network.Reachability
+}
+
+// DefaultNATConfig turns everything on and lets AutoNAT find the node's
+// reachability.
+func DefaultNATConfig() NATConfig { return NATConfig{Traversal: true, RelayService: true} }
+
+func (c NATConfig) validate() error {
+	switch c.Reachability {
+	case network.ReachabilityUnknown:
+	case network.ReachabilityPublic, network.ReachabilityPrivate:
+		if !c.Traversal {
+			return fmt.Errorf("NAT: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
+		}
+	default:
+		return fmt.Errorf("NAT: reachability %d: want unknown, public or private", c.Reachability)
+	}
+	return nil
+}
+
+// natState follows a node's reachability, relays and hole punches.
+type natState struct {
+	h       host.Host // the host as built, before the traffic wrapper
+	punches *prometheus.CounterVec
+	mu      sync.Mutex
+	punched map[string]bool // IDs of direct connections a hole punch made
+}
+
+// Hole-punch outcomes (the result label of psp_hole_punches_total).
+const (
+	punchSuccess  = "success"  // a simultaneous open made a direct connection
+	punchFailed   = "failed"   // one attempt failed (a punch makes up to three)
+	punchReversed = "reversed" // the direct dial before punching worked: no punch needed
+)
+
+func newNATState(reg prometheus.Registerer) *natState {
+	s := &natState{
+		punched: make(map[string]bool),
+		punches: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "psp", Name: "hole_punches_total",
+			Help: "Hole-punch (DCUtR) attempts with peers that reached this node over a relay or that it reached over one, by result: success (a direct connection), failed (one attempt of up to three), reversed (a direct dial worked before punching).",
+		}, []string{"result"}),
+	}
+	for _, r := range []string{punchSuccess, punchFailed, punchReversed} {
+		s.punches.WithLabelValues(r) // export zeros
+	}
+	reg.MustRegister(s.punches, &natCollector{s: s})
+	return s
+}
+
+// hostOptions are the libp2p options of cfg.NAT (AutoNAT, relays and hole
+// punching) and of the test hook faults.Host.Announce.
+func (s *natState) hostOptions(cfg Config, reg prometheus.Registerer) []libp2p.Option {
+	var opts []libp2p.Option
+	if f := cfg.hostFaults.Announce; f != nil {
+		opts = append(opts, libp2p.AddrsFactory(f))
+	}
+	if !cfg.NAT.Traversal {
+		return opts
+	}
+	switch cfg.NAT.Reachability {
+	case network.ReachabilityPublic:
+		opts = append(opts, libp2p.ForceReachabilityPublic())
+	case network.ReachabilityPrivate:
+		opts = append(opts, libp2p.ForceReachabilityPrivate())
+	}
+	opts = append(opts,
+		libp2p.EnableAutoNATv2(),
+		libp2p.EnableNATService(),
+		// Keep go-libp2p's hole-punch metrics (libp2p_holepunch_*) and
+		// hear of every punch too.
+		libp2p.EnableHolePunching(holepunch.WithMetricsAndEventTracer(
+			holepunch.NewMetricsTracer(holepunch.WithRegisterer(reg)), s)),
+	)
+	if cfg.NAT.RelayService {
+		opts = append(opts, libp2p.EnableRelayService(relayv2.WithResources(relayv2.DefaultResources())))
+	}
+	// Validate has parsed the bootstrap addresses: each names its peer.
+	// A node listed among its own bootstrap peers is not its own relay.
+	var self peer.ID
+	if cfg.Identity != nil {
+		self, _ = peer.IDFromPrivateKey(cfg.Identity)
+	}
+	if boot, err := cfg.bootstrapPeers(self); err == nil && len(boot) > 0 {
+		opts = append(opts, libp2p.EnableAutoRelayWithStaticRelays(boot,
+			// The relays are fixed: reserve at once rather than wait
+			// (3 min by default) for candidates to choose from, and ask
+			// again soon after a bootstrap peer that offered no relay
+			// (AutoNAT had not found it public yet).
+			autorelay.WithBootDelay(0),
+			autorelay.WithMinInterval(15*time.Second),
+		))
+	}
+	return opts
+}
+
+// Trace is the hole puncher's event tracer (holepunch.EventTracer): it
+// counts punches, and marks the direct connections a successful punch
+// opened so that /status can tell them from other direct connections.
+func (s *natState) Trace(evt *holepunch.Event) {
+	switch e := evt.Evt.(type) {
+	case *holepunch.EndHolePunchEvt:
+		if !e.Success {
+			s.punches.WithLabelValues(punchFailed).Inc()
+			return
+		}
+		s.punches.WithLabelValues(punchSuccess).Inc()
+		start := time.Unix(0, evt.Timestamp).Add(-e.EllapsedTime)
+		h := s.host()
+		if h == nil {
+			return
+		}
+		conns := h.Network().ConnsToPeer(evt.Remote) // not under s.mu: the swarm locks inside
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, c := range conns {
+			if !isRelayed(c) && !c.Stat().Opened.Before(start) {
+				s.punched[c.ID()] = true
+			}
+		}
+	case *holepunch.DirectDialEvt:
+		if e.Success {
+			s.punches.WithLabelValues(punchReversed).Inc()
+		}
+	}
+}
+
+// attach gives the state the host to read (the host as built: its
+// Reachability and ConfirmedAddrs are not on the host.Host interface).
+func (s *natState) attach(h host.Host) {
+	s.mu.Lock()
+	s.h = h
+	s.mu.Unlock()
+}
+
+// closed forgets a closed connection.
+func (s *natState) closed(c network.Conn) {
+	s.mu.Lock()
+	delete(s.punched, c.ID())
+	s.mu.Unlock()
+}
+
+// isRelayed says whether c runs through a relay: limited by the relay, or
+// with a /p2p-circuit remote address (an unlimited relay's).
+func isRelayed(c network.Conn) bool {
+	return c.Stat().Limited || isCircuit(c.RemoteMultiaddr())
+}
+
+func isCircuit(a ma.Multiaddr) bool {
+	for _, c := range a {
+		if c.Protocol().Code == ma.P_CIRCUIT {
+			return true
+		}
+	}
+	return false
+}
+
+// ConnKinds counts open connections by how they run.
+type ConnKinds struct {
+	// Direct connections, not made by a hole punch.
+	Direct int `json:"direct"`
+	// Relayed connections, through a circuit relay.
+	Relayed int `json:"relayed"`
+	// HolePunched: direct connections a hole punch made.
+	HolePunched int `json:"hole_punched"`
+}
+
+// NATStatus is the NAT part of /status.
+type NATStatus struct {
+	// Traversal: AutoNAT, auto-relay and hole punching are on.
+	Traversal bool `json:"traversal"`
+	// Reachability is AutoNAT's verdict on the host: public, private or
+	// unknown (not yet tested, or no public address to test).
+	Reachability string `json:"reachability"`
+	// ReachableAddrs are the addresses AutoNAT v2 confirmed dialable.
+	ReachableAddrs []string `json:"reachable_addrs,omitempty"`
+	// RelayAddrs are the /p2p-circuit addresses the host announces: it
+	// holds a reservation at each of their relays.
+	RelayAddrs []string `json:"relay_addrs,omitempty"`
+	// RelayService: the node serves as a relay at this moment (it offers the
+	// service and AutoNAT found it public).
+	RelayService bool      `json:"relay_service"`
+	Connections  ConnKinds `json:"connections"`
+	// HolePunches counts hole-punch attempts by result (see
+	// psp_hole_punches_total).
+	HolePunches map[string]uint64 `json:"hole_punches"`
+}
+
+// reachability reads the host's reachability ("unknown" for a host that
+// does not say).
+func (s *natState) reachability() network.Reachability {
+	if r, ok := s.host().(interface{ Reachability() network.Reachability }); ok {
+		return r.Reachability()
+	}
+	return network.ReachabilityUnknown
+}
+
+func (s *natState) host() host.Host {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.h
+}
+
+// relayServing says whether the host serves the relay protocol at the
+// moment.
+func (s *natState) relayServing() bool {
+	h := s.host()
+	return h != nil && slices.Contains(h.Mux().Protocols(), circuitproto.ProtoIDv2Hop)
+}
+
+// relayAddrs are the host's /p2p-circuit addresses.
+func (s *natState) relayAddrs() []ma.Multiaddr {
+	h := s.host()
+	if h == nil {
+		return nil
+	}
+	var out []ma.Multiaddr
+	for _, a := range h.Addrs() {
+		if isCircuit(a) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// conns counts the host's open connections by kind, and forgets marks on
+// connections that have closed.
+func (s *natState) conns() ConnKinds {
+	h := s.host()
+	if h == nil {
+		return ConnKinds{}
+	}
+	cs := h.Network().Conns()
+	var k ConnKinds
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	live := make(map[string]bool, len(s.punched))
+	for _, c := range cs {
+		switch {
+		case isRelayed(c):
+			k.Relayed++
+		case s.punched[c.ID()]:
+			k.HolePunched++
+			live[c.ID()] = true
+		default:
+			k.Direct++
+		}
+	}
+	if len(live) < len(s.punched) {
+		s.punched = live // a mark set as its connection closed
+	}
+	return k
+}
+
+// status is the NAT part of the node's status.
+func (s *natState) status(traversal bool) NATStatus {
+	st := NATStatus{
+		Traversal:    traversal,
+		Reachability: reachabilityName(s.reachability()),
+		RelayService: s.relayServing(),
+		Connections:  s.conns(),
+	}
+	for _, a := range s.relayAddrs() {
+		st.RelayAddrs = append(st.RelayAddrs, a.String())
+	}
+	if c, ok := s.host().(interface {
+		ConfirmedAddrs() (reachable, unreachable, unknown []ma.Multiaddr)
+	}); ok && traversal {
+		reachable, _, _ := c.ConfirmedAddrs()
+		for _, a := range reachable {
+			st.ReachableAddrs = append(st.ReachableAddrs, a.String())
+		}
+	}
+	st.HolePunches = make(map[string]uint64, 3)
+	for _, r := range []string{punchSuccess, punchFailed, punchReversed} {
+		st.HolePunches[r] = uint64(counterValue(s.punches.WithLabelValues(r)))
+	}
+	return st
+}
+
+func reachabilityName(r network.Reachability) string {
+	switch r {
+	case network.ReachabilityPublic:
+		return "public"
+	case network.ReachabilityPrivate:
+		return "private"
+	}
+	return "unknown"
+}
+
+// NAT returns the node's reachability, relays and connections by kind.
+func (n *Node) NAT() NATStatus {
+	return n.nat.status(n.cfg.NAT.Traversal && n.cfg.Host == nil)
+}
+
+// natCollector exports the NAT gauges, read when scraped.
+type natCollector struct{ s *natState }
+
+var (
+	reachabilityDesc = prometheus.NewDesc("psp_reachability",
+		"1 for the node's reachability as AutoNAT finds it (state: public, private, unknown), 0 for the others.",
+		[]string{"state"}, nil)
+	connKindsDesc = prometheus.NewDesc("psp_connections",
+		"Open connections by kind: direct, relayed (through a circuit relay), hole_punched (direct, made by a hole punch).",
+		[]string{"kind"}, nil)
+	relayAddrsDesc = prometheus.NewDesc("psp_relay_addresses",
+		"The /p2p-circuit addresses the node announces (one or more per relay it holds a reservation at).", nil, nil)
+	relayServiceDesc = prometheus.NewDesc("psp_relay_service_active",
+		"1 while the node serves as a circuit relay (it offers the service and AutoNAT found it public).", nil, nil)
+)
+
+func (c *natCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- reachabilityDesc
+	ch <- connKindsDesc
+	ch <- relayAddrsDesc
+	ch <- relayServiceDesc
+}
+
+func (c *natCollector) Collect(ch chan<- prometheus.Metric) {
+	r := reachabilityName(c.s.reachability())
+	for _, state := range []string{"public", "private", "unknown"} {
+		v := 0.0
+		if state == r {
+			v = 1
+		}
+		ch <- prometheus.MustNewConstMetric(reachabilityDesc, prometheus.GaugeValue, v, state)
+	}
+	k := c.s.conns()
+	ch <- prometheus.MustNewConstMetric(connKindsDesc, prometheus.GaugeValue, float64(k.Direct), "direct")
+	ch <- prometheus.MustNewConstMetric(connKindsDesc, prometheus.GaugeValue, float64(k.Relayed), "relayed")
+	ch <- prometheus.MustNewConstMetric(connKindsDesc, prometheus.GaugeValue, float64(k.HolePunched), "hole_punched")
+	ch <- prometheus.MustNewConstMetric(relayAddrsDesc, prometheus.GaugeValue, float64(len(c.s.relayAddrs())))
+	serving := 0.0
+	if c.s.relayServing() {
+		serving = 1
+	}
+	ch <- prometheus.MustNewConstMetric(relayServiceDesc, prometheus.GaugeValue, serving)
+}
