@@ -84,18 +84,20 @@ func (n *Node) waitPeers(ctx context.Context) error {
 	return nil
 }
 
-// join adopts a step and the model of a running job. It asks up to
+// join adopts a step and the model of a running job. A node given
+// bootstrap peers first waits, however long it takes, until its overlay
+// knows a peer of the job (the join keeps retrying meanwhile, see
+// bootstrap.go): a node that trained alone until its bootstrap came up
+// would bring a model of its own into the job. Then it asks up to
 // psp.JoinSample peers for their steps; if the job has started (the median
 // is above this node's step), it adopts psp.JoinStep and fetches the model
 // from an answering peer (trying up to three), verifying it. If every fetch
 // fails it trains from its own parameters and says so.
 func (n *Node) join(ctx context.Context) {
-	// A joiner's overlay may not have verified any peer yet: give it up to
-	// StartTimeout to find one before deciding the job has not started.
-	if len(n.cfg.Bootstrap) > 0 || len(n.cfg.Overlay.BootstrapPeers) > 0 {
-		deadline := time.Now().Add(n.cfg.StartTimeout)
-		for n.ov.PeerCount() == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(20 * time.Millisecond)
+	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
+		// (A node whose only bootstrap address is its own starts the job.)
+		if !n.awaitFirstPeer(ctx) {
+			return
 		}
 	}
 	peers := n.sample(ctx, psp.JoinSample)
@@ -141,4 +143,31 @@ func (n *Node) join(ctx context.Context) {
 	}
 	n.adoptStep(adopt)
 	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
+}
+
+// firstPeerPoll is how often a node that has not met a peer of its job
+// looks again.
+const firstPeerPoll = 20 * time.Millisecond
+
+// awaitFirstPeer blocks until the overlay knows a peer or ctx ends
+// (false). Every StartTimeout it logs that the node is still waiting, and
+// why, from the join's last error.
+func (n *Node) awaitFirstPeer(ctx context.Context) bool {
+	start := time.Now()
+	next := start.Add(n.cfg.StartTimeout)
+	t := time.NewTicker(firstPeerPoll)
+	defer t.Stop()
+	for n.ov.PeerCount() == 0 {
+		if now := time.Now(); !now.Before(next) {
+			n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
+				"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
+			next = now.Add(n.cfg.StartTimeout)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
 }
