@@ -1,0 +1,114 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	ma "github.com/multiformats/go-multiaddr"
+)
+
+func TestAddrKey(t *testing.T) {
+	for _, tc := range []struct{ addr, want string }{
+		{"/ip4/1.2.3.4/tcp/4001", "1.2.3.4"},
+		{"/ip4/1.2.3.4/udp/4001/quic-v1", "1.2.3.4"},
+		{"/ip6/2001:db8:1:2:3:4:5:6/tcp/4001", "2001:db8:1:2::/64"},
+		{"/ip6/2001:db8:1:2:ffff::1/tcp/4001", "2001:db8:1:2::/64"},
+		{"/ip4/127.0.0.1/tcp/4001", ""}, // loopback: exempt
+		{"/ip6/::1/tcp/4001", ""},
+		{"/dns4/example.com/tcp/4001", ""},
+	} {
+		if got := addrKey(ma.StringCast(tc.addr)); got != tc.want {
+			t.Errorf("addrKey(%s) = %q, want %q", tc.addr, got, tc.want)
+		}
+	}
+}
+
+// TestSamplePerAddress draws from 180 peers with addresses of their own
+// and 20 behind one address: with PerAddress 1 the 20 together are drawn
+// about as often as one peer (1/181 of the draws), without the limit as
+// often as 20 (1/10). A Sybil drawn at most once per sample.
+func TestSamplePerAddress(t *testing.T) {
+	for _, tc := range []struct {
+		perAddress int
+		want       float64
+	}{{1, 1.0 / 181}, {0, 20.0 / 200}} {
+		cfg := DefaultConfig()
+		cfg.Seed = 3
+		cfg.PerAddress = tc.perAddress
+		o := bareOverlay(t, cfg)
+		peers := synthPeers(t, 3, 200)
+		now := time.Now()
+		sybil := make(map[peer.ID]bool)
+		for i, p := range peers {
+			m := o.touchLocked(p, true, now)
+			if i < 20 {
+				o.setAddrLocked(m, "203.0.113.7")
+				sybil[p] = true
+			} else {
+				o.setAddrLocked(m, fmt.Sprintf("198.51.100.%d", i))
+			}
+		}
+		verifyPool(o)
+		const draws = 200_000
+		hits := 0
+		for range draws / 10 {
+			s, err := o.Sample(context.Background(), 10)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range s {
+				if sybil[p] {
+					hits++
+				}
+			}
+		}
+		share := float64(hits) / draws
+		t.Logf("PerAddress %d: shared address drawn %.4f of the time (want %.4f)", tc.perAddress, share, tc.want)
+		if math.Abs(share-tc.want) > 0.15*tc.want {
+			t.Errorf("PerAddress %d: shared address drawn %.4f of the time, want %.4f ± 15 %%", tc.perAddress, share, tc.want)
+		}
+		// The weighted full pass (when drawable peers are few) keeps the
+		// weights too: ask for all but a few of the drawable peers.
+		if tc.perAddress == 1 {
+			hits = 0
+			for range 200 {
+				s, err := o.Sample(context.Background(), 150)
+				if err != nil {
+					t.Fatal(err)
+				}
+				for _, p := range s {
+					if sybil[p] {
+						hits++
+					}
+				}
+			}
+			// 150 of 200 by weight: every address-owning peer has weight
+			// 1, the 20 Sybils 1/20 each, so far fewer than 150·20/200.
+			if mean := float64(hits) / 200; mean > 5 {
+				t.Errorf("weighted full pass: %.1f Sybils in a sample of 150, want few (uniform would give 15)", mean)
+			}
+		}
+	}
+	// Counts follow deaths and revivals.
+	o := bareOverlay(t, DefaultConfig())
+	ps := synthPeers(t, 4, 3)
+	now := time.Now()
+	for _, p := range ps {
+		o.setAddrLocked(o.touchLocked(p, true, now), "203.0.113.9")
+	}
+	if got := o.addrCount["203.0.113.9"]; got != 3 {
+		t.Fatalf("addrCount %d, want 3", got)
+	}
+	o.markDeadLocked(o.members[ps[0]], now, "test")
+	if got := o.weightLocked(o.members[ps[1]]); got != 0.5 {
+		t.Errorf("weight %v after a death, want 1/2", got)
+	}
+	o.touchLocked(ps[0], true, now)
+	if got := o.weightLocked(o.members[ps[1]]); math.Abs(got-1.0/3) > 1e-9 {
+		t.Errorf("weight %v after the revival, want 1/3", got)
+	}
+}
