@@ -25,8 +25,10 @@ import (
 //     lookups' starting points.
 //
 // The address is the one the peer's connection comes from (the remote
-// address the host observes, not one the peer advertises): an IPv4 address
-// whole, an IPv6 address by its /64 (what one host is usually given).
+// address the host observes, not one the peer advertises), or, for a peer
+// not yet seen connected, the first address the peerstore holds for it:
+// an IPv4 address whole, an IPv6 address by its /64 (what one host is
+// usually given).
 // Loopback addresses are exempt (a local testnet runs every node on
 // 127.0.0.1). The grouping is narrower than peerdiversity's own (IPv4 /16,
 // IPv6 by autonomous system): nodes of one job often run in one data centre,
@@ -51,6 +53,17 @@ func addrKey(a ma.Multiaddr) string {
 func connAddrKey(h host.Host, p peer.ID) string {
 	for _, c := range h.Network().ConnsToPeer(p) {
 		if k := addrKey(c.RemoteMultiaddr()); k != "" {
+			return k
+		}
+	}
+	return ""
+}
+
+// storedAddrKey returns the address group of the first address the
+// peerstore holds for p (advertised by p or named by others), or "".
+func storedAddrKey(h host.Host, p peer.ID) string {
+	for _, a := range h.Peerstore().Addrs(p) {
+		if k := addrKey(a); k != "" {
 			return k
 		}
 	}

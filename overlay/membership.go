@@ -67,8 +67,12 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 		o.estCache.at = time.Time{}
 		o.offerToPoolLocked(m)
 	}
-	if firstHand && o.cfg.PerAddress > 0 {
-		if k := connAddrKey(o.h, p); k != "" {
+	if o.cfg.PerAddress > 0 && (firstHand || m.addr == "") {
+		k := connAddrKey(o.h, p)
+		if k == "" && m.addr == "" {
+			k = storedAddrKey(o.h, p)
+		}
+		if k != "" {
 			o.setAddrLocked(m, k)
 		}
 	}
