@@ -134,7 +134,8 @@ type Config struct {
 
 	// PerAddress bounds what peers behind one network address weigh
 	// (diversity.go): Sample draws each of n > PerAddress live members
-	// that connect from one address with weight PerAddress/n, and the
+	// that connect from one address with weight PerAddress/n, at most
+	// PerAddress of them into one sample, and the
 	// routing table holds at most PerAddress of them per bucket and
 	// 2·PerAddress in all. Many identities behind one address (Sybils)
 	// then weigh what PerAddress peers do. Loopback addresses are exempt.

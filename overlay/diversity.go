@@ -16,8 +16,10 @@ import (
 // what one address weighs independent of how many IDs it shows:
 //
 //   - Sample draws a peer whose address n live members share with weight
-//     PerAddress/n (1 when n ≤ PerAddress), so together they are drawn
-//     about as often as PerAddress peers with addresses of their own.
+//     PerAddress/n (1 when n ≤ PerAddress), and at most PerAddress of them
+//     into one sample (unless too few others are drawable), so together
+//     they are in a sample as often as PerAddress peers with addresses of
+//     their own.
 //   - The DHT's routing table (go-libp2p-kad-dht's RoutingTablePeerDiversity-
 //     Filter, with go-libp2p-kbucket's peerdiversity.Filter) admits at most
 //     PerAddress peers of one address per bucket and 2·PerAddress in the

@@ -141,8 +141,8 @@
 // Address limits. Identities cost one key each, and many can run behind
 // one network address (a Sybil attack). With PerAddress (1 by default),
 // Sample draws each of n > PerAddress live peers that connect from one
-// address with weight PerAddress/n, so together they weigh what one peer
-// does, and the DHT's routing table (kad-dht's RoutingTablePeerDiversity-
+// address with weight PerAddress/n and at most PerAddress of them into one
+// sample, so together they weigh what one peer does, and the DHT's routing table (kad-dht's RoutingTablePeerDiversity-
 // Filter) admits at most one of them per bucket and two in all. The
 // address is the connection's remote address (an IPv4 address, an IPv6
 // /64), narrower than kbucket's peerdiversity groups (IPv4 /16, IPv6 by

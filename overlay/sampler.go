@@ -37,23 +37,30 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 		return nil, ErrClosed
 	}
 	// Rejection sampling: draw uniformly from the live members, keeping
-	// the drawable ones not drawn yet with probability their weight. Each
-	// kept peer is then drawn in proportion to its weight among the
-	// drawable peers left, and with most members drawable and of weight 1
-	// a sample takes about β draws, whatever N. Should the draws keep
-	// missing, a pass over every member decides (and reports too few
-	// drawable).
+	// the drawable ones not drawn yet with probability their weight, and
+	// at most PerAddress of one shared address. Each kept peer is then
+	// drawn in proportion to its weight among the drawable peers left
+	// (and a shared address, whose members weigh PerAddress together, is
+	// in a sample as often as PerAddress peers of their own: without the
+	// cap, drawing without replacement would favour it by about
+	// β/(2·drawable)). With most members drawable and of weight 1 a sample
+	// takes about β draws, whatever N. Should the draws keep missing, a
+	// pass over every member decides (and reports too few drawable).
 	if len(o.live) >= beta {
 		out := make([]peer.ID, 0, beta)
+		var shared []string // addresses of kept peers of weight < 1
 		for misses := 0; len(out) < beta && misses < 4*beta+16; {
 			m := o.live[o.rng.IntN(len(o.live))]
 			if !o.drawableLocked(m, now) || slices.Contains(out, m.id) {
 				misses++
 				continue
 			}
-			if w := o.weightLocked(m); w < 1 && o.rng.Float64() >= w {
-				misses++
-				continue
+			if w := o.weightLocked(m); w < 1 {
+				if o.rng.Float64() >= w || countOf(shared, m.addr) >= o.cfg.PerAddress {
+					misses++
+					continue
+				}
+				shared = append(shared, m.addr)
 			}
 			out = append(out, m.id)
 		}
@@ -74,14 +81,31 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	out := make([]peer.ID, beta)
 	if o.cfg.PerAddress > 0 && slices.ContainsFunc(cand, func(m *member) bool { return o.weightLocked(m) < 1 }) {
 		// Weighted, without replacement (Efraimidis and Spirakis): the
-		// beta smallest of Exp(1)/weight.
+		// beta smallest of Exp(1)/weight, at most PerAddress of one
+		// shared address while others are left.
 		keys := make(map[*member]float64, len(cand))
 		for _, m := range cand {
 			keys[m] = o.rng.ExpFloat64() / o.weightLocked(m)
 		}
 		slices.SortFunc(cand, func(a, b *member) int { return cmp.Compare(keys[a], keys[b]) })
-		for i := range out {
-			out[i] = cand[i].id
+		var shared []string
+		var over []*member // past the cap: taken last, if peers run short
+		out = out[:0]
+		for _, m := range cand {
+			if len(out) == beta {
+				break
+			}
+			if o.weightLocked(m) < 1 {
+				if countOf(shared, m.addr) >= o.cfg.PerAddress {
+					over = append(over, m)
+					continue
+				}
+				shared = append(shared, m.addr)
+			}
+			out = append(out, m.id)
+		}
+		for _, m := range over[:min(len(over), beta-len(out))] {
+			out = append(out, m.id)
 		}
 		clear(cand)
 		return out, nil
@@ -95,6 +119,17 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	}
 	clear(cand) // drop the references the buffer would otherwise keep
 	return out, nil
+}
+
+// countOf counts the elements of xs equal to x.
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }
 
 // drawableLocked reports whether Sample may draw the live member m at now:
