@@ -100,13 +100,15 @@ type sybilState struct {
 	keys    io.Reader        // sybil-zone key stream
 	hostIP  net.IP           // the address every sybil-host node shares
 	victims map[peer.ID]bool // honest nodes the sybil-zone nodes crowd
-	target  map[int]peer.ID  // sybil-zone node index -> its victim
 	keygens []int            // keys generated per sybil-zone node
 	addrs   map[string]bool  // IP addresses of the initial nodes
 	sybAddr map[string]bool  // those of Sybils
 	ids     int              // Sybil identities at the start
-	draws   struct{ all, sybil, victimAll, victimSybil int }
-	errs    struct{ est, zone []float64 }
+	// draws counts the peers honest nodes drew (guarded by
+	// testnet.sampledMu); errs the victims' errors at every record
+	// (guarded by testnet.mu).
+	draws struct{ all, sybil, victimAll, victimSybil int }
+	errs  struct{ est, zone []float64 }
 }
 
 // chooseVictims picks the sybil-zone victims among the honest members by
@@ -125,8 +127,8 @@ func (t *testnet) chooseVictims() {
 	}
 }
 
-// sybilIdentity returns the identity of the i-th sybil-zone node (its key
-// ground against victim) or of a sybil-host node.
+// sybilIdentity returns the identity of a sybil-zone node (its key ground
+// against victim) or of a sybil-host node (the shared address).
 func (t *testnet) sybilIdentity(role Role, victim peer.ID) (identity, error) {
 	if role == SybilHost {
 		if t.syb.hostIP == nil {
@@ -176,7 +178,7 @@ func (t *testnet) recordVictim(m *member, rel, truth float64) {
 }
 
 // countDraws adds a barrier sample drawn by an honest node to the Sybil
-// figures.
+// figures; t.sampledMu is held.
 func (t *testnet) countDraws(drawer peer.ID, peers []peer.ID) {
 	if t.syb == nil {
 		return
