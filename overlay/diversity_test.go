@@ -4,11 +4,15 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p-kbucket/peerdiversity"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
+
+	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 func TestAddrKey(t *testing.T) {
@@ -119,5 +123,62 @@ func TestSamplePerAddress(t *testing.T) {
 	o.touchLocked(ps[0], true, now)
 	if got := o.weightLocked(o.members[ps[1]]); math.Abs(got-1.0/3) > 1e-9 {
 		t.Errorf("weight %v after the revival, want 1/3", got)
+	}
+}
+
+// The routing table's filter admits one peer of a shared address per
+// bucket and two in the table, counts each peer once, and frees its place
+// when it leaves; peers with addresses of their own are not limited.
+func TestRTAddrFilter(t *testing.T) {
+	n := memnet.NewNet(memnet.Config{Seed: 5})
+	defer n.Close()
+	a, err := n.NewHost(16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	shared := n.NewIP()
+	var sy []peer.ID
+	for range 3 {
+		h, err := n.NewHostWith(memnet.HostOptions{Low: 16, High: 32, IP: shared})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sy = append(sy, h.ID())
+	}
+	own, err := n.NewHost(16, 32)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	for _, p := range append(slices.Clone(sy), own.ID()) {
+		if err := a.Connect(ctx, peer.AddrInfo{ID: p}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	f := newRTAddrFilter(a, 1)
+	g := func(p peer.ID, cpl int) peerdiversity.PeerGroupInfo {
+		return peerdiversity.PeerGroupInfo{Id: p, Cpl: cpl}
+	}
+	type check struct {
+		name string
+		ok   bool
+	}
+	steps := []check{{"first of the address", f.Allow(g(sy[0], 3))}}
+	f.Increment(g(sy[0], 3))
+	f.Increment(g(sy[0], 3)) // once per address of the peer: counted once
+	steps = append(steps,
+		check{"second in the same bucket", !f.Allow(g(sy[1], 3))},
+		check{"second in another bucket", f.Allow(g(sy[1], 4))})
+	f.Increment(g(sy[1], 4))
+	steps = append(steps,
+		check{"third in the table", !f.Allow(g(sy[2], 5))},
+		check{"a peer of its own address", f.Allow(g(own.ID(), 3))})
+	f.Decrement(g(sy[0], 3))
+	steps = append(steps, check{"third after one left", f.Allow(g(sy[2], 5))})
+	for _, s := range steps {
+		if !s.ok {
+			t.Errorf("%s: wrong decision", s.name)
+		}
 	}
 }
