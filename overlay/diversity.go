@@ -30,12 +30,11 @@ import (
 // address the host observes, not one the peer advertises), or, for a peer
 // not yet seen connected, the first address the peerstore holds for it:
 // an IPv4 address whole, an IPv6 address by its /64 (what one host is
-// usually given).
-// Loopback addresses are exempt (a local testnet runs every node on
-// 127.0.0.1). The grouping is narrower than peerdiversity's own (IPv4 /16,
-// IPv6 by autonomous system): nodes of one job often run in one data centre,
-// whose addresses share a /16 and an AS, and that grouping would let the
-// routing table hold three of them.
+// usually given). Loopback addresses are exempt (a local testnet runs
+// every node on 127.0.0.1). The grouping is narrower than peerdiversity's
+// own (IPv4 /16, IPv6 by autonomous system): nodes of one job often run in
+// one data centre, whose addresses share a /16 and an AS, and that
+// grouping would cap the routing table at a couple of them.
 
 // addrKey returns the address group of a, or "" when a has no IP address
 // or a loopback one (exempt from the limits).
