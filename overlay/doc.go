@@ -146,7 +146,7 @@
 // Filter) admits at most one of them per bucket and two in all. The
 // address is the connection's remote address (an IPv4 address, an IPv6
 // /64), narrower than kbucket's peerdiversity groups (IPv4 /16, IPv6 by
-// autonomous system), which would let one data centre's nodes fill three
+// autonomous system), which would let one data centre's nodes fill two
 // places in the table; loopback addresses are exempt (diversity.go). An
 // attacker who instead grinds keys near a victim's ID crowds its zone;
 // the zone estimator then reads high, and the order statistics of
