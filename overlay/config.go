@@ -132,6 +132,16 @@ type Config struct {
 	// distinct peers win).
 	MaxReports int
 
+	// PerAddress bounds what peers behind one network address weigh
+	// (diversity.go): Sample draws each of n > PerAddress live members
+	// that connect from one address with weight PerAddress/n, at most
+	// PerAddress of them into one sample, and the
+	// routing table holds at most PerAddress of them per bucket and
+	// 2·PerAddress in all. Many identities behind one address (Sybils)
+	// then weigh what PerAddress peers do. Loopback addresses are exempt.
+	// 0 turns the limits off.
+	PerAddress int
+
 	// Logger receives debug and warning logs. Nil discards them.
 	Logger *slog.Logger
 }
@@ -166,6 +176,7 @@ func DefaultConfig() Config {
 		MinZonePeers:       4,
 		ReportMaxAge:       30 * time.Second,
 		MaxReports:         64,
+		PerAddress:         1,
 	}
 }
 
@@ -242,8 +253,8 @@ func (c Config) Validate() error {
 			return bad("%s must be positive", name)
 		}
 	}
-	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 {
-		return bad("WarmupPeriod, DeadHold, RetryDead and RevivalProbes must not be negative")
+	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 || c.PerAddress < 0 {
+		return bad("WarmupPeriod, DeadHold, RetryDead, RevivalProbes and PerAddress must not be negative")
 	}
 	return nil
 }

@@ -124,18 +124,35 @@
 // does not know everyone: it knows every peer near it in the ID space (its
 // zone and deep routing-table buckets) but only some of the far ones, and
 // it hears from peers that contact it. Sample nevertheless gives every
-// drawable peer the same weight. Weights that restored each region of the
-// ID space to its share of the population (the inverse of the share of
-// that region that is drawable) would draw the far peers a node knows more
-// often, in the same proportion as they are under-represented: the peer
-// most likely to be in any one sample, which is what correlates successive
-// checks, would be drawn more often, not less, and a peer's speed does not
-// depend on its ID, so the barrier gains nothing from the region's share.
+// drawable peer the same weight (apart from the address limits below).
+// Weights that restored each region of the ID space to its share of the
+// population (the inverse of the share of that region that is drawable)
+// would draw the far peers a node knows more often, in the same
+// proportion as they are under-represented: the peer most likely to be in
+// any one sample, which is what correlates successive checks, would be
+// drawn more often, not less, and a peer's speed does not depend on its
+// ID, so the barrier gains nothing from the region's share.
 // Equal weights minimise the largest chance any one peer has to be in a
 // sample (β/D); the way to bring D towards N is to know more peers, which
 // the walks do (members/N reaches about 1 at a few hundred nodes within a
 // minute). docs/overlay.md has the harness's measurement of the draws by common
 // prefix length with the drawer.
+//
+// Address limits. Identities cost one key each, and many can run behind
+// one network address (a Sybil attack). With PerAddress (1 by default),
+// Sample draws each of n > PerAddress live peers that connect from one
+// address with weight PerAddress/n and at most PerAddress of them into one
+// sample, so together they weigh what one peer does, and the DHT's routing table (kad-dht's RoutingTablePeerDiversity-
+// Filter) admits at most one of them per bucket and two in all. The
+// address is the connection's remote address (an IPv4 address, an IPv6
+// /64), narrower than kbucket's peerdiversity groups (IPv4 /16, IPv6 by
+// autonomous system), which would let one data centre's nodes fill two
+// places in the table; loopback addresses are exempt (diversity.go). An
+// attacker who instead grinds keys near a victim's ID crowds its zone;
+// the zone estimator then reads high, and the order statistics of
+// random-key lookups and the peers' reports, which Sybils packed near a
+// few victims barely touch, carry the fused estimate (docs/reliability.md
+// has the measurements).
 //
 // Every random choice the overlay makes (the pool's draws, Sample, walk and
 // refresh keys, which dead peers to dial again, the jitter of its periods)

@@ -32,6 +32,9 @@ type member struct {
 	joined   bool
 	inDegree int
 	degreeAt time.Time
+	// addr is the address group the peer last connected from
+	// (diversity.go), "" if none seen or exempt.
+	addr string
 }
 
 // touchLocked records a sighting of p. First-hand sightings (p itself
@@ -60,8 +63,18 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 		m.dead = false
 		m.liveIdx = len(o.live)
 		o.live = append(o.live, m)
+		o.countAddrLocked(m.addr, 1)
 		o.estCache.at = time.Time{}
 		o.offerToPoolLocked(m)
+	}
+	if o.cfg.PerAddress > 0 && (firstHand || m.addr == "") {
+		k := connAddrKey(o.h, p)
+		if k == "" && m.addr == "" {
+			k = storedAddrKey(o.h, p)
+		}
+		if k != "" {
+			o.setAddrLocked(m, k)
+		}
 	}
 	if firstHand && m.poolIdx >= 0 && !m.verified && o.connected(p) {
 		m.verified = true
@@ -102,6 +115,7 @@ func (o *Overlay) markDeadLocked(m *member, now time.Time, why string) {
 	last.liveIdx = m.liveIdx
 	o.live = o.live[:len(o.live)-1]
 	m.liveIdx = -1
+	o.countAddrLocked(m.addr, -1)
 	if m.poolIdx >= 0 {
 		o.removeFromPoolLocked(m)
 		o.refillPoolLocked()

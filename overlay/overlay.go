@@ -63,6 +63,7 @@ type Overlay struct {
 	jitterRNG *rand.Rand // walk and refresh timing
 	members   map[peer.ID]*member
 	live      []*member
+	addrCount map[string]int // live members per address group (diversity.go)
 	pool      []*member
 	drawBuf   []*member // Sample's scratch space
 	protected map[peer.ID]bool
@@ -130,6 +131,9 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	if len(boot) > 0 {
 		opts = append(opts, dht.BootstrapPeers(boot...))
 	}
+	if cfg.PerAddress > 0 {
+		opts = append(opts, dht.RoutingTablePeerDiversityFilter(newRTAddrFilter(h, cfg.PerAddress)))
+	}
 	d, err := dht.New(h, opts...)
 	if err != nil {
 		return nil, fmt.Errorf("overlay: creating DHT: %w", err)
@@ -192,6 +196,7 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 		bucketRNG: newStream(cfg.Seed, streamBucket),
 		jitterRNG: newStream(cfg.Seed, streamJitter),
 		members:   make(map[peer.ID]*member),
+		addrCount: make(map[string]int),
 		protected: make(map[peer.ID]bool),
 		reports:   make(map[peer.ID]report),
 		inPool:    make(map[peer.ID]inPoolEntry),

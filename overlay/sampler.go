@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -12,7 +13,10 @@ import (
 // Sample returns beta distinct live peers other than self, drawn uniformly
 // at random, without replacement, from every peer this node knows to be
 // alive now (drawable): a peer it holds a connection to, or one that gave
-// first-hand evidence of life within LivenessWindow. Every call is a fresh
+// first-hand evidence of life within LivenessWindow. Peers that share a
+// network address with more than Config.PerAddress others are drawn with
+// a weight that makes them count together as PerAddress peers
+// (diversity.go); every other peer has weight 1. Every call is a fresh
 // draw from that whole set, independent of earlier calls. It never blocks
 // on the network. It fails with ErrNotEnoughPeers when fewer than beta
 // peers are drawable, and with ctx's error if ctx is done.
@@ -33,17 +37,30 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 		return nil, ErrClosed
 	}
 	// Rejection sampling: draw uniformly from the live members, keeping
-	// the drawable ones not drawn yet. Each kept peer is then uniform over
-	// the drawable peers left, and with most members drawable a sample
+	// the drawable ones not drawn yet with probability their weight, and
+	// at most PerAddress of one shared address. Each kept peer is then
+	// drawn in proportion to its weight among the drawable peers left
+	// (and a shared address, whose members weigh PerAddress together, is
+	// in a sample as often as PerAddress peers of their own: without the
+	// cap, drawing without replacement would favour it by about
+	// β/(2·drawable)). With most members drawable and of weight 1 a sample
 	// takes about β draws, whatever N. Should the draws keep missing, a
 	// pass over every member decides (and reports too few drawable).
 	if len(o.live) >= beta {
 		out := make([]peer.ID, 0, beta)
+		var shared []string // addresses of kept peers of weight < 1
 		for misses := 0; len(out) < beta && misses < 4*beta+16; {
 			m := o.live[o.rng.IntN(len(o.live))]
 			if !o.drawableLocked(m, now) || slices.Contains(out, m.id) {
 				misses++
 				continue
+			}
+			if w := o.weightLocked(m); w < 1 {
+				if o.rng.Float64() >= w || countOf(shared, m.addr) >= o.cfg.PerAddress {
+					misses++
+					continue
+				}
+				shared = append(shared, m.addr)
 			}
 			out = append(out, m.id)
 		}
@@ -61,9 +78,40 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if len(cand) < beta {
 		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(cand), len(o.live))
 	}
+	out := make([]peer.ID, beta)
+	if o.cfg.PerAddress > 0 && slices.ContainsFunc(cand, func(m *member) bool { return o.weightLocked(m) < 1 }) {
+		// Weighted, without replacement (Efraimidis and Spirakis): the
+		// beta smallest of Exp(1)/weight, at most PerAddress of one
+		// shared address while others are left.
+		keys := make(map[*member]float64, len(cand))
+		for _, m := range cand {
+			keys[m] = o.rng.ExpFloat64() / o.weightLocked(m)
+		}
+		slices.SortFunc(cand, func(a, b *member) int { return cmp.Compare(keys[a], keys[b]) })
+		var shared []string
+		var over []*member // past the cap: taken last, if peers run short
+		out = out[:0]
+		for _, m := range cand {
+			if len(out) == beta {
+				break
+			}
+			if o.weightLocked(m) < 1 {
+				if countOf(shared, m.addr) >= o.cfg.PerAddress {
+					over = append(over, m)
+					continue
+				}
+				shared = append(shared, m.addr)
+			}
+			out = append(out, m.id)
+		}
+		for _, m := range over[:min(len(over), beta-len(out))] {
+			out = append(out, m.id)
+		}
+		clear(cand)
+		return out, nil
+	}
 	// A partial Fisher–Yates shuffle: the first beta of cand become a
 	// uniform draw without replacement.
-	out := make([]peer.ID, beta)
 	for i := range out {
 		j := i + o.rng.IntN(len(cand)-i)
 		cand[i], cand[j] = cand[j], cand[i]
@@ -71,6 +119,17 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	}
 	clear(cand) // drop the references the buffer would otherwise keep
 	return out, nil
+}
+
+// countOf counts the elements of xs equal to x.
+func countOf(xs []string, x string) int {
+	n := 0
+	for _, y := range xs {
+		if y == x {
+			n++
+		}
+	}
+	return n
 }
 
 // drawableLocked reports whether Sample may draw the live member m at now:

@@ -9,9 +9,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
@@ -58,8 +60,8 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 }
 
 // addNode creates a node (not yet training) bootstrapped from up to three
-// random live members.
-func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role) (*member, error) {
+// random live members, with identity id on the mem transport.
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
 	cfg := node.DefaultConfig()
 	cfg.Job = "testnet"
 	cfg.Barrier = t.cfg.Barrier
@@ -94,6 +96,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	// the overlay's periods stretch in proportion, so the testnet's total
 	// background load stays that of that many nodes.
 	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
+	if t.cfg.NoSybilDefence {
+		cfg.Overlay.PerAddress = 0
+	}
 
 	t.mu.Lock()
 	idx := t.nextIdx // the node's number, seed and shard
@@ -118,9 +123,23 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	if t.net != nil {
 		var h host.Host
-		asNode(idx, func() { h, err = t.net.NewHost(cfg.ConnLow, cfg.ConnHigh) })
+		asNode(idx, func() {
+			h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
+		})
 		if err != nil {
 			return nil, err
+		}
+		if t.syb != nil && !joining {
+			t.mu.Lock()
+			for _, a := range h.Addrs() {
+				if ip, err := manet.ToIP(a); err == nil {
+					t.syb.addrs[ip.String()] = true
+					if role.sybil() {
+						t.syb.sybAddr[ip.String()] = true
+					}
+				}
+			}
+			t.mu.Unlock()
 		}
 		cfg.Host = h
 	} else {
@@ -188,10 +207,14 @@ func (t *testnet) liveLocked() []*member {
 	return out
 }
 
-func (t *testnet) countSample(peers []peer.ID) {
+// countSample counts a barrier sample drawn by the node drawer.
+func (t *testnet) countSample(drawer peer.ID, honest bool, peers []peer.ID) {
 	t.sampledMu.Lock()
 	for _, p := range peers {
 		t.sampled[p]++
+	}
+	if honest {
+		t.countDraws(drawer, peers)
 	}
 	t.sampledMu.Unlock()
 }
@@ -329,7 +352,7 @@ func (t *testnet) partition(n int) {
 // start to its first step (joinWatch).
 func (t *testnet) join(ctx context.Context) {
 	begun := time.Now()
-	m, err := t.addNode(ctx, 1, true, Honest)
+	m, err := t.addNode(ctx, 1, true, Honest, identity{})
 	if err != nil {
 		if ctx.Err() == nil {
 			t.log.Warn("join failed", "err", err)

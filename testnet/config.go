@@ -157,6 +157,15 @@ type Config struct {
 	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
 	// to measure what it defends against.
 	NoScreen bool
+	// NoSybilDefence turns off the nodes' address limits (the overlay's
+	// PerAddress: Sample's weights and the routing table's diversity
+	// filter), to measure what they defend against.
+	NoSybilDefence bool
+	// SybilVictims is how many honest nodes the sybil-zone nodes crowd (0:
+	// DefaultSybilVictims), and SybilPrefix how many leading bits of its
+	// victim's DHT key each one's key shares at least (0:
+	// DefaultSybilPrefix; at most MaxSybilPrefix).
+	SybilVictims, SybilPrefix int
 	// PollShare is the nodes' node.Config.PollShare: the shortest
 	// interval between re-checks of a node waiting at a sampled barrier,
 	// as a share of its mean compute time per step.
@@ -284,14 +293,15 @@ func (c Config) Validate() error {
 	}
 	total := 0.0
 	for _, r := range c.Roles {
-		if !slices.Contains(Roles, r.Role) || !(r.Fraction > 0 && r.Fraction <= 1) {
-			bad("role %q with share %v: want a known role and a share in (0, 1]", r.Role, r.Fraction)
+		if !slices.Contains(Roles, r.Role) || !(r.Fraction > 0 && r.Fraction < 1) {
+			bad("role %q with share %v: want a known role and a share in (0, 1)", r.Role, r.Fraction)
 		}
 		total += r.Fraction
 	}
-	if total > 1 {
-		bad("role shares add up to %.3g, more than all the nodes", total)
+	if total >= 1 {
+		bad("role shares add up to %.3g: some nodes must stay honest", total)
 	}
+	c.validateSybil(bad)
 	for _, e := range c.Script {
 		if (e.Action == Partition || e.Action == Heal) && c.Transport != "mem" {
 			bad("churn script: %s needs --transport mem", e.Action)

@@ -142,3 +142,32 @@ func TestVirtualClockFeatures(t *testing.T) {
 		t.Errorf("MNIST logistic regression did not train: %+v", res.Accuracy)
 	}
 }
+
+// TestSybilZoneEstimate runs 60 nodes of which 9 have keys ground into one
+// victim's zone of the ID space. The victim's zone (a quarter of the ID
+// space at 60 nodes: its first bucket is the only full one) holds about 13
+// of the 51 honest nodes plus the 9 Sybils, so its zone-density estimator
+// reads far high; the estimate the node uses fuses it with random-key
+// lookups and peers' reports and stays within 25 %. Both halves can fail:
+// a zone estimator the Sybils did not reach, or a fusion that follows it.
+func TestSybilZoneEstimate(t *testing.T) {
+	cfg := tinyConfig(60, 12*time.Second)
+	cfg.Roles = []RoleShare{{SybilZone, 0.15}}
+	cfg.SybilVictims, cfg.SybilPrefix = 1, 10
+	res := runLogged(t, cfg)
+	f := res.Hostile.SybilFigures
+	if f == nil || f.Victims != 1 {
+		t.Fatalf("sybil figures %+v", f)
+	}
+	if f.VictimZoneError < 0.3 {
+		t.Errorf("the victim's zone estimator read %.0f %% off: the Sybils did not crowd its zone", 100*f.VictimZoneError)
+	}
+	if f.VictimError > 0.25 {
+		t.Errorf("the victim's estimate read %.0f %% off (zone alone %.0f %%): want at most 25 %%", 100*f.VictimError, 100*f.VictimZoneError)
+	}
+	// Samples stay uniform over identities: the Sybils are about their
+	// share of the honest nodes' draws (9 of 59 others), at most twice.
+	if f.SampleShare > 2*f.IDShare {
+		t.Errorf("Sybils are %.1f %% of honest draws, %.1f %% of identities", 100*f.SampleShare, 100*f.IDShare)
+	}
+}

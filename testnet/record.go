@@ -63,6 +63,9 @@ func (t *testnet) record(now time.Duration) Snapshot {
 		} else {
 			rel = append(rel, 1) // no estimate counts as 100 % off
 		}
+		if t.syb != nil && t.syb.victims[m.nd.ID()] {
+			t.recordVictim(m, rel[len(rel)-1], truth)
+		}
 	}
 	// Stalled: no progress for StallWindow while the node was free to go
 	// on: its barrier, evaluated on the true live population, would have

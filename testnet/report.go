@@ -131,6 +131,8 @@ type Hostility struct {
 	NormPoisonDelivered uint64 `json:"norm_poison_delivered"`
 	// Target is the node the flooders attacked, when there are flooders.
 	Target *FloodTarget `json:"flood_target,omitempty"`
+	// SybilFigures are present with Sybil roles.
+	*SybilFigures
 }
 
 // FloodTarget compares the flooders' target with the other honest nodes.
@@ -181,7 +183,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	var traffic trafficSum
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
-			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
+			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load(),
+			SybilFigures: t.sybilFigures()}
 	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
@@ -369,6 +372,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("  poison", "%d invalid updates applied, %d large-norm updates delivered (then refused by norm)", h.PoisonApplied, h.NormPoisonDelivered)
 		if tg := h.Target; tg != nil {
 			row("  flood target", "%d steps against an honest mean of %.1f; %d streams refused", tg.Steps, tg.HonestMeanSteps, tg.StreamsRefused)
+		}
+		if h.SybilFigures != nil {
+			h.SybilFigures.print(row)
 		}
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)

@@ -45,7 +45,7 @@ const (
 )
 
 // Roles lists every hostile or faulty role.
-var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow}
+var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SybilZone, SybilHost}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).
@@ -62,8 +62,10 @@ type RoleShare struct {
 }
 
 // ParseRoles reads a comma-separated list of ROLE:SHARE, where SHARE is a
-// percentage ("5%") or a fraction ("0.05") of the initial nodes, e.g.
-// "liar-zero:5%,poison-nan:5%". The shares must add up to at most 1.
+// percentage ("5%") or a fraction ("0.05") of the initial nodes, strictly
+// between 0 and 1, e.g. "liar-zero:5%,poison-nan:5%". The shares must add
+// up to less than 1: some nodes stay honest, or there is nothing to
+// measure.
 func ParseRoles(s string) ([]RoleShare, error) {
 	var out []RoleShare
 	total := 0.0
@@ -91,8 +93,8 @@ func ParseRoles(s string) ([]RoleShare, error) {
 		total += f
 		out = append(out, RoleShare{r, f})
 	}
-	if total > 1 {
-		return nil, fmt.Errorf("role shares add up to %.3g, more than all the nodes", total)
+	if total >= 1 {
+		return nil, fmt.Errorf("role shares add up to %.3g: some nodes must stay honest", total)
 	}
 	return out, nil
 }
@@ -103,8 +105,8 @@ func parseShare(s string) (float64, error) {
 	if isPct {
 		v /= 100
 	}
-	if err != nil || !(v > 0 && v <= 1) {
-		return 0, fmt.Errorf("share %q: want a percentage in (0, 100%%] or a fraction in (0, 1]", s)
+	if err != nil || !(v > 0 && v < 1) {
+		return 0, fmt.Errorf("share %q: want a percentage in (0, 100%%) or a fraction in (0, 1)", s)
 	}
 	return v, nil
 }
@@ -137,7 +139,8 @@ func assignRoles(n int, shares []RoleShare, seed uint64) []Role {
 // faults returns the node faults that play role r. self is filled in once
 // the node's peer ID is known (poisoned messages carry it).
 func (t *testnet) faults(r Role, seed uint64, self *peer.ID, params int, modelID uint32) faults.Node {
-	f := faults.Node{Loss: t.cfg.Loss, OnSample: t.countSample}
+	honest := r == Honest
+	f := faults.Node{Loss: t.cfg.Loss, OnSample: func(peers []peer.ID) { t.countSample(*self, honest, peers) }}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x11a5))
 	switch r {

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,8 +73,9 @@ type testnet struct {
 	quarter *resourceSample
 	wg      sync.WaitGroup
 
-	roleOf        sync.Map // peer.ID -> Role, hostile nodes only
-	target        *member  // the honest node flooders attack
+	roleOf        sync.Map    // peer.ID -> Role, hostile nodes only
+	syb           *sybilState // nil without Sybil roles
+	target        *member     // the honest node flooders attack
 	poisonApplied atomic.Uint64
 	normDelivered atomic.Uint64
 }
@@ -99,6 +102,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
+	}
+	if slices.ContainsFunc(cfg.Roles, func(r RoleShare) bool { return r.Role.sybil() }) {
+		t.syb = &sybilState{
+			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),
+			victims: make(map[peer.ID]bool),
+			addrs:   make(map[string]bool),
+			sybAddr: make(map[string]bool),
+		}
 	}
 	if cfg.Model != "none" {
 		d, err := model.Open(node.DataFor(cfg.Model, cfg.Data))
@@ -176,7 +187,8 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 }
 
 // build creates the initial nodes: stragglers are exactly round(F·N) of
-// them and roles round(share·N) each, chosen by the seed.
+// them and roles round(share·N) each, chosen by the seed. Sybil-zone nodes
+// come last: their keys are ground against victims that must exist.
 func (t *testnet) build(ctx context.Context) error {
 	cfg := t.cfg
 	pick := rand.New(rand.NewPCG(cfg.Seed, 0x57a6))
@@ -185,8 +197,21 @@ func (t *testnet) build(ctx context.Context) error {
 		straggler[i] = true
 	}
 	roles := assignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
+	order := make([]int, 0, cfg.Nodes)
+	for i, r := range roles {
+		if r != SybilZone {
+			order = append(order, i)
+		}
+	}
+	firstZone := len(order)
+	for i, r := range roles {
+		if r == SybilZone {
+			order = append(order, i)
+		}
+	}
 	buildStart := time.Now()
-	for i := range cfg.Nodes {
+	var victims []peer.ID
+	for built, i := range order {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
@@ -194,15 +219,34 @@ func (t *testnet) build(ctx context.Context) error {
 		if straggler[i] {
 			f = cfg.StraggleFactor
 		}
-		m, err := t.addNode(ctx, f, false, roles[i])
+		var id identity
+		if roles[i].sybil() {
+			if built == firstZone {
+				t.chooseVictims()
+				victims = slices.Sorted(maps.Keys(t.syb.victims))
+			}
+			var victim peer.ID
+			if len(victims) > 0 {
+				victim = victims[(built-firstZone)%len(victims)]
+			}
+			var err error
+			if id, err = t.sybilIdentity(roles[i], victim); err != nil {
+				return fmt.Errorf("testnet: node %d: %w", i, err)
+			}
+			if roles[i] == SybilZone {
+				t.syb.keygens = append(t.syb.keygens, id.keygens)
+			}
+			t.syb.ids++
+		}
+		m, err := t.addNode(ctx, f, false, roles[i], id)
 		if err != nil {
 			return fmt.Errorf("testnet: node %d: %w", i, err)
 		}
 		if t.target == nil && m.role == Honest {
 			t.target = m
 		}
-		if cfg.BuildProgress != nil && ((i+1)%50 == 0 || i+1 == cfg.Nodes) {
-			cfg.BuildProgress(i+1, cfg.Nodes, time.Since(buildStart))
+		if cfg.BuildProgress != nil && ((built+1)%50 == 0 || built+1 == cfg.Nodes) {
+			cfg.BuildProgress(built+1, cfg.Nodes, time.Since(buildStart))
 		}
 	}
 	return nil

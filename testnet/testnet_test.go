@@ -7,6 +7,10 @@ import (
 	"testing"
 	"time"
 
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -68,6 +72,15 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Latency = Latency{20 * time.Millisecond, 10 * time.Millisecond} },
 		func(c *Config) { c.Bandwidth = -1 },
 		func(c *Config) { c.Clock, c.Transport, c.Bandwidth = Real, "tcp", 1e6 },
+		func(c *Config) { c.Roles = []RoleShare{{SybilZone, 1}} },
+		func(c *Config) { c.Roles = []RoleShare{{SybilHost, 0}} },
+		func(c *Config) { c.Roles = []RoleShare{{"sybil", 0.1}} },
+		func(c *Config) { c.Roles = []RoleShare{{SybilZone, 0.5}, {LiarZero, 0.5}} },
+		func(c *Config) { c.Roles, c.SybilPrefix = []RoleShare{{SybilZone, 0.1}}, MaxSybilPrefix+1 },
+		func(c *Config) { c.SybilPrefix = -1 },
+		func(c *Config) { c.SybilVictims = -1 },
+		func(c *Config) { c.Roles, c.Nodes, c.SybilVictims = []RoleShare{{SybilZone, 0.8}}, 10, 3 }, // 2 honest nodes
+		func(c *Config) { c.Clock, c.Transport, c.Roles = Real, "tcp", []RoleShare{{SybilHost, 0.1}} },
 	} {
 		c := DefaultConfig()
 		mod(&c)
@@ -102,6 +115,20 @@ func TestParseRoles(t *testing.T) {
 		{"liar-zero:0%", nil, true},
 		{"liar-zero:120%", nil, true},
 		{"liar-zero:60%,slow:50%", nil, true},
+		{"sybil-zone:10%", []RoleShare{{SybilZone, 0.1}}, false},
+		{"sybil-host:0.05,sybil-zone:5%", []RoleShare{{SybilHost, 0.05}, {SybilZone, 0.05}}, false},
+		{"sybil-zone:0.999", []RoleShare{{SybilZone, 0.999}}, false},
+		{"sybil-zone:1", nil, true},    // no honest node left
+		{"sybil-host:100%", nil, true}, // the same
+		{"sybil-zone:0", nil, true},
+		{"sybil-zone:-5%", nil, true},
+		{"sybil-zone:1.5", nil, true},
+		{"sybil-zone:NaN", nil, true},
+		{"sybil-zone:", nil, true},
+		{"sybil-zone:ten", nil, true},
+		{"sybil:10%", nil, true},
+		{"Sybil-Zone:10%", nil, true},
+		{"sybil-zone:50%,sybil-host:50%", nil, true},
 	}
 	for _, tt := range tests {
 		got, err := ParseRoles(tt.in)
@@ -191,5 +218,39 @@ func TestNoteFree(t *testing.T) {
 				t.Errorf("stalled = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+// grindKey finds keys whose DHT key shares the asked prefix with the
+// target, within its bound, and the same keys for the same stream.
+func TestGrindKey(t *testing.T) {
+	target := kb.ConvertKey("victim")
+	total := 0
+	for i := range 8 {
+		id, err := grindKey(memnet.KeySource(uint64(i+1), "grind"), target, 6)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := peer.IDFromPrivateKey(id.key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c := kb.CommonPrefixLen(kb.ConvertPeerID(p), target); c < 6 {
+			t.Errorf("ground key shares %d bits, want >= 6", c)
+		}
+		if id.keygens < 1 || id.keygens > 64<<6 {
+			t.Errorf("%d keys generated, want 1 to %d", id.keygens, 64<<6)
+		}
+		total += id.keygens
+		again, _ := grindKey(memnet.KeySource(uint64(i+1), "grind"), target, 6)
+		if !again.key.Equals(id.key) {
+			t.Error("the same stream ground a different key")
+		}
+	}
+	// 2^6 tries on average: 8 grinds take 512, and far more than 4× that
+	// would mean the prefix is not what is searched for.
+	t.Logf("%d keys generated for 8 prefixes of 6 bits", total)
+	if total > 4*8<<6 {
+		t.Errorf("%d keys generated for 8 prefixes of 6 bits, want about %d", total, 8<<6)
 	}
 }

@@ -59,6 +59,15 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--relay-service=maybe"}, 2, "invalid boolean value"},
 		{[]string{"run", "--reachability", "open"}, 2, "want auto, public or private"},
 		{[]string{"run", "--nat-traversal=false", "--reachability", "public"}, 2, "--reachability public needs --nat-traversal"},
+		{[]string{"run", "--per-address", "-1"}, 2, "--per-address must be >= 0"},
+		{[]string{"testnet", "--hostile", "sybil-zone:1"}, 2, "want a percentage in (0, 100%) or a fraction in (0, 1)"},
+		{[]string{"testnet", "--hostile", "sybil-host:0%"}, 2, "want a percentage in (0, 100%)"},
+		{[]string{"testnet", "--hostile", "sybil-zone:60%,sybil-host:40%"}, 2, "some nodes must stay honest"},
+		{[]string{"testnet", "--hostile", "sybil-grind:5%"}, 2, "want one of"},
+		{[]string{"testnet", "--hostile", "sybil-zone:10%", "--sybil-prefix", "21"}, 2, "sybil prefix 21"},
+		{[]string{"testnet", "--hostile", "sybil-zone:10%", "--sybil-victims", "-2"}, 2, "sybil victims -2"},
+		{[]string{"testnet", "--hostile", "sybil-zone:80%", "--nodes", "10", "--sybil-victims", "3"}, 2, "3 victims, but only about 2 honest nodes"},
+		{[]string{"testnet", "--sybil-defence=maybe"}, 2, "invalid"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

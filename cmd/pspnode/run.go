@@ -82,6 +82,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		pollMax   = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
 		queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
 		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
+		perAddr   = fs.Int("per-address", def.Overlay.PerAddress, "peers connecting from one address (IPv4 address, IPv6 /64; loopback exempt) weigh together as this many in barrier samples and the routing table, against many identities on one host (0: off)")
 		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
 		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
 		evalEvery = fs.Int("eval-every", def.EvalEvery, "evaluate on the held-out data every this many steps (0: never)")
@@ -149,6 +150,10 @@ Example, two nodes on one machine:
 			if *queryTime <= 0 {
 				return usagef("--query-timeout must be a positive duration (got %v)", *queryTime)
 			}
+			if *perAddr < 0 {
+				return usagef("--per-address must be >= 0 (got %d)", *perAddr)
+			}
+			cfg.Overlay.PerAddress = *perAddr
 			cfg.PollMax, cfg.QueryTimeout = *pollMax, *queryTime
 			cfg.Exchange = exchange
 			if *scale < 0 || *factor <= 0 {

@@ -73,7 +73,10 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
-		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,...: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow (e.g. liar-zero:5%)")
+		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, sybil-zone, sybil-host (e.g. liar-zero:5%)")
+		sybilDef  = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
+		victims   = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
+		prefix    = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
 		latency   = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
 		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
@@ -136,6 +139,7 @@ Examples:
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
+			cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*sybilDef, *victims, *prefix
 			cfg.PollShare = float64(pollShare)
 			cfg.Exchange = exchange
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize

@@ -5,7 +5,9 @@
 // faults and links a testnet sets: crashed peers that can no longer be
 // dialled, partitions that cut links between groups, a one-way latency per
 // link (fixed, or drawn once per link from a range), and a bandwidth per
-// host that every stream's writes share.
+// host that every stream's writes share. Every host has a public-looking
+// IPv4 address in a /16 of its own, or one it is given, which several
+// hosts can share (many identities behind one address).
 //
 // Every delay is a timer, so on a virtual clock (a testing/synctest bubble)
 // the links take virtual time and nothing else does.
@@ -32,7 +34,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	bcm "github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
-	ma "github.com/multiformats/go-multiaddr"
+	manet "github.com/multiformats/go-multiaddr/net"
 )
 
 // ErrUnreachable is returned when a peer is gone or cut off by a partition.
@@ -66,6 +68,8 @@ type Net struct {
 	group  map[peer.ID]int // partition group; peers in different groups cannot talk
 	cut    bool
 	hosts  map[peer.ID]*Host // open hosts, closed with the network
+	nextIP int               // NewIP's counter
+	ports  map[string]int    // hosts given each IP so far
 
 	bwMu sync.Mutex
 	busy map[peer.ID]*pipes // each host's uplink and downlink, with Bandwidth
@@ -106,6 +110,7 @@ func NewNet(cfg Config) *Net {
 		gone:   make(map[peer.ID]bool),
 		group:  make(map[peer.ID]int),
 		hosts:  make(map[peer.ID]*Host),
+		ports:  make(map[string]int),
 		busy:   make(map[peer.ID]*pipes),
 	}
 }
@@ -290,13 +295,69 @@ type Host struct {
 // markClosed closes h.done once.
 func (h *Host) markClosed() { h.closeOnce.Do(func() { close(h.done) }) }
 
-// NewHost adds a host with connection-manager watermarks low and high.
+// NewHost adds a host with connection-manager watermarks low and high, the
+// network's next key and an address of its own (see NewIP).
 func (n *Net) NewHost(low, high int) (*Host, error) {
+	return n.NewHostWith(HostOptions{Low: low, High: high})
+}
+
+// HostOptions describe a host for NewHostWith.
+type HostOptions struct {
+	Low, High int // connection-manager watermarks
+	// Key is the host's identity; nil takes the network's next key (a
+	// function of Config.Seed and the order hosts are added).
+	Key crypto.PrivKey
+	// IP is the host's address; nil gives it a fresh one (NewIP). Hosts
+	// given the same IP share it as hosts behind one address do: each
+	// listens on a port of its own.
+	IP net.IP
+}
+
+// NewIP returns an IPv4 address no host of the network has been given,
+// in a /16 of its own: IP-group filters (go-libp2p-kbucket's peerdiversity
+// groups IPv4 addresses by /16) see every host apart. Addresses skip the
+// private, loopback, shared, link-local and multicast ranges, and the
+// legacy /8 blocks that peerdiversity groups whole.
+func (n *Net) NewIP() net.IP {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.newIPLocked()
+}
+
+func (n *Net) newIPLocked() net.IP {
+	for {
+		k := n.nextIP
+		n.nextIP++
+		a := 1 + k/256 // first octet
+		if a >= 224 {
+			a = 1 + (a-1)%223 // past 57 000 hosts: reuse /16s (never reached by a testnet)
+		}
+		switch a {
+		case 10, 12, 17, 19, 38, 48, 53, 56, 73, 100, 127, 169, 172, 192:
+			continue
+		}
+		return net.IPv4(byte(a), byte(k%256), 0, 1).To4()
+	}
+}
+
+// NewHostWith adds a host as o describes.
+func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
+	low, high := o.Low, o.High
 	// mocknet's GenPeer makes ECDSA keys; real nodes use Ed25519, whose
 	// signatures (every GossipSub message is signed and verified) cost
-	// a third as much to check. Addresses follow GenPeer's scheme.
+	// a third as much to check.
 	n.mu.Lock()
-	sk, _, err := crypto.GenerateEd25519Key(n.keys)
+	sk := o.Key
+	var err error
+	if sk == nil {
+		sk, _, err = crypto.GenerateEd25519Key(n.keys)
+	}
+	ip := o.IP
+	if ip == nil {
+		ip = n.newIPLocked()
+	}
+	port := 4242 + n.ports[ip.String()]
+	n.ports[ip.String()]++
 	n.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
@@ -305,10 +366,7 @@ func (n *Net) NewHost(low, high int) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	ip := append(net.IP{}, net.ParseIP("100::")...)
-	suffix := []byte(id)[len(id)-8:]
-	copy(ip[net.IPv6len-len(suffix):], suffix)
-	addr, err := ma.NewMultiaddr(fmt.Sprintf("/ip6/%s/tcp/4242", ip))
+	addr, err := manet.FromNetAddr(&net.TCPAddr{IP: ip, Port: port})
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}

@@ -2,11 +2,13 @@ package memnet
 
 import (
 	"context"
+	"net"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	manet "github.com/multiformats/go-multiaddr/net"
 )
 
 // A closed host can no longer be reached by any path: not through the
@@ -51,5 +53,50 @@ func TestClosedHostUnreachable(t *testing.T) {
 	}
 	if got := a.Network().Connectedness(b.ID()); got == network.Connected {
 		t.Errorf("after the dials, connectedness to the closed host is %v", got)
+	}
+}
+
+// Every host gets an address of its own, in a /16 of its own, unless it is
+// given one: hosts that share an IP listen on ports of their own, and a
+// connection's remote address is the dialled host's.
+func TestHostAddresses(t *testing.T) {
+	n := NewNet(Config{Seed: 1})
+	defer n.Close()
+	groups := map[string]bool{}
+	for range 300 {
+		h, err := n.NewHost(4, 8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ip, err := manet.ToIP(h.Addrs()[0])
+		if err != nil || ip.To4() == nil || !manet.IsPublicAddr(h.Addrs()[0]) {
+			t.Fatalf("address %v: want a public IPv4 address (%v)", h.Addrs()[0], err)
+		}
+		g := ip.Mask(net.CIDRMask(16, 32)).String()
+		if groups[g] {
+			t.Fatalf("two hosts in %s/16", g)
+		}
+		groups[g] = true
+	}
+	shared := n.NewIP()
+	a, err := n.NewHostWith(HostOptions{Low: 4, High: 8, IP: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.NewHostWith(HostOptions{Low: 4, High: 8, IP: shared})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Addrs()[0].Equal(b.Addrs()[0]) {
+		t.Errorf("hosts behind one IP share the address %v", a.Addrs()[0])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := a.Connect(ctx, peer.AddrInfo{ID: b.ID()}); err != nil {
+		t.Fatal(err)
+	}
+	cs := a.Network().ConnsToPeer(b.ID())
+	if len(cs) == 0 || !cs[0].RemoteMultiaddr().Equal(b.Addrs()[0]) {
+		t.Errorf("connection's remote address %v, want %v", cs, b.Addrs()[0])
 	}
 }

@@ -1,0 +1,282 @@
+package testnet
+
+import (
+	"io"
+	"math"
+	"math/rand/v2"
+	"net"
+	"slices"
+
+	kb "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// Sybil roles: many identities of one attacker, which otherwise behave
+// honestly (they train, answer step queries truly and report their own
+// estimates), so that only the honest nodes' population estimate and
+// sampler are attacked.
+const (
+	// SybilZone nodes grind keys: each generates Ed25519 keys until its
+	// DHT key (SHA-256 of the peer ID) shares at least SybilPrefix leading
+	// bits with the key of its victim, one of SybilVictims honest nodes
+	// chosen by the seed. They crowd the victims' zone of the ID space,
+	// which the zone-density estimator reads as a dense (large) network.
+	SybilZone Role = "sybil-zone"
+	// SybilHost nodes are many identities behind one network address:
+	// every one of them has the same IP.
+	SybilHost Role = "sybil-host"
+)
+
+// Defaults of Config.SybilVictims and Config.SybilPrefix.
+const (
+	DefaultSybilVictims = 2
+	// DefaultSybilPrefix bits cost 2^12 = 4 096 key generations per Sybil
+	// on average (about 0.1 s of one core).
+	DefaultSybilPrefix = 12
+	// MaxSybilPrefix bounds the grinding: 2^20 key generations (about half
+	// a minute of one core) per Sybil on average.
+	MaxSybilPrefix = 20
+)
+
+func (r Role) sybil() bool { return r == SybilZone || r == SybilHost }
+
+// sybilVictims returns how many victims sybil-zone nodes have.
+func (c Config) sybilVictims() int {
+	if c.SybilVictims > 0 {
+		return c.SybilVictims
+	}
+	return DefaultSybilVictims
+}
+
+func (c Config) sybilPrefix() int {
+	if c.SybilPrefix > 0 {
+		return c.SybilPrefix
+	}
+	return DefaultSybilPrefix
+}
+
+// validateSybil checks the Sybil settings; bad reports each problem.
+func (c Config) validateSybil(bad func(format string, a ...any)) {
+	if c.SybilVictims < 0 {
+		bad("sybil victims %d: want a number of honest nodes >= 1 (0: %d)", c.SybilVictims, DefaultSybilVictims)
+	}
+	if c.SybilPrefix < 0 || c.SybilPrefix > MaxSybilPrefix {
+		bad("sybil prefix %d: want a number of bits in [1, %d] (0: %d)", c.SybilPrefix, MaxSybilPrefix, DefaultSybilPrefix)
+	}
+	sybils, honest := 0.0, 1.0
+	zone := false
+	for _, r := range c.Roles {
+		honest -= r.Fraction
+		if r.Role.sybil() {
+			sybils += r.Fraction
+			zone = zone || r.Role == SybilZone
+		}
+	}
+	if sybils == 0 {
+		return
+	}
+	if c.Transport != "mem" {
+		bad("sybil roles need the mem transport (it sets the nodes' keys and addresses)")
+	}
+	if zone && int(float64(c.Nodes)*honest+0.5) < c.sybilVictims() {
+		bad("sybil-zone: %d victims, but only about %.0f honest nodes", c.sybilVictims(), float64(c.Nodes)*honest)
+	}
+}
+
+// identity is a node's key and address on the mem transport; zero values
+// take the network's next key and a fresh address.
+type identity struct {
+	key crypto.PrivKey
+	ip  net.IP
+	// keygens is how many keys were generated to find key (sybil-zone).
+	keygens int
+}
+
+// sybilState is what the testnet knows of its Sybils.
+type sybilState struct {
+	keys    io.Reader        // sybil-zone key stream
+	hostIP  net.IP           // the address every sybil-host node shares
+	victims map[peer.ID]bool // honest nodes the sybil-zone nodes crowd
+	keygens []int            // keys generated per sybil-zone node
+	addrs   map[string]bool  // IP addresses of the initial nodes
+	sybAddr map[string]bool  // those of Sybils
+	ids     int              // Sybil identities at the start
+	// draws counts the peers honest nodes drew (guarded by
+	// testnet.sampledMu); errs the victims' errors at every record
+	// (guarded by testnet.mu).
+	draws struct{ all, sybil, victimAll, victimSybil int }
+	errs  struct{ est, zone []float64 }
+}
+
+// chooseVictims picks the sybil-zone victims among the honest members by
+// the seed.
+func (t *testnet) chooseVictims() {
+	var honest []*member
+	for _, m := range t.members {
+		if m.role == Honest {
+			honest = append(honest, m)
+		}
+	}
+	r := rand.New(rand.NewPCG(t.cfg.Seed, 0x5b11))
+	k := min(t.cfg.sybilVictims(), len(honest))
+	for _, j := range r.Perm(len(honest))[:k] {
+		t.syb.victims[honest[j].nd.ID()] = true
+	}
+}
+
+// sybilIdentity returns the identity of a sybil-zone node (its key ground
+// against victim) or of a sybil-host node (the shared address).
+func (t *testnet) sybilIdentity(role Role, victim peer.ID) (identity, error) {
+	if role == SybilHost {
+		if t.syb.hostIP == nil {
+			t.syb.hostIP = t.net.NewIP()
+		}
+		return identity{ip: t.syb.hostIP}, nil
+	}
+	return grindKey(t.syb.keys, kb.ConvertPeerID(victim), t.cfg.sybilPrefix())
+}
+
+// grindKey generates Ed25519 keys from keys until one's DHT key shares at
+// least bits leading bits with target (2^bits tries on average), or, after
+// 64 × 2^bits tries, returns the closest found.
+func grindKey(keys io.Reader, target kb.ID, bits int) (identity, error) {
+	var best identity
+	bestCPL := -1
+	limit := 64 << bits
+	for n := 1; n <= limit; n++ {
+		sk, _, err := crypto.GenerateEd25519Key(keys)
+		if err != nil {
+			return identity{}, err
+		}
+		id, err := peer.IDFromPrivateKey(sk)
+		if err != nil {
+			return identity{}, err
+		}
+		if c := kb.CommonPrefixLen(kb.ConvertPeerID(id), target); c > bestCPL {
+			best, bestCPL = identity{key: sk, keygens: n}, c
+			if c >= bits {
+				return best, nil
+			}
+		}
+	}
+	best.keygens = limit
+	return best, nil
+}
+
+// recordVictim records a victim's estimate error rel and that of its zone
+// estimator alone against the true population truth; t.mu is held.
+func (t *testnet) recordVictim(m *member, rel, truth float64) {
+	t.syb.errs.est = append(t.syb.errs.est, rel)
+	z := 1.0 // no zone estimate counts as 100 % off
+	if d := m.nd.Overlay().EstimateDetail(); d.ZoneN > 0 {
+		z = math.Abs(d.ZoneN-truth) / truth
+	}
+	t.syb.errs.zone = append(t.syb.errs.zone, z)
+}
+
+// countDraws adds a barrier sample drawn by an honest node to the Sybil
+// figures; t.sampledMu is held.
+func (t *testnet) countDraws(drawer peer.ID, peers []peer.ID) {
+	if t.syb == nil {
+		return
+	}
+	victim := t.syb.victims[drawer]
+	for _, p := range peers {
+		r, ok := t.roleOf.Load(p)
+		s := ok && r.(Role).sybil()
+		t.syb.draws.all++
+		if s {
+			t.syb.draws.sybil++
+		}
+		if victim {
+			t.syb.draws.victimAll++
+			if s {
+				t.syb.draws.victimSybil++
+			}
+		}
+	}
+}
+
+// SybilFigures reports a run with Sybil roles (part of Hostility).
+type SybilFigures struct {
+	// IDShare is the Sybils' share of the initial nodes' identities and
+	// AddrShare their share of the initial nodes' network addresses.
+	IDShare   float64 `json:"sybil_id_share"`
+	AddrShare float64 `json:"sybil_addr_share"`
+	// SampleShare is the share of the peers drawn in honest nodes'
+	// barrier samples that were Sybils, over HonestDraws draws;
+	// VictimSampleShare is the same over the victims' samples.
+	SampleShare       float64 `json:"sybil_sample_share"`
+	HonestDraws       int     `json:"sybil_honest_draws"`
+	VictimSampleShare float64 `json:"sybil_victim_sample_share"`
+	// Defence says whether the nodes ran the overlay's address limits
+	// (overlay.Config.PerAddress).
+	Defence bool `json:"sybil_defence"`
+	// Victims are the honest nodes the sybil-zone nodes crowd (0 without
+	// sybil-zone). VictimError is the median, over the victims and every
+	// record of the training, of |N̂ − N| / N of the estimate the node
+	// uses (overlay Estimate), with its 95th percentile; VictimZoneError
+	// the same of the zone-density estimator alone.
+	Victims         int     `json:"sybil_victims,omitempty"`
+	VictimError     float64 `json:"sybil_victim_median_rel_error"`
+	VictimErrorP95  float64 `json:"sybil_victim_p95_rel_error"`
+	VictimZoneError float64 `json:"sybil_victim_zone_median_rel_error"`
+	// PrefixBits is how many leading bits of a victim's key each
+	// sybil-zone node's key shares at least, and KeygensMean the keys
+	// generated per sybil-zone node to find one.
+	PrefixBits  int     `json:"sybil_prefix_bits,omitempty"`
+	KeygensMean float64 `json:"sybil_keygens_mean,omitempty"`
+}
+
+// sybilFigures computes the figures; t.mu must be held.
+func (t *testnet) sybilFigures() *SybilFigures {
+	s := t.syb
+	if s == nil {
+		return nil
+	}
+	f := &SybilFigures{Defence: !t.cfg.NoSybilDefence, Victims: len(s.victims)}
+	if n := t.cfg.Nodes; n > 0 {
+		f.IDShare = float64(s.ids) / float64(n)
+	}
+	if len(s.addrs) > 0 {
+		f.AddrShare = float64(len(s.sybAddr)) / float64(len(s.addrs))
+	}
+	t.sampledMu.Lock()
+	if s.draws.all > 0 {
+		f.SampleShare = float64(s.draws.sybil) / float64(s.draws.all)
+	}
+	if s.draws.victimAll > 0 {
+		f.VictimSampleShare = float64(s.draws.victimSybil) / float64(s.draws.victimAll)
+	}
+	f.HonestDraws = s.draws.all
+	t.sampledMu.Unlock()
+	if len(s.errs.est) > 0 {
+		e, z := slices.Clone(s.errs.est), slices.Clone(s.errs.zone)
+		slices.Sort(e)
+		slices.Sort(z)
+		f.VictimError, f.VictimErrorP95 = sim.Percentile(e, 50), sim.Percentile(e, 95)
+		f.VictimZoneError = sim.Percentile(z, 50)
+	}
+	if len(s.keygens) > 0 {
+		f.PrefixBits = t.cfg.sybilPrefix()
+		sum := 0
+		for _, k := range s.keygens {
+			sum += k
+		}
+		f.KeygensMean = float64(sum) / float64(len(s.keygens))
+	}
+	return f
+}
+
+// print writes the Sybil rows of the summary.
+func (f *SybilFigures) print(row func(k, format string, a ...any)) {
+	row("  sybils", "%.1f %% of identities, %.1f %% of addresses; %.2f %% of honest barrier-sample draws (%d draws), %.2f %% of the victims'; defence %v",
+		100*f.IDShare, 100*f.AddrShare, 100*f.SampleShare, f.HonestDraws, 100*f.VictimSampleShare, f.Defence)
+	if f.Victims > 0 {
+		row("  victims", "%d: population error median %.1f %%, p95 %.1f %% (zone estimator alone: median %.1f %%); keys share >= %d bits with a victim's, %.0f keys generated per Sybil",
+			f.Victims, 100*f.VictimError, 100*f.VictimErrorP95, 100*f.VictimZoneError, f.PrefixBits, f.KeygensMean)
+	}
+}
