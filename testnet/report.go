@@ -107,6 +107,8 @@ type Result struct {
 	CPUS         float64 `json:"cpu_s"`
 
 	CompareSim *Comparison `json:"compare_sim,omitempty"`
+	// NetNS is the netns transport's own figures (a process per node).
+	NetNS *NetnsReport `json:"netns,omitempty"`
 
 	steps   []stepRow
 	ests    []estRow
@@ -342,7 +344,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	}
 	row("stalled nodes", "%d", r.StalledNodes)
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
-	row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
+	if r.Sampling.Peers > 0 {
+		row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
+	}
 	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
 	row("barrier check", "p50 %.2f ms, p99 %.1f ms (one decision: sample, query, decide)", r.BarrierCheckMs.P50, r.BarrierCheckMs.P99)
 	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
@@ -370,7 +374,10 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			row("  flood target", "%d steps against an honest mean of %.1f; %d streams refused", tg.Steps, tg.HonestMeanSteps, tg.StreamsRefused)
 		}
 	}
-	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if r.NetNS != nil {
+		r.NetNS.printRows(row)
+	}
 	if o := r.Overload; o != nil {
 		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
 			o.Flagged, o.TimerLagP50Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
@@ -393,6 +400,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 //	estimate.csv          time_s,true_n,median_rel_error,p5,p95
 //	accuracy.csv          time_s,accuracy,loss,updates_sent,in_bytes_per_node
 //	churn_events.csv      time_s,event,node (leave, crash, join: as each began)
+//	processes.csv         one row per node process (netns transport only)
 //	step_distribution.png, estimate.png, accuracy.png, summary.json
 func (r *Result) WriteOut(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -441,6 +449,11 @@ func (r *Result) WriteOut(dir string) error {
 	}
 	if err := figure.CSV(filepath.Join(dir, "churn_events.csv"), []string{"time_s", "event", "node"}, rows); err != nil {
 		return err
+	}
+	if r.NetNS != nil {
+		if err := r.NetNS.writeCSV(dir); err != nil {
+			return err
+		}
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

@@ -55,6 +55,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"run", "--exchange", "epidemic:x"}, 2, "S must be a whole number >= 1"},
 		{[]string{"run", "--exchange", "push"}, 2, "want gossip or epidemic:S"},
 		{[]string{"testnet", "--exchange", "epidemic:2", "--encoding", "topk32"}, 2, "sends whole models"},
+		{[]string{"testnet", "--transport", "netns", "--clock", "virtual"}, 2, "use --clock real with --transport netns"},
+		{[]string{"testnet", "--transport", "netns", "--latency", "20ms"}, 2, "netem"},
+		{[]string{"testnet", "--transport", "netns", "--loss", "0.1"}, 2, "netem"},
+		{[]string{"testnet", "--transport", "netns", "--nodes", "3", "--nat", "3"}, 2, "node 0, the bootstrap node, stays public"},
+		{[]string{"testnet", "--transport", "netns", "--cpu-quota", "2:1"}, 2, "FRACTION:CORES"},
+		{[]string{"testnet", "--clock", "real", "--nat", "2"}, 2, "need --transport netns"},
+		{[]string{"testnet", "--transport", "netns", "--churn", "0.2"}, 2, "churn"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

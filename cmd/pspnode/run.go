@@ -90,6 +90,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
 		swarmKey  = fs.String("swarm-key", "", "make the job private: a swarm.key file (kubo's format; 'pspnode keygen --swarm-key FILE' writes one) every node of the job holds; only TCP runs")
 		allow     = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
+		startSig  = fs.Bool("start-on-signal", false, "join and serve, but take the first step only after SIGUSR1 arrives (for a harness that starts many nodes and then starts them training at once; Unix)")
 	)
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
@@ -118,6 +119,15 @@ Example, two nodes on one machine:
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
+			}
+			var waitStart func(context.Context) error
+			if *startSig {
+				wait, stop, err := notifyStart()
+				if err != nil {
+					return err
+				}
+				defer stop()
+				waitStart = wait
 			}
 			log, err := newLogger(stderr, *logLevel, *logFormat)
 			if err != nil {
@@ -194,6 +204,12 @@ Example, two nodes on one machine:
 				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 			}
 			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			if waitStart != nil {
+				log.Info("waiting for SIGUSR1 to start training")
+				if err := waitStart(ctx); err != nil {
+					return nd.Close() // interrupted before training: a clean stop
+				}
+			}
 			start := time.Now()
 			err = nd.Run(ctx)
 			st := nd.Status()

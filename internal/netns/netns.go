@@ -29,6 +29,7 @@ import (
 	"net/netip"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync"
@@ -44,6 +45,9 @@ const cmdTimeout = 20 * time.Second
 // Check reports what is missing to build a Net: root, ip and tc
 // (iproute2), and nft (nftables) when nat is set. The error names each.
 func Check(nat bool) error {
+	if runtime.GOOS != "linux" {
+		return errors.New("the netns transport needs Linux network namespaces")
+	}
 	var missing []string
 	if os.Geteuid() != 0 {
 		missing = append(missing, "root (network namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN; run as root)")
@@ -156,6 +160,10 @@ func New(ctx context.Context) (*Net, error) {
 	}
 	return n, nil
 }
+
+// Subnet is the bridge's /16; NATed nodes' LANs are in Subnet's second
+// octet + 64.
+func (n *Net) Subnet() netip.Prefix { return n.subnet }
 
 // usedOctets returns the second octets of every 10.x.y.z address on this
 // machine's interfaces.

@@ -74,7 +74,8 @@ func ownerAlive(ctx context.Context, id string) bool {
 	if err != nil || pid <= 0 {
 		return false
 	}
-	return syscall.Kill(pid, 0) == nil
+	p, err := os.FindProcess(pid)
+	return err == nil && p.Signal(syscall.Signal(0)) == nil
 }
 
 func sweepRun(ctx context.Context, id string, names []string, links string) error {
