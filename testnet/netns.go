@@ -161,6 +161,7 @@ func (r *netnsRun) start(ctx context.Context, exe string) error {
 		slow[i] = true
 	}
 	var boot string
+	buildStart := time.Now()
 	for i := range cfg.Nodes {
 		if err := ctx.Err(); err != nil {
 			return err
@@ -198,7 +199,7 @@ func (r *netnsRun) start(ctx context.Context, exe string) error {
 			}
 		}
 		if cfg.BuildProgress != nil && ((i+1)%10 == 0 || i+1 == cfg.Nodes) {
-			cfg.BuildProgress(i+1, cfg.Nodes, 0)
+			cfg.BuildProgress(i+1, cfg.Nodes, time.Since(buildStart))
 		}
 	}
 	return nil
@@ -286,23 +287,19 @@ func (r *netnsRun) launch(p *proc, exe, boot string) error {
 // long it waited.
 func (r *netnsRun) waitReady(ctx context.Context) time.Duration {
 	start := time.Now()
-	deadline := start.Add(r.cfg.Warmup)
-	ready := make([]bool, len(r.procs))
-	for time.Now().Before(deadline) && ctx.Err() == nil {
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.Warmup)
+	defer cancel()
+	for wctx.Err() == nil {
 		all := true
-		for i, p := range r.procs {
-			if !ready[i] {
-				rd := r.read(ctx, p, false)
-				ready[i] = rd.ok && rd.st.Joined && rd.st.OverlayReady
-			}
-			all = all && ready[i]
+		for _, rd := range r.readAll(wctx, false) {
+			all = all && rd.ok && rd.st.Joined && rd.st.OverlayReady
 		}
 		if all || r.exitedEarly() != nil {
 			break
 		}
-		t := time.NewTimer(200 * time.Millisecond)
+		t := time.NewTimer(500 * time.Millisecond)
 		select {
-		case <-ctx.Done():
+		case <-wctx.Done():
 		case <-t.C:
 		}
 		t.Stop()

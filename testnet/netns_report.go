@@ -190,8 +190,14 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 	rel := slices.Clone(k.relErr)
 	slices.Sort(rel)
 	res.Population.MedianRelError, res.Population.P95RelError = sim.Percentile(rel, 50), sim.Percentile(rel, 95)
-	ms := func(h histogram) Percentiles {
-		return Percentiles{P50: 1000 * h.quantile(0.5), P99: 1000 * h.quantile(0.99)}
+	ms := func(h histogram) Percentiles { // 0 when empty: JSON has no NaN
+		q := func(x float64) float64 {
+			if v := h.quantile(x); !math.IsNaN(v) {
+				return 1000 * v
+			}
+			return 0
+		}
+		return Percentiles{P50: q(0.5), P99: q(0.99)}
 	}
 	res.BarrierCheckMs, res.BarrierWaitMs, res.SampleRTTMs = ms(checkH), ms(waitH), ms(rttH)
 	if waitS > 0 {
