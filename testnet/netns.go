@@ -121,6 +121,10 @@ func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
 			err = errors.Join(err, cerr)
 		}
 	}()
+	// Every node may resolve every other, the host and (NATed) its router.
+	if err := n.RaiseNeighbourLimits(cfg.Nodes * (cfg.Nodes + 3)); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
 	if err := r.start(ctx, exe); err != nil {
 		return nil, err
 	}

@@ -107,7 +107,8 @@ type Net struct {
 
 	mu      sync.Mutex
 	hosts   []*Host
-	cgroups *cgroups // nil until a quota is set
+	cgroups *cgroups     // nil until a quota is set
+	neigh   *neighLimits // nil unless raised
 	closed  bool
 }
 
@@ -407,8 +408,11 @@ func (n *Net) Close() error {
 		return nil
 	}
 	n.closed = true
-	hosts, cg := n.hosts, n.cgroups
+	hosts, cg, neigh := n.hosts, n.cgroups, n.neigh
 	n.mu.Unlock()
+	if neigh != nil {
+		defer neigh.restore()
+	}
 	ctx := context.Background()
 	var errs []error
 	for _, h := range hosts {
