@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"math"
 	"net/http"
 	"path/filepath"
@@ -287,6 +288,17 @@ func (n *NetnsReport) printRows(row func(k, format string, a ...any)) {
 		row("", "step queries answered %.0f, failed %.0f (%d of %d nodes had answers); others %.0f, failed %.0f",
 			g.QueriesOK, g.QueriesFailed, g.Querying, g.Nodes, g.OthersQueriesOK, g.OthersQueriesFailed)
 	}
+}
+
+// printComparisonLine is a netns run's line under a comparison table.
+func (n *NetnsReport) printComparisonLine(w io.Writer, barrier string) {
+	line := fmt.Sprintf("%s: load %.1f→%.1f, node CPU %.1f %%, RSS %.0f MiB", barrier, n.LoadAvg1Start, n.LoadAvg1End, 100*n.CPUShare.Mean, n.RSSMiB.Mean)
+	for _, g := range []*Group{n.Quota, n.NAT} {
+		if g != nil {
+			line += fmt.Sprintf("; %s: %.2f steps/s, others %.2f", g.What, g.StepsPerS, g.OthersStepsPerS)
+		}
+	}
+	fmt.Fprintln(w, line)
 }
 
 // writeCSV writes processes.csv: node, nated, cpu_quota_cores,

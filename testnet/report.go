@@ -572,6 +572,9 @@ func PrintComparison(w io.Writer, results []*Result) {
 		fmt.Fprintf(w, "(%s clock, %d nodes, %.0f s, time scale %g; sim: fidelity mode; poll: poll mode at the nodes' re-check interval)\n", r.Clock, r.Nodes, r.DurationS, r.TimeScale)
 	}
 	for _, r := range results {
+		if n := r.NetNS; n != nil {
+			n.printComparisonLine(w, r.Barrier)
+		}
 		if w2 := r.OverloadWarning(); w2 != "" {
 			fmt.Fprintln(w, w2)
 		}

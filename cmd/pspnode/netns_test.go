@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -198,4 +199,28 @@ wait:
 		t.Fatalf("after SIGINT: duration %v s (err %v), want part of the hour\n%s", r.DurationS, err, stdout.String())
 	}
 	assertNothingLeft(t, r.NetNS.RunID, r.NetNS.Subnet)
+}
+
+// TestNetnsMissingTool: without nft, --nat is refused before anything is
+// made, with an error that names the tool and its package.
+func TestNetnsMissingTool(t *testing.T) {
+	needNetns(t)
+	bin := buildBinary(t)
+	dir := t.TempDir()
+	for _, tool := range []string{"ip", "tc"} {
+		p, err := exec.LookPath(tool)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(p, filepath.Join(dir, tool)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--duration", "5s", "--model", "none")
+	cmd.Env = append(os.Environ(), "PATH="+dir)
+	out, err := cmd.CombinedOutput()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != 1 || !strings.Contains(string(out), "nft (Debian package nftables)") {
+		t.Errorf("without nft: %v\n%s", err, out)
+	}
 }

@@ -58,6 +58,16 @@ func TestNetnsTopology(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	thresh3, err := readInt("gc_thresh3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.RaiseNeighbourLimits(100); err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := readInt("gc_thresh3"); v != thresh3+100 {
+		t.Errorf("gc_thresh3 %d after raising %d by 100", v, thresh3)
+	}
 	if err := n.Limit(ctx, pub, 1e6); err != nil {
 		t.Fatal(err)
 	}
@@ -122,6 +132,9 @@ func TestNetnsTopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	assertGone(t, n.ID, dir)
+	if v, _ := readInt("gc_thresh3"); v != thresh3 {
+		t.Errorf("gc_thresh3 %d after Close, want %d back", v, thresh3)
+	}
 }
 
 // assertGone checks that nothing named after run id remains.
