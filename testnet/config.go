@@ -173,6 +173,9 @@ type Config struct {
 	// --log-level (empty: warn).
 	Executable   string
 	NodeLogLevel string
+	// NetnsRun, if set, is told the netns run's ID and bridge subnet once
+	// its bridge exists (every name it makes carries the ID).
+	NetnsRun func(id, subnet string)
 	// ConnLow and ConnHigh are each node's connection-manager watermarks
 	// and PoolSize its sampler pool; 0 picks them from Nodes (smaller for
 	// large testnets: every connection end costs memory).

@@ -114,6 +114,9 @@ func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
+	if cfg.NetnsRun != nil {
+		cfg.NetnsRun(n.ID, n.Subnet().String())
+	}
 	r := &netnsRun{cfg: cfg, net: n, client: &http.Client{Timeout: 3 * time.Second}}
 	defer func() {
 		// Teardown ignores ctx: it runs after a SIGINT too.

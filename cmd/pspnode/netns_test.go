@@ -224,3 +224,69 @@ func TestNetnsMissingTool(t *testing.T) {
 		t.Errorf("without nft: %v\n%s", err, out)
 	}
 }
+
+// TestNetnsCleanupAfterKill: when the testnet is killed (SIGKILL, no
+// teardown), the kernel ends its node processes, and --cleanup removes the
+// namespaces, links and cgroups it left.
+func TestNetnsCleanupAfterKill(t *testing.T) {
+	needNetns(t)
+	bin := buildBinary(t)
+	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--cpu-quota", "0.34:0.5",
+		"--duration", "1h", "--model", "none", "--time-scale", "0.05", "--barrier", "pssp:2:1")
+	errPipe, err := cmd.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := make(chan string)
+	go func() { // ends when the child's stderr closes
+		sc := bufio.NewScanner(errPipe)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	var id, subnet string
+	var seen []string
+	timeout := time.After(3 * time.Minute)
+wait:
+	for {
+		select {
+		case l, ok := <-lines:
+			if !ok {
+				t.Fatalf("testnet ended before training:\n%s", strings.Join(seen, "\n"))
+			}
+			seen = append(seen, l)
+			if rest, ok := strings.CutPrefix(l, "testnet: netns run "); ok {
+				f := strings.Fields(rest)
+				id, subnet = f[0], f[2]
+			}
+			if strings.HasPrefix(l, "[") {
+				break wait
+			}
+		case <-timeout:
+			_ = cmd.Process.Kill()
+			t.Fatalf("no training within 3 minutes:\n%s", strings.Join(seen, "\n"))
+		}
+	}
+	if err := cmd.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	for range lines {
+	}
+	_ = cmd.Wait()
+	if id == "" {
+		t.Fatalf("no run ID announced:\n%s", strings.Join(seen, "\n"))
+	}
+	if names, _ := netns.Namespaces(t.Context()); !strings.Contains(strings.Join(names, " "), id) {
+		t.Fatalf("a killed run left no namespace to clean up (%v): the test tests nothing", names)
+	}
+	out, err := exec.Command(bin, "testnet", "--cleanup").CombinedOutput()
+	if err != nil || !strings.Contains(string(out), id) {
+		t.Fatalf("--cleanup: %v\n%s", err, out)
+	}
+	// The nodes died with their parent (PR_SET_PDEATHSIG), or by --cleanup.
+	assertNothingLeft(t, id, subnet)
+}

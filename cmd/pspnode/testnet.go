@@ -263,6 +263,9 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 		if !virtual {
 			fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
 		}
+		cfg.NetnsRun = func(id, subnet string) {
+			fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
+		}
 		cfg.BuildProgress = func(built, total int, d time.Duration) {
 			if virtual {
 				fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s of wall time so far)\n", built, total, wall().Round(time.Second))
