@@ -199,3 +199,66 @@ func TestNetnsSweep(t *testing.T) {
 		t.Errorf("the live run's namespace was swept: %v", names)
 	}
 }
+
+// TestNetnsRateLimit: 3 MB sent from a node limited to 1 MB/s takes about
+// 3 s to reach the parent (the bucket's burst lets a little through at
+// once).
+func TestNetnsRateLimit(t *testing.T) {
+	needTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	h, err := n.AddHost(ctx, 0, false, 9090)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := n.Limit(ctx, h, 1e6); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", n.HostIP.String()+":0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan int64, 1)
+	go func() { // ends when the sender closes its connection, or ln closes
+		c, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+		var total int64
+		buf := make([]byte, 64<<10)
+		for {
+			k, err := c.Read(buf)
+			total += int64(k)
+			if err != nil {
+				got <- total
+				return
+			}
+		}
+	}()
+	start := time.Now()
+	port := strconv.Itoa(ln.Addr().(*net.TCPAddr).Port)
+	if _, err := run(ctx, "ip", "netns", "exec", h.NS, "timeout", "30", "bash", "-c",
+		"head -c 3000000 /dev/zero > /dev/tcp/"+n.HostIP.String()+"/"+port); err != nil {
+		t.Fatal(err)
+	}
+	var total int64
+	select {
+	case total = <-got:
+	case <-time.After(40 * time.Second):
+		t.Fatal("the transfer did not end")
+	}
+	took := time.Since(start)
+	if total != 3000000 || took < 2*time.Second {
+		t.Errorf("%d bytes in %v through a 1 MB/s limit; want 3000000 in about 3 s", total, took)
+	}
+	t.Logf("3 MB in %v", took)
+}
