@@ -12,14 +12,13 @@ import (
 // of them. N nodes on one bridge that all talk to each other hold about
 // N² entries: at 50 nodes the table overflows, and new neighbours stay
 // unresolved, so connections to them time out. A Net therefore raises the
-// limits while it runs, and puts back the values it found on Close.
-const neighDir = "/proc/sys/net/ipv4/neigh/default/"
+// limits by what it needs while it runs, and lowers them by as much on
+// Close: as additions and subtractions, concurrent runs leave the limits
+// as they found them in any order.
+var neighDir = "/proc/sys/net/ipv4/neigh/default/" // a variable for tests
 
-// neighLimits is the gc_thresh2 and gc_thresh3 a Net found and set.
-type neighLimits struct {
-	old2, old3 int
-	set2, set3 int
-}
+// neighLimits is what a Net added to gc_thresh2 and gc_thresh3.
+type neighLimits struct{ add2, add3 int }
 
 func readInt(file string) (int, error) {
 	b, err := os.ReadFile(neighDir + file)
@@ -33,36 +32,34 @@ func writeInt(file string, v int) error {
 	return os.WriteFile(neighDir+file, []byte(strconv.Itoa(v)), 0)
 }
 
-// RaiseNeighbourLimits makes room in the neighbour table for entries more
-// entries than it allows now (nothing if it has room), until Close.
-func (n *Net) RaiseNeighbourLimits(entries int) error {
-	old2, err2 := readInt("gc_thresh2")
-	old3, err3 := readInt("gc_thresh3")
-	if err2 != nil || err3 != nil {
-		return fmt.Errorf("netns: neighbour table limits: %v %v", err2, err3)
+// addInt adds d to a limit.
+func addInt(file string, d int) error {
+	v, err := readInt(file)
+	if err != nil {
+		return err
 	}
-	want3 := old3 + entries
-	want2 := max(old2, want3*3/4)
-	if err := writeInt("gc_thresh3", want3); err != nil {
+	return writeInt(file, v+d)
+}
+
+// RaiseNeighbourLimits makes room in the neighbour table for entries more
+// entries than it allows now, until Close.
+func (n *Net) RaiseNeighbourLimits(entries int) error {
+	l := &neighLimits{add2: entries * 3 / 4, add3: entries}
+	if err := addInt("gc_thresh3", l.add3); err != nil {
 		return fmt.Errorf("netns: neighbour table limit: %w", err)
 	}
-	if err := writeInt("gc_thresh2", want2); err != nil {
-		_ = writeInt("gc_thresh3", old3)
+	if err := addInt("gc_thresh2", l.add2); err != nil {
+		_ = addInt("gc_thresh3", -l.add3)
 		return fmt.Errorf("netns: neighbour table limit: %w", err)
 	}
 	n.mu.Lock()
-	n.neigh = &neighLimits{old2: old2, old3: old3, set2: want2, set3: want3}
+	n.neigh = l
 	n.mu.Unlock()
 	return nil
 }
 
-// restore puts back the limits found, unless something else has changed
-// them since (another run that raised them further restores its own).
+// restore takes back what was added.
 func (l *neighLimits) restore() {
-	if v, err := readInt("gc_thresh3"); err == nil && v == l.set3 {
-		_ = writeInt("gc_thresh3", l.old3)
-	}
-	if v, err := readInt("gc_thresh2"); err == nil && v == l.set2 {
-		_ = writeInt("gc_thresh2", l.old2)
-	}
+	_ = addInt("gc_thresh2", -l.add2)
+	_ = addInt("gc_thresh3", -l.add3)
 }
