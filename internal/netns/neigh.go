@@ -1,6 +1,7 @@
 package netns
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"strconv"
@@ -14,7 +15,8 @@ import (
 // unresolved, so connections to them time out. A Net therefore raises the
 // limits by what it needs while it runs, and lowers them by as much on
 // Close: as additions and subtractions, concurrent runs leave the limits
-// as they found them in any order.
+// as they found them in any order. The bridge's alias records what was
+// added, so that Sweep takes it back after a crash.
 var neighDir = "/proc/sys/net/ipv4/neigh/default/" // a variable for tests
 
 // neighLimits is what a Net added to gc_thresh2 and gc_thresh3.
@@ -55,7 +57,27 @@ func (n *Net) RaiseNeighbourLimits(entries int) error {
 	n.mu.Lock()
 	n.neigh = l
 	n.mu.Unlock()
+	// Recorded beside the owner, for Sweep to take back after a crash.
+	if n.Bridge != "" {
+		_, _ = run(context.Background(), "ip", "link", "set", n.Bridge, "alias",
+			fmt.Sprintf("pspnode pid=%d neigh=%d/%d", os.Getpid(), l.add3, l.add2))
+	}
 	return nil
+}
+
+// parseNeigh reads "neigh=A3/A2" from a bridge alias.
+func parseNeigh(alias string) *neighLimits {
+	_, rest, ok := strings.Cut(alias, "neigh=")
+	if !ok {
+		return nil
+	}
+	a3, a2, ok := strings.Cut(strings.Fields(rest)[0], "/")
+	v3, err3 := strconv.Atoi(a3)
+	v2, err2 := strconv.Atoi(a2)
+	if !ok || err3 != nil || err2 != nil || v3 < 0 || v2 < 0 {
+		return nil
+	}
+	return &neighLimits{add2: v2, add3: v3}
 }
 
 // restore takes back what was added.

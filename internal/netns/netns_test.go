@@ -148,7 +148,10 @@ func TestNeighbourLimits(t *testing.T) {
 		t.Errorf("gc_thresh3 %d, want %d", v, 1024+100+2550)
 	}
 	a.neigh.restore()
-	b.neigh.restore()
+	if l := parseNeigh("pspnode pid=7 neigh=2550/1912"); l == nil || *l != *b.neigh {
+		t.Fatalf("alias parsed as %+v, want %+v", l, b.neigh)
+	}
+	parseNeigh("pspnode pid=7 neigh=2550/1912").restore() // as Sweep would
 	v2, _ := readInt("gc_thresh2")
 	v3, _ := readInt("gc_thresh3")
 	if v2 != 512 || v3 != 1024 {

@@ -51,6 +51,11 @@ func Sweep(ctx context.Context) ([]string, error) {
 		if ownerAlive(ctx, id) {
 			continue
 		}
+		if out, err := run(ctx, "ip", "-o", "link", "show", "p"+id+"br"); err == nil {
+			if l := parseNeigh(out); l != nil {
+				l.restore()
+			}
+		}
 		if err := sweepRun(ctx, id, names, links); err != nil {
 			errs = append(errs, err)
 		}
