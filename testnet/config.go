@@ -171,7 +171,20 @@ type Config struct {
 	// as a share of its mean compute time per step.
 	PollShare float64
 
-	Transport string // mem (in-process network) or tcp (loopback)
+	Transport string // mem (in-process network), tcp (loopback) or netns (a process per node)
+	// NAT puts this many nodes (never node 0, the bootstrap node) behind a
+	// NAT router each, and CPUQuota limits a share of the nodes' CPU
+	// (netns transport only).
+	NAT      int
+	CPUQuota CPUQuota
+	// Executable is the pspnode binary the netns transport starts for each
+	// node (empty: this process's own executable); NodeLogLevel their
+	// --log-level (empty: warn).
+	Executable   string
+	NodeLogLevel string
+	// NetnsRun, if set, is told the netns run's ID and bridge subnet once
+	// its bridge exists (every name it makes carries the ID).
+	NetnsRun func(id, subnet string)
 	// ConnLow and ConnHigh are each node's connection-manager watermarks
 	// and PoolSize its sampler pool; 0 picks them from Nodes (smaller for
 	// large testnets: every connection end costs memory).
@@ -239,8 +252,8 @@ func (c Config) Validate() error {
 		if c.TimeScale == 0 {
 			bad("time scale 0 (real compute only) cannot run on the virtual clock, where compute takes no time: every step would take none; use the real clock, or a positive time scale")
 		}
-		if c.Transport == "tcp" {
-			bad("the virtual clock needs the mem transport: real sockets cannot run on a fake clock")
+		if c.Transport == "tcp" || c.Transport == "netns" {
+			bad("the virtual clock needs the mem transport: real sockets and processes cannot run on a fake clock; use --clock real with --transport %s", c.Transport)
 		}
 	case Real:
 	default:
@@ -264,9 +277,14 @@ func (c Config) Validate() error {
 		bad("model %q: want none, linreg, logreg or mlp", c.Model)
 	}
 	switch c.Transport {
-	case "mem", "tcp":
+	case "mem", "tcp", "netns":
 	default:
-		bad("transport %q: want mem or tcp", c.Transport)
+		bad("transport %q: want mem, tcp or netns", c.Transport)
+	}
+	if c.Transport == "netns" {
+		errs = append(errs, c.validateNetns()...)
+	} else if c.NAT != 0 || c.CPUQuota != (CPUQuota{}) {
+		bad("NAT and CPU quotas need --transport netns")
 	}
 	if _, err := gossip.ParseEncoding(c.Encoding); err != nil {
 		bad("encoding: %w", err)
@@ -288,8 +306,8 @@ func (c Config) Validate() error {
 	if !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 0) {
 		bad("bandwidth %v must be a finite number of bytes per second >= 0", c.Bandwidth)
 	}
-	if (c.Latency.Max > 0 || c.Loss > 0 || c.Bandwidth > 0) && c.Transport != "mem" {
-		bad("latency, bandwidth and loss need the mem transport")
+	if (c.Latency.Max > 0 || c.Loss > 0 || c.Bandwidth > 0) && c.Transport == "tcp" {
+		bad("latency, bandwidth and loss need the mem transport (bandwidth also the netns transport)")
 	}
 	total := 0.0
 	for _, r := range c.Roles {

@@ -108,6 +108,8 @@ type Result struct {
 	CPUS         float64    `json:"cpu_s"`
 
 	CompareSim *Comparison `json:"compare_sim,omitempty"`
+	// NetNS is the netns transport's own figures (a process per node).
+	NetNS *NetnsReport `json:"netns,omitempty"`
 
 	steps   []stepRow
 	ests    []estRow
@@ -346,7 +348,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	}
 	row("stalled nodes", "%d", r.StalledNodes)
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
-	row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
+	if r.Sampling.Peers > 0 {
+		row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
+	}
 	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
 	row("barrier check", "p50 %.2f ms, p99 %.1f ms (one decision: sample, query, decide)", r.BarrierCheckMs.P50, r.BarrierCheckMs.P99)
 	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
@@ -377,7 +381,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			h.SybilFigures.print(row)
 		}
 	}
-	row("resources", "peak RSS %.0f MiB, CPU %.1f s", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if rs := r.Resources; rs != nil {
 		row("  quarter → end", "RSS %.0f → %.0f MiB, live heap %.0f → %.0f MiB, goroutines %d → %d (%.1f → %.1f per live node)",
 			float64(rs.RSSBytesAtQuarter)/(1<<20), float64(rs.RSSBytesEnd)/(1<<20), float64(rs.HeapBytesAtQuarter)/(1<<20), float64(rs.HeapBytesEnd)/(1<<20),
@@ -385,6 +389,10 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		if rs.Departed > 0 {
 			row("  departed", "%d goroutines still running for %d nodes gone %s or longer", rs.GoroutinesOfDeparted, rs.Departed, DepartedGrace)
 		}
+	}
+	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if r.NetNS != nil {
+		r.NetNS.printRows(row)
 	}
 	if o := r.Overload; o != nil {
 		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
@@ -408,6 +416,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 //	estimate.csv          time_s,true_n,median_rel_error,p5,p95
 //	accuracy.csv          time_s,accuracy,loss,updates_sent,in_bytes_per_node
 //	churn_events.csv      time_s,event,node (leave, crash, join: as each began)
+//	processes.csv         one row per node process (netns transport only)
 //	step_distribution.png, estimate.png, accuracy.png, summary.json
 func (r *Result) WriteOut(dir string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -456,6 +465,11 @@ func (r *Result) WriteOut(dir string) error {
 	}
 	if err := figure.CSV(filepath.Join(dir, "churn_events.csv"), []string{"time_s", "event", "node"}, rows); err != nil {
 		return err
+	}
+	if r.NetNS != nil {
+		if err := r.NetNS.writeCSV(dir); err != nil {
+			return err
+		}
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
@@ -574,6 +588,9 @@ func PrintComparison(w io.Writer, results []*Result) {
 		fmt.Fprintf(w, "(%s clock, %d nodes, %.0f s, time scale %g; sim: fidelity mode; poll: poll mode at the nodes' re-check interval)\n", r.Clock, r.Nodes, r.DurationS, r.TimeScale)
 	}
 	for _, r := range results {
+		if n := r.NetNS; n != nil {
+			n.printComparisonLine(w, r.Barrier)
+		}
 		if w2 := r.OverloadWarning(); w2 != "" {
 			fmt.Fprintln(w, w2)
 		}

@@ -88,6 +88,9 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
+	if cfg.Transport == "netns" {
+		return runNetns(ctx, cfg)
+	}
 	if cfg.Clock == Virtual && !vclock.InBubble() {
 		return nil, errors.New("testnet: the virtual clock needs Run to be called inside a testing/synctest bubble " +
 			"(synctest.Test in a test; pspnode testnet makes one itself); set Config.Clock to Real to run on the machine's clock")

@@ -68,6 +68,13 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"testnet", "--hostile", "sybil-zone:10%", "--sybil-victims", "-2"}, 2, "sybil victims -2"},
 		{[]string{"testnet", "--hostile", "sybil-zone:80%", "--nodes", "10", "--sybil-victims", "3"}, 2, "3 victims, but only about 2 honest nodes"},
 		{[]string{"testnet", "--sybil-defence=maybe"}, 2, "invalid"},
+		{[]string{"testnet", "--transport", "netns", "--clock", "virtual"}, 2, "use --clock real with --transport netns"},
+		{[]string{"testnet", "--transport", "netns", "--latency", "20ms"}, 2, "netem"},
+		{[]string{"testnet", "--transport", "netns", "--loss", "0.1"}, 2, "netem"},
+		{[]string{"testnet", "--transport", "netns", "--nodes", "3", "--nat", "3"}, 2, "node 0, the bootstrap node, stays public"},
+		{[]string{"testnet", "--transport", "netns", "--cpu-quota", "2:1"}, 2, "FRACTION:CORES"},
+		{[]string{"testnet", "--clock", "real", "--nat", "2"}, 2, "need --transport netns"},
+		{[]string{"testnet", "--transport", "netns", "--churn", "0.2"}, 2, "churn"},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

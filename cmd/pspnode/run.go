@@ -96,6 +96,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		traversal = fs.Bool("nat-traversal", def.NAT.Traversal, "find out whether peers can dial this node (AutoNAT); behind a NAT, announce addresses through relays at the bootstrap peers and punch holes for direct connections (DCUtR)")
 		relaySvc  = fs.Bool("relay-service", def.NAT.RelayService, "when AutoNAT finds this node publicly reachable, relay for peers behind NATs (go-libp2p's limits: 128 reservations, each relayed connection 2 min and 128 KiB); needs --nat-traversal")
 		reach     = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
+		startSig  = fs.Bool("start-on-signal", false, "join and serve, but take the first step only after SIGUSR1 arrives (for a harness that starts many nodes and then starts them training at once; Unix)")
 	)
 	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
@@ -124,6 +125,15 @@ Example, two nodes on one machine:
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
+			}
+			var waitStart func(context.Context) error
+			if *startSig {
+				wait, stop, err := notifyStart()
+				if err != nil {
+					return err
+				}
+				defer stop()
+				waitStart = wait
 			}
 			log, err := newLogger(stderr, *logLevel, *logFormat)
 			if err != nil {
@@ -208,6 +218,12 @@ Example, two nodes on one machine:
 			}
 			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
 			logNAT(log, cfg)
+			if waitStart != nil {
+				log.Info("waiting for SIGUSR1 to start training")
+				if err := waitStart(ctx); err != nil {
+					return nd.Close() // interrupted before training: a clean stop
+				}
+			}
 			start := time.Now()
 			err = nd.Run(ctx)
 			st := nd.Status()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -17,6 +18,7 @@ import (
 
 	"github.com/peterbourgon/ff/v3/ffcli"
 
+	"github.com/pspnode/pspnode/internal/netns"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
@@ -61,7 +63,10 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		data      = fs.String("data", def.Data, "data: synthetic, mnist (the MNIST test set built into pspnode) or mnist:DIR")
 		encoding  = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
 		lr        = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
-		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N) or tcp (loopback sockets, up to 300 nodes; real clock only)")
+		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N), tcp (loopback sockets, up to 300 nodes; real clock only) or netns (one pspnode run process per node, each in its own network namespace on a bridge; real clock; needs root, iproute2, and nftables for --nat)")
+		nat       = fs.Int("nat", 0, "netns transport: put this many nodes behind a NAT router each (nftables masquerade; no port forward)")
+		cpuQuota  = fs.String("cpu-quota", "", "netns transport: FRACTION:CORES gives that fraction of the nodes that many CPUs each (a cgroup quota), e.g. 0.25:0.1")
+		cleanup   = fs.Bool("cleanup", false, "remove the namespaces, links and cgroups that netns runs whose process is gone left behind, then exit")
 		seed      = fs.Uint64("seed", def.Seed, "random seed (also of the nodes' keys; 0: random keys)")
 		warmup    = fs.Duration("warmup", def.Warmup, "longest wait for the overlay to form before training starts")
 		evalEvery = fs.Duration("eval-every", def.EvalEvery, "evaluate the models this often (0: never)")
@@ -79,7 +84,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		prefix    = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
 		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
 		latency   = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
-		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
+		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport; netns: tc tbf on its link): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
 		pollShare = share(def.PollShare)
@@ -123,7 +128,16 @@ Examples:
   pspnode testnet --nodes 200 --churn 0.2 --churn-mode mixed --duration 5m --out results/churn
   pspnode testnet --model logreg --data mnist --nodes 16 --stragglers 0.2
   pspnode testnet --nodes 100 --latency uniform:10ms-80ms --bandwidth 100mbit
-  pspnode testnet --clock real --nodes 50 --json    # what real CPU costs`,
+  pspnode testnet --clock real --nodes 50 --json    # what real CPU costs
+  pspnode testnet --transport netns --nodes 12 --nat 4 --model logreg --data mnist --barrier pssp:4:2
+
+--transport netns runs each node as a separate 'pspnode run' process (this
+binary) in a network namespace of its own, with its own address on a
+bridge, and reads the report from the nodes' /status and /metrics. It
+needs root and iproute2 (ip, tc), and nftables with --nat. Links take
+--bandwidth (tc tbf), not --latency or --loss (tc netem). Everything it
+makes is removed when it ends or is interrupted; --cleanup removes what a
+killed run left.`,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
@@ -132,6 +146,17 @@ Examples:
 			stderr := &lockedWriter{w: stderr}
 			if len(args) > 0 {
 				return usagef("testnet takes no arguments, got %q", args)
+			}
+			if *cleanup {
+				return netnsCleanup(ctx, stderr)
+			}
+			clockSet := false
+			fs.Visit(func(f *flag.Flag) { clockSet = clockSet || f.Name == "clock" })
+			if *transport == "netns" && !clockSet {
+				*clock = string(testnet.Real)
+				if !*quiet {
+					fmt.Fprintln(stderr, "testnet: the netns transport runs real processes: using --clock real")
+				}
 			}
 			cfg := testnet.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barriers[0]
@@ -143,7 +168,11 @@ Examples:
 			cfg.PollShare = float64(pollShare)
 			cfg.Exchange = exchange
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
+			cfg.NAT, cfg.NodeLogLevel = *nat, *logLevel
 			var err error
+			if cfg.CPUQuota, err = testnet.ParseCPUQuota(*cpuQuota); err != nil {
+				return usageError{err}
+			}
 			if cfg.Clock, err = testnet.ParseClock(*clock); err != nil {
 				return usageError{err}
 			}
@@ -186,7 +215,7 @@ Examples:
 			if *gcPercent < 0 {
 				return usagef("--gc-percent must be >= 0 (got %d)", *gcPercent)
 			}
-			if p := testnetGCPercent(*gcPercent, cfg.Nodes, os.Getenv("GOGC")); p > 0 {
+			if p := testnetGCPercent(*gcPercent, cfg.Nodes, os.Getenv("GOGC")); p > 0 && cfg.Transport != "netns" {
 				defer debug.SetGCPercent(debug.SetGCPercent(p))
 			}
 			log, err := newLogger(stderr, *logLevel, "text")
@@ -237,6 +266,9 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 		fmt.Fprintf(j.stderr, "testnet: starting %d nodes (%s transport, %s clock), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Clock, cfg.Barrier, cfg.Model)
 		if !virtual {
 			fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
+		}
+		cfg.NetnsRun = func(id, subnet string) {
+			fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
 		}
 		cfg.BuildProgress = func(built, total int, d time.Duration) {
 			if virtual {
@@ -452,4 +484,14 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// netnsCleanup sweeps what killed netns runs left behind.
+func netnsCleanup(ctx context.Context, stderr io.Writer) error {
+	if err := netns.Check(false); err != nil {
+		return err
+	}
+	swept, err := netns.Sweep(ctx)
+	fmt.Fprintf(stderr, "testnet: removed what %d stale netns run(s) left behind %v\n", len(swept), swept)
+	return err
 }

@@ -1,0 +1,396 @@
+package testnet
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"math/rand/v2"
+	"net/http"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pspnode/pspnode/internal/netns"
+)
+
+// CPUQuota gives a Fraction of a netns testnet's nodes Cores CPUs each
+// (a cgroup CPU quota): stragglers whose slowness is real compute.
+type CPUQuota struct {
+	Fraction float64
+	Cores    float64
+}
+
+// ParseCPUQuota reads "F:Q", a fraction of the nodes and the cores each of
+// them gets ("0.25:0.1"), or "" for none.
+func ParseCPUQuota(s string) (CPUQuota, error) {
+	if s == "" {
+		return CPUQuota{}, nil
+	}
+	f, q, ok := strings.Cut(s, ":")
+	a, err1 := strconv.ParseFloat(f, 64)
+	b, err2 := strconv.ParseFloat(q, 64)
+	if !ok || err1 != nil || err2 != nil || !(a > 0 && a <= 1) || !(b >= 0.01 && b <= 1024) {
+		return CPUQuota{}, fmt.Errorf("cpu quota %q: want FRACTION:CORES with a fraction of the nodes in (0, 1] and cores in [0.01, 1024], e.g. 0.25:0.1", s)
+	}
+	return CPUQuota{a, b}, nil
+}
+
+// netnsHTTPPort and netnsP2PPort are where every netns node listens, on its
+// own address.
+const (
+	netnsHTTPPort = 9090
+	netnsP2PPort  = 4001
+)
+
+// proc is one `pspnode run` process of a netns testnet.
+type proc struct {
+	idx     int
+	host    *netns.Host
+	factor  float64 // straggle factor of the time model
+	cores   float64 // CPU quota, 0 for none
+	cmd     *exec.Cmd
+	stderr  *tailBuffer
+	peerID  chan string   // the "peer id:" line, once
+	exited  chan struct{} // closed when the process has been reaped
+	exitErr error         // set before exited is closed
+	url     string        // http://ip:port
+}
+
+// tailBuffer keeps the last 4 KiB written to it.
+type tailBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	if len(b.buf) > 4096 {
+		b.buf = b.buf[len(b.buf)-4096:]
+	}
+	return len(p), nil
+}
+
+func (b *tailBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.TrimSpace(string(b.buf))
+}
+
+// netnsRun is one netns testnet in progress: its network and processes.
+type netnsRun struct {
+	cfg    Config
+	net    *netns.Net
+	procs  []*proc
+	client *http.Client
+}
+
+// runNetns runs the testnet as one `pspnode run` process per node, each in
+// its own network namespace, and reads their /status and /metrics.
+func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
+	if err := netns.Check(cfg.NAT > 0); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	exe := cfg.Executable
+	if exe == "" {
+		if exe, err = os.Executable(); err != nil {
+			return nil, fmt.Errorf("testnet: the pspnode executable: %w", err)
+		}
+	}
+	if cfg.Model != "none" {
+		// Fail here, not in every child, on a bad data path.
+		if err := checkData(cfg); err != nil {
+			return nil, err
+		}
+	}
+	n, err := netns.New(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	if cfg.NetnsRun != nil {
+		cfg.NetnsRun(n.ID, n.Subnet().String())
+	}
+	r := &netnsRun{cfg: cfg, net: n, client: &http.Client{Timeout: 3 * time.Second}}
+	defer func() {
+		// Teardown ignores ctx: it runs after a SIGINT too.
+		if cerr := r.stop(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	// Every node may resolve every other, the host and (NATed) its router.
+	if err := n.RaiseNeighbourLimits(cfg.Nodes * (cfg.Nodes + 3)); err != nil {
+		return nil, fmt.Errorf("testnet: %w", err)
+	}
+	if err := r.start(ctx, exe); err != nil {
+		return nil, err
+	}
+	warm := r.waitReady(ctx)
+	if err := r.exitedEarly(); err != nil {
+		return nil, err
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := r.startTraining(); err != nil {
+		return nil, err
+	}
+	return r.train(ctx, warm)
+}
+
+// picks returns k of the indices 1..n-1 (node 0 is the bootstrap node and
+// stays public), drawn by seed and salt.
+func picks(n, k int, seed, salt uint64) map[int]bool {
+	out := map[int]bool{}
+	if k <= 0 {
+		return out
+	}
+	for _, j := range rand.New(rand.NewPCG(seed, salt)).Perm(n - 1)[:min(k, n-1)] {
+		out[j+1] = true
+	}
+	return out
+}
+
+// start builds every node's namespace and starts its process: node 0 first
+// (every other node bootstraps from it), then the rest.
+func (r *netnsRun) start(ctx context.Context, exe string) error {
+	cfg := r.cfg
+	nat := picks(cfg.Nodes, cfg.NAT, cfg.Seed, 0x4a7)
+	quota := picks(cfg.Nodes, int(math.Round(cfg.CPUQuota.Fraction*float64(cfg.Nodes))), cfg.Seed, 0xc9a)
+	slow := map[int]bool{}
+	for _, i := range rand.New(rand.NewPCG(cfg.Seed, 0x57a6)).Perm(cfg.Nodes)[:int(math.Round(cfg.Stragglers*float64(cfg.Nodes)))] {
+		slow[i] = true
+	}
+	var boot string
+	buildStart := time.Now()
+	for i := range cfg.Nodes {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		h, err := r.net.AddHost(ctx, i, nat[i], netnsHTTPPort)
+		if err != nil {
+			return fmt.Errorf("testnet: %w", err)
+		}
+		if cfg.Bandwidth > 0 {
+			if err := r.net.Limit(ctx, h, cfg.Bandwidth); err != nil {
+				return fmt.Errorf("testnet: %w", err)
+			}
+		}
+		p := &proc{idx: i, host: h, factor: 1, stderr: &tailBuffer{}, peerID: make(chan string, 1), exited: make(chan struct{}),
+			url: fmt.Sprintf("http://%s:%d", h.IP, netnsHTTPPort)}
+		if slow[i] {
+			p.factor = cfg.StraggleFactor
+		}
+		if quota[i] {
+			p.cores = cfg.CPUQuota.Cores
+		}
+		if err := r.launch(p, exe, boot); err != nil {
+			return err
+		}
+		if i == 0 {
+			select {
+			case id := <-p.peerID:
+				boot = fmt.Sprintf("/ip4/%s/tcp/%d/p2p/%s", h.IP, netnsP2PPort, id)
+			case <-p.exited:
+				return fmt.Errorf("testnet: node 0 exited at start: %v: %s", p.exitErr, p.stderr)
+			case <-time.After(30 * time.Second):
+				return fmt.Errorf("testnet: node 0 printed no peer ID within 30 s: %s", p.stderr)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		if cfg.BuildProgress != nil && ((i+1)%10 == 0 || i+1 == cfg.Nodes) {
+			cfg.BuildProgress(i+1, cfg.Nodes, time.Since(buildStart))
+		}
+	}
+	return nil
+}
+
+// args is node p's `pspnode run` command line.
+func (r *netnsRun) args(p *proc, boot string) []string {
+	c := r.cfg
+	ip := p.host.IP.String()
+	a := []string{"run",
+		"--listen", fmt.Sprintf("/ip4/%s/tcp/%d", ip, netnsP2PPort),
+		"--http", fmt.Sprintf("%s:%d", ip, netnsHTTPPort),
+		"--job", "testnet", "--barrier", c.Barrier.String(), "--exchange", c.Exchange.String(),
+		"--model", c.Model, "--data", c.Data,
+		"--shards", strconv.Itoa(c.Nodes), "--shard", strconv.Itoa(p.idx),
+		"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
+		"--straggle-factor", strconv.FormatFloat(p.factor, 'g', -1, 64),
+		"--poll-share", strconv.FormatFloat(c.PollShare, 'g', -1, 64),
+		"--start-on-signal",
+		"--eval-every", strconv.Itoa(netnsEvalSteps(c)),
+		"--log-level", c.NodeLogLevel,
+	}
+	if c.NodeLogLevel == "" {
+		a[len(a)-1] = "warn"
+	}
+	if c.LR > 0 {
+		a = append(a, "--lr", strconv.FormatFloat(c.LR, 'g', -1, 64))
+	}
+	if boot != "" {
+		a = append(a, "--bootstrap", boot)
+	}
+	return a
+}
+
+// netnsEvalSteps is how many steps apart the nodes evaluate their models
+// (pspnode run counts evaluation in steps): about EvalEvery of steps.
+func netnsEvalSteps(c Config) int {
+	if c.Model == "none" || c.EvalEvery == 0 {
+		return 0
+	}
+	if c.TimeScale > 0 {
+		// A mean step takes about 2 s × the time scale.
+		return max(1, int(c.EvalEvery.Seconds()/(2*c.TimeScale)))
+	}
+	return 200 // steps of pure compute take milliseconds
+}
+
+// launch starts p's process in its namespace and puts it in its cgroup.
+func (r *netnsRun) launch(p *proc, exe, boot string) error {
+	p.cmd = p.host.Command(exe, r.args(p, boot)...)
+	p.cmd.SysProcAttr = childAttr()
+	p.cmd.Stderr = p.stderr
+	out, err := p.cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	if err := p.cmd.Start(); err != nil {
+		return fmt.Errorf("testnet: node %d: %w", p.idx, err)
+	}
+	r.procs = append(r.procs, p)
+	go func() { // owned by p: ends when the process's stdout closes, then reaps it
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			if id, ok := strings.CutPrefix(sc.Text(), "peer id: "); ok {
+				select {
+				case p.peerID <- id:
+				default:
+				}
+			}
+		}
+		_, _ = io.Copy(io.Discard, out)
+		p.exitErr = p.cmd.Wait()
+		close(p.exited)
+	}()
+	if p.cores > 0 {
+		if err := r.net.LimitCPU(p.host, p.cmd.Process.Pid, p.cores); err != nil {
+			return fmt.Errorf("testnet: node %d: %w", p.idx, err)
+		}
+	}
+	return nil
+}
+
+// waitReady waits until every node has joined and its overlay is ready
+// (/status joined and overlay_ready), or Warmup passes, and returns how
+// long it waited.
+func (r *netnsRun) waitReady(ctx context.Context) time.Duration {
+	start := time.Now()
+	wctx, cancel := context.WithTimeout(ctx, r.cfg.Warmup)
+	defer cancel()
+	for wctx.Err() == nil {
+		all := true
+		for _, rd := range r.readAll(wctx, false) {
+			all = all && rd.ok && rd.st.Joined && rd.st.OverlayReady
+		}
+		if all || r.exitedEarly() != nil {
+			break
+		}
+		t := time.NewTimer(500 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+		case <-t.C:
+		}
+		t.Stop()
+	}
+	return time.Since(start)
+}
+
+// startTraining sends every node the signal --start-on-signal waits for.
+func (r *netnsRun) startTraining() error {
+	for _, p := range r.procs {
+		if err := p.cmd.Process.Signal(startSignal); err != nil {
+			return fmt.Errorf("testnet: starting node %d: %w", p.idx, err)
+		}
+	}
+	return nil
+}
+
+// exitedEarly names the first node whose process has ended.
+func (r *netnsRun) exitedEarly() error {
+	for _, p := range r.procs {
+		select {
+		case <-p.exited:
+			return fmt.Errorf("testnet: node %d exited: %v: %s", p.idx, p.exitErr, p.stderr)
+		default:
+		}
+	}
+	return nil
+}
+
+// stop ends every process (SIGINT, so each tells its peers it leaves;
+// SIGKILL after 10 s) and removes the network.
+func (r *netnsRun) stop() error {
+	for _, p := range r.procs {
+		_ = p.cmd.Process.Signal(os.Interrupt)
+	}
+	deadline := time.NewTimer(10 * time.Second)
+	defer deadline.Stop()
+	expired := false
+	for _, p := range r.procs {
+		if !expired {
+			select {
+			case <-p.exited:
+				continue
+			case <-deadline.C:
+				expired = true
+			}
+		}
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+	}
+	return r.net.Close()
+}
+
+// netnsMaxNodes bounds a netns testnet: each node is a process with its
+// own Go runtime (about 30–50 MiB resident).
+const netnsMaxNodes = 300
+
+// validateNetns checks what the netns transport supports: it links nodes
+// with tc tbf (a rate), not netem (delay and loss), and runs each node as
+// a plain `pspnode run`, without the in-process testnet's churn and
+// hostile roles.
+func (c Config) validateNetns() []error {
+	var errs []error
+	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if c.Nodes > netnsMaxNodes {
+		bad("netns transport: %d nodes, at most %d (a process each)", c.Nodes, netnsMaxNodes)
+	}
+	if c.Latency.Max > 0 || c.Loss > 0 {
+		bad("netns transport: link latency and loss need tc's netem qdisc, which it does not use (netem is missing from this kind of kernel); it supports --bandwidth (tc tbf); use --transport mem for latency and loss")
+	}
+	if c.Churn > 0 || len(c.Script) > 0 {
+		bad("netns transport: churn and churn scripts need --transport mem or tcp")
+	}
+	if len(c.Roles) > 0 || c.NoScreen || c.NormBound != 0 {
+		bad("netns transport: hostile roles, --no-screen and --norm-bound need --transport mem or tcp")
+	}
+	if c.Encoding != "dense32" {
+		bad("netns transport: pspnode run sends dense32 updates; encoding %s needs --transport mem or tcp", c.Encoding)
+	}
+	if c.NAT < 0 || c.NAT > c.Nodes-1 {
+		bad("nat %d: want 0 to nodes-1 = %d (node 0, the bootstrap node, stays public)", c.NAT, c.Nodes-1)
+	}
+	if c.CPUQuota != (CPUQuota{}) && !(c.CPUQuota.Fraction > 0 && c.CPUQuota.Fraction <= 1 && c.CPUQuota.Cores >= 0.01) {
+		bad("cpu quota %v: want a fraction in (0, 1] and at least 0.01 cores", c.CPUQuota)
+	}
+	return errs
+}

@@ -1,0 +1,373 @@
+package testnet
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/sim"
+)
+
+// checkData opens the configured data set once, so a bad path is one
+// error, not one per node.
+func checkData(cfg Config) error {
+	if _, err := model.Open(node.DataFor(cfg.Model, cfg.Data)); err != nil {
+		return fmt.Errorf("testnet: %w", err)
+	}
+	return nil
+}
+
+// nodeStatus is the part of a node's /status the testnet reads; raw keeps
+// the whole object for fields other builds add (NAT traversal's).
+type nodeStatus struct {
+	Step               int64    `json:"step"`
+	PopulationEstimate float64  `json:"population_estimate"`
+	EstimateError      string   `json:"population_estimate_error"`
+	ConnectedPeers     int      `json:"connected_peers"`
+	ConnectionsOpened  uint64   `json:"connections_opened"`
+	Waiting            bool     `json:"waiting"`
+	Joined             bool     `json:"joined"`
+	OverlayReady       bool     `json:"overlay_ready"`
+	BarrierChecks      uint64   `json:"barrier_checks"`
+	BarrierPasses      uint64   `json:"barrier_passes"`
+	BarrierWaitS       float64  `json:"barrier_wait_s"`
+	Accuracy           *float64 `json:"accuracy"`
+	Loss               *float64 `json:"loss"`
+	UpdatesSent        uint64   `json:"updates_sent"`
+	UpdatesReceived    uint64   `json:"updates_received"`
+	UpdatesRejected    uint64   `json:"updates_rejected"`
+	ReportsScreened    uint64   `json:"reports_screened"`
+	UpdatesNormRefused uint64   `json:"updates_norm_refused"`
+	StreamsRefused     uint64   `json:"streams_refused"`
+	raw                map[string]json.RawMessage
+}
+
+// metricSet is one node's /metrics: every sample by its name and labels
+// as written ("psp_step", `psp_barrier_check_seconds_bucket{le="0.0002"}`).
+type metricSet map[string]float64
+
+// parseMetrics reads Prometheus text format samples (comments skipped).
+func parseMetrics(rd io.Reader) (metricSet, error) {
+	m := metricSet{}
+	sc := bufio.NewScanner(rd)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if line == "" || line[0] == '#' {
+			continue
+		}
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[i+1:], 64)
+		if err != nil {
+			continue
+		}
+		m[line[:i]] = v
+	}
+	return m, sc.Err()
+}
+
+// histogram is a Prometheus histogram's cumulative bucket counts by upper
+// bound (the last bound +Inf).
+type histogram struct {
+	le    []float64
+	count []float64
+}
+
+// hist extracts histogram name from m.
+func (m metricSet) hist(name string) histogram {
+	var h histogram
+	prefix := name + `_bucket{le="`
+	for k, v := range m {
+		if rest, ok := strings.CutPrefix(k, prefix); ok {
+			b, err := strconv.ParseFloat(strings.TrimSuffix(rest, `"}`), 64)
+			if err == nil {
+				h.le, h.count = append(h.le, b), append(h.count, v)
+			}
+		}
+	}
+	idx := make([]int, len(h.le))
+	for i := range idx {
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(a, b int) int {
+		switch {
+		case h.le[a] < h.le[b]:
+			return -1
+		case h.le[a] > h.le[b]:
+			return 1
+		}
+		return 0
+	})
+	out := histogram{}
+	for _, i := range idx {
+		out.le, out.count = append(out.le, h.le[i]), append(out.count, h.count[i])
+	}
+	return out
+}
+
+// add adds (sign 1) or subtracts (sign -1) o, which must have the same
+// bounds (the nodes all run the same binary); an empty h takes o's bounds.
+func (h *histogram) add(o histogram, sign float64) {
+	if len(h.le) == 0 {
+		h.le, h.count = slices.Clone(o.le), make([]float64, len(o.le))
+	}
+	if len(o.le) != len(h.le) {
+		return
+	}
+	for i := range o.count {
+		h.count[i] += sign * o.count[i]
+	}
+}
+
+// quantile estimates the q-quantile as Prometheus's histogram_quantile
+// does: linear within the bucket holding the rank, the first bucket from
+// 0; a rank in the +Inf bucket gives the largest finite bound. NaN when
+// empty. The buckets double, so the estimate is within a factor of 2.
+func (h histogram) quantile(q float64) float64 {
+	if len(h.count) == 0 || h.count[len(h.count)-1] <= 0 {
+		return math.NaN()
+	}
+	rank := q * h.count[len(h.count)-1]
+	for i, c := range h.count {
+		if c < rank {
+			continue
+		}
+		if math.IsInf(h.le[i], 1) {
+			if i == 0 {
+				return math.NaN()
+			}
+			return h.le[i-1]
+		}
+		lo, below := 0.0, 0.0
+		if i > 0 {
+			lo, below = h.le[i-1], h.count[i-1]
+		}
+		if c == below {
+			return h.le[i]
+		}
+		return lo + (h.le[i]-lo)*(rank-below)/(c-below)
+	}
+	return h.le[len(h.le)-1]
+}
+
+// reading is one node's /status and /metrics at one moment; ok is false
+// when the node did not answer.
+type reading struct {
+	st  nodeStatus
+	met metricSet
+	ok  bool
+	at  time.Time
+}
+
+// read fetches p's /status, and its /metrics too with metrics.
+func (r *netnsRun) read(ctx context.Context, p *proc, metrics bool) reading {
+	rd := reading{at: time.Now()}
+	get := func(path string, f func(io.Reader) error) bool {
+		req, err := httpRequest(ctx, p.url+path)
+		if err != nil {
+			return false
+		}
+		resp, err := r.client.Do(req)
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		return resp.StatusCode == 200 && f(resp.Body) == nil
+	}
+	rd.ok = get("/status", func(b io.Reader) error {
+		raw, err := io.ReadAll(b)
+		if err != nil {
+			return err
+		}
+		if err := json.Unmarshal(raw, &rd.st); err != nil {
+			return err
+		}
+		return json.Unmarshal(raw, &rd.st.raw)
+	})
+	if rd.ok && metrics {
+		rd.ok = get("/metrics", func(b io.Reader) error {
+			var err error
+			rd.met, err = parseMetrics(b)
+			return err
+		})
+	}
+	return rd
+}
+
+// readAll reads every node at once.
+func (r *netnsRun) readAll(ctx context.Context, metrics bool) []reading {
+	out := make([]reading, len(r.procs))
+	var wg sync.WaitGroup
+	for i, p := range r.procs {
+		wg.Go(func() { out[i] = r.read(ctx, p, metrics) })
+	}
+	wg.Wait()
+	return out
+}
+
+// loadAvg1 is this machine's one-minute load average (NaN where unknown).
+func loadAvg1() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return math.NaN()
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return math.NaN()
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	if err != nil {
+		return math.NaN()
+	}
+	return v
+}
+
+// netnsTrack follows each node through training for the step, estimate,
+// accuracy and stall records.
+type netnsTrack struct {
+	base      []int64 // each node's step when training started
+	lastStep  []int64
+	freeSince []time.Duration
+	stalled   map[int]bool
+	steps     []stepRow
+	ests      []estRow
+	accs      []accRow
+	relErr    []float64
+}
+
+// record notes one round of readings taken at now into training.
+func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapshot {
+	snap := Snapshot{Elapsed: now, Wall: now, EstimateError: math.NaN(), Accuracy: math.NaN()}
+	var steps []int64
+	var rel []float64
+	var acc, loss float64
+	var nacc int
+	var sent float64
+	truth := float64(len(rs))
+	for i, rd := range rs {
+		if !rd.ok {
+			continue
+		}
+		snap.Live++
+		s := rd.st.Step - k.base[i]
+		if s != k.lastStep[i] {
+			k.lastStep[i], k.freeSince[i] = s, -1
+		}
+		steps = append(steps, s)
+		k.steps = append(k.steps, stepRow{now.Seconds(), i, s})
+		if rd.st.Waiting {
+			snap.Waiting++
+		}
+		if rd.st.EstimateError == "" && rd.st.PopulationEstimate > 0 {
+			rel = append(rel, math.Abs(rd.st.PopulationEstimate-truth)/truth)
+		} else {
+			rel = append(rel, 1)
+		}
+		if rd.st.Accuracy != nil {
+			acc += *rd.st.Accuracy
+			if rd.st.Loss != nil {
+				loss += *rd.st.Loss
+			}
+			nacc++
+		}
+		sent += float64(rd.st.UpdatesSent)
+	}
+	// Stalled: waiting at the barrier for StallWindow although the barrier,
+	// on the true steps of every node, would have let it go on.
+	minStep := slices.Min(append(slices.Clone(steps), math.MaxInt64))
+	st := cfg.Barrier.BaseStaleness()
+	for i, rd := range rs {
+		if !rd.ok {
+			continue
+		}
+		free := rd.st.Waiting && (st < 0 || minStep >= k.lastStep[i]-int64(st))
+		if !free {
+			k.freeSince[i] = -1
+			continue
+		}
+		if k.freeSince[i] < 0 {
+			k.freeSince[i] = now
+		}
+		if now-k.freeSince[i] >= cfg.StallWindow {
+			k.stalled[i] = true
+		}
+	}
+	if len(steps) > 0 {
+		slices.Sort(steps)
+		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
+	}
+	if len(rel) > 0 {
+		sorted := slices.Clone(rel)
+		slices.Sort(sorted)
+		snap.EstimateError = sorted[(len(sorted)-1)/2]
+		k.ests = append(k.ests, estRow{t: now.Seconds(), truth: len(rs), median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)})
+	}
+	k.relErr = rel
+	if nacc > 0 {
+		snap.Accuracy = acc / float64(nacc)
+		k.accs = append(k.accs, accRow{t: now.Seconds(), accuracy: acc / float64(nacc), loss: loss / float64(nacc), updates: sent})
+	}
+	return snap
+}
+
+// train runs the training window: the nodes already train (each started
+// once it knew most of its peers); the window counts steps from its start.
+func (r *netnsRun) train(ctx context.Context, warm time.Duration) (*Result, error) {
+	cfg := r.cfg
+	load0 := loadAvg1()
+	// Readings outlive runCtx: the last one is taken after it ends.
+	bg := context.WithoutCancel(ctx)
+	start := time.Now()
+	base := r.readAll(bg, true)
+	runCtx, stop := context.WithDeadline(ctx, start.Add(cfg.Duration))
+	defer stop()
+	k := &netnsTrack{base: make([]int64, len(base)), lastStep: make([]int64, len(base)), freeSince: make([]time.Duration, len(base)), stalled: map[int]bool{}}
+	for i, rd := range base {
+		k.base[i], k.freeSince[i] = rd.st.Step, -1
+	}
+	tick := time.NewTicker(cfg.RecordEvery)
+	defer tick.Stop()
+	var lastUpdates uint64
+loop:
+	for {
+		select {
+		case <-runCtx.Done():
+			break loop
+		case <-tick.C:
+		}
+		rs := r.readAll(runCtx, false)
+		snap := k.record(cfg, time.Since(start), rs)
+		var u uint64
+		for _, rd := range rs {
+			u += rd.st.UpdatesReceived
+		}
+		if lastUpdates > 0 {
+			snap.UpdatesPerSec = float64(u-min(u, lastUpdates)) / cfg.RecordEvery.Seconds()
+		}
+		lastUpdates = u
+		if cfg.Progress != nil {
+			cfg.Progress(snap)
+		}
+		if err := r.exitedEarly(); err != nil {
+			return nil, err
+		}
+	}
+	final := r.readAll(bg, true)
+	elapsed := time.Since(start)
+	k.record(cfg, elapsed, final)
+	return r.result(k, base, final, elapsed, warm, load0), nil
+}
