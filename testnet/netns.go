@@ -110,7 +110,9 @@ func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
 			return nil, err
 		}
 	}
-	n, err := netns.New(ctx)
+	// With NATed nodes, the bridge is public-looking address space, so
+	// that AutoNAT, relays and hole punching act as on the internet.
+	n, err := netns.New(ctx, netns.Options{PublicWAN: cfg.NAT > 0})
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -234,6 +236,18 @@ func (r *netnsRun) args(p *proc, boot string) []string {
 	}
 	if c.LR > 0 {
 		a = append(a, "--lr", strconv.FormatFloat(c.LR, 'g', -1, 64))
+	}
+	if c.NAT > 0 {
+		// QUIC too: hole punching through the NAT routers' connection
+		// tracking succeeds more often over UDP than by TCP simultaneous
+		// open.
+		a[2] += fmt.Sprintf(",/ip4/%s/udp/%d/quic-v1", ip, netnsP2PPort)
+		if boot == "" {
+			// The bootstrap node is every NATed node's static relay; it
+			// knows it is public, so it relays from the start instead of
+			// after AutoNAT has confirmed it.
+			a = append(a, "--reachability", "public")
+		}
 	}
 	if boot != "" {
 		a = append(a, "--bootstrap", boot)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/figure"
 	"github.com/pspnode/pspnode/internal/procstat"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -91,6 +92,36 @@ type Group struct {
 	// reachability and connection kinds that its build reports (none in
 	// builds without NAT traversal).
 	Status []map[string]json.RawMessage `json:"status,omitempty"`
+	// Traversal sums the group's /status nat fields at the end: how the
+	// nodes found themselves reachable, their connections by kind and
+	// their hole punches by result (absent for builds without them).
+	Traversal *TraversalSum `json:"traversal,omitempty"`
+}
+
+// TraversalSum adds up the NAT traversal fields of a group's /status.
+type TraversalSum struct {
+	Reachability map[string]int    `json:"reachability"` // nodes per state
+	WithRelay    int               `json:"nodes_with_relay_addrs"`
+	Connections  node.ConnKinds    `json:"connections"`
+	HolePunches  map[string]uint64 `json:"hole_punches"`
+}
+
+// addTraversal adds one node's /status nat object.
+func (t *TraversalSum) add(raw json.RawMessage) {
+	var st node.NATStatus
+	if json.Unmarshal(raw, &st) != nil {
+		return
+	}
+	t.Reachability[st.Reachability]++
+	if len(st.RelayAddrs) > 0 {
+		t.WithRelay++
+	}
+	t.Connections.Direct += st.Connections.Direct
+	t.Connections.Relayed += st.Connections.Relayed
+	t.Connections.HolePunched += st.Connections.HolePunched
+	for k, v := range st.HolePunches {
+		t.HolePunches[k] += v
+	}
 }
 
 // procRow is one node process's line in processes.csv.
@@ -265,6 +296,14 @@ func (g *groupAcc) group(what string, elapsed time.Duration) *Group {
 	gr := &Group{What: what, Nodes: len(g.in), Steps: sim.Summarize(g.in), Others: sim.Summarize(g.out),
 		QueriesOK: g.ok, QueriesFailed: g.bad, Querying: g.querying, OthersQueriesOK: g.oOK, OthersQueriesFailed: g.oBad,
 		Status: g.status}
+	for _, st := range g.status {
+		if raw, ok := st["nat"]; ok {
+			if gr.Traversal == nil {
+				gr.Traversal = &TraversalSum{Reachability: map[string]int{}, HolePunches: map[string]uint64{}}
+			}
+			gr.Traversal.add(raw)
+		}
+	}
 	if s := elapsed.Seconds(); s > 0 {
 		gr.StepsPerS, gr.OthersStepsPerS = gr.Steps.Mean/s, gr.Others.Mean/s
 	}
@@ -287,6 +326,10 @@ func (n *NetnsReport) printRows(row func(k, format string, a ...any)) {
 		row("  "+g.What, "%d nodes: %.2f steps/s (mean %.1f) against %.2f (mean %.1f) for the others", g.Nodes, g.StepsPerS, g.Steps.Mean, g.OthersStepsPerS, g.Others.Mean)
 		row("", "step queries answered %.0f, failed %.0f (%d of %d nodes had answers); others %.0f, failed %.0f",
 			g.QueriesOK, g.QueriesFailed, g.Querying, g.Nodes, g.OthersQueriesOK, g.OthersQueriesFailed)
+		if t := g.Traversal; t != nil {
+			row("", "reachability %v; %d with relay addresses; connections %d direct, %d hole-punched, %d relayed; hole punches %v",
+				t.Reachability, t.WithRelay, t.Connections.Direct, t.Connections.HolePunched, t.Connections.Relayed, t.HolePunches)
+		}
 	}
 }
 

@@ -112,38 +112,69 @@ type Net struct {
 	closed  bool
 }
 
-// New makes a bridge for a run: a fresh run ID, a /16 of 10.0.0.0/8 that no
-// interface of this machine uses, and the bridge's address in it. owner
-// (a pid) is recorded in the bridge's alias for Sweep.
-func New(ctx context.Context) (*Net, error) {
+// Options change how New lays out a run's network.
+type Options struct {
+	// PublicWAN puts the bridge in 7.0.0.0/8 instead of 10.0.0.0/8, so
+	// that the nodes on it have addresses libp2p counts as public: AutoNAT
+	// tests only public addresses, and relays and hole punching start only
+	// from them. NATed nodes' LANs stay in 10.0.0.0/8. The range is real
+	// address space: while the run lasts, this machine routes the bridge's
+	// /16 of it to the bridge.
+	PublicWAN bool
+}
+
+// wanOctet is the bridge range's first octet.
+func (o Options) wanOctet() byte {
+	if o.PublicWAN {
+		return 7
+	}
+	return 10
+}
+
+// New makes a bridge for a run: a fresh run ID, a /16 of 10.0.0.0/8 (or
+// 7.0.0.0/8, see Options) that no interface of this machine uses, and the
+// bridge's address in it. owner (a pid) is recorded in the bridge's alias
+// for Sweep.
+func New(ctx context.Context, opts ...Options) (*Net, error) {
+	var o Options
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	w := o.wanOctet()
 	var b [3]byte
 	if _, err := rand.Read(b[:]); err != nil {
 		return nil, err
 	}
 	id := hex.EncodeToString(b[:])
-	used, err := usedOctets(ctx)
+	used, err := usedOctets(ctx, 10)
 	if err != nil {
 		return nil, err
+	}
+	usedWAN := used
+	if w != 10 {
+		if usedWAN, err = usedOctets(ctx, w); err != nil {
+			return nil, err
+		}
 	}
 	// Second octets 64..127 for bridges, +64 for NATed LANs; start at a
 	// point drawn from the ID so that concurrent runs rarely race for one.
 	var a int = -1
 	for k := range 64 {
 		c := 64 + (int(b[0])+k)%64
-		if !used[c] && !used[c+64] {
+		if !usedWAN[c] && !used[c+64] {
 			a = c
 			break
 		}
 	}
 	if a < 0 {
-		return nil, errors.New("netns: no free 10.x.0.0/16 for the bridge")
+		return nil, fmt.Errorf("netns: no free %d.x.0.0/16 for the bridge", w)
 	}
 	n := &Net{
 		ID:     id,
 		Bridge: "p" + id + "br",
-		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(a), 0, 0}), 16),
+		subnet: netip.PrefixFrom(netip.AddrFrom4([4]byte{w, byte(a), 0, 0}), 16),
 		lan:    netip.PrefixFrom(netip.AddrFrom4([4]byte{10, byte(a + 64), 0, 0}), 16),
-		HostIP: netip.AddrFrom4([4]byte{10, byte(a), 0, 1}),
+		HostIP: netip.AddrFrom4([4]byte{w, byte(a), 0, 1}),
 	}
 	steps := [][]string{
 		{"link", "add", n.Bridge, "type", "bridge"},
@@ -166,9 +197,9 @@ func New(ctx context.Context) (*Net, error) {
 // octet + 64.
 func (n *Net) Subnet() netip.Prefix { return n.subnet }
 
-// usedOctets returns the second octets of every 10.x.y.z address on this
-// machine's interfaces.
-func usedOctets(ctx context.Context) (map[int]bool, error) {
+// usedOctets returns the second octets of every first.x.y.z address on
+// this machine's interfaces.
+func usedOctets(ctx context.Context, first byte) (map[int]bool, error) {
 	out, err := run(ctx, "ip", "-4", "-o", "addr", "show")
 	if err != nil {
 		return nil, fmt.Errorf("netns: %w", err)
@@ -179,7 +210,7 @@ func usedOctets(ctx context.Context) (map[int]bool, error) {
 		if !ok {
 			continue
 		}
-		if a, err := netip.ParseAddr(ip); err == nil && a.Is4() && a.As4()[0] == 10 {
+		if a, err := netip.ParseAddr(ip); err == nil && a.Is4() && a.As4()[0] == first {
 			used[int(a.As4()[1])] = true
 		}
 	}
