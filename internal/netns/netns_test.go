@@ -2,6 +2,7 @@ package netns
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -32,11 +33,20 @@ func dialFrom(ctx context.Context, ns string, addr netip.AddrPort) error {
 // that rate limits and CPU cgroups apply, and that Close leaves nothing.
 func TestNetnsTopology(t *testing.T) {
 	needTools(t)
+	for _, o := range []Options{{}, {PublicWAN: true}} {
+		t.Run(fmt.Sprintf("public_wan=%v", o.PublicWAN), func(t *testing.T) { testTopology(t, o) })
+	}
+}
+
+func testTopology(t *testing.T, o Options) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	n, err := New(ctx)
+	n, err := New(ctx, o)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if got := n.Subnet().Addr().As4()[0]; got != o.wanOctet() || n.lan.Addr().As4()[0] != 10 {
+		t.Errorf("bridge %s, NAT LANs %s: want the bridge in %d.0.0.0/8 and the LANs in 10.0.0.0/8", n.Subnet(), n.lan, o.wanOctet())
 	}
 	closed := false
 	defer func() {
