@@ -8,12 +8,8 @@
 package interop
 
 import (
-	"bufio"
 	"context"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -22,74 +18,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/daemontest"
 	"github.com/pspnode/pspnode/model"
 )
 
 // daemon is one `pspnode run` process.
-type daemon struct {
-	cmd    *exec.Cmd
-	id     string // peer ID
-	addr   string // first printed multiaddr, with /p2p/<id>
-	http   string // base URL of /status
-	stderr *strings.Builder
-	done   chan error
-}
+type daemon = daemontest.Daemon
 
-// startDaemon starts `pspnode run` and reads its peer ID, first multiaddr
-// and HTTP address from stdout.
+// startDaemon starts `pspnode run` (with --http) and reads its addresses.
 func startDaemon(t *testing.T, bin string, args ...string) *daemon {
 	t.Helper()
-	d := &daemon{stderr: &strings.Builder{}, done: make(chan error, 1)}
-	d.cmd = exec.Command(bin, append([]string{"run"}, args...)...)
-	d.cmd.Stderr = d.stderr
-	out, err := d.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := d.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = d.cmd.Process.Kill()
-		<-d.done
-	})
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, out)
-		d.done <- d.cmd.Wait()
-	}()
-	timeout := time.After(20 * time.Second)
-	for d.http == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("pspnode exited before printing its addresses; stderr:\n%s", d.stderr)
-			}
-			switch {
-			case strings.HasPrefix(l, "peer id: "):
-				d.id = strings.TrimPrefix(l, "peer id: ")
-			case strings.HasPrefix(l, "listening: ") && d.addr == "":
-				d.addr = strings.TrimPrefix(l, "listening: ")
-			case strings.HasPrefix(l, "http: "):
-				d.http = strings.Fields(l)[1]
-			}
-		case <-timeout:
-			t.Fatalf("pspnode printed no addresses in 20 s; stderr:\n%s", d.stderr)
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	if d.id == "" || !strings.HasSuffix(d.addr, "/p2p/"+d.id) {
-		t.Fatalf("printed multiaddr %q does not end in /p2p/%s", d.addr, d.id)
-	}
-	return d
+	return daemontest.Start(t, bin, args...)
 }
 
 type status struct {
@@ -98,15 +37,10 @@ type status struct {
 	Sent    int64 `json:"updates_sent"`
 }
 
-func (d *daemon) status() (status, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(d.http + "/status")
-	if err != nil {
-		return status{}, err
-	}
-	defer resp.Body.Close()
+// statusOf reads a daemon's /status.
+func statusOf(d *daemon) (status, error) {
 	var s status
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	return s, d.GetJSON("/status", &s)
 }
 
 // waitReady waits until every daemon holds a peer in its routing table and
@@ -118,9 +52,9 @@ func waitReady(t *testing.T, ds ...*daemon) {
 		ready := true
 		var last []status
 		for _, d := range ds {
-			s, err := d.status()
+			s, err := statusOf(d)
 			if err != nil {
-				t.Fatalf("status of %s: %v\nstderr:\n%s", d.id, err, d.stderr)
+				t.Fatalf("status of %s: %v\nstderr:\n%s", d.ID, err, d.Stderr)
 			}
 			last = append(last, s)
 			ready = ready && s.Routing >= 1 && s.Sent >= 3
@@ -219,7 +153,7 @@ func TestJSClient(t *testing.T) {
 		"--model", "linreg", "--barrier", "pssp:2:4", "--time-scale", "0.02", "--log-level", "warn",
 	}
 	a := startDaemon(t, bin, common...)
-	b := startDaemon(t, bin, append(common, "--bootstrap", a.addr)...)
+	b := startDaemon(t, bin, append(common, "--bootstrap", a.Addr)...)
 	start = time.Now()
 	waitReady(t, a, b)
 	t.Logf("daemons ready: %v", time.Since(start).Round(time.Millisecond))
@@ -230,10 +164,10 @@ func TestJSClient(t *testing.T) {
 	cmd.Dir = jsDir
 	cmd.Env = append(os.Environ(),
 		"PSP_JOB="+job,
-		"PSP_BOOTSTRAP="+a.addr,
-		"PSP_STATUS="+a.http,
-		"PSP_TARGET="+b.addr,
-		"PSP_TARGET_STATUS="+b.http,
+		"PSP_BOOTSTRAP="+a.Addr,
+		"PSP_STATUS="+a.HTTP,
+		"PSP_TARGET="+b.Addr,
+		"PSP_TARGET_STATUS="+b.HTTP,
 		"PSP_MODEL="+spec,
 		"PSP_TIMEOUT_MS=50000",
 	)
@@ -241,7 +175,7 @@ func TestJSClient(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	t.Logf("node client.mjs (%v):\n%s", time.Since(start).Round(time.Millisecond), out)
 	if err != nil {
-		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.stderr, b.stderr)
+		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.Stderr, b.Stderr)
 	}
 	// Exit 0 alone is not enough: every check must have reported.
 	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "served"} {

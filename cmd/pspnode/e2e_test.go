@@ -4,8 +4,6 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/daemontest"
 )
 
 // buildBinary compiles pspnode once for the end-to-end tests.
@@ -31,70 +31,13 @@ func buildBinary(t *testing.T) string {
 	return bin
 }
 
-type proc struct {
-	cmd    *exec.Cmd
-	id     string
-	addr   string // first dialable multiaddr
-	http   string
-	stderr *strings.Builder
-	done   chan error
-}
+// proc is a running `pspnode run` process.
+type proc = daemontest.Daemon
 
-// startNode starts `pspnode run` and reads its peer ID, first multiaddr and
-// HTTP address from stdout.
+// startNode starts `pspnode run` (with --http) and reads its addresses.
 func startNode(t *testing.T, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{stderr: &strings.Builder{}, done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, append([]string{"run"}, args...)...)
-	p.cmd.Stderr = p.stderr
-	out, err := p.cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	})
-	lines := make(chan string)
-	go func() {
-		sc := bufio.NewScanner(out)
-		for sc.Scan() {
-			lines <- sc.Text()
-		}
-		close(lines)
-		_, _ = io.Copy(io.Discard, out)
-		p.done <- p.cmd.Wait()
-	}()
-	timeout := time.After(20 * time.Second)
-	for p.http == "" {
-		select {
-		case l, ok := <-lines:
-			if !ok {
-				t.Fatalf("node exited before printing its addresses; stderr:\n%s", p.stderr)
-			}
-			switch {
-			case strings.HasPrefix(l, "peer id: "):
-				p.id = strings.TrimPrefix(l, "peer id: ")
-			case strings.HasPrefix(l, "listening: ") && p.addr == "":
-				p.addr = strings.TrimPrefix(l, "listening: ")
-			case strings.HasPrefix(l, "http: "):
-				p.http = strings.Fields(l)[1]
-			}
-		case <-timeout:
-			t.Fatalf("node printed no addresses in 20 s; stderr:\n%s", p.stderr)
-		}
-	}
-	go func() {
-		for range lines {
-		}
-	}()
-	if p.id == "" || !strings.HasSuffix(p.addr, "/p2p/"+p.id) {
-		t.Fatalf("printed multiaddr %q does not end in /p2p/%s", p.addr, p.id)
-	}
-	return p
+	return daemontest.Start(t, bin, args...)
 }
 
 type status struct {
@@ -108,14 +51,8 @@ type status struct {
 }
 
 func getStatus(p *proc) (status, error) {
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get(p.http + "/status")
-	if err != nil {
-		return status{}, err
-	}
-	defer resp.Body.Close()
 	var s status
-	return s, json.NewDecoder(resp.Body).Decode(&s)
+	return s, p.GetJSON("/status", &s)
 }
 
 // TestEndToEnd starts four `pspnode run` processes on 127.0.0.1,
@@ -137,7 +74,7 @@ func TestEndToEnd(t *testing.T) {
 	}
 	nodes := []*proc{startNode(t, bin, common...)}
 	for range n - 1 {
-		nodes = append(nodes, startNode(t, bin, append(common, "--bootstrap", nodes[0].addr)...))
+		nodes = append(nodes, startNode(t, bin, append(common, "--bootstrap", nodes[0].Addr)...))
 	}
 
 	// poll returns the live nodes' statuses.
@@ -146,7 +83,7 @@ func TestEndToEnd(t *testing.T) {
 		for _, p := range ps {
 			s, err := getStatus(p)
 			if err != nil {
-				t.Fatalf("status of %s: %v\nstderr:\n%s", p.id, err, p.stderr)
+				t.Fatalf("status of %s: %v\nstderr:\n%s", p.ID, err, p.Stderr)
 			}
 			out = append(out, s)
 		}
@@ -186,28 +123,28 @@ func TestEndToEnd(t *testing.T) {
 	}
 
 	// Crash the bootstrap node: no node is special.
-	if err := nodes[0].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := nodes[0].Cmd.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-nodes[0].done
-	nodes[0].done <- nil // for the cleanup
+	<-nodes[0].Done
+	nodes[0].Done <- nil // for the cleanup
 	rest := nodes[1:]
 	_, hi := spread(poll(rest))
 	waitAll(rest, hi+20, 60*time.Second, true)
 
 	// Graceful stop: SIGTERM, exit code 0.
 	for _, p := range rest {
-		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		_ = p.Cmd.Process.Signal(syscall.SIGTERM)
 	}
 	for _, p := range rest {
 		select {
-		case err := <-p.done:
+		case err := <-p.Done:
 			if err != nil {
-				t.Errorf("node %s exited with %v after SIGTERM; stderr:\n%s", p.id, err, p.stderr)
+				t.Errorf("node %s exited with %v after SIGTERM; stderr:\n%s", p.ID, err, p.Stderr)
 			}
-			p.done <- nil
+			p.Done <- nil
 		case <-time.After(15 * time.Second):
-			t.Errorf("node %s did not exit within 15 s of SIGTERM", p.id)
+			t.Errorf("node %s did not exit within 15 s of SIGTERM", p.ID)
 		}
 	}
 }
