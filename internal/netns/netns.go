@@ -349,6 +349,16 @@ func (n *Net) AddHost(ctx context.Context, i int, nat bool, httpPort int) (*Host
 		iifname "lan" oifname "wan" accept
 		iifname "wan" ip saddr %s tcp dport %d accept
 	}
+	# Unasked packets to the router itself (a peer's hole punch arriving
+	# before the node's own packet opened the mapping) are dropped, as a
+	# home router does. Left to the router's stack, TCP would answer with
+	# a RST that aborts the node's simultaneous open, and UDP would leave
+	# a conntrack entry that makes the masquerade of the node's own packet
+	# to that peer move off port 4001: every punch failed.
+	chain wanin {
+		type filter hook input priority filter; policy accept;
+		iifname "wan" ct state != established,related drop
+	}
 }
 `, n.HostIP, httpPort)
 	if err := nftIn(ctx, h.Router, rules); err != nil {

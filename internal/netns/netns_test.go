@@ -29,8 +29,8 @@ func dialFrom(ctx context.Context, ns string, addr netip.AddrPort) error {
 
 // TestNetnsTopology builds a bridge with one public and one NATed host,
 // checks that both reach the parent (the NATed one from its router's
-// address: masqueraded), that the public host cannot reach the NATed one,
-// that rate limits and CPU cgroups apply, and that Close leaves nothing.
+// address: masqueraded), that the public host cannot reach the NATed one
+// and that its router drops such dials silently, that rate limits and CPU cgroups apply, and that Close leaves nothing.
 func TestNetnsTopology(t *testing.T) {
 	needTools(t)
 	for _, o := range []Options{{}, {PublicWAN: true}} {
@@ -111,6 +111,13 @@ func testTopology(t *testing.T, o Options) {
 	err = dialFrom(ctx, pub.NS, netip.AddrPortFrom(priv.IP, 4001))
 	if err == nil || strings.Contains(err.Error(), "refused") {
 		t.Errorf("the public node reached the NATed node's private address: %v", err)
+	}
+	// The router drops unasked packets silently, as a home router does: a
+	// refusal (a RST from its own stack) would abort the other side of a
+	// hole punch's simultaneous open.
+	err = dialFrom(ctx, pub.NS, netip.AddrPortFrom(priv.PublicIP, 4001))
+	if err == nil || strings.Contains(strings.ToLower(err.Error()), "refused") {
+		t.Errorf("a dial to the NATed node's router was not dropped: %v", err)
 	}
 	// CPU quota on a process of our own making.
 	sleeper := pub.Command("sleep", "30")
