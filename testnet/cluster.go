@@ -42,6 +42,44 @@ type member struct {
 	// its barrier, on the true population, would let it, and it is not
 	// computing. -1 while it is not free.
 	freeSince time.Duration
+	// gone holds what the report needs of an honest node that departed;
+	// nd is then nil, so that a long run with churn does not keep every
+	// departed node's host, overlay and model in memory.
+	gone *goneNode
+}
+
+// goneNode is what the report reads of a departed node.
+type goneNode struct {
+	step    int64
+	updates gossip.Stats
+}
+
+// step is the member's step (at its departure, if it left).
+func (m *member) step() int64 {
+	if m.gone != nil {
+		return m.gone.step
+	}
+	return m.nd.Step()
+}
+
+// updateStats is the member's update counts (at its departure, if it
+// left).
+func (m *member) updateStats() gossip.Stats {
+	if m.gone != nil {
+		return m.gone.updates
+	}
+	return m.nd.UpdateStats()
+}
+
+// release drops a departed honest node once it has stopped, keeping what
+// the report reads. Hostile nodes and the flood target are kept: their
+// goroutines and figures refer to them to the end. t.mu must be held.
+func (t *testnet) release(m *member) {
+	if m.role != Honest || m == t.target || m.gone != nil {
+		return
+	}
+	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
+	m.nd = nil
 }
 
 // noteFree records whether the member is free to go on at now (see
@@ -267,7 +305,9 @@ func (t *testnet) closeAll() {
 	t.mu.Unlock()
 	var wg sync.WaitGroup
 	for _, m := range ms {
-		wg.Go(func() { _ = m.nd.Crash() })
+		if m.nd != nil { // released departed nodes are closed already
+			wg.Go(func() { _ = m.nd.Crash() })
+		}
 	}
 	wg.Wait()
 	if t.net != nil {
@@ -323,10 +363,14 @@ func (t *testnet) remove(n int, crash bool) {
 			m.cancel()
 			if crash {
 				_ = m.nd.Crash()
+				<-m.done
 			} else {
 				<-m.done // finish or abandon the step, then say goodbye
 				_ = m.nd.Close()
 			}
+			t.mu.Lock()
+			t.release(m)
+			t.mu.Unlock()
 		})
 	}
 	wg.Wait()
@@ -381,7 +425,13 @@ func (t *testnet) joinWatch(ctx context.Context, m *member, begun time.Time) {
 			return
 		case <-tick.C:
 		}
-		if m.nd.Status().BarrierChecks > 0 {
+		t.mu.Lock()
+		nd := m.nd // nil once the node departed and was released
+		t.mu.Unlock()
+		if nd == nil {
+			return
+		}
+		if nd.Status().BarrierChecks > 0 {
 			t.mu.Lock()
 			t.joins = append(t.joins, time.Since(begun).Seconds())
 			t.mu.Unlock()

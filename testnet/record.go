@@ -128,7 +128,7 @@ func (t *testnet) updatesReceived() uint64 {
 	defer t.mu.Unlock()
 	var n uint64
 	for _, m := range t.members {
-		n += m.nd.UpdateStats().Received
+		n += m.updateStats().Received
 	}
 	return n
 }
@@ -165,7 +165,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	}
 	var updates float64
 	for _, m := range t.members {
-		updates += float64(m.nd.UpdateStats().Sent)
+		updates += float64(m.updateStats().Sent)
 	}
 	var honest []*member
 	for _, m := range live {

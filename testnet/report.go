@@ -190,7 +190,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
-		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.nd.Step(), live})
+		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.step(), live})
 		if m.role != Honest {
 			if m.joinedAt == 0 {
 				r.Hostile.Nodes[string(m.role)]++
