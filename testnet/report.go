@@ -390,7 +390,6 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			row("  departed", "%d goroutines still running for %d nodes gone %s or longer", rs.GoroutinesOfDeparted, rs.Departed, DepartedGrace)
 		}
 	}
-	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if r.NetNS != nil {
 		r.NetNS.printRows(row)
 	}

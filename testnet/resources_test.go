@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"bytes"
+	"strings"
 	"testing"
 
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -76,6 +77,14 @@ func TestDepartedLeaveNoGoroutines(t *testing.T) {
 			}
 			if rs.GoroutinesAtQuarter == 0 || rs.HeapBytesEnd == 0 || rs.LiveEnd == 0 {
 				t.Errorf("resources %+v", rs)
+			}
+			// The summary names each reading once.
+			var sum strings.Builder
+			res.PrintSummary(&sum)
+			for _, label := range []string{"resources ", "  quarter → end", "  departed"} {
+				if n := strings.Count(sum.String(), "\n"+label); n != 1 {
+					t.Errorf("%d summary lines start with %q:\n%s", n, label, sum.String())
+				}
 			}
 		})
 	}
