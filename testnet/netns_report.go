@@ -2,7 +2,6 @@ package testnet
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -88,14 +87,18 @@ type Group struct {
 	OthersQueriesOK     float64 `json:"others_step_queries_ok"`
 	OthersQueriesFailed float64 `json:"others_step_queries_failed"`
 	ConnectedPeers      float64 `json:"connected_peers_mean"`
-	// Status holds, for each node of the group, the /status fields about
-	// reachability and connection kinds that its build reports (none in
-	// builds without NAT traversal).
-	Status []map[string]json.RawMessage `json:"status,omitempty"`
-	// Traversal sums the group's /status nat fields at the end: how the
-	// nodes found themselves reachable, their connections by kind and
-	// their hole punches by result (absent for builds without them).
+	// NAT holds each node's /status nat object at the end (NAT group
+	// only), and Traversal sums them: how the nodes found themselves
+	// reachable, their connections by kind and their hole punches by
+	// result.
+	NAT       []NodeNAT     `json:"nat_status,omitempty"`
 	Traversal *TraversalSum `json:"traversal,omitempty"`
+}
+
+// NodeNAT is one node's NAT traversal state.
+type NodeNAT struct {
+	Node int            `json:"node"`
+	NAT  node.NATStatus `json:"nat"`
 }
 
 // TraversalSum adds up the NAT traversal fields of a group's /status.
@@ -106,12 +109,8 @@ type TraversalSum struct {
 	HolePunches  map[string]uint64 `json:"hole_punches"`
 }
 
-// addTraversal adds one node's /status nat object.
-func (t *TraversalSum) add(raw json.RawMessage) {
-	var st node.NATStatus
-	if json.Unmarshal(raw, &st) != nil {
-		return
-	}
+// add adds one node's /status nat object.
+func (t *TraversalSum) add(st node.NATStatus) {
 	t.Reachability[st.Reachability]++
 	if len(st.RelayAddrs) > 0 {
 		t.WithRelay++
@@ -134,11 +133,6 @@ type procRow struct {
 	queriesOK, queriesBad float64
 	live                  bool
 }
-
-// natStatusKeys are /status fields that describe reachability or
-// connection kinds, where a build has them.
-var natStatusKeys = []string{"reachability", "nat", "nat_status", "autonat", "relay", "relays", "holepunch", "hole_punch",
-	"connections", "connection_kinds", "conn_kinds", "transports", "addrs"}
 
 // result builds the Result from the readings at training's start and end.
 func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm time.Duration, load0 float64) *Result {
@@ -262,13 +256,12 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 
 // groupAcc gathers a Group.
 type groupAcc struct {
-	in, out         []float64
-	ok, bad         float64
-	oOK, oBad       float64
-	querying        int
-	conns           float64
-	status          []map[string]json.RawMessage
-	nodesIn, nodesO int
+	in, out   []float64
+	ok, bad   float64
+	oOK, oBad float64
+	querying  int
+	conns     float64
+	nat       []NodeNAT
 }
 
 func (g *groupAcc) add(member bool, row procRow, f reading) {
@@ -283,26 +276,20 @@ func (g *groupAcc) add(member bool, row procRow, f reading) {
 		g.querying++
 	}
 	g.conns += float64(f.st.ConnectedPeers)
-	st := map[string]json.RawMessage{"node": json.RawMessage(strconv.Itoa(row.node))}
-	for _, key := range natStatusKeys {
-		if v, ok := f.st.raw[key]; ok {
-			st[key] = v
-		}
+	if f.st.NAT.Traversal {
+		g.nat = append(g.nat, NodeNAT{Node: row.node, NAT: f.st.NAT})
 	}
-	g.status = append(g.status, st)
 }
 
 func (g *groupAcc) group(what string, elapsed time.Duration) *Group {
 	gr := &Group{What: what, Nodes: len(g.in), Steps: sim.Summarize(g.in), Others: sim.Summarize(g.out),
 		QueriesOK: g.ok, QueriesFailed: g.bad, Querying: g.querying, OthersQueriesOK: g.oOK, OthersQueriesFailed: g.oBad,
-		Status: g.status}
-	for _, st := range g.status {
-		if raw, ok := st["nat"]; ok {
-			if gr.Traversal == nil {
-				gr.Traversal = &TraversalSum{Reachability: map[string]int{}, HolePunches: map[string]uint64{}}
-			}
-			gr.Traversal.add(raw)
+		NAT: g.nat}
+	for _, n := range g.nat {
+		if gr.Traversal == nil {
+			gr.Traversal = &TraversalSum{Reachability: map[string]int{}, HolePunches: map[string]uint64{}}
 		}
+		gr.Traversal.add(n.NAT)
 	}
 	if s := elapsed.Seconds(); s > 0 {
 		gr.StepsPerS, gr.OthersStepsPerS = gr.Steps.Mean/s, gr.Others.Mean/s

@@ -16,7 +16,6 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
-	"github.com/pspnode/pspnode/testnet/sim"
 )
 
 // checkData opens the configured data set once, so a bad path is one
@@ -26,31 +25,6 @@ func checkData(cfg Config) error {
 		return fmt.Errorf("testnet: %w", err)
 	}
 	return nil
-}
-
-// nodeStatus is the part of a node's /status the testnet reads; raw keeps
-// the whole object for fields other builds add (NAT traversal's).
-type nodeStatus struct {
-	Step               int64    `json:"step"`
-	PopulationEstimate float64  `json:"population_estimate"`
-	EstimateError      string   `json:"population_estimate_error"`
-	ConnectedPeers     int      `json:"connected_peers"`
-	ConnectionsOpened  uint64   `json:"connections_opened"`
-	Waiting            bool     `json:"waiting"`
-	Joined             bool     `json:"joined"`
-	OverlayReady       bool     `json:"overlay_ready"`
-	BarrierChecks      uint64   `json:"barrier_checks"`
-	BarrierPasses      uint64   `json:"barrier_passes"`
-	BarrierWaitS       float64  `json:"barrier_wait_s"`
-	Accuracy           *float64 `json:"accuracy"`
-	Loss               *float64 `json:"loss"`
-	UpdatesSent        uint64   `json:"updates_sent"`
-	UpdatesReceived    uint64   `json:"updates_received"`
-	UpdatesRejected    uint64   `json:"updates_rejected"`
-	ReportsScreened    uint64   `json:"reports_screened"`
-	UpdatesNormRefused uint64   `json:"updates_norm_refused"`
-	StreamsRefused     uint64   `json:"streams_refused"`
-	raw                map[string]json.RawMessage
 }
 
 // metricSet is one node's /metrics: every sample by its name and labels
@@ -167,7 +141,7 @@ func (h histogram) quantile(q float64) float64 {
 // reading is one node's /status and /metrics at one moment; ok is false
 // when the node did not answer.
 type reading struct {
-	st  nodeStatus
+	st  node.Status
 	met metricSet
 	ok  bool
 	at  time.Time
@@ -188,16 +162,7 @@ func (r *netnsRun) read(ctx context.Context, p *proc, metrics bool) reading {
 		defer resp.Body.Close()
 		return resp.StatusCode == 200 && f(resp.Body) == nil
 	}
-	rd.ok = get("/status", func(b io.Reader) error {
-		raw, err := io.ReadAll(b)
-		if err != nil {
-			return err
-		}
-		if err := json.Unmarshal(raw, &rd.st); err != nil {
-			return err
-		}
-		return json.Unmarshal(raw, &rd.st.raw)
-	})
+	rd.ok = get("/status", func(b io.Reader) error { return json.NewDecoder(b).Decode(&rd.st) })
 	if rd.ok && metrics {
 		rd.ok = get("/metrics", func(b io.Reader) error {
 			var err error
@@ -306,15 +271,8 @@ func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapsho
 			k.stalled[i] = true
 		}
 	}
-	if len(steps) > 0 {
-		slices.Sort(steps)
-		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
-	}
-	if len(rel) > 0 {
-		sorted := slices.Clone(rel)
-		slices.Sort(sorted)
-		snap.EstimateError = sorted[(len(sorted)-1)/2]
-		k.ests = append(k.ests, estRow{t: now.Seconds(), truth: len(rs), median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)})
+	if row, ok := summarise(&snap, steps, rel, now.Seconds(), len(rs)); ok {
+		k.ests = append(k.ests, row)
 	}
 	k.relErr = rel
 	if nacc > 0 {

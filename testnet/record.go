@@ -79,15 +79,8 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			t.stalls[m.idx] = true
 		}
 	}
-	if len(steps) > 0 {
-		slices.Sort(steps)
-		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
-	}
-	if len(rel) > 0 {
-		sorted := slices.Clone(rel)
-		slices.Sort(sorted)
-		snap.EstimateError = sorted[(len(sorted)-1)/2]
-		t.ests = append(t.ests, estRow{t: sec, truth: len(live), median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)})
+	if row, ok := summarise(&snap, steps, rel, sec, len(live)); ok {
+		t.ests = append(t.ests, row)
 	}
 	t.relErr = rel
 	if len(t.accs) > 0 {
@@ -200,4 +193,21 @@ func (t *testnet) evaluate(now time.Duration) {
 	t.mu.Lock()
 	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates, inBytes: inBytes})
 	t.mu.Unlock()
+}
+
+// summarise fills a snapshot's step range and median estimate error from
+// the live nodes' steps and relative errors (sorting steps), and returns
+// the estimate row at time sec (ok false without errors).
+func summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (estRow, bool) {
+	if len(steps) > 0 {
+		slices.Sort(steps)
+		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
+	}
+	if len(rel) == 0 {
+		return estRow{}, false
+	}
+	sorted := slices.Clone(rel)
+	slices.Sort(sorted)
+	snap.EstimateError = sorted[(len(sorted)-1)/2]
+	return estRow{t: sec, truth: truth, median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)}, true
 }
