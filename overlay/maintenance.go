@@ -60,6 +60,7 @@ func (o *Overlay) eventLoop(sub event.Subscription) {
 					m.connected = ev.Connectedness == network.Connected
 					if m.connected {
 						o.touchLocked(ev.Peer, true, now)
+						o.refreshAddrLocked(m)
 					} else if !m.dead && (m.poolIdx >= 0 || o.protected[m.id]) {
 						// A pool member dropped our join with the
 						// connection: the probe (a join) dials and

@@ -67,14 +67,10 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 		o.estCache.at = time.Time{}
 		o.offerToPoolLocked(m)
 	}
-	if o.cfg.PerAddress > 0 && (firstHand || m.addr == "") {
-		k := connAddrKey(o.h, p)
-		if k == "" && m.addr == "" {
-			k = storedAddrKey(o.h, p)
-		}
-		if k != "" {
-			o.setAddrLocked(m, k)
-		}
+	if m.addr == "" {
+		// Looked up once; a new connection refreshes it (the
+		// connectedness event), not every message the peer sends.
+		o.refreshAddrLocked(m)
 	}
 	if firstHand && m.poolIdx >= 0 && !m.verified && o.connected(p) {
 		m.verified = true
@@ -153,5 +149,20 @@ func (o *Overlay) enqueueLeaveLocked(p peer.ID) {
 	select {
 	case o.probeCh <- probeJob{p: p, op: probeLeave, seq: o.poolSeq}:
 	default:
+	}
+}
+
+// refreshAddrLocked sets m's address group from its connection's remote
+// address, or while it has none from the peerstore (with PerAddress on).
+func (o *Overlay) refreshAddrLocked(m *member) {
+	if o.cfg.PerAddress <= 0 {
+		return
+	}
+	k := connAddrKey(o.h, m.id)
+	if k == "" && m.addr == "" {
+		k = storedAddrKey(o.h, m.id)
+	}
+	if k != "" {
+		o.setAddrLocked(m, k)
 	}
 }
