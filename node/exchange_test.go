@@ -368,3 +368,13 @@ func FuzzTakeModel(f *testing.F) {
 		}
 	})
 }
+
+// takeModel is what handleExchange does with one received model, header
+// and payload at once: screen, then accept. It returns why the model was
+// refused, or "".
+func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip.Reason {
+	if r := n.screenModel(from, kind); r != "" {
+		return r
+	}
+	return n.acceptModel(from, payload)
+}

@@ -146,17 +146,8 @@ func (n *Node) screenModel(from peer.ID, kind ExchangeKind) gossip.Reason {
 	return ""
 }
 
-// takeModel checks one received model (header and payload) and offers it
-// to the average; it returns why it was refused, or "".
-func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip.Reason {
-	if r := n.screenModel(from, kind); r != "" {
-		return r
-	}
-	return n.acceptModel(from, payload)
-}
-
-// acceptModel is takeModel past screenModel: validation, the distance
-// bound, the average.
+// acceptModel checks a received model's payload once its header passed
+// screenModel: validation, the distance bound, the average.
 func (n *Node) acceptModel(from peer.ID, payload []byte) gossip.Reason {
 	if n.cfg.faults.Loss > 0 && n.lost() {
 		return ""

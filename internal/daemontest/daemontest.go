@@ -46,11 +46,17 @@ func Start(t testing.TB, bin string, args ...string) *Daemon {
 	if err := d.Cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	lines := make(chan string)
 	t.Cleanup(func() {
 		_ = d.Cmd.Process.Kill()
+		// Drain what the reader may still be sending (Start can fail
+		// before it reads every line), so that it reaches Wait.
+		go func() {
+			for range lines {
+			}
+		}()
 		<-d.Done
 	})
-	lines := make(chan string)
 	go func() {
 		sc := bufio.NewScanner(out)
 		for sc.Scan() {
