@@ -1,6 +1,7 @@
 package node
 
 import (
+	"errors"
 	"fmt"
 	"slices"
 	"sync"
@@ -74,6 +75,9 @@ type NATConfig struct {
 func DefaultNATConfig() NATConfig { return NATConfig{Traversal: true, RelayService: true} }
 
 func (c NATConfig) validate() error {
+	if c.RelayService && !c.Traversal {
+		return errors.New("NAT: the relay service needs NAT traversal (it starts when AutoNAT finds the node public)")
+	}
 	switch c.Reachability {
 	case network.ReachabilityUnknown:
 	case network.ReachabilityPublic, network.ReachabilityPrivate:

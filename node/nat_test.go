@@ -308,6 +308,7 @@ func TestNATConfigValidate(t *testing.T) {
 		{NATConfig{Traversal: true, Reachability: network.ReachabilityPublic}, ""},
 		{NATConfig{Reachability: network.ReachabilityPrivate}, "reachability private needs NAT traversal"},
 		{NATConfig{Traversal: true, Reachability: 7}, "want unknown, public or private"},
+		{NATConfig{RelayService: true}, "relay service needs NAT traversal"},
 	} {
 		cfg := DefaultConfig()
 		cfg.NAT = tc.nat
