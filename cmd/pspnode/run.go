@@ -17,6 +17,7 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -104,6 +105,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	exchange := def.Exchange
 	fs.Var(&exchange, "exchange", exchangeHelp)
+	tflags := addTrainerFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -125,6 +127,9 @@ Example, two nodes on one machine:
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
+			}
+			if err := tflags.check(fs); err != nil {
+				return err
 			}
 			var waitStart func(context.Context) error
 			if *startSig {
@@ -193,20 +198,32 @@ Example, two nodes on one machine:
 				Time: node.TimeModel{Scale: *scale, Factor: *factor},
 			}
 			var dataset model.Data
-			if spec.Model != "none" {
+			if spec.Model != "none" && !tflags.enabled() {
 				dataset, err = model.Open(node.DataFor(spec.Model, *data))
 				if err != nil {
 					return err
 				}
 			}
-			nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			var nd *node.Node
+			var tsrv *trainer.Server
+			if tflags.enabled() {
+				nd, tsrv, err = newDrivenNode(ctx, cfg, tflags, log, reg)
+			} else {
+				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			}
 			if err != nil {
 				return err
 			}
 			defer nd.Close()
+			if tsrv != nil {
+				defer tsrv.Close()
+			}
 			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
 			for _, a := range nd.Addrs() {
 				fmt.Fprintf(stdout, "listening: %s\n", a)
+			}
+			if tsrv != nil {
+				fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
 			}
 			if *httpAddr != "" {
 				srv, err := nd.ServeHTTP(*httpAddr)
@@ -216,7 +233,11 @@ Example, two nodes on one machine:
 				defer srv.Close()
 				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 			}
-			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			modelName := spec.Model
+			if tsrv != nil {
+				modelName = "the trainer's"
+			}
+			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", modelName, "bootstrap", len(bootstrap))
 			logNAT(log, cfg)
 			if waitStart != nil {
 				log.Info("waiting for SIGUSR1 to start training")
@@ -225,6 +246,17 @@ Example, two nodes on one machine:
 				}
 			}
 			start := time.Now()
+			if tsrv != nil {
+				if cfg.Duration > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+					defer cancel()
+				}
+				serveTrainer(ctx, tsrv, log)
+				_ = tsrv.Close()
+				log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
+				return nd.Close()
+			}
 			err = nd.Run(ctx)
 			st := nd.Status()
 			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
