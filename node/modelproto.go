@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -93,26 +92,8 @@ func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 		return err
 	}
 	_ = s.CloseWrite()
-	r := bufio.NewReaderSize(s, 32)
-	size, err := binary.ReadUvarint(r)
-	if err != nil {
-		return fmt.Errorf("%w: model reply length: %w", ErrWire, err)
-	}
-	head := make([]byte, modelHeaderLen)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return fmt.Errorf("%w: model reply head: %w", ErrWire, err)
-	}
-	if head[0] != wireVersion {
-		return fmt.Errorf("%w: model reply version %d", ErrWire, head[0])
-	}
-	id, count := binary.BigEndian.Uint32(head[9:]), binary.BigEndian.Uint32(head[13:])
-	if id != n.task.ModelID() || int64(count) != int64(n.task.NumParams()) {
-		return &ModelMismatchError{Peer: p.String(), PeerModel: id, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(n.task.NumParams())}
-	}
-	if size != uint64(modelHeaderLen)+8*uint64(count) {
-		return fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
-	}
-	return nil
+	_, err = n.readModelHead(bufio.NewReaderSize(s, 32), p)
+	return err
 }
 
 // ParamSource is implemented by tasks whose parameters take time to get
@@ -139,7 +120,9 @@ func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
 	return p, nil
 }
 
-// fetchModel asks one peer for its model.
+// fetchModel asks one peer for its model. A peer that runs another model
+// is found from the head of its reply: a *ModelMismatchError, whatever the
+// size of its model.
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
@@ -156,15 +139,54 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error)
 	}
 	_ = s.CloseWrite()
 	limit := MaxModelFrame(n.task.NumParams())
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64)), limit)
+	r := bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64))
+	snap, err := n.readModelHead(r, p)
+	if err != nil {
+		_ = s.Reset()
+		return ModelSnapshot{}, err
+	}
+	body, err := readBody(r, 8*n.task.NumParams())
 	if err != nil {
 		_ = s.Reset()
 		return ModelSnapshot{}, err
 	}
 	_ = s.Close()
-	snap, err := UnmarshalModel(body, n.task.ModelID(), n.task.NumParams())
-	if mm := (*ModelMismatchError)(nil); errors.As(err, &mm) {
-		mm.Peer = p.String()
+	snap.Params = make([]float64, n.task.NumParams())
+	for i := range snap.Params {
+		v := math.Float64frombits(binary.BigEndian.Uint64(body[8*i:]))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
+		}
+		snap.Params[i] = v
 	}
-	return snap, err
+	return snap, nil
+}
+
+// readModelHead reads the head of a model reply from p: the frame's
+// length, the version, the step, the model ID and the parameter count,
+// which must be this node's.
+func (n *Node) readModelHead(r *bufio.Reader, p peer.ID) (ModelSnapshot, error) {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrWire, err)
+	}
+	head := make([]byte, modelHeaderLen)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrWire, err)
+	}
+	if head[0] != wireVersion {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrWire, head[0], wireVersion)
+	}
+	snap := ModelSnapshot{Step: int64(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
+	count := binary.BigEndian.Uint32(head[13:])
+	own := n.task.NumParams()
+	switch {
+	case snap.Step < 0:
+		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, snap.Step)
+	case snap.ModelID != n.task.ModelID() || int64(count) != int64(own):
+		return ModelSnapshot{}, &ModelMismatchError{Peer: p.String(), PeerModel: snap.ModelID, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(own)}
+	case size != uint64(modelHeaderLen)+8*uint64(count):
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
+	}
+	return snap, nil
 }
