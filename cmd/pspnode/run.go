@@ -20,15 +20,18 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-// stringList is a repeatable, comma-separated string flag.
+// stringList is a repeatable, comma-separated string flag. An empty
+// value or element is an error: an empty --bootstrap (an unset shell
+// variable, say) must not quietly make a node the first of a new job.
 type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			*l = append(*l, f)
+		if f = strings.TrimSpace(f); f == "" {
+			return fmt.Errorf("empty address in %q (leave the flag out instead)", v)
 		}
+		*l = append(*l, f)
 	}
 	return nil
 }
@@ -173,7 +176,7 @@ Example, two nodes on one machine:
 				return usagef("--shard %d of --shards %d: need 0 <= shard < shards", *shard, *shards)
 			}
 			if *identity != "" {
-				key, err := node.LoadOrCreateIdentity(*identity)
+				key, err := loadIdentity(*identity)
 				if err != nil {
 					return err
 				}
@@ -184,6 +187,11 @@ Example, two nodes on one machine:
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			pre, err := runPreflight(*modelName, *data, *ckpt, cfg.Listen, len(listen) > 0, *httpAddr)
+			if err != nil {
+				return err
+			}
+			defer pre.Close()
 			reg := prometheus.NewRegistry()
 			cfg.Registry = reg
 			node.RegisterProcessMetrics(reg)
@@ -192,29 +200,26 @@ Example, two nodes on one machine:
 				SGD:  model.SGDConfig{BatchSize: *batch, LR0: *lr, Decay: model.DefaultSGDConfig().Decay},
 				Time: node.TimeModel{Scale: *scale, Factor: *factor},
 			}
-			var dataset model.Data
-			if spec.Model != "none" {
-				dataset, err = model.Open(node.DataFor(spec.Model, *data))
-				if err != nil {
-					return err
-				}
+			dataset, err := openData(spec.Model, *data)
+			if err != nil {
+				return err
 			}
 			nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *shard)
 			if err != nil {
 				return err
 			}
 			defer nd.Close()
+			if err := checkListening(nd.Host(), pre.listen); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
 			for _, a := range nd.Addrs() {
 				fmt.Fprintf(stdout, "listening: %s\n", a)
 			}
-			if *httpAddr != "" {
-				srv, err := nd.ServeHTTP(*httpAddr)
-				if err != nil {
-					return err
-				}
+			if pre.http != nil {
+				srv := pre.serve(nd)
 				defer srv.Close()
-				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
+				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
 			}
 			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
 			logNAT(log, cfg)
@@ -319,7 +324,9 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 	spec.InitSeed = node.SeedOf(cfg.Job)
 	task, err := node.NewTask(spec, data)
 	if err != nil {
-		return nil, err
+		// The specs passed checkModel and checkData: what is left is
+		// their combination (linreg on MNIST) or a model too large.
+		return nil, usagef("--model %s does not fit --data: %v", spec.Model, err)
 	}
 	cfg.Task = task
 	return node.New(ctx, cfg)
@@ -338,7 +345,7 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			if *identity == "" {
 				return usagef("--identity FILE is required")
 			}
-			key, err := node.LoadOrCreateIdentity(*identity)
+			key, err := loadIdentity(*identity)
 			if err != nil {
 				return err
 			}
