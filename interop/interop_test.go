@@ -4,7 +4,8 @@
 // lookup on the job's DHT, the GossipSub updates, a step query and a model
 // fetch. The package has no code of its own, only this test; it needs
 // Node.js and npm on PATH (it installs the client's pinned dependencies
-// with `npm ci`) and skips without them.
+// with `npm ci`) and skips without them, unless PSPNODE_REQUIRE_NODE is
+// set (as CI sets it): then it fails.
 package interop
 
 import (
@@ -101,6 +102,16 @@ func nodeAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
+// skipWithoutNode skips the test for want of Node.js or npm, or fails it
+// when PSPNODE_REQUIRE_NODE is set (CI sets it: there the test must run).
+func skipWithoutNode(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("PSPNODE_REQUIRE_NODE") != "" {
+		t.Fatal("PSPNODE_REQUIRE_NODE is set but " + why)
+	}
+	t.Skip(why)
+}
+
 // TestJSClient runs the js-libp2p client against two daemons. The client
 // builds every message from docs/protocols.md; any check it fails means the
 // protocol and the document have drifted apart.
@@ -110,14 +121,14 @@ func TestJSClient(t *testing.T) {
 	}
 	nodeBin, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not on PATH: the js-libp2p interop client cannot run")
+		skipWithoutNode(t, "node is not on PATH: the js-libp2p interop client cannot run")
 	}
 	if v, err := exec.Command(nodeBin, "--version").Output(); err != nil || !nodeAtLeast(strings.TrimSpace(string(v)), 20, 19) {
-		t.Skipf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err)
+		skipWithoutNode(t, fmt.Sprintf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err))
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not on PATH: the js-libp2p interop client's dependencies cannot be installed")
+		skipWithoutNode(t, "npm is not on PATH: the js-libp2p interop client's dependencies cannot be installed")
 	}
 	jsDir, err := filepath.Abs("js")
 	if err != nil {
