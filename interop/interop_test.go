@@ -11,10 +11,13 @@ package interop
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -189,9 +192,49 @@ func TestJSClient(t *testing.T) {
 		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.Stderr, b.Stderr)
 	}
 	// Exit 0 alone is not enough: every check must have reported.
-	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "served"} {
+	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "invalid", "served"} {
 		if !strings.Contains(string(out), fmt.Sprintf("ok   %s:", check)) {
 			t.Errorf("the client reported no passing %q check", check)
 		}
 	}
+	// What the "invalid" check claims, from the daemons' side: each
+	// rejected exactly one update for its model id (the client's invalid
+	// one: the daemons share a model), took in the client's three valid
+	// ones, which their norm bound then refused, and ignored exactly one
+	// update from too far ahead (the client's last).
+	for _, d := range []*daemon{a, b} {
+		mismatch, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="model_mismatch"}`)
+		if err != nil || mismatch != 1 {
+			t.Errorf("daemon %s: model_mismatch rejections %v (%v), want 1", d.ID, mismatch, err)
+		}
+		ahead, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="step_too_far_ahead"}`)
+		if err != nil || ahead != 1 {
+			t.Errorf("daemon %s: updates ignored as too far ahead %v (%v), want 1", d.ID, ahead, err)
+		}
+		refused, err := metricValue(d, "psp_updates_norm_refused_total")
+		if err != nil || refused < 3 {
+			t.Errorf("daemon %s: updates refused by the norm bound %v (%v), want at least the client's 3", d.ID, refused, err)
+		}
+	}
+}
+
+// metricValue reads one sample, named with its labels as the text format
+// writes them, from a daemon's /metrics.
+func metricValue(d *daemon, name string) (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(d.HTTP + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no sample %s", name)
 }
