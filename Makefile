@@ -1,5 +1,6 @@
 # pspnode — see README.md. Every target works on a fresh clone with only Go
 # installed; dependencies come through the Go module proxy at pinned versions.
+# `make test` first installs the Debian packages its tests need (test-deps).
 GO      ?= go
 BIN     := bin/pspnode
 PKGS    := ./...
