@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean
+.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto
 
 all: build
 
@@ -115,6 +115,19 @@ dist:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+
+## proto: regenerate the trainer API's Go and Python code from
+## proto/pspnode/trainer/v1/trainer.proto (the generated files are
+## committed). Needs protoc (Debian protobuf-compiler) and
+## python3-grpc-tools; the Go plugins are installed at pinned versions
+PROTO     := proto/pspnode/trainer/v1/trainer.proto
+TOOLS     := $(CURDIR)/bin/tools
+proto:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	PATH=$(TOOLS):$$PATH protoc -I proto --go_out=. --go_opt=module=github.com/pspnode/pspnode \
+	  --go-grpc_out=. --go-grpc_opt=module=github.com/pspnode/pspnode $(PROTO)
+	/usr/bin/python3 -m grpc_tools.protoc -I proto --python_out=clients/python --grpc_python_out=clients/python $(PROTO)
 
 clean:
 	rm -rf bin dist results

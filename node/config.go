@@ -60,6 +60,13 @@ type Config struct {
 	Task Task
 	// TimeModel adds the paper's synthetic task time to the built-in tasks.
 	TimeModel TimeModel
+	// Driven makes the node's steps come from a program with its own
+	// training loop, through Node.Driver, instead of Run (see Driver):
+	// the trainer API of node/trainer. Task is then required, and the
+	// node stays out of its peers' barriers until the Driver activates
+	// it. A task with no parameters yet gets its exchange when it has
+	// them (Driver.Attach).
+	Driven bool
 
 	// MaxSteps stops the node after this many steps (0: no limit).
 	MaxSteps int64
@@ -215,6 +222,9 @@ func (c Config) Validate() error {
 		// peers, and every check would fall back to all known peers.
 		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
 			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
+	}
+	if c.Driven && c.Task == nil {
+		errs = append(errs, errors.New("a driven node needs a Task (the driving program's model)"))
 	}
 	if c.Host == nil && len(c.Listen) == 0 {
 		errs = append(errs, errors.New("no listen address"))

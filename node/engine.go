@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // Run trains until a stop criterion: cfg.MaxSteps, cfg.Duration, the task's
@@ -23,6 +25,9 @@ import (
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
 // step in progress. Run returns an error only if the task fails.
 func (n *Node) Run(ctx context.Context) error {
+	if n.driver != nil {
+		return fmt.Errorf("%w: its steps come from its Driver", ErrNotDriven)
+	}
 	if n.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.Duration)
@@ -39,7 +44,7 @@ func (n *Node) Run(ctx context.Context) error {
 		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
 	}
 	defer n.checkpoint()
-	last := time.Now()
+	n.lastStepAt = time.Now()
 	for {
 		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
@@ -52,19 +57,13 @@ func (n *Node) Run(ctx context.Context) error {
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
 		n.busy.Store(false)
-		noteEWMA(&n.compute, time.Since(t0).Seconds())
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
 		}
-		step := n.step.Add(1)
-		n.m.step.Set(float64(step))
-		now := time.Now()
-		noteEWMA(&n.interval, now.Sub(last).Seconds())
-		last = now
-		n.pushProgress(ctx, step)
+		step := n.countStep(ctx, time.Since(t0))
 		n.pushUpdate(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
@@ -75,10 +74,25 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
 			return nil
 		}
-		if n.barrier(ctx) != nil {
+		if _, err := n.barrier(ctx); err != nil {
 			return nil // stopped while waiting at the barrier
 		}
 	}
+}
+
+// countStep counts a completed step whose task compute took compute and
+// tells the peers this node was holding back. It returns the new step.
+// Run and a Driver call it, one at a time; then the step's update goes to
+// the exchange (pushUpdate).
+func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
+	noteEWMA(&n.compute, compute.Seconds())
+	step := n.step.Add(1)
+	n.m.step.Set(float64(step))
+	now := time.Now()
+	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
+	n.lastStepAt = now
+	n.pushProgress(ctx, step)
+	return step
 }
 
 // noteEWMA folds one sample, in seconds, into an EWMA stored as float64
@@ -115,29 +129,43 @@ func (n *Node) setWaiting(w bool) {
 	}
 }
 
+// barrierOutcome is what one pass of the barrier took: the checks, the
+// time, and the last check that failed (its decision and how many peers
+// it observed), if any did.
+type barrierOutcome struct {
+	Checks   int
+	Waited   time.Duration
+	Failed   psp.Decision // the last failed check's decision; Lagging 0 if none failed
+	Observed int          // how many peers that check observed
+}
+
 // barrier blocks until the barrier lets the node start its next step.
 // Between checks it waits the backoff of its timing (timing.go), or until a
 // progress report wakes it, and then no less than the wake gap after the
 // last check.
-func (n *Node) barrier(ctx context.Context) error {
+func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	start := time.Now()
+	var out barrierOutcome
 	var backoff time.Duration
 	for first := true; ; first = false {
 		t0 := time.Now()
 		obs := n.observe(ctx)
 		if ctx.Err() != nil {
 			n.setWaiting(false)
-			return ctx.Err()
+			return out, ctx.Err()
 		}
 		n.m.checks.Inc()
+		out.Checks++
 		checked := time.Now()
 		n.m.observeCheck(checked.Sub(t0).Seconds())
 		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
 		if d.Pass {
 			n.setWaiting(false)
-			n.m.observeWait(time.Since(start).Seconds())
-			return nil
+			out.Waited = time.Since(start)
+			n.m.observeWait(out.Waited.Seconds())
+			return out, nil
 		}
+		out.Failed, out.Observed = d, len(obs)
 		tm := n.timing()
 		if first {
 			n.setWaiting(true)
@@ -150,7 +178,7 @@ func (n *Node) barrier(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			n.setWaiting(false)
-			return ctx.Err()
+			return out, ctx.Err()
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon, but
 			// no sooner than the wake gap after the last check, so a burst
@@ -159,7 +187,7 @@ func (n *Node) barrier(ctx context.Context) error {
 			t.Stop()
 			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); ctx.Err() != nil {
 				n.setWaiting(false)
-				return ctx.Err()
+				return out, ctx.Err()
 			}
 		case <-t.C:
 		}

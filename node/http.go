@@ -30,10 +30,15 @@ type Status struct {
 	ConnectedPeers     int      `json:"connected_peers"`
 	// ConnectionsOpened counts connections opened since the node started,
 	// inbound and outbound.
-	ConnectionsOpened uint64  `json:"connections_opened"`
-	Waiting           bool    `json:"waiting"`
-	UptimeS           float64 `json:"uptime_s"`
-	StepIntervalS     float64 `json:"step_interval_s"`
+	ConnectionsOpened uint64 `json:"connections_opened"`
+	Waiting           bool   `json:"waiting"`
+	// Idle: a driven node without a trainer; its peers leave it out of
+	// their barriers and population. Trainer names the trainer driving
+	// it ("" for none).
+	Idle          bool    `json:"idle,omitempty"`
+	Trainer       string  `json:"trainer,omitempty"`
+	UptimeS       float64 `json:"uptime_s"`
+	StepIntervalS float64 `json:"step_interval_s"`
 	// BarrierChecks counts barrier checks, BarrierPasses the checks that
 	// let the node go on (one per step), BarrierWaitS the total time spent
 	// at the barrier.
@@ -82,12 +87,16 @@ func (n *Node) Status() Status {
 		ConnectedPeers:    len(n.h.Network().Peers()),
 		ConnectionsOpened: n.opened.Load(),
 		Waiting:           n.waiting.Load(),
+		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),
 		JoinStatus:        n.joinStatus(),
 	}
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())
+	}
+	if n.driver != nil {
+		st.Trainer = n.driver.clientName()
 	}
 	est, se, err := n.ov.Estimate()
 	if err != nil {
@@ -106,7 +115,7 @@ func (n *Node) Status() Status {
 			st.Accuracy = &acc
 		}
 	}
-	if n.task.NumParams() > 0 {
+	if n.modelUp.Load() {
 		us := n.UpdateStats()
 		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = us.Sent, us.Received, us.TotalRejected()
 		x := n.ExchangeStats()

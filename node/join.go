@@ -96,13 +96,50 @@ func (n *Node) waitPeers(ctx context.Context) error {
 func (n *Node) join(ctx context.Context) {
 	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
 		// (A node whose only bootstrap address is its own starts the job.)
-		if !n.awaitFirstPeer(ctx) {
+		if !n.awaitFirstPeer(ctx, nil) {
 			return
 		}
 	}
+	js := n.jobState(ctx, n.step.Load(), false)
+	if js.adopt <= n.step.Load() {
+		return
+	}
+	if n.task.NumParams() > 0 {
+		if js.model == nil {
+			n.log.Warn("joined a running job but could not fetch the model: training from own parameters", "err", js.fetchErr)
+		} else if err := n.task.SetParams(js.model.Params); err != nil {
+			n.log.Warn("joined a running job but could not take its model: training from own parameters", "peer", js.from, "err", err)
+		} else {
+			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.model.Step)
+		}
+	}
+	n.adoptStep(js.adopt)
+	n.log.Info("adopted step", "step", js.adopt, "observed", js.observed)
+}
+
+// jobView is what a joining node learns of its job: the step to adopt
+// (psp.JoinStep of the steps observed; the node's own when the job is not
+// ahead), and, when the job is ahead, the model fetched from an answering
+// peer.
+type jobView struct {
+	adopt    psp.Step
+	observed int
+	model    *ModelSnapshot // nil: not fetched
+	from     peer.ID        // the peer model came from
+	fetchErr error          // why no model was fetched, when one was wanted
+}
+
+// jobState asks up to psp.JoinSample peers for their steps and, if the job
+// is ahead of own, fetches the model from an answering peer, trying up to
+// three. When the job is not ahead and verify is set, it reads only the
+// head of a peer's model reply, to check that the job runs this node's
+// model. A peer whose model is another than this node's ends the attempt:
+// fetchErr is then a *ModelMismatchError.
+func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool) jobView {
+	v := jobView{adopt: own}
 	peers := n.sample(ctx, psp.JoinSample)
 	if len(peers) == 0 {
-		return
+		return v
 	}
 	replies := n.ask(ctx, peers)
 	var steps []psp.Step
@@ -119,30 +156,48 @@ func (n *Node) join(ctx context.Context) {
 			}
 		}
 	}
-	adopt := psp.JoinStep(steps)
-	if adopt <= n.step.Load() {
-		return
+	v.observed = len(steps)
+	ahead := psp.JoinStep(steps) > own
+	if ahead {
+		v.adopt = psp.JoinStep(steps)
 	}
-	if n.task.NumParams() > 0 {
-		fetched := false
-		for i := 0; i < len(answered) && i < 3 && !fetched; i++ {
-			snap, err := n.fetchModel(ctx, answered[i])
-			if err == nil {
-				err = n.task.SetParams(snap.Params)
-			}
-			if err != nil {
-				n.log.Warn("model fetch failed", "peer", answered[i], "err", err)
-				continue
-			}
-			fetched = true
-			n.log.Info("joined a running job: fetched the model", "peer", answered[i], "peer_step", snap.Step)
-		}
-		if !fetched {
-			n.log.Warn("joined a running job but could not fetch the model: training from own parameters")
-		}
+	if n.task.NumParams() == 0 || len(answered) == 0 {
+		return v
 	}
-	n.adoptStep(adopt)
-	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
+	if !ahead {
+		if verify {
+			// Only which model the job runs: the head of a reply is
+			// enough. Peers without a model (a driven node without its
+			// trainer) reset the stream; the first that says decides.
+			for i := 0; i < len(answered) && i < 3; i++ {
+				err := n.peekModel(ctx, answered[i])
+				if mm := (*ModelMismatchError)(nil); errors.As(err, &mm) {
+					v.fetchErr = err
+					return v
+				}
+				if err == nil {
+					break
+				}
+			}
+		}
+		return v
+	}
+	v.fetchErr = errors.New("no peer answered")
+	for i := 0; i < len(answered) && i < 3; i++ {
+		snap, err := n.fetchModel(ctx, answered[i])
+		if err != nil {
+			n.log.Debug("model fetch failed", "peer", answered[i], "err", err)
+			v.fetchErr = err
+			var mm *ModelMismatchError
+			if errors.As(err, &mm) {
+				return v
+			}
+			continue
+		}
+		v.model, v.from, v.fetchErr = &snap, answered[i], nil
+		return v
+	}
+	return v
 }
 
 // firstPeerPoll is how often a node that has not met a peer of its job
@@ -151,17 +206,26 @@ const firstPeerPoll = 20 * time.Millisecond
 
 // awaitFirstPeer blocks until the overlay knows a peer or ctx ends
 // (false). Every StartTimeout it logs that the node is still waiting, and
-// why, from the join's last error.
-func (n *Node) awaitFirstPeer(ctx context.Context) bool {
+// why, from the join's last error; with report, it tells report instead,
+// every waitingReportEvery.
+func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, waited time.Duration)) bool {
 	start := time.Now()
-	next := start.Add(n.cfg.StartTimeout)
+	every := n.cfg.StartTimeout
+	if report != nil {
+		every = waitingReportEvery
+	}
+	next := start.Add(every)
 	t := time.NewTicker(firstPeerPoll)
 	defer t.Stop()
 	for n.ov.PeerCount() == 0 {
 		if now := time.Now(); !now.Before(next) {
-			n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
-				"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
-			next = now.Add(n.cfg.StartTimeout)
+			if report != nil {
+				report(n.notReady(), now.Sub(start))
+			} else {
+				n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
+					"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
+			}
+			next = now.Add(every)
 		}
 		select {
 		case <-ctx.Done():

@@ -24,6 +24,7 @@ type metrics struct {
 	queryErrors   prometheus.Counter
 	malformed     prometheus.Counter
 	modelBad      prometheus.Counter
+	modelNone     prometheus.Counter
 	applied       prometheus.Counter
 	applyRejected prometheus.Counter
 	loss          prometheus.Gauge
@@ -68,6 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queryErrors:   c("step_query_errors_total", "Step queries answered with a malformed reply."),
 		malformed:     c("step_requests_malformed_total", "Malformed step requests received."),
 		modelBad:      c("model_requests_malformed_total", "Malformed model requests received (not one framed version byte)."),
+		modelNone:     c("model_requests_unserved_total", "Model requests reset because this node had no model to give (a driven node without a trainer, or a trainer that did not answer in time)."),
 		applied:       c("updates_applied_total", "Received updates applied to the model."),
 		applyRejected: c("updates_apply_rejected_total", "Received updates the model refused (wrong length, not finite)."),
 		loss:          g("model_loss", "Held-out loss at the last evaluation."),
@@ -87,7 +89,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rtts:         newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.modelBad, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
+		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros

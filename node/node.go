@@ -28,6 +28,9 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
+// ErrClosed is returned by calls on a closed Node.
+var ErrClosed = errors.New("node: closed")
+
 // Node is one pspnode: a libp2p host, its overlay membership, its gossip
 // topic, the step and model protocols, and the training engine.
 type Node struct {
@@ -45,9 +48,15 @@ type Node struct {
 	// handlers derive their contexts from it, so none outlives the node.
 	life    context.Context
 	endLife context.CancelFunc
-	gs      *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
-	// ex is the epidemic exchange's state (exchange.go), nil under gossip;
-	// xm its metrics, nil for a task without a model.
+	// The model's parts, set once by attachModel (under modelMu), which
+	// sets modelUp last; code that may run beside attachModel checks
+	// modelUp first. gs is nil for a task without a model and under the
+	// epidemic exchange; ex is the epidemic exchange's state (exchange.go),
+	// nil under gossip; xm its metrics, nil for a task without a model.
+	modelMu   sync.Mutex
+	modelUp   atomic.Bool
+	closing   bool // under modelMu: Close has begun, attach no more
+	gs        *gossip.Gossip
 	ex        *epidemic
 	xm        *exchangeMetrics
 	exID      protocol.ID
@@ -67,15 +76,21 @@ type Node struct {
 	step      atomic.Int64
 	waiting   atomic.Bool
 	leaving   atomic.Bool
-	interval  atomic.Uint64 // float64 bits: EWMA seconds per step
-	compute   atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
-	busy      atomic.Bool   // inside task.Step
-	lastEval  atomic.Pointer[evalResult]
-	estMu     sync.Mutex // guards estAt and estVal
-	estAt     time.Time
-	estVal    float64
-	repMu     sync.Mutex // guards reports
-	reports   ring       // population estimates peers reported lately (population)
+	// idle: the node is not training (a driven node without a trainer),
+	// so it answers step queries as leaving: its peers leave it out of
+	// their barriers and population (see Driver).
+	idle       atomic.Bool
+	lastStepAt time.Time // when the last step ended; the stepping goroutine's
+	driver     *Driver
+	interval   atomic.Uint64 // float64 bits: EWMA seconds per step
+	compute    atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	busy       atomic.Bool   // inside task.Step
+	lastEval   atomic.Pointer[evalResult]
+	estMu      sync.Mutex // guards estAt and estVal
+	estAt      time.Time
+	estVal     float64
+	repMu      sync.Mutex // guards reports
+	reports    ring       // population estimates peers reported lately (population)
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *meter
 	// conns counts opened connections into opened.
@@ -206,6 +221,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.task = NewSleepTask(cfg.TimeModel, seed)
 	}
 
+	if cfg.Driven {
+		n.driver = &Driver{n: n}
+		n.idle.Store(true) // out of peers' barriers until a trainer comes
+	}
+
 	n.ready = make(chan struct{})
 	fail := func(err error) (*Node, error) {
 		close(n.ready) // n.up stays false: waiting handlers reset their streams
@@ -222,28 +242,49 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
-	if n.task.NumParams() > 0 {
-		// Every node with a model serves the exchange protocol: under
-		// gossip, to refuse epidemic peers' models with a clear reason.
-		n.xm = newExchangeMetrics(n.reg)
-		n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
-		if cfg.Exchange.Kind == ExchangeEpidemic {
-			ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
-			if err != nil {
-				return fail(fmt.Errorf("node: %w", err))
-			}
-			n.ex = ex
-		}
-		n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, n.handleExchange))
-	}
 
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
 	n.registerGaugeFuncs()
+	if n.task.NumParams() > 0 {
+		if err := n.attachModel(ctx); err != nil {
+			return fail(fmt.Errorf("node: %w", err))
+		}
+	}
+	n.startJoiner(joinErr, seed)
+	n.up.Store(true)
+	close(n.ready)
+	return n, nil
+}
 
-	if n.task.NumParams() > 0 && n.ex == nil {
+// attachModel sets up what a node with a model needs: the exchange
+// protocol (every node with a model serves it: under gossip, to refuse
+// epidemic peers' models with a clear reason), and the epidemic state or
+// the gossip topic. New calls it when the task has parameters; a driven
+// node whose trainer says what its model is calls it through
+// Driver.Attach. modelUp is set last: code outside the goroutine that
+// attaches checks it before touching gs, ex or xm.
+func (n *Node) attachModel(ctx context.Context) error {
+	n.modelMu.Lock()
+	defer n.modelMu.Unlock()
+	if n.modelUp.Load() {
+		return nil
+	}
+	if n.closing {
+		return ErrClosed
+	}
+	cfg := n.cfg
+	n.xm = newExchangeMetrics(n.reg)
+	n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
+	if cfg.Exchange.Kind == ExchangeEpidemic {
+		ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
+		if err != nil {
+			return err
+		}
+		n.ex = ex
+	} else {
 		gcfg := cfg.Gossip
 		gcfg.Job = cfg.Job
 		gcfg.ParamCount = n.task.NumParams()
@@ -261,14 +302,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		gs, err := gossip.New(ctx, n.h, gcfg)
 		if err != nil {
-			return fail(fmt.Errorf("node: %w", err))
+			return err
 		}
 		n.gs = gs
 	}
-	n.startJoiner(joinErr, seed)
-	n.up.Store(true)
-	close(n.ready)
-	return n, nil
+	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, n.handleExchange))
+	n.modelUp.Store(true)
+	return nil
 }
 
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
@@ -473,6 +513,9 @@ func (n *Node) announceLeave() {
 }
 
 func (n *Node) closeParts() error {
+	n.modelMu.Lock()
+	n.closing = true // no attachModel from here on, so gs and ex stay as they are
+	n.modelMu.Unlock()
 	if n.endLife != nil {
 		n.endLife()
 	}

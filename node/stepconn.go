@@ -259,7 +259,7 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
-	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	reply := StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		if n.lost() {
 			<-ctx.Done() // the query is lost: the asker hears nothing

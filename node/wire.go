@@ -220,6 +220,26 @@ type ModelSnapshot struct {
 	Params  []float64
 }
 
+// ModelMismatchError says that a peer runs another model than this node:
+// another model ID or parameter count. It is not a malformed message: the
+// two nodes must not be in one job.
+type ModelMismatchError struct {
+	Peer       string // the peer's ID; "" when not known
+	PeerModel  uint32
+	PeerParams int64
+	OwnModel   uint32
+	OwnParams  int64
+}
+
+func (e *ModelMismatchError) Error() string {
+	who := "the peer"
+	if e.Peer != "" {
+		who = "peer " + e.Peer
+	}
+	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
+		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
+}
+
 // MaxModelFrame is the largest model reply accepted for n parameters.
 func MaxModelFrame(n int) int { return modelHeaderLen + 8*n }
 
@@ -254,10 +274,8 @@ func UnmarshalModel(b []byte, modelID uint32, n int) (ModelSnapshot, error) {
 	switch {
 	case m.Step < 0:
 		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, m.Step)
-	case m.ModelID != modelID:
-		return ModelSnapshot{}, fmt.Errorf("%w: model id %#x, this node runs %#x", ErrWire, m.ModelID, modelID)
-	case int64(count) != int64(n):
-		return ModelSnapshot{}, fmt.Errorf("%w: %d parameters, this node's model has %d", ErrWire, count, n)
+	case m.ModelID != modelID || int64(count) != int64(n):
+		return ModelSnapshot{}, &ModelMismatchError{PeerModel: m.ModelID, PeerParams: int64(count), OwnModel: modelID, OwnParams: int64(n)}
 	case len(b) != modelHeaderLen+8*n:
 		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes, want %d", ErrWire, len(b), modelHeaderLen+8*n)
 	}

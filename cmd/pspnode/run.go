@@ -17,6 +17,7 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -107,6 +108,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	exchange := def.Exchange
 	fs.Var(&exchange, "exchange", exchangeHelp)
+	tflags := addTrainerFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -128,6 +130,9 @@ Example, two nodes on one machine:
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
+			}
+			if err := tflags.check(fs); err != nil {
+				return err
 			}
 			var waitStart func(context.Context) error
 			if *startSig {
@@ -200,15 +205,26 @@ Example, two nodes on one machine:
 				SGD:  model.SGDConfig{BatchSize: *batch, LR0: *lr, Decay: model.DefaultSGDConfig().Decay},
 				Time: node.TimeModel{Scale: *scale, Factor: *factor},
 			}
-			dataset, err := openData(spec.Model, *data)
-			if err != nil {
-				return err
+			var dataset model.Data
+			if !tflags.enabled() {
+				if dataset, err = openData(spec.Model, *data); err != nil {
+					return err
+				}
 			}
-			nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			var nd *node.Node
+			var tsrv *trainer.Server
+			if tflags.enabled() {
+				nd, tsrv, err = newDrivenNode(ctx, cfg, tflags, log, reg)
+			} else {
+				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			}
 			if err != nil {
 				return err
 			}
 			defer nd.Close()
+			if tsrv != nil {
+				defer tsrv.Close()
+			}
 			if err := checkListening(nd.Host(), pre.listen); err != nil {
 				return err
 			}
@@ -216,12 +232,19 @@ Example, two nodes on one machine:
 			for _, a := range nd.Addrs() {
 				fmt.Fprintf(stdout, "listening: %s\n", a)
 			}
+			if tsrv != nil {
+				fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
+			}
 			if pre.http != nil {
 				srv := pre.serve(nd)
 				defer srv.Close()
 				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
 			}
-			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			modelName := spec.Model
+			if tsrv != nil {
+				modelName = "the trainer's"
+			}
+			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", modelName, "bootstrap", len(bootstrap))
 			logNAT(log, cfg)
 			if waitStart != nil {
 				log.Info("waiting for SIGUSR1 to start training")
@@ -230,6 +253,17 @@ Example, two nodes on one machine:
 				}
 			}
 			start := time.Now()
+			if tsrv != nil {
+				if cfg.Duration > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+					defer cancel()
+				}
+				serveTrainer(ctx, tsrv, log)
+				_ = tsrv.Close()
+				log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
+				return nd.Close()
+			}
 			err = nd.Run(ctx)
 			st := nd.Status()
 			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
