@@ -21,15 +21,18 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-// stringList is a repeatable, comma-separated string flag.
+// stringList is a repeatable, comma-separated string flag. An empty
+// value or element is an error: an empty --bootstrap (an unset shell
+// variable, say) must not quietly make a node the first of a new job.
 type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			*l = append(*l, f)
+		if f = strings.TrimSpace(f); f == "" {
+			return fmt.Errorf("empty address in %q (leave the flag out instead)", v)
 		}
+		*l = append(*l, f)
 	}
 	return nil
 }
@@ -178,7 +181,7 @@ Example, two nodes on one machine:
 				return usagef("--shard %d of --shards %d: need 0 <= shard < shards", *shard, *shards)
 			}
 			if *identity != "" {
-				key, err := node.LoadOrCreateIdentity(*identity)
+				key, err := loadIdentity(*identity)
 				if err != nil {
 					return err
 				}
@@ -189,6 +192,11 @@ Example, two nodes on one machine:
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			pre, err := runPreflight(*modelName, *data, *ckpt, cfg.Listen, len(listen) > 0, *httpAddr)
+			if err != nil {
+				return err
+			}
+			defer pre.Close()
 			reg := prometheus.NewRegistry()
 			cfg.Registry = reg
 			node.RegisterProcessMetrics(reg)
@@ -198,9 +206,8 @@ Example, two nodes on one machine:
 				Time: node.TimeModel{Scale: *scale, Factor: *factor},
 			}
 			var dataset model.Data
-			if spec.Model != "none" && !tflags.enabled() {
-				dataset, err = model.Open(node.DataFor(spec.Model, *data))
-				if err != nil {
+			if !tflags.enabled() {
+				if dataset, err = openData(spec.Model, *data); err != nil {
 					return err
 				}
 			}
@@ -218,6 +225,9 @@ Example, two nodes on one machine:
 			if tsrv != nil {
 				defer tsrv.Close()
 			}
+			if err := checkListening(nd.Host(), pre.listen); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
 			for _, a := range nd.Addrs() {
 				fmt.Fprintf(stdout, "listening: %s\n", a)
@@ -225,13 +235,10 @@ Example, two nodes on one machine:
 			if tsrv != nil {
 				fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
 			}
-			if *httpAddr != "" {
-				srv, err := nd.ServeHTTP(*httpAddr)
-				if err != nil {
-					return err
-				}
+			if pre.http != nil {
+				srv := pre.serve(nd)
 				defer srv.Close()
-				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
+				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
 			}
 			modelName := spec.Model
 			if tsrv != nil {
@@ -351,7 +358,9 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 	spec.InitSeed = node.SeedOf(cfg.Job)
 	task, err := node.NewTask(spec, data)
 	if err != nil {
-		return nil, err
+		// The specs passed checkModel and checkData: what is left is
+		// their combination (linreg on MNIST) or a model too large.
+		return nil, usagef("--model %s does not fit --data: %v", spec.Model, err)
 	}
 	cfg.Task = task
 	return node.New(ctx, cfg)
@@ -370,7 +379,7 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			if *identity == "" {
 				return usagef("--identity FILE is required")
 			}
-			key, err := node.LoadOrCreateIdentity(*identity)
+			key, err := loadIdentity(*identity)
 			if err != nil {
 				return err
 			}

@@ -161,6 +161,9 @@ killed run left.`,
 			cfg := testnet.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barriers[0]
 			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
+			if err := checkData(*data); err != nil {
+				return err
+			}
 			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen

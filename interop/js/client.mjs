@@ -7,8 +7,10 @@
 // Checks: the worked examples; identify (section 4); a FIND_NODE lookup
 // (9); two step queries on one stream (5, 6); a model fetch (7); a pool
 // join, leave and stale join (8); GossipSub updates from both nodes (10);
-// and the step queries pspnode sends the client, which it answers with the
-// leaving flag (6.3, 14).
+// one invalid update published by the client, which both nodes reject,
+// followed by valid ones they still take in (10.2, 10.5); and the step
+// queries pspnode sends the client, which it answers with the leaving flag
+// (6.3, 14).
 //
 // Configuration (environment):
 //   PSP_JOB         job name
@@ -310,6 +312,35 @@ function parseUpdate (data, sender, wantId = modelId, wantN = nParams) {
   return { enc, step, N, indices, values }
 }
 
+// Section 10.3: a dense32 update (little-endian), as the client publishes.
+function encodeDense32 (sender, step, id, values) {
+  const L = sender.length
+  const b = new Uint8Array(19 + L + 4 * values.length)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 1)
+  dv.setUint8(1, 1)
+  dv.setUint8(2, L)
+  b.set(sender, 3)
+  dv.setBigInt64(3 + L, BigInt(step), true)
+  dv.setUint32(11 + L, id, true)
+  dv.setUint32(15 + L, values.length, true)
+  values.forEach((v, i) => dv.setFloat32(19 + L + 4 * i, v, true))
+  return b
+}
+
+// Section 10.2: the message ID is the origin's binary peer ID (the signed
+// from) followed by the 8-byte big-endian seqno. js-libp2p-gossipsub's
+// default under StrictSign (msgIdFnStrictSign) puts the protobuf public key
+// where the peer ID belongs, so the client sets the ID function itself.
+function msgIdFromSeqno (msg) {
+  check(msg.type === 'signed', `unsigned message (type ${msg.type}) under StrictSign`)
+  const from = msg.from.toMultihash().bytes
+  const id = new Uint8Array(from.length + 8)
+  id.set(from)
+  new DataView(id.buffer).setBigUint64(from.length, msg.sequenceNumber)
+  return id
+}
+
 function f16 (h) {
   const s = h & 0x8000 ? -1 : 1
   const e = (h >> 10) & 0x1f
@@ -364,7 +395,7 @@ const node = await createLibp2p({
       initialQuerySelfInterval: 3600_000,
       querySelfInterval: 3600_000
     }),
-    pubsub: gossipsub({ globalSignaturePolicy: 'StrictSign', allowPublishToZeroTopicPeers: true })
+    pubsub: gossipsub({ globalSignaturePolicy: 'StrictSign', allowPublishToZeroTopicPeers: true, msgIdFn: msgIdFromSeqno })
   }
 })
 await node.handle(proto.step, serveStep)
@@ -388,6 +419,8 @@ node.services.pubsub.addEventListener('message', (evt) => {
   }
 })
 node.services.pubsub.subscribe(topic)
+let heartbeats = 0
+node.services.pubsub.addEventListener('gossipsub:heartbeat', () => { heartbeats++ })
 
 const t0 = Date.now()
 async function run (name, fn) {
@@ -438,6 +471,9 @@ await run('examples', async () => {
     check(u.step === 7n && String(u.indices ?? null) === String(idx) && u.values.join() === vals,
       `10.6 ${name}: step ${u.step}, indices ${u.indices}, values ${u.values}`)
   }
+  check(same(encodeDense32(sender, 7, linreg2, [0.5, -2.5, 1]), hex(examples[0][1])), '10.6 dense32 encoding')
+  const signed = { type: 'signed', from: peerIdFromString('12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB'), sequenceNumber: 0x0102030405060708n }
+  check(same(msgIdFromSeqno(signed), Buffer.concat([sender, hex('0102030405060708')])), '10.2 message ID')
   return 'the worked examples of 6.5, 7.4, 7.5 and 10.6 decode as the text says'
 })
 
@@ -619,6 +655,68 @@ await run('gossip', async () => {
   }
   return `${updates.valid} valid updates from both nodes, encodings ${[...updates.encodings].join(',')}, ` +
     `latest steps ${steps.join(' and ')} (/status)`
+})
+
+// Sections 10.2 and 10.5: one invalid update (another model id: rejected,
+// a penalty in the nodes' peer scores) must not make the nodes ignore the
+// client's later updates. After it, the client publishes three valid
+// updates, so large (1000 in every entry) that each node's norm bound
+// refuses them once GossipSub has accepted them (10.5): they change no
+// model. Then one update whose step is too far ahead, which the nodes
+// ignore without a penalty (10.5, check 9): a reason no node's own
+// updates produce, so its count says exactly that the client's updates
+// still reach the nodes' validation.
+async function metric (id, name) {
+  const url = statusURL[id.toString()].replace(/\/status$/, '/metrics')
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
+  check(res.ok, `GET ${url}: ${res.status}`)
+  const line = (await res.text()).split('\n').find(l => l.startsWith(name + ' '))
+  return line == null ? 0 : Number(line.slice(name.length + 1))
+}
+
+await run('invalid', async () => {
+  const origins = [bootId, targetId]
+  const pubsub = node.services.pubsub
+  const self = node.peerId.toMultihash().bytes
+  await waitFor('both nodes among the topic\'s subscribers', 10000, () =>
+    origins.every(id => pubsub.getSubscribers(topic).some(p => p.equals(id))))
+  const publish = async (what, data) => {
+    const { recipients } = await pubsub.publish(topic, data)
+    check(origins.every(id => recipients.some(p => p.equals(id))),
+      `the ${what} went to ${recipients.join(' ')}, not to both nodes`)
+  }
+  const ahead = 'psp_gossip_rejected_updates_total{reason="step_too_far_ahead"}'
+  const before = await Promise.all(origins.map(async id => ({ ...(await nodeStatus(id)), ahead: await metric(id, ahead) })))
+  const published = heartbeats
+  await publish('invalid update', encodeDense32(self, 1, (modelId ^ 1) >>> 0, new Array(nParams).fill(0)))
+  for (const [i, id] of origins.entries()) {
+    await waitFor(`node ${id} to reject the invalid update`, 10000,
+      async () => (await nodeStatus(id)).updates_rejected > before[i].updates_rejected)
+  }
+  // Wait until the invalid update has left the client's message cache (5
+  // heartbeats): every IHAVE the client gossips for it has been sent and
+  // answered by then. Under a message-ID function other than 10.2's, the
+  // nodes do not recognise those IHAVEs, ask for the message again (IWANT),
+  // and count every copy as one more invalid delivery: a few, and the
+  // client is below their graylist threshold, its updates ignored.
+  await waitFor('5 GossipSub heartbeats of the client', 15000, () => heartbeats >= published + 5)
+  const valid = 3
+  for (let i = 0; i < valid; i++) {
+    await publish('valid update', encodeDense32(self, 2 + i, modelId, new Array(nParams).fill(1000)))
+  }
+  await publish('update from far ahead', encodeDense32(self, 2 ** 40, modelId, new Array(nParams).fill(0)))
+  const counts = []
+  for (const [i, id] of origins.entries()) {
+    await waitFor(`node ${id} to take in the client's updates after the invalid one`, 10000, async () =>
+      await metric(id, ahead) > before[i].ahead)
+    const st = await nodeStatus(id)
+    check(st.updates_norm_refused - before[i].updates_norm_refused >= valid,
+      `node ${id} refused ${st.updates_norm_refused - before[i].updates_norm_refused} updates by their norm, want the client's ${valid} at least`)
+    check(await metric(id, ahead) === before[i].ahead + 1, `node ${id} ignored more than the client's update from far ahead`)
+    counts.push(st.updates_norm_refused - before[i].updates_norm_refused)
+  }
+  return 'each node rejected the invalid update, then took in the valid ones ' +
+    `(refused by the norm bound: ${counts.join(' and ')}) and ignored the one from far ahead`
 })
 
 // pspnode's own step requests to this client, if any arrived, had to match
