@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto
+.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp
 
 all: build
 
@@ -115,6 +115,23 @@ dist:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+
+## torch-example: three daemons and three PyTorch trainers on this machine
+## (MNIST, pSSP), each printing its held-out accuracy; needs test-deps'
+## Python packages (see examples/torch/run-three.sh)
+torch-example: build
+	examples/torch/run-three.sh
+
+## bench-trainer: what a step costs a PyTorch trainer beyond its own
+## compute, for a model of 1 M float32 parameters (examples/torch/bench_bridge.py)
+bench-trainer: build
+	/usr/bin/python3 examples/torch/bench_bridge.py --bin $(BIN)
+
+## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (pSSP,
+## ASP), 4 and 8 workers, with and without slow workers; writes a table
+## and figures to results/ddp (about 20 minutes)
+compare-ddp: build
+	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp
 
 ## proto: regenerate the trainer API's Go and Python code from
 ## proto/pspnode/trainer/v1/trainer.proto (the generated files are

@@ -69,6 +69,19 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+def written():
+    """Bytes this process has written to files and sockets (/proc/self/io
+    wchar; for DDP ranks, gloo's sends). 0 where /proc is missing."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
 def evaluate(model, x, y):
     with torch.no_grad():
         out = model(x)
@@ -97,6 +110,8 @@ def main(argv=None):
     ap.add_argument("--eval-every", type=float, default=1.0, help="evaluate every this many seconds")
     ap.add_argument("--out", help="CSV of evaluations: time_s,step,loss,accuracy")
     ap.add_argument("--summary", help="write a JSON summary here at the end")
+    ap.add_argument("--start-at", type=float, default=0,
+                    help="after setting up, wait until this Unix time to start training (so that workers start together)")
     ap.add_argument("--no-shm", action="store_true", help="pspnode: tensors through the socket, not shared memory")
     ap.add_argument("--log", default="info")
     a = ap.parse_args(argv)
@@ -129,6 +144,13 @@ def main(argv=None):
             print(f"mnist.py: {e}", file=sys.stderr)
             sys.exit(2)
 
+    if a.start_at:
+        late = time.time() - a.start_at
+        if late > 0:
+            logging.warning("set-up ended %.1f s after --start-at: starting at once", late)
+        else:
+            time.sleep(-late)
+    wchar0 = written()
     out = open(a.out, "w") if a.out else None
     if out:
         out.write("time_s,step,loss,accuracy\n")
@@ -166,7 +188,8 @@ def main(argv=None):
         out.write(f"{elapsed:.3f},{step0 + steps},{loss:.5f},{acc:.5f}\n")
         out.close()
     summary = {"steps": steps, "elapsed_s": elapsed, "final_accuracy": acc, "final_loss": loss,
-               "best_accuracy": best, "sleep_s": sleeping, "first_step": step0}
+               "best_accuracy": best, "sleep_s": sleeping, "first_step": step0,
+               "bytes_written": written() - wchar0}
     if a.daemon:
         summary["population"] = opt.population
         opt.close()

@@ -170,26 +170,28 @@ class Optimizer:
     def step(self, closure=None):
         """The wrapped optimizer's step, then publish, barrier and merge."""
         loss = None
-        with self._lock:
-            self._old.copy_(self._flat)
+        with self._lock, torch.no_grad():
+            self._old.copy_(self._flat)  # the one copy of the vector the trainer makes
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
-            buf = self.client.update_buffer()
-            up = torch.from_numpy(buf)
-            with torch.no_grad():
-                if self.update_kind == pb.UPDATE_KIND_MODEL:
-                    up.copy_(self._flat if not self._host else self._flat.cpu())
+            up = torch.from_numpy(self.client.update_buffer())  # shared memory when the session has it
+            if self.update_kind == pb.UPDATE_KIND_MODEL:
+                up.copy_(self._flat if not self._host else self._flat.cpu())
+            else:
+                if not self._host:
+                    torch.sub(self._flat, self._old, out=up)
                 else:
-                    delta = self._flat - self._old
-                    if self.lr_scale != 1.0:
-                        delta.mul_(self.lr_scale)
-                        self._flat.copy_(self._old).add_(delta)
-                    up.copy_(delta if not self._host else delta.cpu())
-                bad = not bool(torch.isfinite(up).all()) or (self.max_abs > 0 and float(up.abs().max()) > self.max_abs)
-            if bad:
+                    up.copy_(self._flat - self._old)
+                if self.lr_scale != 1.0:
+                    up.mul_(self.lr_scale)
+                    self._flat.copy_(self._old).add_(up.to(self._flat.device) if self._host else up)
+            # NaN and ±Inf make the maximum NaN or Inf: one pass checks both.
+            peak = float(up.abs().max())
+            if not peak <= (self.max_abs if self.max_abs > 0 else float("inf")):
                 self._flat.copy_(self._old)
                 raise FloatingPointError(
-                    f"step {self.step_count + 1}: the update is not finite or exceeds ±{self.max_abs:g}; "
-                    "the parameters are as before the step, and nothing was sent (lower the learning rate?)")
+                    f"step {self.step_count + 1}: the update is not finite or exceeds ±{self.max_abs:g} "
+                    f"(its largest magnitude is {peak}); the parameters are as before the step and nothing was sent "
+                    "(lower the learning rate?)")
         ev, self._eval = self._eval, None
         r = self._exchange(ev)
         if r is None:
