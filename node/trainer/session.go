@@ -242,10 +242,10 @@ func (sess *session) start() error {
 		w.ShmPath, w.ShmSize = sess.shm.path, uint64(len(sess.shm.mem))
 		w.ShmUpOffset, w.ShmParamsOffset = uint64(sess.upOff), uint64(sess.paramsOff)
 	}
+	go sess.pushLoop() // before Welcome: release expects it once the buffers exist
 	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Welcome{Welcome: w}}); err != nil {
 		return err
 	}
-	go sess.pushLoop()
 	s.drv.Activate(sess.client)
 	s.m.sessions.Inc()
 	s.m.connected.Set(1)

@@ -6,12 +6,12 @@
 // (a sleep of (Exp(1)+1)·X s per step, a share of workers slowed by a
 // factor) run under
 //
-//   - ddp:  torch.distributed DDP with the gloo backend on localhost, one
+//   - ddp: torch.distributed DDP with the gloo backend on localhost, one
 //     process per rank (gradients averaged every step: every rank waits
 //     for the slowest);
-//   - pssp: pspnode trainers, one `pspnode run --trainer` daemon each,
-//     under pSSP (default pssp:2:4);
-//   - asp:  the same under ASP.
+//   - a pspnode barrier, with an optional exchange (pssp:2:4,
+//     asp/epidemic:2, ...): pspnode trainers, one `pspnode run --trainer`
+//     daemon each.
 //
 // Workers start together (--start-at), evaluate on the 2 000 held-out
 // images every second, and run for a fixed time. Reported per run: the
@@ -46,7 +46,7 @@ import (
 const python = "/usr/bin/python3"
 
 type config struct {
-	bin, out, barrier      string
+	bin, out               string
 	workers                []int
 	slow                   []float64
 	systems                []string
@@ -84,8 +84,7 @@ func main() {
 	flag.StringVar(&c.out, "out", "results/ddp", "where the table, the CSV files and the figures go")
 	flag.StringVar(&workers, "workers", "4,8", "worker counts")
 	flag.StringVar(&slow, "slow", "0,0.25", "shares of slow workers")
-	flag.StringVar(&systems, "systems", "ddp,pssp,asp", "systems to run")
-	flag.StringVar(&c.barrier, "barrier", "pssp:2:4", "the pspnode barrier of the pssp runs")
+	flag.StringVar(&systems, "systems", "ddp,pssp:2:4,asp", "systems to run: ddp, or a pspnode barrier spec with an optional /EXCHANGE (e.g. pssp:2:4/epidemic:2)")
 	flag.Float64Var(&c.factor, "slow-factor", 4, "how much slower a slow worker's task time is")
 	flag.Float64Var(&c.scale, "time-scale", 0.05, "task time per step: (Exp(1)+1) × this seconds")
 	flag.Float64Var(&c.target, "target", 0.9, "the held-out accuracy to reach")
@@ -122,8 +121,8 @@ func (c *config) check() error {
 		return fmt.Errorf("%s cannot import torch, grpc and numpy: %s (install python3-torch python3-grpcio python3-numpy)", python, strings.TrimSpace(string(out)))
 	}
 	for _, s := range c.systems {
-		if s != "ddp" && s != "pssp" && s != "asp" {
-			return fmt.Errorf("--systems: %q: want ddp, pssp or asp", s)
+		if s == "" {
+			return fmt.Errorf("--systems: an empty name")
 		}
 	}
 	return os.MkdirAll(c.out, 0o755)
@@ -144,7 +143,7 @@ func (c *config) runAll() error {
 				fmt.Printf("  to %.0f %%: %s, %.2f steps/s per worker, final %.3f, %.0f bytes/step, %.0f CPU-s\n",
 					100*c.target, secs(r.TimeToTarget), r.StepsPerS, r.FinalAccuracy, r.BytesPerStep, r.CPUSeconds)
 				runs = append(runs, r)
-				s := figure.Series{Name: label(sys, c.barrier)}
+				s := figure.Series{Name: label(sys)}
 				for _, p := range r.Curve {
 					s.X, s.Y = append(s.X, p[0]), append(s.Y, p[1])
 				}
@@ -165,14 +164,15 @@ func (c *config) runAll() error {
 	return nil
 }
 
-func label(sys, barrier string) string {
-	switch sys {
-	case "ddp":
+func label(sys string) string {
+	if sys == "ddp" {
 		return "torch DDP (gloo)"
-	case "pssp":
-		return "pspnode " + barrier
 	}
-	return "pspnode asp"
+	barrier, exchange, ok := strings.Cut(sys, "/")
+	if !ok {
+		exchange = "gossip"
+	}
+	return "pspnode " + barrier + ", " + exchange
 }
 
 func secs(s float64) string {
@@ -243,12 +243,12 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 			args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(w))
 			env = append(env, "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
 		default:
-			barrier := c.barrier
-			if sys == "asp" {
-				barrier = "asp"
+			barrier, exchange, ok := strings.Cut(sys, "/")
+			if !ok {
+				exchange = "gossip"
 			}
 			sock := filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
-			d, addr, err := c.daemon(dir, i, sock, barrier, boot)
+			d, addr, err := c.daemon(dir, i, sock, barrier, exchange, boot)
 			if err != nil {
 				return run{}, err
 			}
@@ -348,9 +348,9 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 }
 
 // daemon starts `pspnode run --trainer` for worker i.
-func (c *config) daemon(dir string, i int, sock, barrier, boot string) (*exec.Cmd, string, error) {
+func (c *config) daemon(dir string, i int, sock, barrier, exchange, boot string) (*exec.Cmd, string, error) {
 	args := []string{"run", "--job", "compare", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
-		"--barrier", barrier, "--nat-traversal=false", "--log-level", "warn"}
+		"--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"}
 	if boot != "" {
 		args = append(args, "--bootstrap", boot)
 	}
@@ -455,7 +455,7 @@ func (c *config) saveCurve(r run) {
 	for _, p := range r.Curve {
 		rows = append(rows, []string{fmt.Sprint(p[0]), fmt.Sprintf("%.4f", p[1])})
 	}
-	_ = figure.CSV(filepath.Join(c.out, fmt.Sprintf("curve_%s_%dw_slow%.0f.csv", r.System, r.Workers, 100*r.Slow)),
+	_ = figure.CSV(filepath.Join(c.out, fmt.Sprintf("curve_%s_%dw_slow%.0f.csv", strings.NewReplacer(":", "-", "/", "_").Replace(r.System), r.Workers, 100*r.Slow)),
 		[]string{"time_s", "median_accuracy"}, rows)
 }
 
@@ -490,7 +490,7 @@ func (c *config) write(runs []run, took time.Duration) error {
 		if r.Slow > 0 {
 			slow = fmt.Sprintf("%.0f %% ×%g", 100*r.Slow, c.factor)
 		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s |\n", r.Workers, slow, label(r.System, c.barrier),
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s |\n", r.Workers, slow, label(r.System),
 			secs(r.TimeToTarget), ratio, r.StepsPerS, r.FinalAccuracy, humanBytes(r.BytesPerStep), r.CPUSeconds, humanBytes(float64(r.PeakRSS)))
 	}
 	fmt.Fprintf(&sb, "\nTask time (Exp(1)+1)·%g s per step, batch %d, learning rate %g, runs of %v (%v with slow workers); %v in all.\n",
