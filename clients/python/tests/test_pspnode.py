@@ -159,6 +159,31 @@ class WithDaemons(unittest.TestCase):
         self.assertIn("12 float32 parameters", msg)
         self.assertIn("19", msg)
 
+    def test_reconnects_when_the_daemon_restarts(self):
+        d = Daemon(self.tmp, "restart", "restart")
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.01), d.address, model=m, connect_timeout=30)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+
+        def step():
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        for _ in range(3):
+            step()
+        self.assertEqual(opt.step_count, 3)
+        d.stop()
+        d2 = Daemon(self.tmp, "restart", "restart")  # the same socket path
+        self.addCleanup(d2.stop)
+        before = opt._flat.clone()
+        step()  # the daemon is gone: this step reconnects and keeps its parameters
+        self.assertFalse(torch.equal(opt._flat, before), "the local step was lost")
+        self.assertEqual(opt.step_count, 4)
+        step()
+        self.assertEqual(opt.step_count, 5)
+        self.assertEqual(opt.client.status().step, 5)
+        opt.close()
+
     def test_not_float32(self):
         m = quadratic().double()
         with self.assertRaises(TypeError) as cm:
