@@ -14,24 +14,52 @@ import (
 // badValue describes the first value of v (float32 little-endian) whose
 // magnitude is not finite or exceeds bound, or returns "" if there is
 // none. Comparing the bits of |x| covers NaN and ±Inf in one test: they
-// sort above every finite float32.
+// sort above every finite float32. The common case, no bad value, is one
+// branch-free pass over two values at a time (anyBad); the first bad one
+// is then found by a second pass.
 func badValue(v []byte, bound float32) string {
 	limit := math.Float32bits(bound)
-	n := len(v) / 4
-	if words, ok := asWords(v); ok {
-		for i, w := range words {
-			if w&0x7fffffff > limit {
-				return describe(i, math.Float32frombits(w), bound)
-			}
-		}
+	if !anyBad(v, limit) {
 		return ""
 	}
-	for i := range n {
+	for i := range len(v) / 4 {
 		if w := binary.LittleEndian.Uint32(v[4*i:]); w&0x7fffffff > limit {
 			return describe(i, math.Float32frombits(w), bound)
 		}
 	}
 	return ""
+}
+
+// anyBad reports whether a value of v has |bits| above limit. Two values
+// at a time, in a 64-bit word: for a half h ≤ 0x7fffffff, h > limit iff
+// h + (0x7fffffff − limit) sets the half's top bit, and the sum cannot
+// carry into the other half.
+func anyBad(v []byte, limit uint32) bool {
+	n := len(v) / 8
+	const abs = 0x7fffffff7fffffff
+	k := uint64(0x7fffffff-limit) * 0x0000000100000001
+	var top uint64
+	if littleEndian && n > 0 && uintptr(unsafe.Pointer(&v[0]))%8 == 0 {
+		ws := unsafe.Slice((*uint64)(unsafe.Pointer(&v[0])), n)
+		for len(ws) >= 4 {
+			top |= (ws[0]&abs + k) | (ws[1]&abs + k) | (ws[2]&abs + k) | (ws[3]&abs + k)
+			ws = ws[4:]
+		}
+		for _, w := range ws {
+			top |= w&abs + k
+		}
+	} else {
+		for i := range n {
+			top |= binary.LittleEndian.Uint64(v[8*i:])&abs + k
+		}
+	}
+	if top&0x8000000080000000 != 0 {
+		return true
+	}
+	if len(v)%8 != 0 { // an odd count: the last value
+		return binary.LittleEndian.Uint32(v[len(v)-4:])&0x7fffffff > limit
+	}
+	return false
 }
 
 func describe(i int, x float32, bound float32) string {
@@ -88,3 +116,4 @@ func appendFloat64As32(b []byte, v []float64) []byte {
 	}
 	return b
 }
+
