@@ -116,4 +116,3 @@ func appendFloat64As32(b []byte, v []float64) []byte {
 	}
 	return b
 }
-

@@ -23,7 +23,6 @@ func BenchmarkCopy(b *testing.B) {
 	}
 }
 
-
 func TestBadValue(t *testing.T) {
 	for _, n := range []int{1, 2, 3, 7, 8, 9, 1001} {
 		for i := range n {
