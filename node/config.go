@@ -34,8 +34,10 @@ type Config struct {
 	// with Host.
 	Identity crypto.PrivKey
 	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node takes ownership and closes it, and counts the bytes
-	// of the streams it opens and accepts through it (Traffic).
+	// hosts). The node owns it from the moment New is called: New closes
+	// it if it fails, for whatever reason, and Shutdown (or Close) closes
+	// it otherwise; the caller must not close or reuse it. The node counts
+	// the bytes of the streams it opens and accepts through it (Traffic).
 	Host host.Host
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int

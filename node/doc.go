@@ -4,12 +4,16 @@
 //
 // A program builds a Node with New from a Config (start from
 // DefaultConfig), gives it a Task (the work of a step: a ModelTask from
-// NewTask, or its own; see the package example), and calls Run. Close
-// leaves the job.
+// NewTask, or its own; see the package example), and calls Run. Leaving
+// is in two parts, as in hashicorp/memberlist: Leave tells peers the node
+// goes (they drop it at once) and stops Run, which returns ErrClosed;
+// Shutdown closes everything, with no word to peers (a crash, as they
+// see it). Close does both. A host passed in Config.Host belongs to the
+// node from New on, even when New fails.
 //
 // Where things are:
 //
-//	node.go        Node, New, Close: the host, overlay and gossip topic
+//	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
 //	config.go      Config, DefaultConfig, Validate
 //	engine.go      Run and barrier: the step loop
 //	population.go  the population estimate that scales the learning rate

@@ -229,7 +229,7 @@ func (d *Driver) Deactivate(why string) {
 	d.client = ""
 	d.infoMu.Unlock()
 	n.log.Info("trainer session ended: out of peers' barriers until a trainer returns", "client", client, "step", n.step.Load(), "why", why)
-	n.announceLeave()
+	n.announceLeave(leaveBudget)
 }
 
 // Active reports whether the node participates (Activate was called and

@@ -23,18 +23,35 @@ import (
 //	        wakes early when a peer reports progress (timing.go)
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
-// step in progress. Run returns an error only if the task fails.
+// step in progress. Run returns ErrClosed when the node leaves (Leave) or
+// shuts down (Shutdown, Close) while it runs, or already has, as
+// net/http's Serve returns ErrServerClosed; it returns any other error only
+// if the task fails.
 func (n *Node) Run(ctx context.Context) error {
 	if n.driver != nil {
 		return fmt.Errorf("%w: its steps come from its Driver", ErrNotDriven)
+	}
+	if n.active.Err() != nil {
+		return ErrClosed
 	}
 	if n.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.Duration)
 		defer cancel()
 	}
+	// parent is the caller's stop (and Duration); ctx ends with it or when
+	// the node leaves or shuts down.
+	parent := ctx
+	ctx, cancel := n.lifetime(ctx)
+	defer cancel()
+	stopped := func() error {
+		if parent.Err() == nil && n.active.Err() != nil {
+			return ErrClosed
+		}
+		return nil
+	}
 	if n.waitPeers(ctx) != nil {
-		return nil // stopped while waiting for peers
+		return stopped() // stopped while waiting for peers
 	}
 	n.resume()
 	if n.cfg.JoinFetch {
@@ -46,7 +63,10 @@ func (n *Node) Run(ctx context.Context) error {
 	defer n.checkpoint()
 	n.lastStepAt = time.Now()
 	for {
-		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
+		if ctx.Err() != nil || n.active.Err() != nil {
+			return stopped()
+		}
+		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
@@ -57,8 +77,8 @@ func (n *Node) Run(ctx context.Context) error {
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
 		n.busy.Store(false)
-		if ctx.Err() != nil {
-			return nil
+		if ctx.Err() != nil || n.active.Err() != nil {
+			return stopped()
 		}
 		if err != nil {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
@@ -75,9 +95,17 @@ func (n *Node) Run(ctx context.Context) error {
 			return nil
 		}
 		if _, err := n.barrier(ctx); err != nil {
-			return nil // stopped while waiting at the barrier
+			return stopped() // stopped while waiting at the barrier
 		}
 	}
+}
+
+// lifetime returns a context that ends with ctx or when the node leaves or
+// shuts down, whichever comes first.
+func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(n.active, cancel)
+	return ctx, func() { stop(); cancel() }
 }
 
 // countStep counts a completed step whose task compute took compute and
@@ -143,6 +171,10 @@ type barrierOutcome struct {
 // Between checks it waits the backoff of its timing (timing.go), or until a
 // progress report wakes it, and then no less than the wake gap after the
 // last check.
+//
+// It returns ErrClosed as soon as the node leaves or shuts down. (It does
+// not end ctx when it returns: a query of its last check runs on, to its
+// own deadline, under ctx.)
 func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	start := time.Now()
 	var out barrierOutcome
@@ -150,9 +182,11 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	for first := true; ; first = false {
 		t0 := time.Now()
 		obs := n.observe(ctx)
-		if ctx.Err() != nil {
+		// A node that left or shut down must not pass on what a closed
+		// overlay gave (no sample, so no observation).
+		if err := n.stopErr(ctx); err != nil {
 			n.setWaiting(false)
-			return out, ctx.Err()
+			return out, err
 		}
 		n.m.checks.Inc()
 		out.Checks++
@@ -178,18 +212,31 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 		case <-ctx.Done():
 			t.Stop()
 			n.setWaiting(false)
-			return out, ctx.Err()
+			return out, n.stopErr(ctx)
+		case <-n.active.Done():
+			t.Stop()
+			n.setWaiting(false)
+			return out, ErrClosed
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon, but
 			// no sooner than the wake gap after the last check, so a burst
 			// of progress reports costs one check; and no later than the
 			// backoff would have.
 			t.Stop()
-			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); ctx.Err() != nil {
+			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); n.stopErr(ctx) != nil {
 				n.setWaiting(false)
-				return out, ctx.Err()
+				return out, n.stopErr(ctx)
 			}
 		case <-t.C:
 		}
 	}
+}
+
+// stopErr is why a wait under ctx must stop: ErrClosed once the node has
+// left or shut down, else ctx's error (nil while it runs).
+func (n *Node) stopErr(ctx context.Context) error {
+	if n.active.Err() != nil {
+		return ErrClosed
+	}
+	return ctx.Err()
 }

@@ -44,10 +44,14 @@ type Node struct {
 	// they wait on ready before touching ov or gs.
 	ready chan struct{}
 	up    atomic.Bool
-	// life ends when the node closes (endLife): the inbound stream
+	// life ends when the node shuts down (endLife): the inbound stream
 	// handlers derive their contexts from it, so none outlives the node.
-	life    context.Context
-	endLife context.CancelFunc
+	// active ends when the node leaves (Leave) or shuts down: Run and the
+	// barrier stop with it.
+	life      context.Context
+	endLife   context.CancelFunc
+	active    context.Context
+	endActive context.CancelFunc
 	// The model's parts, set once by attachModel (under modelMu), which
 	// sets modelUp last; code that may run beside attachModel checks
 	// modelUp first. gs is nil for a task without a model and under the
@@ -122,6 +126,7 @@ type Node struct {
 	// nat follows reachability, relays and hole punches (nat.go).
 	nat *natState
 
+	leaveOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -138,9 +143,19 @@ func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + 
 
 // New builds a node: the host (unless cfg.Host is given), the overlay (which
 // joins through cfg.Bootstrap), the gossip topic for the task's updates, and
-// the protocol handlers. Training starts with Run. Close releases it all.
+// the protocol handlers. Training starts with Run. Close (or Leave, then
+// Shutdown) releases it all.
+//
+// A host given in cfg.Host belongs to the node from the moment New is
+// called, whether New succeeds or not: if New fails, for any reason
+// (Validate's included), it has closed the host before it returns; if it
+// succeeds, Shutdown (or Close) closes it. The caller must not close it
+// itself, nor use it for anything else once the node has it.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
+		if cfg.Host != nil {
+			_ = cfg.Host.Close()
+		}
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
@@ -161,6 +176,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		progress: newProgress(),
 	}
 	n.life, n.endLife = context.WithCancel(context.Background())
+	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -468,29 +484,54 @@ func (n *Node) limitedBy(l *inboundLimiter, handle network.StreamHandler) networ
 	}
 }
 
-// Crash stops the node as a crash would: no leave note, the host simply
-// disappears. Run, if running, should be cancelled by its context as well.
-func (n *Node) Crash() error {
+// leaveBudget is how long Close gives the leave notices.
+const leaveBudget = 300 * time.Millisecond
+
+// Leave leaves the job gracefully, as memberlist's Leave does: from now on
+// the node answers every step query as leaving (its peers drop it from
+// their samples and population), Run returns ErrClosed (abandoning the
+// step in progress) and the Driver's Barrier refuses, and up to 32
+// connected peers are told at once, in parallel, within timeout. It keeps
+// the host and every protocol running, so that peers that ask meanwhile
+// are told too: call Shutdown next (Close does both). A second Leave does
+// nothing; Leave after Shutdown returns ErrClosed.
+func (n *Node) Leave(timeout time.Duration) error {
+	if n.life.Err() != nil {
+		return ErrClosed
+	}
+	n.leaveOnce.Do(func() {
+		n.leaving.Store(true)
+		n.endActive()
+		n.announceLeave(timeout)
+	})
+	return nil
+}
+
+// Shutdown stops the node without a word to its peers, as a crash would:
+// Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
+// the host (the node's own or cfg.Host) are closed. Peers find it gone when
+// their queries fail. It is safe to call more than once; later calls
+// return the first's result.
+func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
 	return n.closeErr
 }
 
-// Close tells a few peers the node is leaving, then stops gossip, the
-// overlay and the host. It is safe to call more than once.
+// Crash is Shutdown, under the name testnets use for it.
+func (n *Node) Crash() error { return n.Shutdown() }
+
+// Close leaves the job (Leave, with 300 ms for the notices) and shuts the
+// node down (Shutdown). It is safe to call more than once.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.leaving.Store(true)
-		n.announceLeave()
-		n.closeErr = n.closeParts()
-	})
-	return n.closeErr
+	_ = n.Leave(leaveBudget)
+	return n.Shutdown()
 }
 
 // announceLeave sends a leaving note to up to 32 known peers, in parallel,
-// for at most 300 ms: cheap, and it lets them drop this node from their
+// for at most timeout: cheap, and it lets them drop this node from their
 // samples at once instead of timing out on it.
-func (n *Node) announceLeave() {
-	if n.ov == nil {
+func (n *Node) announceLeave(timeout time.Duration) {
+	if n.ov == nil || timeout <= 0 {
 		return
 	}
 	peers := n.ov.Peers()
@@ -500,7 +541,7 @@ func (n *Node) announceLeave() {
 	if len(peers) > 32 {
 		peers = peers[:32]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(n.life, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, p := range peers {

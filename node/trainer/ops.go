@@ -63,6 +63,8 @@ func toStatus(ctx context.Context, err error) error {
 		return status.Error(codes.OutOfRange, err.Error())
 	case errors.Is(err, node.ErrBadUpdate):
 		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, node.ErrClosed):
+		return status.Error(codes.Unavailable, "the node has left the job or is shutting down")
 	case errors.Is(err, node.ErrNoCheckpoint):
 		return status.Error(codes.FailedPrecondition, "checkpoint: this daemon has no checkpoint file: start it with --checkpoint FILE")
 	case ctx.Err() != nil:
