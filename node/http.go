@@ -68,6 +68,9 @@ type Status struct {
 	ReportsScreened    uint64 `json:"reports_screened"`
 	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 	StreamsRefused     uint64 `json:"streams_refused"`
+	// StreamsRefusedBy splits StreamsRefused by protocol (step, model,
+	// exchange): each has caps of its own.
+	StreamsRefusedBy map[string]uint64 `json:"streams_refused_by_protocol"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
@@ -125,7 +128,12 @@ func (n *Node) Status() Status {
 		st.ReportsScreened += uint64(counterValue(n.m.screened.WithLabelValues(v.String())))
 	}
 	st.UpdatesNormRefused = uint64(counterValue(n.m.normRefused))
-	st.StreamsRefused = uint64(counterValue(n.m.refused))
+	st.StreamsRefusedBy = make(map[string]uint64, len(refusedProtocols))
+	for _, p := range refusedProtocols {
+		v := uint64(counterValue(n.m.refused.WithLabelValues(p)))
+		st.StreamsRefusedBy[p] = v
+		st.StreamsRefused += v
+	}
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()

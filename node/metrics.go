@@ -11,6 +11,10 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
+// refusedProtocols label psp_streams_refused_total: each has its own
+// inbound stream caps.
+var refusedProtocols = []string{"step", "model", "exchange"}
+
 // metrics are the node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
 type metrics struct {
@@ -32,7 +36,7 @@ type metrics struct {
 	connsOpened   prometheus.Counter
 	screened      *prometheus.CounterVec
 	normRefused   prometheus.Counter
-	refused       prometheus.Counter
+	refused       *prometheus.CounterVec
 	hedged        prometheus.Counter
 	earlyFail     prometheus.Counter
 	staleStreams  prometheus.Counter
@@ -77,8 +81,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connsOpened:   c("connections_opened_total", "Connections opened, inbound and outbound (each costs an identify exchange: a high rate at rest means the connection manager trims connections that peers re-dial)."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
-		normRefused:  c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
-		refused:      c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."),
+		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
+			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		staleStreams: c("step_streams_stale_total", "Step queries retried on a fresh stream because the peer had closed the idle one they took."),
 		earlyFail:    c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
@@ -93,6 +98,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
+	}
+	for _, p := range refusedProtocols {
+		m.refused.WithLabelValues(p)
 	}
 	return m
 }

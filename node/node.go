@@ -256,8 +256,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.closed(c) },
 	}
 	n.h.Network().Notify(n.conns)
-	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
+	n.h.SetStreamHandler(n.stepID, n.limited("step", n.handleStep))
+	n.h.SetStreamHandler(n.modelID, n.limited("model", n.handleModel))
 
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
@@ -322,7 +322,7 @@ func (n *Node) attachModel(ctx context.Context) error {
 		}
 		n.gs = gs
 	}
-	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, n.handleExchange))
+	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
 	n.modelUp.Store(true)
 	return nil
 }
@@ -360,7 +360,7 @@ func overlaySeed(seed uint64) uint64 {
 // awaitReady holds an inbound stream that arrived while New was still
 // joining until the node is assembled. It resets the stream, counted as
 // refused, if New failed or takes longer than the query timeout.
-func (n *Node) awaitReady(s network.Stream) bool {
+func (n *Node) awaitReady(s network.Stream, proto string) bool {
 	select {
 	case <-n.ready:
 	default:
@@ -372,7 +372,7 @@ func (n *Node) awaitReady(s network.Stream) bool {
 		}
 	}
 	if !n.up.Load() {
-		n.m.refused.Inc()
+		n.m.refused.WithLabelValues(proto).Inc()
 		_ = s.Reset()
 		return false
 	}
@@ -459,25 +459,26 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
-// limited wraps a stream handler in the step and model protocols' inbound
-// stream caps: a stream over its peer's or the node's cap is reset at once
-// and counted.
-func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
-	return n.limitedBy(n.limiter, handle)
+// limited wraps a stream handler of protocol proto ("step" or "model") in
+// the inbound stream caps the two protocols share: a stream over its
+// peer's or the node's cap is reset at once and counted.
+func (n *Node) limited(proto string, handle network.StreamHandler) network.StreamHandler {
+	return n.limitedBy(n.limiter, proto, handle)
 }
 
 // limitedBy is limited with the caps of l, and waits, as every handler
-// must, until the node is assembled.
-func (n *Node) limitedBy(l *inboundLimiter, handle network.StreamHandler) network.StreamHandler {
+// must, until the node is assembled. proto labels the streams it refuses
+// (psp_streams_refused_total).
+func (n *Node) limitedBy(l *inboundLimiter, proto string, handle network.StreamHandler) network.StreamHandler {
 	return func(s network.Stream) {
 		from := s.Conn().RemotePeer()
 		if !l.acquire(from) {
-			n.m.refused.Inc()
+			n.m.refused.WithLabelValues(proto).Inc()
 			_ = s.Reset()
 			return
 		}
 		defer l.release(from)
-		if !n.awaitReady(s) {
+		if !n.awaitReady(s, proto) {
 			return
 		}
 		handle(s)
