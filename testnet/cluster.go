@@ -275,6 +275,10 @@ func (t *testnet) launch(ctx context.Context, m *member) {
 		target := t.target.nd.ID()
 		t.wg.Go(func() { asNode(m.idx, func() { t.flood(c, m, target) }) })
 	}
+	if m.role == SlowModel && t.target != nil {
+		target := t.target.nd.ID()
+		t.wg.Go(func() { asNode(m.idx, func() { t.slowModel(c, m, target) }) })
+	}
 }
 
 // waitWarm waits until every node's overlay knows most of the others (or

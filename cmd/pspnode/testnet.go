@@ -78,7 +78,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
-		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, sybil-zone, sybil-host (e.g. liar-zero:5%)")
+		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, slow-model, sybil-zone, sybil-host (e.g. liar-zero:5%)")
 		sybilDef  = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
 		victims   = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
 		prefix    = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
