@@ -133,9 +133,11 @@ type Config struct {
 	// recent updates is refused (0 disables the check).
 	NormBound float64
 	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
-	// step and model streams from one peer and from all peers; streams over
-	// the cap are reset at once. A real host also gets these per-peer caps
-	// for the two protocols in go-libp2p's resource manager.
+	// step streams from one peer and from all peers; streams over the cap
+	// are reset at once. (Model streams have caps of their own, 2 per peer
+	// and 64 in all, as exchange streams do.) A real host also gets the
+	// per-peer cap for the step, model and exchange protocols in
+	// go-libp2p's resource manager.
 	MaxStreamsPerPeer, MaxInboundStreams int
 	// StepStreams is how many idle step streams a node keeps open for
 	// reuse, at most one per peer (0: a stream per query). See stepconn.go.

@@ -107,8 +107,10 @@ type Node struct {
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress
-	// limiter caps concurrent inbound step and model streams.
-	limiter *inboundLimiter
+	// limiter caps concurrent inbound step streams, modelLimiter model
+	// streams (apart: slow model streams must not crowd out step queries).
+	limiter      *inboundLimiter
+	modelLimiter *inboundLimiter
 	// steps holds idle step streams for reuse (stepconn.go).
 	steps *stepStreams
 	// screen judges peers' step reports (nil: off); used only by the Run
@@ -159,21 +161,22 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		reg:      cfg.Registry,
-		stepID:   StepProtocol(cfg.Job),
-		modelID:  ModelProtocol(cfg.Job),
-		exID:     ExchangeProtocol(cfg.Job),
-		started:  time.Now(),
-		wake:     make(chan struct{}, 1),
-		decider:  psp.NewDecider(cfg.Barrier),
-		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
-		steps:    newStepStreams(cfg.StepStreams),
-		screen:   screenFor(cfg.Screen),
-		ownNorms: newRing(32),
-		reports:  newRing(32),
-		progress: newProgress(),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		reg:          cfg.Registry,
+		stepID:       StepProtocol(cfg.Job),
+		modelID:      ModelProtocol(cfg.Job),
+		exID:         ExchangeProtocol(cfg.Job),
+		started:      time.Now(),
+		wake:         make(chan struct{}, 1),
+		decider:      psp.NewDecider(cfg.Barrier),
+		limiter:      newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
+		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
+		steps:        newStepStreams(cfg.StepStreams),
+		screen:       screenFor(cfg.Screen),
+		ownNorms:     newRing(32),
+		reports:      newRing(32),
+		progress:     newProgress(),
 	}
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
@@ -256,8 +259,8 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.closed(c) },
 	}
 	n.h.Network().Notify(n.conns)
-	n.h.SetStreamHandler(n.stepID, n.limited("step", n.handleStep))
-	n.h.SetStreamHandler(n.modelID, n.limited("model", n.handleModel))
+	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.modelID, n.limitedBy(n.modelLimiter, "model", n.handleModel))
 
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
@@ -459,11 +462,11 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
-// limited wraps a stream handler of protocol proto ("step" or "model") in
-// the inbound stream caps the two protocols share: a stream over its
-// peer's or the node's cap is reset at once and counted.
-func (n *Node) limited(proto string, handle network.StreamHandler) network.StreamHandler {
-	return n.limitedBy(n.limiter, proto, handle)
+// limited wraps a stream handler in the step protocol's inbound stream
+// caps: a stream over its peer's or the node's cap is reset at once and
+// counted.
+func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
+	return n.limitedBy(n.limiter, "step", handle)
 }
 
 // limitedBy is limited with the caps of l, and waits, as every handler
