@@ -68,16 +68,19 @@ func newStepStreams(max int) *stepStreams {
 	return &stepStreams{max: max, idle: make(map[peer.ID]*stepStream)}
 }
 
+// The methods below close and reset streams only after releasing mu: a
+// Close or Reset writes a frame and can block on a congested connection,
+// and under the lock one such peer stalled every query of the node.
+
 // take removes and returns p's idle stream, or nil.
 func (ss *stepStreams) take(p peer.ID, now time.Time) *stepStream {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	st := ss.idle[p]
-	if st == nil {
-		return nil
+	if st != nil {
+		delete(ss.idle, p)
 	}
-	delete(ss.idle, p)
-	if now.Sub(st.used) > stepIdleAsker {
+	ss.mu.Unlock()
+	if st != nil && now.Sub(st.used) > stepIdleAsker {
 		_ = st.s.Close()
 		return nil
 	}
@@ -89,42 +92,50 @@ func (ss *stepStreams) take(p peer.ID, now time.Time) *stepStream {
 // streams that have expired.
 func (ss *stepStreams) put(p peer.ID, st *stepStream, now time.Time) {
 	st.used = now
+	var expired []*stepStream
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	if now.Sub(ss.swept) > stepIdleAsker {
 		ss.swept = now
 		for q, old := range ss.idle {
 			if now.Sub(old.used) > stepIdleAsker {
-				_ = old.s.Close()
+				expired = append(expired, old)
 				delete(ss.idle, q)
 			}
 		}
 	}
-	if ss.closed || ss.idle[p] != nil || len(ss.idle) >= ss.max {
-		_ = st.s.Close()
-		return
+	kept := !ss.closed && ss.idle[p] == nil && len(ss.idle) < ss.max
+	if kept {
+		ss.idle[p] = st
 	}
-	ss.idle[p] = st
+	ss.mu.Unlock()
+	if !kept {
+		_ = st.s.Close()
+	}
+	for _, old := range expired {
+		_ = old.s.Close()
+	}
 }
 
-// drop closes p's idle stream, if any (p left or failed).
+// drop resets p's idle stream, if any (p left or failed).
 func (ss *stepStreams) drop(p peer.ID) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if st := ss.idle[p]; st != nil {
+	st := ss.idle[p]
+	delete(ss.idle, p)
+	ss.mu.Unlock()
+	if st != nil {
 		_ = st.s.Reset()
-		delete(ss.idle, p)
 	}
 }
 
-// close closes every idle stream and refuses new ones.
+// close resets every idle stream and refuses new ones.
 func (ss *stepStreams) close() {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.closed = true
-	for p, st := range ss.idle {
+	idle := ss.idle
+	ss.idle = make(map[peer.ID]*stepStream)
+	ss.mu.Unlock()
+	for _, st := range idle {
 		_ = st.s.Reset()
-		delete(ss.idle, p)
 	}
 }
 
