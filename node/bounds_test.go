@@ -112,3 +112,41 @@ func TestStepStreamsDoNotBlockOnOnePeer(t *testing.T) {
 		})
 	}
 }
+
+// A global barrier's check has at most Config.GlobalQueries (32) step
+// queries in flight, and a BSP check ends at the first peer behind it.
+// Thirty-nine peers at step 0 and a node at step 3: the check fails, and
+// before, it asked all thirty-nine at once, every check.
+func TestGlobalCheckBounded(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		const n = 40
+		nodes := buildTestNodesWith(t, n, "bsp", 0.01, memHosts(t, mn), func(c *Config) { c.WaitPeers = 0 })
+		checker := nodes[0]
+		if !waitFor(time.Minute, func() bool { return checker.Overlay().PeerCount() == n-1 }) {
+			t.Fatalf("the checker knows %d of %d peers", checker.Overlay().PeerCount(), n-1)
+		}
+		checker.step.Store(3)
+		asked := func() int { // peers that have heard a query from the checker at step 3
+			k := 0
+			for _, nd := range nodes[1:] {
+				if s, ok := nd.progress.known(checker.ID()); ok && s == 3 {
+					k++
+					nd.progress.forget(checker.ID())
+				}
+			}
+			return k
+		}
+		for i := range 3 {
+			obs := checker.observe(t.Context())
+			if d := checker.decider.Decide(3, 0, obs); d.Pass {
+				t.Fatalf("check %d passed with every peer 3 steps behind", i)
+			}
+			synctest.Wait() // queries the check no longer waited for are answered
+			if k := asked(); k > 32 {
+				t.Errorf("check %d asked %d peers, want at most 32 (the queries in flight at once)", i, k)
+			}
+		}
+	})
+}

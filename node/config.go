@@ -83,6 +83,10 @@ type Config struct {
 	// Replacements is how many times peers that did not answer a barrier
 	// query are replaced by fresh draws within one check.
 	Replacements int
+	// GlobalQueries bounds the step queries a global barrier's check
+	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
+	// (0: no bound).
+	GlobalQueries int
 
 	// Barrier timing: every interval follows the node's own measured
 	// compute time per step and query round trip (see timing.go for the
@@ -190,6 +194,7 @@ func DefaultConfig() Config {
 		Barrier:           psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
 		StartTimeout:      30 * time.Second,
 		Replacements:      2,
+		GlobalQueries:     32,
 		PollShare:         1.0 / 64,
 		GlobalPollShare:   1.0 / 4,
 		PollMin:           100 * time.Microsecond,
@@ -234,8 +239,8 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("no listen address"))
 	}
 	errs = append(errs, c.validateNetwork()...)
-	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
-		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
+	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 || c.GlobalQueries < 0 {
+		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval, replacements and global queries must not be negative"))
 	}
 	for _, s := range []struct {
 		name string

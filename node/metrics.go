@@ -86,7 +86,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		staleStreams: c("step_streams_stale_total", "Step queries retried on a fresh stream because the peer had closed the idle one they took."),
-		earlyFail:    c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
+		earlyFail:    c("barrier_checks_early_fail_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that ended at the first answer below the threshold, before the other peers asked answered."),
 		pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		waits:        newRing(4096),

@@ -1,8 +1,10 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"sync"
 	"time"
 
@@ -54,7 +56,7 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 }
 
 // observe draws the barrier's sample and asks it for steps. Global barriers
-// ask every known peer and wait for all answers. Sampled barriers hedge: a
+// ask every known peer (observeGlobal). Sampled barriers hedge: a
 // peer that fails, is leaving, or whose report the screen refuses is
 // replaced by a fresh draw at once, and a peer that has not answered after
 // the hedge delay (a few typical round trips) gets a fresh draw asked
@@ -69,27 +71,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 		return nil
 	}
 	if sp.Global() {
-		// Ask every known peer, except (for BSP and SSP) those already
-		// seen at or above this check's threshold: steps only grow, so
-		// they cannot be lagging (see progress).
-		var obs []psp.Observation
-		var ask []peer.ID
-		threshold := n.step.Load() - int64(sp.BaseStaleness())
-		cache := !sp.Dynamic() // DSSP weighs the fastest and slowest reports: ask all
-		for _, p := range n.ov.Peers() {
-			if s, ok := n.progress.atLeast(p, threshold); cache && ok {
-				obs = append(obs, psp.Observation{Peer: string(p), Step: s})
-				continue
-			}
-			ask = append(ask, p)
-		}
-		n.m.cached.Add(float64(len(obs)))
-		for i, a := range n.ask(ctx, ask) {
-			if o, ok := n.judge(ctx, ask[i], a); ok {
-				obs = append(obs, o)
-			}
-		}
-		return obs
+		return n.observeGlobal(ctx, sp)
 	}
 	peers := n.sample(ctx, sp.Beta) // fewer (or none) when the job is small
 	if f := n.cfg.faults.OnSample; f != nil && len(peers) > 0 {
@@ -229,4 +211,131 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 	}
 	n.progress.saw(p, a.reply.Step)
 	return psp.Observation{Peer: string(p), Step: a.reply.Step, Interval: a.reply.Interval}, true
+}
+
+// observeGlobal is a global barrier's check (BSP, SSP, DSSP): it asks every
+// known peer, except (for BSP and SSP) those already seen at or above this
+// check's threshold: steps only grow, so they cannot be lagging (see
+// progress). At N = 500 that was up to 499 step streams opened at once
+// per check. So at most Config.GlobalQueries queries are in flight, the
+// peers most likely to hold the node back asked first (never seen, then
+// the lowest known steps), and a BSP or SSP check ends at the first answer
+// behind its threshold, as a sampled static one does: one such answer
+// fails it whatever the others say, and a waiting node's checks then cost
+// a few queries, not N − 1. (DSSP weighs every answer: it asks them all,
+// GlobalQueries at a time.) Queries the check no longer needs run on to
+// their own deadline.
+func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) []psp.Observation {
+	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	threshold := req.Step - int64(sp.BaseStaleness())
+	static := !sp.Dynamic()
+	var obs []psp.Observation
+	type cand struct {
+		p    peer.ID
+		step int64 // -1: never seen
+	}
+	var ask []cand
+	for _, p := range n.ov.Peers() {
+		s, seen := n.progress.known(p)
+		if static && seen && s >= threshold {
+			obs = append(obs, psp.Observation{Peer: string(p), Step: s})
+			continue
+		}
+		if !seen {
+			s = -1
+		}
+		ask = append(ask, cand{p, s})
+	}
+	n.m.cached.Add(float64(len(obs)))
+	slices.SortStableFunc(ask, func(a, b cand) int { return cmp.Compare(a.step, b.step) })
+	peers := make([]peer.ID, len(ask))
+	for i, c := range ask {
+		peers[i] = c.p
+	}
+	n.askBounded(ctx, peers, req, n.cfg.GlobalQueries, func(p peer.ID, a answer) bool {
+		if a.err != nil {
+			return false // marked dead by its goroutine
+		}
+		o, ok := n.judge(ctx, p, a)
+		if !ok {
+			return false
+		}
+		obs = append(obs, o)
+		if static && psp.Behind(req.Step, sp.BaseStaleness(), o.Step) {
+			n.m.earlyFail.Inc()
+			return true
+		}
+		return false
+	})
+	return obs
+}
+
+// askBounded asks peers for their steps, in order, with at most limit
+// queries in flight (0: no limit), and hands each answer to take on the
+// calling goroutine, until take returns true or every peer has answered
+// or failed. A failed query marks its peer dead on its own goroutine (so
+// that a query the caller stopped waiting for still does); take sees the
+// failure too. Queries still in flight when askBounded returns run on to
+// their own deadline, and their answers are dropped.
+func (n *Node) askBounded(ctx context.Context, peers []peer.ID, req StepRequest, limit int, take func(peer.ID, answer) bool) {
+	if limit <= 0 {
+		limit = len(peers)
+	}
+	results := make(chan peerAnswer, len(peers)) // every query can send without blocking
+	next, inflight := 0, 0
+	for {
+		for inflight < limit && next < len(peers) {
+			p := peers[next]
+			next++
+			inflight++
+			go func() { // ends within the query timeout, or when ctx ends
+				r, err := n.queryStep(ctx, p, req)
+				if err != nil && ctx.Err() == nil {
+					n.queryFailed(p)
+				}
+				results <- peerAnswer{p, answer{r, err}} // buffered: never blocks
+			}()
+		}
+		if inflight == 0 {
+			return
+		}
+		var r peerAnswer
+		select {
+		case <-ctx.Done():
+			return
+		case r = <-results:
+		}
+		inflight--
+		if take(r.p, r.a) {
+			if inflight > 0 {
+				go n.lateAnswers(results, inflight)
+			}
+			return
+		}
+	}
+}
+
+// lateAnswers takes in the k answers still to come on results after a
+// check that stopped waiting for them: what they tell of their peers'
+// steps and liveness still counts (a peer seen at a step is not asked
+// again at the next check), but not at a barrier, so the screen (which
+// only the Run goroutine uses) is not consulted.
+func (n *Node) lateAnswers(results <-chan peerAnswer, k int) {
+	for range k {
+		r := <-results // every query sends, within its deadline
+		switch {
+		case r.a.err != nil: // marked dead by its goroutine
+		case r.a.reply.Leaving:
+			n.dropPeer(r.p)
+		default:
+			n.ov.MarkAlive(r.p)
+			n.progress.saw(r.p, r.a.reply.Step)
+		}
+	}
+}
+
+// peerAnswer is one peer's answer to a step query.
+type peerAnswer struct {
+	p peer.ID
+	a answer
 }

@@ -75,6 +75,14 @@ func (g *progress) atLeast(p peer.ID, step int64) (int64, bool) {
 	return s, ok && s >= step
 }
 
+// known returns the highest step p has shown, if any.
+func (g *progress) known(p peer.ID) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.seen[p]
+	return s, ok
+}
+
 // wait notes that p waits for this node's step to reach threshold.
 func (g *progress) wait(p peer.ID, threshold int64, now time.Time) {
 	g.mu.Lock()
