@@ -421,11 +421,15 @@ func (n *Node) joinStatus() JoinStatus {
 }
 
 // serveHealth answers 200 once the node has joined, 503 with the reason
-// before: a readiness probe.
+// before, and while it is isolated (isolation.go): a readiness probe.
 func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	st := n.joinStatus()
 	if !st.Joined {
 		http.Error(w, "not joined: "+st.JoinError, http.StatusServiceUnavailable)
+		return
+	}
+	if why := n.isolatedReason(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "joined")

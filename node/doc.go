@@ -18,6 +18,7 @@
 //	engine.go      Run and barrier: the step loop
 //	population.go  the population estimate that scales the learning rate
 //	observe.go     one barrier check: sampling, hedged step queries, judging replies
+//	isolation.go   a check that hears from no peer fails: an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
 //	progress.go    peers' known steps, and waking the peers this node held back

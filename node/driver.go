@@ -272,6 +272,9 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 
 // waitReason says what the last failed check of a barrier saw.
 func waitReason(sp psp.Spec, done psp.Step, out barrierOutcome) string {
+	if out.Isolated {
+		return fmt.Sprintf("%d check(s) failed; at the last, no peer answered: the node is isolated (it waits until a peer answers)", out.Checks-1)
+	}
 	who := "sampled"
 	if sp.Global() {
 		who = "known"

@@ -165,6 +165,7 @@ type barrierOutcome struct {
 	Waited   time.Duration
 	Failed   psp.Decision // the last failed check's decision; Lagging 0 if none failed
 	Observed int          // how many peers that check observed
+	Isolated bool         // that check heard from no peer (isolation.go)
 }
 
 // barrier blocks until the barrier lets the node start its next step.
@@ -181,7 +182,7 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	var backoff time.Duration
 	for first := true; ; first = false {
 		t0 := time.Now()
-		obs := n.observe(ctx)
+		c := n.check(ctx)
 		// A node that left or shut down must not pass on what a closed
 		// overlay gave (no sample, so no observation).
 		if err := n.stopErr(ctx); err != nil {
@@ -192,14 +193,15 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 		out.Checks++
 		checked := time.Now()
 		n.m.observeCheck(checked.Sub(t0).Seconds())
-		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
-		if d.Pass {
+		isolated := n.isolatedCheck(n.cfg.Barrier, c) // heard from no peer: fails (isolation.go)
+		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), c.obs)
+		if d.Pass && !isolated {
 			n.setWaiting(false)
 			out.Waited = time.Since(start)
 			n.m.observeWait(out.Waited.Seconds())
 			return out, nil
 		}
-		out.Failed, out.Observed = d, len(obs)
+		out.Failed, out.Observed, out.Isolated = d, len(c.obs), isolated
 		tm := n.timing()
 		if first {
 			n.setWaiting(true)

@@ -32,6 +32,11 @@ type Status struct {
 	// inbound and outbound.
 	ConnectionsOpened uint64 `json:"connections_opened"`
 	Waiting           bool   `json:"waiting"`
+	// Isolated: the node's last barrier check heard from no peer of the
+	// job, so it waits at its barrier until one answers (node/isolation.go);
+	// IsolatedSince is when that began (RFC 3339).
+	Isolated      bool   `json:"isolated"`
+	IsolatedSince string `json:"isolated_since,omitempty"`
 	// Idle: a driven node without a trainer; its peers leave it out of
 	// their barriers and population. Trainer names the trainer driving
 	// it ("" for none).
@@ -101,6 +106,9 @@ func (n *Node) Status() Status {
 	if n.driver != nil {
 		st.Trainer = n.driver.clientName()
 	}
+	if since := n.isolatedSince(); !since.IsZero() {
+		st.Isolated, st.IsolatedSince = true, since.UTC().Format(time.RFC3339)
+	}
 	est, se, err := n.ov.Estimate()
 	if err != nil {
 		st.EstimateError = err.Error()
@@ -146,7 +154,8 @@ func (n *Node) Status() Status {
 
 // Handler serves /metrics (Prometheus text format: the psp_* metrics, the
 // gossip counters and go-libp2p's own), /status (JSON) and /health (200
-// once the node has joined, 503 and the reason before).
+// once the node has joined, 503 and the reason before, or while it is
+// isolated).
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))

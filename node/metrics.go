@@ -20,6 +20,7 @@ var refusedProtocols = []string{"step", "model", "exchange"}
 type metrics struct {
 	step          prometheus.Gauge
 	waiting       prometheus.Gauge
+	isolated      prometheus.Gauge
 	wait          prometheus.Histogram
 	checks        prometheus.Counter
 	check         prometheus.Histogram
@@ -65,6 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		step:          g("step", "Iterations this node has completed."),
 		waiting:       g("waiting", "1 while the node waits at its barrier."),
+		isolated:      g("isolated", "1 while the node is isolated: its last barrier check heard from no peer of the job, so it waits (node/isolation.go)."),
 		wait:          prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_wait_seconds", Help: "Time spent waiting at the barrier per step.", Buckets: buckets}),
 		checks:        c("barrier_checks_total", "Barrier checks (each with a fresh sample)."),
 		check:         prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_check_seconds", Help: "Latency of one barrier decision: sample, parallel step queries, decide.", Buckets: buckets}),
@@ -93,7 +95,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		checkL:       newRing(4096),
 		rtts:         newRing(4096),
 	}
-	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.rtt, m.timeouts,
+	reg.MustRegister(m.step, m.waiting, m.isolated, m.wait, m.checks, m.check, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {

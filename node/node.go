@@ -127,6 +127,8 @@ type Node struct {
 	joiner *joiner
 	// nat follows reachability, relays and hole punches (nat.go).
 	nat *natState
+	// iso is the isolation policy's state (isolation.go).
+	iso isolation
 
 	leaveOnce sync.Once
 	closeOnce sync.Once

@@ -65,10 +65,22 @@ func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 // Replacements × β fresh draws are made per check. Queries the check no
 // longer needs run on to their own deadline. Only the Run goroutine
 // calls observe (n.screen is not safe for concurrent use).
-func (n *Node) observe(ctx context.Context) []psp.Observation {
+func (n *Node) observe(ctx context.Context) []psp.Observation { return n.check(ctx).obs }
+
+// check is what one barrier check saw: the observations it counts, how
+// many peers it asked, and how many of them answered at all (an answer
+// that does not count, from a leaving peer or one the screen refuses,
+// included). The isolation policy (isolation.go) reads the last two.
+type check struct {
+	obs             []psp.Observation
+	asked, answered int
+}
+
+// check is observe with the counts of peers asked and answering.
+func (n *Node) check(ctx context.Context) (c check) {
 	sp := n.cfg.Barrier
 	if sp.Kind == psp.ASP {
-		return nil
+		return c
 	}
 	if sp.Global() {
 		return n.observeGlobal(ctx, sp)
@@ -79,7 +91,7 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	}
 	want := len(peers)
 	if want == 0 {
-		return nil
+		return c
 	}
 	budget := n.cfg.Replacements * want
 	type result struct {
@@ -143,11 +155,11 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 	// simulator's instantaneous checks do. Pass still needs β answers.
 	// (pDSSP weighs every answer: it waits for all.)
 	static := !sp.Dynamic()
-	var obs []psp.Observation
-	for outstanding > 0 && len(obs) < want {
+	defer func() { c.asked = len(asked) }()
+	for outstanding > 0 && len(c.obs) < want {
 		select {
 		case <-ctx.Done():
-			return obs
+			return c
 		case now := <-hedge.C:
 			k := 0
 			for p, at := range unhedged {
@@ -163,18 +175,21 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 			delete(unhedged, r.p)
 			if r.a.err != nil {
 				replace(1) // already marked dead by its goroutine
-			} else if o, ok := n.judge(ctx, r.p, r.a); ok {
-				obs = append(obs, o)
+				continue
+			}
+			c.answered++
+			if o, ok := n.judge(ctx, r.p, r.a); ok {
+				c.obs = append(c.obs, o)
 				if static && psp.Behind(req.Step, sp.BaseStaleness(), o.Step) {
 					n.m.earlyFail.Inc()
-					return obs
+					return c
 				}
 			} else {
 				replace(1)
 			}
 		}
 	}
-	return obs
+	return c
 }
 
 // judge turns one answer into an observation, or says why not: a failed
@@ -188,9 +203,11 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 		}
 		return psp.Observation{}, false
 	case a.reply.Leaving:
+		n.noteLeft(p)
 		n.dropPeer(p)
 		return psp.Observation{}, false
 	}
+	n.noteHeard(p)
 	n.ov.MarkAlive(p)
 	if a.reply.Estimate > 0 {
 		n.ov.ObserveEstimate(p, a.reply.Estimate)
@@ -225,7 +242,7 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 // a few queries, not N − 1. (DSSP weighs every answer: it asks them all,
 // GlobalQueries at a time.) Queries the check no longer needs run on to
 // their own deadline.
-func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) []psp.Observation {
+func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) (c check) {
 	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
 	threshold := req.Step - int64(sp.BaseStaleness())
 	static := !sp.Dynamic()
@@ -252,10 +269,11 @@ func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) []psp.Observation
 	for i, c := range ask {
 		peers[i] = c.p
 	}
-	n.askBounded(ctx, peers, req, n.cfg.GlobalQueries, func(p peer.ID, a answer) bool {
+	c.asked = n.askBounded(ctx, peers, req, n.cfg.GlobalQueries, func(p peer.ID, a answer) bool {
 		if a.err != nil {
 			return false // marked dead by its goroutine
 		}
+		c.answered++
 		o, ok := n.judge(ctx, p, a)
 		if !ok {
 			return false
@@ -267,7 +285,8 @@ func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) []psp.Observation
 		}
 		return false
 	})
-	return obs
+	c.obs = obs
+	return c
 }
 
 // askBounded asks peers for their steps, in order, with at most limit
@@ -276,8 +295,9 @@ func (n *Node) observeGlobal(ctx context.Context, sp psp.Spec) []psp.Observation
 // or failed. A failed query marks its peer dead on its own goroutine (so
 // that a query the caller stopped waiting for still does); take sees the
 // failure too. Queries still in flight when askBounded returns run on to
-// their own deadline, and their answers are dropped.
-func (n *Node) askBounded(ctx context.Context, peers []peer.ID, req StepRequest, limit int, take func(peer.ID, answer) bool) {
+// their own deadline, and their answers are dropped. It returns how many
+// peers it asked.
+func (n *Node) askBounded(ctx context.Context, peers []peer.ID, req StepRequest, limit int, take func(peer.ID, answer) bool) (asked int) {
 	if limit <= 0 {
 		limit = len(peers)
 	}
@@ -297,12 +317,12 @@ func (n *Node) askBounded(ctx context.Context, peers []peer.ID, req StepRequest,
 			}()
 		}
 		if inflight == 0 {
-			return
+			return next
 		}
 		var r peerAnswer
 		select {
 		case <-ctx.Done():
-			return
+			return next
 		case r = <-results:
 		}
 		inflight--
@@ -310,7 +330,7 @@ func (n *Node) askBounded(ctx context.Context, peers []peer.ID, req StepRequest,
 			if inflight > 0 {
 				go n.lateAnswers(results, inflight)
 			}
-			return
+			return next
 		}
 	}
 }
@@ -326,8 +346,10 @@ func (n *Node) lateAnswers(results <-chan peerAnswer, k int) {
 		switch {
 		case r.a.err != nil: // marked dead by its goroutine
 		case r.a.reply.Leaving:
+			n.noteLeft(r.p)
 			n.dropPeer(r.p)
 		default:
+			n.noteHeard(r.p)
 			n.ov.MarkAlive(r.p)
 			n.progress.saw(r.p, r.a.reply.Step)
 		}

@@ -257,10 +257,12 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		return false
 	}
 	if q.Leaving {
+		n.noteLeft(from)
 		n.dropPeer(from)
 		n.poke()
 		return false
 	}
+	n.noteHeard(from)
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.QueryTimeout)
 	defer cancel()
 	defer guard(ctx, s)()
