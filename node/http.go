@@ -109,11 +109,15 @@ func (n *Node) Status() Status {
 	if since := n.isolatedSince(); !since.IsZero() {
 		st.Isolated, st.IsolatedSince = true, since.UTC().Format(time.RFC3339)
 	}
-	est, se, err := n.ov.Estimate()
-	if err != nil {
+	// The population the node uses (its learning rate's), which is never
+	// below itself and the live peers it knows: 1 for a node alone. The
+	// error says why the estimators have none (the figure is then that
+	// count), the stderr is theirs.
+	st.PopulationEstimate = n.population()
+	if _, se, err := n.ov.Estimate(); err != nil {
 		st.EstimateError = err.Error()
 	} else {
-		st.PopulationEstimate, st.EstimateStderr = est, se
+		st.EstimateStderr = se
 	}
 	os := n.ov.Status()
 	st.RoutingTableSize, st.KnownPeers = os.RoutingTableSize, os.Members

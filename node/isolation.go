@@ -38,9 +38,10 @@ import (
 // /health answers 503, and psp_isolated is 1. A driven node sees the same
 // through Driver.Barrier, which waits as Run does.
 type isolation struct {
-	mu    sync.Mutex
-	heard map[peer.ID]time.Time // peers heard from, when last; not those that left
-	since time.Time             // zero: not isolated
+	mu     sync.Mutex
+	heard  map[peer.ID]time.Time // peers heard from, when last; not those that left
+	since  time.Time             // zero: not isolated
+	leftAt time.Time             // the last leave notice or leaving reply (population.go)
 }
 
 // maxHeard bounds the peers remembered; beyond it the older half goes.
@@ -65,11 +66,20 @@ func (n *Node) noteHeard(p peer.ID) {
 }
 
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
+// The time of the departure goes to the population estimate.
 func (n *Node) noteLeft(p peer.ID) {
 	is := &n.iso
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	delete(is.heard, p)
+	is.leftAt = time.Now()
+}
+
+// lastLeave is when a peer last said it leaves (zero: never).
+func (n *Node) lastLeave() time.Time {
+	n.iso.mu.Lock()
+	defer n.iso.mu.Unlock()
+	return n.iso.leftAt
 }
 
 // heardHold is how long a peer heard from counts: as long as the overlay

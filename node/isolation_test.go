@@ -42,7 +42,7 @@ func TestIsolatedNodeWaits(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 3, "pssp:2:1", 0.01, memHosts(t, mn), nil)
+		nodes := buildTestNodesWith(t, 3, "pssp:2:1", 0.1, memHosts(t, mn), nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		defer func() { cancel(); wait() }()
@@ -144,7 +144,7 @@ func TestIsolationEndsWhenFailedPeersForgotten(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) { c.Overlay.DeadHold = 10 * time.Second })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.1, memHosts(t, mn), func(c *Config) { c.Overlay.DeadHold = 10 * time.Second })
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		defer func() { cancel(); wait() }()

@@ -205,21 +205,16 @@ func (n *Node) registerGaugeFuncs() {
 	gf := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "psp", Name: name, Help: help}, f)
 	}
-	estimate := func(se bool) func() float64 {
-		return func() float64 {
-			est, stderr, err := n.ov.Estimate()
-			switch {
-			case err != nil:
-				return math.NaN()
-			case se:
-				return stderr
-			}
-			return est
+	stderr := func() float64 {
+		_, se, err := n.ov.Estimate()
+		if err != nil {
+			return math.NaN()
 		}
+		return se
 	}
 	n.reg.MustRegister(
-		gf("population_estimate", "Estimated number of nodes in the job (NaN while there is too little data).", estimate(false)),
-		gf("population_estimate_stderr", "Standard error of the population estimate.", estimate(true)),
+		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", n.population),
+		gf("population_estimate_stderr", "Standard error of the estimators' population estimate (NaN while they have too little data).", stderr),
 		gf("routing_table_size", "Peers in the Kademlia routing table.", func() float64 { return float64(n.ov.DHT().RoutingTable().Size()) }),
 		gf("connected_peers", "Peers with an open connection.", func() float64 { return float64(len(n.h.Network().Peers())) }),
 	)

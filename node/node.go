@@ -453,6 +453,9 @@ func (n *Node) estimate() float64 {
 	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
 		est = 0
 	}
+	if n.exactCount() { // a small job that just lost a peer (population.go)
+		est = float64(1 + n.ov.PeerCount())
+	}
 	n.estAt, n.estVal = time.Now(), est
 	return est
 }
