@@ -80,7 +80,9 @@ func appendParams(b []byte, params []float64) []byte {
 func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(ctx, p, n.modelID)
+	// The answerer writes its whole model before it sees the reset: the
+	// stream may cross a relay only if the whole model fits (overRelay).
+	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return err
 	}
@@ -126,7 +128,7 @@ func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(ctx, p, n.modelID)
+	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return ModelSnapshot{}, err
 	}
