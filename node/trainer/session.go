@@ -40,7 +40,7 @@ type session struct {
 	shm       *shmFile
 	shmMu     sync.RWMutex // held to read shm outside a call (ParamsReply); release unmaps under it
 	shmOK     atomic.Bool  // the trainer mapped the shared file
-	upOff     int         // regions of the shared file, in bytes
+	upOff     int          // regions of the shared file, in bytes
 	paramsOff int
 	downOff   [2]int
 
