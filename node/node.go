@@ -68,6 +68,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
+	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -121,6 +122,9 @@ type Node struct {
 	joiner *joiner
 	// nat follows reachability, relays and hole punches (nat.go).
 	nat *natState
+	// lin is the node's lineage of the job and what it heard of its
+	// peers' (genesis.go).
+	lin *lineage
 
 	closeOnce sync.Once
 	closeErr  error
@@ -160,6 +164,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reports:  newRing(32),
 		progress: newProgress(),
 	}
+	n.stepExtID = StepProtocolExt(cfg.Job)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -168,6 +173,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = newNATState(n.reg)
@@ -241,6 +247,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
 	joinErr, err := n.newOverlay(ctx)
@@ -535,6 +542,7 @@ func (n *Node) closeParts() error {
 	}
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
+		n.h.RemoveStreamHandler(n.stepExtID)
 		n.h.RemoveStreamHandler(n.modelID)
 		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {
