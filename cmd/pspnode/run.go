@@ -267,6 +267,12 @@ Example, two nodes on one machine:
 			err = nd.Run(ctx)
 			st := nd.Status()
 			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
+			if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
+				// The job is not this node's to join with this model: a
+				// usage error, as a bad flag is.
+				return usagef("--model %s (--data %s): the job's peers run another model: %v; start every node of a job with the same --model and --data, or this one with another --job",
+					spec.Model, *data, mm)
+			}
 			if err != nil {
 				return err
 			}
