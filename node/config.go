@@ -49,6 +49,10 @@ type Config struct {
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
 	Join JoinConfig
+	// PeersFile, if set, is a file where the node keeps the peers it
+	// knows, and through which, restarted, it rejoins its job besides
+	// Bootstrap (state.go). pspnode run keeps it beside the identity file.
+	PeersFile string
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (nat.go). Ignored with

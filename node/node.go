@@ -125,6 +125,8 @@ type Node struct {
 	// lin is the node's lineage of the job and what it heard of its
 	// peers' (genesis.go).
 	lin *lineage
+	// state keeps the peers file (state.go); nil without one.
+	state *peerState
 
 	closeOnce sync.Once
 	closeErr  error
@@ -250,6 +252,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
+	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
@@ -261,6 +264,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.startJoiner(joinErr, seed)
+	n.keepPeers()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
@@ -487,6 +491,7 @@ func (n *Node) Crash() error {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.leaving.Store(true)
+		n.savePeers(true)
 		n.announceLeave()
 		n.closeErr = n.closeParts()
 	})

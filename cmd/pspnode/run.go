@@ -71,7 +71,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		listen    stringList
 		bootstrap stringList
 		barrier   = specFlag{def.Barrier}
-		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run)")
+		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
 		data      = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
@@ -186,6 +186,7 @@ Example, two nodes on one machine:
 					return err
 				}
 				cfg.Identity = key
+				cfg.PeersFile = *identity + ".peers"
 			} else {
 				log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
 			}
