@@ -2,6 +2,7 @@ package overlay
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -15,6 +16,7 @@ const maxHeldOut = 4096
 // lock of its own: the DHT's routing-table filter asks it from the DHT's
 // goroutines, which must not wait on the overlay's lock.
 type heldOut struct {
+	n    atomic.Int32 // len(peer): most nodes hold no one out, and ask on every sighting
 	mu   sync.Mutex
 	peer map[peer.ID]struct{}
 }
@@ -22,6 +24,9 @@ type heldOut struct {
 func newHeldOut() *heldOut { return &heldOut{peer: make(map[peer.ID]struct{})} }
 
 func (h *heldOut) has(p peer.ID) bool {
+	if h.n.Load() == 0 {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.peer[p]
@@ -36,23 +41,24 @@ func (h *heldOut) add(p peer.ID) bool {
 		return false
 	}
 	h.peer[p] = struct{}{}
+	h.n.Store(int32(len(h.peer)))
 	return true
 }
 
 // remove lets p back; it reports whether p was held out.
 func (h *heldOut) remove(p peer.ID) bool {
+	if h.n.Load() == 0 {
+		return false
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	_, ok := h.peer[p]
 	delete(h.peer, p)
+	h.n.Store(int32(len(h.peer)))
 	return ok
 }
 
-func (h *heldOut) len() int {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return len(h.peer)
-}
+func (h *heldOut) len() int { return int(h.n.Load()) }
 
 // routingFilter is the DHT's routing-table filter: a peer held out does
 // not enter the routing table.
