@@ -49,10 +49,34 @@ type stepStream struct {
 	r    *bufio.Reader
 	used time.Time // end of its last exchange
 	ext  bool      // step protocol 1.1.0 (stepext.go), not 1.0.0
+	// The 1.1.0 fields this side last sent on the stream, and those the
+	// peer last sent: each side sends its fields only when they differ
+	// from what it sent before on the stream (stepext.go).
+	said, heard StepExt
 }
 
 func newStepStream(s network.Stream, ext bool) *stepStream {
 	return &stepStream{s: s, r: bufio.NewReaderSize(s, stepFrameCap(ext)+binary.MaxVarintLen64), ext: ext}
+}
+
+// say returns the fields to send in this side's next message on the
+// stream: own if they differ from what it last sent there, else none.
+func (st *stepStream) say(own StepExt) StepExt {
+	if own == st.said {
+		return StepExt{}
+	}
+	st.said = own
+	return own
+}
+
+// hear completes e, a message's fields as decoded, with what the peer
+// sent before on the stream: a message without fields repeats them.
+func (st *stepStream) hear(e *StepExt) {
+	if *e == (StepExt{}) {
+		*e = st.heard
+	} else {
+		st.heard = *e
+	}
 }
 
 // stepFrameCap is the frame cap of a step stream of either version.
@@ -194,7 +218,7 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 	_ = st.s.SetDeadline(deadline)
 	var body []byte
 	if st.ext {
-		body = marshalStepRequestExt(req, n.ownExt())
+		body = marshalStepRequestExt(req, st.say(n.ownExt()))
 	} else {
 		body = MarshalStepRequest(req)
 	}
@@ -210,7 +234,9 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 	}
 	var r StepReply
 	if st.ext {
-		r, err = UnmarshalStepReplyExt(body)
+		if r, err = UnmarshalStepReplyExt(body); err == nil {
+			st.hear(r.Ext)
+		}
 	} else {
 		r, err = UnmarshalStepReply(body)
 	}
@@ -252,7 +278,9 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	switch {
 	case err != nil:
 	case st.ext:
-		q, err = UnmarshalStepRequestExt(body)
+		if q, err = UnmarshalStepRequestExt(body); err == nil {
+			st.hear(q.Ext)
+		}
 	default:
 		q, err = UnmarshalStepRequest(body)
 	}
@@ -306,7 +334,7 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	}
 	var out []byte
 	if st.ext {
-		out = marshalStepReplyExt(reply, n.ownExt())
+		out = marshalStepReplyExt(reply, st.say(n.ownExt()))
 	} else {
 		out = MarshalStepReply(reply)
 	}
