@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -66,6 +67,9 @@ const (
 	maxYounger = 8192
 	// maxWarnedModels bounds the peers warned about for another model.
 	maxWarnedModels = 256
+	// quietConverge is the step up to which converging is logged at info
+	// level, not as a warning (genesis.go's converge).
+	quietConverge = 10
 )
 
 // lineage is a node's genesis and what it has heard of others. Safe for
@@ -330,7 +334,14 @@ func (n *Node) converge(ctx context.Context) {
 	n.screen = screenFor(n.cfg.Screen) // reports judged under the old lineage
 	n.progress.reset()
 	n.lin.converged.Inc()
-	n.log.Warn("met an older lineage of this job (a fork: a node restarted apart from its peers): took its step and model",
+	// Nodes that start a job together may each start a lineage and meet
+	// in their first steps: that is no news. Later it is a fork worth a
+	// warning (a node restarted apart from its peers).
+	level := slog.LevelWarn
+	if was <= quietConverge {
+		level = slog.LevelInfo
+	}
+	n.log.Log(ctx, level, "met an older lineage of this job (a fork, or nodes that started it at once): took its step and model",
 		"lineage", js.genesis.String(), "started", js.genesis.Time().UTC().Format(time.RFC3339), "step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
 }
 
