@@ -23,7 +23,8 @@ import (
 //	        wakes early when a peer reports progress (timing.go)
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
-// step in progress. Run returns an error only if the task fails.
+// step in progress. Run returns an error only if the task fails, or if the
+// job it joins runs another model (a *ModelMismatchError).
 func (n *Node) Run(ctx context.Context) error {
 	if n.driver != nil {
 		return fmt.Errorf("%w: its steps come from its Driver", ErrNotDriven)
@@ -38,7 +39,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.resume()
 	if n.cfg.JoinFetch {
-		n.join(ctx)
+		if err := n.join(ctx); err != nil {
+			return err
+		}
 	}
 	if n.gs != nil && !n.gs.WaitMesh(ctx) && ctx.Err() == nil {
 		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
@@ -48,6 +51,9 @@ func (n *Node) Run(ctx context.Context) error {
 	for {
 		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
+		}
+		if n.convergeDue() {
+			n.converge(ctx) // this node is on a younger fork of the job (genesis.go)
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
@@ -159,7 +165,9 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 		checked := time.Now()
 		n.m.observeCheck(checked.Sub(t0).Seconds())
 		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
-		if d.Pass {
+		// A node on a younger fork of the job passes on: Run converges
+		// first thing, adopting the job's step (genesis.go).
+		if d.Pass || n.convergeDue() {
 			n.setWaiting(false)
 			out.Waited = time.Since(start)
 			n.m.observeWait(out.Waited.Seconds())

@@ -68,6 +68,13 @@ type Status struct {
 	ReportsScreened    uint64 `json:"reports_screened"`
 	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 	StreamsRefused     uint64 `json:"streams_refused"`
+	// Lineage is the node's Genesis in hex ("" for none); ForksJoined
+	// counts the times it left its lineage for an older one it met, and
+	// PeersHeldOut the peers it holds out for running another model
+	// (genesis.go).
+	Lineage      string `json:"lineage,omitempty"`
+	ForksJoined  uint64 `json:"forks_joined"`
+	PeersHeldOut int    `json:"peers_held_out"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
@@ -130,6 +137,7 @@ func (n *Node) Status() Status {
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
+	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.genesis().String(), uint64(counterValue(n.lin.converged)), n.ov.HeldOutCount()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

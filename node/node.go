@@ -68,6 +68,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
+	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -121,6 +122,11 @@ type Node struct {
 	joiner *joiner
 	// nat follows reachability, relays and hole punches (nat.go).
 	nat *natState
+	// lin is the node's lineage of the job and what it heard of its
+	// peers' (genesis.go).
+	lin *lineage
+	// state keeps the peers file (state.go); nil without one.
+	state *peerState
 
 	closeOnce sync.Once
 	closeErr  error
@@ -160,6 +166,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reports:  newRing(32),
 		progress: newProgress(),
 	}
+	n.stepExtID = StepProtocolExt(cfg.Job)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
@@ -168,6 +175,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = newNATState(n.reg)
@@ -241,8 +249,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
 
+	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
@@ -254,6 +264,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.startJoiner(joinErr, seed)
+	n.keepPeers()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
@@ -480,6 +491,7 @@ func (n *Node) Crash() error {
 func (n *Node) Close() error {
 	n.closeOnce.Do(func() {
 		n.leaving.Store(true)
+		n.savePeers(true)
 		n.announceLeave()
 		n.closeErr = n.closeParts()
 	})
@@ -535,6 +547,7 @@ func (n *Node) closeParts() error {
 	}
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
+		n.h.RemoveStreamHandler(n.stepExtID)
 		n.h.RemoveStreamHandler(n.modelID)
 		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {

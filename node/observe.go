@@ -209,6 +209,13 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 		n.dropPeer(p)
 		return psp.Observation{}, false
 	}
+	switch n.admit(p, a.reply.Ext, false) { // genesis.go
+	case otherModel: // held out
+		return psp.Observation{}, false
+	case otherFork: // alive, but its step is another lineage's
+		n.ov.MarkAlive(p)
+		return psp.Observation{}, false
+	}
 	n.ov.MarkAlive(p)
 	if a.reply.Estimate > 0 {
 		n.ov.ObserveEstimate(p, a.reply.Estimate)
