@@ -192,7 +192,7 @@ func TestJSClient(t *testing.T) {
 		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.Stderr, b.Stderr)
 	}
 	// Exit 0 alone is not enough: every check must have reported.
-	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "invalid", "served"} {
+	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "step11", "model", "pool", "gossip", "invalid", "served"} {
 		if !strings.Contains(string(out), fmt.Sprintf("ok   %s:", check)) {
 			t.Errorf("the client reported no passing %q check", check)
 		}

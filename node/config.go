@@ -51,6 +51,11 @@ type Config struct {
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
 	Join JoinConfig
+	// PeersFile, if set, is a file where the node keeps the peers it
+	// knows, and through which, restarted, it rejoins its job besides
+	// Bootstrap (state.go). pspnode run keeps it beside the identity file.
+	PeersFile string
+
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (nat.go). Ignored with
 	// Host.
@@ -112,8 +117,15 @@ type Config struct {
 	// Where they cross, QueryTimeout wins.
 	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
-	// a peer and adopt a step (psp.JoinStep) before training.
+	// a peer and adopt a step (psp.JoinStep) before training. It also
+	// makes the node take the lineage (Genesis) of the peers it joins, or
+	// start one, and follow an older one it meets (genesis.go).
 	JoinFetch bool
+	// Genesis, if not zero, is the node's lineage of the job from the
+	// start, instead of the one its join finds: for nodes that start a
+	// job together (a testnet), which would otherwise each start their
+	// own and converge on the oldest.
+	Genesis Genesis
 	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
 	// estimate), so that the updates of all nodes add up to one step of the
 	// mean gradient instead of N steps.

@@ -20,11 +20,14 @@
 //	observe.go     one barrier check: sampling, hedged step queries, judging replies
 //	isolation.go   a check that hears from no peer fails: an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
+//	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out
+//	state.go       the peers file: a restarted node rejoins through the peers it knew
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
 //	wire.go        wire formats of the step and model protocols
+//	stepext.go     step protocol 1.1.0: the genesis and model fields
 //	checkpoint.go  the checkpoint file format
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line

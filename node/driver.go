@@ -151,12 +151,29 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if js.adopt > start.Step {
+	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 {
+		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
+			return Start{}, mm // every peer it met runs another model
+		}
+	}
+	n.warnModels(js.others)
+	// On a younger fork of the job (genesis.go), the older lineage's step
+	// and model are the job's, even below this node's.
+	forked := js.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	if js.adopt > start.Step || forked {
 		if js.model == nil {
 			return Start{}, fmt.Errorf("node: the job is at step %d but no peer gave its model (%v)", js.adopt, js.fetchErr)
 		}
 		start = Start{Step: js.adopt, Params: js.model.Params, Source: fmt.Sprintf("peer %s at step %d", js.from, js.model.Step)}
 	}
+	if forked {
+		n.lin.set(js.genesis)
+		n.screen = screenFor(n.cfg.Screen)
+		n.progress.reset()
+		n.lin.converged.Inc()
+		n.log.Warn("met an older lineage of this job (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
+	}
+	n.takeGenesis(js.genesis)
 	n.adoptStep(start.Step)
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now

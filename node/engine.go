@@ -26,7 +26,8 @@ import (
 // step in progress. Run returns ErrClosed when the node leaves (Leave) or
 // shuts down (Shutdown, Close) while it runs, or already has, as
 // net/http's Serve returns ErrServerClosed; it returns any other error only
-// if the task fails.
+// if the task fails, or if the job it joins runs another model (a
+// *ModelMismatchError).
 func (n *Node) Run(ctx context.Context) error {
 	if n.driver != nil {
 		return fmt.Errorf("%w: its steps come from its Driver", ErrNotDriven)
@@ -55,7 +56,9 @@ func (n *Node) Run(ctx context.Context) error {
 	}
 	n.resume()
 	if n.cfg.JoinFetch {
-		n.join(ctx)
+		if err := n.join(ctx); err != nil {
+			return err
+		}
 	}
 	if n.gs != nil && !n.gs.WaitMesh(ctx) && ctx.Err() == nil {
 		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
@@ -68,6 +71,9 @@ func (n *Node) Run(ctx context.Context) error {
 		}
 		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
+		}
+		if n.convergeDue() {
+			n.converge(ctx) // this node is on a younger fork of the job (genesis.go)
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
@@ -195,7 +201,9 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 		n.m.observeCheck(checked.Sub(t0).Seconds())
 		isolated := n.isolatedCheck(n.cfg.Barrier, c) // heard from no peer: fails (isolation.go)
 		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), c.obs)
-		if d.Pass && !isolated {
+		// A node on a younger fork of the job passes on: Run converges
+		// first thing, adopting the job's step (genesis.go).
+		if (d.Pass && !isolated) || n.convergeDue() {
 			n.setWaiting(false)
 			out.Waited = time.Since(start)
 			n.m.observeWait(out.Waited.Seconds())

@@ -76,6 +76,13 @@ type Status struct {
 	// StreamsRefusedBy splits StreamsRefused by protocol (step, model,
 	// exchange): each has caps of its own.
 	StreamsRefusedBy map[string]uint64 `json:"streams_refused_by_protocol"`
+	// Lineage is the node's Genesis in hex ("" for none); ForksJoined
+	// counts the times it left its lineage for an older one it met, and
+	// PeersHeldOut the peers it holds out for running another model
+	// (genesis.go).
+	Lineage      string `json:"lineage,omitempty"`
+	ForksJoined  uint64 `json:"forks_joined"`
+	PeersHeldOut int    `json:"peers_held_out"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
@@ -150,6 +157,7 @@ func (n *Node) Status() Status {
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
+	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.genesis().String(), uint64(counterValue(n.lin.converged)), n.ov.HeldOutCount()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}

@@ -75,6 +75,14 @@ func (n *Node) noteLeft(p peer.ID) {
 	is.leftAt = time.Now()
 }
 
+// unheard forgets p without counting a departure: a peer held out for
+// running another model (genesis.go).
+func (n *Node) unheard(p peer.ID) {
+	n.iso.mu.Lock()
+	defer n.iso.mu.Unlock()
+	delete(n.iso.heard, p)
+}
+
 // lastLeave is when a peer last said it leaves (zero: never).
 func (n *Node) lastLeave() time.Time {
 	n.iso.mu.Lock()

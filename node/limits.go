@@ -19,6 +19,7 @@ func resourceManager(cfg Config) (network.ResourceManager, error) {
 	k := cfg.MaxStreamsPerPeer
 	perPeer := rcmgr.BaseLimit{Streams: 2 * k, StreamsInbound: k, StreamsOutbound: k, Memory: 16 << 20}
 	limits.AddProtocolPeerLimit(StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(StepProtocolExt(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ExchangeProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))

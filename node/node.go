@@ -72,6 +72,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
+	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -129,6 +130,11 @@ type Node struct {
 	nat *natState
 	// iso is the isolation policy's state (isolation.go).
 	iso isolation
+	// lin is the node's lineage of the job and what it heard of its
+	// peers' (genesis.go).
+	lin *lineage
+	// state keeps the peers file (state.go); nil without one.
+	state *peerState
 
 	leaveOnce sync.Once
 	closeOnce sync.Once
@@ -180,6 +186,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		reports:      newRing(32),
 		progress:     newProgress(),
 	}
+	n.stepExtID = StepProtocolExt(cfg.Job)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {
@@ -189,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = newNATState(n.reg)
@@ -262,8 +270,10 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
 	n.h.SetStreamHandler(n.modelID, n.limitedBy(n.modelLimiter, "model", n.handleModel))
 
+	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
@@ -275,6 +285,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 	}
 	n.startJoiner(joinErr, seed)
+	n.keepPeers()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
@@ -499,7 +510,8 @@ const leaveBudget = 300 * time.Millisecond
 // Leave leaves the job gracefully, as memberlist's Leave does: from now on
 // the node answers every step query as leaving (its peers drop it from
 // their samples and population), Run returns ErrClosed (abandoning the
-// step in progress) and the Driver's Barrier refuses, and up to 32
+// step in progress) and the Driver's Barrier refuses, the peers file
+// (Config.PeersFile) gets the peers the node knows, and up to 32
 // connected peers are told at once, in parallel, within timeout. It keeps
 // the host and every protocol running, so that peers that ask meanwhile
 // are told too: call Shutdown next (Close does both). A second Leave does
@@ -511,6 +523,7 @@ func (n *Node) Leave(timeout time.Duration) error {
 	n.leaveOnce.Do(func() {
 		n.leaving.Store(true)
 		n.endActive()
+		n.savePeers(true) // while the node still knows them (state.go)
 		n.announceLeave(timeout)
 	})
 	return nil
@@ -585,6 +598,7 @@ func (n *Node) closeParts() error {
 	}
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
+		n.h.RemoveStreamHandler(n.stepExtID)
 		n.h.RemoveStreamHandler(n.modelID)
 		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {

@@ -207,6 +207,15 @@ func (n *Node) judge(ctx context.Context, p peer.ID, a answer) (psp.Observation,
 		n.dropPeer(p)
 		return psp.Observation{}, false
 	}
+	switch n.admit(p, a.reply.Ext, false) { // genesis.go
+	case otherModel: // held out: not of this job, so no sign of its life either (isolation.go)
+		n.unheard(p)
+		return psp.Observation{}, false
+	case otherFork: // alive, but its step is another lineage's
+		n.noteHeard(p)
+		n.ov.MarkAlive(p)
+		return psp.Observation{}, false
+	}
 	n.noteHeard(p)
 	n.ov.MarkAlive(p)
 	if a.reply.Estimate > 0 {
@@ -349,6 +358,15 @@ func (n *Node) lateAnswers(results <-chan peerAnswer, k int) {
 			n.noteLeft(r.p)
 			n.dropPeer(r.p)
 		default:
+			switch n.admit(r.p, r.a.reply.Ext, true) { // genesis.go
+			case otherModel: // held out
+				n.unheard(r.p)
+				continue
+			case otherFork: // alive, but its step is another lineage's
+				n.noteHeard(r.p)
+				n.ov.MarkAlive(r.p)
+				continue
+			}
 			n.noteHeard(r.p)
 			n.ov.MarkAlive(r.p)
 			n.progress.saw(r.p, r.a.reply.Step)

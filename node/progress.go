@@ -67,6 +67,15 @@ func (g *progress) forget(p peer.ID) {
 	delete(g.waiters, p)
 }
 
+// reset forgets every peer's step and every waiter (the node moved onto
+// another lineage of the job, whose steps these are not).
+func (g *progress) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.seen)
+	clear(g.waiters)
+}
+
 // atLeast reports whether p is known to have reached step.
 func (g *progress) atLeast(p peer.ID, step int64) (int64, bool) {
 	g.mu.Lock()

@@ -48,10 +48,43 @@ type stepStream struct {
 	s    network.Stream
 	r    *bufio.Reader
 	used time.Time // end of its last exchange
+	ext  bool      // step protocol 1.1.0 (stepext.go), not 1.0.0
+	// The 1.1.0 fields this side last sent on the stream, and those the
+	// peer last sent: each side sends its fields only when they differ
+	// from what it sent before on the stream (stepext.go).
+	said, heard StepExt
 }
 
-func newStepStream(s network.Stream) *stepStream {
-	return &stepStream{s: s, r: bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)}
+func newStepStream(s network.Stream, ext bool) *stepStream {
+	return &stepStream{s: s, r: bufio.NewReaderSize(s, stepFrameCap(ext)+binary.MaxVarintLen64), ext: ext}
+}
+
+// say returns the fields to send in this side's next message on the
+// stream: own if they differ from what it last sent there, else none.
+func (st *stepStream) say(own StepExt) StepExt {
+	if own == st.said {
+		return StepExt{}
+	}
+	st.said = own
+	return own
+}
+
+// hear completes e, a message's fields as decoded, with what the peer
+// sent before on the stream: a message without fields repeats them.
+func (st *stepStream) hear(e *StepExt) {
+	if *e == (StepExt{}) {
+		*e = st.heard
+	} else {
+		st.heard = *e
+	}
+}
+
+// stepFrameCap is the frame cap of a step stream of either version.
+func stepFrameCap(ext bool) int {
+	if ext {
+		return maxStepFrameExt
+	}
+	return maxStepFrame
 }
 
 // stepStreams holds the asker's idle streams.
@@ -154,11 +187,13 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepR
 		}
 		reused := st != nil
 		if !reused {
-			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepID)
+			// 1.1.0 if the peer speaks it (identify has usually said),
+			// else 1.0.0.
+			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)
 			if err != nil {
 				return StepReply{}, err
 			}
-			st = newStepStream(s)
+			st = newStepStream(s, s.Protocol() == n.stepExtID)
 		}
 		r, err := n.exchange(ctx, st, req)
 		if err == nil {
@@ -192,17 +227,30 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 	defer guard(ctx, st.s)()
 	deadline, _ := ctx.Deadline()
 	_ = st.s.SetDeadline(deadline)
-	if err := writeFrame(st.s, MarshalStepRequest(req)); err != nil {
+	var body []byte
+	if st.ext {
+		body = marshalStepRequestExt(req, st.say(n.ownExt()))
+	} else {
+		body = MarshalStepRequest(req)
+	}
+	if err := writeFrame(st.s, body); err != nil {
 		return StepReply{}, err
 	}
 	if req.Leaving {
 		return StepReply{}, nil
 	}
-	body, err := readFrame(st.r, maxStepFrame)
+	body, err := readFrame(st.r, stepFrameCap(st.ext))
 	if err != nil {
 		return StepReply{}, err
 	}
-	r, err := UnmarshalStepReply(body)
+	var r StepReply
+	if st.ext {
+		if r, err = UnmarshalStepReplyExt(body); err == nil {
+			st.hear(r.Ext)
+		}
+	} else {
+		r, err = UnmarshalStepReply(body)
+	}
 	if err != nil {
 		return StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
 	}
@@ -215,9 +263,9 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
-	st := newStepStream(s)
+	st := newStepStream(s, s.Protocol() == n.stepExtID)
 	first := true
-	for n.serveStep(s, st.r, from, first) && n.limiter.roomy() {
+	for n.serveStep(s, st, from, first) && n.limiter.roomy() {
 		first = false
 	}
 }
@@ -225,7 +273,7 @@ func (n *Node) handleStep(s network.Stream) {
 // serveStep reads one request (the first of a stream within the query
 // timeout, a later one within stepIdleAnswerer) and answers it; it reports
 // whether the stream may carry another.
-func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first bool) bool {
+func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first bool) bool {
 	wait := n.cfg.QueryTimeout
 	if !first {
 		wait = stepIdleAnswerer
@@ -233,12 +281,18 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 	rctx, rcancel := context.WithTimeout(n.life, wait)
 	stop := guard(rctx, s)
 	_ = s.SetReadDeadline(time.Now().Add(wait))
-	body, err := readFrame(r, maxStepFrame)
+	body, err := readFrame(st.r, stepFrameCap(st.ext))
 	stop()
 	idled := rctx.Err() != nil
 	rcancel()
 	var q StepRequest
-	if err == nil {
+	switch {
+	case err != nil:
+	case st.ext:
+		if q, err = UnmarshalStepRequestExt(body); err == nil {
+			st.hear(q.Ext)
+		}
+	default:
 		q, err = UnmarshalStepRequest(body)
 	}
 	if err != nil {
@@ -262,13 +316,19 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		n.poke()
 		return false
 	}
-	n.noteHeard(from)
 	ctx, cancel := context.WithTimeout(n.life, n.cfg.QueryTimeout)
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
-	n.ov.MarkAlive(from)
-	if q.Estimate > 0 {
+	// A peer of another model is held out (it learns why from the reply);
+	// one of another lineage is alive, but its step is not this node's
+	// job's (genesis.go).
+	k := n.admit(from, q.Ext, false)
+	if k != otherModel {
+		n.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
+		n.ov.MarkAlive(from)
+	}
+	if q.Estimate > 0 && k == kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
@@ -285,13 +345,24 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 			reply.Step = f.StepLie(reply.Step)
 		}
 	}
-	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
+	var out []byte
+	if st.ext {
+		out = marshalStepReplyExt(reply, st.say(n.ownExt()))
+	} else {
+		out = MarshalStepReply(reply)
+	}
+	if err := writeFrame(s, out); err != nil {
 		_ = s.Reset()
 		return false
 	}
-	n.noteAsker(from, q.Step)
-	if q.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us has progressed
+	switch k {
+	case otherModel:
+		return false // one answer is all it needs to tell
+	case kin:
+		n.noteAsker(from, q.Step)
+		if q.Step <= n.step.Load() {
+			n.poke() // a peer at or behind us has progressed
+		}
 	}
 	return ctx.Err() == nil && !reply.Leaving
 }

@@ -28,7 +28,8 @@ import (
 //
 // estimate is the sender's population estimate (0 when it has none) and
 // interval its recent mean seconds per step (0 when unknown), which DSSP
-// uses.
+// uses. Step protocol /psp/<job>/step/1.1.0 sends the same bodies followed
+// by tagged fields: the job's genesis and the sender's model (stepext.go).
 //
 // Model protocol /psp/<job>/model/1.0.0:
 //
@@ -56,6 +57,10 @@ type StepRequest struct {
 	Leaving  bool     // the sender is leaving the job; no reply is expected
 	Step     psp.Step // the sender's step
 	Estimate float64  // the sender's population estimate, 0 if none
+	// Ext is what a request of step protocol 1.1.0 carries beyond the
+	// 1.0.0 body (stepext.go): nil for a 1.0.0 request. MarshalStepRequest
+	// leaves it out; MarshalStepRequestExt sends it.
+	Ext *StepExt
 }
 
 // StepReply is a peer's answer.
@@ -64,6 +69,8 @@ type StepReply struct {
 	Step     psp.Step
 	Estimate float64
 	Interval float64 // seconds per step, recent mean; 0 if unknown
+	// Ext is as in StepRequest: nil for a 1.0.0 reply.
+	Ext *StepExt
 }
 
 func writeFrame(w io.Writer, body []byte) error {
@@ -133,17 +140,21 @@ func checkFloat(name string, v float64) error {
 	return nil
 }
 
-// MarshalStepRequest encodes a request body (without the frame).
+// MarshalStepRequest encodes a request body of step protocol 1.0.0
+// (without the frame, and without q.Ext).
 func MarshalStepRequest(q StepRequest) []byte {
-	b := make([]byte, stepRequestLen)
-	b[0] = wireVersion
-	b[1] = kindQuery
+	return appendStepRequest(make([]byte, 0, stepRequestLen), q)
+}
+
+// appendStepRequest appends the 1.0.0 body of q to b.
+func appendStepRequest(b []byte, q StepRequest) []byte {
+	kind := byte(kindQuery)
 	if q.Leaving {
-		b[1] = kindLeaving
+		kind = kindLeaving
 	}
-	binary.BigEndian.PutUint64(b[2:], uint64(q.Step))
-	binary.BigEndian.PutUint64(b[10:], math.Float64bits(q.Estimate))
-	return b
+	b = append(b, wireVersion, kind)
+	b = binary.BigEndian.AppendUint64(b, uint64(q.Step))
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(q.Estimate))
 }
 
 // UnmarshalStepRequest decodes and checks a request body.
@@ -171,17 +182,22 @@ func UnmarshalStepRequest(b []byte) (StepRequest, error) {
 	return q, nil
 }
 
-// MarshalStepReply encodes a reply body.
+// MarshalStepReply encodes a reply body of step protocol 1.0.0 (without
+// r.Ext).
 func MarshalStepReply(r StepReply) []byte {
-	b := make([]byte, stepReplyLen)
-	b[0] = wireVersion
+	return appendStepReply(make([]byte, 0, stepReplyLen), r)
+}
+
+// appendStepReply appends the 1.0.0 body of r to b.
+func appendStepReply(b []byte, r StepReply) []byte {
+	var flags byte
 	if r.Leaving {
-		b[1] = 1
+		flags = 1
 	}
-	binary.BigEndian.PutUint64(b[2:], uint64(r.Step))
-	binary.BigEndian.PutUint64(b[10:], math.Float64bits(r.Estimate))
-	binary.BigEndian.PutUint64(b[18:], math.Float64bits(r.Interval))
-	return b
+	b = append(b, wireVersion, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Step))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(r.Estimate))
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(r.Interval))
 }
 
 // UnmarshalStepReply decodes and checks a reply body.

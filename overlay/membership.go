@@ -42,7 +42,7 @@ type member struct {
 // sightings (another node listed it) add it unverified and are ignored
 // while it is held dead.
 func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member {
-	if p == o.h.ID() || p == "" || o.closed {
+	if p == o.h.ID() || p == "" || o.closed || o.held.has(p) {
 		return nil
 	}
 	m, ok := o.members[p]

@@ -314,6 +314,9 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	now := time.Now()
 	rt := o.dht.RoutingTable()
 	for _, p := range responders {
+		if o.held.has(p) {
+			continue
+		}
 		_, _ = rt.TryAddPeer(p, true, true)
 		rt.UpdateLastSuccessfulOutboundQueryAt(p, now)
 	}
@@ -356,7 +359,7 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 		if len(ds) == o.cfg.BucketSize {
 			break
 		}
-		if m, ok := o.members[p]; ok && m.dead {
+		if m, ok := o.members[p]; ok && m.dead || o.held.has(p) {
 			continue
 		}
 		ds = append(ds, normXOR(st.distance(p)))

@@ -65,6 +65,12 @@ func TestRunUsageErrorsNameTheFlag(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer httpLn.Close()
+	busySock := filepath.Join(dir, "busy.sock")
+	sockLn, err := net.Listen("unix", busySock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sockLn.Close()
 
 	local := []string{"--listen", "/ip4/127.0.0.1/tcp/0", "--duration", "1s", "--log-level", "warn"}
 	for _, tc := range []struct {
@@ -98,6 +104,12 @@ func TestRunUsageErrorsNameTheFlag(t *testing.T) {
 		{"QUIC port of a running node", []string{"--listen", "/ip4/127.0.0.1/udp/" + strconv.Itoa(udpPort) + "/quic-v1"},
 			[]string{"--listen", "UDP port " + strconv.Itoa(udpPort) + " on 127.0.0.1 is already in use"}, nil},
 		{"busy http", []string{"--http", httpLn.Addr().String()}, []string{"--http " + httpLn.Addr().String(), "address already in use"}, nil},
+		{"trainer socket of a running daemon", []string{"--trainer", "unix:" + busySock}, []string{"--trainer unix:" + busySock, "another daemon listens"}, nil},
+		{"trainer socket in a missing directory", []string{"--trainer", "unix:" + filepath.Join(dir, "none", "t.sock")}, []string{"--trainer", "socket directory"}, nil},
+		{"trainer on a public address", []string{"--trainer", "tcp:0.0.0.0:7000"}, []string{"--trainer", "loopback"}, nil},
+		{"trainer address without a scheme", []string{"--trainer", "/tmp/t.sock"}, []string{"--trainer", "want unix:PATH"}, nil},
+		{"trainer and a built-in model", []string{"--trainer", "unix:" + filepath.Join(dir, "t.sock"), "--model", "logreg"}, []string{"--trainer", "--model"}, nil},
+		{"trainer flags without a trainer", []string{"--trainer-shm=false"}, []string{"--trainer-shm needs --trainer"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, stdout, stderr := runCLI(t, append(append([]string{"run"}, local...), tc.args...)...)

@@ -71,7 +71,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		listen    stringList
 		bootstrap stringList
 		barrier   = specFlag{def.Barrier}
-		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run)")
+		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
 		data      = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
@@ -186,6 +186,7 @@ Example, two nodes on one machine:
 					return err
 				}
 				cfg.Identity = key
+				cfg.PeersFile = *identity + ".peers"
 			} else {
 				log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
 			}
@@ -267,6 +268,12 @@ Example, two nodes on one machine:
 			err = nd.Run(ctx)
 			st := nd.Status()
 			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
+			if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
+				// The job is not this node's to join with this model: a
+				// usage error, as a bad flag is.
+				return usagef("--model %s (--data %s): the job's peers run another model: %v; start every node of a job with the same --model and --data, or this one with another --job",
+					spec.Model, *data, mm)
+			}
 			if err != nil {
 				return err
 			}

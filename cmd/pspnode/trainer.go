@@ -61,6 +61,9 @@ func (t trainerFlags) check(fs *flag.FlagSet) error {
 	if *t.maxMsg < 1<<20 {
 		return usagef("--trainer-max-message %d: at least 1048576 bytes", *t.maxMsg)
 	}
+	if err := trainer.CheckListen(*t.listen); err != nil {
+		return usagef("--trainer %s: %v", *t.listen, strings.TrimPrefix(err.Error(), "trainer: "))
+	}
 	return nil
 }
 

@@ -5,7 +5,8 @@
 // the npm registry at the versions pinned in package.json.
 //
 // Checks: the worked examples; identify (section 4); a FIND_NODE lookup
-// (9); two step queries on one stream (5, 6); a model fetch (7); a pool
+// (9); two step queries on one stream (5, 6), in both versions of the step
+// protocol (6.12: the lineage and model fields); a model fetch (7); a pool
 // join, leave and stale join (8); GossipSub updates from both nodes (10);
 // one invalid update published by the client, which both nodes reject,
 // followed by valid ones they still take in (10.2, 10.5); and the step
@@ -63,6 +64,7 @@ const timeoutMs = Number(env.PSP_TIMEOUT_MS ?? 45000)
 // Section 3: protocol IDs and the topic.
 const proto = {
   step: `/psp/${job}/step/1.0.0`,
+  step11: `/psp/${job}/step/1.1.0`,
   model: `/psp/${job}/model/1.0.0`,
   pool: `/psp/${job}/pool/1.0.0`,
   kad: `/psp/${job}/kad/1.0.0`
@@ -212,6 +214,57 @@ function parseStepRequest (body) {
   check(r.step >= 0n, `step request step ${r.step}`)
   check(Number.isFinite(r.estimate) && r.estimate >= 0, `step request estimate ${r.estimate}`)
   return r
+}
+
+// Section 6.12: the fields of step protocol 1.1.0 that follow the 1.0.0
+// body: tag u8, length u8, value; tags increasing, each once; unknown tags
+// skipped. fields is a list of [tag, bytes].
+function stepFields (fields) {
+  const parts = []
+  for (const [tag, v] of fields) parts.push(Uint8Array.of(tag, v.length), v)
+  return Buffer.concat(parts)
+}
+function genesisField (hexString) { return [1, hex(hexString)] }
+function modelField (id, n) {
+  const v = new Uint8Array(8)
+  const dv = new DataView(v.buffer)
+  dv.setUint32(0, id)
+  dv.setUint32(4, n)
+  return [2, v]
+}
+function parseStepFields (b) {
+  const out = { genesis: null, model: null, unknown: 0 }
+  let last = -1
+  let i = 0
+  while (i < b.length) {
+    check(i + 2 <= b.length, 'field cut short')
+    const tag = b[i]
+    const len = b[i + 1]
+    check(i + 2 + len <= b.length, `field ${tag} of ${len} bytes cut short`)
+    check(tag > last, `field ${tag} after field ${last}`)
+    last = tag
+    const v = b.subarray(i + 2, i + 2 + len)
+    if (tag === 1) {
+      check(len === 16, `genesis field of ${len} bytes`)
+      check(v.some(x => x !== 0), 'zero genesis field')
+      out.genesis = Buffer.from(v).toString('hex')
+    } else if (tag === 2) {
+      check(len === 8, `model field of ${len} bytes`)
+      const dv = new DataView(v.buffer, v.byteOffset, v.byteLength)
+      out.model = { id: dv.getUint32(0), n: dv.getUint32(4) }
+    } else {
+      out.unknown++
+    }
+    i += 2 + len
+  }
+  return out
+}
+function stepRequest11 (kind, step, estimate, fields) {
+  return Buffer.concat([stepRequest(kind, step, estimate), stepFields(fields)])
+}
+function parseStepReply11 (body) {
+  check(body.length >= 26, `step reply body is ${body.length} bytes, want at least 26`)
+  return { ...parseStepReply(body.subarray(0, 26)), ...parseStepFields(body.subarray(26)) }
 }
 
 // Section 7.3: model reply, 17 + 8·n bytes, big-endian.
@@ -432,10 +485,10 @@ async function run (name, fn) {
   console.log(`     (${Date.now() - t0} ms)`)
 }
 
-// The worked examples of sections 6.5, 7.4, 7.5 and 10.6 (8.6's are in the
-// pool check), through the same encoders and decoders as the checks against
-// the live nodes below: if an example disagrees with this client, either
-// the example or the client is wrong, and the live checks say which.
+// The worked examples of sections 6.5, 6.12, 7.4, 7.5 and 10.6 (8.6's are in
+// the pool check), through the same encoders and decoders as the checks
+// against the live nodes below: if an example disagrees with this client,
+// either the example or the client is wrong, and the live checks say which.
 await run('examples', async () => {
   const unframe = (f) => {
     check(f[0] < 0x80 && f[0] === f.length - 1, `frame prefix ${f[0]} for ${f.length} bytes`)
@@ -447,6 +500,23 @@ await run('examples', async () => {
   check(r.flags === 0 && r.step === 40n && r.estimate === 200 && r.interval === 1.25, '6.5 reply')
   r = parseStepReply(unframe(hex('1a0101000000000000002900000000000000000000000000000000')))
   check(r.flags === 1 && r.step === 41n && r.estimate === 0 && r.interval === 0, '6.5 leaving reply')
+  // 6.12: the same with the genesis and model fields.
+  const gen = '1816687ec05700000102030405060708'
+  const linreg20 = modelField(0x1f8601fc, 21)
+  check(same(frame(stepRequest11(1, 42, 199.5, [genesisField(gen), linreg20])),
+    hex('2e0101000000000000002a4068f0000000000001101816687ec0570000010203040506070802081f8601fc00000015')), '6.12 query')
+  r = parseStepReply11(unframe(hex('360100000000000000002840690000000000003ff400000000000001101816687ec0570000010203040506070802081f8601fc00000015')))
+  check(r.step === 40n && r.interval === 1.25 && r.genesis === gen && r.model.id === 0x1f8601fc && r.model.n === 21, '6.12 reply')
+  r = parseStepReply11(unframe(hex('2c0100000000000000002840690000000000003ff400000000000001101816687ec05700000102030405060708')))
+  check(r.genesis === gen && r.model === null, '6.12 reply without a model')
+  r = parseStepReply11(unframe(hex('24010000000000000000280000000000000000000000000000000002080000000000000000')))
+  check(r.step === 40n && r.genesis === null && r.model.id === 0 && r.model.n === 0, '6.12 reply of a node without a model')
+  r = parseStepReply11(unframe(hex('1a0100000000000000002840690000000000003ff4000000000000')))
+  check(r.genesis === null && r.model === null, '6.12 reply without fields')
+  const q = stepRequest11(1, 42, 199.5, [genesisField(gen), linreg20, [9, hex('aabbcc')]])
+  const qf = parseStepFields(q.subarray(18))
+  check(qf.genesis === gen && qf.model.n === 21 && qf.unknown === 1 &&
+    Buffer.from(q.subarray(q.length - 15)).toString('hex') === '02081f8601fc000000150903aabbcc', '6.12 unknown field')
   check(same(frame(Uint8Array.of(1)), hex('0101')), '7.2 request frame')
   const linreg2 = modelIdOf('linreg|w[1x2] b[1x1]')
   check(linreg2 === 0x44734f20, `7.5 model id 0x${linreg2.toString(16)}`)
@@ -474,7 +544,7 @@ await run('examples', async () => {
   check(same(encodeDense32(sender, 7, linreg2, [0.5, -2.5, 1]), hex(examples[0][1])), '10.6 dense32 encoding')
   const signed = { type: 'signed', from: peerIdFromString('12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB'), sequenceNumber: 0x0102030405060708n }
   check(same(msgIdFromSeqno(signed), Buffer.concat([sender, hex('0102030405060708')])), '10.2 message ID')
-  return 'the worked examples of 6.5, 7.4, 7.5 and 10.6 decode as the text says'
+  return 'the worked examples of 6.5, 6.12, 7.4, 7.5 and 10.6 decode as the text says'
 })
 
 await run('connect', async () => {
@@ -569,6 +639,55 @@ await run('step', async () => {
     `steps out of order: /status ${before.step}, replies ${r1.step} and ${r2.step}, /status ${after.step}`)
   return `replies step ${r1.step}, ${r2.step} (status ${before.step}..${after.step}), ` +
     `estimate ${r2.estimate}, interval ${r2.interval.toFixed(4)} s`
+})
+
+// Check 4b (sections 6.11, 6.12): the same on step protocol 1.1.0, with
+// this client's model field and a field of a tag no version defines, which
+// the nodes must skip, sent in the first query on the stream and not in the
+// second. Both nodes say the job's model and one genesis, the one their
+// /status shows (node B took it from node A when it joined, or, if both
+// made one at once, converged on the older), in their first reply; a later
+// reply without fields says the same.
+await run('step11', async () => {
+  const lineages = []
+  for (const id of [bootId, targetId]) {
+    const signal = AbortSignal.timeout(5000)
+    const stream = await node.dialProtocol(id, proto.step11, { signal })
+    const bytes = byteStream(stream)
+    const replies = []
+    let heard = { genesis: null, model: null }
+    for (let i = 0; i < 2; i++) {
+      const fields = i === 0 ? [modelField(modelId, nParams), [200, hex('00ff')]] : []
+      await bytes.write(frame(stepRequest11(1, 0, 0, fields)), { signal })
+      const body = await readFrame(bytes, 255, signal)
+      check(body != null, 'end of stream before the reply')
+      const r = parseStepReply11(body)
+      if (r.genesis == null && r.model == null) {
+        check(i > 0, `node ${id} sent no fields in its first reply on the stream`)
+        Object.assign(r, heard) // "as before on this stream"
+      } else {
+        heard = { genesis: r.genesis, model: r.model }
+      }
+      replies.push(r)
+    }
+    await bytes.unwrap().close({ signal })
+    for (const r of replies) {
+      check(r.flags === 0, `node ${id} replied with the leaving flag`)
+      check(r.model != null && r.model.id === modelId && r.model.n === nParams,
+        `node ${id} says model ${JSON.stringify(r.model)}, want id 0x${modelId.toString(16)} with ${nParams} parameters`)
+      check(r.genesis != null, `node ${id} says no genesis`)
+      check(r.unknown === 0, `node ${id} sent fields 6.12 does not define`)
+    }
+    check(replies[0].genesis === replies[1].genesis, `node ${id} changed its genesis between two replies`)
+    lineages.push(replies[1].genesis)
+  }
+  await waitFor('both nodes on one lineage (/status lineage)', 10000, async () => {
+    const [a, b] = [await nodeStatus(bootId), await nodeStatus(targetId)]
+    return a.lineage && a.lineage === b.lineage
+  })
+  const st = await nodeStatus(bootId)
+  check(lineages.includes(st.lineage), `the replies' geneses ${lineages.join(', ')} do not include /status's ${st.lineage}`)
+  return `model id 0x${modelId.toString(16)} with ${nParams} parameters; genesis ${lineages.join(' and ')}; /status lineage ${st.lineage}`
 })
 
 // Section 7: fetch the model.
@@ -720,10 +839,11 @@ await run('invalid', async () => {
 })
 
 // pspnode's own step requests to this client, if any arrived, had to match
-// section 6.2.
+// section 6.2. This client serves only step protocol 1.0.0, as a peer that
+// predates 1.1.0 does: pspnode must ask it in 1.0.0 (6.11).
 await run('served', async () => {
   check(served.bad.length === 0, `malformed step request from pspnode: ${served.bad[0]}`)
-  return `${served.queries} step requests from pspnode, all well-formed`
+  return `${served.queries} step requests from pspnode on 1.0.0 (this client serves no 1.1.0), all well-formed`
 })
 
 clearTimeout(overall)

@@ -171,6 +171,41 @@ func listen(addr string) (ln net.Listener, unixPath string, err error) {
 	return nil, "", fmt.Errorf("trainer: %q: want unix:PATH or tcp:127.0.0.1:PORT", addr)
 }
 
+// CheckListen says whether a server could listen on addr (Config.Listen):
+// the form, a loopback host, a directory that exists, no other daemon on
+// the socket or port. It leaves nothing behind (a stale socket file stays
+// for New to replace), so that a command can refuse a bad address before
+// it starts anything.
+func CheckListen(addr string) error {
+	switch {
+	case strings.HasPrefix(addr, "unix:"):
+		path := strings.TrimPrefix(addr, "unix:")
+		if path == "" {
+			return errors.New("trainer: unix: needs a path, e.g. unix:/tmp/pspnode.sock")
+		}
+		if _, err := os.Stat(filepath.Dir(path)); err != nil {
+			return fmt.Errorf("trainer: socket directory: %w", err)
+		}
+		if st, err := os.Lstat(path); err == nil {
+			if st.Mode()&os.ModeSocket == 0 {
+				return fmt.Errorf("trainer: %s exists and is not a socket; choose another path", path)
+			}
+			if c, err := net.DialTimeout("unix", path, time.Second); err == nil {
+				c.Close()
+				return fmt.Errorf("trainer: another daemon listens on %s", path)
+			}
+		}
+		return nil
+	case strings.HasPrefix(addr, "tcp:"):
+		ln, _, err := listen(addr)
+		if err != nil {
+			return err
+		}
+		return ln.Close()
+	}
+	return fmt.Errorf("trainer: %q: want unix:PATH or tcp:127.0.0.1:PORT", addr)
+}
+
 // removeStaleSocket removes a socket file at path that nothing listens on
 // (a daemon that was killed), and refuses if a daemon is still there or
 // the path is something else.

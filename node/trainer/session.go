@@ -38,8 +38,9 @@ type session struct {
 	op chan struct{} // one call at a time (a semaphore: waits honour ctx)
 
 	shm       *shmFile
-	shmOK     atomic.Bool // the trainer mapped the shared file
-	upOff     int         // regions of the shared file, in bytes
+	shmMu     sync.RWMutex // held to read shm outside a call (ParamsReply); release unmaps under it
+	shmOK     atomic.Bool  // the trainer mapped the shared file
+	upOff     int          // regions of the shared file, in bytes
 	paramsOff int
 	downOff   [2]int
 
@@ -313,7 +314,9 @@ func (s *Server) release(sess *session, why string) {
 		sess.op <- struct{}{} // no call runs from here on
 		s.task.end(sess)
 		if sess.shm != nil {
+			sess.shmMu.Lock() // a peer's model fetch may be reading the params region
 			sess.shm.close()
+			sess.shmMu.Unlock()
 		}
 		s.log.Info("trainer disconnected", "client", sess.client, "why", why, "connected_for", time.Since(sess.since).Round(time.Millisecond))
 	}
@@ -379,6 +382,11 @@ func (sess *session) deliver(r *pb.ParamsReply) {
 
 // readParams decodes the parameters in a ParamsReply.
 func (sess *session) readParams(r *pb.ParamsReply) ([]float64, error) {
+	sess.shmMu.RLock()
+	defer sess.shmMu.RUnlock()
+	if sess.shm != nil && sess.shm.mem == nil {
+		return nil, errors.New("the session ended")
+	}
 	v, err := sess.vector(r.Params, sess.paramsOff, "parameters")
 	if err != nil {
 		return nil, err

@@ -56,12 +56,18 @@ class Optimizer:
     the mean gradient, as DDP's averaged gradients do; 1 under epidemic).
     reconnect: when the daemon goes away, connect again at the next step
     (True) or raise SessionLost (False).
+    checkpoint_every: write the parameters to the daemon's checkpoint file
+    (pspnode run --checkpoint) every this many steps (0: only when
+    checkpoint() is called); a restarted worker resumes from it.
     Other keyword arguments go to Client (shared_memory, connect_timeout).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, daemon: str, model: Optional[torch.nn.Module] = None, *,
                  model_name: Optional[str] = None, model_id: Optional[int] = None, start_step: int = 0,
-                 scale_updates: bool = True, reconnect: bool = True, **client_args):
+                 scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0, **client_args):
+        if checkpoint_every < 0:
+            raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
+        self.checkpoint_every = checkpoint_every
         self.inner = optimizer
         self.scale_updates = scale_updates
         self.reconnect = reconnect
@@ -205,6 +211,8 @@ class Optimizer:
             self.population = r.barrier.population
             if self.scale_updates and r.barrier.lr_scale > 0:
                 self.lr_scale = r.barrier.lr_scale
+        if self.checkpoint_every and self.step_count % self.checkpoint_every == 0:
+            self.checkpoint()
         return loss
 
     def _exchange(self, ev):

@@ -184,6 +184,29 @@ class WithDaemons(unittest.TestCase):
         self.assertEqual(opt.client.status().step, 5)
         opt.close()
 
+    def test_checkpoint_resumes(self):
+        ck = os.path.join(self.tmp, "job.ckpt")
+        d = Daemon(self.tmp, "ckpt", "ckpt", extra=("--checkpoint", ck))
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.05), d.address, model=m,
+                                checkpoint_every=4, connect_timeout=30)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        for _ in range(8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        saved = opt._flat.clone()
+        opt.close()
+        d.stop()
+        # A restarted daemon and a fresh worker resume from step 8.
+        d2 = Daemon(self.tmp, "ckpt2", "ckpt", extra=("--checkpoint", ck))
+        self.addCleanup(d2.stop)
+        m2 = quadratic(seed=5)
+        opt2 = pspnode.Optimizer(torch.optim.SGD(m2.parameters(), lr=0.05), d2.address, model=m2, connect_timeout=30)
+        self.assertEqual(opt2.step_count, 8)
+        self.assertTrue(torch.allclose(opt2._flat, saved), "not the checkpointed parameters")
+        opt2.close()
+
     def test_not_float32(self):
         m = quadratic().double()
         with self.assertRaises(TypeError) as cm:
