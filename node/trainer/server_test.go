@@ -364,6 +364,7 @@ func TestTrainerGoneFreesPeers(t *testing.T) {
 	tb.close()
 	waitFor(t, 10*time.Second, "b idle", func() bool { return b.node.Status().Idle })
 	start := time.Now()
+	var last *pb.StepReply
 	for s := int64(6); s <= 15; s++ {
 		r, err := ta.step(ctx, s, fill(n, 0.1))
 		if err != nil {
@@ -372,12 +373,15 @@ func TestTrainerGoneFreesPeers(t *testing.T) {
 		if r.Barrier.WaitedS > 2 {
 			t.Fatalf("step %d waited %.1f s for an idle peer", s, r.Barrier.WaitedS)
 		}
+		last = r
 	}
 	if el := time.Since(start); el > 20*time.Second {
 		t.Fatalf("ten steps took %v with the idle peer", el)
 	}
-	if est := a.node.Status().PopulationEstimate; est > 1.5 {
-		t.Logf("a's population estimate %.1f (the idle peer may still count in the zone estimate)", est)
+	// The idle peer no longer counts in a's population: a is alone, and
+	// scales its updates by 1, not 1/2.
+	if last.Barrier.Population > 1.5 || last.Barrier.LrScale < 0.9 {
+		t.Fatalf("with b idle, a's population is %.2f and its update scale %.2f", last.Barrier.Population, last.Barrier.LrScale)
 	}
 	// A new trainer on b starts from the job: a's step and parameters.
 	tb2, err := connect(t, b.addr, hello("m", 5, n, 0), nil)
