@@ -221,7 +221,9 @@ func TestDriverBarrierIsolated(t *testing.T) {
 		if !nodes[0].Status().Isolated {
 			t.Error("the cut-off driven node is not reported isolated")
 		}
-		if ss[0].step > 6 {
+		// Answers already on their way when the network was cut may pass
+		// a check or two; then it waits (before, it ran on unconstrained).
+		if ss[0].step > 7 {
 			t.Errorf("the cut-off driven node passed %d barriers after the cut", ss[0].step-5)
 		}
 	})

@@ -69,14 +69,14 @@ func TestPythonClient(t *testing.T) {
 type trainerProc struct {
 	cmd    *exec.Cmd
 	csv    string
-	stderr *strings.Builder
+	stderr *daemontest.Output
 	done   chan error
 }
 
 // startTrainer runs mnist.py as shard i of n against a daemon.
 func startTrainer(t *testing.T, root, daemon, dir string, i, n int, extra ...string) *trainerProc {
 	t.Helper()
-	p := &trainerProc{csv: filepath.Join(dir, fmt.Sprintf("trainer%d-%d.csv", i, time.Now().UnixNano())), stderr: &strings.Builder{}, done: make(chan error, 1)}
+	p := &trainerProc{csv: filepath.Join(dir, fmt.Sprintf("trainer%d-%d.csv", i, time.Now().UnixNano())), stderr: &daemontest.Output{}, done: make(chan error, 1)}
 	args := append([]string{filepath.Join(root, "examples", "torch", "mnist.py"), "--daemon", daemon,
 		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(n), "--eval-every", "0.5", "--duration", "240",
 		"--lr", "0.2", "--out", p.csv, "--log", "warning"}, extra...)
