@@ -231,6 +231,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	t.mu.Lock()
 	t.members = append(t.members, m)
+	if role == FakePeers {
+		t.serveFakePeers(m, cfg.Seed)
+	}
 	t.mu.Unlock()
 	return m, nil
 }

@@ -102,6 +102,9 @@ type Result struct {
 		StreamsRefused     uint64 `json:"streams_refused"`
 	} `json:"defences"`
 	Hostile *Hostility `json:"hostile,omitempty"`
+	// Membership is what the honest live nodes' overlays hold at the end
+	// (in-process transports only).
+	Membership *Membership `json:"membership,omitempty"`
 
 	PeakRSSBytes int64      `json:"peak_rss_bytes"`
 	Resources    *Resources `json:"resources,omitempty"` // at a quarter of the run and at its end
@@ -133,6 +136,9 @@ type Hostility struct {
 	NormPoisonDelivered uint64 `json:"norm_poison_delivered"`
 	// Target is the node the flooders attacked, when there are flooders.
 	Target *FloodTarget `json:"flood_target,omitempty"`
+	// FakePeersNamed counts the made-up peers fake-peers nodes named in
+	// their DHT replies (see Result.Membership for what honest nodes kept).
+	FakePeersNamed int `json:"fake_peers_named,omitempty"`
 	// SybilFigures are present with Sybil roles.
 	*SybilFigures
 }
@@ -186,7 +192,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load(),
-			SybilFigures: t.sybilFigures()}
+			SybilFigures: t.sybilFigures(), FakePeersNamed: t.fakesNamed()}
 	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
@@ -380,6 +386,17 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		if h.SybilFigures != nil {
 			h.SybilFigures.print(row)
 		}
+		if h.FakePeersNamed > 0 {
+			row("  fake peers", "%d made-up peers named in DHT replies", h.FakePeersNamed)
+		}
+	}
+	if mb := r.Membership; mb != nil {
+		sample := "not timed"
+		if mb.SampleUs > 0 {
+			sample = fmt.Sprintf("%.2f µs a call", mb.SampleUs)
+		}
+		row("membership", "%.1f members per honest node (max %d), %.1f unconfirmed (max %d), %.1f dead, %.1f drawable; Sample %s",
+			mb.Members, mb.MembersMax, mb.Unconfirmed, mb.UnconfirmedMax, mb.Dead, mb.Drawable, sample)
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if rs := r.Resources; rs != nil {

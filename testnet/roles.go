@@ -45,7 +45,7 @@ const (
 )
 
 // Roles lists every hostile or faulty role.
-var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SybilZone, SybilHost}
+var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SybilZone, SybilHost, FakePeers}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).

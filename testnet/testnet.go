@@ -76,6 +76,7 @@ type testnet struct {
 	roleOf        sync.Map    // peer.ID -> Role, hostile nodes only
 	syb           *sybilState // nil without Sybil roles
 	target        *member     // the honest node flooders attack
+	fakes         []*fakeDHT  // the fake-peers nodes' DHT servers
 	poisonApplied atomic.Uint64
 	normDelivered atomic.Uint64
 }
@@ -177,6 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if probe != nil {
 		res.Overload = t.overload(probe, elapsed, procstat.CPUTime()-cpu0, res)
 	}
+	res.Membership = t.membership()
 	// Stop every node, then wait for their loops.
 	t.mu.Lock()
 	for _, m := range t.members {
