@@ -3,16 +3,23 @@ package overlay
 import (
 	"context"
 	"encoding/binary"
+	"io"
 	"math/rand/v2"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
+	"github.com/libp2p/go-msgio"
 	ma "github.com/multiformats/go-multiaddr"
+	"google.golang.org/protobuf/proto"
 )
 
 // madeUpPeer returns the ID of a random Ed25519 public key nobody holds
@@ -213,6 +220,91 @@ func TestNamedPeersDoNotShareAddresses(t *testing.T) {
 	if share := float64(drawn) / (draws / 4); share < 0.12 {
 		t.Errorf("victim in %.1f %% of samples, want about %.1f %%", 100*share, 100*4.0/21)
 	}
+}
+
+// A peer that names made-up IDs close to every key it is asked about does
+// not inflate the order-statistics estimate: the made-up IDs, named by it
+// alone, do not count among the closest. They used to, and the lookups
+// that asked it measured the network as many times larger than it is.
+func TestLookupIgnoresOnePeersWord(t *testing.T) { bubble(t, testLookupIgnoresOnePeersWord) }
+
+func testLookupIgnoresOnePeersWord(t *testing.T) {
+	const n = 20
+	nodes, hosts := quietNetwork(t, n)
+	liar := nodes[n-1]
+	var answered atomic.Int64
+	r := rand.New(rand.NewPCG(12, 12))
+	hosts[n-1].SetStreamHandler(liar.Protocol(), func(s network.Stream) {
+		defer s.Close()
+		rd := msgio.NewVarintReaderSize(s, network.MessageSizeMax)
+		b, err := rd.ReadMsg()
+		if err != nil {
+			if err != io.EOF {
+				_ = s.Reset()
+			}
+			return
+		}
+		var req pb.Message
+		if err := proto.Unmarshal(b, &req); err != nil {
+			_ = s.Reset()
+			return
+		}
+		target := kb.ConvertKey(string(req.GetKey()))
+		resp := pb.NewMessage(req.GetType(), req.GetKey(), 0)
+		for len(resp.CloserPeers) < 40 {
+			p := madeUpPeer(t, r)
+			if kb.CommonPrefixLen(kb.ConvertPeerID(p), target) >= 6 {
+				resp.CloserPeers = append(resp.CloserPeers, &pb.Message_Peer{Id: []byte(p)})
+			}
+		}
+		body, err := proto.Marshal(resp)
+		if err != nil {
+			_ = s.Reset()
+			return
+		}
+		if _, err := s.Write(append(binary.AppendUvarint(nil, uint64(len(body))), body...)); err != nil {
+			_ = s.Reset()
+			return
+		}
+		answered.Add(1)
+	})
+
+	o := nodes[0]
+	keys := newStream(12, "test lookups")
+	checked := 0
+	for range 60 {
+		key := randomKey(keys)
+		before := answered.Load()
+		o.recordLookup(context.Background(), key, true)
+		if answered.Load() == before {
+			continue
+		}
+		o.mu.Lock()
+		last := o.lookups[len(o.lookups)-1]
+		o.mu.Unlock()
+		// The K-th closest real peer (self and the liar's made-up peers
+		// excluded): counting only real peers, the lookup's K-th closest
+		// is no closer than it.
+		target := kb.ConvertKey(key)
+		var truth []float64
+		for _, h := range hosts {
+			if h.ID() != o.h.ID() {
+				truth = append(truth, normXOR(kb.Xor(kb.ConvertPeerID(h.ID()), target)))
+			}
+		}
+		slices.Sort(truth)
+		if last.K > len(truth) {
+			t.Errorf("lookup %d counted %d closest peers, more than the %d real ones: made-up peers counted", checked, last.K, len(truth))
+		} else if last.DK < truth[last.K-1] {
+			t.Errorf("lookup %d: the %d-th closest counted is at %.4g, closer than the %d-th closest real peer (%.4g): made-up peers counted",
+				checked, last.K, last.DK, last.K, truth[last.K-1])
+		}
+		checked++
+	}
+	if checked == 0 {
+		t.Fatal("no lookup asked the liar: the test checks nothing")
+	}
+	t.Logf("%d lookups asked the liar", checked)
 }
 
 // BenchmarkSampleNamed times Sample(10) over 200 peers heard from
