@@ -4,11 +4,13 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/overlay"
 )
 
 // TestFakePeersRole runs fake-peers nodes small on the virtual clock: they
-// name many made-up peers, the honest nodes never draw one, train as
-// usual, and the result says what their overlays hold.
+// name many made-up peers, and the honest nodes keep at most
+// MaxUnconfirmed of them, never draw one, and train as usual.
 func TestFakePeersRole(t *testing.T) {
 	cfg := tinyConfig(24, 20*time.Second)
 	cfg.Roles = []RoleShare{{FakePeers, 0.125}} // 3 of 24
@@ -17,8 +19,17 @@ func TestFakePeersRole(t *testing.T) {
 	if h == nil || h.Nodes[string(FakePeers)] != 3 || mb == nil {
 		t.Fatalf("hostile %+v, membership %+v", h, mb)
 	}
-	if h.FakePeersNamed < 1000 {
-		t.Errorf("%d made-up peers named", h.FakePeersNamed)
+	bound := overlay.DefaultConfig().MaxUnconfirmed
+	if h.FakePeersNamed < 10*bound {
+		t.Errorf("%d made-up peers named: too few to test the bound of %d", h.FakePeersNamed, bound)
+	}
+	if mb.UnconfirmedMax > bound || mb.MembersMax > cfg.Nodes-1+bound {
+		t.Errorf("membership %+v: want at most %d unconfirmed, %d members", *mb, bound, cfg.Nodes-1+bound)
+	}
+	// Dead or alive, the peers a node knows only from others are bounded
+	// too: the made-up peers it found dead count against the same bound.
+	if known := mb.Members + mb.Dead; known > float64(cfg.Nodes-1+bound) {
+		t.Errorf("%.0f peers known per honest node (%.0f live, %.0f dead), want at most %d", known, mb.Members, mb.Dead, cfg.Nodes-1+bound)
 	}
 	if mb.Drawable > float64(cfg.Nodes-1) {
 		t.Errorf("%.1f drawable peers on average, more than the %d real others", mb.Drawable, cfg.Nodes-1)
