@@ -40,8 +40,12 @@ type member struct {
 	step0    int64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
-	// computing. -1 while it is not free.
+	// computing a step of plausible length (stallStepShare). -1 while it
+	// is not free.
 	freeSince time.Duration
+	// progressAt is when the recorder last saw the node's step change (or
+	// the node's launch).
+	progressAt time.Duration
 	// gone holds what the report needs of an honest node that departed;
 	// nd is then nil, so that a long run with churn does not keep every
 	// departed node's host, overlay and model in memory.
@@ -80,6 +84,16 @@ func (t *testnet) release(m *member) {
 	}
 	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
 	m.nd = nil
+}
+
+// launched starts the stall rule's clock for a member launched at now at
+// step: it is free to go on from its launch (it has not started a step,
+// and its barrier has nothing to wait for yet), and the records that
+// follow find out whether it went on. Counting from the launch rather than
+// from the first record keeps a node that never steps visible as stalled
+// when the recorder itself gets little CPU.
+func (m *member) launched(now time.Duration, step int64) {
+	m.freeSince, m.progressAt, m.lastStep = now, now, step
 }
 
 // noteFree records whether the member is free to go on at now (see
@@ -264,6 +278,7 @@ func (t *testnet) countSample(drawer peer.ID, honest bool, peers []peer.ID) {
 func (t *testnet) launch(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
+	m.launched(time.Since(t.start), m.nd.Step())
 	m.opened0 = m.nd.Status().ConnectionsOpened
 	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
 	t.wg.Go(func() {
