@@ -276,11 +276,25 @@ func (t *testnet) countSample(drawer peer.ID, honest bool, peers []peer.ID) {
 
 // launch starts a member's training loop. t.mu must be held.
 func (t *testnet) launch(ctx context.Context, m *member) {
+	t.baseline(m)
+	t.kickoff(ctx, m)
+}
+
+// baseline takes the counts a member's training figures start from. It
+// asks the node for its status, which on an overloaded machine can take a
+// while: Run takes every initial node's baseline before the training
+// starts, not as it starts each one. t.mu must be held.
+func (t *testnet) baseline(m *member) {
+	m.opened0 = m.nd.Status().ConnectionsOpened
+	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
+}
+
+// kickoff starts a member's training loop, its baseline taken. t.mu must be
+// held.
+func (t *testnet) kickoff(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
 	m.launched(time.Since(t.start), m.nd.Step())
-	m.opened0 = m.nd.Status().ConnectionsOpened
-	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
 	t.wg.Go(func() {
 		defer close(m.done)
 		asNode(m.idx, func() {

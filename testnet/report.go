@@ -411,8 +411,8 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		r.NetNS.printRows(row)
 	}
 	if o := r.Overload; o != nil {
-		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
-			o.Flagged, o.TimerLagP50Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
+		row("overload", "flagged %v: timer lag p50 %.1f ms, p95 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
+			o.Flagged, o.TimerLagP50Ms, o.TimerLagP95Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
 	}
 	if c := r.CompareSim; c != nil {
 		row("vs simulator", "fidelity mode: sim mean %.1f (min %.0f, max %.0f); real/sim mean %.3f, p5 %.3f, p95 %.3f", c.Sim.Mean, c.Sim.Min, c.Sim.Max, c.Ratio["mean"], c.Ratio["p5"], c.Ratio["p95"])

@@ -138,6 +138,11 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	warm := time.Since(buildStart)
 
 	// Training starts for everyone at once, as in the simulator.
+	t.mu.Lock()
+	for _, m := range t.members {
+		t.baseline(m)
+	}
+	t.mu.Unlock()
 	runCtx, stop := context.WithTimeout(ctx, cfg.Duration)
 	defer stop()
 	t.start, t.wall0 = time.Now(), t.wallNow()
@@ -162,7 +167,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	ready.Wait()
 	t.mu.Lock()
 	for _, m := range t.members {
-		t.launch(runCtx, m)
+		t.kickoff(runCtx, m)
 	}
 	t.mu.Unlock()
 	bg.Go(func() { t.churn(runCtx) })
