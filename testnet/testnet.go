@@ -178,7 +178,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// Training ends now: the nodes' contexts are done. On an overloaded
 	// machine the background goroutines may take many seconds more to
 	// notice, which is not training time.
-	elapsed := time.Since(t.start)
+	elapsed, cpu := time.Since(t.start), procstat.CPUTime()-cpu0
 	bg.Wait()
 	final := t.record(elapsed) // final snapshot, before nodes stop
 	endRes := sampleResources(final.Live)
@@ -194,7 +194,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	if probe != nil {
-		res.Overload = t.overload(probe, elapsed, procstat.CPUTime()-cpu0, res)
+		res.Overload = t.overload(probe, elapsed, cpu, res)
 	}
 	res.Membership = t.membership()
 	// Stop every node, then wait for their loops.
