@@ -1,12 +1,13 @@
 # pspnode — see README.md. Every target works on a fresh clone with only Go
 # installed; dependencies come through the Go module proxy at pinned versions.
+# `make test` first installs the Debian packages its tests need (test-deps).
 GO      ?= go
 BIN     := bin/pspnode
 PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean
+.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp
 
 all: build
 
@@ -14,14 +15,23 @@ all: build
 build:
 	$(GO) build -o $(BIN) ./cmd/pspnode
 
-## test: vet, every test under the race detector, then the whole-testnet
-## runs that are too slow for it (the CI command; under 10 minutes on 2
-## cores; the race detector needs cgo and gcc). The interop test runs a
-## js-libp2p client and needs node and npm; it skips without them
-test:
+## test-deps: install the Debian packages the tests need when missing
+## (iproute2, nftables, prometheus, the PyTorch trainer client's python3
+## packages and protoc; gcc without a C compiler), as root or through
+## passwordless sudo; without either it says what is missing and why, and
+## fails. Installed packages cost one dpkg query. See scripts/test-deps.sh
+test-deps:
+	scripts/test-deps.sh
+
+## test: test-deps, then vet, every test under the race detector, then the
+## whole-testnet runs that are too slow for it (the CI command; under 10
+## minutes on 2 cores). The netns tests need root. The interop test runs a
+## js-libp2p client and needs node (20.19 or later) and npm from the
+## machine; it skips without them unless PSPNODE_REQUIRE_NODE is set
+test: test-deps
 	$(GO) vet $(PKGS)
-	CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 9m $(PKGS)
-	$(GO) test -count=1 -timeout 5m ./testnet/
+	PATH="$$PATH:/usr/sbin:/sbin" PSPNODE_REQUIRE_PROMTOOL=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 9m $(PKGS)
+	PATH="$$PATH:/usr/sbin:/sbin" $(GO) test -count=1 -timeout 5m ./testnet/
 
 ## test-norace: every test without the race detector (faster)
 test-norace:
@@ -105,6 +115,36 @@ dist:
 lint:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || (gofmt -l $$(git ls-files '*.go'); exit 1)
 	$(GO) vet $(PKGS)
+
+## torch-example: three daemons and three PyTorch trainers on this machine
+## (MNIST, pSSP), each printing its held-out accuracy; needs test-deps'
+## Python packages (see examples/torch/run-three.sh)
+torch-example: build
+	examples/torch/run-three.sh
+
+## bench-trainer: what a step costs a PyTorch trainer beyond its own
+## compute, for a model of 1 M float32 parameters (examples/torch/bench_bridge.py)
+bench-trainer: build
+	/usr/bin/python3 examples/torch/bench_bridge.py --bin $(BIN)
+
+## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (pSSP,
+## ASP), 4 and 8 workers, with and without slow workers; writes a table
+## and figures to results/ddp (about 20 minutes)
+compare-ddp: build
+	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp
+
+## proto: regenerate the trainer API's Go and Python code from
+## proto/pspnode/trainer/v1/trainer.proto (the generated files are
+## committed). Needs protoc (Debian protobuf-compiler) and
+## python3-grpc-tools; the Go plugins are installed at pinned versions
+PROTO     := proto/pspnode/trainer/v1/trainer.proto
+TOOLS     := $(CURDIR)/bin/tools
+proto:
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
+	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
+	PATH=$(TOOLS):$$PATH protoc -I proto --go_out=. --go_opt=module=github.com/pspnode/pspnode \
+	  --go-grpc_out=. --go-grpc_opt=module=github.com/pspnode/pspnode $(PROTO)
+	/usr/bin/python3 -m grpc_tools.protoc -I proto --python_out=clients/python --grpc_python_out=clients/python $(PROTO)
 
 clean:
 	rm -rf bin dist results

@@ -4,16 +4,20 @@
 // lookup on the job's DHT, the GossipSub updates, a step query and a model
 // fetch. The package has no code of its own, only this test; it needs
 // Node.js and npm on PATH (it installs the client's pinned dependencies
-// with `npm ci`) and skips without them.
+// with `npm ci`) and skips without them, unless PSPNODE_REQUIRE_NODE is
+// set (as CI sets it): then it fails.
 package interop
 
 import (
 	"context"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -101,6 +105,16 @@ func nodeAtLeast(v string, major, minor int) bool {
 	return ma > major || ma == major && mi >= minor
 }
 
+// skipWithoutNode skips the test for want of Node.js or npm, or fails it
+// when PSPNODE_REQUIRE_NODE is set (CI sets it: there the test must run).
+func skipWithoutNode(t *testing.T, why string) {
+	t.Helper()
+	if os.Getenv("PSPNODE_REQUIRE_NODE") != "" {
+		t.Fatal("PSPNODE_REQUIRE_NODE is set but " + why)
+	}
+	t.Skip(why)
+}
+
 // TestJSClient runs the js-libp2p client against two daemons. The client
 // builds every message from docs/protocols.md; any check it fails means the
 // protocol and the document have drifted apart.
@@ -110,14 +124,14 @@ func TestJSClient(t *testing.T) {
 	}
 	nodeBin, err := exec.LookPath("node")
 	if err != nil {
-		t.Skip("node is not on PATH: the js-libp2p interop client cannot run")
+		skipWithoutNode(t, "node is not on PATH: the js-libp2p interop client cannot run")
 	}
 	if v, err := exec.Command(nodeBin, "--version").Output(); err != nil || !nodeAtLeast(strings.TrimSpace(string(v)), 20, 19) {
-		t.Skipf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err)
+		skipWithoutNode(t, fmt.Sprintf("node %q (%v): the interop client's dependencies need Node.js 20.19 or later", strings.TrimSpace(string(v)), err))
 	}
 	npm, err := exec.LookPath("npm")
 	if err != nil {
-		t.Skip("npm is not on PATH: the js-libp2p interop client's dependencies cannot be installed")
+		skipWithoutNode(t, "npm is not on PATH: the js-libp2p interop client's dependencies cannot be installed")
 	}
 	jsDir, err := filepath.Abs("js")
 	if err != nil {
@@ -178,9 +192,49 @@ func TestJSClient(t *testing.T) {
 		t.Fatalf("the js-libp2p client failed (%v); see its output above; pspnode stderr:\nA:\n%s\nB:\n%s", err, a.Stderr, b.Stderr)
 	}
 	// Exit 0 alone is not enough: every check must have reported.
-	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "model", "pool", "gossip", "served"} {
+	for _, check := range []string{"examples", "connect", "identify", "kad", "step", "step11", "model", "pool", "gossip", "invalid", "served"} {
 		if !strings.Contains(string(out), fmt.Sprintf("ok   %s:", check)) {
 			t.Errorf("the client reported no passing %q check", check)
 		}
 	}
+	// What the "invalid" check claims, from the daemons' side: each
+	// rejected exactly one update for its model id (the client's invalid
+	// one: the daemons share a model), took in the client's three valid
+	// ones, which their norm bound then refused, and ignored exactly one
+	// update from too far ahead (the client's last).
+	for _, d := range []*daemon{a, b} {
+		mismatch, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="model_mismatch"}`)
+		if err != nil || mismatch != 1 {
+			t.Errorf("daemon %s: model_mismatch rejections %v (%v), want 1", d.ID, mismatch, err)
+		}
+		ahead, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="step_too_far_ahead"}`)
+		if err != nil || ahead != 1 {
+			t.Errorf("daemon %s: updates ignored as too far ahead %v (%v), want 1", d.ID, ahead, err)
+		}
+		refused, err := metricValue(d, "psp_updates_norm_refused_total")
+		if err != nil || refused < 3 {
+			t.Errorf("daemon %s: updates refused by the norm bound %v (%v), want at least the client's 3", d.ID, refused, err)
+		}
+	}
+}
+
+// metricValue reads one sample, named with its labels as the text format
+// writes them, from a daemon's /metrics.
+func metricValue(d *daemon, name string) (float64, error) {
+	c := http.Client{Timeout: 2 * time.Second}
+	resp, err := c.Get(d.HTTP + "/metrics")
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, name+" "); ok {
+			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+		}
+	}
+	return 0, fmt.Errorf("no sample %s", name)
 }

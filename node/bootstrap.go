@@ -13,6 +13,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -165,7 +166,7 @@ func (j *joiner) start(ctx context.Context, joinErr error) {
 	j.mu.Lock()
 	j.joined = joinErr == nil
 	if joinErr != nil {
-		j.err, j.attempts, j.last = joinErr.Error(), 1, time.Now()
+		j.err, j.attempts, j.last = j.explain(joinErr), 1, time.Now()
 	}
 	j.mu.Unlock()
 	go func() {
@@ -214,13 +215,57 @@ func (j *joiner) run(ctx context.Context, retrying bool) {
 		}
 		j.tries.WithLabelValues("failed").Inc()
 		wait = j.spread(backoff)
+		why := j.explain(err)
 		j.mu.Lock()
-		j.err = err.Error()
+		j.err = why
 		n := j.attempts
 		j.mu.Unlock()
-		j.n.log.Warn("could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", err)
+		j.n.log.Warn("could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", why)
 		backoff = min(2*backoff, j.cfg.RetryMax)
 	}
+}
+
+// explain is the text of a failed join for the log, /status and /health:
+// on one line, with a hint when the failure looks like a swarm key
+// missing or wrong.
+func (j *joiner) explain(err error) string {
+	return oneLine(err.Error()) + handshakeHint(err.Error(), len(j.n.cfg.PSK) > 0)
+}
+
+// oneLine puts an error text on one line: go-libp2p's dial errors list
+// each address tried on a line of its own ("all dials failed\n  * [addr]
+// why"), which broke a log line in two and /health's one-line reason.
+func oneLine(s string) string {
+	var parts []string
+	for line := range strings.Lines(s) {
+		line = strings.TrimSpace(line)
+		line = strings.TrimSpace(strings.TrimPrefix(line, "* "))
+		if line != "" {
+			parts = append(parts, line)
+		}
+	}
+	return strings.Join(parts, "; ")
+}
+
+// negotiationFailed is how go-libp2p reports a connection whose first
+// bytes were not the multistream-select negotiation of a security
+// protocol: what a node without a swarm key reads from one with a key
+// (its bytes are encrypted), and what two nodes with different keys read
+// from each other.
+const negotiationFailed = "failed to negotiate security protocol"
+
+// handshakeHint says what a join failure's text suggests about swarm keys
+// ("" for nothing), for a node with a key (private) or without.
+func handshakeHint(err string, private bool) string {
+	switch {
+	case strings.Contains(err, negotiationFailed) && !private:
+		return " (the connection was made but the security handshake failed: a private job's nodes answer so to a node without its swarm key; is --swarm-key missing?)"
+	case strings.Contains(err, negotiationFailed):
+		return " (the connection was made but the security handshake failed: does the bootstrap peer hold the same swarm key (--swarm-key)? a node with another key, or none, fails so)"
+	case private && strings.Contains(err, "deadline exceeded"):
+		return " (with a swarm key, a handshake with a node that has none hangs until the dial gives up: does the bootstrap peer run with the same --swarm-key?)"
+	}
+	return ""
 }
 
 // spread draws a wait uniformly from [d/2, d].
@@ -296,10 +341,19 @@ func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
 }
 
 // dial connects to peers in parallel, each within timeout, and returns
-// those that connected and, if none did, why.
+// those that connected and, if none did, why. It clears the swarm's dial
+// backoff for them first: after a failed dial go-libp2p refuses to dial an
+// address again for 5 s and more (growing with each failure, up to 5 min),
+// so that most retries on the joiner's schedule (RetryMin to RetryMax)
+// failed with "dial backoff" and dialled nothing.
 func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration) ([]peer.ID, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	if b, ok := j.n.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
+		for _, ai := range peers {
+			b.Backoff().Clear(ai.ID)
+		}
+	}
 	errs := make([]error, len(peers))
 	var wg sync.WaitGroup
 	for i, ai := range peers {
@@ -421,11 +475,15 @@ func (n *Node) joinStatus() JoinStatus {
 }
 
 // serveHealth answers 200 once the node has joined, 503 with the reason
-// before: a readiness probe.
+// before, and while it is isolated (isolation.go): a readiness probe.
 func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
 	st := n.joinStatus()
 	if !st.Joined {
 		http.Error(w, "not joined: "+st.JoinError, http.StatusServiceUnavailable)
+		return
+	}
+	if why := n.isolatedReason(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
 		return
 	}
 	fmt.Fprintln(w, "joined")

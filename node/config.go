@@ -34,8 +34,10 @@ type Config struct {
 	// with Host.
 	Identity crypto.PrivKey
 	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node takes ownership and closes it, and counts the bytes
-	// of the streams it opens and accepts through it (Traffic).
+	// hosts). The node owns it from the moment New is called: New closes
+	// it if it fails, for whatever reason, and Shutdown (or Close) closes
+	// it otherwise; the caller must not close or reuse it. The node counts
+	// the bytes of the streams it opens and accepts through it (Traffic).
 	Host host.Host
 	// ConnLow and ConnHigh are the connection manager's watermarks.
 	ConnLow, ConnHigh int
@@ -49,6 +51,11 @@ type Config struct {
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
 	Join JoinConfig
+	// PeersFile, if set, is a file where the node keeps the peers it
+	// knows, and through which, restarted, it rejoins its job besides
+	// Bootstrap (state.go). pspnode run keeps it beside the identity file.
+	PeersFile string
+
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (nat.go). Ignored with
 	// Host.
@@ -60,6 +67,13 @@ type Config struct {
 	Task Task
 	// TimeModel adds the paper's synthetic task time to the built-in tasks.
 	TimeModel TimeModel
+	// Driven makes the node's steps come from a program with its own
+	// training loop, through Node.Driver, instead of Run (see Driver):
+	// the trainer API of node/trainer. Task is then required, and the
+	// node stays out of its peers' barriers until the Driver activates
+	// it. A task with no parameters yet gets its exchange when it has
+	// them (Driver.Attach).
+	Driven bool
 
 	// MaxSteps stops the node after this many steps (0: no limit).
 	MaxSteps int64
@@ -74,6 +88,10 @@ type Config struct {
 	// Replacements is how many times peers that did not answer a barrier
 	// query are replaced by fresh draws within one check.
 	Replacements int
+	// GlobalQueries bounds the step queries a global barrier's check
+	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
+	// (0: no bound).
+	GlobalQueries int
 
 	// Barrier timing: every interval follows the node's own measured
 	// compute time per step and query round trip (see timing.go for the
@@ -99,8 +117,15 @@ type Config struct {
 	// Where they cross, QueryTimeout wins.
 	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
-	// a peer and adopt a step (psp.JoinStep) before training.
+	// a peer and adopt a step (psp.JoinStep) before training. It also
+	// makes the node take the lineage (Genesis) of the peers it joins, or
+	// start one, and follow an older one it meets (genesis.go).
 	JoinFetch bool
+	// Genesis, if not zero, is the node's lineage of the job from the
+	// start, instead of the one its join finds: for nodes that start a
+	// job together (a testnet), which would otherwise each start their
+	// own and converge on the oldest.
+	Genesis Genesis
 	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
 	// estimate), so that the updates of all nodes add up to one step of the
 	// mean gradient instead of N steps.
@@ -124,9 +149,11 @@ type Config struct {
 	// recent updates is refused (0 disables the check).
 	NormBound float64
 	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
-	// step and model streams from one peer and from all peers; streams over
-	// the cap are reset at once. A real host also gets these per-peer caps
-	// for the two protocols in go-libp2p's resource manager.
+	// step streams from one peer and from all peers; streams over the cap
+	// are reset at once. (Model streams have caps of their own, 2 per peer
+	// and 64 in all, as exchange streams do.) A real host also gets the
+	// per-peer cap for the step, model and exchange protocols in
+	// go-libp2p's resource manager.
 	MaxStreamsPerPeer, MaxInboundStreams int
 	// StepStreams is how many idle step streams a node keeps open for
 	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
@@ -179,6 +206,7 @@ func DefaultConfig() Config {
 		Barrier:           psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
 		StartTimeout:      30 * time.Second,
 		Replacements:      2,
+		GlobalQueries:     32,
 		PollShare:         1.0 / 64,
 		GlobalPollShare:   1.0 / 4,
 		PollMin:           100 * time.Microsecond,
@@ -216,12 +244,15 @@ func (c Config) Validate() error {
 		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
 			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
 	}
+	if c.Driven && c.Task == nil {
+		errs = append(errs, errors.New("a driven node needs a Task (the driving program's model)"))
+	}
 	if c.Host == nil && len(c.Listen) == 0 {
 		errs = append(errs, errors.New("no listen address"))
 	}
 	errs = append(errs, c.validateNetwork()...)
-	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 {
-		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval and replacements must not be negative"))
+	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 || c.GlobalQueries < 0 {
+		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval, replacements and global queries must not be negative"))
 	}
 	for _, s := range []struct {
 		name string

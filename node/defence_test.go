@@ -128,7 +128,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 		})
 	}
 	synctest.Wait() // every flood stream is open, or reset
-	if got, want := counterValue(target.m.refused), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
+	if got, want := counterValue(target.m.refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
 	r, err := honest.queryStep(t.Context(), target.ID(), StepRequest{Step: 1})

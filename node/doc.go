@@ -4,22 +4,30 @@
 //
 // A program builds a Node with New from a Config (start from
 // DefaultConfig), gives it a Task (the work of a step: a ModelTask from
-// NewTask, or its own; see the package example), and calls Run. Close
-// leaves the job.
+// NewTask, or its own; see the package example), and calls Run. Leaving
+// is in two parts, as in hashicorp/memberlist: Leave tells peers the node
+// goes (they drop it at once) and stops Run, which returns ErrClosed;
+// Shutdown closes everything, with no word to peers (a crash, as they
+// see it). Close does both. A host passed in Config.Host belongs to the
+// node from New on, even when New fails.
 //
 // Where things are:
 //
-//	node.go        Node, New, Close: the host, overlay and gossip topic
+//	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
 //	config.go      Config, DefaultConfig, Validate
 //	engine.go      Run and barrier: the step loop
 //	population.go  the population estimate that scales the learning rate
 //	observe.go     one barrier check: sampling, hedged step queries, judging replies
+//	isolation.go   a check that hears from no peer fails: an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
+//	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out
+//	state.go       the peers file: a restarted node rejoins through the peers it knew
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
 //	wire.go        wire formats of the step and model protocols
+//	stepext.go     step protocol 1.1.0: the genesis and model fields
 //	checkpoint.go  the checkpoint file format
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line

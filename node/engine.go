@@ -6,6 +6,8 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // Run trains until a stop criterion: cfg.MaxSteps, cfg.Duration, the task's
@@ -21,28 +23,57 @@ import (
 //	        wakes early when a peer reports progress (timing.go)
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
-// step in progress. Run returns an error only if the task fails.
+// step in progress. Run returns ErrClosed when the node leaves (Leave) or
+// shuts down (Shutdown, Close) while it runs, or already has, as
+// net/http's Serve returns ErrServerClosed; it returns any other error only
+// if the task fails, or if the job it joins runs another model (a
+// *ModelMismatchError).
 func (n *Node) Run(ctx context.Context) error {
+	if n.driver != nil {
+		return fmt.Errorf("%w: its steps come from its Driver", ErrNotDriven)
+	}
+	if n.active.Err() != nil {
+		return ErrClosed
+	}
 	if n.cfg.Duration > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, n.cfg.Duration)
 		defer cancel()
 	}
+	// parent is the caller's stop (and Duration); ctx ends with it or when
+	// the node leaves or shuts down.
+	parent := ctx
+	ctx, cancel := n.lifetime(ctx)
+	defer cancel()
+	stopped := func() error {
+		if parent.Err() == nil && n.active.Err() != nil {
+			return ErrClosed
+		}
+		return nil
+	}
 	if n.waitPeers(ctx) != nil {
-		return nil // stopped while waiting for peers
+		return stopped() // stopped while waiting for peers
 	}
 	n.resume()
 	if n.cfg.JoinFetch {
-		n.join(ctx)
+		if err := n.join(ctx); err != nil {
+			return err
+		}
 	}
 	if n.gs != nil && !n.gs.WaitMesh(ctx) && ctx.Err() == nil {
 		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
 	}
 	defer n.checkpoint()
-	last := time.Now()
+	n.lastStepAt = time.Now()
 	for {
-		if ctx.Err() != nil || n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
+		if ctx.Err() != nil || n.active.Err() != nil {
+			return stopped()
+		}
+		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
+		}
+		if n.convergeDue() {
+			n.converge(ctx) // this node is on a younger fork of the job (genesis.go)
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
@@ -52,19 +83,13 @@ func (n *Node) Run(ctx context.Context) error {
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
 		n.busy.Store(false)
-		noteEWMA(&n.compute, time.Since(t0).Seconds())
-		if ctx.Err() != nil {
-			return nil
+		if ctx.Err() != nil || n.active.Err() != nil {
+			return stopped()
 		}
 		if err != nil {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
 		}
-		step := n.step.Add(1)
-		n.m.step.Set(float64(step))
-		now := time.Now()
-		noteEWMA(&n.interval, now.Sub(last).Seconds())
-		last = now
-		n.pushProgress(ctx, step)
+		step := n.countStep(ctx, time.Since(t0))
 		n.pushUpdate(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
@@ -75,10 +100,33 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
 			return nil
 		}
-		if n.barrier(ctx) != nil {
-			return nil // stopped while waiting at the barrier
+		if _, err := n.barrier(ctx); err != nil {
+			return stopped() // stopped while waiting at the barrier
 		}
 	}
+}
+
+// lifetime returns a context that ends with ctx or when the node leaves or
+// shuts down, whichever comes first.
+func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(n.active, cancel)
+	return ctx, func() { stop(); cancel() }
+}
+
+// countStep counts a completed step whose task compute took compute and
+// tells the peers this node was holding back. It returns the new step.
+// Run and a Driver call it, one at a time; then the step's update goes to
+// the exchange (pushUpdate).
+func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
+	noteEWMA(&n.compute, compute.Seconds())
+	step := n.step.Add(1)
+	n.m.step.Set(float64(step))
+	now := time.Now()
+	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
+	n.lastStepAt = now
+	n.pushProgress(ctx, step)
+	return step
 }
 
 // noteEWMA folds one sample, in seconds, into an EWMA stored as float64
@@ -115,29 +163,53 @@ func (n *Node) setWaiting(w bool) {
 	}
 }
 
+// barrierOutcome is what one pass of the barrier took: the checks, the
+// time, and the last check that failed (its decision and how many peers
+// it observed), if any did.
+type barrierOutcome struct {
+	Checks   int
+	Waited   time.Duration
+	Failed   psp.Decision // the last failed check's decision; Lagging 0 if none failed
+	Observed int          // how many peers that check observed
+	Isolated bool         // that check heard from no peer (isolation.go)
+}
+
 // barrier blocks until the barrier lets the node start its next step.
 // Between checks it waits the backoff of its timing (timing.go), or until a
 // progress report wakes it, and then no less than the wake gap after the
 // last check.
-func (n *Node) barrier(ctx context.Context) error {
+//
+// It returns ErrClosed as soon as the node leaves or shuts down. (It does
+// not end ctx when it returns: a query of its last check runs on, to its
+// own deadline, under ctx.)
+func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	start := time.Now()
+	var out barrierOutcome
 	var backoff time.Duration
 	for first := true; ; first = false {
 		t0 := time.Now()
-		obs := n.observe(ctx)
-		if ctx.Err() != nil {
+		c := n.check(ctx)
+		// A node that left or shut down must not pass on what a closed
+		// overlay gave (no sample, so no observation).
+		if err := n.stopErr(ctx); err != nil {
 			n.setWaiting(false)
-			return ctx.Err()
+			return out, err
 		}
 		n.m.checks.Inc()
+		out.Checks++
 		checked := time.Now()
 		n.m.observeCheck(checked.Sub(t0).Seconds())
-		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), obs)
-		if d.Pass {
+		isolated := n.isolatedCheck(n.cfg.Barrier, c) // heard from no peer: fails (isolation.go)
+		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), c.obs)
+		// A node on a younger fork of the job passes on: Run converges
+		// first thing, adopting the job's step (genesis.go).
+		if (d.Pass && !isolated) || n.convergeDue() {
 			n.setWaiting(false)
-			n.m.observeWait(time.Since(start).Seconds())
-			return nil
+			out.Waited = time.Since(start)
+			n.m.observeWait(out.Waited.Seconds())
+			return out, nil
 		}
+		out.Failed, out.Observed, out.Isolated = d, len(c.obs), isolated
 		tm := n.timing()
 		if first {
 			n.setWaiting(true)
@@ -150,18 +222,31 @@ func (n *Node) barrier(ctx context.Context) error {
 		case <-ctx.Done():
 			t.Stop()
 			n.setWaiting(false)
-			return ctx.Err()
+			return out, n.stopErr(ctx)
+		case <-n.active.Done():
+			t.Stop()
+			n.setWaiting(false)
+			return out, ErrClosed
 		case <-n.wake:
 			// A peer at or behind this node progressed. Re-check soon, but
 			// no sooner than the wake gap after the last check, so a burst
 			// of progress reports costs one check; and no later than the
 			// backoff would have.
 			t.Stop()
-			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); ctx.Err() != nil {
+			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); n.stopErr(ctx) != nil {
 				n.setWaiting(false)
-				return ctx.Err()
+				return out, n.stopErr(ctx)
 			}
 		case <-t.C:
 		}
 	}
+}
+
+// stopErr is why a wait under ctx must stop: ErrClosed once the node has
+// left or shut down, else ctx's error (nil while it runs).
+func (n *Node) stopErr(ctx context.Context) error {
+	if n.active.Err() != nil {
+		return ErrClosed
+	}
+	return ctx.Err()
 }

@@ -65,8 +65,10 @@ func exchangeNode(t testing.TB, params int, s int, normBound float64) *Node {
 		t.Fatal(err)
 	}
 	reg := prometheus.NewRegistry()
-	return &Node{cfg: cfg, ex: ex, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
+	n := &Node{cfg: cfg, ex: ex, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
 		ownNorms: newRing(32), progress: newProgress(), wake: make(chan struct{}, 1)}
+	n.modelUp.Store(true)
+	return n
 }
 
 // modelPayload encodes params as a model of sender (model id 7).

@@ -336,7 +336,7 @@ type ExchangeStats struct {
 // ExchangeStats returns the exchange's counts.
 func (n *Node) ExchangeStats() ExchangeStats {
 	st := ExchangeStats{Exchange: n.cfg.Exchange.String()}
-	if n.xm == nil {
+	if !n.modelUp.Load() || n.xm == nil {
 		return st
 	}
 	m := n.xm
@@ -365,6 +365,9 @@ func (n *Node) ExchangeStats() ExchangeStats {
 // as gossip.Stats: under gossip the topic's counts; under epidemic the
 // models sent (one per peer) and taken, and the refused ones by reason.
 func (n *Node) UpdateStats() gossip.Stats {
+	if !n.modelUp.Load() {
+		return gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
+	}
 	if n.gs != nil {
 		return n.gs.Stats()
 	}

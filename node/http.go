@@ -30,10 +30,20 @@ type Status struct {
 	ConnectedPeers     int      `json:"connected_peers"`
 	// ConnectionsOpened counts connections opened since the node started,
 	// inbound and outbound.
-	ConnectionsOpened uint64  `json:"connections_opened"`
-	Waiting           bool    `json:"waiting"`
-	UptimeS           float64 `json:"uptime_s"`
-	StepIntervalS     float64 `json:"step_interval_s"`
+	ConnectionsOpened uint64 `json:"connections_opened"`
+	Waiting           bool   `json:"waiting"`
+	// Isolated: the node's last barrier check heard from no peer of the
+	// job, so it waits at its barrier until one answers (node/isolation.go);
+	// IsolatedSince is when that began (RFC 3339).
+	Isolated      bool   `json:"isolated"`
+	IsolatedSince string `json:"isolated_since,omitempty"`
+	// Idle: a driven node without a trainer; its peers leave it out of
+	// their barriers and population. Trainer names the trainer driving
+	// it ("" for none).
+	Idle          bool    `json:"idle,omitempty"`
+	Trainer       string  `json:"trainer,omitempty"`
+	UptimeS       float64 `json:"uptime_s"`
+	StepIntervalS float64 `json:"step_interval_s"`
 	// BarrierChecks counts barrier checks, BarrierPasses the checks that
 	// let the node go on (one per step), BarrierWaitS the total time spent
 	// at the barrier.
@@ -63,6 +73,16 @@ type Status struct {
 	ReportsScreened    uint64 `json:"reports_screened"`
 	UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 	StreamsRefused     uint64 `json:"streams_refused"`
+	// StreamsRefusedBy splits StreamsRefused by protocol (step, model,
+	// exchange): each has caps of its own.
+	StreamsRefusedBy map[string]uint64 `json:"streams_refused_by_protocol"`
+	// Lineage is the node's Genesis in hex ("" for none); ForksJoined
+	// counts the times it left its lineage for an older one it met, and
+	// PeersHeldOut the peers it holds out for running another model
+	// (genesis.go).
+	Lineage      string `json:"lineage,omitempty"`
+	ForksJoined  uint64 `json:"forks_joined"`
+	PeersHeldOut int    `json:"peers_held_out"`
 	// JoinStatus says whether the node has joined, and if not why.
 	JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
@@ -82,6 +102,7 @@ func (n *Node) Status() Status {
 		ConnectedPeers:    len(n.h.Network().Peers()),
 		ConnectionsOpened: n.opened.Load(),
 		Waiting:           n.waiting.Load(),
+		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),
 		JoinStatus:        n.joinStatus(),
@@ -89,11 +110,21 @@ func (n *Node) Status() Status {
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())
 	}
-	est, se, err := n.ov.Estimate()
-	if err != nil {
+	if n.driver != nil {
+		st.Trainer = n.driver.clientName()
+	}
+	if since := n.isolatedSince(); !since.IsZero() {
+		st.Isolated, st.IsolatedSince = true, since.UTC().Format(time.RFC3339)
+	}
+	// The population the node uses (its learning rate's), which is never
+	// below itself and the live peers it knows: 1 for a node alone. The
+	// error says why the estimators have none (the figure is then that
+	// count), the stderr is theirs.
+	st.PopulationEstimate = n.population()
+	if _, se, err := n.ov.Estimate(); err != nil {
 		st.EstimateError = err.Error()
 	} else {
-		st.PopulationEstimate, st.EstimateStderr = est, se
+		st.EstimateStderr = se
 	}
 	os := n.ov.Status()
 	st.RoutingTableSize, st.KnownPeers = os.RoutingTableSize, os.Members
@@ -106,7 +137,7 @@ func (n *Node) Status() Status {
 			st.Accuracy = &acc
 		}
 	}
-	if n.task.NumParams() > 0 {
+	if n.modelUp.Load() {
 		us := n.UpdateStats()
 		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = us.Sent, us.Received, us.TotalRejected()
 		x := n.ExchangeStats()
@@ -116,11 +147,17 @@ func (n *Node) Status() Status {
 		st.ReportsScreened += uint64(counterValue(n.m.screened.WithLabelValues(v.String())))
 	}
 	st.UpdatesNormRefused = uint64(counterValue(n.m.normRefused))
-	st.StreamsRefused = uint64(counterValue(n.m.refused))
+	st.StreamsRefusedBy = make(map[string]uint64, len(refusedProtocols))
+	for _, p := range refusedProtocols {
+		v := uint64(counterValue(n.m.refused.WithLabelValues(p)))
+		st.StreamsRefusedBy[p] = v
+		st.StreamsRefused += v
+	}
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
+	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.genesis().String(), uint64(counterValue(n.lin.converged)), n.ov.HeldOutCount()
 	if mt, ok := n.task.(*ModelTask); ok {
 		st.Model = mt.Trainer().Model().Name()
 	}
@@ -129,7 +166,8 @@ func (n *Node) Status() Status {
 
 // Handler serves /metrics (Prometheus text format: the psp_* metrics, the
 // gossip counters and go-libp2p's own), /status (JSON) and /health (200
-// once the node has joined, 503 and the reason before).
+// once the node has joined, 503 and the reason before, or while it is
+// isolated).
 func (n *Node) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.Handle("/metrics", promhttp.HandlerFor(n.reg, promhttp.HandlerOpts{Registry: n.reg}))

@@ -92,76 +92,222 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // psp.JoinSample peers for their steps; if the job has started (the median
 // is above this node's step), it adopts psp.JoinStep and fetches the model
 // from an answering peer (trying up to three), verifying it. If every fetch
-// fails it trains from its own parameters and says so.
-func (n *Node) join(ctx context.Context) {
-	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-		// (A node whose only bootstrap address is its own starts the job.)
-		if !n.awaitFirstPeer(ctx) {
-			return
-		}
+// fails it trains from its own parameters and says so. It takes the
+// lineage of the peers it joined, or starts one (genesis.go). It fails
+// only if it joins through bootstrap peers (or remembered ones) and the
+// job runs another model than this node: a *ModelMismatchError. (A node
+// without them starts the job: peers of another model that reach it are
+// held out, and it goes on.)
+func (n *Node) join(ctx context.Context) error {
+	boot, err := n.cfg.bootstrapPeers(n.ID())
+	joining := err == nil && len(boot) > 0 // (a node whose only bootstrap address is its own starts the job)
+	if joining && !n.awaitFirstPeer(ctx, nil) {
+		return nil
 	}
-	peers := n.sample(ctx, psp.JoinSample)
-	if len(peers) == 0 {
-		return
+	js := n.jobState(ctx, n.step.Load(), false)
+	if ctx.Err() != nil {
+		return nil
 	}
-	replies := n.ask(ctx, peers)
-	var steps []psp.Step
-	var answered []peer.ID
-	for i, r := range replies {
-		if r.err == nil && !r.reply.Leaving {
-			steps = append(steps, r.reply.Step)
-			answered = append(answered, peers[i])
-			if r.reply.Estimate > 0 {
-				// The joiner's own estimate needs time; until then its
-				// learning rate follows what its peers report.
-				n.ov.ObserveEstimate(peers[i], r.reply.Estimate)
-				n.notePeerEstimate(r.reply.Estimate)
-			}
-		}
+	mm := errModelMismatch(js.fetchErr)
+	if mm == nil && js.observed == 0 {
+		mm = n.lin.firstMismatch() // every peer it met runs another model
 	}
-	adopt := psp.JoinStep(steps)
-	if adopt <= n.step.Load() {
-		return
+	if mm != nil && joining {
+		return mismatchExit(mm)
+	}
+	n.warnModels(js.others)
+	n.takeGenesis(js.genesis)
+	if js.adopt <= n.step.Load() {
+		return nil
 	}
 	if n.task.NumParams() > 0 {
-		fetched := false
-		for i := 0; i < len(answered) && i < 3 && !fetched; i++ {
-			snap, err := n.fetchModel(ctx, answered[i])
-			if err == nil {
-				err = n.task.SetParams(snap.Params)
-			}
-			if err != nil {
-				n.log.Warn("model fetch failed", "peer", answered[i], "err", err)
-				continue
-			}
-			fetched = true
-			n.log.Info("joined a running job: fetched the model", "peer", answered[i], "peer_step", snap.Step)
-		}
-		if !fetched {
-			n.log.Warn("joined a running job but could not fetch the model: training from own parameters")
+		if js.model == nil {
+			n.log.Warn("joined a running job but could not fetch the model: training from own parameters", "err", js.fetchErr)
+		} else if err := n.task.SetParams(js.model.Params); err != nil {
+			n.log.Warn("joined a running job but could not take its model: training from own parameters", "peer", js.from, "err", err)
+		} else {
+			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.model.Step)
 		}
 	}
-	n.adoptStep(adopt)
-	n.log.Info("adopted step", "step", adopt, "observed", len(steps))
+	n.adoptStep(js.adopt)
+	n.log.Info("adopted step", "step", js.adopt, "observed", js.observed)
+	return nil
+}
+
+// jobView is what a joining node learns of its job: the step to adopt
+// (psp.JoinStep of the steps observed; the node's own when the job is not
+// ahead), and, when the job is ahead, the model fetched from an answering
+// peer.
+type jobView struct {
+	adopt    psp.Step
+	observed int
+	model    *ModelSnapshot // nil: not fetched
+	from     peer.ID        // the peer model came from
+	fetchErr error          // why no model was fetched, when one was wanted
+	// genesis is the lineage of the peers whose steps were observed: the
+	// oldest genesis among the answers (zero if none said one).
+	genesis Genesis
+	// others are the peers met that run another model (their replies
+	// said so, or their model did): held out, their steps not observed.
+	// The caller says so (warnModels), or fails.
+	others []*ModelMismatchError
+}
+
+// jobState asks up to psp.JoinSample peers for their steps and, if the job
+// is ahead of own, fetches the model from an answering peer, trying up to
+// three. When the job is not ahead and verify is set, it reads only the
+// head of a peer's model reply, to check that the job runs this node's
+// model. When no peer that answered runs this node's model, fetchErr is a
+// *ModelMismatchError.
+func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool) jobView {
+	return n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), own, verify)
+}
+
+// jobStateOf is jobState over the given peers. Of the answers, only those
+// of the oldest genesis among them count (all of them if none said one).
+// If that genesis is older than the node's own, the node is on a younger
+// fork of the job: the lineage's step is adopted and its model fetched
+// even when it is not ahead of own (genesis.go).
+func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, verify bool) jobView {
+	v := jobView{adopt: own}
+	if len(peers) == 0 {
+		return v
+	}
+	replies := n.ask(ctx, peers)
+	type answered struct {
+		p peer.ID
+		r StepReply
+	}
+	var good []answered
+	for i, r := range replies {
+		if r.err != nil || r.reply.Leaving {
+			continue
+		}
+		p := peers[i]
+		if n.admit(p, r.reply.Ext, true) == otherModel {
+			v.others = append(v.others, n.mismatchOf(p, r.reply.Ext))
+			continue
+		}
+		good = append(good, answered{p, r.reply})
+		if r.reply.Estimate > 0 {
+			// The joiner's own estimate needs time; until then its
+			// learning rate follows what its peers report.
+			n.ov.ObserveEstimate(p, r.reply.Estimate)
+			n.notePeerEstimate(r.reply.Estimate)
+		}
+	}
+	if len(good) == 0 {
+		if len(v.others) > 0 {
+			v.fetchErr = v.others[0]
+		}
+		return v
+	}
+	genesisOf := func(r StepReply) Genesis {
+		if r.Ext == nil {
+			return Genesis{}
+		}
+		return r.Ext.Genesis
+	}
+	for _, a := range good {
+		if g := genesisOf(a.r); g.Older(v.genesis) {
+			v.genesis = g
+		}
+	}
+	converging := v.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	var steps []psp.Step
+	var from []peer.ID
+	for _, a := range good {
+		if v.genesis.IsZero() || genesisOf(a.r) == v.genesis {
+			steps = append(steps, a.r.Step)
+			from = append(from, a.p)
+		}
+	}
+	v.observed = len(steps)
+	ahead := psp.JoinStep(steps) > own || converging
+	if ahead {
+		v.adopt = psp.JoinStep(steps)
+	}
+	if n.task.NumParams() == 0 {
+		return v
+	}
+	if !ahead {
+		if verify {
+			// Only which model the job runs: the head of a reply is
+			// enough. Peers without a model (a driven node without its
+			// trainer) reset the stream; the first that says decides.
+			for i := 0; i < len(from) && i < 3; i++ {
+				err := n.peekModel(ctx, from[i])
+				if mm := (*ModelMismatchError)(nil); errors.As(err, &mm) {
+					v.fetchErr = err
+					return v
+				}
+				if err == nil {
+					break
+				}
+			}
+		}
+		return v
+	}
+	// Up to three peers that fail; a peer that turns out to run another
+	// model (a pspnode before step protocol 1.1.0 did not say so in its
+	// step reply) is held out and does not count among them. If every
+	// peer asked runs another model, fetchErr says so.
+	v.fetchErr = errors.New("no peer answered")
+	var fetchMismatch error
+	failed := 0
+	for _, p := range from {
+		if failed == 3 {
+			break
+		}
+		snap, err := n.fetchModel(ctx, p)
+		if err == nil {
+			v.model, v.from, v.fetchErr = &snap, p, nil
+			return v
+		}
+		n.log.Debug("model fetch failed", "peer", p, "err", err)
+		if mm := errModelMismatch(err); mm != nil {
+			v.others = append(v.others, mm)
+			n.holdOut(p, &StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
+			if fetchMismatch == nil {
+				fetchMismatch = err
+			}
+			continue
+		}
+		failed++
+		v.fetchErr = err
+	}
+	if fetchMismatch != nil && failed == 0 {
+		v.fetchErr = fetchMismatch
+	}
+	return v
 }
 
 // firstPeerPoll is how often a node that has not met a peer of its job
 // looks again.
 const firstPeerPoll = 20 * time.Millisecond
 
-// awaitFirstPeer blocks until the overlay knows a peer or ctx ends
-// (false). Every StartTimeout it logs that the node is still waiting, and
-// why, from the join's last error.
-func (n *Node) awaitFirstPeer(ctx context.Context) bool {
+// awaitFirstPeer blocks until the overlay knows a peer, or every peer met
+// was held out for running another model, or ctx ends (false). Every StartTimeout it logs that the node is still waiting, and
+// why, from the join's last error; with report, it tells report instead,
+// every waitingReportEvery.
+func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, waited time.Duration)) bool {
 	start := time.Now()
-	next := start.Add(n.cfg.StartTimeout)
+	every := n.cfg.StartTimeout
+	if report != nil {
+		every = waitingReportEvery
+	}
+	next := start.Add(every)
 	t := time.NewTicker(firstPeerPoll)
 	defer t.Stop()
-	for n.ov.PeerCount() == 0 {
+	for n.ov.PeerCount() == 0 && n.lin.firstMismatch() == nil {
 		if now := time.Now(); !now.Before(next) {
-			n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
-				"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
-			next = now.Add(n.cfg.StartTimeout)
+			if report != nil {
+				report(n.notReady(), now.Sub(start))
+			} else {
+				n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
+					"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
+			}
+			next = now.Add(every)
 		}
 		select {
 		case <-ctx.Done():

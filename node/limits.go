@@ -19,17 +19,29 @@ func resourceManager(cfg Config) (network.ResourceManager, error) {
 	k := cfg.MaxStreamsPerPeer
 	perPeer := rcmgr.BaseLimit{Streams: 2 * k, StreamsInbound: k, StreamsOutbound: k, Memory: 16 << 20}
 	limits.AddProtocolPeerLimit(StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(StepProtocolExt(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ExchangeProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }
 
-// inboundLimiter caps the concurrent inbound streams of the step and model
-// protocols, per remote peer and in total, so that a peer that floods a
-// node with streams gets them reset at once instead of tying up handler
-// goroutines and memory. It works on every transport (go-libp2p's resource
-// manager, which real hosts also configure, is absent from the in-memory
-// testnet transport).
+// Inbound model streams have caps of their own, apart from the step
+// protocol's: a model stream may rightly last 10 × QueryTimeout (a large
+// model, a trainer slow to give its parameters), so 64 peers holding 8
+// slow model streams each filled the 512 slots the two protocols shared,
+// every step query was refused, and the askers took the node for dead. A
+// joiner fetches one model at a time, from one peer at a time.
+const (
+	modelStreamsPerPeer = 2
+	modelStreamsTotal   = 64
+)
+
+// inboundLimiter caps the concurrent inbound streams of one protocol (the
+// step, model and exchange protocols each have one), per remote peer and
+// in total, so that a peer that floods a node with streams gets them reset
+// at once instead of tying up handler goroutines and memory. It works on
+// every transport (go-libp2p's resource manager, which real hosts also
+// configure, is absent from the in-memory testnet transport).
 type inboundLimiter struct {
 	perPeer, total int
 

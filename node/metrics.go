@@ -11,11 +11,16 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
+// refusedProtocols label psp_streams_refused_total: each has its own
+// inbound stream caps.
+var refusedProtocols = []string{"step", "model", "exchange"}
+
 // metrics are the node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
 type metrics struct {
 	step          prometheus.Gauge
 	waiting       prometheus.Gauge
+	isolated      prometheus.Gauge
 	wait          prometheus.Histogram
 	checks        prometheus.Counter
 	check         prometheus.Histogram
@@ -24,6 +29,7 @@ type metrics struct {
 	queryErrors   prometheus.Counter
 	malformed     prometheus.Counter
 	modelBad      prometheus.Counter
+	modelNone     prometheus.Counter
 	applied       prometheus.Counter
 	applyRejected prometheus.Counter
 	loss          prometheus.Gauge
@@ -31,7 +37,7 @@ type metrics struct {
 	connsOpened   prometheus.Counter
 	screened      *prometheus.CounterVec
 	normRefused   prometheus.Counter
-	refused       prometheus.Counter
+	refused       *prometheus.CounterVec
 	hedged        prometheus.Counter
 	earlyFail     prometheus.Counter
 	staleStreams  prometheus.Counter
@@ -60,6 +66,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	m := &metrics{
 		step:          g("step", "Iterations this node has completed."),
 		waiting:       g("waiting", "1 while the node waits at its barrier."),
+		isolated:      g("isolated", "1 while the node is isolated: its last barrier check heard from no peer of the job, so it waits (node/isolation.go)."),
 		wait:          prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_wait_seconds", Help: "Time spent waiting at the barrier per step.", Buckets: buckets}),
 		checks:        c("barrier_checks_total", "Barrier checks (each with a fresh sample)."),
 		check:         prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "barrier_check_seconds", Help: "Latency of one barrier decision: sample, parallel step queries, decide.", Buckets: buckets}),
@@ -68,6 +75,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queryErrors:   c("step_query_errors_total", "Step queries answered with a malformed reply."),
 		malformed:     c("step_requests_malformed_total", "Malformed step requests received."),
 		modelBad:      c("model_requests_malformed_total", "Malformed model requests received (not one framed version byte)."),
+		modelNone:     c("model_requests_unserved_total", "Model requests reset because this node had no model to give (a driven node without a trainer, or a trainer that did not answer in time)."),
 		applied:       c("updates_applied_total", "Received updates applied to the model."),
 		applyRejected: c("updates_apply_rejected_total", "Received updates the model refused (wrong length, not finite)."),
 		loss:          g("model_loss", "Held-out loss at the last evaluation."),
@@ -75,22 +83,26 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		connsOpened:   c("connections_opened_total", "Connections opened, inbound and outbound (each costs an identify exchange: a high rate at rest means the connection manager trims connections that peers re-dial)."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
-		normRefused:  c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
-		refused:      c("streams_refused_total", "Inbound step or model streams reset because the peer or the node was at its concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."),
+		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
+			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
 		staleStreams: c("step_streams_stale_total", "Step queries retried on a fresh stream because the peer had closed the idle one they took."),
-		earlyFail:    c("barrier_checks_early_fail_total", "Sampled barrier checks that ended at the first answer below the threshold, before the other sampled peers answered."),
+		earlyFail:    c("barrier_checks_early_fail_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that ended at the first answer below the threshold, before the other peers asked answered."),
 		pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		waits:        newRing(4096),
 		checkL:       newRing(4096),
 		rtts:         newRing(4096),
 	}
-	reg.MustRegister(m.step, m.waiting, m.wait, m.checks, m.check, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.modelBad, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
+	reg.MustRegister(m.step, m.waiting, m.isolated, m.wait, m.checks, m.check, m.rtt, m.timeouts,
+		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
+	}
+	for _, p := range refusedProtocols {
+		m.refused.WithLabelValues(p)
 	}
 	return m
 }
@@ -193,21 +205,16 @@ func (n *Node) registerGaugeFuncs() {
 	gf := func(name, help string, f func() float64) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "psp", Name: name, Help: help}, f)
 	}
-	estimate := func(se bool) func() float64 {
-		return func() float64 {
-			est, stderr, err := n.ov.Estimate()
-			switch {
-			case err != nil:
-				return math.NaN()
-			case se:
-				return stderr
-			}
-			return est
+	stderr := func() float64 {
+		_, se, err := n.ov.Estimate()
+		if err != nil {
+			return math.NaN()
 		}
+		return se
 	}
 	n.reg.MustRegister(
-		gf("population_estimate", "Estimated number of nodes in the job (NaN while there is too little data).", estimate(false)),
-		gf("population_estimate_stderr", "Standard error of the population estimate.", estimate(true)),
+		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", n.population),
+		gf("population_estimate_stderr", "Standard error of the estimators' population estimate (NaN while they have too little data).", stderr),
 		gf("routing_table_size", "Peers in the Kademlia routing table.", func() float64 { return float64(n.ov.DHT().RoutingTable().Size()) }),
 		gf("connected_peers", "Peers with an open connection.", func() float64 { return float64(len(n.h.Network().Peers())) }),
 	)

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"context"
 	"encoding/binary"
+	"fmt"
 	"io"
+	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -13,6 +15,7 @@ import (
 
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
+	from := s.Conn().RemotePeer()
 	defer s.Close()
 	ctx, cancel := context.WithTimeout(n.life, 10*n.cfg.QueryTimeout)
 	defer cancel()
@@ -24,17 +27,108 @@ func (n *Node) handleModel(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	snap := ModelSnapshot{Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
-	if err := writeFrame(s, MarshalModel(snap)); err != nil {
+	if !n.modelUp.Load() || n.idle.Load() {
+		// No model yet (a driven node before its first trainer), or no
+		// trainer to ask: the asker tries another peer.
+		n.m.modelNone.Inc()
+		_ = s.Reset()
+		return
+	}
+	// The frame's head (its length, the step, the model ID and the
+	// parameter count) goes first: an asker that only checks which model
+	// the job runs (peekModel) reads it and goes, without waiting for the
+	// parameters, which a trainer in another process may take a while to
+	// give.
+	step, count := n.step.Load(), n.task.NumParams()
+	if _, err := s.Write(modelHead(step, n.task.ModelID(), count)); err != nil {
+		_ = s.Reset()
+		return
+	}
+	params, err := n.paramsFor(ctx)
+	if err != nil {
+		n.m.modelNone.Inc()
+		n.log.Debug("model not served", "to", from, "err", err)
+		_ = s.Reset()
+		return
+	}
+	if _, err := s.Write(appendParams(make([]byte, 0, 8*count), params)); err != nil {
 		_ = s.Reset()
 	}
 }
 
-// fetchModel asks one peer for its model.
+// modelHead is the start of a model reply frame of count parameters: the
+// frame's length, then the body up to the parameters.
+func modelHead(step int64, modelID uint32, count int) []byte {
+	b := binary.AppendUvarint(nil, uint64(modelHeaderLen+8*count))
+	b = append(b, wireVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(step))
+	b = binary.BigEndian.AppendUint32(b, modelID)
+	return binary.BigEndian.AppendUint32(b, uint32(count))
+}
+
+// appendParams appends the parameters of a model reply to b.
+func appendParams(b []byte, params []float64) []byte {
+	for _, v := range params {
+		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
+	}
+	return b
+}
+
+// peekModel asks p for its model and reads only the head of the reply:
+// nil if p runs this node's model, a *ModelMismatchError if it runs
+// another, or why p did not say.
+func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
+	defer cancel()
+	// The answerer writes its whole model before it sees the reset: the
+	// stream may cross a relay only if the whole model fits (overRelay).
+	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
+	if err != nil {
+		return err
+	}
+	defer s.Reset() // the parameters are not wanted
+	defer guard(ctx, s)()
+	deadline, _ := ctx.Deadline()
+	_ = s.SetDeadline(deadline)
+	if err := writeFrame(s, []byte{wireVersion}); err != nil {
+		return err
+	}
+	_ = s.CloseWrite()
+	_, err = n.readModelHead(bufio.NewReaderSize(s, 32), p)
+	return err
+}
+
+// ParamSource is implemented by tasks whose parameters take time to get
+// or may be unavailable, such as a trainer in another process: the model
+// protocol then asks through it, within ctx, instead of Params.
+type ParamSource interface {
+	ParamsContext(ctx context.Context) ([]float64, error)
+}
+
+// paramsFor returns the task's parameters for a peer's model fetch.
+func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
+	var p []float64
+	if ps, ok := n.task.(ParamSource); ok {
+		var err error
+		if p, err = ps.ParamsContext(ctx); err != nil {
+			return nil, err
+		}
+	} else {
+		p = n.task.Params()
+	}
+	if len(p) != n.task.NumParams() {
+		return nil, fmt.Errorf("the task gave %d parameters, its model has %d", len(p), n.task.NumParams())
+	}
+	return p, nil
+}
+
+// fetchModel asks one peer for its model. A peer that runs another model
+// is found from the head of its reply: a *ModelMismatchError, whatever the
+// size of its model.
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(ctx, p, n.modelID)
+	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return ModelSnapshot{}, err
 	}
@@ -47,11 +141,54 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error)
 	}
 	_ = s.CloseWrite()
 	limit := MaxModelFrame(n.task.NumParams())
-	body, err := readFrame(bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64)), limit)
+	r := bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64))
+	snap, err := n.readModelHead(r, p)
+	if err != nil {
+		_ = s.Reset()
+		return ModelSnapshot{}, err
+	}
+	body, err := readBody(r, 8*n.task.NumParams())
 	if err != nil {
 		_ = s.Reset()
 		return ModelSnapshot{}, err
 	}
 	_ = s.Close()
-	return UnmarshalModel(body, n.task.ModelID(), n.task.NumParams())
+	snap.Params = make([]float64, n.task.NumParams())
+	for i := range snap.Params {
+		v := math.Float64frombits(binary.BigEndian.Uint64(body[8*i:]))
+		if math.IsNaN(v) || math.IsInf(v, 0) {
+			return ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
+		}
+		snap.Params[i] = v
+	}
+	return snap, nil
+}
+
+// readModelHead reads the head of a model reply from p: the frame's
+// length, the version, the step, the model ID and the parameter count,
+// which must be this node's.
+func (n *Node) readModelHead(r *bufio.Reader, p peer.ID) (ModelSnapshot, error) {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrWire, err)
+	}
+	head := make([]byte, modelHeaderLen)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrWire, err)
+	}
+	if head[0] != wireVersion {
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrWire, head[0], wireVersion)
+	}
+	snap := ModelSnapshot{Step: int64(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
+	count := binary.BigEndian.Uint32(head[13:])
+	own := n.task.NumParams()
+	switch {
+	case snap.Step < 0:
+		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, snap.Step)
+	case snap.ModelID != n.task.ModelID() || int64(count) != int64(own):
+		return ModelSnapshot{}, &ModelMismatchError{Peer: p.String(), PeerModel: snap.ModelID, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(own)}
+	case size != uint64(modelHeaderLen)+8*uint64(count):
+		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
+	}
+	return snap, nil
 }

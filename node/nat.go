@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -32,9 +33,8 @@ import (
 //     go-libp2p's default limits (relayv2.DefaultResources: 128
 //     reservations, 16 circuits per peer, each relayed connection reset
 //     after 2 minutes or 128 KiB each way), unless NATConfig.RelayService is
-//     off. Relayed connections are "limited": step queries (a few dozen
-//     bytes) run over them; every other protocol waits for a direct
-//     connection.
+//     off. Relayed connections are "limited": only small streams run over
+//     them (see overRelay); the others wait for a direct connection.
 //   - Auto-relay. A node AutoNAT finds private reserves a slot at its
 //     bootstrap peers (those that offer the service) and announces the
 //     /p2p-circuit addresses through them. A node without bootstrap peers
@@ -46,6 +46,34 @@ import (
 // Everything runs over TCP too, so a private job (a swarm key: TCP only)
 // relays and punches holes the same way; relayed connections are upgraded
 // with the key like any other.
+
+// relayDataLimit is what a relay lets one relayed connection carry each
+// way before it resets it: go-libp2p's default (relayv2.DefaultLimit),
+// which a pspnode relay keeps.
+var relayDataLimit = relayv2.DefaultLimit().Data
+
+// overRelay lets a stream that carries up to size bytes each way run over
+// a relayed (limited) connection when that fits in half the relay's data
+// limit (the step queries of the pair share the rest): go-libp2p opens
+// streams only on direct connections unless told, and two peers behind
+// NATs whose hole punch failed have none, so the stream waited for one
+// until its deadline. A larger stream waits for a direct connection, as
+// before.
+//
+// Over a relayed pair run: step queries (stepconn.go), the model
+// protocol for models up to about 8 000 parameters (a fetch, and the peek
+// at a model's head), the pool's joins and leaves and the overlay's DHT
+// lookups (overlay: a few bytes, a few kilobytes). Not: the epidemic
+// exchange (a whole model every step would spend the relay's limit at
+// once), GossipSub (go-libp2p-pubsub opens no stream over a limited
+// connection; updates come through the pair's direct peers), and
+// go-libp2p-kad-dht's own queries.
+func overRelay(ctx context.Context, size int, why string) context.Context {
+	if int64(size) > relayDataLimit/2 {
+		return ctx
+	}
+	return network.WithAllowLimitedConn(ctx, why)
+}
 
 // NATConfig turns NAT traversal on. It applies to a host the node builds
 // (not Config.Host).

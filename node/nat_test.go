@@ -21,6 +21,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/model"
 )
 
 // These tests build real hosts on TCP loopback. One machine has no NAT, so
@@ -319,5 +320,76 @@ func TestNATConfigValidate(t *testing.T) {
 		case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
 			t.Errorf("%+v: error %v, want %q", tc.nat, err, tc.want)
 		}
+	}
+}
+
+// A pair that reaches each other only through a relay (both behind the
+// "NAT", and no hole punch: the second has NAT traversal off) carries more
+// than step queries: a model fetch and the peek at a model's head (small
+// enough for the relay's data limit), and the pool's joins, which make the
+// peer a verified pool member. Before, each waited for a direct connection
+// that never came, until its deadline: the model fetch failed (a joiner
+// then trained from its own parameters) and the failed pool probe marked
+// the peer dead.
+func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
+	data, err := model.Open("synthetic:regression")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withModel := func(cfg *Config, seed uint64) { // linreg: 21 parameters
+		task, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: SeedOf(cfg.Job)}, data)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.Task = task
+	}
+	acfg := natConfig(nil)
+	publicRelay(&acfg)
+	a := startNode(t, acfg)
+	waitRelay(t, a)
+
+	bcfg := natConfig(nil, a)
+	behindNAT(&bcfg)
+	withModel(&bcfg, 2)
+	b := startNode(t, bcfg)
+	var circuits []ma.Multiaddr
+	if !waitFor(20*time.Second, func() bool {
+		circuits = b.nat.relayAddrs()
+		return len(circuits) > 0
+	}) {
+		t.Fatalf("the node behind the NAT got no /p2p-circuit address (status %+v)", b.NAT())
+	}
+	ccfg := natConfig(nil, a)
+	withModel(&ccfg, 3)
+	ccfg.NAT = NATConfig{} // no hole punching: the pair stays relayed
+	faults.SetHost(&ccfg, faults.Host{RefuseDirectInbound: true})
+	c := startNode(t, ccfg)
+	c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	if _, err := c.queryStep(ctx, b.ID(), StepRequest{Step: 0}); err != nil {
+		t.Fatalf("step query through the relay: %v", err)
+	}
+	for _, cn := range c.Host().Network().ConnsToPeer(b.ID()) {
+		if !isRelayed(cn) {
+			t.Fatalf("C has a direct connection to B: %v", cn.RemoteMultiaddr())
+		}
+	}
+	mctx, mcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer mcancel()
+	if err := c.peekModel(mctx, b.ID()); err != nil {
+		t.Errorf("peek at the model over the relayed connection: %v", err)
+	}
+	if _, err := c.fetchModel(mctx, b.ID()); err != nil {
+		t.Errorf("model fetch over the relayed connection: %v", err)
+	}
+	// C's pool join reaches B over the relayed connection: B counts two
+	// pools that hold it, A's and C's, and C holds B live.
+	if !waitFor(20*time.Second, func() bool { return b.Status().PoolInDegree >= 2 }) {
+		t.Errorf("B is in %d pools, want 2 (A's and, over the relay, C's); B live in C's view: %v",
+			b.Status().PoolInDegree, slices.Contains(c.Overlay().Peers(), b.ID()))
+	}
+	if !slices.Contains(c.Overlay().Peers(), b.ID()) {
+		t.Error("C holds B dead")
 	}
 }

@@ -28,6 +28,9 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
+// ErrClosed is returned by calls on a closed Node.
+var ErrClosed = errors.New("node: closed")
+
 // Node is one pspnode: a libp2p host, its overlay membership, its gossip
 // topic, the step and model protocols, and the training engine.
 type Node struct {
@@ -41,13 +44,23 @@ type Node struct {
 	// they wait on ready before touching ov or gs.
 	ready chan struct{}
 	up    atomic.Bool
-	// life ends when the node closes (endLife): the inbound stream
+	// life ends when the node shuts down (endLife): the inbound stream
 	// handlers derive their contexts from it, so none outlives the node.
-	life    context.Context
-	endLife context.CancelFunc
-	gs      *gossip.Gossip // nil for a task without a model, and under the epidemic exchange
-	// ex is the epidemic exchange's state (exchange.go), nil under gossip;
-	// xm its metrics, nil for a task without a model.
+	// active ends when the node leaves (Leave) or shuts down: Run and the
+	// barrier stop with it.
+	life      context.Context
+	endLife   context.CancelFunc
+	active    context.Context
+	endActive context.CancelFunc
+	// The model's parts, set once by attachModel (under modelMu), which
+	// sets modelUp last; code that may run beside attachModel checks
+	// modelUp first. gs is nil for a task without a model and under the
+	// epidemic exchange; ex is the epidemic exchange's state (exchange.go),
+	// nil under gossip; xm its metrics, nil for a task without a model.
+	modelMu   sync.Mutex
+	modelUp   atomic.Bool
+	closing   bool // under modelMu: Close has begun, attach no more
+	gs        *gossip.Gossip
 	ex        *epidemic
 	xm        *exchangeMetrics
 	exID      protocol.ID
@@ -59,6 +72,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
+	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -67,15 +81,21 @@ type Node struct {
 	step      atomic.Int64
 	waiting   atomic.Bool
 	leaving   atomic.Bool
-	interval  atomic.Uint64 // float64 bits: EWMA seconds per step
-	compute   atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
-	busy      atomic.Bool   // inside task.Step
-	lastEval  atomic.Pointer[evalResult]
-	estMu     sync.Mutex // guards estAt and estVal
-	estAt     time.Time
-	estVal    float64
-	repMu     sync.Mutex // guards reports
-	reports   ring       // population estimates peers reported lately (population)
+	// idle: the node is not training (a driven node without a trainer),
+	// so it answers step queries as leaving: its peers leave it out of
+	// their barriers and population (see Driver).
+	idle       atomic.Bool
+	lastStepAt time.Time // when the last step ended; the stepping goroutine's
+	driver     *Driver
+	interval   atomic.Uint64 // float64 bits: EWMA seconds per step
+	compute    atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	busy       atomic.Bool   // inside task.Step
+	lastEval   atomic.Pointer[evalResult]
+	estMu      sync.Mutex // guards estAt and estVal
+	estAt      time.Time
+	estVal     float64
+	repMu      sync.Mutex // guards reports
+	reports    ring       // population estimates peers reported lately (population)
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *meter
 	// conns counts opened connections into opened.
@@ -88,8 +108,10 @@ type Node struct {
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress
-	// limiter caps concurrent inbound step and model streams.
-	limiter *inboundLimiter
+	// limiter caps concurrent inbound step streams, modelLimiter model
+	// streams (apart: slow model streams must not crowd out step queries).
+	limiter      *inboundLimiter
+	modelLimiter *inboundLimiter
 	// steps holds idle step streams for reuse (stepconn.go).
 	steps *stepStreams
 	// screen judges peers' step reports (nil: off); used only by the Run
@@ -106,7 +128,15 @@ type Node struct {
 	joiner *joiner
 	// nat follows reachability, relays and hole punches (nat.go).
 	nat *natState
+	// iso is the isolation policy's state (isolation.go).
+	iso isolation
+	// lin is the node's lineage of the job and what it heard of its
+	// peers' (genesis.go).
+	lin *lineage
+	// state keeps the peers file (state.go); nil without one.
+	state *peerState
 
+	leaveOnce sync.Once
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -123,29 +153,42 @@ func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + 
 
 // New builds a node: the host (unless cfg.Host is given), the overlay (which
 // joins through cfg.Bootstrap), the gossip topic for the task's updates, and
-// the protocol handlers. Training starts with Run. Close releases it all.
+// the protocol handlers. Training starts with Run. Close (or Leave, then
+// Shutdown) releases it all.
+//
+// A host given in cfg.Host belongs to the node from the moment New is
+// called, whether New succeeds or not: if New fails, for any reason
+// (Validate's included), it has closed the host before it returns; if it
+// succeeds, Shutdown (or Close) closes it. The caller must not close it
+// itself, nor use it for anything else once the node has it.
 func New(ctx context.Context, cfg Config) (*Node, error) {
 	if err := cfg.Validate(); err != nil {
+		if cfg.Host != nil {
+			_ = cfg.Host.Close()
+		}
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		reg:      cfg.Registry,
-		stepID:   StepProtocol(cfg.Job),
-		modelID:  ModelProtocol(cfg.Job),
-		exID:     ExchangeProtocol(cfg.Job),
-		started:  time.Now(),
-		wake:     make(chan struct{}, 1),
-		decider:  psp.NewDecider(cfg.Barrier),
-		limiter:  newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
-		steps:    newStepStreams(cfg.StepStreams),
-		screen:   screenFor(cfg.Screen),
-		ownNorms: newRing(32),
-		reports:  newRing(32),
-		progress: newProgress(),
+		cfg:          cfg,
+		log:          cfg.Logger,
+		reg:          cfg.Registry,
+		stepID:       StepProtocol(cfg.Job),
+		modelID:      ModelProtocol(cfg.Job),
+		exID:         ExchangeProtocol(cfg.Job),
+		started:      time.Now(),
+		wake:         make(chan struct{}, 1),
+		decider:      psp.NewDecider(cfg.Barrier),
+		limiter:      newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
+		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
+		steps:        newStepStreams(cfg.StepStreams),
+		screen:       screenFor(cfg.Screen),
+		ownNorms:     newRing(32),
+		reports:      newRing(32),
+		progress:     newProgress(),
 	}
+	n.stepExtID = StepProtocolExt(cfg.Job)
 	n.life, n.endLife = context.WithCancel(context.Background())
+	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {
 		n.log = slog.New(slog.DiscardHandler)
 	}
@@ -153,6 +196,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
+	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = newNATState(n.reg)
@@ -206,6 +250,11 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		n.task = NewSleepTask(cfg.TimeModel, seed)
 	}
 
+	if cfg.Driven {
+		n.driver = &Driver{n: n}
+		n.idle.Store(true) // out of peers' barriers until a trainer comes
+	}
+
 	n.ready = make(chan struct{})
 	fail := func(err error) (*Node, error) {
 		close(n.ready) // n.up stays false: waiting handlers reset their streams
@@ -221,29 +270,53 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.modelID, n.limited(n.handleModel))
-	if n.task.NumParams() > 0 {
-		// Every node with a model serves the exchange protocol: under
-		// gossip, to refuse epidemic peers' models with a clear reason.
-		n.xm = newExchangeMetrics(n.reg)
-		n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
-		if cfg.Exchange.Kind == ExchangeEpidemic {
-			ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
-			if err != nil {
-				return fail(fmt.Errorf("node: %w", err))
-			}
-			n.ex = ex
-		}
-		n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, n.handleExchange))
-	}
+	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
+	n.h.SetStreamHandler(n.modelID, n.limitedBy(n.modelLimiter, "model", n.handleModel))
 
+	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
 	n.registerGaugeFuncs()
+	if n.task.NumParams() > 0 {
+		if err := n.attachModel(ctx); err != nil {
+			return fail(fmt.Errorf("node: %w", err))
+		}
+	}
+	n.startJoiner(joinErr, seed)
+	n.keepPeers()
+	n.up.Store(true)
+	close(n.ready)
+	return n, nil
+}
 
-	if n.task.NumParams() > 0 && n.ex == nil {
+// attachModel sets up what a node with a model needs: the exchange
+// protocol (every node with a model serves it: under gossip, to refuse
+// epidemic peers' models with a clear reason), and the epidemic state or
+// the gossip topic. New calls it when the task has parameters; a driven
+// node whose trainer says what its model is calls it through
+// Driver.Attach. modelUp is set last: code outside the goroutine that
+// attaches checks it before touching gs, ex or xm.
+func (n *Node) attachModel(ctx context.Context) error {
+	n.modelMu.Lock()
+	defer n.modelMu.Unlock()
+	if n.modelUp.Load() {
+		return nil
+	}
+	if n.closing {
+		return ErrClosed
+	}
+	cfg := n.cfg
+	n.xm = newExchangeMetrics(n.reg)
+	n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
+	if cfg.Exchange.Kind == ExchangeEpidemic {
+		ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
+		if err != nil {
+			return err
+		}
+		n.ex = ex
+	} else {
 		gcfg := cfg.Gossip
 		gcfg.Job = cfg.Job
 		gcfg.ParamCount = n.task.NumParams()
@@ -261,14 +334,13 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		}
 		gs, err := gossip.New(ctx, n.h, gcfg)
 		if err != nil {
-			return fail(fmt.Errorf("node: %w", err))
+			return err
 		}
 		n.gs = gs
 	}
-	n.startJoiner(joinErr, seed)
-	n.up.Store(true)
-	close(n.ready)
-	return n, nil
+	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
+	n.modelUp.Store(true)
+	return nil
 }
 
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
@@ -304,7 +376,7 @@ func overlaySeed(seed uint64) uint64 {
 // awaitReady holds an inbound stream that arrived while New was still
 // joining until the node is assembled. It resets the stream, counted as
 // refused, if New failed or takes longer than the query timeout.
-func (n *Node) awaitReady(s network.Stream) bool {
+func (n *Node) awaitReady(s network.Stream, proto string) bool {
 	select {
 	case <-n.ready:
 	default:
@@ -316,7 +388,7 @@ func (n *Node) awaitReady(s network.Stream) bool {
 		}
 	}
 	if !n.up.Load() {
-		n.m.refused.Inc()
+		n.m.refused.WithLabelValues(proto).Inc()
 		_ = s.Reset()
 		return false
 	}
@@ -392,6 +464,9 @@ func (n *Node) estimate() float64 {
 	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
 		est = 0
 	}
+	if n.exactCount() { // a small job that just lost a peer (population.go)
+		est = float64(1 + n.ov.PeerCount())
+	}
 	n.estAt, n.estVal = time.Now(), est
 	return est
 }
@@ -403,54 +478,82 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
-// limited wraps a stream handler in the step and model protocols' inbound
-// stream caps: a stream over its peer's or the node's cap is reset at once
-// and counted.
+// limited wraps a stream handler in the step protocol's inbound stream
+// caps: a stream over its peer's or the node's cap is reset at once and
+// counted.
 func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
-	return n.limitedBy(n.limiter, handle)
+	return n.limitedBy(n.limiter, "step", handle)
 }
 
 // limitedBy is limited with the caps of l, and waits, as every handler
-// must, until the node is assembled.
-func (n *Node) limitedBy(l *inboundLimiter, handle network.StreamHandler) network.StreamHandler {
+// must, until the node is assembled. proto labels the streams it refuses
+// (psp_streams_refused_total).
+func (n *Node) limitedBy(l *inboundLimiter, proto string, handle network.StreamHandler) network.StreamHandler {
 	return func(s network.Stream) {
 		from := s.Conn().RemotePeer()
 		if !l.acquire(from) {
-			n.m.refused.Inc()
+			n.m.refused.WithLabelValues(proto).Inc()
 			_ = s.Reset()
 			return
 		}
 		defer l.release(from)
-		if !n.awaitReady(s) {
+		if !n.awaitReady(s, proto) {
 			return
 		}
 		handle(s)
 	}
 }
 
-// Crash stops the node as a crash would: no leave note, the host simply
-// disappears. Run, if running, should be cancelled by its context as well.
-func (n *Node) Crash() error {
+// leaveBudget is how long Close gives the leave notices.
+const leaveBudget = 300 * time.Millisecond
+
+// Leave leaves the job gracefully, as memberlist's Leave does: from now on
+// the node answers every step query as leaving (its peers drop it from
+// their samples and population), Run returns ErrClosed (abandoning the
+// step in progress) and the Driver's Barrier refuses, the peers file
+// (Config.PeersFile) gets the peers the node knows, and up to 32
+// connected peers are told at once, in parallel, within timeout. It keeps
+// the host and every protocol running, so that peers that ask meanwhile
+// are told too: call Shutdown next (Close does both). A second Leave does
+// nothing; Leave after Shutdown returns ErrClosed.
+func (n *Node) Leave(timeout time.Duration) error {
+	if n.life.Err() != nil {
+		return ErrClosed
+	}
+	n.leaveOnce.Do(func() {
+		n.leaving.Store(true)
+		n.endActive()
+		n.savePeers(true) // while the node still knows them (state.go)
+		n.announceLeave(timeout)
+	})
+	return nil
+}
+
+// Shutdown stops the node without a word to its peers, as a crash would:
+// Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
+// the host (the node's own or cfg.Host) are closed. Peers find it gone when
+// their queries fail. It is safe to call more than once; later calls
+// return the first's result.
+func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
 	return n.closeErr
 }
 
-// Close tells a few peers the node is leaving, then stops gossip, the
-// overlay and the host. It is safe to call more than once.
+// Crash is Shutdown, under the name testnets use for it.
+func (n *Node) Crash() error { return n.Shutdown() }
+
+// Close leaves the job (Leave, with 300 ms for the notices) and shuts the
+// node down (Shutdown). It is safe to call more than once.
 func (n *Node) Close() error {
-	n.closeOnce.Do(func() {
-		n.leaving.Store(true)
-		n.announceLeave()
-		n.closeErr = n.closeParts()
-	})
-	return n.closeErr
+	_ = n.Leave(leaveBudget)
+	return n.Shutdown()
 }
 
 // announceLeave sends a leaving note to up to 32 known peers, in parallel,
-// for at most 300 ms: cheap, and it lets them drop this node from their
+// for at most timeout: cheap, and it lets them drop this node from their
 // samples at once instead of timing out on it.
-func (n *Node) announceLeave() {
-	if n.ov == nil {
+func (n *Node) announceLeave(timeout time.Duration) {
+	if n.ov == nil || timeout <= 0 {
 		return
 	}
 	peers := n.ov.Peers()
@@ -460,7 +563,7 @@ func (n *Node) announceLeave() {
 	if len(peers) > 32 {
 		peers = peers[:32]
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	ctx, cancel := context.WithTimeout(n.life, timeout)
 	defer cancel()
 	var wg sync.WaitGroup
 	for _, p := range peers {
@@ -473,6 +576,9 @@ func (n *Node) announceLeave() {
 }
 
 func (n *Node) closeParts() error {
+	n.modelMu.Lock()
+	n.closing = true // no attachModel from here on, so gs and ex stay as they are
+	n.modelMu.Unlock()
 	if n.endLife != nil {
 		n.endLife()
 	}
@@ -492,6 +598,7 @@ func (n *Node) closeParts() error {
 	}
 	if n.h != nil {
 		n.h.RemoveStreamHandler(n.stepID)
+		n.h.RemoveStreamHandler(n.stepExtID)
 		n.h.RemoveStreamHandler(n.modelID)
 		n.h.RemoveStreamHandler(n.exID)
 		if n.conns != nil {

@@ -264,11 +264,13 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 2, "asp", 0.001)
 		a, b := nodes[0], nodes[1]
-		// b reads step queries and never answers.
-		b.Host().SetStreamHandler(b.stepID, func(s network.Stream) {
+		// b reads step queries (either version) and never answers.
+		silent := func(s network.Stream) {
 			_, _ = io.Copy(io.Discard, s) // until the asker gives up and resets it
 			_ = s.Reset()
-		})
+		}
+		b.Host().SetStreamHandler(b.stepID, silent)
+		b.Host().SetStreamHandler(b.stepExtID, silent)
 		a.cfg.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()
 		_, err := a.queryStep(t.Context(), b.ID(), StepRequest{})

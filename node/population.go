@@ -1,6 +1,9 @@
 package node
 
-import "slices"
+import (
+	"slices"
+	"time"
+)
 
 // population is the node's best guess of the number of nodes: the overlay's
 // estimate, unless it is off by more than a factor of two from the median
@@ -19,13 +22,42 @@ import "slices"
 // scaled its rate by 1/4 where its peers used 1/50, and every peer refused
 // its first update, a dozen times the size of theirs. In a 50-node testnet
 // with churn these were 148 of 151 norm refusals.
+//
+// A node alone counts itself: 1. And in a small job, the count is exact
+// for a while after a peer leaves (exactCount).
 func (n *Node) population() float64 {
+	known := n.ov.PeerCount()
+	if n.exactCount() {
+		return float64(1 + known)
+	}
 	est, _, err := n.ov.Estimate()
 	if err != nil {
 		est = 0
 	}
 	rep, haveRep := n.reportedPopulation()
-	return choosePopulation(est, rep, haveRep, n.ov.PeerCount())
+	return choosePopulation(est, rep, haveRep, known)
+}
+
+// exactCount reports whether the node should count its job as itself and
+// the live peers it knows, whatever the estimators say: in a small job
+// (the zone estimator's depth is 0: no routing-table bucket is full, so
+// the node knows every peer first-hand) when a peer said it leaves within
+// the estimators' memory (the lookup window, the age of peer reports).
+// The node drops a leaver from its live peers at once, but its lookups of
+// the last 45 s and its peers' reports of the last 30 s were made while
+// the leaver was there: a job of five that lost one still read 4.4 ten
+// seconds later. In a large job one node is noise, and the estimators
+// follow departures through their windows as before.
+func (n *Node) exactCount() bool {
+	left := n.lastLeave()
+	if left.IsZero() {
+		return false
+	}
+	memory := max(n.cfg.Overlay.EstimateWindow, n.cfg.Overlay.ReportMaxAge)
+	if time.Since(left) > memory {
+		return false
+	}
+	return n.ov.EstimateDetail().ZoneDepth == 0
 }
 
 // choosePopulation is population's rule, given the overlay's estimate (0:

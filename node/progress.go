@@ -67,12 +67,29 @@ func (g *progress) forget(p peer.ID) {
 	delete(g.waiters, p)
 }
 
+// reset forgets every peer's step and every waiter (the node moved onto
+// another lineage of the job, whose steps these are not).
+func (g *progress) reset() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	clear(g.seen)
+	clear(g.waiters)
+}
+
 // atLeast reports whether p is known to have reached step.
 func (g *progress) atLeast(p peer.ID, step int64) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.seen[p]
 	return s, ok && s >= step
+}
+
+// known returns the highest step p has shown, if any.
+func (g *progress) known(p peer.ID) (int64, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.seen[p]
+	return s, ok
 }
 
 // wait notes that p waits for this node's step to reach threshold.

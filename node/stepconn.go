@@ -48,10 +48,43 @@ type stepStream struct {
 	s    network.Stream
 	r    *bufio.Reader
 	used time.Time // end of its last exchange
+	ext  bool      // step protocol 1.1.0 (stepext.go), not 1.0.0
+	// The 1.1.0 fields this side last sent on the stream, and those the
+	// peer last sent: each side sends its fields only when they differ
+	// from what it sent before on the stream (stepext.go).
+	said, heard StepExt
 }
 
-func newStepStream(s network.Stream) *stepStream {
-	return &stepStream{s: s, r: bufio.NewReaderSize(s, maxStepFrame+binary.MaxVarintLen64)}
+func newStepStream(s network.Stream, ext bool) *stepStream {
+	return &stepStream{s: s, r: bufio.NewReaderSize(s, stepFrameCap(ext)+binary.MaxVarintLen64), ext: ext}
+}
+
+// say returns the fields to send in this side's next message on the
+// stream: own if they differ from what it last sent there, else none.
+func (st *stepStream) say(own StepExt) StepExt {
+	if own == st.said {
+		return StepExt{}
+	}
+	st.said = own
+	return own
+}
+
+// hear completes e, a message's fields as decoded, with what the peer
+// sent before on the stream: a message without fields repeats them.
+func (st *stepStream) hear(e *StepExt) {
+	if *e == (StepExt{}) {
+		*e = st.heard
+	} else {
+		st.heard = *e
+	}
+}
+
+// stepFrameCap is the frame cap of a step stream of either version.
+func stepFrameCap(ext bool) int {
+	if ext {
+		return maxStepFrameExt
+	}
+	return maxStepFrame
 }
 
 // stepStreams holds the asker's idle streams.
@@ -68,16 +101,19 @@ func newStepStreams(max int) *stepStreams {
 	return &stepStreams{max: max, idle: make(map[peer.ID]*stepStream)}
 }
 
+// The methods below close and reset streams only after releasing mu: a
+// Close or Reset writes a frame and can block on a congested connection,
+// and under the lock one such peer stalled every query of the node.
+
 // take removes and returns p's idle stream, or nil.
 func (ss *stepStreams) take(p peer.ID, now time.Time) *stepStream {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	st := ss.idle[p]
-	if st == nil {
-		return nil
+	if st != nil {
+		delete(ss.idle, p)
 	}
-	delete(ss.idle, p)
-	if now.Sub(st.used) > stepIdleAsker {
+	ss.mu.Unlock()
+	if st != nil && now.Sub(st.used) > stepIdleAsker {
 		_ = st.s.Close()
 		return nil
 	}
@@ -89,42 +125,50 @@ func (ss *stepStreams) take(p peer.ID, now time.Time) *stepStream {
 // streams that have expired.
 func (ss *stepStreams) put(p peer.ID, st *stepStream, now time.Time) {
 	st.used = now
+	var expired []*stepStream
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	if now.Sub(ss.swept) > stepIdleAsker {
 		ss.swept = now
 		for q, old := range ss.idle {
 			if now.Sub(old.used) > stepIdleAsker {
-				_ = old.s.Close()
+				expired = append(expired, old)
 				delete(ss.idle, q)
 			}
 		}
 	}
-	if ss.closed || ss.idle[p] != nil || len(ss.idle) >= ss.max {
-		_ = st.s.Close()
-		return
+	kept := !ss.closed && ss.idle[p] == nil && len(ss.idle) < ss.max
+	if kept {
+		ss.idle[p] = st
 	}
-	ss.idle[p] = st
+	ss.mu.Unlock()
+	if !kept {
+		_ = st.s.Close()
+	}
+	for _, old := range expired {
+		_ = old.s.Close()
+	}
 }
 
-// drop closes p's idle stream, if any (p left or failed).
+// drop resets p's idle stream, if any (p left or failed).
 func (ss *stepStreams) drop(p peer.ID) {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
-	if st := ss.idle[p]; st != nil {
+	st := ss.idle[p]
+	delete(ss.idle, p)
+	ss.mu.Unlock()
+	if st != nil {
 		_ = st.s.Reset()
-		delete(ss.idle, p)
 	}
 }
 
-// close closes every idle stream and refuses new ones.
+// close resets every idle stream and refuses new ones.
 func (ss *stepStreams) close() {
 	ss.mu.Lock()
-	defer ss.mu.Unlock()
 	ss.closed = true
-	for p, st := range ss.idle {
+	idle := ss.idle
+	ss.idle = make(map[peer.ID]*stepStream)
+	ss.mu.Unlock()
+	for _, st := range idle {
 		_ = st.s.Reset()
-		delete(ss.idle, p)
 	}
 }
 
@@ -143,11 +187,13 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepR
 		}
 		reused := st != nil
 		if !reused {
-			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepID)
+			// 1.1.0 if the peer speaks it (identify has usually said),
+			// else 1.0.0.
+			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)
 			if err != nil {
 				return StepReply{}, err
 			}
-			st = newStepStream(s)
+			st = newStepStream(s, s.Protocol() == n.stepExtID)
 		}
 		r, err := n.exchange(ctx, st, req)
 		if err == nil {
@@ -181,17 +227,30 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 	defer guard(ctx, st.s)()
 	deadline, _ := ctx.Deadline()
 	_ = st.s.SetDeadline(deadline)
-	if err := writeFrame(st.s, MarshalStepRequest(req)); err != nil {
+	var body []byte
+	if st.ext {
+		body = marshalStepRequestExt(req, st.say(n.ownExt()))
+	} else {
+		body = MarshalStepRequest(req)
+	}
+	if err := writeFrame(st.s, body); err != nil {
 		return StepReply{}, err
 	}
 	if req.Leaving {
 		return StepReply{}, nil
 	}
-	body, err := readFrame(st.r, maxStepFrame)
+	body, err := readFrame(st.r, stepFrameCap(st.ext))
 	if err != nil {
 		return StepReply{}, err
 	}
-	r, err := UnmarshalStepReply(body)
+	var r StepReply
+	if st.ext {
+		if r, err = UnmarshalStepReplyExt(body); err == nil {
+			st.hear(r.Ext)
+		}
+	} else {
+		r, err = UnmarshalStepReply(body)
+	}
 	if err != nil {
 		return StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
 	}
@@ -204,9 +263,9 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (S
 func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
-	st := newStepStream(s)
+	st := newStepStream(s, s.Protocol() == n.stepExtID)
 	first := true
-	for n.serveStep(s, st.r, from, first) && n.limiter.roomy() {
+	for n.serveStep(s, st, from, first) && n.limiter.roomy() {
 		first = false
 	}
 }
@@ -214,7 +273,7 @@ func (n *Node) handleStep(s network.Stream) {
 // serveStep reads one request (the first of a stream within the query
 // timeout, a later one within stepIdleAnswerer) and answers it; it reports
 // whether the stream may carry another.
-func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first bool) bool {
+func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first bool) bool {
 	wait := n.cfg.QueryTimeout
 	if !first {
 		wait = stepIdleAnswerer
@@ -222,12 +281,18 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 	rctx, rcancel := context.WithTimeout(n.life, wait)
 	stop := guard(rctx, s)
 	_ = s.SetReadDeadline(time.Now().Add(wait))
-	body, err := readFrame(r, maxStepFrame)
+	body, err := readFrame(st.r, stepFrameCap(st.ext))
 	stop()
 	idled := rctx.Err() != nil
 	rcancel()
 	var q StepRequest
-	if err == nil {
+	switch {
+	case err != nil:
+	case st.ext:
+		if q, err = UnmarshalStepRequestExt(body); err == nil {
+			st.hear(q.Ext)
+		}
+	default:
 		q, err = UnmarshalStepRequest(body)
 	}
 	if err != nil {
@@ -246,6 +311,7 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 		return false
 	}
 	if q.Leaving {
+		n.noteLeft(from)
 		n.dropPeer(from)
 		n.poke()
 		return false
@@ -254,12 +320,19 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 	defer cancel()
 	defer guard(ctx, s)()
 	_ = s.SetDeadline(time.Now().Add(n.cfg.QueryTimeout))
-	n.ov.MarkAlive(from)
-	if q.Estimate > 0 {
+	// A peer of another model is held out (it learns why from the reply);
+	// one of another lineage is alive, but its step is not this node's
+	// job's (genesis.go).
+	k := n.admit(from, q.Ext, false)
+	if k != otherModel {
+		n.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
+		n.ov.MarkAlive(from)
+	}
+	if q.Estimate > 0 && k == kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
-	reply := StepReply{Leaving: n.leaving.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	reply := StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		if n.lost() {
 			<-ctx.Done() // the query is lost: the asker hears nothing
@@ -272,13 +345,24 @@ func (n *Node) serveStep(s network.Stream, r *bufio.Reader, from peer.ID, first 
 			reply.Step = f.StepLie(reply.Step)
 		}
 	}
-	if err := writeFrame(s, MarshalStepReply(reply)); err != nil {
+	var out []byte
+	if st.ext {
+		out = marshalStepReplyExt(reply, st.say(n.ownExt()))
+	} else {
+		out = MarshalStepReply(reply)
+	}
+	if err := writeFrame(s, out); err != nil {
 		_ = s.Reset()
 		return false
 	}
-	n.noteAsker(from, q.Step)
-	if q.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us has progressed
+	switch k {
+	case otherModel:
+		return false // one answer is all it needs to tell
+	case kin:
+		n.noteAsker(from, q.Step)
+		if q.Step <= n.step.Load() {
+			n.poke() // a peer at or behind us has progressed
+		}
 	}
 	return ctx.Err() == nil && !reply.Leaving
 }

@@ -16,12 +16,13 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 )
 
-// stepStreamsTo lists the open step streams a's host has with b.
+// stepStreamsTo lists the open step streams (either version) a's host has
+// with b.
 func stepStreamsTo(a, b *Node) []network.Stream {
 	var out []network.Stream
 	for _, c := range a.Host().Network().ConnsToPeer(b.ID()) {
 		for _, s := range c.GetStreams() {
-			if s.Protocol() == a.stepID {
+			if s.Protocol() == a.stepID || s.Protocol() == a.stepExtID {
 				out = append(out, s)
 			}
 		}
@@ -109,7 +110,7 @@ func testStepStreamMalformedLaterRequest(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := newStepStream(s)
+	st := newStepStream(s, false)
 	if _, err := a.exchange(ctx, st, StepRequest{Step: 1}); err != nil {
 		t.Fatalf("first exchange: %v", err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"slices"
+	"time"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
@@ -49,6 +50,10 @@ func (n *Node) publish(ctx context.Context, step int64, upd []float64) {
 
 // onUpdate applies a validated update from the gossip topic.
 func (n *Node) onUpdate(u gossip.Update) {
+	if n.lin.fromYounger(u.Sender, time.Now()) {
+		n.lin.otherUpdates.Inc() // a delta of another model's lineage (genesis.go)
+		return
+	}
 	clear(n.updBuf)
 	if err := u.AddTo(n.updBuf, 1); err != nil {
 		n.m.applyRejected.Inc()

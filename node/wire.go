@@ -28,7 +28,8 @@ import (
 //
 // estimate is the sender's population estimate (0 when it has none) and
 // interval its recent mean seconds per step (0 when unknown), which DSSP
-// uses.
+// uses. Step protocol /psp/<job>/step/1.1.0 sends the same bodies followed
+// by tagged fields: the job's genesis and the sender's model (stepext.go).
 //
 // Model protocol /psp/<job>/model/1.0.0:
 //
@@ -56,6 +57,10 @@ type StepRequest struct {
 	Leaving  bool     // the sender is leaving the job; no reply is expected
 	Step     psp.Step // the sender's step
 	Estimate float64  // the sender's population estimate, 0 if none
+	// Ext is what a request of step protocol 1.1.0 carries beyond the
+	// 1.0.0 body (stepext.go): nil for a 1.0.0 request. MarshalStepRequest
+	// leaves it out; MarshalStepRequestExt sends it.
+	Ext *StepExt
 }
 
 // StepReply is a peer's answer.
@@ -64,6 +69,8 @@ type StepReply struct {
 	Step     psp.Step
 	Estimate float64
 	Interval float64 // seconds per step, recent mean; 0 if unknown
+	// Ext is as in StepRequest: nil for a 1.0.0 reply.
+	Ext *StepExt
 }
 
 func writeFrame(w io.Writer, body []byte) error {
@@ -133,17 +140,21 @@ func checkFloat(name string, v float64) error {
 	return nil
 }
 
-// MarshalStepRequest encodes a request body (without the frame).
+// MarshalStepRequest encodes a request body of step protocol 1.0.0
+// (without the frame, and without q.Ext).
 func MarshalStepRequest(q StepRequest) []byte {
-	b := make([]byte, stepRequestLen)
-	b[0] = wireVersion
-	b[1] = kindQuery
+	return appendStepRequest(make([]byte, 0, stepRequestLen), q)
+}
+
+// appendStepRequest appends the 1.0.0 body of q to b.
+func appendStepRequest(b []byte, q StepRequest) []byte {
+	kind := byte(kindQuery)
 	if q.Leaving {
-		b[1] = kindLeaving
+		kind = kindLeaving
 	}
-	binary.BigEndian.PutUint64(b[2:], uint64(q.Step))
-	binary.BigEndian.PutUint64(b[10:], math.Float64bits(q.Estimate))
-	return b
+	b = append(b, wireVersion, kind)
+	b = binary.BigEndian.AppendUint64(b, uint64(q.Step))
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(q.Estimate))
 }
 
 // UnmarshalStepRequest decodes and checks a request body.
@@ -171,17 +182,22 @@ func UnmarshalStepRequest(b []byte) (StepRequest, error) {
 	return q, nil
 }
 
-// MarshalStepReply encodes a reply body.
+// MarshalStepReply encodes a reply body of step protocol 1.0.0 (without
+// r.Ext).
 func MarshalStepReply(r StepReply) []byte {
-	b := make([]byte, stepReplyLen)
-	b[0] = wireVersion
+	return appendStepReply(make([]byte, 0, stepReplyLen), r)
+}
+
+// appendStepReply appends the 1.0.0 body of r to b.
+func appendStepReply(b []byte, r StepReply) []byte {
+	var flags byte
 	if r.Leaving {
-		b[1] = 1
+		flags = 1
 	}
-	binary.BigEndian.PutUint64(b[2:], uint64(r.Step))
-	binary.BigEndian.PutUint64(b[10:], math.Float64bits(r.Estimate))
-	binary.BigEndian.PutUint64(b[18:], math.Float64bits(r.Interval))
-	return b
+	b = append(b, wireVersion, flags)
+	b = binary.BigEndian.AppendUint64(b, uint64(r.Step))
+	b = binary.BigEndian.AppendUint64(b, math.Float64bits(r.Estimate))
+	return binary.BigEndian.AppendUint64(b, math.Float64bits(r.Interval))
 }
 
 // UnmarshalStepReply decodes and checks a reply body.
@@ -220,6 +236,26 @@ type ModelSnapshot struct {
 	Params  []float64
 }
 
+// ModelMismatchError says that a peer runs another model than this node:
+// another model ID or parameter count. It is not a malformed message: the
+// two nodes must not be in one job.
+type ModelMismatchError struct {
+	Peer       string // the peer's ID; "" when not known
+	PeerModel  uint32
+	PeerParams int64
+	OwnModel   uint32
+	OwnParams  int64
+}
+
+func (e *ModelMismatchError) Error() string {
+	who := "the peer"
+	if e.Peer != "" {
+		who = "peer " + e.Peer
+	}
+	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
+		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
+}
+
 // MaxModelFrame is the largest model reply accepted for n parameters.
 func MaxModelFrame(n int) int { return modelHeaderLen + 8*n }
 
@@ -254,10 +290,8 @@ func UnmarshalModel(b []byte, modelID uint32, n int) (ModelSnapshot, error) {
 	switch {
 	case m.Step < 0:
 		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, m.Step)
-	case m.ModelID != modelID:
-		return ModelSnapshot{}, fmt.Errorf("%w: model id %#x, this node runs %#x", ErrWire, m.ModelID, modelID)
-	case int64(count) != int64(n):
-		return ModelSnapshot{}, fmt.Errorf("%w: %d parameters, this node's model has %d", ErrWire, count, n)
+	case m.ModelID != modelID || int64(count) != int64(n):
+		return ModelSnapshot{}, &ModelMismatchError{PeerModel: m.ModelID, PeerParams: int64(count), OwnModel: modelID, OwnParams: int64(n)}
 	case len(b) != modelHeaderLen+8*n:
 		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes, want %d", ErrWire, len(b), modelHeaderLen+8*n)
 	}

@@ -68,14 +68,26 @@ func TestModelCodec(t *testing.T) {
 		id uint32
 		n  int
 	}{
-		"model id":  {b, 0xdef, 4},
-		"count":     {b, 0xabc, 5},
 		"truncated": {b[:len(b)-3], 0xabc, 4},
 		"header":    {b[:5], 0xabc, 4},
 		"nan":       {bad, 0xabc, 4},
 	} {
 		if _, err := UnmarshalModel(tc.b, tc.id, tc.n); !errors.Is(err, ErrWire) {
 			t.Errorf("%s: want ErrWire, got %v", name, err)
+		}
+	}
+	// Another model is not a malformed message: the error names both sides.
+	for name, tc := range map[string]struct {
+		id uint32
+		n  int
+	}{"model id": {0xdef, 4}, "count": {0xabc, 5}} {
+		_, err := UnmarshalModel(b, tc.id, tc.n)
+		var mm *ModelMismatchError
+		if !errors.As(err, &mm) || errors.Is(err, ErrWire) {
+			t.Fatalf("%s: want a ModelMismatchError, got %v", name, err)
+		}
+		if mm.PeerModel != 0xabc || mm.PeerParams != 4 || mm.OwnModel != tc.id || mm.OwnParams != int64(tc.n) {
+			t.Errorf("%s: %+v", name, mm)
 		}
 	}
 }

@@ -54,7 +54,7 @@ type member struct {
 // (drawableLocked), do not count for the zone estimator or the address
 // limits, and become ordinary members on first-hand evidence.
 func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member {
-	if p == o.h.ID() || p == "" || o.closed {
+	if p == o.h.ID() || p == "" || o.closed || o.held.has(p) {
 		return nil
 	}
 	m, ok := o.members[p]

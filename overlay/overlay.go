@@ -79,6 +79,7 @@ type Overlay struct {
 	lookups     []lookupSample
 	reports     map[peer.ID]report
 	inPool      map[peer.ID]inPoolEntry // last pool request applied per peer (pool.go)
+	held        *heldOut                // peers held out (holdout.go); its own lock
 	inDegree    int                     // entries of inPool whose pool holds us
 	poolSeq     uint64                  // sequence number of our last pool request
 	malformed   int                     // malformed pool requests refused
@@ -113,6 +114,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	boot = slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == h.ID() })
 
 	prefix := protocol.ID("/psp/" + cfg.Job)
+	held := newHeldOut()
 	var sender *rpcSender
 	opts := []dht.Option{
 		dht.Mode(dht.ModeServer),
@@ -130,6 +132,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 		// stores, GC goroutines or datastores per node.
 		dht.DisableProviders(),
 		dht.DisableValues(),
+		dht.RoutingTableFilter(held.routingFilter),
 		// One stream per request instead of one kept open per peer
 		// (rpc.go says why); our own walks use the same sender.
 		dht.WithCustomMessageSender(func(h host.Host, protos []protocol.ID) pb.MessageSenderWithDisconnect {
@@ -149,6 +152,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	}
 
 	o := newOverlay(h, d, cfg, boot)
+	o.held = held
 	cancel := o.cancel
 	if o.pm, err = pb.NewProtocolMessenger(sender); err != nil {
 		cancel()
@@ -210,6 +214,7 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 		protected:   make(map[peer.ID]bool),
 		reports:     make(map[peer.ID]report),
 		inPool:      make(map[peer.ID]inPoolEntry),
+		held:        newHeldOut(),
 		startedAt:   time.Now(),
 	}
 }

@@ -228,7 +228,11 @@ func (o *Overlay) leave(p peer.ID, seq uint64) {
 func (o *Overlay) poolRequest(p peer.ID, op byte, seq uint64) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(o.ctx, o.cfg.ProbeTimeout)
 	defer cancel()
-	s, err := o.h.NewStream(ctx, p, o.poolProto)
+	// A pool request is a few bytes each way: it runs over a relayed
+	// (limited) connection, rather than wait for a direct one that may
+	// never come (two peers behind NATs whose hole punch failed) and then
+	// mark a live peer dead.
+	s, err := o.h.NewStream(network.WithAllowLimitedConn(ctx, "pool"), p, o.poolProto)
 	if err != nil {
 		return nil, err
 	}

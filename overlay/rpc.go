@@ -97,7 +97,10 @@ func (s *rpcSender) open(ctx context.Context, p peer.ID, m *pb.Message) (network
 	frame = append(frame, body...)
 
 	ctx, cancel := context.WithTimeout(ctx, s.timeout)
-	st, err := s.h.NewStream(ctx, p, s.protos...)
+	// A request and its reply are a few kilobytes: they run over a relayed
+	// (limited) connection rather than wait, up to the timeout, for a
+	// direct one that may never come.
+	st, err := s.h.NewStream(network.WithAllowLimitedConn(ctx, "dht"), p, s.protos...)
 	if err != nil {
 		cancel()
 		return nil, nil, fmt.Errorf("dht stream to %s: %w", p.ShortString(), err)

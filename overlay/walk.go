@@ -323,6 +323,9 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	now := time.Now()
 	rt := o.dht.RoutingTable()
 	for _, p := range responders {
+		if o.held.has(p) {
+			continue
+		}
 		_, _ = rt.TryAddPeer(p, true, true)
 		rt.UpdateLastSuccessfulOutboundQueryAt(p, now)
 	}
@@ -373,7 +376,7 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 			break
 		}
 		m, ok := o.members[p]
-		if ok && m.dead {
+		if ok && m.dead || o.held.has(p) {
 			continue
 		}
 		if !st.responders[p] && st.namedBy[p] < 2 && (!ok || m.confirmed.IsZero()) {

@@ -340,11 +340,11 @@ func TestParseBandwidth(t *testing.T) {
 func TestHostileRoles(t *testing.T) {
 	cfg := tinyConfig(12, 4*time.Second)
 	cfg.Model = "linreg"
-	cfg.Roles = []RoleShare{{LiarRandom, 0.1}, {PoisonNaN, 0.1}, {PoisonNorm, 0.1}, {Flooder, 0.1}, {Slow, 0.1}}
+	cfg.Roles = []RoleShare{{LiarRandom, 0.1}, {PoisonNaN, 0.1}, {PoisonNorm, 0.1}, {Flooder, 0.1}, {Slow, 0.1}, {SlowModel, 0.1}}
 	cfg.Churn = 1
 	res := runLogged(t, cfg)
 	h := res.Hostile
-	if h == nil || h.PoisonApplied != 0 || h.Target == nil || h.Target.StreamsRefused == 0 {
+	if h == nil || h.PoisonApplied != 0 || h.Target == nil || h.Target.StreamsRefused == 0 || h.Target.ModelStreamsRefused == 0 {
 		t.Errorf("hostile report %+v", h)
 	}
 	if res.StalledNodes != 0 || res.Steps.Min < 3 {

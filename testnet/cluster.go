@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"context"
+	"encoding/binary"
 	"slices"
 	"sync"
 	"time"
@@ -111,6 +112,16 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 	return now-m.freeSince >= window
 }
 
+// testnetGenesis is the lineage of every node of a testnet, whose nodes
+// start the job together (without it each would start its own, and the
+// joiners would converge on the oldest): a genesis of the Unix epoch and
+// the seed, older than any a real node makes.
+func testnetGenesis(seed uint64) node.Genesis {
+	var g node.Genesis
+	binary.BigEndian.PutUint64(g[8:], seed|1<<63)
+	return g
+}
+
 // addNode creates a node (not yet training) bootstrapped from up to three
 // random live members, with identity id on the mem transport.
 func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
@@ -120,6 +131,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.Logger = t.log
 	cfg.EvalEvery = 0
 	cfg.JoinFetch = joining
+	cfg.Genesis = testnetGenesis(t.cfg.Seed) // one lineage: the nodes start the job together
 	cfg.QueryTimeout = 2 * time.Second
 	// Every node is reachable on loopback or the in-memory network: no
 	// AutoNAT, relays or hole punching (and their extra dialer hosts).
@@ -306,6 +318,10 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 	if m.role == Flooder && t.target != nil {
 		target := t.target.nd.ID()
 		t.wg.Go(func() { asNode(m.idx, func() { t.flood(c, m, target) }) })
+	}
+	if m.role == SlowModel && t.target != nil {
+		target := t.target.nd.ID()
+		t.wg.Go(func() { asNode(m.idx, func() { t.slowModel(c, m, target) }) })
 	}
 }
 

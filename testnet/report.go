@@ -134,7 +134,8 @@ type Hostility struct {
 	// are delivered and then refused by the norm bound.
 	PoisonApplied       uint64 `json:"poison_applied"`
 	NormPoisonDelivered uint64 `json:"norm_poison_delivered"`
-	// Target is the node the flooders attacked, when there are flooders.
+	// Target is the node the flooders and slow-model nodes attacked,
+	// when there are any.
 	Target *FloodTarget `json:"flood_target,omitempty"`
 	// FakePeersNamed counts the made-up peers fake-peers nodes named in
 	// their DHT replies (see Result.Membership for what honest nodes kept).
@@ -143,12 +144,23 @@ type Hostility struct {
 	*SybilFigures
 }
 
-// FloodTarget compares the flooders' target with the other honest nodes.
+// FloodTarget compares the flooders' (and slow-model nodes') target with
+// the other honest nodes.
 type FloodTarget struct {
 	Steps           int64   `json:"steps"`
 	HonestMeanSteps float64 `json:"honest_mean_steps"`
 	StreamsRefused  uint64  `json:"streams_refused"`
-	Live            bool    `json:"live"`
+	// StepStreamsRefused and ModelStreamsRefused split StreamsRefused:
+	// a refused step stream is a peer's step query the target did not
+	// answer.
+	StepStreamsRefused  uint64 `json:"step_streams_refused"`
+	ModelStreamsRefused uint64 `json:"model_streams_refused"`
+	// HeldLiveBy counts the other honest live nodes that hold the target
+	// as a live member at the end (out of HonestPeers): peers whose
+	// queries it refused take it for dead.
+	HeldLiveBy  int  `json:"held_live_by"`
+	HonestPeers int  `json:"honest_peers"`
+	Live        bool `json:"live"`
 }
 
 // Accuracy is how well the trained models do on held-out data: accuracy
@@ -263,9 +275,21 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
-		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder }) {
-			r.Hostile.Target = &FloodTarget{Steps: t.target.nd.Step(), HonestMeanSteps: r.Steps.Mean,
-				StreamsRefused: t.target.nd.Status().StreamsRefused, Live: t.target.leftAt < 0}
+		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder || s.Role == SlowModel }) {
+			st := t.target.nd.Status()
+			tg := &FloodTarget{Steps: t.target.nd.Step(), HonestMeanSteps: r.Steps.Mean,
+				StreamsRefused: st.StreamsRefused, StepStreamsRefused: st.StreamsRefusedBy["step"],
+				ModelStreamsRefused: st.StreamsRefusedBy["model"], Live: t.target.leftAt < 0}
+			for _, m := range t.liveLocked() {
+				if m == t.target || m.role != Honest {
+					continue
+				}
+				tg.HonestPeers++
+				if slices.Contains(m.nd.Overlay().Peers(), t.target.nd.ID()) {
+					tg.HeldLiveBy++
+				}
+			}
+			r.Hostile.Target = tg
 		}
 	}
 	if len(slow) > 0 && len(fast) > 0 {
@@ -381,7 +405,8 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)
 		row("  poison", "%d invalid updates applied, %d large-norm updates delivered (then refused by norm)", h.PoisonApplied, h.NormPoisonDelivered)
 		if tg := h.Target; tg != nil {
-			row("  flood target", "%d steps against an honest mean of %.1f; %d streams refused", tg.Steps, tg.HonestMeanSteps, tg.StreamsRefused)
+			row("  flood target", "%d steps against an honest mean of %.1f; %d streams refused (%d step, %d model); held live by %d of %d honest peers",
+				tg.Steps, tg.HonestMeanSteps, tg.StreamsRefused, tg.StepStreamsRefused, tg.ModelStreamsRefused, tg.HeldLiveBy, tg.HonestPeers)
 		}
 		if h.SybilFigures != nil {
 			h.SybilFigures.print(row)

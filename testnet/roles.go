@@ -42,10 +42,18 @@ const (
 	Flooder Role = "flooder"
 	// Slow peers answer step queries after Config.SlowDelay.
 	Slow Role = "slow"
+	// A slow-model node holds model streams open on the same target as
+	// the flooders: 8 workers (the per-peer cap of step streams) that each
+	// open a model stream, announce a one-byte request and never send it,
+	// so that the stream lasts until the target's deadline (10 ×
+	// QueryTimeout) resets it, and then open another (after a second if
+	// the target refused it at once). 64 of them held all 512 inbound
+	// slots the model protocol shared with step queries.
+	SlowModel Role = "slow-model"
 )
 
 // Roles lists every hostile or faulty role.
-var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SybilZone, SybilHost, FakePeers}
+var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost, FakePeers}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).
@@ -240,6 +248,42 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 				_ = faults.PublishRaw(g, ctx, junk)
 			}
 		}
+	}
+	wg.Wait()
+}
+
+// slowModelStreams is how many model streams a slow-model node holds on
+// its target at once.
+const slowModelStreams = 8
+
+// slowModel is a slow-model node's attack on the target, until ctx ends
+// (see SlowModel).
+func (t *testnet) slowModel(ctx context.Context, m *member, target peer.ID) {
+	h := m.nd.Host()
+	proto := node.ModelProtocol("testnet")
+	var wg sync.WaitGroup
+	for range slowModelStreams {
+		wg.Go(func() {
+			buf := make([]byte, 1)
+			for ctx.Err() == nil {
+				s, err := h.NewStream(ctx, target, proto)
+				if err != nil {
+					sleepCtx(ctx, time.Second)
+					continue
+				}
+				stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+				start := time.Now()
+				_, _ = s.Write([]byte{1}) // a frame of one byte follows; it never does
+				_, _ = s.Read(buf)        // until the target resets the stream
+				_ = s.Reset()
+				stop()
+				if time.Since(start) < time.Second {
+					sleepCtx(ctx, time.Second) // refused at once: try again later
+				} else {
+					sleepCtx(ctx, floodPause)
+				}
+			}
+		})
 	}
 	wg.Wait()
 }

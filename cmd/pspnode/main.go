@@ -43,14 +43,44 @@ func main() {
 // job failed, 2 bad usage).
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	root := rootCommand(stdout, stderr)
+	asked := quietUsage(root)
 	if err := root.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			if *asked != nil {
+				fmt.Fprintln(stderr, ffcli.DefaultUsageFunc(*asked))
+			}
 			return 0
 		}
 		fmt.Fprintf(stderr, "pspnode: %v\n", err)
+		if *asked != nil {
+			fmt.Fprintf(stderr, "run '%s --help' for every flag\n", (*asked).FlagSet.Name())
+		}
 		return 2
 	}
 	return exitCode(root.Run(ctx), stderr)
+}
+
+// quietUsage stops the flag package from printing anything while it
+// parses: on a bad flag it prints the error and then the whole help page,
+// which buries the one line that matters. run prints the error (once) with
+// a pointer to --help instead, and the help page only when it was asked
+// for. The returned pointer is set to the command whose flags were parsed
+// last when the flag package asked for its usage.
+func quietUsage(root *ffcli.Command) **ffcli.Command {
+	var asked *ffcli.Command
+	var walk func(c *ffcli.Command)
+	walk = func(c *ffcli.Command) {
+		c.FlagSet.SetOutput(io.Discard)
+		c.UsageFunc = func(c *ffcli.Command) string {
+			asked = c
+			return ""
+		}
+		for _, sub := range c.Subcommands {
+			walk(sub)
+		}
+	}
+	walk(root)
+	return &asked
 }
 
 // exitCode prints err, if any, and returns the exit code for it: 0 for

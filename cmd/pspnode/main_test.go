@@ -75,6 +75,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"testnet", "--transport", "netns", "--cpu-quota", "2:1"}, 2, "FRACTION:CORES"},
 		{[]string{"testnet", "--clock", "real", "--nat", "2"}, 2, "need --transport netns"},
 		{[]string{"testnet", "--transport", "netns", "--churn", "0.2"}, 2, "churn"},
+		{[]string{"testnet", "--data", "/does/not/exist"}, 2, `--data "/does/not/exist": want synthetic, mnist`},
 		{[]string{"nosuch"}, 2, ""},
 	} {
 		code, _, stderr := runCLI(t, tc.args...)

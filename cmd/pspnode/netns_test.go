@@ -19,7 +19,7 @@ import (
 func needNetns(t *testing.T) {
 	t.Helper()
 	if err := netns.Check(true); err != nil {
-		t.Fatalf("%v: run the tests as root after .ci/run has installed iproute2 and nftables", err)
+		t.Fatalf("%v: run the tests as root after `make test-deps` has installed iproute2 and nftables", err)
 	}
 }
 

@@ -17,18 +17,22 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
 )
 
-// stringList is a repeatable, comma-separated string flag.
+// stringList is a repeatable, comma-separated string flag. An empty
+// value or element is an error: an empty --bootstrap (an unset shell
+// variable, say) must not quietly make a node the first of a new job.
 type stringList []string
 
 func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
 	for _, f := range strings.Split(v, ",") {
-		if f = strings.TrimSpace(f); f != "" {
-			*l = append(*l, f)
+		if f = strings.TrimSpace(f); f == "" {
+			return fmt.Errorf("empty address in %q (leave the flag out instead)", v)
 		}
+		*l = append(*l, f)
 	}
 	return nil
 }
@@ -67,7 +71,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		listen    stringList
 		bootstrap stringList
 		barrier   = specFlag{def.Barrier}
-		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run)")
+		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
 		data      = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
@@ -104,6 +108,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&pollShare, "poll-share", pollShareHelp)
 	exchange := def.Exchange
 	fs.Var(&exchange, "exchange", exchangeHelp)
+	tflags := addTrainerFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -125,6 +130,9 @@ Example, two nodes on one machine:
 		Exec: func(ctx context.Context, args []string) error {
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
+			}
+			if err := tflags.check(fs); err != nil {
+				return err
 			}
 			var waitStart func(context.Context) error
 			if *startSig {
@@ -173,17 +181,23 @@ Example, two nodes on one machine:
 				return usagef("--shard %d of --shards %d: need 0 <= shard < shards", *shard, *shards)
 			}
 			if *identity != "" {
-				key, err := node.LoadOrCreateIdentity(*identity)
+				key, err := loadIdentity(*identity)
 				if err != nil {
 					return err
 				}
 				cfg.Identity = key
+				cfg.PeersFile = *identity + ".peers"
 			} else {
 				log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
 			}
 			if err := cfg.Validate(); err != nil {
 				return usageError{err}
 			}
+			pre, err := runPreflight(*modelName, *data, *ckpt, cfg.Listen, len(listen) > 0, *httpAddr)
+			if err != nil {
+				return err
+			}
+			defer pre.Close()
 			reg := prometheus.NewRegistry()
 			cfg.Registry = reg
 			node.RegisterProcessMetrics(reg)
@@ -193,30 +207,45 @@ Example, two nodes on one machine:
 				Time: node.TimeModel{Scale: *scale, Factor: *factor},
 			}
 			var dataset model.Data
-			if spec.Model != "none" {
-				dataset, err = model.Open(node.DataFor(spec.Model, *data))
-				if err != nil {
+			if !tflags.enabled() {
+				if dataset, err = openData(spec.Model, *data); err != nil {
 					return err
 				}
 			}
-			nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			var nd *node.Node
+			var tsrv *trainer.Server
+			if tflags.enabled() {
+				nd, tsrv, err = newDrivenNode(ctx, cfg, tflags, log, reg)
+			} else {
+				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+			}
 			if err != nil {
 				return err
 			}
 			defer nd.Close()
+			if tsrv != nil {
+				defer tsrv.Close()
+			}
+			if err := checkListening(nd.Host(), pre.listen); err != nil {
+				return err
+			}
 			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
 			for _, a := range nd.Addrs() {
 				fmt.Fprintf(stdout, "listening: %s\n", a)
 			}
-			if *httpAddr != "" {
-				srv, err := nd.ServeHTTP(*httpAddr)
-				if err != nil {
-					return err
-				}
-				defer srv.Close()
-				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
+			if tsrv != nil {
+				fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
 			}
-			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", spec.Model, "bootstrap", len(bootstrap))
+			if pre.http != nil {
+				srv := pre.serve(nd)
+				defer srv.Close()
+				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
+			}
+			modelName := spec.Model
+			if tsrv != nil {
+				modelName = "the trainer's"
+			}
+			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", modelName, "bootstrap", len(bootstrap))
 			logNAT(log, cfg)
 			if waitStart != nil {
 				log.Info("waiting for SIGUSR1 to start training")
@@ -225,9 +254,26 @@ Example, two nodes on one machine:
 				}
 			}
 			start := time.Now()
+			if tsrv != nil {
+				if cfg.Duration > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+					defer cancel()
+				}
+				serveTrainer(ctx, tsrv, log)
+				_ = tsrv.Close()
+				log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
+				return nd.Close()
+			}
 			err = nd.Run(ctx)
 			st := nd.Status()
 			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
+			if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
+				// The job is not this node's to join with this model: a
+				// usage error, as a bad flag is.
+				return usagef("--model %s (--data %s): the job's peers run another model: %v; start every node of a job with the same --model and --data, or this one with another --job",
+					spec.Model, *data, mm)
+			}
 			if err != nil {
 				return err
 			}
@@ -319,7 +365,9 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 	spec.InitSeed = node.SeedOf(cfg.Job)
 	task, err := node.NewTask(spec, data)
 	if err != nil {
-		return nil, err
+		// The specs passed checkModel and checkData: what is left is
+		// their combination (linreg on MNIST) or a model too large.
+		return nil, usagef("--model %s does not fit --data: %v", spec.Model, err)
 	}
 	cfg.Task = task
 	return node.New(ctx, cfg)
@@ -338,7 +386,7 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			if *identity == "" {
 				return usagef("--identity FILE is required")
 			}
-			key, err := node.LoadOrCreateIdentity(*identity)
+			key, err := loadIdentity(*identity)
 			if err != nil {
 				return err
 			}

@@ -5,10 +5,13 @@
 // the npm registry at the versions pinned in package.json.
 //
 // Checks: the worked examples; identify (section 4); a FIND_NODE lookup
-// (9); two step queries on one stream (5, 6); a model fetch (7); a pool
+// (9); two step queries on one stream (5, 6), in both versions of the step
+// protocol (6.12: the lineage and model fields); a model fetch (7); a pool
 // join, leave and stale join (8); GossipSub updates from both nodes (10);
-// and the step queries pspnode sends the client, which it answers with the
-// leaving flag (6.3, 14).
+// one invalid update published by the client, which both nodes reject,
+// followed by valid ones they still take in (10.2, 10.5); and the step
+// queries pspnode sends the client, which it answers with the leaving flag
+// (6.3, 14).
 //
 // Configuration (environment):
 //   PSP_JOB         job name
@@ -61,6 +64,7 @@ const timeoutMs = Number(env.PSP_TIMEOUT_MS ?? 45000)
 // Section 3: protocol IDs and the topic.
 const proto = {
   step: `/psp/${job}/step/1.0.0`,
+  step11: `/psp/${job}/step/1.1.0`,
   model: `/psp/${job}/model/1.0.0`,
   pool: `/psp/${job}/pool/1.0.0`,
   kad: `/psp/${job}/kad/1.0.0`
@@ -212,6 +216,57 @@ function parseStepRequest (body) {
   return r
 }
 
+// Section 6.12: the fields of step protocol 1.1.0 that follow the 1.0.0
+// body: tag u8, length u8, value; tags increasing, each once; unknown tags
+// skipped. fields is a list of [tag, bytes].
+function stepFields (fields) {
+  const parts = []
+  for (const [tag, v] of fields) parts.push(Uint8Array.of(tag, v.length), v)
+  return Buffer.concat(parts)
+}
+function genesisField (hexString) { return [1, hex(hexString)] }
+function modelField (id, n) {
+  const v = new Uint8Array(8)
+  const dv = new DataView(v.buffer)
+  dv.setUint32(0, id)
+  dv.setUint32(4, n)
+  return [2, v]
+}
+function parseStepFields (b) {
+  const out = { genesis: null, model: null, unknown: 0 }
+  let last = -1
+  let i = 0
+  while (i < b.length) {
+    check(i + 2 <= b.length, 'field cut short')
+    const tag = b[i]
+    const len = b[i + 1]
+    check(i + 2 + len <= b.length, `field ${tag} of ${len} bytes cut short`)
+    check(tag > last, `field ${tag} after field ${last}`)
+    last = tag
+    const v = b.subarray(i + 2, i + 2 + len)
+    if (tag === 1) {
+      check(len === 16, `genesis field of ${len} bytes`)
+      check(v.some(x => x !== 0), 'zero genesis field')
+      out.genesis = Buffer.from(v).toString('hex')
+    } else if (tag === 2) {
+      check(len === 8, `model field of ${len} bytes`)
+      const dv = new DataView(v.buffer, v.byteOffset, v.byteLength)
+      out.model = { id: dv.getUint32(0), n: dv.getUint32(4) }
+    } else {
+      out.unknown++
+    }
+    i += 2 + len
+  }
+  return out
+}
+function stepRequest11 (kind, step, estimate, fields) {
+  return Buffer.concat([stepRequest(kind, step, estimate), stepFields(fields)])
+}
+function parseStepReply11 (body) {
+  check(body.length >= 26, `step reply body is ${body.length} bytes, want at least 26`)
+  return { ...parseStepReply(body.subarray(0, 26)), ...parseStepFields(body.subarray(26)) }
+}
+
 // Section 7.3: model reply, 17 + 8·n bytes, big-endian.
 function parseModelReply (body, wantId = modelId, wantN = nParams) {
   check(body.length === 17 + 8 * wantN, `model reply body is ${body.length} bytes, want ${17 + 8 * wantN}`)
@@ -310,6 +365,35 @@ function parseUpdate (data, sender, wantId = modelId, wantN = nParams) {
   return { enc, step, N, indices, values }
 }
 
+// Section 10.3: a dense32 update (little-endian), as the client publishes.
+function encodeDense32 (sender, step, id, values) {
+  const L = sender.length
+  const b = new Uint8Array(19 + L + 4 * values.length)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 1)
+  dv.setUint8(1, 1)
+  dv.setUint8(2, L)
+  b.set(sender, 3)
+  dv.setBigInt64(3 + L, BigInt(step), true)
+  dv.setUint32(11 + L, id, true)
+  dv.setUint32(15 + L, values.length, true)
+  values.forEach((v, i) => dv.setFloat32(19 + L + 4 * i, v, true))
+  return b
+}
+
+// Section 10.2: the message ID is the origin's binary peer ID (the signed
+// from) followed by the 8-byte big-endian seqno. js-libp2p-gossipsub's
+// default under StrictSign (msgIdFnStrictSign) puts the protobuf public key
+// where the peer ID belongs, so the client sets the ID function itself.
+function msgIdFromSeqno (msg) {
+  check(msg.type === 'signed', `unsigned message (type ${msg.type}) under StrictSign`)
+  const from = msg.from.toMultihash().bytes
+  const id = new Uint8Array(from.length + 8)
+  id.set(from)
+  new DataView(id.buffer).setBigUint64(from.length, msg.sequenceNumber)
+  return id
+}
+
 function f16 (h) {
   const s = h & 0x8000 ? -1 : 1
   const e = (h >> 10) & 0x1f
@@ -364,7 +448,7 @@ const node = await createLibp2p({
       initialQuerySelfInterval: 3600_000,
       querySelfInterval: 3600_000
     }),
-    pubsub: gossipsub({ globalSignaturePolicy: 'StrictSign', allowPublishToZeroTopicPeers: true })
+    pubsub: gossipsub({ globalSignaturePolicy: 'StrictSign', allowPublishToZeroTopicPeers: true, msgIdFn: msgIdFromSeqno })
   }
 })
 await node.handle(proto.step, serveStep)
@@ -388,6 +472,8 @@ node.services.pubsub.addEventListener('message', (evt) => {
   }
 })
 node.services.pubsub.subscribe(topic)
+let heartbeats = 0
+node.services.pubsub.addEventListener('gossipsub:heartbeat', () => { heartbeats++ })
 
 const t0 = Date.now()
 async function run (name, fn) {
@@ -399,10 +485,10 @@ async function run (name, fn) {
   console.log(`     (${Date.now() - t0} ms)`)
 }
 
-// The worked examples of sections 6.5, 7.4, 7.5 and 10.6 (8.6's are in the
-// pool check), through the same encoders and decoders as the checks against
-// the live nodes below: if an example disagrees with this client, either
-// the example or the client is wrong, and the live checks say which.
+// The worked examples of sections 6.5, 6.12, 7.4, 7.5 and 10.6 (8.6's are in
+// the pool check), through the same encoders and decoders as the checks
+// against the live nodes below: if an example disagrees with this client,
+// either the example or the client is wrong, and the live checks say which.
 await run('examples', async () => {
   const unframe = (f) => {
     check(f[0] < 0x80 && f[0] === f.length - 1, `frame prefix ${f[0]} for ${f.length} bytes`)
@@ -414,6 +500,23 @@ await run('examples', async () => {
   check(r.flags === 0 && r.step === 40n && r.estimate === 200 && r.interval === 1.25, '6.5 reply')
   r = parseStepReply(unframe(hex('1a0101000000000000002900000000000000000000000000000000')))
   check(r.flags === 1 && r.step === 41n && r.estimate === 0 && r.interval === 0, '6.5 leaving reply')
+  // 6.12: the same with the genesis and model fields.
+  const gen = '1816687ec05700000102030405060708'
+  const linreg20 = modelField(0x1f8601fc, 21)
+  check(same(frame(stepRequest11(1, 42, 199.5, [genesisField(gen), linreg20])),
+    hex('2e0101000000000000002a4068f0000000000001101816687ec0570000010203040506070802081f8601fc00000015')), '6.12 query')
+  r = parseStepReply11(unframe(hex('360100000000000000002840690000000000003ff400000000000001101816687ec0570000010203040506070802081f8601fc00000015')))
+  check(r.step === 40n && r.interval === 1.25 && r.genesis === gen && r.model.id === 0x1f8601fc && r.model.n === 21, '6.12 reply')
+  r = parseStepReply11(unframe(hex('2c0100000000000000002840690000000000003ff400000000000001101816687ec05700000102030405060708')))
+  check(r.genesis === gen && r.model === null, '6.12 reply without a model')
+  r = parseStepReply11(unframe(hex('24010000000000000000280000000000000000000000000000000002080000000000000000')))
+  check(r.step === 40n && r.genesis === null && r.model.id === 0 && r.model.n === 0, '6.12 reply of a node without a model')
+  r = parseStepReply11(unframe(hex('1a0100000000000000002840690000000000003ff4000000000000')))
+  check(r.genesis === null && r.model === null, '6.12 reply without fields')
+  const q = stepRequest11(1, 42, 199.5, [genesisField(gen), linreg20, [9, hex('aabbcc')]])
+  const qf = parseStepFields(q.subarray(18))
+  check(qf.genesis === gen && qf.model.n === 21 && qf.unknown === 1 &&
+    Buffer.from(q.subarray(q.length - 15)).toString('hex') === '02081f8601fc000000150903aabbcc', '6.12 unknown field')
   check(same(frame(Uint8Array.of(1)), hex('0101')), '7.2 request frame')
   const linreg2 = modelIdOf('linreg|w[1x2] b[1x1]')
   check(linreg2 === 0x44734f20, `7.5 model id 0x${linreg2.toString(16)}`)
@@ -438,7 +541,10 @@ await run('examples', async () => {
     check(u.step === 7n && String(u.indices ?? null) === String(idx) && u.values.join() === vals,
       `10.6 ${name}: step ${u.step}, indices ${u.indices}, values ${u.values}`)
   }
-  return 'the worked examples of 6.5, 7.4, 7.5 and 10.6 decode as the text says'
+  check(same(encodeDense32(sender, 7, linreg2, [0.5, -2.5, 1]), hex(examples[0][1])), '10.6 dense32 encoding')
+  const signed = { type: 'signed', from: peerIdFromString('12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB'), sequenceNumber: 0x0102030405060708n }
+  check(same(msgIdFromSeqno(signed), Buffer.concat([sender, hex('0102030405060708')])), '10.2 message ID')
+  return 'the worked examples of 6.5, 6.12, 7.4, 7.5 and 10.6 decode as the text says'
 })
 
 await run('connect', async () => {
@@ -535,6 +641,55 @@ await run('step', async () => {
     `estimate ${r2.estimate}, interval ${r2.interval.toFixed(4)} s`
 })
 
+// Check 4b (sections 6.11, 6.12): the same on step protocol 1.1.0, with
+// this client's model field and a field of a tag no version defines, which
+// the nodes must skip, sent in the first query on the stream and not in the
+// second. Both nodes say the job's model and one genesis, the one their
+// /status shows (node B took it from node A when it joined, or, if both
+// made one at once, converged on the older), in their first reply; a later
+// reply without fields says the same.
+await run('step11', async () => {
+  const lineages = []
+  for (const id of [bootId, targetId]) {
+    const signal = AbortSignal.timeout(5000)
+    const stream = await node.dialProtocol(id, proto.step11, { signal })
+    const bytes = byteStream(stream)
+    const replies = []
+    let heard = { genesis: null, model: null }
+    for (let i = 0; i < 2; i++) {
+      const fields = i === 0 ? [modelField(modelId, nParams), [200, hex('00ff')]] : []
+      await bytes.write(frame(stepRequest11(1, 0, 0, fields)), { signal })
+      const body = await readFrame(bytes, 255, signal)
+      check(body != null, 'end of stream before the reply')
+      const r = parseStepReply11(body)
+      if (r.genesis == null && r.model == null) {
+        check(i > 0, `node ${id} sent no fields in its first reply on the stream`)
+        Object.assign(r, heard) // "as before on this stream"
+      } else {
+        heard = { genesis: r.genesis, model: r.model }
+      }
+      replies.push(r)
+    }
+    await bytes.unwrap().close({ signal })
+    for (const r of replies) {
+      check(r.flags === 0, `node ${id} replied with the leaving flag`)
+      check(r.model != null && r.model.id === modelId && r.model.n === nParams,
+        `node ${id} says model ${JSON.stringify(r.model)}, want id 0x${modelId.toString(16)} with ${nParams} parameters`)
+      check(r.genesis != null, `node ${id} says no genesis`)
+      check(r.unknown === 0, `node ${id} sent fields 6.12 does not define`)
+    }
+    check(replies[0].genesis === replies[1].genesis, `node ${id} changed its genesis between two replies`)
+    lineages.push(replies[1].genesis)
+  }
+  await waitFor('both nodes on one lineage (/status lineage)', 10000, async () => {
+    const [a, b] = [await nodeStatus(bootId), await nodeStatus(targetId)]
+    return a.lineage && a.lineage === b.lineage
+  })
+  const st = await nodeStatus(bootId)
+  check(lineages.includes(st.lineage), `the replies' geneses ${lineages.join(', ')} do not include /status's ${st.lineage}`)
+  return `model id 0x${modelId.toString(16)} with ${nParams} parameters; genesis ${lineages.join(' and ')}; /status lineage ${st.lineage}`
+})
+
 // Section 7: fetch the model.
 await run('model', async () => {
   const signal = AbortSignal.timeout(10000)
@@ -621,11 +776,74 @@ await run('gossip', async () => {
     `latest steps ${steps.join(' and ')} (/status)`
 })
 
+// Sections 10.2 and 10.5: one invalid update (another model id: rejected,
+// a penalty in the nodes' peer scores) must not make the nodes ignore the
+// client's later updates. After it, the client publishes three valid
+// updates, so large (1000 in every entry) that each node's norm bound
+// refuses them once GossipSub has accepted them (10.5): they change no
+// model. Then one update whose step is too far ahead, which the nodes
+// ignore without a penalty (10.5, check 9): a reason no node's own
+// updates produce, so its count says exactly that the client's updates
+// still reach the nodes' validation.
+async function metric (id, name) {
+  const url = statusURL[id.toString()].replace(/\/status$/, '/metrics')
+  const res = await fetch(url, { signal: AbortSignal.timeout(2000) })
+  check(res.ok, `GET ${url}: ${res.status}`)
+  const line = (await res.text()).split('\n').find(l => l.startsWith(name + ' '))
+  return line == null ? 0 : Number(line.slice(name.length + 1))
+}
+
+await run('invalid', async () => {
+  const origins = [bootId, targetId]
+  const pubsub = node.services.pubsub
+  const self = node.peerId.toMultihash().bytes
+  await waitFor('both nodes among the topic\'s subscribers', 10000, () =>
+    origins.every(id => pubsub.getSubscribers(topic).some(p => p.equals(id))))
+  const publish = async (what, data) => {
+    const { recipients } = await pubsub.publish(topic, data)
+    check(origins.every(id => recipients.some(p => p.equals(id))),
+      `the ${what} went to ${recipients.join(' ')}, not to both nodes`)
+  }
+  const ahead = 'psp_gossip_rejected_updates_total{reason="step_too_far_ahead"}'
+  const before = await Promise.all(origins.map(async id => ({ ...(await nodeStatus(id)), ahead: await metric(id, ahead) })))
+  const published = heartbeats
+  await publish('invalid update', encodeDense32(self, 1, (modelId ^ 1) >>> 0, new Array(nParams).fill(0)))
+  for (const [i, id] of origins.entries()) {
+    await waitFor(`node ${id} to reject the invalid update`, 10000,
+      async () => (await nodeStatus(id)).updates_rejected > before[i].updates_rejected)
+  }
+  // Wait until the invalid update has left the client's message cache (5
+  // heartbeats): every IHAVE the client gossips for it has been sent and
+  // answered by then. Under a message-ID function other than 10.2's, the
+  // nodes do not recognise those IHAVEs, ask for the message again (IWANT),
+  // and count every copy as one more invalid delivery: a few, and the
+  // client is below their graylist threshold, its updates ignored.
+  await waitFor('5 GossipSub heartbeats of the client', 15000, () => heartbeats >= published + 5)
+  const valid = 3
+  for (let i = 0; i < valid; i++) {
+    await publish('valid update', encodeDense32(self, 2 + i, modelId, new Array(nParams).fill(1000)))
+  }
+  await publish('update from far ahead', encodeDense32(self, 2 ** 40, modelId, new Array(nParams).fill(0)))
+  const counts = []
+  for (const [i, id] of origins.entries()) {
+    await waitFor(`node ${id} to take in the client's updates after the invalid one`, 10000, async () =>
+      await metric(id, ahead) > before[i].ahead)
+    const st = await nodeStatus(id)
+    check(st.updates_norm_refused - before[i].updates_norm_refused >= valid,
+      `node ${id} refused ${st.updates_norm_refused - before[i].updates_norm_refused} updates by their norm, want the client's ${valid} at least`)
+    check(await metric(id, ahead) === before[i].ahead + 1, `node ${id} ignored more than the client's update from far ahead`)
+    counts.push(st.updates_norm_refused - before[i].updates_norm_refused)
+  }
+  return 'each node rejected the invalid update, then took in the valid ones ' +
+    `(refused by the norm bound: ${counts.join(' and ')}) and ignored the one from far ahead`
+})
+
 // pspnode's own step requests to this client, if any arrived, had to match
-// section 6.2.
+// section 6.2. This client serves only step protocol 1.0.0, as a peer that
+// predates 1.1.0 does: pspnode must ask it in 1.0.0 (6.11).
 await run('served', async () => {
   check(served.bad.length === 0, `malformed step request from pspnode: ${served.bad[0]}`)
-  return `${served.queries} step requests from pspnode, all well-formed`
+  return `${served.queries} step requests from pspnode on 1.0.0 (this client serves no 1.1.0), all well-formed`
 })
 
 clearTimeout(overall)

@@ -1,0 +1,420 @@
+"""The low-level client of a pspnode daemon's trainer API.
+
+A daemon started with ``pspnode run --trainer unix:PATH`` keeps the job's
+membership, population estimate, barrier and exchange; this client drives
+it from a training loop. It needs numpy and grpcio only (Debian:
+python3-numpy, python3-grpcio, python3-protobuf).
+
+    c = Client("unix:/tmp/pspnode.sock", model_name="mlp", num_params=n,
+               model_id=model_id_of("mlp", shapes))
+    w = c.connect()                 # waits for the daemon and its job
+    if w.has_params: params[:] = c.welcome_params()
+    step = w.step
+    while training:
+        ...compute, then write the delta (or, under epidemic, the model):
+        c.update_buffer()[:] = delta  # shared memory when available
+        r = c.step(step + 1)          # publish, barrier for the next, pull
+        step += 1
+        if r.merged: params += r.update
+    c.close()
+
+Vectors are float32, in one fixed order of the parameters chosen by the
+trainer (the same on every worker of a job).
+"""
+
+import hashlib
+import logging
+import mmap
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional, Tuple
+
+import grpc
+import numpy as np
+
+from pspnode.trainer.v1 import trainer_pb2 as pb
+from pspnode.trainer.v1 import trainer_pb2_grpc as pb_grpc
+
+log = logging.getLogger("pspnode")
+
+API_VERSION = pb.API_VERSION_1
+CLIENT_NAME = "pspnode-python/1"
+
+
+class DaemonError(Exception):
+    """The daemon answered a call with an error. ``code`` is the gRPC
+    status code, ``details`` the daemon's message."""
+
+    def __init__(self, code, details, call=""):
+        self.code, self.details, self.call = code, details, call
+        what = f"{call}: " if call else ""
+        super().__init__(f"{what}{details} ({code.name if code else 'no code'})")
+
+
+class ModelMismatch(DaemonError):
+    """The daemon or its job runs another model than this trainer."""
+
+
+class TrainerRefused(DaemonError):
+    """The daemon refused this trainer: another trainer is connected, or
+    the Hello was wrong (API version, dtype, sizes)."""
+
+
+class SessionLost(DaemonError):
+    """The session ended: the daemon stopped or restarted. Connect again."""
+
+
+class StepOrderError(DaemonError):
+    """A barrier or a step out of order."""
+
+
+class BadUpdate(DaemonError):
+    """The daemon refused an update (a value not finite or beyond its
+    bound, or the wrong length); nothing of it reached a peer."""
+
+
+def _error(e: grpc.RpcError, call: str) -> DaemonError:
+    code, details = e.code(), e.details()
+    cls = {
+        grpc.StatusCode.OUT_OF_RANGE: StepOrderError,
+        grpc.StatusCode.INVALID_ARGUMENT: BadUpdate if call in ("publish", "step") else TrainerRefused,
+        grpc.StatusCode.ALREADY_EXISTS: TrainerRefused,
+    }.get(code, DaemonError)
+    if code == grpc.StatusCode.FAILED_PRECONDITION:
+        cls = ModelMismatch if "model mismatch" in (details or "") else SessionLost
+    if code == grpc.StatusCode.UNAVAILABLE:
+        cls = SessionLost
+    return cls(code, details, call)
+
+
+def model_id_of(name: str, shapes) -> int:
+    """The model ID every worker of a job derives alike: the first four
+    bytes (big-endian) of SHA-256 of "name|shape,shape,...", where each
+    shape is "pname:d0xd1x..." in parameter order. Never 0."""
+    text = name + "|" + ",".join(
+        f"{pname}:{'x'.join(str(d) for d in dims)}" for pname, dims in shapes)
+    v = int.from_bytes(hashlib.sha256(text.encode()).digest()[:4], "big")
+    return v or 1
+
+
+def grpc_target(address: str) -> str:
+    """The gRPC target of a daemon address: unix:PATH or tcp:HOST:PORT."""
+    if address.startswith("unix:"):
+        path = address[len("unix:"):]
+        if not path:
+            raise ValueError("unix: needs a path, e.g. unix:/tmp/pspnode.sock")
+        return "unix:" + os.path.abspath(path)
+    if address.startswith("tcp:"):
+        return address[len("tcp:"):]
+    raise ValueError(f"{address!r}: want unix:PATH or tcp:127.0.0.1:PORT")
+
+
+@dataclass
+class StepResult:
+    """What Client.step returns: the barrier for the next step, and what
+    to add to the parameters (``update`` is None when ``merged`` is 0).
+    ``update`` may be a view of shared memory valid until the next pull
+    or step: add it, do not keep it."""
+    barrier: "pb.BarrierReply"
+    merged: int
+    update: Optional[np.ndarray]
+
+
+class Client:
+    """One trainer's session with a pspnode daemon.
+
+    address: "unix:PATH" or "tcp:127.0.0.1:PORT" (pspnode run --trainer).
+    model_name, num_params, model_id: the model (model_id_of derives the
+    ID from the parameter shapes). step: the steps the trainer's
+    parameters have taken (0 for a fresh model). params_provider: called
+    from a background thread with no arguments when a peer fetches the
+    model; returns (steps taken, float32 vector). shared_memory: map the
+    daemon's shared file for tensors (same machine). connect_timeout:
+    seconds to keep trying to reach the daemon and its job (None: for
+    ever, logging why every few seconds).
+    """
+
+    def __init__(self, address: str, *, model_name: str, num_params: int, model_id: int,
+                 step: int = 0, params_provider: Optional[Callable[[], Tuple[int, np.ndarray]]] = None,
+                 shared_memory: bool = True, connect_timeout: Optional[float] = None,
+                 max_message_bytes: int = 1 << 30, client_name: Optional[str] = None):
+        self.address = address
+        self.model_name, self.num_params, self.model_id = model_name, int(num_params), int(model_id)
+        self.start_step = int(step)
+        self.params_provider = params_provider
+        self.shared_memory = shared_memory
+        self.connect_timeout = connect_timeout
+        self.client_name = client_name or f"{CLIENT_NAME} pid {os.getpid()}"
+        self._opts = [("grpc.max_send_message_length", max_message_bytes),
+                      ("grpc.max_receive_message_length", max_message_bytes)]
+        self._channel = None
+        self._stub = None
+        self._welcome = None
+        self._session = ""
+        self._out = None
+        self._reader = None
+        self._lost = threading.Event()
+        self._lost_why = ""
+        self._mm = None
+        self._up = None
+        self._params_region = None
+        self._own_buf = None
+        self._closed = False
+
+    # -- the session -------------------------------------------------------
+
+    def connect(self) -> "pb.Welcome":
+        """Opens the session: waits until the daemon is there and has
+        joined its job (logging the daemon's reason while it waits),
+        then returns its Welcome. Raises ModelMismatch or TrainerRefused
+        when the daemon refuses this trainer."""
+        deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
+        backoff, last_log = 0.2, 0.0
+        while True:
+            try:
+                return self._open(deadline)
+            except SessionLost as e:
+                why = e.details
+            except grpc.RpcError as e:
+                err = _error(e, "connect")
+                if not isinstance(err, SessionLost):
+                    raise err from None
+                why = err.details
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                raise SessionLost(grpc.StatusCode.UNAVAILABLE,
+                                  f"no pspnode daemon ready at {self.address} within {self.connect_timeout} s: {why}", "connect")
+            if now - last_log >= 5:
+                log.warning("pspnode daemon at %s not reachable (%s); retrying (start it with `pspnode run --trainer %s`)",
+                            self.address, why, self.address)
+                last_log = now
+            time.sleep(backoff)
+            backoff = min(backoff * 2, 2.0)
+
+    def _open(self, deadline) -> "pb.Welcome":
+        self._teardown()
+        self._channel = grpc.insecure_channel(grpc_target(self.address), options=self._opts)
+        self._stub = pb_grpc.TrainerStub(self._channel)
+        self._out = queue.Queue()
+        self._lost.clear()
+        hello = pb.Hello(api_version=API_VERSION, model_name=self.model_name, model_id=self.model_id,
+                         num_params=self.num_params, dtype=pb.DTYPE_FLOAT32, step=self.start_step,
+                         client=self.client_name, shared_memory=self.shared_memory)
+
+        def messages(out=self._out):
+            yield pb.TrainerMessage(hello=hello)
+            while True:
+                m = out.get()
+                if m is None:
+                    return
+                yield m
+
+        responses = self._stub.Session(messages())
+        last_log = 0.0
+        try:
+            for msg in responses:
+                kind = msg.WhichOneof("msg")
+                if kind == "waiting":
+                    now = time.monotonic()
+                    if now - last_log >= 5 or last_log == 0:
+                        log.warning("pspnode daemon at %s not ready: %s (waited %.0f s)",
+                                    self.address, msg.waiting.reason, msg.waiting.waited_s)
+                        last_log = now
+                    if deadline is not None and now >= deadline:
+                        responses.cancel()
+                        raise SessionLost(grpc.StatusCode.UNAVAILABLE, f"not ready: {msg.waiting.reason}", "connect")
+                elif kind == "welcome":
+                    self._start(msg.welcome, responses)
+                    return msg.welcome
+        except grpc.RpcError as e:
+            self._out.put(None)
+            raise _error(e, "connect") from None
+        raise SessionLost(grpc.StatusCode.UNAVAILABLE, "the daemon closed the session before its Welcome", "connect")
+
+    def _start(self, w, responses):
+        self._welcome, self._session = w, w.session
+        self._mm = self._up = self._params_region = None
+        if w.shm_path:
+            try:
+                with open(w.shm_path, "r+b") as f:
+                    self._mm = mmap.mmap(f.fileno(), w.shm_size)
+                n = self.num_params
+                self._up = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_up_offset)
+                self._params_region = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_params_offset)
+                self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=True)))
+            except OSError as e:
+                self._mm = self._up = self._params_region = None
+                self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=False, error=str(e))))
+        if self._up is None:
+            self._own_buf = np.zeros(self.num_params, dtype="<f4")
+        self._reader = threading.Thread(target=self._read, args=(responses,), daemon=True,
+                                        name="pspnode-session")
+        self._reader.start()
+
+    def _read(self, responses):
+        """Serves the daemon's requests on the session stream."""
+        try:
+            for msg in responses:
+                if msg.WhichOneof("msg") == "params_request":
+                    self._serve_params(msg.params_request.id)
+            self._lost_why = "the daemon closed the session"
+        except grpc.RpcError as e:
+            self._lost_why = f"{e.details()} ({e.code().name})"
+        finally:
+            self._lost.set()
+
+    def _serve_params(self, rid):
+        if self.params_provider is None:
+            return
+        try:
+            step, vec = self.params_provider()
+            vec = np.asarray(vec, dtype="<f4").reshape(-1)
+            if vec.size != self.num_params:
+                raise ValueError(f"params_provider gave {vec.size} values, the model has {self.num_params}")
+            if self._params_region is not None:
+                self._params_region[:] = vec
+                t = pb.Tensor(shared=True)
+            else:
+                t = pb.Tensor(data=vec.tobytes())
+            self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), params=t)))
+        except Exception:  # a failing provider must not kill the session
+            log.exception("pspnode: could not give the daemon this trainer's parameters")
+
+    @property
+    def welcome(self) -> "pb.Welcome":
+        return self._welcome
+
+    def welcome_params(self) -> Optional[np.ndarray]:
+        """The job's parameters to start from (None: keep your own)."""
+        w = self._welcome
+        if w is None or not w.has_params:
+            return None
+        return np.frombuffer(w.params.data, dtype="<f4", count=self.num_params)
+
+    @property
+    def shared(self) -> bool:
+        """Whether tensors go through shared memory."""
+        return self._up is not None
+
+    def update_buffer(self) -> np.ndarray:
+        """A float32 vector to write the next update into (a view of
+        shared memory when the session has it): publish and step send
+        it when called without a vector."""
+        return self._up if self._up is not None else self._own_buf
+
+    def _tensor(self, vec) -> "pb.Tensor":
+        if vec is None:
+            if self._up is not None:
+                return pb.Tensor(shared=True)
+            vec = self._own_buf
+        vec = np.asarray(vec)
+        if vec.dtype != np.float32:
+            raise TypeError(f"vectors are float32, got {vec.dtype}")
+        if vec.size != self.num_params:
+            raise ValueError(f"vector of {vec.size} values, the model has {self.num_params}")
+        if self._up is not None:
+            if not np.shares_memory(vec, self._up):
+                self._up[:] = vec.reshape(-1)
+            return pb.Tensor(shared=True)
+        return pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())
+
+    def _vector(self, t) -> Optional[np.ndarray]:
+        if t is None:
+            return None
+        if t.shared:
+            return np.frombuffer(self._mm, dtype="<f4", count=self.num_params, offset=t.offset)
+        return np.frombuffer(t.data, dtype="<f4", count=self.num_params)
+
+    def _call(self, name, fn, req):
+        if self._lost.is_set():
+            raise SessionLost(grpc.StatusCode.UNAVAILABLE, f"session lost: {self._lost_why}", name)
+        try:
+            return fn(req)
+        except grpc.RpcError as e:
+            raise _error(e, name) from None
+
+    # -- the calls ---------------------------------------------------------
+
+    def barrier(self, step: int) -> "pb.BarrierReply":
+        """Returns when the node may take ``step`` (completed steps + 1)."""
+        return self._call("barrier", self._stub.Barrier, pb.BarrierRequest(session=self._session, step=step))
+
+    def publish(self, step: int, update=None, loss=None, accuracy=None) -> None:
+        """Hands the update of the completed ``step`` (a delta, or under
+        epidemic the model) to the exchange; None sends update_buffer()."""
+        req = pb.PublishRequest(session=self._session, step=step, update=self._tensor(update))
+        self._eval(req, loss, accuracy)
+        self._call("publish", self._stub.Publish, req)
+
+    def pull(self) -> Tuple[int, Optional[np.ndarray]]:
+        """(merged, vector): what to add to the parameters, from the
+        peers' updates since the last pull (vector None when merged is 0)."""
+        r = self._call("pull", self._stub.Pull, pb.PullRequest(session=self._session))
+        return r.merged, (self._vector(r.update) if r.merged else None)
+
+    def step(self, step: int, update=None, loss=None, accuracy=None) -> StepResult:
+        """publish(step), barrier(step + 1) and pull, in one call."""
+        req = pb.StepRequest(session=self._session, step=step, update=self._tensor(update))
+        self._eval(req, loss, accuracy)
+        r = self._call("step", self._stub.Step, req)
+        merged = r.pull.merged
+        return StepResult(barrier=r.barrier, merged=merged, update=self._vector(r.pull.update) if merged else None)
+
+    @staticmethod
+    def _eval(req, loss, accuracy):
+        if loss is not None:
+            req.has_eval, req.loss = True, float(loss)
+            req.accuracy = float("nan") if accuracy is None else float(accuracy)
+
+    def checkpoint(self, step: int, params) -> str:
+        """Writes params to the daemon's checkpoint file; returns its path."""
+        r = self._call("checkpoint", self._stub.Checkpoint,
+                       pb.CheckpointRequest(session=self._session, step=step, params=self._tensor(params)))
+        return r.path
+
+    def status(self) -> "pb.StatusReply":
+        """The daemon's status (needs no session)."""
+        if self._stub is None:
+            self._channel = grpc.insecure_channel(grpc_target(self.address), options=self._opts)
+            self._stub = pb_grpc.TrainerStub(self._channel)
+        try:
+            return self._stub.Status(pb.StatusRequest(), timeout=10)
+        except grpc.RpcError as e:
+            raise _error(e, "status") from None
+
+    @property
+    def lost(self) -> bool:
+        """Whether the session has ended (the daemon went away)."""
+        return self._lost.is_set()
+
+    def _teardown(self):
+        if self._out is not None:
+            self._out.put(None)
+        if self._channel is not None:
+            self._channel.close()
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+        self._channel = self._stub = self._reader = self._out = None
+        self._up = self._params_region = None
+        if self._mm is not None:
+            try:
+                self._mm.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping goes with it
+            self._mm = None
+
+    def close(self):
+        """Ends the session: the daemon's node leaves its peers' barriers
+        until another trainer connects."""
+        if not self._closed:
+            self._closed = True
+            self._teardown()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

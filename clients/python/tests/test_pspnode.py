@@ -1,0 +1,274 @@
+"""Tests of the Python client against real pspnode daemons.
+
+PSPNODE_BIN names the pspnode binary (the Go test that runs these,
+TestPythonClient in cmd/pspnode, builds it and sets it).
+"""
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import pspnode  # noqa: E402
+from pspnode.client import grpc_target  # noqa: E402
+
+BIN = os.environ.get("PSPNODE_BIN", "")
+logging.basicConfig(level=logging.WARNING)
+
+
+class Daemon:
+    """A `pspnode run --trainer` process on loopback."""
+
+    def __init__(self, tmp, name, job, boot=None, barrier="asp", extra=()):
+        self.sock = os.path.join(tmp, name + ".sock")
+        args = [BIN, "run", "--job", job, "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + self.sock,
+                "--barrier", barrier, "--nat-traversal=false", "--log-level", "warn", *extra]
+        if boot:
+            args += ["--bootstrap", boot]
+        self.log = open(os.path.join(tmp, name + ".log"), "w+")
+        self.p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self.log, text=True)
+        self.addr = None
+        for line in self.p.stdout:
+            if line.startswith("listening: ") and self.addr is None:
+                self.addr = line.split(" ", 1)[1].strip()
+            if line.startswith("trainer: "):
+                break
+        if self.addr is None:
+            self.log.seek(0)
+            raise RuntimeError("pspnode did not start: " + self.log.read())
+        self.address = "unix:" + self.sock
+
+    def stop(self):
+        self.p.kill()
+        self.p.wait()
+        self.p.stdout.close()
+        self.log.close()
+
+
+def quadratic(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Linear(3, 1))
+
+
+@unittest.skipUnless(BIN, "PSPNODE_BIN not set: run through `go test ./cmd/pspnode -run TestPythonClient`")
+class WithDaemons(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        cls.tmp = tempfile.mkdtemp(prefix="pspnode-py-")
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+
+    def daemons(self, job, k, barrier="asp"):
+        ds = [Daemon(self.tmp, f"{job}0", job, barrier=barrier)]
+        for i in range(1, k):
+            ds.append(Daemon(self.tmp, f"{job}{i}", job, boot=ds[0].addr, barrier=barrier))
+        for d in ds:
+            self.addCleanup(d.stop)
+        return ds
+
+    def test_two_workers_end_with_the_same_model(self):
+        # Under gossip every worker adds every update: with the same start,
+        # once all updates are merged the models are equal.
+        a, b = self.daemons("same", 2)
+        models = [quadratic(), quadratic()]
+        opts = [pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.05), d.address, model=m, connect_timeout=30)
+                for m, d in zip(models, (a, b))]
+        x, y = torch.randn(64, 4), torch.randn(64, 1)
+        errors = []
+
+        def train(m, opt, seed):
+            # Each worker's half of the data: the steps differ between
+            # workers, but not so much that the receiver's norm bound (4 ×
+            # its own) refuses one, which would leave the models apart.
+            try:
+                half = slice(0, 32) if seed == 1 else slice(32, 64)
+                for _ in range(30):
+                    opt.zero_grad()
+                    torch.nn.functional.mse_loss(m(x[half]), y[half]).backward()
+                    opt.step()
+            except Exception as e:  # surfaced below
+                errors.append(e)
+
+        ts = [threading.Thread(target=train, args=(m, o, s)) for m, o, s in zip(models, opts, (1, 2))]
+        [t.start() for t in ts]
+        [t.join() for t in ts]
+        self.assertEqual(errors, [])
+        self.assertEqual([o.step_count for o in opts], [30, 30])
+        # Pull what is still on its way.
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            for o in opts:
+                merged, v = o.client.pull()
+                if merged:
+                    o._flat.add_(torch.from_numpy(v.copy()))
+            if torch.allclose(opts[0]._flat, opts[1]._flat, atol=1e-5):
+                break
+            time.sleep(0.05)
+        import json
+        sts = [json.loads(o.client.status().status_json) for o in opts]
+        self.assertTrue(torch.allclose(opts[0]._flat, opts[1]._flat, atol=1e-5),
+                        f"models differ by {float((opts[0]._flat - opts[1]._flat).abs().max())}; "
+                        f"received {[s['updates_received'] for s in sts]}, norm-refused {[s['updates_norm_refused'] for s in sts]}, "
+                        f"rejected {[s['updates_rejected'] for s in sts]}")
+        # The parameters are views of the flat vector: the model trained.
+        w = dict(models[0].named_parameters())["0.weight"]
+        self.assertEqual(w.data_ptr(), opts[0]._flat.data_ptr())
+        for o in opts:
+            o.close()
+
+    def test_refusals(self):
+        (a,) = self.daemons("refuse", 1)
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), a.address, model=m, connect_timeout=30)
+        # A second trainer on the same daemon.
+        m2 = quadratic()
+        with self.assertRaises(pspnode.TrainerRefused) as cm:
+            pspnode.Optimizer(torch.optim.SGD(m2.parameters(), lr=0.1), a.address, model=m2, connect_timeout=30)
+        self.assertIn("already has a trainer", str(cm.exception))
+        opt.close()
+        # Another model once the first is gone: both are named.
+        other = torch.nn.Linear(5, 2)
+        with self.assertRaises(pspnode.ModelMismatch) as cm:
+            deadline = time.time() + 10
+            while True:
+                try:
+                    pspnode.Optimizer(torch.optim.SGD(other.parameters(), lr=0.1), a.address, model=other,
+                                      model_name="other", connect_timeout=30)
+                except pspnode.TrainerRefused:
+                    if time.time() > deadline:
+                        raise
+                    time.sleep(0.05)  # the first session is still closing
+                    continue
+                break
+        msg = str(cm.exception)
+        self.assertIn('"other"', msg)
+        self.assertIn('"Sequential"', msg)
+        self.assertIn("12 float32 parameters", msg)
+        self.assertIn("19", msg)
+
+    def test_reconnects_when_the_daemon_restarts(self):
+        d = Daemon(self.tmp, "restart", "restart")
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.01), d.address, model=m, connect_timeout=30)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+
+        def step():
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        for _ in range(3):
+            step()
+        self.assertEqual(opt.step_count, 3)
+        d.stop()
+        d2 = Daemon(self.tmp, "restart", "restart")  # the same socket path
+        self.addCleanup(d2.stop)
+        before = opt._flat.clone()
+        step()  # the daemon is gone: this step reconnects and keeps its parameters
+        self.assertFalse(torch.equal(opt._flat, before), "the local step was lost")
+        self.assertEqual(opt.step_count, 4)
+        step()
+        self.assertEqual(opt.step_count, 5)
+        self.assertEqual(opt.client.status().step, 5)
+        opt.close()
+
+    def test_checkpoint_resumes(self):
+        ck = os.path.join(self.tmp, "job.ckpt")
+        d = Daemon(self.tmp, "ckpt", "ckpt", extra=("--checkpoint", ck))
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.05), d.address, model=m,
+                                checkpoint_every=4, connect_timeout=30)
+        x, y = torch.randn(8, 4), torch.randn(8, 1)
+        for _ in range(8):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            opt.step()
+        saved = opt._flat.clone()
+        opt.close()
+        d.stop()
+        # A restarted daemon and a fresh worker resume from step 8.
+        d2 = Daemon(self.tmp, "ckpt2", "ckpt", extra=("--checkpoint", ck))
+        self.addCleanup(d2.stop)
+        m2 = quadratic(seed=5)
+        opt2 = pspnode.Optimizer(torch.optim.SGD(m2.parameters(), lr=0.05), d2.address, model=m2, connect_timeout=30)
+        self.assertEqual(opt2.step_count, 8)
+        self.assertTrue(torch.allclose(opt2._flat, saved), "not the checkpointed parameters")
+        opt2.close()
+
+    def test_not_float32(self):
+        m = quadratic().double()
+        with self.assertRaises(TypeError) as cm:
+            pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), "unix:/nonexistent.sock", model=m)
+        self.assertIn("float32", str(cm.exception))
+
+    def test_non_finite_update_is_not_sent(self):
+        (a,) = self.daemons("nan", 1)
+        m = quadratic()
+        opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=1e30), a.address, model=m, connect_timeout=30)
+        before = opt._flat.clone()
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(m(torch.ones(2, 4) * 1e3), torch.zeros(2, 1)).backward()
+        with self.assertRaises(FloatingPointError):
+            opt.step()
+        self.assertTrue(torch.equal(opt._flat, before), "the parameters changed")
+        self.assertEqual(opt.step_count, 0)
+        st = opt.client.status()
+        self.assertEqual(st.step, 0)
+        opt.close()
+
+    def test_no_daemon(self):
+        c = pspnode.Client("unix:" + os.path.join(self.tmp, "nobody.sock"), model_name="m", num_params=3,
+                           model_id=5, connect_timeout=1)
+        with self.assertRaises(pspnode.SessionLost) as cm:
+            c.connect()
+        self.assertIn("no pspnode daemon ready", str(cm.exception))
+
+    def test_low_level_client_step_order(self):
+        (a,) = self.daemons("order", 1)
+        c = pspnode.Client(a.address, model_name="m", num_params=3, model_id=5, connect_timeout=30)
+        w = c.connect()
+        self.assertEqual(w.step, 0)
+        buf = c.update_buffer()
+        buf[:] = [0.1, 0.2, 0.3]
+        with self.assertRaises(pspnode.StepOrderError):
+            c.barrier(5)
+        r = c.step(1)
+        self.assertEqual(r.barrier.step, 2)
+        self.assertEqual(c.status().step, 1)
+        buf[:] = [np.nan, 0, 0]
+        with self.assertRaises(pspnode.BadUpdate) as cm:
+            c.step(2)
+        self.assertIn("NaN", str(cm.exception))
+        c.close()
+
+
+class Pure(unittest.TestCase):
+    def test_model_id_of(self):
+        a = pspnode.model_id_of("mlp", [("fc.weight", (3, 4)), ("fc.bias", (3,))])
+        self.assertEqual(a, pspnode.model_id_of("mlp", [("fc.weight", (3, 4)), ("fc.bias", (3,))]))
+        self.assertNotEqual(a, pspnode.model_id_of("mlp", [("fc.weight", (4, 3)), ("fc.bias", (3,))]))
+        self.assertNotEqual(a, pspnode.model_id_of("cnn", [("fc.weight", (3, 4)), ("fc.bias", (3,))]))
+        self.assertGreater(a, 0)
+        self.assertLess(a, 1 << 32)
+
+    def test_grpc_target(self):
+        self.assertEqual(grpc_target("tcp:127.0.0.1:7000"), "127.0.0.1:7000")
+        self.assertEqual(grpc_target("unix:/tmp/a.sock"), "unix:/tmp/a.sock")
+        with self.assertRaises(ValueError):
+            grpc_target("http://x")
+
+
+if __name__ == "__main__":
+    unittest.main()

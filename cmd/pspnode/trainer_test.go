@@ -1,0 +1,253 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/pspnode/pspnode/internal/daemontest"
+)
+
+// The trainer API's tests with real processes: `pspnode run --trainer`
+// daemons and Python trainers (clients/python, examples/torch). They need
+// Debian's python3-torch, python3-grpcio, python3-protobuf and
+// python3-numpy, which `make test` installs.
+
+const python = "/usr/bin/python3"
+
+// needPython fails the test when the Python packages are missing.
+func needPython(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("starts processes")
+	}
+	out, err := exec.Command(python, "-c", "import torch, grpc, google.protobuf, numpy").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s cannot import torch, grpc, protobuf and numpy (%v: %s): install Debian's python3-torch python3-grpcio python3-protobuf python3-numpy (make test-deps does)",
+			python, err, strings.TrimSpace(string(out)))
+	}
+}
+
+// repoRoot is the repository's top directory (tests run in cmd/pspnode).
+func repoRoot(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// TestPythonClient runs the Python client's own tests against the
+// binary.
+func TestPythonClient(t *testing.T) {
+	needPython(t)
+	bin := buildBinary(t)
+	root := repoRoot(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "clients", "python", "tests"))
+	cmd.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("python tests: %v\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "OK") || strings.Contains(string(out), "skipped") {
+		t.Fatalf("python tests did not all run:\n%s", out)
+	}
+}
+
+// trainerProc is a running examples/torch/mnist.py.
+type trainerProc struct {
+	cmd    *exec.Cmd
+	csv    string
+	stderr *strings.Builder
+	done   chan error
+}
+
+// startTrainer runs mnist.py as shard i of n against a daemon.
+func startTrainer(t *testing.T, root, daemon, dir string, i, n int, extra ...string) *trainerProc {
+	t.Helper()
+	p := &trainerProc{csv: filepath.Join(dir, fmt.Sprintf("trainer%d-%d.csv", i, time.Now().UnixNano())), stderr: &strings.Builder{}, done: make(chan error, 1)}
+	args := append([]string{filepath.Join(root, "examples", "torch", "mnist.py"), "--daemon", daemon,
+		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(n), "--eval-every", "0.5", "--duration", "240",
+		"--lr", "0.2", "--out", p.csv, "--log", "warning"}, extra...)
+	p.cmd = exec.Command(python, args...)
+	p.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		p.done <- nil
+	})
+	return p
+}
+
+// evals reads the trainer's evaluations so far: (time, step, accuracy).
+func (p *trainerProc) evals() [][3]float64 {
+	f, err := os.Open(p.csv)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var out [][3]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Split(sc.Text(), ",")
+		if len(fs) != 4 {
+			continue
+		}
+		ts, e1 := strconv.ParseFloat(fs[0], 64)
+		st, e2 := strconv.ParseFloat(fs[1], 64)
+		acc, e3 := strconv.ParseFloat(fs[3], 64)
+		if e1 == nil && e2 == nil && e3 == nil {
+			out = append(out, [3]float64{ts, st, acc})
+		}
+	}
+	return out
+}
+
+// last is the trainer's latest evaluation, and whether it has one.
+func (p *trainerProc) last() ([3]float64, bool) {
+	ev := p.evals()
+	if len(ev) == 0 {
+		return [3]float64{}, false
+	}
+	return ev[len(ev)-1], true
+}
+
+// waitUntil polls cond every 100 ms until it holds or timeout passes.
+func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v: %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// TestTorchTrainers: three daemons and three PyTorch trainers (MNIST,
+// pSSP) reach 90 % held-out accuracy; killing one trainer and its daemon
+// leaves the others stepping; a fourth worker joins and starts from the
+// job's parameters (its first evaluation within 2 points of the
+// others'); a trainer with another model is refused with a message naming
+// both.
+func TestTorchTrainers(t *testing.T) {
+	needPython(t)
+	bin := buildBinary(t)
+	root := repoRoot(t)
+	dir := t.TempDir()
+	daemon := func(name string, boot string) (*daemontest.Daemon, string) {
+		sock := "unix:" + filepath.Join(dir, name+".sock")
+		args := []string{"--job", "torch-e2e", "--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0",
+			"--trainer", sock, "--barrier", "pssp:2:2", "--nat-traversal=false", "--log-level", "warn"}
+		if boot != "" {
+			args = append(args, "--bootstrap", boot)
+		}
+		return daemontest.Start(t, bin, args...), sock
+	}
+	d0, s0 := daemon("d0", "")
+	d1, s1 := daemon("d1", d0.Addr)
+	d2, s2 := daemon("d2", d0.Addr)
+	trainers := []*trainerProc{
+		startTrainer(t, root, s0, dir, 0, 3),
+		startTrainer(t, root, s1, dir, 1, 3),
+		startTrainer(t, root, s2, dir, 2, 3),
+	}
+	exited := func(p *trainerProc) error {
+		select {
+		case err := <-p.done:
+			p.done <- err
+			return fmt.Errorf("trainer exited early (%v): %s", err, p.stderr)
+		default:
+			return nil
+		}
+	}
+	waitUntil(t, 3*time.Minute, "three trainers at 90 % held-out accuracy", func() bool {
+		for _, p := range trainers {
+			if err := exited(p); err != nil {
+				t.Fatal(err)
+			}
+			if e, ok := p.last(); !ok || e[2] < 0.90 {
+				return false
+			}
+		}
+		return true
+	})
+	for i, p := range trainers {
+		e, _ := p.last()
+		t.Logf("trainer %d: accuracy %.3f at step %.0f after %.1f s", i, e[2], e[1], e[0])
+	}
+
+	// Kill trainer 2 and its daemon: the others go on stepping.
+	_ = trainers[2].cmd.Process.Signal(syscall.SIGKILL)
+	_ = d2.Cmd.Process.Signal(syscall.SIGKILL)
+	stepOf := func(d *daemontest.Daemon) int64 {
+		var st struct {
+			Step int64 `json:"step"`
+		}
+		if err := d.GetJSON("/status", &st); err != nil {
+			return -1
+		}
+		return st.Step
+	}
+	base0, base1 := stepOf(d0), stepOf(d1)
+	waitUntil(t, time.Minute, "the other two to take 50 more steps each", func() bool {
+		return stepOf(d0) >= base0+50 && stepOf(d1) >= base1+50
+	})
+
+	// A fourth worker joins: its daemon fetches the job's model from a
+	// peer's trainer; its first evaluation, before its first step, is
+	// within 2 points of the others' latest.
+	d3, s3 := daemon("d3", d0.Addr)
+	joiner := startTrainer(t, root, s3, dir, 2, 3)
+	waitUntil(t, time.Minute, "the joiner's first evaluation", func() bool {
+		if err := exited(joiner); err != nil {
+			t.Fatal(err)
+		}
+		_, ok := joiner.last()
+		return ok
+	})
+	first := joiner.evals()[0]
+	e0, _ := trainers[0].last()
+	e1, _ := trainers[1].last()
+	others := (e0[2] + e1[2]) / 2
+	t.Logf("joiner's first evaluation: accuracy %.3f at step %.0f; the others' %.3f", first[2], first[1], others)
+	if first[1] < 50 || first[2] < others-0.02 || first[2] > others+0.02 {
+		t.Fatalf("the joiner started at step %.0f with accuracy %.3f; the others are at %.3f", first[1], first[2], others)
+	}
+	if stepOf(d3) < 1 {
+		t.Fatalf("the joiner's daemon is at step %d", stepOf(d3))
+	}
+
+	// A trainer of another model (another hidden width: other shapes,
+	// another parameter count and model ID) is refused, naming both.
+	_, s4 := daemon("d4", d0.Addr)
+	wrong := startTrainer(t, root, s4, dir, 0, 3, "--hidden", "64")
+	var werr error
+	select {
+	case werr = <-wrong.done:
+		wrong.done <- werr
+	case <-time.After(time.Minute):
+		t.Fatal("a trainer of another model was not refused within a minute")
+	}
+	msg := wrong.stderr.String()
+	if werr == nil || !strings.Contains(msg, "model mismatch") || !strings.Contains(msg, `"mnist-mlp-64"`) ||
+		!strings.Contains(msg, "101770 parameters") || !strings.Contains(msg, "50890 float32 parameters") {
+		t.Fatalf("another model: exit %v, stderr:\n%s", werr, msg)
+	}
+}

@@ -1,0 +1,153 @@
+#!/usr/bin/python3
+"""What a step costs a PyTorch trainer beyond its own compute, with pspnode.
+
+Two `pspnode run --trainer` daemons on this machine (pSSP(1, 4)), and two
+trainers of a model of --params float32 parameters (a Linear layer): the
+measured one and a peer, which step at the same pace, so that every step of
+the measured trainer publishes an update and merges one from the peer.
+Each step computes a small forward and backward pass and then sleeps
+--compute seconds (the rest of its compute: the daemon publishes the last
+update meanwhile, on the machine's other core).
+
+The figure is the time pspnode.Optimizer.step() takes beyond the wrapped
+optimizer's own step: the snapshot of the parameters, the delta written
+into shared memory, the daemon's Step call (publish, a barrier that does
+not wait, pull) and the merge of the peer's update. Also reported: the Step
+call alone, and how many steps merged an update or waited at the barrier.
+
+    make build && /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode
+    /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode --no-shm   # through the socket
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+
+
+def start_daemon(binary, tmp, name, boot=None):
+    sock = os.path.join(tmp, name + ".sock")
+    args = [binary, "run", "--job", "bench-bridge", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
+            "--barrier", "pssp:1:4", "--nat-traversal=false", "--log-level", "warn"]
+    if boot:
+        args += ["--bootstrap", boot]
+    log = open(os.path.join(tmp, name + ".log"), "w")
+    p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
+    addr = None
+    for line in p.stdout:
+        if line.startswith("listening: ") and addr is None:
+            addr = line.split(" ", 1)[1].strip()
+        if line.startswith("trainer: "):
+            break
+    return p, addr, "unix:" + sock
+
+
+def pct(v, q):
+    v = sorted(v)
+    return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
+
+
+def trainer(a):
+    import torch
+    import pspnode
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    n_in = 1000
+    n_out = max(1, a.params // (n_in + 1))
+    model = torch.nn.Linear(n_in, n_out)
+    inner = torch.optim.SGD(model.parameters(), lr=1e-3)
+    opt = pspnode.Optimizer(inner, a.daemon, model=model, model_name="bench-linear", shared_memory=not a.no_shm,
+                            connect_timeout=60)
+    inner_t, rpc_t = [], []
+    step0 = inner.step
+
+    def timed_inner(*args, **kw):
+        t = time.perf_counter()
+        r = step0(*args, **kw)
+        inner_t.append(time.perf_counter() - t)
+        return r
+    inner.step = timed_inner
+    rpc0 = opt.client.step
+    replies = []
+
+    def timed_rpc(*args, **kw):
+        t = time.perf_counter()
+        r = rpc0(*args, **kw)
+        rpc_t.append(time.perf_counter() - t)
+        replies.append(r)
+        return r
+    opt.client.step = timed_rpc
+    x, y = torch.randn(8, n_in), torch.randn(8, n_out)
+    over = []
+    for i in range(a.steps + a.warmup):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        time.sleep(a.compute)
+        t = time.perf_counter()
+        opt.step()
+        total = time.perf_counter() - t
+        if i >= a.warmup:
+            over.append(total - inner_t[-1])
+    res = {
+        "params": opt.num_params, "shared_memory": opt.client.shared, "steps": a.steps, "compute_s": a.compute,
+        "overhead_ms": {q: 1e3 * pct(over, p) for q, p in (("p50", .5), ("p90", .9), ("p99", .99))},
+        "step_call_ms": {q: 1e3 * pct(rpc_t[a.warmup:], p) for q, p in (("p50", .5), ("p90", .9), ("p99", .99))},
+        "inner_step_ms_p50": 1e3 * statistics.median(inner_t[a.warmup:]),
+        "merged_share": sum(1 for r in replies[a.warmup:] if r.merged) / max(1, len(replies) - a.warmup),
+        "barrier_waited_share": sum(1 for r in replies[a.warmup:] if r.barrier.checks > 1) / max(1, len(replies) - a.warmup),
+    }
+    opt.close()
+    return res
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--bin", default=os.path.join(REPO, "bin", "pspnode"), help="the pspnode binary")
+    ap.add_argument("--params", type=int, default=1_000_000, help="model size (a Linear layer of about this many)")
+    ap.add_argument("--steps", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--compute", type=float, default=0.03, help="seconds of compute per step besides the small pass")
+    ap.add_argument("--no-shm", action="store_true", help="tensors through the socket")
+    ap.add_argument("--json", action="store_true")
+    ap.add_argument("--daemon", help=argparse.SUPPRESS)  # the trainers' own
+    a = ap.parse_args()
+    if a.daemon:
+        print(json.dumps(trainer(a)))
+        return
+    tmp = tempfile.mkdtemp(prefix="pspnode-bench-")
+    pa, addr, sa = start_daemon(a.bin, tmp, "a")
+    pb, _, sb = start_daemon(a.bin, tmp, "b", boot=addr)
+    base = [sys.executable, os.path.abspath(__file__), "--params", str(a.params), "--steps", str(a.steps + 40),
+            "--warmup", str(a.warmup), "--compute", str(a.compute)] + (["--no-shm"] if a.no_shm else [])
+    try:
+        peer = subprocess.Popen(base + ["--daemon", sb], stdout=subprocess.DEVNULL)
+        t0 = time.process_time()
+        out = subprocess.run(base[:5] + [str(a.steps)] + base[6:] + ["--daemon", sa], capture_output=True, text=True, check=True)
+        res = json.loads(out.stdout.strip().splitlines()[-1])
+        peer.wait(timeout=120)
+    finally:
+        for p in (pa, pb):
+            p.kill()
+            p.wait()
+    if a.json:
+        print(json.dumps(res))
+        return
+    print(f"{res['params']} float32 parameters, shared memory {'on' if res['shared_memory'] else 'off'}, "
+          f"{res['steps']} steps, {1e3 * res['compute_s']:.0f} ms of compute each")
+    o, c = res["overhead_ms"], res["step_call_ms"]
+    print(f"  optimizer.step() beyond the wrapped step: p50 {o['p50']:.2f} ms, p90 {o['p90']:.2f}, p99 {o['p99']:.2f}")
+    print(f"  of which the daemon's Step call:           p50 {c['p50']:.2f} ms, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}")
+    print(f"  steps that merged a peer's update: {100 * res['merged_share']:.0f} %; "
+          f"that waited at the barrier: {100 * res['barrier_waited_share']:.0f} %")
+
+
+if __name__ == "__main__":
+    main()

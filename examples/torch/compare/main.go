@@ -1,0 +1,569 @@
+// Command compare runs one PyTorch model under torch DDP and under pspnode
+// trainers, side by side on this machine, and writes a table and figures.
+//
+// The same model (examples/torch/mnist.py: an MLP on the MNIST files the
+// repository ships), data split, batch size, learning rate and task time
+// (a sleep of (Exp(1)+1)·X s per step, a share of workers slowed by a
+// factor) run under
+//
+//   - ddp: torch.distributed DDP with the gloo backend on localhost, one
+//     process per rank (gradients averaged every step: every rank waits
+//     for the slowest);
+//   - a pspnode barrier, with an optional exchange (pssp:2:4,
+//     asp/epidemic:2, ...): pspnode trainers, one `pspnode run --trainer`
+//     daemon each.
+//
+// Workers start together (--start-at), evaluate on the 2 000 held-out
+// images every second, and run for a fixed time. Reported per run: the
+// time until half the workers have reached the target accuracy, steps per
+// second per worker, the workers' mean final accuracy, and bytes sent per
+// worker per step (what the worker's network process wrote to its
+// sockets: the DDP rank, or the pspnode daemon; /proc/PID/io).
+//
+//	make build && go run ./examples/torch/compare --out results/ddp
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pspnode/pspnode/internal/figure"
+)
+
+const python = "/usr/bin/python3"
+
+type config struct {
+	bin, out               string
+	workers                []int
+	slow                   []float64
+	systems                []string
+	factor, scale, target  float64
+	lr                     float64
+	batch                  int
+	fast, slowD, evalEvery time.Duration
+	seed                   int
+}
+
+// run is one system at one size and slow share.
+type run struct {
+	System   string  `json:"system"`
+	Workers  int     `json:"workers"`
+	Slow     float64 `json:"slow_share"`
+	Duration float64 `json:"duration_s"`
+	// TimeToTarget is when half the workers had reached the target
+	// (NaN, null in JSON: not within the run).
+	TimeToTarget  float64  `json:"-"`
+	TimeToTargetJ *float64 `json:"time_to_target_s"`
+	StepsPerS     float64  `json:"steps_per_s_per_worker"`
+	FinalAccuracy float64  `json:"final_accuracy"`
+	BytesPerStep  float64  `json:"bytes_per_worker_step"`
+	CPUSeconds    float64  `json:"cpu_s"`
+	// PeakRSS is the largest resident set of one worker: its trainer
+	// process plus, for pspnode, its daemon.
+	PeakRSS int64        `json:"peak_rss_bytes_per_worker"`
+	Curve   [][2]float64 `json:"-"` // (time, median accuracy)
+}
+
+func main() {
+	var c config
+	var workers, slow, systems string
+	flag.StringVar(&c.bin, "bin", "bin/pspnode", "the pspnode binary (make build)")
+	flag.StringVar(&c.out, "out", "results/ddp", "where the table, the CSV files and the figures go")
+	flag.StringVar(&workers, "workers", "4,8", "worker counts")
+	flag.StringVar(&slow, "slow", "0,0.25", "shares of slow workers")
+	flag.StringVar(&systems, "systems", "ddp,pssp:2:4,asp", "systems to run: ddp, or a pspnode barrier spec with an optional /EXCHANGE (e.g. pssp:2:4/epidemic:2)")
+	flag.Float64Var(&c.factor, "slow-factor", 4, "how much slower a slow worker's task time is")
+	flag.Float64Var(&c.scale, "time-scale", 0.05, "task time per step: (Exp(1)+1) × this seconds")
+	flag.Float64Var(&c.target, "target", 0.9, "the held-out accuracy to reach")
+	flag.Float64Var(&c.lr, "lr", 0.1, "learning rate (DDP averages the gradients; pspnode scales each update by 1/N)")
+	flag.IntVar(&c.batch, "batch", 32, "batch size per worker")
+	flag.DurationVar(&c.fast, "duration", 60*time.Second, "run length without slow workers")
+	flag.DurationVar(&c.slowD, "duration-slow", 120*time.Second, "run length with slow workers")
+	flag.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval of each worker")
+	flag.IntVar(&c.seed, "seed", 1, "seed of the batch orders and task times")
+	flag.Parse()
+	var err error
+	if c.workers, err = ints(workers); err == nil {
+		c.slow, err = floats(slow)
+	}
+	c.systems = strings.Split(systems, ",")
+	if err == nil {
+		err = c.check()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
+	if err := c.runAll(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(1)
+	}
+}
+
+func (c *config) check() error {
+	if _, err := os.Stat(c.bin); err != nil {
+		return fmt.Errorf("--bin %s: %w (run make build)", c.bin, err)
+	}
+	if out, err := exec.Command(python, "-c", "import torch, grpc, numpy").CombinedOutput(); err != nil {
+		return fmt.Errorf("%s cannot import torch, grpc and numpy: %s (install python3-torch python3-grpcio python3-numpy)", python, strings.TrimSpace(string(out)))
+	}
+	for _, s := range c.systems {
+		if s == "" {
+			return fmt.Errorf("--systems: an empty name")
+		}
+	}
+	return os.MkdirAll(c.out, 0o755)
+}
+
+func (c *config) runAll() error {
+	var runs []run
+	began := time.Now()
+	for _, w := range c.workers {
+		for _, sl := range c.slow {
+			var curves []figure.Series
+			for _, sys := range c.systems {
+				fmt.Printf("%s, %d workers, %.0f %% slow ...\n", sys, w, 100*sl)
+				r, err := c.one(sys, w, sl)
+				if err != nil {
+					return fmt.Errorf("%s with %d workers: %w", sys, w, err)
+				}
+				fmt.Printf("  to %.0f %%: %s, %.2f steps/s per worker, final %.3f, %.0f bytes/step, %.0f CPU-s\n",
+					100*c.target, secs(r.TimeToTarget), r.StepsPerS, r.FinalAccuracy, r.BytesPerStep, r.CPUSeconds)
+				runs = append(runs, r)
+				s := figure.Series{Name: label(sys)}
+				for _, p := range r.Curve {
+					s.X, s.Y = append(s.X, p[0]), append(s.Y, p[1])
+				}
+				curves = append(curves, s)
+			}
+			name := fmt.Sprintf("accuracy_%dw_slow%.0f.png", w, 100*sl)
+			title := fmt.Sprintf("%d workers, %.0f %% slowed ×%g", w, 100*sl, c.factor)
+			if err := figure.Lines(filepath.Join(c.out, name), figure.Options{Title: title, XLabel: "seconds",
+				YLabel: "held-out accuracy (median worker)", LegendBottom: true}, curves...); err != nil {
+				return err
+			}
+		}
+	}
+	if err := c.write(runs, time.Since(began)); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s (%s in all)\n", filepath.Join(c.out, "table.md"), time.Since(began).Round(time.Second))
+	return nil
+}
+
+func label(sys string) string {
+	if sys == "ddp" {
+		return "torch DDP (gloo)"
+	}
+	barrier, exchange, ok := strings.Cut(sys, "/")
+	if !ok {
+		exchange = "gossip"
+	}
+	return "pspnode " + barrier + ", " + exchange
+}
+
+func secs(s float64) string {
+	if math.IsNaN(s) {
+		return "not reached"
+	}
+	return fmt.Sprintf("%.1f s", s)
+}
+
+// worker is one training process and, for pspnode, its daemon.
+type worker struct {
+	cmd     *exec.Cmd
+	daemon  *exec.Cmd
+	csv     string
+	summary string
+	done    chan error
+}
+
+// one runs one system with w workers, a share sl of them slow.
+func (c *config) one(sys string, w int, sl float64) (run, error) {
+	dur := c.fast
+	if sl > 0 {
+		dur = c.slowD
+	}
+	dir, err := os.MkdirTemp("", "pspnode-compare-")
+	if err != nil {
+		return run{}, err
+	}
+	defer os.RemoveAll(dir)
+	nslow := int(math.Round(sl * float64(w)))
+	var ws []*worker
+	defer func() {
+		for _, wk := range ws {
+			for _, p := range []*exec.Cmd{wk.cmd, wk.daemon} {
+				if p != nil && p.Process != nil {
+					_ = p.Process.Kill()
+				}
+			}
+		}
+		for _, wk := range ws {
+			<-wk.done
+			if wk.daemon != nil && wk.daemon.ProcessState == nil {
+				_ = wk.daemon.Wait()
+			}
+		}
+	}()
+	var port int
+	if sys == "ddp" {
+		if port, err = freePort(); err != nil {
+			return run{}, err
+		}
+	}
+	var boot string
+	startAt := time.Now().Add(time.Duration(8+2*w) * time.Second)
+	for i := range w {
+		wk := &worker{csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)), summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), done: make(chan error, 1)}
+		args := []string{filepath.Join("examples", "torch", "mnist.py"), "--shard", strconv.Itoa(i), "--shards", strconv.Itoa(w),
+			"--batch", strconv.Itoa(c.batch), "--lr", fmt.Sprint(c.lr), "--time-scale", fmt.Sprint(c.scale),
+			"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint(dur.Seconds()),
+			"--seed", strconv.Itoa(1000*c.seed + i), "--out", wk.csv, "--summary", wk.summary, "--log", "warning",
+			"--start-at", fmt.Sprint(float64(startAt.UnixNano()) / 1e9)}
+		if i < nslow {
+			args = append(args, "--slow-factor", fmt.Sprint(c.factor))
+		}
+		env := append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
+		switch sys {
+		case "ddp":
+			args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(w))
+			env = append(env, "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+		default:
+			barrier, exchange, ok := strings.Cut(sys, "/")
+			if !ok {
+				exchange = "gossip"
+			}
+			sock := filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
+			d, addr, err := c.daemon(dir, i, sock, barrier, exchange, boot)
+			if err != nil {
+				return run{}, err
+			}
+			wk.daemon = d
+			if boot == "" {
+				boot = addr
+			}
+			args = append(args, "--daemon", "unix:"+sock)
+		}
+		wk.cmd = exec.Command(python, args...)
+		wk.cmd.Env = env
+		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
+		if err != nil {
+			return run{}, err
+		}
+		wk.cmd.Stdout, wk.cmd.Stderr = logf, logf
+		if err := wk.cmd.Start(); err != nil {
+			return run{}, err
+		}
+		go func() { wk.done <- wk.cmd.Wait(); logf.Close() }()
+		ws = append(ws, wk)
+	}
+	// Bytes the daemons write, from when training starts.
+	time.Sleep(time.Until(startAt))
+	var daemonW0 []int64
+	for _, wk := range ws {
+		if wk.daemon != nil {
+			daemonW0 = append(daemonW0, wchar(wk.daemon.Process.Pid))
+		}
+	}
+	for i, wk := range ws {
+		select {
+		case err := <-wk.done:
+			wk.done <- err
+			if err != nil {
+				log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
+				return run{}, fmt.Errorf("worker %d: %v\n%s", i, err, log)
+			}
+		case <-time.After(dur + 2*time.Minute):
+			return run{}, fmt.Errorf("worker %d did not end", i)
+		}
+	}
+	var daemonBytes int64
+	for i, wk := range ws {
+		if wk.daemon != nil {
+			daemonBytes += wchar(wk.daemon.Process.Pid) - daemonW0[i]
+			_ = wk.daemon.Process.Signal(syscall.SIGTERM)
+			_ = wk.daemon.Wait()
+		}
+	}
+	var cpu float64
+	var peak int64
+	for _, wk := range ws {
+		c1, p1 := usage(wk.cmd)
+		c2, p2 := usage(wk.daemon)
+		cpu += c1 + c2
+		peak = max(peak, p1+p2)
+	}
+	r := run{System: sys, Workers: w, Slow: sl, Duration: dur.Seconds(), TimeToTarget: math.NaN()}
+	var evals [][][3]float64
+	var steps, bytes int64
+	var elapsed, final float64
+	for i, wk := range ws {
+		var s struct {
+			Steps   int64   `json:"steps"`
+			Elapsed float64 `json:"elapsed_s"`
+			Final   float64 `json:"final_accuracy"`
+			Bytes   int64   `json:"bytes_written"`
+		}
+		b, err := os.ReadFile(wk.summary)
+		if err == nil {
+			err = json.Unmarshal(b, &s)
+		}
+		if err != nil {
+			return run{}, fmt.Errorf("worker %d summary: %w", i, err)
+		}
+		steps += s.Steps
+		bytes += s.Bytes
+		elapsed += s.Elapsed
+		final += s.Final
+		ev, err := readEvals(wk.csv)
+		if err != nil {
+			return run{}, err
+		}
+		evals = append(evals, ev)
+	}
+	if sys != "ddp" {
+		bytes = daemonBytes
+	}
+	r.StepsPerS = float64(steps) / elapsed
+	r.FinalAccuracy = final / float64(w)
+	r.BytesPerStep = float64(bytes) / float64(max(steps, 1))
+	r.CPUSeconds, r.PeakRSS = cpu, peak
+	r.Curve, r.TimeToTarget = medianCurve(evals, c.target, dur.Seconds())
+	c.saveCurve(r)
+	return r, nil
+}
+
+// daemon starts `pspnode run --trainer` for worker i.
+func (c *config) daemon(dir string, i int, sock, barrier, exchange, boot string) (*exec.Cmd, string, error) {
+	args := []string{"run", "--job", "compare", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
+		"--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"}
+	if boot != "" {
+		args = append(args, "--bootstrap", boot)
+	}
+	cmd := exec.Command(c.bin, args...)
+	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("d%d.log", i)))
+	if err != nil {
+		return nil, "", err
+	}
+	cmd.Stderr = logf
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, "", err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	sc := bufio.NewScanner(out)
+	addr := ""
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "listening: ") && addr == "" {
+			addr = strings.TrimPrefix(l, "listening: ")
+		}
+		if strings.HasPrefix(l, "trainer: ") {
+			go func() { _, _ = bufio.NewReader(out).WriteTo(discard{}) }()
+			return cmd, addr, nil
+		}
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
+	log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("d%d.log", i)))
+	return nil, "", fmt.Errorf("daemon %d did not start:\n%s", i, log)
+}
+
+type discard struct{}
+
+func (discard) Write(p []byte) (int, error) { return len(p), nil }
+
+// medianCurve is the median accuracy over workers at each second, each
+// worker at its latest evaluation, and the first time it reaches target.
+func medianCurve(evals [][][3]float64, target, dur float64) ([][2]float64, float64) {
+	var curve [][2]float64
+	reached := math.NaN()
+	for t := 0.0; t <= dur+1e-9; t += 0.5 {
+		var accs []float64
+		for _, ev := range evals {
+			acc := math.NaN()
+			for _, e := range ev {
+				if e[0] <= t {
+					acc = e[2]
+				}
+			}
+			if !math.IsNaN(acc) {
+				accs = append(accs, acc)
+			}
+		}
+		if len(accs) < len(evals) {
+			continue
+		}
+		slices.Sort(accs)
+		// The lower median: half the workers are at least this good.
+		m := accs[(len(accs)-1)/2]
+		if len(accs)%2 == 0 {
+			m = accs[len(accs)/2]
+		}
+		curve = append(curve, [2]float64{t, m})
+		if math.IsNaN(reached) && m >= target {
+			reached = t
+		}
+	}
+	return curve, reached
+}
+
+func readEvals(path string) ([][3]float64, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var out [][3]float64
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fs := strings.Split(sc.Text(), ",")
+		if len(fs) != 4 {
+			continue
+		}
+		t, e1 := strconv.ParseFloat(fs[0], 64)
+		s, e2 := strconv.ParseFloat(fs[1], 64)
+		a, e3 := strconv.ParseFloat(fs[3], 64)
+		if e1 == nil && e2 == nil && e3 == nil {
+			out = append(out, [3]float64{t, s, a})
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New(path + ": no evaluations")
+	}
+	return out, sc.Err()
+}
+
+func (c *config) saveCurve(r run) {
+	rows := [][]string{}
+	for _, p := range r.Curve {
+		rows = append(rows, []string{fmt.Sprint(p[0]), fmt.Sprintf("%.4f", p[1])})
+	}
+	_ = figure.CSV(filepath.Join(c.out, fmt.Sprintf("curve_%s_%dw_slow%.0f.csv", strings.NewReplacer(":", "-", "/", "_").Replace(r.System), r.Workers, 100*r.Slow)),
+		[]string{"time_s", "median_accuracy"}, rows)
+}
+
+func (c *config) write(runs []run, took time.Duration) error {
+	for i := range runs {
+		if t := runs[i].TimeToTarget; !math.IsNaN(t) {
+			runs[i].TimeToTargetJ = &t
+		}
+	}
+	b, err := json.MarshalIndent(runs, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(c.out, "runs.json"), b, 0o644); err != nil {
+		return err
+	}
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "| workers | slow | system | time to %.0f %% | vs DDP | steps/s per worker | final accuracy | bytes sent per worker per step | CPU s | peak RSS per worker |\n", 100*c.target)
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	ddp := map[[2]float64]float64{}
+	for _, r := range runs {
+		if r.System == "ddp" {
+			ddp[[2]float64{float64(r.Workers), r.Slow}] = r.TimeToTarget
+		}
+	}
+	for _, r := range runs {
+		ratio := "—"
+		if d, ok := ddp[[2]float64{float64(r.Workers), r.Slow}]; ok && r.System != "ddp" && !math.IsNaN(d) && !math.IsNaN(r.TimeToTarget) {
+			ratio = fmt.Sprintf("%.2f×", r.TimeToTarget/d)
+		}
+		slow := "none"
+		if r.Slow > 0 {
+			slow = fmt.Sprintf("%.0f %% ×%g", 100*r.Slow, c.factor)
+		}
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s |\n", r.Workers, slow, label(r.System),
+			secs(r.TimeToTarget), ratio, r.StepsPerS, r.FinalAccuracy, humanBytes(r.BytesPerStep), r.CPUSeconds, humanBytes(float64(r.PeakRSS)))
+	}
+	fmt.Fprintf(&sb, "\nTask time (Exp(1)+1)·%g s per step, batch %d, learning rate %g, runs of %v (%v with slow workers); %v in all.\n",
+		c.scale, c.batch, c.lr, c.fast, c.slowD, took.Round(time.Second))
+	return os.WriteFile(filepath.Join(c.out, "table.md"), []byte(sb.String()), 0o644)
+}
+
+func humanBytes(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.0f kB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
+
+// wchar is what process pid has written (to files and sockets).
+func wchar(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
+			n, _ := strconv.ParseInt(v, 10, 64)
+			return n
+		}
+	}
+	return 0
+}
+
+// usage is the CPU seconds and peak resident bytes of an ended process.
+func usage(p *exec.Cmd) (cpu float64, peak int64) {
+	if p == nil || p.ProcessState == nil {
+		return 0, 0
+	}
+	cpu = (p.ProcessState.UserTime() + p.ProcessState.SystemTime()).Seconds()
+	if ru, ok := p.ProcessState.SysUsage().(*syscall.Rusage); ok {
+		peak = ru.Maxrss * 1024
+	}
+	return cpu, peak
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || v < 2 {
+			return nil, fmt.Errorf("%q: want whole numbers >= 2", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func floats(s string) ([]float64, error) {
+	var out []float64
+	for _, f := range strings.Split(s, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
+		if err != nil || v < 0 || v >= 1 {
+			return nil, fmt.Errorf("%q: want shares in [0, 1)", s)
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}

@@ -1,0 +1,206 @@
+#!/usr/bin/python3
+"""A small PyTorch model on MNIST, trained as one worker of a pspnode job, as
+one rank of torch DDP, or alone: the same model, data, batch, learning rate
+and task time in each, so that they can be compared.
+
+    # a pspnode worker (its daemon: pspnode run --trainer unix:/tmp/a.sock ...)
+    /usr/bin/python3 examples/torch/mnist.py --daemon unix:/tmp/a.sock --shard 0 --shards 3
+
+    # a DDP rank (gloo on localhost), e.g. rank 1 of 4
+    MASTER_ADDR=127.0.0.1 MASTER_PORT=29500 /usr/bin/python3 examples/torch/mnist.py \\
+        --ddp --rank 1 --world 4 --shard 1 --shards 4
+
+The data are the MNIST files the repository ships (model/mnist: the
+official test set, 10 000 images), split as pspnode's built-in models split
+them: the first 8 000 images train, the last 2 000 are held out. Worker i of
+n trains on every n-th training image from i.
+
+Every worker builds the model from the same seed (--init-seed), as DDP
+broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
+time to every step, a sleep of (Exp(1)+1)·X seconds, times --slow-factor
+for a slow worker. The worker evaluates on the held-out images every
+--eval-every seconds and writes a CSV line per evaluation (--out).
+"""
+
+import argparse
+import gzip
+import json
+import logging
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(REPO, "clients", "python"))
+
+
+def read_idx(path):
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    ndim = data[3]
+    dims = [int.from_bytes(data[4 + 4 * i:8 + 4 * i], "big") for i in range(ndim)]
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * ndim).reshape(dims)
+
+
+def load_mnist(directory):
+    x = read_idx(os.path.join(directory, "t10k-images-idx3-ubyte.gz")).astype(np.float32) / 255.0
+    y = read_idx(os.path.join(directory, "t10k-labels-idx1-ubyte.gz")).astype(np.int64)
+    x = x.reshape(len(x), -1)
+    return (torch.from_numpy(x[:8000]), torch.from_numpy(y[:8000]),
+            torch.from_numpy(x[8000:]), torch.from_numpy(y[8000:]))
+
+
+class MLP(nn.Module):
+    """784 → hidden → 10, ReLU."""
+
+    def __init__(self, hidden=128):
+        super().__init__()
+        self.fc1 = nn.Linear(784, hidden)
+        self.fc2 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def written():
+    """Bytes this process has written to files and sockets (/proc/self/io
+    wchar; for DDP ranks, gloo's sends). 0 where /proc is missing."""
+    try:
+        with open("/proc/self/io") as f:
+            for line in f:
+                if line.startswith("wchar:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def evaluate(model, x, y):
+    with torch.no_grad():
+        out = model(x)
+        return F.cross_entropy(out, y).item(), (out.argmax(1) == y).float().mean().item()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--daemon", help="the pspnode daemon's trainer address (unix:PATH or tcp:127.0.0.1:PORT)")
+    ap.add_argument("--ddp", action="store_true", help="run as a torch DDP rank (gloo) instead")
+    ap.add_argument("--rank", type=int, default=0)
+    ap.add_argument("--world", type=int, default=1)
+    ap.add_argument("--shard", type=int, default=0, help="this worker's shard of the training images")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--data", default=os.path.join(REPO, "model", "mnist"))
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--init-seed", type=int, default=1, help="the model's initialisation: the same on every worker")
+    ap.add_argument("--seed", type=int, default=None, help="batch order and task times (default: from the shard)")
+    ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
+    ap.add_argument("--duration", type=float, default=0, help="stop after this many seconds (0: no limit)")
+    ap.add_argument("--target", type=float, default=0, help="stop once a held-out evaluation reaches this accuracy (0: never)")
+    ap.add_argument("--time-scale", type=float, default=0, help="add a sleep of (Exp(1)+1)·X s to every step")
+    ap.add_argument("--slow-factor", type=float, default=1, help="multiply the sleep (a slow worker)")
+    ap.add_argument("--eval-every", type=float, default=1.0, help="evaluate every this many seconds")
+    ap.add_argument("--out", help="CSV of evaluations: time_s,step,loss,accuracy")
+    ap.add_argument("--summary", help="write a JSON summary here at the end")
+    ap.add_argument("--start-at", type=float, default=0,
+                    help="after setting up, wait until this Unix time to start training (so that workers start together)")
+    ap.add_argument("--no-shm", action="store_true", help="pspnode: tensors through the socket, not shared memory")
+    ap.add_argument("--log", default="info")
+    a = ap.parse_args(argv)
+    logging.basicConfig(level=a.log.upper(), format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    torch.set_num_threads(1)
+
+    xtr, ytr, xte, yte = load_mnist(a.data)
+    xtr, ytr = xtr[a.shard::a.shards], ytr[a.shard::a.shards]
+    torch.manual_seed(a.init_seed)
+    model = MLP(a.hidden)
+    rng = random.Random(a.seed if a.seed is not None else 1000 + a.shard)
+    gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
+
+    # --- the single-process loop, plus the lines marked for pspnode ----------
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    if a.ddp:
+        import torch.distributed as dist
+        from torch.nn.parallel import DistributedDataParallel as DDP
+        dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
+        net = DDP(model)
+        opt = torch.optim.SGD(net.parameters(), lr=a.lr)
+    else:
+        net = model
+    if a.daemon:
+        import pspnode                                                # pspnode
+        try:
+            opt = pspnode.Optimizer(opt, a.daemon, model=model,       # pspnode
+                                    model_name=f"mnist-mlp-{a.hidden}", shared_memory=not a.no_shm)
+        except pspnode.DaemonError as e:
+            print(f"mnist.py: {e}", file=sys.stderr)
+            sys.exit(2)
+
+    if a.start_at:
+        late = time.time() - a.start_at
+        if late > 0:
+            logging.warning("set-up ended %.1f s after --start-at: starting at once", late)
+        else:
+            time.sleep(-late)
+    wchar0 = written()
+    out = open(a.out, "w") if a.out else None
+    if out:
+        out.write("time_s,step,loss,accuracy\n")
+    start = time.monotonic()
+    next_eval, steps, sleeping, best = 0.0, 0, 0.0, 0.0
+    step0 = getattr(opt, "step_count", 0)
+    while True:
+        now = time.monotonic() - start
+        if now >= next_eval:
+            loss, acc = evaluate(model, xte, yte)
+            best = max(best, acc)
+            if out:
+                out.write(f"{now:.3f},{step0 + steps},{loss:.5f},{acc:.5f}\n")
+                out.flush()
+            if a.daemon:
+                opt.report(loss, acc)
+            next_eval = now + a.eval_every
+            if a.target and acc >= a.target:
+                break
+        if (a.steps and steps >= a.steps) or (a.duration and now >= a.duration):
+            break
+        idx = torch.randint(len(xtr), (a.batch,), generator=gen)
+        opt.zero_grad()
+        loss = F.cross_entropy(net(xtr[idx]), ytr[idx])
+        if a.time_scale > 0:
+            d = (rng.expovariate(1.0) + 1.0) * a.time_scale * a.slow_factor
+            time.sleep(d)
+            sleeping += d
+        loss.backward()
+        opt.step()
+        steps += 1
+    elapsed = time.monotonic() - start
+    loss, acc = evaluate(model, xte, yte)
+    if out:
+        out.write(f"{elapsed:.3f},{step0 + steps},{loss:.5f},{acc:.5f}\n")
+        out.close()
+    summary = {"steps": steps, "elapsed_s": elapsed, "final_accuracy": acc, "final_loss": loss,
+               "best_accuracy": best, "sleep_s": sleeping, "first_step": step0,
+               "bytes_written": written() - wchar0}
+    if a.daemon:
+        summary["population"] = opt.population
+        opt.close()
+    if a.ddp:
+        import torch.distributed as dist
+        dist.destroy_process_group()
+    if a.summary:
+        with open(a.summary, "w") as f:
+            json.dump(summary, f)
+    logging.info("done: %s", summary)
+
+
+if __name__ == "__main__":
+    main()

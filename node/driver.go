@@ -1,0 +1,457 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/pspnode/pspnode/psp"
+)
+
+// A Driver runs a node's steps for a program that has its own training
+// loop, such as a trainer process behind the trainer API (package
+// node/trainer), instead of Run and a Task's Step. The node keeps the
+// membership, the population estimate, the barrier and the exchange; the
+// driving program owns the model and the compute, and tells the node what
+// it did. A node is driven when built with Config.Driven.
+//
+// A driven node counts as a participant in its peers' barriers and
+// population only while it is active: between Activate and Deactivate
+// (one session of a trainer). Otherwise it answers step queries as a
+// leaving node does, so no peer waits on a node that is not training, and
+// it discards the updates it receives.
+//
+// A session: Begin (wait for the job, then the step and model to start
+// from), Activate, then for each step Barrier, the program's compute, Done
+// and (under the epidemic exchange) Merge; Deactivate when the program
+// goes. The first step of a session passes its barrier without a check,
+// as Run's first step does. Calls are serialised.
+type Driver struct {
+	n *Node
+
+	mu          sync.Mutex // one call at a time
+	first       psp.Step   // the session's first step
+	passed      psp.Step   // the last step whose barrier passed
+	computeFrom time.Time  // when it passed: the program's compute starts
+
+	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
+	client string     // who drives, for Status
+}
+
+// ErrStepOrder is wrapped by the errors of calls for a step out of order:
+// a barrier or a step other than the next, or a step whose barrier has not
+// passed.
+var ErrStepOrder = errors.New("step out of order")
+
+// ErrBadUpdate is wrapped by the errors about an update a driver hands
+// over: the wrong length, a value that is not finite or exceeds the
+// exchange's bound.
+var ErrBadUpdate = errors.New("bad update")
+
+// ErrNotDriven is returned by Driver for a node not built with
+// Config.Driven, and by Run for one that is.
+var ErrNotDriven = errors.New("node: not a driven node")
+
+// Driver returns the node's driver (Config.Driven).
+func (n *Node) Driver() (*Driver, error) {
+	if n.driver == nil {
+		return nil, ErrNotDriven
+	}
+	return n.driver, nil
+}
+
+// notReady says why the node cannot start a session yet ("" when it can):
+// as /health, while the node has not joined; then while it knows no peer
+// of its job.
+func (n *Node) notReady() string {
+	st := n.joinStatus()
+	if !st.Joined {
+		why := st.JoinError
+		if why == "" {
+			why = "joining"
+		}
+		return "not joined: " + why
+	}
+	if n.ov.PeerCount() == 0 {
+		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
+			return "joined, but no peer of job " + n.cfg.Job + " known yet"
+		}
+	}
+	return ""
+}
+
+// Ready returns nil once a session can start without waiting, or why it
+// would wait.
+func (d *Driver) Ready() error {
+	if why := d.n.notReady(); why != "" {
+		return errors.New(why)
+	}
+	return nil
+}
+
+// Attach sets up the exchange for the node's model, once the task knows
+// its shape (a trainer said what it runs). It is idempotent.
+func (d *Driver) Attach(ctx context.Context) error {
+	if d.n.task.NumParams() <= 0 {
+		return errors.New("node: attach: the task has no parameters")
+	}
+	return d.n.attachModel(ctx)
+}
+
+// Start is where a session starts: the steps completed, and the
+// parameters to start from when they are not the program's own.
+type Start struct {
+	Step   psp.Step
+	Params []float64 // nil: the program keeps its own
+	Source string    // where Params come from; "" for none
+}
+
+// waitingReportEvery is how often Begin reports that it is still waiting.
+const waitingReportEvery = 2 * time.Second
+
+// Begin starts a session for a program whose parameters have taken own
+// steps. A node with bootstrap peers first waits until it knows a peer of
+// its job, calling report (if not nil) every two seconds with the reason,
+// as /health gives it. Then it takes the later of own and its checkpoint
+// (Config.Checkpoint, if it holds this job's model), and asks peers for
+// the job's step: if the job is ahead, the session starts at the job's
+// step with a model fetched from a peer. It fetches a peer's model in any
+// case, to check that the job runs the same model: a *ModelMismatchError
+// says it does not. A job that is ahead but whose model no peer gave is an
+// error, so that the program does not bring stale parameters into it; it
+// can try again.
+func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason string, waited time.Duration)) (Start, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.n
+	if own < 0 {
+		return Start{}, fmt.Errorf("%w: negative step %d", ErrStepOrder, own)
+	}
+	if !n.modelUp.Load() {
+		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
+	}
+	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
+		if !n.awaitFirstPeer(ctx, report) {
+			return Start{}, ctx.Err()
+		}
+	}
+	d.awaitTopic(ctx)
+	start := Start{Step: own}
+	if c, ok := d.readCheckpoint(); ok && c.Step > own {
+		start = Start{Step: c.Step, Params: c.Params, Source: "checkpoint " + n.cfg.Checkpoint}
+	}
+	js := n.jobState(ctx, start.Step, true)
+	if err := ctx.Err(); err != nil {
+		return Start{}, err
+	}
+	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
+		return Start{}, mm
+	}
+	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 {
+		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
+			return Start{}, mm // every peer it met runs another model
+		}
+	}
+	n.warnModels(js.others)
+	// On a younger fork of the job (genesis.go), the older lineage's step
+	// and model are the job's, even below this node's.
+	forked := js.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	if js.adopt > start.Step || forked {
+		if js.model == nil {
+			return Start{}, fmt.Errorf("node: the job is at step %d but no peer gave its model (%v)", js.adopt, js.fetchErr)
+		}
+		start = Start{Step: js.adopt, Params: js.model.Params, Source: fmt.Sprintf("peer %s at step %d", js.from, js.model.Step)}
+	}
+	if forked {
+		n.lin.set(js.genesis)
+		n.screen = screenFor(n.cfg.Screen)
+		n.progress.reset()
+		n.lin.converged.Inc()
+		n.log.Warn("met an older lineage of this job (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
+	}
+	n.takeGenesis(js.genesis)
+	n.adoptStep(start.Step)
+	now := time.Now()
+	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
+	n.lastStepAt = now
+	return start, nil
+}
+
+// topicWait bounds how long Begin waits for the update topic to list a
+// peer.
+const topicWait = 2 * time.Second
+
+// awaitTopic waits, up to topicWait, until the gossip topic lists a peer,
+// when the node knows any: peers send their updates only to the
+// subscribers they know of, and an update sent between the fetch of the
+// job's model and the moment peers learn of this node's subscription
+// would be missed for good. (Peers without a trainer are not subscribed:
+// a node whose known peers have none waits the whole bound.)
+func (d *Driver) awaitTopic(ctx context.Context) {
+	n := d.n
+	if n.gs == nil || n.ov.PeerCount() == 0 {
+		return
+	}
+	deadline := time.Now().Add(topicWait)
+	for len(n.gs.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleepCtx(ctx, 10*time.Millisecond)
+	}
+}
+
+// readCheckpoint reads the node's checkpoint if it holds this job's model.
+func (d *Driver) readCheckpoint() (Checkpoint, bool) {
+	n := d.n
+	if n.cfg.Checkpoint == "" {
+		return Checkpoint{}, false
+	}
+	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return Checkpoint{}, false
+	case err != nil:
+		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
+		return Checkpoint{}, false
+	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
+		return Checkpoint{}, false
+	}
+	return c, true
+}
+
+// Activate makes the node a participant: its peers count it at their
+// barriers again, and it takes in their updates. client names the
+// driving program for Status.
+func (d *Driver) Activate(client string) {
+	d.infoMu.Lock()
+	d.client = client
+	d.infoMu.Unlock()
+	d.n.idle.Store(false)
+	d.n.log.Info("trainer session started", "client", client, "step", d.n.step.Load())
+}
+
+// Deactivate takes the node out of its peers' barriers and population:
+// it answers step queries as leaving, and tells up to 32 peers at once
+// (within 300 ms) that it leaves, as Close does.
+func (d *Driver) Deactivate(why string) {
+	n := d.n
+	if n.idle.Swap(true) {
+		return
+	}
+	d.infoMu.Lock()
+	client := d.client
+	d.client = ""
+	d.infoMu.Unlock()
+	n.log.Info("trainer session ended: out of peers' barriers until a trainer returns", "client", client, "step", n.step.Load(), "why", why)
+	n.announceLeave(leaveBudget)
+}
+
+// Active reports whether the node participates (Activate was called and
+// Deactivate not since).
+func (d *Driver) Active() bool { return !d.n.idle.Load() }
+
+// BarrierResult is what a barrier took.
+type BarrierResult struct {
+	Waited time.Duration
+	Checks int
+	// Reason is "" when the node did not wait; otherwise what the last
+	// failed check saw.
+	Reason string
+}
+
+// Barrier returns when the node may take step, which must be one more
+// than the steps completed. The session's first step, and a step whose
+// barrier already passed, pass at once.
+func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	n := d.n
+	if done := n.step.Load(); step != done+1 {
+		return BarrierResult{}, fmt.Errorf("%w: barrier for step %d, but %d steps are completed: the next barrier is for step %d", ErrStepOrder, step, done, done+1)
+	}
+	if step == d.passed {
+		return BarrierResult{}, nil
+	}
+	out, err := n.barrier(ctx)
+	if err != nil {
+		return BarrierResult{Waited: out.Waited, Checks: out.Checks}, err
+	}
+	d.passed, d.computeFrom = step, time.Now()
+	res := BarrierResult{Waited: out.Waited, Checks: out.Checks}
+	if out.Checks > 1 {
+		res.Reason = waitReason(n.cfg.Barrier, step-1, out)
+	}
+	return res, nil
+}
+
+// waitReason says what the last failed check of a barrier saw.
+func waitReason(sp psp.Spec, done psp.Step, out barrierOutcome) string {
+	if out.Isolated {
+		return fmt.Sprintf("%d check(s) failed; at the last, no peer answered: the node is isolated (it waits until a peer answers)", out.Checks-1)
+	}
+	who := "sampled"
+	if sp.Global() {
+		who = "known"
+	}
+	return fmt.Sprintf("%d check(s) failed; at the last, %d of %d %s peers were more than %d steps behind step %d",
+		out.Checks-1, out.Failed.Lagging, out.Observed, who, out.Failed.Staleness, done)
+}
+
+// Done counts step, which must be the next and have passed its barrier,
+// as completed; its update then goes to the exchange with Push.
+func (d *Driver) Done(step psp.Step) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if err := d.checkOrderLocked(step); err != nil {
+		return err
+	}
+	n := d.n
+	n.countStep(n.life, time.Since(d.computeFrom))
+	return nil
+}
+
+// Push hands the update of a step counted by Done to the exchange: delta,
+// the change the step made to the parameters (nil for none), is published
+// under gossip; under epidemic it is the node's norm reference, and the
+// model sent to peers is the task's Params. delta must have the model's
+// length and every value must be finite and within the exchange's bound
+// (Gossip.MaxAbsValue); otherwise nothing is sent. Push may run on
+// another goroutine than the other calls (it signs and sends the update,
+// milliseconds for a large model), but pushes must come in the order of
+// their steps.
+func (d *Driver) Push(step psp.Step, delta []float64) error {
+	n := d.n
+	if err := n.checkUpdate(delta); err != nil {
+		return err
+	}
+	n.pushUpdate(n.life, step, delta)
+	return nil
+}
+
+// CheckOrder says whether step may be done now (Done would count it): it
+// is the next step and has passed its barrier.
+func (d *Driver) CheckOrder(step psp.Step) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.checkOrderLocked(step)
+}
+
+func (d *Driver) checkOrderLocked(step psp.Step) error {
+	if done := d.n.step.Load(); step != done+1 {
+		return fmt.Errorf("%w: step %d done, but %d steps are completed: the next is step %d", ErrStepOrder, step, done, done+1)
+	}
+	if d.passed != step {
+		return fmt.Errorf("%w: step %d has not passed its barrier: call Barrier(%d) first", ErrStepOrder, step, step)
+	}
+	return nil
+}
+
+// checkUpdate checks a driver's update: the model's length, finite
+// values within the exchange's bound.
+func (n *Node) checkUpdate(v []float64) error {
+	if v == nil {
+		return nil
+	}
+	if len(v) != n.task.NumParams() {
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	}
+	bound := n.cfg.Gossip.MaxAbsValue
+	for i, x := range v {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
+		}
+		if bound > 0 && math.Abs(x) > bound {
+			return fmt.Errorf("%w: value %d is %v, beyond the exchange's bound of ±%v", ErrBadUpdate, i, x, bound)
+		}
+	}
+	return nil
+}
+
+// Merge averages in the models received since the last Merge (the
+// epidemic exchange, through the task's Params and SetParams); under
+// gossip it does nothing (received updates go to the task's Apply as they
+// arrive).
+func (d *Driver) Merge() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.n.mergeReceived()
+}
+
+// Population returns the population estimate and the factor a step's
+// update should be scaled by (Config.ScaleLR: 1/N̂ under gossip, 1 under
+// epidemic; 1 without ScaleLR).
+func (d *Driver) Population() (estimate, lrScale float64) {
+	n := d.n
+	lrScale = 1
+	if n.cfg.ScaleLR {
+		lrScale = 1 / max(n.lrPopulation(), 1)
+	}
+	return n.population(), lrScale
+}
+
+// Evaluated records the driving program's held-out evaluation after step,
+// for Status and the loss and accuracy metrics (accuracy NaN: none).
+func (d *Driver) Evaluated(step psp.Step, loss, accuracy float64) {
+	n := d.n
+	n.m.loss.Set(loss)
+	if !math.IsNaN(accuracy) {
+		n.m.accuracy.Set(accuracy)
+	}
+	n.lastEval.Store(&evalResult{Step: step, Loss: loss, Accuracy: accuracy})
+}
+
+// ErrNoCheckpoint is returned by Driver.Checkpoint for a node without a
+// checkpoint file.
+var ErrNoCheckpoint = errors.New("no checkpoint file configured")
+
+// Checkpoint writes params, which have taken step steps, to the node's
+// checkpoint file (Config.Checkpoint), which Begin resumes from. It
+// returns the file's path.
+func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
+	n := d.n
+	if n.cfg.Checkpoint == "" {
+		return "", ErrNoCheckpoint
+	}
+	if step < 0 {
+		return "", fmt.Errorf("%w: negative step %d", ErrStepOrder, step)
+	}
+	if len(params) != n.task.NumParams() {
+		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.task.NumParams())
+	}
+	for i, x := range params {
+		if math.IsNaN(x) || math.IsInf(x, 0) {
+			return "", fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
+		}
+	}
+	c := Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.task.ModelID(), Params: params}
+	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+		return "", err
+	}
+	return n.cfg.Checkpoint, nil
+}
+
+// clientName returns who drives the node, "" for no one.
+func (d *Driver) clientName() string {
+	d.infoMu.Lock()
+	defer d.infoMu.Unlock()
+	return d.client
+}
+
+// DriverInfo describes the job a driven node is in.
+type DriverInfo struct {
+	Job      string
+	PeerID   string
+	Barrier  psp.Spec
+	Exchange Exchange
+	// MaxAbsValue bounds every value of an update (Gossip.MaxAbsValue).
+	MaxAbsValue float64
+}
+
+// Info describes the node's job.
+func (d *Driver) Info() DriverInfo {
+	n := d.n
+	return DriverInfo{Job: n.cfg.Job, PeerID: n.ID().String(), Barrier: n.cfg.Barrier, Exchange: n.cfg.Exchange, MaxAbsValue: n.cfg.Gossip.MaxAbsValue}
+}

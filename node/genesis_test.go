@@ -1,0 +1,160 @@
+package node
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
+)
+
+func TestLineageJudge(t *testing.T) {
+	l := newLineage(prometheus.NewRegistry(), Genesis{})
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	older, own, younger := NewGenesis(now.Add(-time.Hour)), NewGenesis(now), NewGenesis(now.Add(time.Hour))
+	p, q, r := peer.ID("p"), peer.ID("q"), peer.ID("r")
+	if l.judge(p, older, now) != kin || l.due(now) {
+		t.Fatal("a node without a genesis judges lineages")
+	}
+	l.set(own)
+	for _, g := range []Genesis{{}, own} {
+		if l.judge(p, g, now) != kin {
+			t.Errorf("genesis %q is not kin of %q", g, own)
+		}
+	}
+	if l.judge(q, younger, now) != otherFork || !l.fromYounger(q, now) || l.fromYounger(q, now.Add(forkHold)) || l.due(now) {
+		t.Error("a younger peer: another fork whose updates are dropped for forkHold, and nothing to converge to")
+	}
+	if l.judge(r, older, now) != otherFork || !l.due(now) {
+		t.Error("an older peer: another fork to converge to")
+	}
+	if g, from := l.target(now); g != older || len(from) != 1 || from[0] != r || l.due(now) || !l.due(now.Add(convergeRetry)) {
+		t.Errorf("target %s from %v; the next attempt waits convergeRetry", g, from)
+	}
+	if l.judge(q, own, now) != kin || l.fromYounger(q, now) {
+		t.Error("a peer back on this node's lineage is kin again")
+	}
+	l.set(older)
+	if l.due(now.Add(time.Hour)) || l.judge(r, older, now) != kin {
+		t.Error("after taking the older genesis there is nothing left to converge to")
+	}
+}
+
+// lateTask is a driven node's task whose model a trainer fixes later, as
+// node/trainer's Task does: NumParams is 0 until then.
+type lateTask struct {
+	n  atomic.Int64
+	id atomic.Uint32
+}
+
+func (t *lateTask) Step(context.Context) ([]float64, error) { return nil, nil }
+func (t *lateTask) Apply([]float64) error                   { return nil }
+func (t *lateTask) Params() []float64                       { return make([]float64, t.n.Load()) }
+func (t *lateTask) SetParams([]float64) error               { return nil }
+func (t *lateTask) NumParams() int                          { return int(t.n.Load()) }
+func (t *lateTask) ModelID() uint32                         { return t.id.Load() }
+func (t *lateTask) Done() bool                              { return false }
+
+// A driven node whose trainer has not fixed its model says nothing of a
+// model, and judges no peer's: neither side takes the other for another
+// model. Once fixed, its model counts like any other; a peer held out for
+// another model is let back in when it shows this node's.
+func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		job := buildTestNodes(t, 1, "pssp:1:1", 0.01, memHosts(t, mn))[0]
+		task := &lateTask{}
+		driven := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) {
+			c.Driven, c.Task, c.WaitPeers = true, task, 0
+			c.Bootstrap = []string{job.Addrs()[0].String()}
+		})[0]
+		if e := driven.ownExt(); e.HasModel {
+			t.Fatalf("a driven node without its model says it runs %+v", e)
+		}
+		// Over the wire: the job asks the driven node (idle: it answers
+		// as leaving), and the driven node asks the job.
+		r, err := job.queryStep(t.Context(), driven.ID(), StepRequest{Step: 1})
+		if err != nil || r.Ext == nil || r.Ext.HasModel || !r.Leaving {
+			t.Fatalf("the driven node's reply: %+v (%+v), %v", r, r.Ext, err)
+		}
+		if _, err := driven.queryStep(t.Context(), job.ID(), StepRequest{Step: 0}); err != nil {
+			t.Fatal(err)
+		}
+		if job.Overlay().HeldOut(driven.ID()) || driven.Overlay().HeldOut(job.ID()) {
+			t.Fatal("a driven node without a model was taken for another model")
+		}
+		if k := job.admit(driven.ID(), r.Ext, false); k != kin {
+			t.Errorf("the job judges the driven node %v", k)
+		}
+		ext := job.ownExt()
+		if k := driven.admit(job.ID(), &ext, false); k != kin {
+			t.Errorf("the driven node judges the job %v", k)
+		}
+
+		// Its trainer fixes another model.
+		task.n.Store(5)
+		task.id.Store(0xdead)
+		d, _ := driven.Driver()
+		if err := d.Attach(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		theirs := driven.ownExt()
+		if k := job.admit(driven.ID(), &theirs, false); k != otherModel || !job.Overlay().HeldOut(driven.ID()) {
+			t.Errorf("a driven node of another model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
+		}
+		if k := driven.admit(job.ID(), &ext, false); k != otherModel {
+			t.Errorf("the driven node judges the job's other model %v", k)
+		}
+		// Shown the job's model, it is let back in.
+		same := ext
+		if k := job.admit(driven.ID(), &same, false); k != kin || job.Overlay().HeldOut(driven.ID()) {
+			t.Errorf("a peer showing the job's model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
+		}
+	})
+}
+
+// On a reused step stream each side sends its 1.1.0 fields once: later
+// exchanges cost what 1.0.0's do (19 and 27 bytes a frame), and each side
+// still judges the other by the fields it sent first.
+func TestStepFieldsOncePerStream(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		nodes := memNodes(t, 2, "pssp:1:1", 0.001)
+		a, b := nodes[0], nodes[1]
+		b.lin.set(exampleGenesis)
+		a.lin.set(exampleGenesis)
+		if _, err := a.queryStep(t.Context(), b.ID(), StepRequest{Step: 1}); err != nil {
+			t.Fatal(err)
+		}
+		st := a.steps.idle[b.ID()]
+		if st == nil || !st.ext {
+			t.Fatalf("no idle 1.1.0 stream after a query: %+v", st)
+		}
+		before := a.Traffic()
+		r, err := a.queryStep(t.Context(), b.ID(), StepRequest{Step: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.steps.idle[b.ID()] != st {
+			t.Fatal("the second query did not reuse the stream")
+		}
+		d := a.Traffic().Sub(before).Class("step")
+		if d.OutBytes != 19 || d.InBytes != 27 {
+			t.Errorf("a reused 1.1.0 exchange sent %d and received %d bytes, want 19 and 27", d.OutBytes, d.InBytes)
+		}
+		if want := b.ownExt(); r.Ext == nil || *r.Ext != want {
+			t.Errorf("the second reply reads as %+v, want b's fields %+v", r.Ext, want)
+		}
+		// Fields that change are sent again.
+		g := NewGenesis(time.Now())
+		b.lin.set(g)
+		if r, err = a.queryStep(t.Context(), b.ID(), StepRequest{Step: 3}); err != nil || r.Ext == nil || r.Ext.Genesis != g {
+			t.Errorf("after b's genesis changed a reads %+v, %v", r.Ext, err)
+		}
+	})
+}

@@ -1,0 +1,174 @@
+package node
+
+import (
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/psp"
+)
+
+// Isolation. A barrier check passes only on what peers say, so a check
+// that hears from no peer must not pass: a node cut off from all its peers
+// (its own link down, a firewall, a partition of one) would otherwise run
+// on with no barrier at all, every query failing and every empty check
+// passing. The policy:
+//
+//   - A check that asked peers and got no answer from any of them (every
+//     query failed or timed out) is isolated: it fails, and the node
+//     re-checks, with a fresh sample, on its usual backoff.
+//   - A check with no peer to ask (the node holds no peer live) is
+//     isolated too while the node has heard from a peer lately (it
+//     answered a step query or sent one) that has not said it leaves:
+//     such a peer was found dead, by a failed query or a failed probe of
+//     the overlay, and the overlay dials it again every RetryDead (15 s);
+//     it comes back as soon as it answers.
+//   - An answer of any kind (a step, a leaving flag, a report the screen
+//     refuses), or a step query from a peer, ends it.
+//   - A node that holds no peer live and has heard from none lately is
+//     alone and trains: the first node of a job, or one whose peers have
+//     all left (with a leave notice). "Lately" is 2 × Overlay.DeadHold
+//     (4 min), as long as the overlay remembers a dead peer: after that, a
+//     node whose every peer failed takes them for gone and trains alone.
+//     ASP and β = 0 never check, so never isolate.
+//
+// While isolated, /status says "isolated": true (with isolated_since),
+// /health answers 503, and psp_isolated is 1. A driven node sees the same
+// through Driver.Barrier, which waits as Run does.
+type isolation struct {
+	mu     sync.Mutex
+	heard  map[peer.ID]time.Time // peers heard from, when last; not those that left
+	since  time.Time             // zero: not isolated
+	leftAt time.Time             // the last leave notice or leaving reply (population.go)
+}
+
+// maxHeard bounds the peers remembered; beyond it the older half goes.
+const maxHeard = 8192
+
+// noteHeard records that p answered a step query or sent one.
+func (n *Node) noteHeard(p peer.ID) {
+	now := time.Now()
+	is := &n.iso
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	if is.heard == nil {
+		is.heard = make(map[peer.ID]time.Time)
+	}
+	if _, ok := is.heard[p]; !ok && len(is.heard) >= maxHeard {
+		n.forgetHeardLocked(now, n.heardHold()/2)
+		if len(is.heard) >= maxHeard {
+			clear(is.heard)
+		}
+	}
+	is.heard[p] = now
+}
+
+// noteLeft forgets p: it said it leaves, so its absence is no failure.
+// The time of the departure goes to the population estimate.
+func (n *Node) noteLeft(p peer.ID) {
+	is := &n.iso
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	delete(is.heard, p)
+	is.leftAt = time.Now()
+}
+
+// unheard forgets p without counting a departure: a peer held out for
+// running another model (genesis.go).
+func (n *Node) unheard(p peer.ID) {
+	n.iso.mu.Lock()
+	defer n.iso.mu.Unlock()
+	delete(n.iso.heard, p)
+}
+
+// lastLeave is when a peer last said it leaves (zero: never).
+func (n *Node) lastLeave() time.Time {
+	n.iso.mu.Lock()
+	defer n.iso.mu.Unlock()
+	return n.iso.leftAt
+}
+
+// heardHold is how long a peer heard from counts: as long as the overlay
+// holds a dead peer before forgetting it.
+func (n *Node) heardHold() time.Duration { return 2 * n.cfg.Overlay.DeadHold }
+
+// forgetHeardLocked forgets the peers last heard from more than hold ago;
+// n.iso.mu must be held.
+func (n *Node) forgetHeardLocked(now time.Time, hold time.Duration) {
+	cut := now.Add(-hold)
+	for p, at := range n.iso.heard {
+		if at.Before(cut) {
+			delete(n.iso.heard, p)
+		}
+	}
+}
+
+// heardLately reports whether a peer that has not left was heard from
+// within heardHold.
+func (n *Node) heardLately(now time.Time) bool {
+	is := &n.iso
+	is.mu.Lock()
+	defer is.mu.Unlock()
+	n.forgetHeardLocked(now, n.heardHold())
+	return len(is.heard) > 0
+}
+
+// isolatedCheck applies the policy to one check of the barrier sp, and
+// records whether the node is isolated.
+func (n *Node) isolatedCheck(sp psp.Spec, c check) bool {
+	now := time.Now()
+	isolated := false
+	switch {
+	case sp.Kind == psp.ASP || (sp.Probabilistic() && sp.Beta == 0):
+	case c.answered > 0:
+	case c.asked > 0:
+		isolated = true
+	case len(c.obs) > 0: // a global barrier counted peers seen lately without asking
+	default:
+		isolated = n.heardLately(now)
+	}
+	n.setIsolated(isolated, now)
+	return isolated
+}
+
+func (n *Node) setIsolated(on bool, now time.Time) {
+	is := &n.iso
+	is.mu.Lock()
+	was := !is.since.IsZero()
+	switch {
+	case on && !was:
+		is.since = now
+	case !on && was:
+		is.since = time.Time{}
+	}
+	since := is.since
+	is.mu.Unlock()
+	switch {
+	case on && !was:
+		n.m.isolated.Set(1)
+		n.log.Warn("isolated: no peer of the job answers; not training until one does")
+	case !on && was:
+		n.m.isolated.Set(0)
+		n.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
+	}
+}
+
+// isolatedSince returns when the node became isolated (zero: it is not).
+func (n *Node) isolatedSince() time.Time {
+	n.iso.mu.Lock()
+	defer n.iso.mu.Unlock()
+	return n.iso.since
+}
+
+// isolatedReason says why an isolated node waits, for /health and the
+// Driver ("" when it is not isolated).
+func (n *Node) isolatedReason() string {
+	since := n.isolatedSince()
+	if since.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("isolated: no peer of job %s has answered a step query for %v; not training until one does",
+		n.cfg.Job, time.Since(since).Round(time.Second))
+}

@@ -1,0 +1,267 @@
+package trainer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/pspnode/pspnode/node"
+	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
+)
+
+// The unary calls of a session. Each takes the session's op semaphore,
+// so a trainer's calls run one at a time, and runs under a context that
+// ends with the call or with the session.
+
+// begin finds the session of a call and takes its semaphore. end must be
+// called when the call is over.
+func (s *Server) begin(ctx context.Context, id, call string) (sess *session, cctx context.Context, end func(error) error, err error) {
+	start := time.Now()
+	finish := func(err error) error {
+		s.m.calls.WithLabelValues(call).Observe(time.Since(start).Seconds())
+		if err != nil {
+			s.m.errors.WithLabelValues(call, status.Code(err).String()).Inc()
+		}
+		return err
+	}
+	if sess, err = s.active(id); err != nil {
+		return nil, nil, nil, finish(err)
+	}
+	select {
+	case sess.op <- struct{}{}:
+	case <-ctx.Done():
+		return nil, nil, nil, finish(status.FromContextError(ctx.Err()).Err())
+	case <-sess.ctx.Done():
+		return nil, nil, nil, finish(errNoSession)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	stop := context.AfterFunc(sess.ctx, cancel)
+	return sess, cctx, func(err error) error {
+		stop()
+		cancel()
+		<-sess.op
+		return finish(err)
+	}, nil
+}
+
+// toStatus maps the node's errors to gRPC codes.
+func toStatus(ctx context.Context, err error) error {
+	if err == nil {
+		return nil
+	}
+	if _, ok := status.FromError(err); ok {
+		return err
+	}
+	switch {
+	case errors.Is(err, node.ErrStepOrder):
+		return status.Error(codes.OutOfRange, err.Error())
+	case errors.Is(err, node.ErrBadUpdate):
+		return status.Error(codes.InvalidArgument, err.Error())
+	case errors.Is(err, node.ErrClosed):
+		return status.Error(codes.Unavailable, "the node has left the job or is shutting down")
+	case errors.Is(err, node.ErrNoCheckpoint):
+		return status.Error(codes.FailedPrecondition, "checkpoint: this daemon has no checkpoint file: start it with --checkpoint FILE")
+	case ctx.Err() != nil:
+		return status.FromContextError(ctx.Err()).Err()
+	}
+	return status.Error(codes.Internal, err.Error())
+}
+
+// Barrier returns when the node may take req.Step.
+func (s *Server) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.BarrierReply, error) {
+	sess, ctx, end, err := s.begin(ctx, req.Session, "barrier")
+	if err != nil {
+		return nil, err
+	}
+	r, err := sess.barrier(ctx, req.Step)
+	return r, end(toStatus(ctx, err))
+}
+
+func (sess *session) barrier(ctx context.Context, step int64) (*pb.BarrierReply, error) {
+	res, err := sess.srv.drv.Barrier(ctx, step)
+	if err != nil {
+		return nil, err
+	}
+	pop, scale := sess.srv.drv.Population()
+	return &pb.BarrierReply{Step: step, WaitedS: res.Waited.Seconds(), Checks: uint32(res.Checks), Reason: res.Reason,
+		Population: pop, LrScale: scale}, nil
+}
+
+// Publish hands the update of a completed step to the exchange.
+func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishReply, error) {
+	sess, ctx, end, err := s.begin(ctx, req.Session, "publish")
+	if err != nil {
+		return nil, err
+	}
+	err = sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy)
+	if err != nil {
+		return nil, end(toStatus(ctx, err))
+	}
+	return &pb.PublishReply{Step: req.Step}, end(nil)
+}
+
+// publish checks a step's update, counts the step, and queues the update
+// for the exchange. What the trainer must wait for is the check and one
+// copy of the vector out of the shared file; the conversion, signing and
+// sending happen on the push loop.
+func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasEval bool, loss, acc float64) error {
+	drv := sess.srv.drv
+	if err := drv.CheckOrder(step); err != nil {
+		return err
+	}
+	v, err := sess.vector(t, sess.upOff, "update")
+	if err != nil {
+		return status.Errorf(codes.InvalidArgument, "step %d: %v", step, err)
+	}
+	bound := sess.srv.drv.Info().MaxAbsValue
+	if bad := badValue(v, float32(min(bound, maxFloat32))); bad != "" {
+		sess.srv.m.refusedUpdates.Inc()
+		return fmt.Errorf("%w: the update of step %d: %s; nothing was published and the step was not counted", node.ErrBadUpdate, step, bad)
+	}
+	if hasEval && (math.IsNaN(loss) || math.IsInf(loss, 0) || !(acc >= 0 && acc <= 1 || math.IsNaN(acc))) {
+		return status.Errorf(codes.InvalidArgument, "step %d: evaluation loss %v, accuracy %v: want a finite loss and an accuracy in [0, 1] (NaN for none)", step, loss, acc)
+	}
+	slot := int(step % 2)
+	select {
+	case <-sess.free[slot]: // the push two steps back has finished with it
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	p := push{step: step, slot: slot, model: sess.srv.task.epidemic}
+	if sess.shm != nil && t.Shared {
+		copy(sess.raw[slot], v)
+	} else {
+		sess.raw[slot] = v // the request's own bytes: nothing else holds them
+	}
+	if p.model {
+		sess.prepareModel(slot)
+	}
+	if err := drv.Done(step); err != nil { // cannot fail after CheckOrder: calls are serialised
+		sess.free[slot] <- struct{}{}
+		return err
+	}
+	if hasEval {
+		drv.Evaluated(step, loss, acc)
+	}
+	sess.pushes <- p // room for two; the slot tokens bound what is queued
+	return nil
+}
+
+// prepareModel (epidemic) takes the published model in raw[slot]: the
+// change from the last model goes to delta[slot] (the norm reference) and
+// the model becomes the task's, which peers receive and averages start
+// from.
+func (sess *session) prepareModel(slot int) {
+	model := sess.f64[slot]
+	toFloat64(model, sess.raw[slot])
+	if sess.delta[slot] == nil {
+		sess.delta[slot] = make([]float64, sess.n)
+	}
+	task := sess.srv.task
+	task.mu.Lock()
+	if task.own != nil {
+		for i, x := range model {
+			sess.delta[slot][i] = x - task.own[i]
+		}
+	} else {
+		clear(sess.delta[slot])
+	}
+	task.mu.Unlock()
+	task.setOwn(model)
+}
+
+// Pull returns the peers' work to merge.
+func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, error) {
+	sess, ctx, end, err := s.begin(ctx, req.Session, "pull")
+	if err != nil {
+		return nil, err
+	}
+	return sess.pull(), end(nil)
+}
+
+func (sess *session) pull() *pb.PullReply {
+	task := sess.srv.task
+	if task.epidemic {
+		task.mu.Lock()
+		have := task.own != nil
+		task.mu.Unlock()
+		if have { // averaging needs the trainer's model: after its first publish
+			sess.srv.drv.Merge()
+		}
+	}
+	buf, idx, merged := task.pull()
+	if merged == 0 {
+		return &pb.PullReply{}
+	}
+	sess.srv.m.merged.Add(float64(merged))
+	if sess.shm != nil && sess.shmOK.Load() {
+		return &pb.PullReply{Merged: uint32(merged), Update: &pb.Tensor{Shared: true, Offset: uint64(sess.downOff[idx])}}
+	}
+	return &pb.PullReply{Merged: uint32(merged), Update: &pb.Tensor{Data: appendFloat32(make([]byte, 0, 4*len(buf)), buf)}}
+}
+
+// Step is Publish, Barrier for the next step, and Pull.
+func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepReply, error) {
+	sess, ctx, end, err := s.begin(ctx, req.Session, "step")
+	if err != nil {
+		return nil, err
+	}
+	if err := sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy); err != nil {
+		return nil, end(toStatus(ctx, err))
+	}
+	b, err := sess.barrier(ctx, req.Step+1)
+	if err != nil {
+		return nil, end(toStatus(ctx, err))
+	}
+	return &pb.StepReply{Barrier: b, Pull: sess.pull()}, end(nil)
+}
+
+// Checkpoint writes the trainer's parameters to the daemon's checkpoint.
+func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointReply, error) {
+	sess, ctx, end, err := s.begin(ctx, req.Session, "checkpoint")
+	if err != nil {
+		return nil, err
+	}
+	v, err := sess.vector(req.Params, sess.upOff, "parameters")
+	if err != nil {
+		return nil, end(status.Error(codes.InvalidArgument, err.Error()))
+	}
+	if bad := badValue(v, maxFloat32); bad != "" {
+		return nil, end(status.Errorf(codes.InvalidArgument, "checkpoint: %s", bad))
+	}
+	p := make([]float64, sess.n)
+	toFloat64(p, v)
+	path, err := s.drv.Checkpoint(req.Step, p)
+	if err != nil {
+		return nil, end(toStatus(ctx, err))
+	}
+	return &pb.CheckpointReply{Path: path, Step: req.Step}, end(nil)
+}
+
+// Status reports the daemon's state; it needs no session.
+func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusReply, error) {
+	st := s.node.Status()
+	js, err := json.Marshal(st)
+	if err != nil {
+		return nil, status.Error(codes.Internal, err.Error())
+	}
+	name, _, n := s.task.shape()
+	health := ""
+	if err := s.drv.Ready(); err != nil {
+		health = err.Error()
+	}
+	info := s.drv.Info()
+	return &pb.StatusReply{
+		PeerId: st.PeerID, Job: st.Job, Step: st.Step, Population: st.PopulationEstimate,
+		KnownPeers: uint32(st.KnownPeers), Waiting: st.Waiting, Health: health,
+		TrainerConnected: st.Trainer != "", TrainerClient: st.Trainer,
+		Barrier: st.Barrier, Exchange: info.Exchange.String(), ModelName: name, NumParams: uint64(n),
+		StatusJson: string(js),
+	}, nil
+}

@@ -1,0 +1,269 @@
+package trainer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Task is the node.Task of a driven node: the model lives in the trainer
+// process, so the task holds only what the node needs of it.
+//
+//   - Its shape (name, model ID, parameter count) is fixed by the first
+//     trainer that says Hello; NumParams is 0 until then.
+//   - Under gossip, Apply adds each peer update the node accepted to an
+//     accumulator, which the trainer takes with Pull. Under epidemic, the
+//     node averages through Params (the model the trainer published after
+//     its last step) and SetParams (the average): the difference goes to
+//     the accumulator in the same way. Either way the trainer adds one
+//     vector to its parameters.
+//   - Params for a peer's model fetch come from the trainer itself
+//     (ParamsContext asks the session), except under epidemic, where the
+//     last published model is the trainer's model.
+//
+// The accumulator is two float32 buffers (with shared memory, two regions
+// of the shared file): updates add into one while the trainer reads the
+// other, so Pull copies nothing.
+type Task struct {
+	// Fixed once by fix; numParams and modelID are also read without mu
+	// (NumParams and ModelID are called on every model request).
+	numParams atomic.Int64
+	modelID   atomic.Uint32
+
+	mu       sync.Mutex
+	name     string
+	epidemic bool
+	accept   bool          // a session is active: take updates in
+	acc      [2][]float32  // accumulators; acc[cur] takes updates
+	cur      int           // which accumulator takes updates
+	fresh    bool          // acc[cur] holds nothing yet: the first update overwrites
+	merged   int           // updates (or averages) in acc[cur]
+	own      []float64     // epidemic: the trainer's model after its last step
+	sess     *session      // the active session, nil for none
+	cache    []float64     // the last parameters the trainer gave
+	cacheAt  int64         // the step they had taken
+	asking   chan struct{} // closed when the request in flight ends; nil for none
+	askErr   error
+	stepNow  func() int64 // the node's step (for the cache)
+	received atomic.Uint64
+}
+
+// NewTask returns the task of a driven node, whose shape the first
+// trainer fixes.
+func NewTask() *Task { return &Task{} }
+
+// fix sets the task's shape, or checks a later trainer's against it.
+func (t *Task) fix(name string, id uint32, n int, epidemic bool) (changed bool, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.numParams.Load() == 0 {
+		t.name, t.epidemic = name, epidemic
+		t.modelID.Store(id)
+		t.numParams.Store(int64(n))
+		return true, nil
+	}
+	if id != t.modelID.Load() || int64(n) != t.numParams.Load() {
+		return false, fmt.Errorf("model mismatch: the trainer runs %q (model id %#08x) with %d float32 parameters; this daemon's job runs %q (model id %#08x) with %d, fixed by its first trainer: run the same model, or start another daemon (another --job) for this one",
+			name, id, n, t.name, t.modelID.Load(), t.numParams.Load())
+	}
+	return false, nil
+}
+
+// shape returns the fixed shape.
+func (t *Task) shape() (name string, id uint32, n int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.name, t.modelID.Load(), int(t.numParams.Load())
+}
+
+// begin starts taking updates for sess, into acc (two buffers of
+// NumParams values each), from the model own (nil when the trainer keeps
+// its own and has not published it yet).
+func (t *Task) begin(sess *session, acc [2][]float32, own []float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.sess, t.accept = sess, true
+	t.acc, t.cur, t.fresh, t.merged = acc, 0, true, 0
+	t.own = own
+	t.cache = nil
+}
+
+// end stops taking updates and drops what was not pulled.
+func (t *Task) end(sess *session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.sess != sess {
+		return
+	}
+	t.sess, t.accept = nil, false
+	t.acc, t.merged, t.own, t.cache = [2][]float32{}, 0, nil, nil
+}
+
+// add adds v (v's own values, or with sub, v - t.own) into the current
+// accumulator. t.mu is held.
+func (t *Task) addLocked(v []float64, sub bool) {
+	a := t.acc[t.cur]
+	switch {
+	case t.fresh && sub:
+		for i, x := range v {
+			a[i] = float32(x - t.own[i])
+		}
+	case t.fresh:
+		for i, x := range v {
+			a[i] = float32(x)
+		}
+	case sub:
+		for i, x := range v {
+			a[i] += float32(x - t.own[i])
+		}
+	default:
+		for i, x := range v {
+			a[i] += float32(x)
+		}
+	}
+	t.fresh = false
+	t.merged++
+}
+
+// pull hands the current accumulator to the trainer: it returns the
+// buffer and its index, and how many updates it merges (0: nothing, and
+// the buffer is nil). The trainer may read it until its next pull.
+func (t *Task) pull() (buf []float32, index, merged int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.merged == 0 || !t.accept {
+		return nil, 0, 0
+	}
+	buf, index, merged = t.acc[t.cur], t.cur, t.merged
+	t.cur ^= 1
+	t.fresh, t.merged = true, 0
+	return buf, index, merged
+}
+
+// setOwn records the trainer's model after a step (epidemic), copying v.
+func (t *Task) setOwn(v []float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if len(t.own) != len(v) {
+		t.own = make([]float64, len(v))
+	}
+	copy(t.own, v)
+}
+
+// Step is not used: a trainer drives the node (node.Driver).
+func (t *Task) Step(context.Context) ([]float64, error) {
+	return nil, errors.New("trainer: a driven node's steps come from its trainer")
+}
+
+// Apply adds a peer's update (gossip) to the accumulator. Without a
+// trainer it is dropped: a new trainer starts from the job's model.
+func (t *Task) Apply(u []float64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.accept {
+		return nil
+	}
+	if len(u) != int(t.numParams.Load()) {
+		return fmt.Errorf("update of %d values, the model has %d", len(u), t.numParams.Load())
+	}
+	t.addLocked(u, false)
+	t.received.Add(1)
+	return nil
+}
+
+// NumParams is the trainer's parameter count, 0 until a trainer fixes it.
+func (t *Task) NumParams() int { return int(t.numParams.Load()) }
+
+// ModelID is the trainer's model ID.
+func (t *Task) ModelID() uint32 { return t.modelID.Load() }
+
+// Params returns the trainer's parameters (see ParamsContext), waiting up
+// to ten seconds; nil if the trainer does not give them.
+func (t *Task) Params() []float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	p, _ := t.ParamsContext(ctx)
+	return p
+}
+
+// ParamsContext returns the trainer's parameters: under epidemic the
+// model it published after its last step; under gossip it asks the
+// trainer, within ctx. Requests that come while one is in flight share
+// its answer, and an answer serves later requests until the node's step
+// moves on.
+func (t *Task) ParamsContext(ctx context.Context) ([]float64, error) {
+	t.mu.Lock()
+	if t.epidemic && t.own != nil {
+		p := append([]float64(nil), t.own...)
+		t.mu.Unlock()
+		return p, nil
+	}
+	for {
+		if t.sess == nil {
+			t.mu.Unlock()
+			return nil, errors.New("no trainer connected")
+		}
+		if t.cache != nil && t.stepNow != nil && t.cacheAt == t.stepNow() {
+			p := append([]float64(nil), t.cache...)
+			t.mu.Unlock()
+			return p, nil
+		}
+		if t.asking == nil {
+			break
+		}
+		wait := t.asking
+		t.mu.Unlock()
+		select {
+		case <-wait:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		t.mu.Lock()
+		if t.askErr != nil {
+			err := t.askErr
+			t.mu.Unlock()
+			return nil, err
+		}
+	}
+	sess := t.sess
+	done := make(chan struct{})
+	t.asking, t.askErr = done, nil
+	t.mu.Unlock()
+
+	p, step, err := sess.requestParams(ctx)
+
+	t.mu.Lock()
+	t.asking, t.askErr = nil, err
+	if err == nil && t.sess == sess {
+		t.cache, t.cacheAt = p, step
+	}
+	t.mu.Unlock()
+	close(done)
+	if err != nil {
+		return nil, err
+	}
+	return append([]float64(nil), p...), nil
+}
+
+// SetParams takes the average the node computed of the trainer's model
+// and the models received (epidemic): the difference from the trainer's
+// model goes to the accumulator, and the average becomes its model.
+func (t *Task) SetParams(p []float64) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.accept || t.own == nil {
+		return errors.New("no trainer model to average with")
+	}
+	if len(p) != len(t.own) {
+		return fmt.Errorf("%d parameters, the model has %d", len(p), len(t.own))
+	}
+	t.addLocked(p, true)
+	copy(t.own, p)
+	return nil
+}
+
+// Done is false: the trainer decides when it stops.
+func (t *Task) Done() bool { return false }
