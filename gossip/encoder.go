@@ -18,6 +18,7 @@ type Encoder struct {
 	enc      Encoding
 	k        int
 	maxAbs   float64
+	clamped  int // values the last Encode clamped to ±maxAbs
 	residual []float64
 	acc      []float64
 	mag      []float64 // scratch for top-k selection
@@ -25,8 +26,10 @@ type Encoder struct {
 
 // NewEncoder returns an encoder for n parameters. topKFraction (0, 1] sets
 // k = ceil(fraction × n) for the top-k encodings and is ignored otherwise.
-// Sent values are clamped to ±maxAbs (and to the float16 range for float16
-// encodings); the clamped-off part stays in the residual.
+// Sent values are clamped to ±maxAbs (and to the float32 or float16 range);
+// the clamped-off part stays in the residual. A sent value never exceeds
+// maxAbs in magnitude, rounding included, so receivers with the same
+// MaxAbsValue accept it.
 func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("gossip: encoder: param count must be positive, got %d", n)
@@ -37,7 +40,7 @@ func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, er
 	if !(maxAbs > 0) {
 		return nil, fmt.Errorf("gossip: encoder: max abs value must be positive, got %v", maxAbs)
 	}
-	e := &Encoder{n: n, enc: enc, maxAbs: maxAbs, residual: make([]float64, n), acc: make([]float64, n)}
+	e := &Encoder{n: n, enc: enc, maxAbs: min(maxAbs, math.MaxFloat32), residual: make([]float64, n), acc: make([]float64, n)}
 	if enc.half() {
 		e.maxAbs = min(e.maxAbs, maxFloat16)
 	}
@@ -64,9 +67,17 @@ func (e *Encoder) Residual() []float64 {
 	return append([]float64(nil), e.residual...)
 }
 
+// Clamped returns how many values of the update the last Encode returned
+// were clamped to ±maxAbs (or to the float16 range); what was clamped off
+// is in the residual.
+func (e *Encoder) Clamped() int { return e.clamped }
+
 // Encode adds the residual to delta, chooses what to send, and keeps what it
 // did not send as the new residual. The returned update has no Sender, Step
 // or ModelID set. delta must have n finite entries; it is not modified.
+// Entries larger than maxAbs are not an error: they are clamped, the rest
+// stays in the residual and goes out in later updates (see Clamped).
+// On error the residual is unchanged.
 //
 // If the update is then not delivered, call Restore with it so that its
 // content returns to the residual.
@@ -80,8 +91,13 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 		}
 	}
 	for i, d := range delta {
-		e.acc[i] = d + e.residual[i]
+		a := d + e.residual[i]
+		if math.IsInf(a, 0) {
+			return nil, fmt.Errorf("gossip: encode: delta[%d] = %v plus the residual %v overflows", i, d, e.residual[i])
+		}
+		e.acc[i] = a
 	}
+	e.clamped = 0
 	u := &Update{ParamCount: e.n, Encoding: e.enc}
 	if !e.enc.sparse() {
 		return e.dense(u), nil
@@ -123,16 +139,25 @@ func (e *Encoder) Restore(u *Update) {
 	}
 }
 
-// quantize rounds a to what the wire will carry, clamped to ±maxAbs.
+// quantize rounds a to what the wire will carry, clamped to ±maxAbs, and
+// counts a clamp. Rounding never takes the result past maxAbs: a value that
+// rounds up beyond it is taken one step towards zero (receivers reject
+// |value| > MaxAbsValue, and float32(0.1) > 0.1).
 func (e *Encoder) quantize(a float64) float32 {
-	a = max(-e.maxAbs, min(e.maxAbs, a))
-	q := float32(a)
+	if a > e.maxAbs || a < -e.maxAbs {
+		a = math.Copysign(e.maxAbs, a)
+		e.clamped++
+	}
 	if e.enc.half() {
-		q = halfToFloat32(float32ToHalf(q))
-		if math.Abs(float64(q)) > e.maxAbs { // rounding up past the clamp
-			q = float32(math.Copysign(e.maxAbs, float64(q)))
-			q = halfToFloat32(float32ToHalf(q))
+		h := float32ToHalf(float32(a))
+		if math.Abs(float64(halfToFloat32(h))) > e.maxAbs {
+			h-- // the next half towards zero: the magnitude is in the low 15 bits
 		}
+		return halfToFloat32(h)
+	}
+	q := float32(a)
+	if math.Abs(float64(q)) > e.maxAbs {
+		q = math.Nextafter32(q, 0)
 	}
 	return q
 }

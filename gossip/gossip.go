@@ -54,8 +54,9 @@ type Config struct {
 	MaxMessageSize int
 
 	// MaxAbsValue caps |value| of every received entry; larger values are
-	// rejected, and published values are clamped to it (the rest stays in
-	// the error-feedback residual).
+	// rejected. Published values are clamped to it (the rest stays in the
+	// error-feedback residual and goes out in later updates; Stats.Clamped
+	// counts them), so a node's own large delta is never refused.
 	MaxAbsValue float64
 
 	// MaxStepAhead is how far beyond this node's own step (see SetLocalStep)
@@ -442,7 +443,11 @@ func (g *Gossip) Subscribe(fn func(Update)) (cancel func()) {
 // took it to step) with the configured encoding and publishes it. The caller
 // has already applied delta to its own model; this node's own update is not
 // delivered back to it. With top-k or float16 encodings, what the update does
-// not carry is kept and added to the next delta (error feedback). If
+// not carry is kept and added to the next delta (error feedback). Values
+// beyond ±MaxAbsValue are published clamped to it, and the clamped-off part
+// is kept the same way (counted in Stats.Clamped), so peers still receive the
+// whole delta, over several updates. A delta of the wrong length or with a
+// NaN or infinite value is an error and nothing is published or kept. If
 // publishing fails, the whole delta is kept for the next call.
 func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error {
 	if g.closed.Load() {
@@ -450,11 +455,6 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	}
 	if step < 0 {
 		return fmt.Errorf("gossip: publish: negative step %d", step)
-	}
-	for i, d := range delta {
-		if d > g.cfg.MaxAbsValue || d < -g.cfg.MaxAbsValue {
-			return fmt.Errorf("gossip: publish: delta[%d] = %v exceeds MaxAbsValue %v", i, d, g.cfg.MaxAbsValue)
-		}
 	}
 	g.pubMu.Lock()
 	defer g.pubMu.Unlock()
@@ -481,7 +481,7 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 		g.enc.Restore(u)
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
 	}
-	g.stats.addSent(len(data))
+	g.stats.addSent(len(data), g.enc.Clamped())
 	return nil
 }
 
@@ -496,7 +496,7 @@ func (g *Gossip) publishRaw(ctx context.Context, data []byte) error {
 	if err := g.topic.Publish(ctx, data); err != nil {
 		return fmt.Errorf("gossip: publish raw: %w", err)
 	}
-	g.stats.addSent(len(data))
+	g.stats.addSent(len(data), 0)
 	return nil
 }
 

@@ -312,7 +312,7 @@ func TestPublishChecks(t *testing.T) {
 	for name, d := range map[string][]float64{
 		"length": {1, 2},
 		"NaN":    {1, math.NaN(), 0},
-		"huge":   {1e9, 0, 0},
+		"Inf":    {1, 0, math.Inf(1)},
 	} {
 		if err := g.Publish(ctx, 1, d); err == nil {
 			t.Errorf("%s: Publish succeeded", name)

@@ -13,6 +13,10 @@ type Stats struct {
 	Sent          uint64 // updates published
 	SentBytes     uint64 // their total encoded size
 	LastSentBytes int    // encoded size of the latest published update
+	// Clamped counts published values that were clamped to ±MaxAbsValue
+	// (or to the float16 range); the clamped-off part went into the
+	// error-feedback residual, to be sent in later updates.
+	Clamped       uint64
 	Received      uint64 // valid updates from others delivered to handlers
 	ReceivedBytes uint64 // their total encoded size
 	// Rejected counts dropped incoming messages by reason (rejected and
@@ -50,10 +54,10 @@ type counters struct {
 	s  Stats
 
 	// optional prometheus mirrors
-	sent, sentBytes, recv, recvBytes prometheus.Counter
-	rejected                         *prometheus.CounterVec
-	collectors                       []prometheus.Collector
-	reg                              prometheus.Registerer
+	sent, sentBytes, clamped, recv, recvBytes prometheus.Counter
+	rejected                                  *prometheus.CounterVec
+	collectors                                []prometheus.Collector
+	reg                                       prometheus.Registerer
 }
 
 func newCounters(reg prometheus.Registerer) (*counters, error) {
@@ -63,13 +67,14 @@ func newCounters(reg prometheus.Registerer) (*counters, error) {
 	}
 	c.sent = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "sent_updates_total", Help: "Model updates published."})
 	c.sentBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "sent_bytes_total", Help: "Encoded bytes of published model updates."})
+	c.clamped = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "clamped_values_total", Help: "Values of published model updates clamped to MaxAbsValue (the rest is sent later)."})
 	c.recv = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "received_updates_total", Help: "Valid model updates received from peers."})
 	c.recvBytes = prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "received_bytes_total", Help: "Encoded bytes of valid model updates received."})
 	c.rejected = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "gossip", Name: "rejected_updates_total", Help: "Incoming update messages dropped, by reason."}, []string{"reason"})
 	for _, r := range Reasons {
 		c.rejected.WithLabelValues(string(r)) // export zeros
 	}
-	c.collectors = []prometheus.Collector{c.sent, c.sentBytes, c.recv, c.recvBytes, c.rejected}
+	c.collectors = []prometheus.Collector{c.sent, c.sentBytes, c.clamped, c.recv, c.recvBytes, c.rejected}
 	for i, col := range c.collectors {
 		if err := reg.Register(col); err != nil {
 			for _, done := range c.collectors[:i] {
@@ -96,15 +101,19 @@ func (c *counters) unregister() {
 	c.reg = nil
 }
 
-func (c *counters) addSent(n int) {
+// addSent counts one published update of n bytes, clamped of whose values
+// were clamped.
+func (c *counters) addSent(n, clamped int) {
 	c.mu.Lock()
 	c.s.Sent++
 	c.s.SentBytes += uint64(n)
 	c.s.LastSentBytes = n
+	c.s.Clamped += uint64(clamped)
 	c.mu.Unlock()
 	if c.sent != nil {
 		c.sent.Inc()
 		c.sentBytes.Add(float64(n))
+		c.clamped.Add(float64(clamped))
 	}
 }
 

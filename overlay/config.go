@@ -85,6 +85,16 @@ type Config struct {
 	// holds it (a pool join, pool.go), which renews its hold on us and
 	// returns its in-degree.
 	DegreeRefresh time.Duration
+	// MaxUnconfirmed bounds the peers known only from other nodes (named in
+	// their lookup replies or routing tables) with no first-hand evidence
+	// of life yet. Such sightings cost the naming peer nothing, so without
+	// a bound a peer that names made-up IDs grows every node's member set
+	// without end. Past the bound the peer sighted least recently is
+	// forgotten; peers that answer, connect or are reported alive
+	// (MarkAlive) do not count. Unconfirmed peers are never drawn by
+	// Sample. 0 keeps none: peers are then learnt first-hand only (the
+	// peers a lookup asks, those that connect).
+	MaxUnconfirmed int
 	// DeadHold is how long a peer found dead ignores third-party sightings
 	// (other nodes' stale routing tables). First-hand evidence (it connects
 	// to us, it answers a query, MarkAlive) revives it at once.
@@ -167,6 +177,7 @@ func DefaultConfig() Config {
 		ProbeTimeout:       3 * time.Second,
 		ProbeConcurrency:   4,
 		DegreeRefresh:      time.Minute,
+		MaxUnconfirmed:     256,
 		DeadHold:           2 * time.Minute,
 		RetryDead:          15 * time.Second,
 		RevivalProbes:      2,
@@ -253,8 +264,8 @@ func (c Config) Validate() error {
 			return bad("%s must be positive", name)
 		}
 	}
-	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 || c.PerAddress < 0 {
-		return bad("WarmupPeriod, DeadHold, RetryDead, RevivalProbes and PerAddress must not be negative")
+	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 || c.PerAddress < 0 || c.MaxUnconfirmed < 0 {
+		return bad("WarmupPeriod, DeadHold, RetryDead, RevivalProbes, PerAddress and MaxUnconfirmed must not be negative")
 	}
 	return nil
 }

@@ -72,12 +72,15 @@ func storedAddrKey(h host.Host, p peer.ID) string {
 }
 
 // setAddrLocked records the address group m connects from, keeping
-// addrCount (live members per group) up to date.
+// addrCount up to date: it counts live members with first-hand evidence of
+// life per group. Peers only named by others do not count: anyone can name
+// any number of made-up peers at a victim's address, which would otherwise
+// cut the victim's weight in Sample.
 func (o *Overlay) setAddrLocked(m *member, key string) {
 	if key == m.addr {
 		return
 	}
-	if m.liveIdx >= 0 {
+	if m.counted() {
 		o.countAddrLocked(m.addr, -1)
 		o.countAddrLocked(key, 1)
 	}
@@ -94,7 +97,8 @@ func (o *Overlay) countAddrLocked(key string, d int) {
 }
 
 // weightLocked is the weight Sample gives m: PerAddress/n when n > PerAddress
-// live members share m's address, 1 otherwise.
+// live members with first-hand evidence of life share m's address, 1
+// otherwise.
 func (o *Overlay) weightLocked(m *member) float64 {
 	if o.cfg.PerAddress <= 0 || m.addr == "" {
 		return 1

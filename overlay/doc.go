@@ -63,7 +63,11 @@
 //     ≈ 1/√n_c ≈ 20 %). The cap makes the window short during the warm-up's
 //     fast walks, so lookups made while the network was still forming stop
 //     counting within seconds; refresh lookups, whose keys are ours and
-//     which run at the join, are not counted.
+//     which run at the join, are not counted. A peer counts among a
+//     lookup's closest only if it answered, was heard from first-hand
+//     before, or was named by two of the peers that answered: one peer
+//     that names made-up IDs near the key would otherwise fill the
+//     closest and read the network many times too large.
 //   - Reports from peers (ObserveEstimate), which the node's step replies
 //     carry. The latest report per peer counts for ReportMaxAge; their 10 %
 //     trimmed mean is averaged with the local estimate with weight m : 1
@@ -80,10 +84,10 @@
 // again with a fresh sample. Sample(ctx, β) does that over the peers this
 // node knows to be alive, in microseconds and without network I/O: every
 // call is a new uniform draw from every drawable peer, independent of the
-// calls before it (rejection sampling over the live members: about β
-// random picks whatever N, with a pass over them all when picks keep
-// missing). A known peer is drawable when it has shown first-hand
-// signs of life (see Liveness) and either
+// calls before it (a partial shuffle of the peers heard from first-hand:
+// about β random picks whatever N, and whatever other nodes name). A known
+// peer is drawable when it has shown first-hand signs of life (see
+// Liveness) and either
 //
 //   - a connection to it is open: its departure would close the connection,
 //     which the host reports at once; or
@@ -177,6 +181,17 @@
 // and the reports. Other nodes' stale routing tables keep naming departed
 // peers, so third-party sightings are ignored for DeadHold (2 minutes);
 // first-hand evidence revives a peer at once, so rejoining peers return.
+//
+// A third-party sighting costs the naming peer nothing, so what it adds is
+// bounded: at most MaxUnconfirmed (256) peers are known only that way,
+// kept in order of their last sighting, and past the bound the one
+// sighted least recently is forgotten. Such a peer is never drawn, does
+// not count for the zone estimator or the address limits, and is held
+// dead when it fails a lookup query or a probe (it is not dialled again:
+// a real one is named again); it becomes an ordinary member on first-hand
+// evidence. A peer that answers lookups with made-up IDs thus costs each
+// node at most MaxUnconfirmed entries and some failed queries
+// (docs/reliability.md has the fake-peers measurements).
 //
 // # Scale
 //

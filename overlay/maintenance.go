@@ -247,8 +247,8 @@ func (o *Overlay) maintainLoop() {
 
 // maintain re-probes unverified pool members, watches the estimator's
 // zone (keeps connections to it, so departures there show at once),
-// updates connection protection, dials a few dead peers again (RetryDead)
-// and forgets long-dead peers.
+// updates connection protection, dials a few dead peers that were once
+// alive again (RetryDead) and forgets long-dead peers.
 func (o *Overlay) maintain() {
 	rtPeers := o.dht.RoutingTable().ListPeers()
 	now := time.Now()
@@ -318,13 +318,15 @@ func (o *Overlay) maintain() {
 	// Dial a few dead peers again now and then, RevivalProbes at most,
 	// chosen at random among those due: a success revives a peer,
 	// first-hand.
+	// Peers never heard from first-hand are not dialled again: a real one
+	// is named again by the nodes that know it.
 	var due []*member
-	for p, m := range o.members {
+	for _, m := range o.members {
 		switch {
 		case !m.dead:
 		case now.Sub(m.deadAt) > 2*o.cfg.DeadHold:
-			delete(o.members, p)
-		case o.cfg.RetryDead > 0 && !now.Before(m.retryAt) && now.Sub(m.deadAt) >= o.cfg.RetryDead:
+			o.forgetLocked(m)
+		case o.cfg.RetryDead > 0 && !m.confirmed.IsZero() && !now.Before(m.retryAt) && now.Sub(m.deadAt) >= o.cfg.RetryDead:
 			due = append(due, m)
 		}
 	}

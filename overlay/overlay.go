@@ -1,6 +1,7 @@
 package overlay
 
 import (
+	"container/list"
 	"context"
 	"errors"
 	"fmt"
@@ -63,17 +64,25 @@ type Overlay struct {
 	jitterRNG *rand.Rand // walk and refresh timing
 	members   map[peer.ID]*member
 	live      []*member
-	addrCount map[string]int // live members per address group (diversity.go)
-	pool      []*member
-	drawBuf   []*member // Sample's scratch space
-	protected map[peer.ID]bool
-	lookups   []lookupSample
-	reports   map[peer.ID]report
-	inPool    map[peer.ID]inPoolEntry // last pool request applied per peer (pool.go)
-	held      *heldOut                // peers held out (holdout.go); its own lock
-	inDegree  int                     // entries of inPool whose pool holds us
-	poolSeq   uint64                  // sequence number of our last pool request
-	malformed int                     // malformed pool requests refused
+	// draw holds every member Sample may draw and some that it no longer
+	// may (their evidence aged out): members join it on first-hand
+	// evidence, leave it when they die, and Sample drops the stale ones
+	// it comes across (sampler.go).
+	draw []*member
+	// unconfirmed holds the members with no first-hand evidence of life,
+	// least recently sighted first (membership.go), at most
+	// MaxUnconfirmed of them.
+	unconfirmed *list.List
+	addrCount   map[string]int // live members per address group (diversity.go)
+	pool        []*member
+	protected   map[peer.ID]bool
+	lookups     []lookupSample
+	reports     map[peer.ID]report
+	inPool      map[peer.ID]inPoolEntry // last pool request applied per peer (pool.go)
+	held        *heldOut                // peers held out (holdout.go); its own lock
+	inDegree    int                     // entries of inPool whose pool holds us
+	poolSeq     uint64                  // sequence number of our last pool request
+	malformed   int                     // malformed pool requests refused
 	// confirmedByCPL counts live members with first-hand signs of life by
 	// common-prefix length: the zone estimator's counts.
 	confirmedByCPL [keyBits + 1]int
@@ -184,28 +193,29 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *Overlay {
 	octx, cancel := context.WithCancel(context.Background())
 	return &Overlay{
-		cfg:       cfg,
-		log:       cfg.logger().With("component", "overlay", "self", h.ID().ShortString()),
-		h:         h,
-		dht:       d,
-		proto:     protocol.ID("/psp/"+cfg.Job) + "/kad/1.0.0",
-		poolProto: poolProtocol(cfg.Job),
-		selfKey:   kb.ConvertPeerID(h.ID()),
-		bootstrap: boot,
-		ctx:       octx,
-		cancel:    cancel,
-		probeCh:   make(chan probeJob, 1024),
-		rng:       newStream(cfg.Seed, streamPool),
-		walkRNG:   newStream(cfg.Seed, streamWalk),
-		bucketRNG: newStream(cfg.Seed, streamBucket),
-		jitterRNG: newStream(cfg.Seed, streamJitter),
-		members:   make(map[peer.ID]*member),
-		addrCount: make(map[string]int),
-		protected: make(map[peer.ID]bool),
-		reports:   make(map[peer.ID]report),
-		inPool:    make(map[peer.ID]inPoolEntry),
-		held:      newHeldOut(),
-		startedAt: time.Now(),
+		cfg:         cfg,
+		log:         cfg.logger().With("component", "overlay", "self", h.ID().ShortString()),
+		h:           h,
+		dht:         d,
+		proto:       protocol.ID("/psp/"+cfg.Job) + "/kad/1.0.0",
+		poolProto:   poolProtocol(cfg.Job),
+		selfKey:     kb.ConvertPeerID(h.ID()),
+		bootstrap:   boot,
+		ctx:         octx,
+		cancel:      cancel,
+		probeCh:     make(chan probeJob, 1024),
+		rng:         newStream(cfg.Seed, streamPool),
+		walkRNG:     newStream(cfg.Seed, streamWalk),
+		bucketRNG:   newStream(cfg.Seed, streamBucket),
+		jitterRNG:   newStream(cfg.Seed, streamJitter),
+		members:     make(map[peer.ID]*member),
+		unconfirmed: list.New(),
+		addrCount:   make(map[string]int),
+		protected:   make(map[peer.ID]bool),
+		reports:     make(map[peer.ID]report),
+		inPool:      make(map[peer.ID]inPoolEntry),
+		held:        newHeldOut(),
+		startedAt:   time.Now(),
 	}
 }
 

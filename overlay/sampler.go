@@ -20,6 +20,11 @@ import (
 // draw from that whole set, independent of earlier calls. It never blocks
 // on the network. It fails with ErrNotEnoughPeers when fewer than beta
 // peers are drawable, and with ctx's error if ctx is done.
+//
+// It costs about beta random picks, whatever the number of peers known:
+// peers only heard of from others are not among those it picks from, and
+// each peer whose evidence has aged out is dropped from them the first
+// time it is picked (it returns with its next evidence).
 func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if beta < 0 {
 		return nil, fmt.Errorf("overlay: negative sample size %d", beta)
@@ -36,89 +41,91 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if o.closed {
 		return nil, ErrClosed
 	}
-	// Rejection sampling: draw uniformly from the live members, keeping
-	// the drawable ones not drawn yet with probability their weight, and
-	// at most PerAddress of one shared address. Each kept peer is then
+	// A partial Fisher–Yates shuffle of the draw list: position i takes a
+	// uniform pick among positions i.. (the peers not drawn yet). A pick
+	// that is no longer drawable leaves the list, and the pick is made
+	// again; a pick of weight w < 1 is kept with probability w, and at
+	// most PerAddress of one shared address, otherwise it stays where it
+	// is and the pick is made again (a miss). Each kept peer is thus
 	// drawn in proportion to its weight among the drawable peers left
 	// (and a shared address, whose members weigh PerAddress together, is
 	// in a sample as often as PerAddress peers of their own: without the
 	// cap, drawing without replacement would favour it by about
-	// β/(2·drawable)). With most members drawable and of weight 1 a sample
-	// takes about β draws, whatever N. Should the draws keep missing, a
-	// pass over every member decides (and reports too few drawable).
-	if len(o.live) >= beta {
-		out := make([]peer.ID, 0, beta)
-		var shared []string // addresses of kept peers of weight < 1
-		for misses := 0; len(out) < beta && misses < 4*beta+16; {
-			m := o.live[o.rng.IntN(len(o.live))]
-			if !o.drawableLocked(m, now) || slices.Contains(out, m.id) {
+	// β/(2·drawable)). Without shared addresses there are no misses.
+	// Should misses pile up, a pass over the draw list decides.
+	out := make([]peer.ID, 0, beta)
+	var shared []string // addresses of kept peers of weight < 1
+	for misses := 0; len(out) < beta && len(o.draw) > len(out) && misses < 4*beta+16; {
+		i := len(out)
+		j := i + o.rng.IntN(len(o.draw)-i)
+		m := o.draw[j]
+		if !o.drawableLocked(m, now) {
+			o.removeDrawLocked(m)
+			continue
+		}
+		if w := o.weightLocked(m); w < 1 {
+			if o.rng.Float64() >= w || countOf(shared, m.addr) >= o.cfg.PerAddress {
 				misses++
 				continue
 			}
-			if w := o.weightLocked(m); w < 1 {
-				if o.rng.Float64() >= w || countOf(shared, m.addr) >= o.cfg.PerAddress {
-					misses++
-					continue
-				}
-				shared = append(shared, m.addr)
-			}
-			out = append(out, m.id)
+			shared = append(shared, m.addr)
 		}
-		if len(out) == beta {
-			return out, nil
-		}
+		o.swapDrawLocked(i, j)
+		out = append(out, m.id)
 	}
-	cand := o.drawBuf[:0]
-	for _, m := range o.live {
-		if o.drawableLocked(m, now) {
-			cand = append(cand, m)
-		}
+	if len(out) == beta {
+		return out, nil
 	}
-	o.drawBuf = cand[:0]
+	for i := 0; i < len(o.draw); {
+		if m := o.draw[i]; !o.drawableLocked(m, now) {
+			o.removeDrawLocked(m) // moves the last one here
+			continue
+		}
+		i++
+	}
+	cand := o.draw
 	if len(cand) < beta {
 		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(cand), len(o.live))
 	}
-	out := make([]peer.ID, beta)
-	if o.cfg.PerAddress > 0 && slices.ContainsFunc(cand, func(m *member) bool { return o.weightLocked(m) < 1 }) {
-		// Weighted, without replacement (Efraimidis and Spirakis): the
-		// beta smallest of Exp(1)/weight, at most PerAddress of one
-		// shared address while others are left.
-		keys := make(map[*member]float64, len(cand))
-		for _, m := range cand {
-			keys[m] = o.rng.ExpFloat64() / o.weightLocked(m)
-		}
-		slices.SortFunc(cand, func(a, b *member) int { return cmp.Compare(keys[a], keys[b]) })
-		var shared []string
-		var over []*member // past the cap: taken last, if peers run short
-		out = out[:0]
-		for _, m := range cand {
-			if len(out) == beta {
-				break
-			}
-			if o.weightLocked(m) < 1 {
-				if countOf(shared, m.addr) >= o.cfg.PerAddress {
-					over = append(over, m)
-					continue
-				}
-				shared = append(shared, m.addr)
-			}
-			out = append(out, m.id)
-		}
-		for _, m := range over[:min(len(over), beta-len(out))] {
-			out = append(out, m.id)
-		}
-		clear(cand)
-		return out, nil
+	// Weighted, without replacement (Efraimidis and Spirakis): the beta
+	// smallest of Exp(1)/weight, at most PerAddress of one shared address
+	// while others are left.
+	type keyed struct {
+		m *member
+		k float64
 	}
-	// A partial Fisher–Yates shuffle: the first beta of cand become a
-	// uniform draw without replacement.
-	for i := range out {
-		j := i + o.rng.IntN(len(cand)-i)
-		cand[i], cand[j] = cand[j], cand[i]
-		out[i] = cand[i].id
+	keys := make([]keyed, len(cand))
+	for i, m := range cand {
+		keys[i] = keyed{m, o.rng.ExpFloat64() / o.weightLocked(m)}
 	}
-	clear(cand) // drop the references the buffer would otherwise keep
+	slices.SortFunc(keys, func(a, b keyed) int { return cmp.Compare(a.k, b.k) })
+	shared = shared[:0]
+	var over []*member // past the cap: taken last, if peers run short
+	out = out[:0]
+	for _, km := range keys {
+		m := km.m
+		if len(out) == beta {
+			break
+		}
+		if o.weightLocked(m) < 1 {
+			if countOf(shared, m.addr) >= o.cfg.PerAddress {
+				over = append(over, m)
+				continue
+			}
+			shared = append(shared, m.addr)
+		}
+		out = append(out, m.id)
+	}
+	for _, m := range over[:min(len(over), beta-len(out))] {
+		out = append(out, m.id)
+	}
 	return out, nil
+}
+
+// swapDrawLocked swaps positions i and j of the draw list.
+func (o *Overlay) swapDrawLocked(i, j int) {
+	o.draw[i], o.draw[j] = o.draw[j], o.draw[i]
+	o.draw[i].drawIdx, o.draw[j].drawIdx = i, j
 }
 
 // countOf counts the elements of xs equal to x.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -12,14 +13,16 @@ import (
 	dht "github.com/libp2p/go-libp2p-kad-dht"
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/test"
+	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 )
 
 // bareOverlay returns an Overlay whose background goroutines are not
 // running, over a mocknet host, for driving the membership logic directly.
-func bareOverlay(t *testing.T, cfg Config) *Overlay {
+func bareOverlay(t testing.TB, cfg Config) *Overlay {
 	t.Helper()
 	ln := memnet.New(0)
 	h, err := ln.NewHost(100, 200)
@@ -358,10 +361,16 @@ func TestConfigValidate(t *testing.T) {
 
 // TestConfirmedCountsIncremental drives random first- and third-hand
 // sightings and deaths and checks that the zone estimator's counts, kept up
-// to date as members change, always equal a recount over the live members.
+// to date as members change, always equal a recount over the live members,
+// and that the member lists agree with each other (checkLists).
 func TestConfirmedCountsIncremental(t *testing.T) {
-	o := bareOverlay(t, DefaultConfig())
+	cfg := DefaultConfig()
+	cfg.MaxUnconfirmed = 12 // below the 60 peers: sightings forget some
+	o := bareOverlay(t, cfg)
 	peers := synthPeers(t, 4, 60)
+	for i, p := range peers[:40] { // 5 address groups of 8 peers; 20 with none
+		o.h.Peerstore().AddAddrs(p, []ma.Multiaddr{ma.StringCast(fmt.Sprintf("/ip4/7.2.%d.1/tcp/4001", i%5))}, peerstore.PermanentAddrTTL)
+	}
 	r := rand.New(rand.NewPCG(7, 11))
 	now := time.Now()
 	for i := range 3000 {
@@ -389,5 +398,68 @@ func TestConfirmedCountsIncremental(t *testing.T) {
 		if got, peers := o.PeerCount(), len(o.Peers()); got != peers {
 			t.Fatalf("after %d operations: PeerCount %d, Peers lists %d", i+1, got, peers)
 		}
+		checkLists(t, o, now)
 	}
+}
+
+// checkLists checks that the overlay's member lists agree: the live list
+// holds the live members; the unconfirmed list exactly the members with
+// no first-hand evidence, at most MaxUnconfirmed of them; the draw list
+// every drawable member, each index right; the address counts a recount
+// of the live members with first-hand evidence.
+func checkLists(t *testing.T, o *Overlay, now time.Time) {
+	t.Helper()
+	addrs := map[string]int{}
+	for p, m := range o.members {
+		if m.id != p {
+			t.Fatalf("member %s filed under %s", m.id, p)
+		}
+		if (m.unconf != nil) != m.confirmed.IsZero() {
+			t.Fatalf("%s: in the unconfirmed list %v, confirmed at %v", p.ShortString(), m.unconf != nil, m.confirmed)
+		}
+		if m.dead != (m.liveIdx < 0) || (m.liveIdx >= 0 && o.live[m.liveIdx] != m) {
+			t.Fatalf("%s: dead %v, live index %d", p.ShortString(), m.dead, m.liveIdx)
+		}
+		if m.drawIdx >= 0 && o.draw[m.drawIdx] != m {
+			t.Fatalf("%s: draw index %d is another member's", p.ShortString(), m.drawIdx)
+		}
+		if !m.dead && o.drawableLocked(m, now) && m.drawIdx < 0 {
+			t.Fatalf("%s is drawable but not in the draw list", p.ShortString())
+		}
+		if m.dead && m.drawIdx >= 0 {
+			t.Fatalf("%s is dead but in the draw list", p.ShortString())
+		}
+		if m.counted() && m.addr != "" {
+			addrs[m.addr]++
+		}
+	}
+	if len(o.live)+countDead(o) != len(o.members) {
+		t.Fatalf("%d live + %d dead != %d members", len(o.live), countDead(o), len(o.members))
+	}
+	if n := o.unconfirmed.Len(); n > o.cfg.MaxUnconfirmed {
+		t.Fatalf("%d unconfirmed members, bound %d", n, o.cfg.MaxUnconfirmed)
+	}
+	for e := o.unconfirmed.Front(); e != nil; e = e.Next() {
+		if m := e.Value.(*member); o.members[m.id] != m {
+			t.Fatalf("%s is in the unconfirmed list but not a member", m.id.ShortString())
+		}
+	}
+	if len(addrs) != len(o.addrCount) {
+		t.Fatalf("address counts %v, recount %v", o.addrCount, addrs)
+	}
+	for k, n := range addrs {
+		if o.addrCount[k] != n {
+			t.Fatalf("address counts %v, recount %v", o.addrCount, addrs)
+		}
+	}
+}
+
+func countDead(o *Overlay) int {
+	n := 0
+	for _, m := range o.members {
+		if m.dead {
+			n++
+		}
+	}
+	return n
 }

@@ -12,6 +12,7 @@ type Status struct {
 	Ready            bool          // joined and the first refresh finished
 	RoutingTableSize int           // peers in the Kademlia routing table
 	Members          int           // known peers not known to be dead
+	Unconfirmed      int           // of those, peers only named by others, never heard from first-hand (at most MaxUnconfirmed)
 	Drawable         int           // peers Sample draws from now (sampler.go)
 	Dead             int           // peers currently held as dead
 	Pool             int           // verified peers kept connected in the sampler's pool
@@ -51,9 +52,14 @@ func (o *Overlay) Status() Status {
 		}
 	}
 	now := time.Now()
-	for _, m := range o.live {
+	for _, m := range o.draw {
 		if o.drawableLocked(m, now) {
 			s.Drawable++
+		}
+	}
+	for e := o.unconfirmed.Front(); e != nil; e = e.Next() {
+		if !e.Value.(*member).dead {
+			s.Unconfirmed++
 		}
 	}
 	if o.lastRefresh.IsZero() {

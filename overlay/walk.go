@@ -27,6 +27,7 @@ type lookupState struct {
 	responders map[peer.ID]bool           // answered FIND_NODE
 	failed     map[peer.ID]bool           // were asked and did not answer
 	named      map[peer.ID][]ma.Multiaddr // named by a responder, with the addresses given
+	namedBy    map[peer.ID]int            // how many responders named each of them
 	dist       map[peer.ID][]byte         // XOR distance to target of every peer above
 }
 
@@ -72,6 +73,7 @@ func (o *Overlay) lookup(ctx context.Context, key string) *lookupState {
 		responders: make(map[peer.ID]bool),
 		failed:     make(map[peer.ID]bool),
 		named:      make(map[peer.ID][]ma.Multiaddr),
+		namedBy:    make(map[peer.ID]int),
 		dist:       make(map[peer.ID][]byte),
 	}
 	self := o.h.ID()
@@ -153,11 +155,14 @@ func (o *Overlay) lookup(ctx context.Context, key string) *lookupState {
 			st.responders[r.p] = true
 			// Honest peers name at most k; more is an attempt to bloat
 			// our state (kad-dht caps at 2k too).
+			seen := make(map[peer.ID]bool, min(len(r.peers), 2*o.cfg.BucketSize))
 			for _, ai := range r.peers[:min(len(r.peers), 2*o.cfg.BucketSize)] {
-				if ai == nil || ai.ID == self || ai.ID == "" {
+				if ai == nil || ai.ID == self || ai.ID == "" || seen[ai.ID] {
 					continue
 				}
+				seen[ai.ID] = true
 				st.named[ai.ID] = append(st.named[ai.ID], ai.Addrs...)
+				st.namedBy[ai.ID]++
 			}
 		}
 		// The next candidates: every peer heard of so far, closest first.
@@ -296,11 +301,15 @@ func (o *Overlay) evictStale(ctx context.Context) {
 // recordLookup runs one lookup for key and records what it learnt. Peers
 // that answered are confirmed alive and offered to the routing table (as
 // kad-dht does for peers that answer its queries); peers that failed while
-// ctx was live leave it (as in kad-dht); peers they named are added to the
-// member set unverified; the lookup's bucket is marked refreshed; and the k
-// closest found feed the order-statistics estimator: for any key chosen
+// ctx was live leave it (as in kad-dht), and those never heard from
+// first-hand are held dead; peers they named are added to the member set
+// unconfirmed; the lookup's bucket is marked refreshed; and the k closest
+// found feed the order-statistics estimator: for any key chosen
 // independently of the other nodes' IDs, the distance to the k-th closest
-// of them is Gamma(k, N−1).
+// of them is Gamma(k, N−1). A peer counts among the closest only if it
+// answered, was heard from first-hand before, or was named by at least two
+// of the peers that answered: a peer that names made-up IDs would
+// otherwise crowd the closest and inflate the estimate.
 func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 	st := o.lookup(ctx, key)
 	if o.ctx.Err() != nil {
@@ -347,6 +356,13 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 			o.touchLocked(p, false, now)
 		}
 	}
+	if ctx.Err() == nil {
+		for _, p := range slices.Sorted(maps.Keys(st.failed)) { // in ID order, as above
+			if m, ok := o.members[p]; ok && m.confirmed.IsZero() {
+				o.markDeadLocked(m, now, "did not answer a lookup")
+			}
+		}
+	}
 	if len(st.responders) == 0 {
 		o.log.Debug("lookup: no peer answered", "asked", len(st.failed))
 		return
@@ -359,8 +375,12 @@ func (o *Overlay) recordLookup(ctx context.Context, key string, estimate bool) {
 		if len(ds) == o.cfg.BucketSize {
 			break
 		}
-		if m, ok := o.members[p]; ok && m.dead || o.held.has(p) {
+		m, ok := o.members[p]
+		if ok && m.dead || o.held.has(p) {
 			continue
+		}
+		if !st.responders[p] && st.namedBy[p] < 2 && (!ok || m.confirmed.IsZero()) {
+			continue // one peer's word only
 		}
 		ds = append(ds, normXOR(st.distance(p)))
 	}

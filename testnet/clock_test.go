@@ -4,7 +4,9 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -104,12 +106,13 @@ func TestOverloadJudge(t *testing.T) {
 		o    Overload
 		want bool
 	}{
-		{"light", Overload{TimerLagP99Ms: 2, StepTimeS: 2}, false},
-		{"timers just within", Overload{TimerLagP99Ms: 99, StepTimeS: 2}, false},
-		{"timers late", Overload{TimerLagP99Ms: 120, StepTimeS: 2}, true},
-		{"fast steps are stricter", Overload{TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
-		{"churn behind", Overload{TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
-		{"no step time", Overload{TimerLagP99Ms: 500}, false},
+		{"light", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 2, StepTimeS: 2}, false},
+		{"timers just within", Overload{TimerLagP95Ms: 99, TimerLagP99Ms: 99, StepTimeS: 2}, false},
+		{"timers late", Overload{TimerLagP95Ms: 120, TimerLagP99Ms: 120, StepTimeS: 2}, true},
+		{"late only now and then", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 300, StepTimeS: 2}, false},
+		{"fast steps are stricter", Overload{TimerLagP95Ms: 30, TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
+		{"churn behind", Overload{TimerLagP95Ms: 1, TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
+		{"no step time", Overload{TimerLagP95Ms: 500, TimerLagP99Ms: 500}, false},
 	} {
 		o := tc.o
 		o.judge()
@@ -145,11 +148,121 @@ func TestRealClockReportsOverload(t *testing.T) {
 	if o == nil {
 		t.Fatal("no overload figures on the real clock")
 	}
-	if !(o.TimerLagP50Ms >= 0 && o.TimerLagP99Ms >= o.TimerLagP50Ms && o.CPUShare > 0 && o.StepTimeS == 1) {
+	if !(o.TimerLagP50Ms >= 0 && o.TimerLagP95Ms >= o.TimerLagP50Ms && o.TimerLagP99Ms >= o.TimerLagP95Ms && o.CPUShare > 0 && o.StepTimeS == 1) {
 		t.Errorf("overload figures %+v", o)
 	}
 	if res.Clock != "real" || res.WallS <= 0 {
 		t.Errorf("clock %q, wall %v s", res.Clock, res.WallS)
+	}
+}
+
+// spin keeps every processor of the process busy until the deadline with
+// n goroutines that compute without ever blocking (the scheduler preempts
+// each every 10 ms or so and puts it back in the global run queue). Each
+// stops by itself at the deadline: a timer to stop them would need a
+// goroutine to run. wait waits for them.
+func spin(n int, deadline time.Time) (wait func()) {
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			for time.Now().Before(deadline) {
+			}
+		})
+	}
+	return wg.Wait
+}
+
+// The probe sees goroutines wait for a processor, not only its timer: 512
+// spinning goroutines per processor leave a timer's goroutine to run at
+// once (the scheduler serves it first), but a goroutine that yields, as
+// the nodes' goroutines do whenever they wait for a message or a lock,
+// waits behind all of them, seconds. The probe used to time its timer
+// alone and read tens of milliseconds.
+func TestLagProbeSeesRunQueue(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var p lagProbe
+	started := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx, time.Now(), func() { close(started) })
+	}()
+	<-started
+	wait := spin(512*runtime.GOMAXPROCS(0), time.Now().Add(3*time.Second))
+	wait()
+	// The probe runs at the latest once the spinners have stopped; give
+	// it a few periods more, then stop it.
+	for p.count() < 3 {
+		runtime.Gosched()
+	}
+	cancel()
+	<-done
+	lags := p.sorted()
+	p99 := sim.Percentile(lags, 99)
+	t.Logf("%d samples, p50 %.1f ms, p99 %.1f ms", len(lags), 1000*sim.Percentile(lags, 50), 1000*p99)
+	if p99 < 1 {
+		t.Errorf("probe lag p99 %.3f s under 3 s of spinning goroutines, want over 1 s", p99)
+	}
+}
+
+// The probe counts from the training's start, not from when its goroutine
+// first ran: on an overloaded machine a goroutine just started waits for
+// its first instruction as long as any, and a probe started after the
+// nodes of a 200-node run took no sample in 44 s.
+func TestLagProbeCountsLateStart(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var p lagProbe
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.run(ctx, time.Now().Add(-time.Second), func() {}) // first ran 1 s late
+	}()
+	for p.count() == 0 {
+		runtime.Gosched()
+	}
+	cancel()
+	<-done
+	lags := p.sorted()
+	if n := len(lags); n < 90 || lags[n-1] < 0.99 {
+		t.Errorf("%d samples up to %.3f s for a probe that started 1 s late: want the 100 periods it missed, up to 1 s", n, lags[n-1])
+	}
+}
+
+// A real-clock run flags itself when something else keeps the process's
+// processors busy, and an unloaded one does not. The load is 512 spinning
+// goroutines per processor from the first record of the training (1 s in)
+// for 4 s: a goroutine that yields then waits about 512 × 10 ms for a
+// processor, so that the probe runs seconds late for most of the 7-s
+// training, several times the flag's threshold at p95, 1 s (5 % of a 20-s
+// mean step, long so that the hiccups of a machine shared with other work
+// stay far below it). (Started before the training, the load held up the
+// run itself until it ended.)
+func TestOverloadFlag(t *testing.T) {
+	spinners := 512 * runtime.GOMAXPROCS(0)
+	run := func(load bool) *Result {
+		cfg := tinyConfig(8, 7*time.Second)
+		cfg.Clock = Real
+		cfg.TimeScale = 10 // a 20-s mean step: the threshold is 1 s
+		wait := func() {}
+		if load {
+			var once sync.Once
+			cfg.Progress = func(Snapshot) {
+				once.Do(func() { wait = spin(spinners, time.Now().Add(4*time.Second)) })
+			}
+		}
+		res := runLogged(t, cfg)
+		wait()
+		if res.Overload == nil {
+			t.Fatal("no overload figures on the real clock")
+		}
+		return res
+	}
+	if o := run(false).Overload; o.Flagged {
+		t.Errorf("unloaded run flagged: %+v", *o)
+	}
+	o := run(true).Overload
+	if !o.Flagged || o.TimerLagP95Ms < 1000*OverloadLagShare*o.StepTimeS {
+		t.Errorf("run under %d spinning goroutines not flagged: %+v", spinners, *o)
 	}
 }
 

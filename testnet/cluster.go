@@ -41,8 +41,12 @@ type member struct {
 	step0    int64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
-	// computing. -1 while it is not free.
+	// computing a step of plausible length (stallStepShare). -1 while it
+	// is not free.
 	freeSince time.Duration
+	// progressAt is when the recorder last saw the node's step change (or
+	// the node's launch).
+	progressAt time.Duration
 	// gone holds what the report needs of an honest node that departed;
 	// nd is then nil, so that a long run with churn does not keep every
 	// departed node's host, overlay and model in memory.
@@ -81,6 +85,16 @@ func (t *testnet) release(m *member) {
 	}
 	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
 	m.nd = nil
+}
+
+// launched starts the stall rule's clock for a member launched at now at
+// step: it is free to go on from its launch (it has not started a step,
+// and its barrier has nothing to wait for yet), and the records that
+// follow find out whether it went on. Counting from the launch rather than
+// from the first record keeps a node that never steps visible as stalled
+// when the recorder itself gets little CPU.
+func (m *member) launched(now time.Duration, step int64) {
+	m.freeSince, m.progressAt, m.lastStep = now, now, step
 }
 
 // noteFree records whether the member is free to go on at now (see
@@ -243,6 +257,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	t.mu.Lock()
 	t.members = append(t.members, m)
+	if role == FakePeers {
+		t.serveFakePeers(m, cfg.Seed)
+	}
 	t.mu.Unlock()
 	return m, nil
 }
@@ -271,10 +288,25 @@ func (t *testnet) countSample(drawer peer.ID, honest bool, peers []peer.ID) {
 
 // launch starts a member's training loop. t.mu must be held.
 func (t *testnet) launch(ctx context.Context, m *member) {
-	c, cancel := context.WithCancel(ctx)
-	m.cancel = cancel
+	t.baseline(m)
+	t.kickoff(ctx, m)
+}
+
+// baseline takes the counts a member's training figures start from. It
+// asks the node for its status, which on an overloaded machine can take a
+// while: Run takes every initial node's baseline before the training
+// starts, not as it starts each one. t.mu must be held.
+func (t *testnet) baseline(m *member) {
 	m.opened0 = m.nd.Status().ConnectionsOpened
 	m.traffic0, m.step0 = m.nd.Traffic(), m.nd.Step()
+}
+
+// kickoff starts a member's training loop, its baseline taken. t.mu must be
+// held.
+func (t *testnet) kickoff(ctx context.Context, m *member) {
+	c, cancel := context.WithCancel(ctx)
+	m.cancel = cancel
+	m.launched(time.Since(t.start), m.nd.Step())
 	t.wg.Go(func() {
 		defer close(m.done)
 		asNode(m.idx, func() {

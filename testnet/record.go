@@ -51,7 +51,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	for _, m := range live {
 		s := m.nd.Step()
 		if s != m.lastStep {
-			m.lastStep, m.freeSince = s, -1
+			m.lastStep, m.freeSince, m.progressAt = s, -1, now
 		}
 		steps = append(steps, s)
 		t.steps = append(t.steps, stepRow{sec, m.idx, s})
@@ -70,11 +70,14 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	// Stalled: no progress for StallWindow while the node was free to go
 	// on: its barrier, evaluated on the true live population, would have
 	// let it all along, and it was not busy computing its own step (a
-	// straggler's long step is not a stall).
+	// straggler's long step is not a stall) — unless that one step has
+	// lasted stallStepShare times its mean task time, which no time model
+	// draw explains (a machine starved of CPU does).
 	minStep := slices.Min(append(steps, math.MaxInt64))
 	s := t.cfg.Barrier.BaseStaleness()
 	for _, m := range live {
-		free := (s < 0 || minStep >= m.lastStep-int64(s)) && !m.nd.Computing()
+		allowed := s < 0 || minStep >= m.lastStep-int64(s)
+		free := stallFree(allowed, m.nd.Computing(), now-m.progressAt, t.longestStep(m))
 		if m.noteFree(now, free, t.cfg.StallWindow) {
 			t.stalls[m.idx] = true
 		}
@@ -89,9 +92,35 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	return snap
 }
 
-func (t *testnet) recordLoop(ctx context.Context) {
+// stallStepShare is how many times its mean task time a node's step may
+// take before the stall rule stops counting it as computing: the time
+// model draws (Exp(1) + 1) × the mean / 2, so a step this long has odds
+// below e^-19.
+const stallStepShare = 10
+
+// stallFree is the stall rule's "free to go on": the barrier on the true
+// population allows the node's next step, and the node is not computing,
+// or has been computing one step for longer than longest (when longest >
+// 0) since its last progress.
+func stallFree(allowed, computing bool, sinceProgress, longest time.Duration) bool {
+	return allowed && (!computing || (longest > 0 && sinceProgress > longest))
+}
+
+// longestStep is the longest step the time model explains for m, or 0
+// without a time model (steps take what their compute takes).
+func (t *testnet) longestStep(m *member) time.Duration {
+	if t.cfg.TimeScale <= 0 {
+		return 0
+	}
+	return time.Duration(stallStepShare * 2 * t.cfg.TimeScale * m.factor * float64(time.Second))
+}
+
+// recordLoop records every RecordEvery until ctx ends; it calls started
+// once its ticker is set.
+func (t *testnet) recordLoop(ctx context.Context, started func()) {
 	tick := time.NewTicker(t.cfg.RecordEvery)
 	defer tick.Stop()
+	started()
 	var lastUpdates uint64
 	for {
 		select {

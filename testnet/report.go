@@ -102,6 +102,9 @@ type Result struct {
 		StreamsRefused     uint64 `json:"streams_refused"`
 	} `json:"defences"`
 	Hostile *Hostility `json:"hostile,omitempty"`
+	// Membership is what the honest live nodes' overlays hold at the end
+	// (in-process transports only).
+	Membership *Membership `json:"membership,omitempty"`
 
 	PeakRSSBytes int64      `json:"peak_rss_bytes"`
 	Resources    *Resources `json:"resources,omitempty"` // at a quarter of the run and at its end
@@ -134,6 +137,9 @@ type Hostility struct {
 	// Target is the node the flooders and slow-model nodes attacked,
 	// when there are any.
 	Target *FloodTarget `json:"flood_target,omitempty"`
+	// FakePeersNamed counts the made-up peers fake-peers nodes named in
+	// their DHT replies (see Result.Membership for what honest nodes kept).
+	FakePeersNamed int `json:"fake_peers_named,omitempty"`
 	// SybilFigures are present with Sybil roles.
 	*SybilFigures
 }
@@ -198,7 +204,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load(),
-			SybilFigures: t.sybilFigures()}
+			SybilFigures: t.sybilFigures(), FakePeersNamed: t.fakesNamed()}
 	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
@@ -405,6 +411,17 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		if h.SybilFigures != nil {
 			h.SybilFigures.print(row)
 		}
+		if h.FakePeersNamed > 0 {
+			row("  fake peers", "%d made-up peers named in DHT replies", h.FakePeersNamed)
+		}
+	}
+	if mb := r.Membership; mb != nil {
+		sample := "not timed"
+		if mb.SampleUs > 0 {
+			sample = fmt.Sprintf("%.2f µs a call", mb.SampleUs)
+		}
+		row("membership", "%.1f members per honest node (max %d), %.1f unconfirmed (max %d), %.1f dead, %.1f drawable; Sample %s",
+			mb.Members, mb.MembersMax, mb.Unconfirmed, mb.UnconfirmedMax, mb.Dead, mb.Drawable, sample)
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if rs := r.Resources; rs != nil {
@@ -419,8 +436,8 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		r.NetNS.printRows(row)
 	}
 	if o := r.Overload; o != nil {
-		row("overload", "flagged %v: timer lag p50 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
-			o.Flagged, o.TimerLagP50Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
+		row("overload", "flagged %v: timer lag p50 %.1f ms, p95 %.1f ms, p99 %.1f ms; CPU share %.2f; churn lag %.2f s (mean step %.2f s)",
+			o.Flagged, o.TimerLagP50Ms, o.TimerLagP95Ms, o.TimerLagP99Ms, o.CPUShare, o.ChurnLagS, o.StepTimeS)
 	}
 	if c := r.CompareSim; c != nil {
 		row("vs simulator", "fidelity mode: sim mean %.1f (min %.0f, max %.0f); real/sim mean %.3f, p5 %.3f, p95 %.3f", c.Sim.Mean, c.Sim.Min, c.Sim.Max, c.Ratio["mean"], c.Ratio["p5"], c.Ratio["p95"])

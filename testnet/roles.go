@@ -53,7 +53,7 @@ const (
 )
 
 // Roles lists every hostile or faulty role.
-var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost}
+var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost, FakePeers}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).

@@ -221,6 +221,52 @@ func TestNoteFree(t *testing.T) {
 	}
 }
 
+// A node is free to go on from its launch: one that never steps is
+// stalled at the first record a window later, even when the recorder,
+// starved of CPU, took no record in between. The window used to start at
+// the first record that found the node free.
+func TestStalledFromLaunch(t *testing.T) {
+	const w = 30 * time.Second
+	m := &member{freeSince: -1}
+	m.launched(0, 0)
+	if !m.noteFree(w, true, w) {
+		t.Error("a node free since its launch a whole window ago is not stalled")
+	}
+	m.launched(0, 0)
+	if m.noteFree(w-time.Second, true, w) {
+		t.Error("stalled before a whole window")
+	}
+}
+
+// The stall rule counts a node that has computed one step for far longer
+// than the time model allows as free to go on: a step of 0.1 s that takes
+// a minute is the machine's stall, not a straggler's step. It used to
+// count every node inside its task's Step as busy, however long.
+func TestStallFree(t *testing.T) {
+	const long = time.Second // stallStepShare × a 0.1-s mean step
+	for _, tc := range []struct {
+		name               string
+		allowed, computing bool
+		since, longest     time.Duration
+		want               bool
+	}{
+		{"waiting, barrier open", true, false, time.Minute, long, true},
+		{"barrier closed", false, false, time.Minute, long, false},
+		{"computing a plausible step", true, true, 500 * time.Millisecond, long, false},
+		{"computing one step for a minute", true, true, time.Minute, long, true},
+		{"computing for a minute, barrier closed", false, true, time.Minute, long, false},
+		{"no time model: computing is busy", true, true, time.Hour, 0, false},
+	} {
+		if got := stallFree(tc.allowed, tc.computing, tc.since, tc.longest); got != tc.want {
+			t.Errorf("%s: free %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	tn := &testnet{cfg: Config{TimeScale: 0.05}}
+	if got := tn.longestStep(&member{factor: 4}); got != 4*time.Second {
+		t.Errorf("longest step of a straggler (×4) at time scale 0.05: %v, want 4 s", got)
+	}
+}
+
 // grindKey finds keys whose DHT key shares the asked prefix with the
 // target, within its bound, and the same keys for the same stream.
 func TestGrindKey(t *testing.T) {

@@ -1,0 +1,185 @@
+package gossip
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Every encoding clamps what it sends to ±MaxAbsValue, rounding included,
+// so that a receiver with the same limit accepts every update; the
+// clamped-off part stays in the residual (nothing is lost), and Clamped
+// counts the clamped values.
+func TestEncoderClampsAndKeepsTheRest(t *testing.T) {
+	const n = 64
+	for _, enc := range []Encoding{EncodingDense32, EncodingDense16, EncodingTopK32, EncodingTopK16} {
+		// 0.1 is not a float32 (float32(0.1) > 0.1); 1e300 is beyond float32;
+		// 1e5 is beyond float16.
+		for _, maxAbs := range []float64{0.1, 3, 1e4, 1e5, 1e300} {
+			e, err := NewEncoder(n, enc, 0.25, maxAbs)
+			if err != nil {
+				t.Fatal(err)
+			}
+			lim := Limits{MaxMessageSize: MaxEncodedSize(n), ParamCount: n, ModelID: 7, MaxAbsValue: maxAbs}
+			r := rand.New(rand.NewPCG(1, uint64(enc)))
+			sent := make([]float64, n)
+			want := make([]float64, n)
+			clampedSeen := 0
+			for step := int64(0); step < 40; step++ {
+				delta := make([]float64, n)
+				for i := range delta {
+					delta[i] = r.NormFloat64() * maxAbs
+					if i%7 == 0 {
+						delta[i] = math.Copysign(min(10*maxAbs, 1e307), delta[i]) // far beyond the cap
+					}
+					if step >= 20 {
+						delta[i] = 0 // let the residual drain
+					}
+					want[i] += delta[i]
+				}
+				b, u := encodeDelta(t, e, delta, step)
+				if _, err := Validate(b, testSender, step, lim); err != nil {
+					t.Fatalf("%v max %g step %d: receiver rejects the update: %v", enc, maxAbs, step, err)
+				}
+				for j, v := range u.Values {
+					i := j
+					if u.Encoding.sparse() {
+						i = int(u.Indices[j])
+					}
+					sent[i] += float64(v)
+					if math.Abs(float64(v)) > maxAbs {
+						t.Fatalf("%v max %g: sent %v", enc, maxAbs, v)
+					}
+				}
+				clampedSeen += e.Clamped()
+			}
+			if clampedSeen == 0 {
+				t.Errorf("%v max %g: no value counted as clamped", enc, maxAbs)
+			}
+			// Sent plus residual is everything that was given to the encoder.
+			res := e.Residual()
+			for i := range want {
+				got := sent[i] + res[i]
+				if d := math.Abs(got - want[i]); d > 1e-9*math.Max(1, math.Abs(want[i])) {
+					t.Fatalf("%v max %g: entry %d: sent %g + residual %g != %g", enc, maxAbs, i, sent[i], res[i], want[i])
+				}
+			}
+		}
+	}
+}
+
+// A delta beyond MaxAbsValue is published clamped, not dropped: the node
+// that published it has applied all of it, so its peers must get all of it
+// too, over the following updates. Publish used to refuse the whole delta.
+func TestPublishClampsInsteadOfDropping(t *testing.T) {
+	for _, enc := range []Encoding{EncodingDense32, EncodingDense16, EncodingTopK16} {
+		t.Run(enc.String(), func(t *testing.T) {
+			const n = 8
+			const maxAbs = 0.1
+			mn, hosts := mockHosts(t, 2)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			rec := &recorder{}
+			reg := prometheus.NewRegistry()
+			var gs [2]*Gossip
+			for i := range gs {
+				cfg := DefaultConfig()
+				cfg.Job = "clamp"
+				cfg.ParamCount = n
+				cfg.Encoding = enc
+				cfg.TopKFraction = 0.5
+				cfg.MaxAbsValue = maxAbs
+				if i == 0 {
+					cfg.Registerer = reg
+				} else {
+					cfg.Handler = rec.handle
+				}
+				g, err := New(ctx, hosts[i], cfg)
+				if err != nil {
+					t.Fatal(err)
+				}
+				gs[i] = g
+				defer g.Close()
+			}
+			if err := mn.ConnectAllButSelf(); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "topic peers", func() bool { return len(gs[0].Peers()) == 1 && len(gs[1].Peers()) == 1 })
+			waitMeshes(t, ctx, gs[:]...)
+
+			delta := []float64{0.5, -0.35, 0.1, 0.01, 0, -0.1, 0.25, 0}
+			if err := gs[0].Publish(ctx, 1, delta); err != nil {
+				t.Fatalf("publish of a delta beyond MaxAbsValue: %v", err)
+			}
+			if c := gs[0].Stats().Clamped; c == 0 {
+				t.Fatal("no clamped value counted")
+			}
+			if c := gathered(t, reg, "psp_gossip_clamped_values_total", ""); c != float64(gs[0].Stats().Clamped) {
+				t.Fatalf("prometheus clamped %v, stats %d", c, gs[0].Stats().Clamped)
+			}
+			// Zero deltas drain the residual; the peer's sum converges on
+			// the delta (to float16 precision for the float16 encodings).
+			zero := make([]float64, n)
+			const steps = 12
+			for s := int64(2); s <= steps; s++ {
+				if err := gs[0].Publish(ctx, s, zero); err != nil {
+					t.Fatal(err)
+				}
+			}
+			waitFor(t, "deliveries", func() bool { return len(rec.updates()) == steps })
+			if r := gs[1].Stats().TotalRejected(); r != 0 {
+				t.Fatalf("receiver rejected %d updates", r)
+			}
+			sum := make([]float64, n)
+			for _, u := range rec.updates() {
+				for _, v := range u.Values {
+					if math.Abs(float64(v)) > maxAbs {
+						t.Fatalf("received %v beyond %v", v, maxAbs)
+					}
+				}
+				if err := u.AddTo(sum, 1); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tol := 1e-6
+			if enc.half() {
+				tol = 1e-3
+			}
+			for i := range delta {
+				if math.Abs(sum[i]-delta[i]) > tol {
+					t.Fatalf("peer's sum %v, want %v", sum, delta)
+				}
+			}
+		})
+	}
+}
+
+// NaN, ±Inf and a residual that would overflow are errors the caller sees,
+// and they leave the residual as it was.
+func TestPublishNonFiniteIsAnError(t *testing.T) {
+	e, err := NewEncoder(2, EncodingDense16, 1, 1e4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Clamped to 65504: nearly all of it stays in the residual.
+	if _, err := e.Encode([]float64{math.MaxFloat64, 0}); err != nil {
+		t.Fatal(err)
+	}
+	before := e.Residual()
+	for _, d := range [][]float64{
+		{math.NaN(), 0},
+		{0, math.Inf(-1)},
+		{math.MaxFloat64, 0}, // plus the residual: +Inf
+	} {
+		if _, err := e.Encode(d); err == nil {
+			t.Errorf("Encode(%v) succeeded", d)
+		}
+		if got := e.Residual(); got[0] != before[0] || got[1] != before[1] {
+			t.Errorf("Encode(%v) changed the residual from %v to %v", d, before, got)
+		}
+	}
+}
