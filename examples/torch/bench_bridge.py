@@ -33,10 +33,10 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 
 
-def start_daemon(binary, tmp, name, boot=None):
+def start_daemon(binary, tmp, name, boot=None, barrier="pssp:1:4", exchange="gossip"):
     sock = os.path.join(tmp, name + ".sock")
     args = [binary, "run", "--job", "bench-bridge", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
-            "--barrier", "pssp:1:4", "--nat-traversal=false", "--log-level", "warn"]
+            "--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"]
     if boot:
         args += ["--bootstrap", boot]
     log = open(os.path.join(tmp, name + ".log"), "w")
@@ -48,6 +48,13 @@ def start_daemon(binary, tmp, name, boot=None):
         if line.startswith("trainer: "):
             break
     return p, addr, "unix:" + sock
+
+
+def cpu_seconds(pid):
+    """user + system CPU seconds of a process (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pct(v, q):
@@ -116,6 +123,10 @@ def main():
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--compute", type=float, default=0.03, help="seconds of compute per step besides the small pass")
     ap.add_argument("--no-shm", action="store_true", help="tensors through the socket")
+    ap.add_argument("--barrier", default="pssp:1:4", help="the daemons' barrier (asp: no peer is asked)")
+    ap.add_argument("--exchange", default="gossip", help="the daemons' exchange")
+    ap.add_argument("--no-peer", action="store_true",
+                    help="one trainer and its daemon alone: the bridge's own cost, without a peer's updates to receive")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--daemon", help=argparse.SUPPRESS)  # the trainers' own
     a = ap.parse_args()
@@ -123,30 +134,39 @@ def main():
         print(json.dumps(trainer(a)))
         return
     tmp = tempfile.mkdtemp(prefix="pspnode-bench-")
-    pa, addr, sa = start_daemon(a.bin, tmp, "a")
-    pb, _, sb = start_daemon(a.bin, tmp, "b", boot=addr)
+    pa, addr, sa = start_daemon(a.bin, tmp, "a", barrier=a.barrier, exchange=a.exchange)
+    daemons = [pa]
     base = [sys.executable, os.path.abspath(__file__), "--params", str(a.params), "--steps", str(a.steps + 40),
             "--warmup", str(a.warmup), "--compute", str(a.compute)] + (["--no-shm"] if a.no_shm else [])
     try:
-        peer = subprocess.Popen(base + ["--daemon", sb], stdout=subprocess.DEVNULL)
-        t0 = time.process_time()
+        peer = None
+        if not a.no_peer:
+            pb, _, sb = start_daemon(a.bin, tmp, "b", boot=addr, barrier=a.barrier, exchange=a.exchange)
+            daemons.append(pb)
+            peer = subprocess.Popen(base + ["--daemon", sb], stdout=subprocess.DEVNULL)
+        cpu0 = cpu_seconds(pa.pid)
         out = subprocess.run(base[:5] + [str(a.steps)] + base[6:] + ["--daemon", sa], capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
-        peer.wait(timeout=120)
+        res["daemon_cpu_ms_per_step"] = 1e3 * (cpu_seconds(pa.pid) - cpu0) / (a.steps + a.warmup)
+        if peer is not None:
+            peer.wait(timeout=120)
     finally:
-        for p in (pa, pb):
+        for p in daemons:
             p.kill()
             p.wait()
+    res["barrier"], res["exchange"], res["peer"] = a.barrier, a.exchange, not a.no_peer
     if a.json:
         print(json.dumps(res))
         return
     print(f"{res['params']} float32 parameters, shared memory {'on' if res['shared_memory'] else 'off'}, "
+          f"barrier {a.barrier}, exchange {a.exchange}, {'a peer stepping alike' if not a.no_peer else 'no peer'}, "
           f"{res['steps']} steps, {1e3 * res['compute_s']:.0f} ms of compute each")
     o, c = res["overhead_ms"], res["step_call_ms"]
     print(f"  optimizer.step() beyond the wrapped step: p50 {o['p50']:.2f} ms, p90 {o['p90']:.2f}, p99 {o['p99']:.2f}")
     print(f"  of which the daemon's Step call:           p50 {c['p50']:.2f} ms, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}")
     print(f"  steps that merged a peer's update: {100 * res['merged_share']:.0f} %; "
           f"that waited at the barrier: {100 * res['barrier_waited_share']:.0f} %")
+    print(f"  the measured trainer's daemon: {res['daemon_cpu_ms_per_step']:.1f} CPU-ms per step")
 
 
 if __name__ == "__main__":

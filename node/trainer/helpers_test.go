@@ -253,6 +253,9 @@ func (tr *trainer) stepShm(ctx context.Context, s int64, delta []float32) (*pb.S
 		return tr.step(ctx, s, delta)
 	}
 	off := int(tr.welcome.ShmUpOffset)
+	if s%2 == 1 {
+		off = int(tr.welcome.ShmUpOddOffset)
+	}
 	copy(tr.shm[off:off+4*len(delta)], f32bytes(delta))
 	return tr.c.Step(ctx, &pb.StepRequest{Session: tr.session(), Step: s, Update: &pb.Tensor{Shared: true}})
 }

@@ -42,9 +42,12 @@ func (s *Server) begin(ctx context.Context, id, call string) (sess *session, cct
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(sess.ctx, cancel)
+	sess.callDone = make(chan struct{})
+	done := sess.callDone
 	return sess, cctx, func(err error) error {
 		stop()
 		cancel()
+		close(done) // a push this call queued may start
 		<-sess.op
 		return finish(err)
 	}, nil
@@ -115,7 +118,7 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	if err := drv.CheckOrder(step); err != nil {
 		return err
 	}
-	v, err := sess.vector(t, sess.upOff, "update")
+	v, err := sess.vector(t, sess.upOff[step&1], "update")
 	if err != nil {
 		return status.Errorf(codes.InvalidArgument, "step %d: %v", step, err)
 	}
@@ -133,14 +136,16 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	p := push{step: step, slot: slot, model: sess.srv.task.epidemic}
-	if sess.shm != nil && t.Shared {
-		copy(sess.raw[slot], v)
-	} else {
-		sess.raw[slot] = v // the request's own bytes: nothing else holds them
-	}
+	// The update stays where it is, the request's own bytes or the
+	// step's region of the shared file, until the push loop has read it:
+	// the trainer writes that region again only after the next step's
+	// call, which waits for the read (below).
+	p := push{step: step, slot: slot, model: sess.srv.task.epidemic, after: sess.callDone}
+	sess.raw[slot] = v
 	if p.model {
 		sess.prepareModel(slot)
+	} else if t.Shared {
+		p.read = make(chan struct{})
 	}
 	if err := drv.Done(step); err != nil { // cannot fail after CheckOrder: calls are serialised
 		sess.free[slot] <- struct{}{}
@@ -149,7 +154,19 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	if hasEval {
 		drv.Evaluated(step, loss, acc)
 	}
+	// The last step's update is read out of its region before this call
+	// returns (at once, unless the trainer stepped within a millisecond
+	// or two of its last call).
 	sess.pushes <- p // room for two; the slot tokens bound what is queued
+	prev := sess.readDone
+	sess.readDone = p.read
+	if prev != nil {
+		select {
+		case <-prev:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	return nil
 }
 
@@ -228,7 +245,10 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	v, err := sess.vector(req.Params, sess.upOff, "parameters")
+	if req.Params != nil && req.Params.Shared {
+		return nil, end(status.Error(codes.InvalidArgument, "checkpoint: the parameters go in data, not in the shared file"))
+	}
+	v, err := sess.vector(req.Params, 0, "parameters")
 	if err != nil {
 		return nil, end(status.Error(codes.InvalidArgument, err.Error()))
 	}

@@ -12,8 +12,8 @@ python3-numpy, python3-grpcio, python3-protobuf).
     step = w.step
     while training:
         ...compute, then write the delta (or, under epidemic, the model):
-        c.update_buffer()[:] = delta  # shared memory when available
-        r = c.step(step + 1)          # publish, barrier for the next, pull
+        c.update_buffer(step + 1)[:] = delta  # shared memory when available
+        r = c.step(step + 1)                  # publish, barrier for the next, pull
         step += 1
         if r.merged: params += r.update
     c.close()
@@ -242,7 +242,11 @@ class Client:
                 with open(w.shm_path, "r+b") as f:
                     self._mm = mmap.mmap(f.fileno(), w.shm_size)
                 n = self.num_params
-                self._up = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_up_offset)
+                # The updates of even and odd steps have a region each: the
+                # daemon reads a step's after its call returns, while the
+                # trainer computes the next step into the other.
+                self._up = [np.frombuffer(self._mm, dtype="<f4", count=n, offset=off)
+                            for off in (w.shm_up_offset, w.shm_up_odd_offset)]
                 self._params_region = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_params_offset)
                 self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=True)))
             except OSError as e:
@@ -299,15 +303,18 @@ class Client:
         """Whether tensors go through shared memory."""
         return self._up is not None
 
-    def update_buffer(self) -> np.ndarray:
-        """A float32 vector to write the next update into (a view of
-        shared memory when the session has it): publish and step send
-        it when called without a vector."""
-        return self._up if self._up is not None else self._own_buf
+    def update_buffer(self, step: int) -> np.ndarray:
+        """A float32 vector to write the update of ``step`` into (a view of
+        shared memory when the session has it): publish and step send it
+        when called without a vector."""
+        if self._up is not None:
+            return self._up[step % 2]
+        return self._own_buf
 
-    def _tensor(self, vec) -> "pb.Tensor":
+    def _tensor(self, vec, step=None) -> "pb.Tensor":
+        up = self._up[step % 2] if self._up is not None and step is not None else None
         if vec is None:
-            if self._up is not None:
+            if up is not None:
                 return pb.Tensor(shared=True)
             vec = self._own_buf
         vec = np.asarray(vec)
@@ -315,9 +322,9 @@ class Client:
             raise TypeError(f"vectors are float32, got {vec.dtype}")
         if vec.size != self.num_params:
             raise ValueError(f"vector of {vec.size} values, the model has {self.num_params}")
-        if self._up is not None:
-            if not np.shares_memory(vec, self._up):
-                self._up[:] = vec.reshape(-1)
+        if up is not None:
+            if not np.shares_memory(vec, up):
+                up[:] = vec.reshape(-1)
             return pb.Tensor(shared=True)
         return pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())
 
@@ -344,8 +351,8 @@ class Client:
 
     def publish(self, step: int, update=None, loss=None, accuracy=None) -> None:
         """Hands the update of the completed ``step`` (a delta, or under
-        epidemic the model) to the exchange; None sends update_buffer()."""
-        req = pb.PublishRequest(session=self._session, step=step, update=self._tensor(update))
+        epidemic the model) to the exchange; None sends update_buffer(step)."""
+        req = pb.PublishRequest(session=self._session, step=step, update=self._tensor(update, step))
         self._eval(req, loss, accuracy)
         self._call("publish", self._stub.Publish, req)
 
@@ -357,7 +364,7 @@ class Client:
 
     def step(self, step: int, update=None, loss=None, accuracy=None) -> StepResult:
         """publish(step), barrier(step + 1) and pull, in one call."""
-        req = pb.StepRequest(session=self._session, step=step, update=self._tensor(update))
+        req = pb.StepRequest(session=self._session, step=step, update=self._tensor(update, step))
         self._eval(req, loss, accuracy)
         r = self._call("step", self._stub.Step, req)
         merged = r.pull.merged
@@ -370,9 +377,14 @@ class Client:
             req.accuracy = float("nan") if accuracy is None else float(accuracy)
 
     def checkpoint(self, step: int, params) -> str:
-        """Writes params to the daemon's checkpoint file; returns its path."""
+        """Writes params (a float32 vector) to the daemon's checkpoint file;
+        returns its path. They go through the socket."""
+        vec = np.asarray(params)
+        if vec.dtype != np.float32 or vec.size != self.num_params:
+            raise ValueError(f"checkpoint: want {self.num_params} float32 values, got {vec.size} {vec.dtype}")
         r = self._call("checkpoint", self._stub.Checkpoint,
-                       pb.CheckpointRequest(session=self._session, step=step, params=self._tensor(params)))
+                       pb.CheckpointRequest(session=self._session, step=step,
+                                            params=pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())))
         return r.path
 
     def status(self) -> "pb.StatusReply":

@@ -179,7 +179,8 @@ class Optimizer:
         with self._lock, torch.no_grad():
             self._old.copy_(self._flat)  # the one copy of the vector the trainer makes
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
-            up = torch.from_numpy(self.client.update_buffer())  # shared memory when the session has it
+            # The step's region of shared memory, when the session has it.
+            up = torch.from_numpy(self.client.update_buffer(self.step_count + 1))
             if self.update_kind == pb.UPDATE_KIND_MODEL:
                 up.copy_(self._flat if not self._host else self._flat.cpu())
             else:
@@ -190,18 +191,9 @@ class Optimizer:
                 if self.lr_scale != 1.0:
                     up.mul_(self.lr_scale)
                     self._flat.copy_(self._old).add_(up.to(self._flat.device) if self._host else up)
-            # The largest and smallest value, without a temporary (a 4 MB
-            # one per step cost milliseconds in page faults): NaN makes
-            # both NaN, and every comparison with NaN is false.
-            hi, lo = float(up.max()), float(up.min())
-            bound = self.max_abs if self.max_abs > 0 else float("inf")
-            peak = max(abs(hi), abs(lo)) if hi == hi and lo == lo else float("nan")
-            if not (hi <= bound and lo >= -bound):
-                self._flat.copy_(self._old)
-                raise FloatingPointError(
-                    f"step {self.step_count + 1}: the update is not finite or exceeds ±{self.max_abs:g} "
-                    f"(its largest magnitude is {peak}); the parameters are as before the step and nothing was sent "
-                    "(lower the learning rate?)")
+            # The daemon checks every value (NaN, ±Inf, beyond its bound)
+            # before it counts the step; a refusal restores the parameters
+            # (_exchange).
         ev, self._eval = self._eval, None
         r = self._exchange(ev)
         if r is None:
@@ -223,10 +215,12 @@ class Optimizer:
         loss, acc = ev if ev is not None else (None, None)
         try:
             return self.client.step(self.step_count + 1, loss=loss, accuracy=acc)
-        except BadUpdate:
+        except BadUpdate as e:
             with self._lock:
                 self._flat.copy_(self._old)
-            raise
+            raise FloatingPointError(
+                f"step {self.step_count + 1}: the daemon refused the update ({e.details}); the parameters are as "
+                "before the step and nothing was sent (lower the learning rate?)") from e
         except SessionLost as e:
             if not self.reconnect:
                 raise
@@ -241,9 +235,7 @@ class Optimizer:
         """Writes the parameters to the daemon's checkpoint file (pspnode
         run --checkpoint), which a restarted worker resumes from."""
         with self._lock:
-            buf = self.client.update_buffer()
-            buf[:] = self._flat.detach().cpu().numpy()
-            return self.client.checkpoint(self.step_count, None)
+            return self.client.checkpoint(self.step_count, self._flat.detach().cpu().numpy())
 
     def close(self):
         """Ends the session: the worker leaves its peers' barriers."""

@@ -240,17 +240,20 @@ class WithDaemons(unittest.TestCase):
         c = pspnode.Client(a.address, model_name="m", num_params=3, model_id=5, connect_timeout=30)
         w = c.connect()
         self.assertEqual(w.step, 0)
-        buf = c.update_buffer()
-        buf[:] = [0.1, 0.2, 0.3]
+        self.assertTrue(c.shared)
+        c.update_buffer(1)[:] = [0.1, 0.2, 0.3]
         with self.assertRaises(pspnode.StepOrderError):
             c.barrier(5)
         r = c.step(1)
         self.assertEqual(r.barrier.step, 2)
         self.assertEqual(c.status().step, 1)
-        buf[:] = [np.nan, 0, 0]
+        c.update_buffer(2)[:] = [np.nan, 0, 0]
         with self.assertRaises(pspnode.BadUpdate) as cm:
             c.step(2)
-        self.assertIn("NaN", str(cm.exception))
+        self.assertIn("value 0 is NaN", str(cm.exception))
+        # A vector passed in goes to the step's region too.
+        r = c.step(2, np.array([1, 2, 3], dtype=np.float32))
+        self.assertEqual(c.status().step, 2)
         c.close()
 
 

@@ -215,7 +215,8 @@ type Tensor struct {
 	Data []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
 	// The values are in the session's shared file instead of data: for
 	// what the trainer sends, at the offset Welcome gives for that kind of
-	// message; for what the daemon sends, at offset.
+	// message (and, for an update, the step's parity); for what the daemon
+	// sends, at offset.
 	Shared bool `protobuf:"varint,2,opt,name=shared,proto3" json:"shared,omitempty"`
 	// The byte offset of the values in the shared file (daemon to trainer).
 	Offset        uint64 `protobuf:"varint,3,opt,name=offset,proto3" json:"offset,omitempty"`
@@ -467,15 +468,19 @@ type Welcome struct {
 	MaxAbsValue float64 `protobuf:"fixed64,13,opt,name=max_abs_value,json=maxAbsValue,proto3" json:"max_abs_value,omitempty"`
 	// The shared file, when Hello.shared_memory was set and the daemon can
 	// create one: the trainer maps all of it (shm_size bytes) read-write,
-	// then sends SharedMemoryReady. The trainer writes the tensors of
-	// Publish, Step and Checkpoint at shm_up_offset and those of
-	// ParamsReply at shm_params_offset (4 × num_params bytes each); the
-	// daemon's tensors give their own offsets.
+	// then sends SharedMemoryReady. The trainer writes the update of an even
+	// step (Publish, Step) at shm_up_offset, of an odd step at
+	// shm_up_odd_offset, and ParamsReply tensors at shm_params_offset (4 ×
+	// num_params bytes each); Checkpoint tensors go in data. The daemon
+	// reads a step's region after the call returns; the reply to the next
+	// step's call comes once it has, so the trainer may then write it
+	// again. The daemon's tensors give their own offsets.
 	ShmPath         string `protobuf:"bytes,14,opt,name=shm_path,json=shmPath,proto3" json:"shm_path,omitempty"`
 	ShmSize         uint64 `protobuf:"varint,15,opt,name=shm_size,json=shmSize,proto3" json:"shm_size,omitempty"`
 	ShmUpOffset     uint64 `protobuf:"varint,16,opt,name=shm_up_offset,json=shmUpOffset,proto3" json:"shm_up_offset,omitempty"`
 	ShmParamsOffset uint64 `protobuf:"varint,17,opt,name=shm_params_offset,json=shmParamsOffset,proto3" json:"shm_params_offset,omitempty"`
 	ModelId         uint32 `protobuf:"varint,18,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
+	ShmUpOddOffset  uint64 `protobuf:"varint,19,opt,name=shm_up_odd_offset,json=shmUpOddOffset,proto3" json:"shm_up_odd_offset,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -632,6 +637,13 @@ func (x *Welcome) GetShmParamsOffset() uint64 {
 func (x *Welcome) GetModelId() uint32 {
 	if x != nil {
 		return x.ModelId
+	}
+	return 0
+}
+
+func (x *Welcome) GetShmUpOddOffset() uint64 {
+	if x != nil {
+		return x.ShmUpOddOffset
 	}
 	return 0
 }
@@ -1823,7 +1835,7 @@ const file_pspnode_trainer_v1_trainer_proto_rawDesc = "" +
 	"\rshared_memory\x18\b \x01(\bR\fsharedMemory\"<\n" +
 	"\aWaiting\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x19\n" +
-	"\bwaited_s\x18\x02 \x01(\x01R\awaitedS\"\xd1\x04\n" +
+	"\bwaited_s\x18\x02 \x01(\x01R\awaitedS\"\xfc\x04\n" +
 	"\aWelcome\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x1d\n" +
@@ -1847,7 +1859,8 @@ const file_pspnode_trainer_v1_trainer_proto_rawDesc = "" +
 	"\bshm_size\x18\x0f \x01(\x04R\ashmSize\x12\"\n" +
 	"\rshm_up_offset\x18\x10 \x01(\x04R\vshmUpOffset\x12*\n" +
 	"\x11shm_params_offset\x18\x11 \x01(\x04R\x0fshmParamsOffset\x12\x19\n" +
-	"\bmodel_id\x18\x12 \x01(\rR\amodelId\"\x1f\n" +
+	"\bmodel_id\x18\x12 \x01(\rR\amodelId\x12)\n" +
+	"\x11shm_up_odd_offset\x18\x13 \x01(\x04R\x0eshmUpOddOffset\"\x1f\n" +
 	"\rParamsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\"e\n" +
 	"\vParamsReply\x12\x0e\n" +
