@@ -40,7 +40,7 @@ type session struct {
 	shm       *shmFile
 	shmMu     sync.RWMutex // held to read shm outside a call (ParamsReply); release unmaps under it
 	shmOK     atomic.Bool  // the trainer mapped the shared file
-	upOff     [2]int // regions of the shared file, in bytes: updates of even and odd steps
+	upOff     [2]int       // regions of the shared file, in bytes: updates of even and odd steps
 	paramsOff int
 	downOff   [2]int
 	// readDone is closed when the push loop has read the last published
