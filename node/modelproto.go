@@ -27,9 +27,10 @@ func (n *Node) handleModel(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	if !n.modelUp.Load() || n.idle.Load() {
-		// No model yet (a driven node before its first trainer), or no
-		// trainer to ask: the asker tries another peer.
+	if n.driver != nil && (!n.modelUp.Load() || n.idle.Load()) {
+		// A driven node with no model yet (before its first trainer), or
+		// no trainer to ask: the asker tries another peer. (A node whose
+		// task has no model answers n = 0, below.)
 		n.m.modelNone.Inc()
 		_ = s.Reset()
 		return
