@@ -11,18 +11,29 @@
 // see it). Close does both. A host passed in Config.Host belongs to the
 // node from New on, even when New fails.
 //
+// A program with its own training loop, in this process or another,
+// drives a node instead of Run: Config.Driven and Node.Driver (driver.go).
+// The trainer API (package node/trainer, `pspnode run --trainer`) is such
+// a program: a gRPC service through which a trainer process in any
+// language drives the node.
+//
 // Where things are:
 //
 //	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
 //	config.go      Config, DefaultConfig, Validate
 //	engine.go      Run and barrier: the step loop
+//	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
+//	timing.go      barrier timing: re-check, hedge and timeout intervals from the node's own compute time and round trip
 //	population.go  the population estimate that scales the learning rate
 //	observe.go     one barrier check: sampling, hedged step queries, judging replies
 //	isolation.go   a check that hears from no peer fails: an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
+//	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
 //	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
+//	exchange.go    the exchanges (gossip, epidemic): Epidemic Learning's averaging, the distance bound
+//	exchangeproto.go  the epidemic exchange protocol: sending and taking in models
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
@@ -32,8 +43,12 @@
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager
+//	private.go     private jobs: the swarm key (pnet) and the allow-list
+//	gate.go        refused connections: failed handshakes and peers not allowed, counted and logged
+//	traffic.go     bytes the node's streams carry, by protocol class
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
 //	identity.go    identity keys
+//	version.go     the module version and the identify agent string
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics
 //	nat.go         NAT traversal: AutoNAT, relays, hole punching (go-libp2p's), and what /status says of them
