@@ -127,6 +127,8 @@ def main(argv=None):
 
     # --- the single-process loop, plus the lines marked for pspnode ----------
     opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    if a.ddp and a.target:
+        ap.error("--target stops one rank only; with --ddp the others would wait for it forever (use --duration or --steps)")
     if a.ddp:
         import torch.distributed as dist
         from torch.nn.parallel import DistributedDataParallel as DDP
@@ -159,7 +161,10 @@ def main(argv=None):
     step0 = getattr(opt, "step_count", 0)
     while True:
         now = time.monotonic() - start
-        if now >= next_eval:
+        # A DDP rank's parameters are every rank's after each step, so rank 0
+        # alone evaluates (as a DDP user does): an evaluation on every rank
+        # would stall all of them once per rank.
+        if now >= next_eval and not (a.ddp and a.rank != 0):
             loss, acc = evaluate(model, xte, yte)
             best = max(best, acc)
             if out:

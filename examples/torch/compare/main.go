@@ -14,8 +14,10 @@
 //     daemon each.
 //
 // Workers start together (--start-at), evaluate on the 2 000 held-out
-// images every second, and run for a fixed time. Reported per run: the
-// time until half the workers have reached the target accuracy, steps per
+// images every second (under DDP rank 0 alone: the ranks hold the same
+// parameters, and an evaluation stalls every rank), and run for a fixed
+// time. Reported per run: the time until half the workers (DDP: rank 0)
+// have reached the target accuracy, steps per
 // second per worker, the workers' mean final accuracy, and bytes sent per
 // worker per step (what the worker's network process wrote to its
 // sockets: the DDP rank, or the pspnode daemon; /proc/PID/io).
@@ -55,6 +57,7 @@ type config struct {
 	batch                  int
 	fast, slowD, evalEvery time.Duration
 	seed                   int
+	resume                 bool
 }
 
 // run is one system at one size and slow share.
@@ -94,6 +97,7 @@ func main() {
 	flag.DurationVar(&c.slowD, "duration-slow", 120*time.Second, "run length with slow workers")
 	flag.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval of each worker")
 	flag.IntVar(&c.seed, "seed", 1, "seed of the batch orders and task times")
+	flag.BoolVar(&c.resume, "resume", false, "reuse the runs an earlier, interrupted invocation with the same settings saved in --out")
 	flag.Parse()
 	var err error
 	if c.workers, err = ints(workers); err == nil {
@@ -136,9 +140,15 @@ func (c *config) runAll() error {
 			var curves []figure.Series
 			for _, sys := range c.systems {
 				fmt.Printf("%s, %d workers, %.0f %% slow ...\n", sys, w, 100*sl)
-				r, err := c.one(sys, w, sl)
-				if err != nil {
-					return fmt.Errorf("%s with %d workers: %w", sys, w, err)
+				r, ok := c.saved(sys, w, sl)
+				if !ok {
+					var err error
+					if r, err = c.one(sys, w, sl); err != nil {
+						return fmt.Errorf("%s with %d workers: %w", sys, w, err)
+					}
+					c.save(r)
+				} else {
+					fmt.Println("  (saved by an earlier invocation)")
 				}
 				fmt.Printf("  to %.0f %%: %s, %.2f steps/s per worker, final %.3f, %.0f bytes/step, %.0f CPU-s\n",
 					100*c.target, secs(r.TimeToTarget), r.StepsPerS, r.FinalAccuracy, r.BytesPerStep, r.CPUSeconds)
@@ -329,6 +339,11 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 		bytes += s.Bytes
 		elapsed += s.Elapsed
 		final += s.Final
+		// DDP ranks hold the same parameters: rank 0 alone evaluates
+		// during the run (mnist.py), and its curve is every rank's.
+		if sys == "ddp" && i > 0 {
+			continue
+		}
 		ev, err := readEvals(wk.csv)
 		if err != nil {
 			return run{}, err
@@ -457,6 +472,55 @@ func (c *config) saveCurve(r run) {
 	}
 	_ = figure.CSV(filepath.Join(c.out, fmt.Sprintf("curve_%s_%dw_slow%.0f.csv", strings.NewReplacer(":", "-", "/", "_").Replace(r.System), r.Workers, 100*r.Slow)),
 		[]string{"time_s", "median_accuracy"}, rows)
+}
+
+// settings names what a run's figures depend on besides its system, size
+// and slow share: a saved run is reused only under the same settings.
+func (c *config) settings() string {
+	return fmt.Sprintf("factor=%g scale=%g target=%g lr=%g batch=%d fast=%v slow=%v eval=%v seed=%d",
+		c.factor, c.scale, c.target, c.lr, c.batch, c.fast, c.slowD, c.evalEvery, c.seed)
+}
+
+type savedRun struct {
+	Settings string       `json:"settings"`
+	Run      run          `json:"run"`
+	Time     *float64     `json:"time_to_target_s"`
+	Curve    [][2]float64 `json:"curve"`
+}
+
+func (c *config) savedPath(sys string, w int, sl float64) string {
+	return filepath.Join(c.out, fmt.Sprintf("run_%s_%dw_slow%.0f.json", strings.NewReplacer(":", "-", "/", "_").Replace(sys), w, 100*sl))
+}
+
+// save keeps one finished run in --out, so that an interrupted invocation
+// can be resumed (--resume).
+func (c *config) save(r run) {
+	s := savedRun{Settings: c.settings(), Run: r, Curve: r.Curve}
+	if !math.IsNaN(r.TimeToTarget) {
+		s.Time = &r.TimeToTarget
+	}
+	if b, err := json.Marshal(s); err == nil {
+		_ = os.WriteFile(c.savedPath(r.System, r.Workers, r.Slow), b, 0o644)
+	}
+}
+
+// saved returns the run an earlier invocation saved, with --resume and the
+// same settings.
+func (c *config) saved(sys string, w int, sl float64) (run, bool) {
+	if !c.resume {
+		return run{}, false
+	}
+	b, err := os.ReadFile(c.savedPath(sys, w, sl))
+	var s savedRun
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Settings != c.settings() {
+		return run{}, false
+	}
+	r := s.Run
+	r.Curve, r.TimeToTarget = s.Curve, math.NaN()
+	if s.Time != nil {
+		r.TimeToTarget = *s.Time
+	}
+	return r, true
 }
 
 func (c *config) write(runs []run, took time.Duration) error {
