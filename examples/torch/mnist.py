@@ -157,6 +157,10 @@ def main(argv=None):
     if out:
         out.write("time_s,step,loss,accuracy\n")
     start = time.monotonic()
+    if a.start_at:
+        # Every worker's clock starts at --start-at, so that a worker whose
+        # set-up ended late still ends with the others.
+        start -= max(0.0, time.time() - a.start_at)
     next_eval, steps, sleeping, best = 0.0, 0, 0.0, 0.0
     step0 = getattr(opt, "step_count", 0)
     while True:
@@ -175,7 +179,15 @@ def main(argv=None):
             next_eval = now + a.eval_every
             if a.target and acc >= a.target:
                 break
-        if (a.steps and steps >= a.steps) or (a.duration and now >= a.duration):
+        stop = bool((a.steps and steps >= a.steps) or (a.duration and now >= a.duration))
+        if a.ddp:
+            # The ranks must stop at the same step: a rank that steps on
+            # alone waits for the others' gradients forever (or fails when
+            # they close). The flag costs one all-reduce of one number.
+            flag = torch.tensor([1.0 if stop else 0.0])
+            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+            stop = flag.item() > 0
+        if stop:
             break
         idx = torch.randint(len(xtr), (a.batch,), generator=gen)
         opt.zero_grad()

@@ -236,7 +236,7 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 		}
 	}
 	var boot string
-	startAt := time.Now().Add(time.Duration(8+2*w) * time.Second)
+	startAt := time.Now().Add(time.Duration(10+4*w) * time.Second)
 	for i := range w {
 		wk := &worker{csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)), summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), done: make(chan error, 1)}
 		args := []string{filepath.Join("examples", "torch", "mnist.py"), "--shard", strconv.Itoa(i), "--shards", strconv.Itoa(w),
