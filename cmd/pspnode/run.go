@@ -82,7 +82,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 		duration  = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 		scale     = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
 		factor    = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-		pollShare = share(def.PollShare)
+		pollShare = shareFlag(def.PollShare)
 		pollMax   = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
 		queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
 		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
@@ -161,7 +161,7 @@ Example, two nodes on one machine:
 				return err
 			}
 			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
-			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, float64(pollShare)
+			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, pollShare.x
 			if *pollMax <= 0 {
 				return usagef("--poll-max must be a positive duration (got %v)", *pollMax)
 			}

@@ -50,9 +50,9 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	def := testnet.DefaultConfig()
 	var (
 		barriers  = specList{def.Barrier}
-		stragg    fraction
-		factor    = positive(def.StraggleFactor)
-		scale     = nonNegative(def.TimeScale)
+		stragg    = fractionFlag(0)
+		factor    = positiveFlag(def.StraggleFactor)
+		scale     = nonNegativeFlag(def.TimeScale)
 		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
 		duration  = fs.Duration("duration", def.Duration, "training time (after the network has formed), on the run's clock")
 		clock     = fs.String("clock", string(def.Clock), "virtual (time moves only when every node waits: the protocol's figures, whatever this machine's load) or real (this machine's clock: figures include its CPU; the run reports whether it was overloaded)")
@@ -87,7 +87,7 @@ func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport; netns: tc tbf on its link): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
 		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
-		pollShare = share(def.PollShare)
+		pollShare = shareFlag(def.PollShare)
 		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 		connLow   = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
 		connHigh  = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
@@ -160,7 +160,7 @@ killed run left.`,
 			}
 			cfg := testnet.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barriers[0]
-			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
+			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = scale.x, stragg.x, factor.x
 			if err := checkData(*data); err != nil {
 				return err
 			}
@@ -168,7 +168,7 @@ killed run left.`,
 			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
 			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
 			cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*sybilDef, *victims, *prefix
-			cfg.PollShare = float64(pollShare)
+			cfg.PollShare = pollShare.x
 			cfg.Exchange = exchange
 			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
 			cfg.NAT, cfg.NodeLogLevel = *nat, *logLevel
