@@ -77,6 +77,7 @@ func TestParseMetrics(t *testing.T) {
 				if err == nil || !strings.Contains(err.Error(), tc.err) {
 					t.Fatalf("parseMetrics: error %v, want one containing %q", err, tc.err)
 				}
+				t.Log(err)
 				if m.values != nil || m.hists != nil {
 					t.Errorf("parseMetrics: metrics %+v with an error, want none", m)
 				}
