@@ -339,6 +339,24 @@ func (r *reader) u64() (uint64, error) {
 // against the local model, the sender and the step are checked by Validate.
 func DecodeUpdate(b []byte) (*Update, error) {
 	r := &reader{b: b}
+	u, err := decodeHeader(r)
+	if err != nil {
+		return nil, err
+	}
+	if u.Encoding.sparse() {
+		return decodeSparse(r, u)
+	}
+	n, vs := uint64(u.ParamCount), u.Encoding.valueSize()
+	if uint64(r.remaining()) != n*uint64(vs) {
+		return nil, fmt.Errorf("%w: dense payload is %d bytes, want %d", ErrMalformed, r.remaining(), n*uint64(vs))
+	}
+	u.Values = readValues(r.b[r.off:], int(n), u.Encoding.half())
+	return u, nil
+}
+
+// decodeHeader reads the header every encoding shares: version,
+// encoding, sender, step, model ID and parameter count.
+func decodeHeader(r *reader) (*Update, error) {
 	ver, err := r.u8()
 	if err != nil {
 		return nil, err
@@ -382,23 +400,20 @@ func DecodeUpdate(b []byte) (*Update, error) {
 		Step:     int64(step),
 		ModelID:  modelID,
 		Encoding: enc,
-		WireSize: len(b),
+		WireSize: len(r.b),
 	}
 	n := uint64(n32)
 	if n > uint64(math.MaxInt32) {
 		return nil, fmt.Errorf("%w: param count %d", ErrMalformed, n)
 	}
 	u.ParamCount = int(n)
-	vs := enc.valueSize()
+	return u, nil
+}
 
-	if !enc.sparse() {
-		if uint64(r.remaining()) != n*uint64(vs) {
-			return nil, fmt.Errorf("%w: dense payload is %d bytes, want %d", ErrMalformed, r.remaining(), n*uint64(vs))
-		}
-		u.Values = readValues(r.b[r.off:], int(n), enc.half())
-		return u, nil
-	}
-
+// decodeSparse reads a sparse payload after the header: the entry count,
+// the index block and the values.
+func decodeSparse(r *reader, u *Update) (*Update, error) {
+	n, vs := uint64(u.ParamCount), u.Encoding.valueSize()
 	k32, err := r.u32()
 	if err != nil {
 		return nil, err
@@ -423,53 +438,72 @@ func DecodeUpdate(b []byte) (*Update, error) {
 		return nil, fmt.Errorf("%w: sparse payload is %d bytes, want %d", ErrMalformed, r.remaining(), uint64(blen)+k*uint64(vs))
 	}
 	block, _ := r.bytes(int(blen)) // length checked above
-	indices := make([]uint32, 0, k)
+	var indices []uint32
 	switch coding {
 	case indexGaps:
-		next := uint64(0) // smallest admissible next index
-		for len(block) > 0 {
-			g, m := binary.Uvarint(block)
-			if m <= 0 {
-				return nil, fmt.Errorf("%w: bad index varint", ErrMalformed)
-			}
-			block = block[m:]
-			if g >= n || next+g >= n { // next <= n, so no overflow
-				return nil, fmt.Errorf("%w: index out of range %d", ErrMalformed, n)
-			}
-			if uint64(len(indices)) == k {
-				return nil, fmt.Errorf("%w: more than %d indices", ErrMalformed, k)
-			}
-			i := next + g
-			indices = append(indices, uint32(i))
-			next = i + 1
-		}
+		indices, err = gapIndices(block, n, k)
 	case indexBitmap:
-		if uint64(len(block)) != (n+7)/8 {
-			return nil, fmt.Errorf("%w: bitmap is %d bytes, want %d", ErrMalformed, len(block), (n+7)/8)
-		}
-		for bi, byt := range block {
-			for byt != 0 {
-				bit := bits.TrailingZeros8(byt)
-				byt &= byt - 1
-				i := uint64(bi)*8 + uint64(bit)
-				if i >= n {
-					return nil, fmt.Errorf("%w: bitmap padding bit set", ErrMalformed)
-				}
-				if uint64(len(indices)) == k {
-					return nil, fmt.Errorf("%w: more than %d indices", ErrMalformed, k)
-				}
-				indices = append(indices, uint32(i))
-			}
-		}
+		indices, err = bitmapIndices(block, n, k)
 	default:
-		return nil, fmt.Errorf("%w: index coding %d", ErrMalformed, coding)
+		err = fmt.Errorf("%w: index coding %d", ErrMalformed, coding)
+	}
+	if err != nil {
+		return nil, err
 	}
 	if uint64(len(indices)) != k {
 		return nil, fmt.Errorf("%w: %d indices, header says %d", ErrMalformed, len(indices), k)
 	}
 	u.Indices = indices
-	u.Values = readValues(r.b[r.off:], int(k), enc.half())
+	u.Values = readValues(r.b[r.off:], int(k), u.Encoding.half())
 	return u, nil
+}
+
+// gapIndices reads at most k increasing indices below n, coded as varint
+// gaps.
+func gapIndices(block []byte, n, k uint64) ([]uint32, error) {
+	indices := make([]uint32, 0, k)
+	next := uint64(0) // smallest admissible next index
+	for len(block) > 0 {
+		g, m := binary.Uvarint(block)
+		if m <= 0 {
+			return nil, fmt.Errorf("%w: bad index varint", ErrMalformed)
+		}
+		block = block[m:]
+		if g >= n || next+g >= n { // next <= n, so no overflow
+			return nil, fmt.Errorf("%w: index out of range %d", ErrMalformed, n)
+		}
+		if uint64(len(indices)) == k {
+			return nil, fmt.Errorf("%w: more than %d indices", ErrMalformed, k)
+		}
+		i := next + g
+		indices = append(indices, uint32(i))
+		next = i + 1
+	}
+	return indices, nil
+}
+
+// bitmapIndices reads at most k indices below n, coded as a bitmap of
+// (n+7)/8 bytes.
+func bitmapIndices(block []byte, n, k uint64) ([]uint32, error) {
+	if uint64(len(block)) != (n+7)/8 {
+		return nil, fmt.Errorf("%w: bitmap is %d bytes, want %d", ErrMalformed, len(block), (n+7)/8)
+	}
+	indices := make([]uint32, 0, k)
+	for bi, byt := range block {
+		for byt != 0 {
+			bit := bits.TrailingZeros8(byt)
+			byt &= byt - 1
+			i := uint64(bi)*8 + uint64(bit)
+			if i >= n {
+				return nil, fmt.Errorf("%w: bitmap padding bit set", ErrMalformed)
+			}
+			if uint64(len(indices)) == k {
+				return nil, fmt.Errorf("%w: more than %d indices", ErrMalformed, k)
+			}
+			indices = append(indices, uint32(i))
+		}
+	}
+	return indices, nil
 }
 
 // readValues reads count values; the caller has checked the length.

@@ -1,26 +1,20 @@
-// Package interop checks pspnode's wire protocols against an implementation
-// written from docs/protocols.md alone: a js-libp2p client (interop/js)
-// joins a job of two `pspnode run` daemons and checks identify, a Kademlia
-// lookup on the job's DHT, the GossipSub updates, a step query and a model
-// fetch. The package has no code of its own, only this test; it needs
-// Node.js and npm on PATH (it installs the client's pinned dependencies
-// with `npm ci`) and skips without them, unless PSPNODE_REQUIRE_NODE is
-// set (as CI sets it): then it fails.
 package interop
 
 import (
 	"context"
 	"fmt"
-	"io"
+	"maps"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/common/expfmt"
+	prommodel "github.com/prometheus/common/model"
 
 	"github.com/pspnode/pspnode/internal/daemontest"
 	"github.com/pspnode/pspnode/model"
@@ -203,38 +197,51 @@ func TestJSClient(t *testing.T) {
 	// ones, which their norm bound then refused, and ignored exactly one
 	// update from too far ahead (the client's last).
 	for _, d := range []*daemon{a, b} {
-		mismatch, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="model_mismatch"}`)
+		mismatch, err := metricValue(d, "psp_gossip_rejected_updates_total", map[string]string{"reason": "model_mismatch"})
 		if err != nil || mismatch != 1 {
 			t.Errorf("daemon %s: model_mismatch rejections %v (%v), want 1", d.ID, mismatch, err)
 		}
-		ahead, err := metricValue(d, `psp_gossip_rejected_updates_total{reason="step_too_far_ahead"}`)
+		ahead, err := metricValue(d, "psp_gossip_rejected_updates_total", map[string]string{"reason": "step_too_far_ahead"})
 		if err != nil || ahead != 1 {
 			t.Errorf("daemon %s: updates ignored as too far ahead %v (%v), want 1", d.ID, ahead, err)
 		}
-		refused, err := metricValue(d, "psp_updates_norm_refused_total")
+		refused, err := metricValue(d, "psp_updates_norm_refused_total", nil)
 		if err != nil || refused < 3 {
 			t.Errorf("daemon %s: updates refused by the norm bound %v (%v), want at least the client's 3", d.ID, refused, err)
 		}
 	}
 }
 
-// metricValue reads one sample, named with its labels as the text format
-// writes them, from a daemon's /metrics.
-func metricValue(d *daemon, name string) (float64, error) {
+// metricValue reads the sample of counter, gauge or untyped metric name
+// whose labels are exactly labels (nil: none) from a daemon's /metrics.
+func metricValue(d *daemon, name string, labels map[string]string) (float64, error) {
 	c := http.Client{Timeout: 2 * time.Second}
 	resp, err := c.Get(d.HTTP + "/metrics")
 	if err != nil {
 		return 0, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
+	p := expfmt.NewTextParser(prommodel.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
 		return 0, err
 	}
-	for _, line := range strings.Split(string(body), "\n") {
-		if v, ok := strings.CutPrefix(line, name+" "); ok {
-			return strconv.ParseFloat(strings.TrimSpace(v), 64)
+	for _, m := range fams[name].GetMetric() {
+		got := map[string]string{}
+		for _, l := range m.GetLabel() {
+			got[l.GetName()] = l.GetValue()
+		}
+		if !maps.Equal(got, labels) {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.GetCounter().GetValue(), nil
+		case m.Gauge != nil:
+			return m.GetGauge().GetValue(), nil
+		case m.Untyped != nil:
+			return m.GetUntyped().GetValue(), nil
 		}
 	}
-	return 0, fmt.Errorf("no sample %s", name)
+	return 0, fmt.Errorf("no sample %s%v", name, labels)
 }

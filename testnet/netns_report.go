@@ -187,18 +187,18 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 				h.acc.add(b.met.hist(h.name), -1)
 			}
 		}
-		if c0, ok0 := b.met["process_cpu_seconds_total"]; ok0 && b.ok {
-			if c1, ok1 := f.met["process_cpu_seconds_total"]; ok1 {
+		if c0, ok0 := b.met.values["process_cpu_seconds_total"]; ok0 && b.ok {
+			if c1, ok1 := f.met.values["process_cpu_seconds_total"]; ok1 {
 				row.cpuShare = (c1 - c0) / elapsed.Seconds()
 				cpu = append(cpu, row.cpuShare)
 			}
 		}
-		if v, ok := f.met["process_resident_memory_bytes"]; ok {
+		if v, ok := f.met.values["process_resident_memory_bytes"]; ok {
 			row.rss = v / (1 << 20)
 			rss = append(rss, row.rss)
 		}
-		row.queriesOK = f.met["psp_sample_rtt_seconds_count"] - b.met["psp_sample_rtt_seconds_count"]
-		row.queriesBad = f.met["psp_samples_timed_out_total"] - b.met["psp_samples_timed_out_total"]
+		row.queriesOK = f.met.values["psp_sample_rtt_seconds_count"] - b.met.values["psp_sample_rtt_seconds_count"]
+		row.queriesBad = f.met.values["psp_samples_timed_out_total"] - b.met.values["psp_samples_timed_out_total"]
 		rep.rows = append(rep.rows, row)
 		groups["quota"].add(p.cores > 0, row, f)
 		groups["nat"].add(p.host.NATed, row, f)

@@ -1,7 +1,7 @@
 package testnet
 
 import (
-	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -13,6 +13,10 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	prommodel "github.com/prometheus/common/model"
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
@@ -27,71 +31,80 @@ func checkData(cfg Config) error {
 	return nil
 }
 
-// metricSet is one node's /metrics: every sample by its name and labels
-// as written ("psp_step", `psp_barrier_check_seconds_bucket{le="0.0002"}`).
-type metricSet map[string]float64
+// metricSet is one node's /metrics: the value of every series without
+// labels, by name (a histogram's sample count and sum as NAME_count and
+// NAME_sum, as the text format writes them), and every histogram without
+// labels. Series with labels are not kept: the report reads none.
+type metricSet struct {
+	values map[string]float64
+	hists  map[string]histogram
+}
 
-// parseMetrics reads Prometheus text format samples (comments skipped).
+// parseMetrics reads a Prometheus text format body. A body the format's
+// parser rejects is an error naming the line, and no metrics.
 func parseMetrics(rd io.Reader) (metricSet, error) {
-	m := metricSet{}
-	sc := bufio.NewScanner(rd)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[i+1:], 64)
-		if err != nil {
-			continue
-		}
-		m[line[:i]] = v
+	p := expfmt.NewTextParser(prommodel.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(rd)
+	if err != nil {
+		return metricSet{}, fmt.Errorf("metrics: %w", err)
 	}
-	return m, sc.Err()
+	m := metricSet{values: map[string]float64{}, hists: map[string]histogram{}}
+	for name, fam := range fams {
+		for _, s := range fam.GetMetric() {
+			if len(s.GetLabel()) > 0 {
+				continue
+			}
+			switch fam.GetType() {
+			case dto.MetricType_COUNTER:
+				m.values[name] = s.GetCounter().GetValue()
+			case dto.MetricType_GAUGE:
+				m.values[name] = s.GetGauge().GetValue()
+			case dto.MetricType_UNTYPED:
+				m.values[name] = s.GetUntyped().GetValue()
+			case dto.MetricType_SUMMARY:
+				m.values[name+"_count"] = float64(s.GetSummary().GetSampleCount())
+				m.values[name+"_sum"] = s.GetSummary().GetSampleSum()
+			case dto.MetricType_HISTOGRAM, dto.MetricType_GAUGE_HISTOGRAM:
+				h := s.GetHistogram()
+				m.values[name+"_count"] = histCount(h.GetSampleCount(), h.GetSampleCountFloat())
+				m.values[name+"_sum"] = h.GetSampleSum()
+				m.hists[name] = newHistogram(h.GetBucket())
+			}
+		}
+	}
+	return m, nil
+}
+
+// histCount is a histogram count the parser kept as an integer or, when
+// the text had a fraction, as a float.
+func histCount(n uint64, f float64) float64 {
+	if f != 0 {
+		return f
+	}
+	return float64(n)
 }
 
 // histogram is a Prometheus histogram's cumulative bucket counts by upper
-// bound (the last bound +Inf).
+// bound, in increasing order (the last bound +Inf).
 type histogram struct {
 	le    []float64
 	count []float64
 }
 
-// hist extracts histogram name from m.
-func (m metricSet) hist(name string) histogram {
+// newHistogram sorts a parsed histogram's buckets by bound.
+func newHistogram(buckets []*dto.Bucket) histogram {
+	bs := slices.Clone(buckets)
+	slices.SortFunc(bs, func(a, b *dto.Bucket) int { return cmp.Compare(a.GetUpperBound(), b.GetUpperBound()) })
 	var h histogram
-	prefix := name + `_bucket{le="`
-	for k, v := range m {
-		if rest, ok := strings.CutPrefix(k, prefix); ok {
-			b, err := strconv.ParseFloat(strings.TrimSuffix(rest, `"}`), 64)
-			if err == nil {
-				h.le, h.count = append(h.le, b), append(h.count, v)
-			}
-		}
+	for _, b := range bs {
+		h.le = append(h.le, b.GetUpperBound())
+		h.count = append(h.count, histCount(b.GetCumulativeCount(), b.GetCumulativeCountFloat()))
 	}
-	idx := make([]int, len(h.le))
-	for i := range idx {
-		idx[i] = i
-	}
-	slices.SortFunc(idx, func(a, b int) int {
-		switch {
-		case h.le[a] < h.le[b]:
-			return -1
-		case h.le[a] > h.le[b]:
-			return 1
-		}
-		return 0
-	})
-	out := histogram{}
-	for _, i := range idx {
-		out.le, out.count = append(out.le, h.le[i]), append(out.count, h.count[i])
-	}
-	return out
+	return h
 }
+
+// hist is histogram name, empty when m has none.
+func (m metricSet) hist(name string) histogram { return m.hists[name] }
 
 // add adds (sign 1) or subtracts (sign -1) o, which must have the same
 // bounds (the nodes all run the same binary); an empty h takes o's bounds.

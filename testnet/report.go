@@ -181,6 +181,8 @@ type finalRow struct {
 	live   bool
 }
 
+// result gathers the run's Result from the members and the recorder's
+// rows; the nodes must still run.
 func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -276,20 +278,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
 		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder || s.Role == SlowModel }) {
-			st := t.target.nd.Status()
-			tg := &FloodTarget{Steps: t.target.nd.Step(), HonestMeanSteps: r.Steps.Mean,
-				StreamsRefused: st.StreamsRefused, StepStreamsRefused: st.StreamsRefusedBy["step"],
-				ModelStreamsRefused: st.StreamsRefusedBy["model"], Live: t.target.leftAt < 0}
-			for _, m := range t.liveLocked() {
-				if m == t.target || m.role != Honest {
-					continue
-				}
-				tg.HonestPeers++
-				if slices.Contains(m.nd.Overlay().Peers(), t.target.nd.ID()) {
-					tg.HeldLiveBy++
-				}
-			}
-			r.Hostile.Target = tg
+			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
 	}
 	if len(slow) > 0 && len(fast) > 0 {
@@ -310,20 +299,45 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.ChecksPerWaitS = rechecks / waitS
 	}
 	if c.Model != "none" && len(t.accs) > 0 {
-		last := t.accs[len(t.accs)-1]
-		a := &Accuracy{Metric: t.metric(), Final: last.accuracy, FinalLoss: last.loss, Target: c.AccuracyTarget}
-		for _, row := range t.accs {
-			if row.accuracy >= c.AccuracyTarget {
-				v := row.t
-				a.TimeToTarget = &v
-				break
-			}
-		}
-		r.Accuracy = a
+		r.Accuracy = t.accuracy()
 	}
 	r.PeakRSSBytes = procstat.PeakRSS()
 	r.CPUS = procstat.CPUTime().Seconds()
 	return r
+}
+
+// floodTarget reports how the flooders' target fared beside the honest
+// nodes' mean steps; t.mu is held.
+func (t *testnet) floodTarget(honestMeanSteps float64) *FloodTarget {
+	st := t.target.nd.Status()
+	tg := &FloodTarget{Steps: t.target.nd.Step(), HonestMeanSteps: honestMeanSteps,
+		StreamsRefused: st.StreamsRefused, StepStreamsRefused: st.StreamsRefusedBy["step"],
+		ModelStreamsRefused: st.StreamsRefusedBy["model"], Live: t.target.leftAt < 0}
+	for _, m := range t.liveLocked() {
+		if m == t.target || m.role != Honest {
+			continue
+		}
+		tg.HonestPeers++
+		if slices.Contains(m.nd.Overlay().Peers(), t.target.nd.ID()) {
+			tg.HeldLiveBy++
+		}
+	}
+	return tg
+}
+
+// accuracy is the last evaluation and the first time it reached the
+// target; there must have been one. t.mu is held.
+func (t *testnet) accuracy() *Accuracy {
+	last := t.accs[len(t.accs)-1]
+	a := &Accuracy{Metric: t.metric(), Final: last.accuracy, FinalLoss: last.loss, Target: t.cfg.AccuracyTarget}
+	for _, row := range t.accs {
+		if row.accuracy >= t.cfg.AccuracyTarget {
+			v := row.t
+			a.TimeToTarget = &v
+			break
+		}
+	}
+	return a
 }
 
 // uniformity compares selection counts with a uniform expectation.

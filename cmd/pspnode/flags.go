@@ -14,19 +14,6 @@ import (
 // (node.Config.PollShare).
 const pollShareHelp = "waiting at a sampled barrier, re-check once per expected step completion in the job (compute time / N), but at most once every this share of the compute time per step; in (0, 1]"
 
-// share is a float flag in (0, 1].
-type share float64
-
-func (f *share) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
-func (f *share) Set(v string) error {
-	x, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(x > 0 && x <= 1) {
-		return fmt.Errorf("%q is not a share in (0, 1]", v)
-	}
-	*f = share(x)
-	return nil
-}
-
 // exchangeHelp is --exchange's help, shared by run and testnet
 // (node.Config.Exchange).
 const exchangeHelp = "how nodes combine their work: gossip (every update to every node over GossipSub) or epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N; see docs/exchange.md). Nodes of a job must agree"
@@ -103,43 +90,60 @@ func (l *specList) Set(v string) error {
 	return nil
 }
 
-// fraction is a float flag restricted to [0, 1].
-type fraction float64
+// floatFlag is a float flag bounded to an interval: Set refuses values
+// outside it, NaN and the infinities, with an error saying what it wants
+// (the flag package adds the flag's name). Make one with shareFlag,
+// fractionFlag, positiveFlag or nonNegativeFlag.
+type floatFlag struct {
+	x              float64
+	lo, hi         float64 // the interval's ends
+	loOpen, hiOpen bool    // whether lo and hi are outside it
+	want           string  // what a value must be, e.g. "a share in (0, 1]"
+}
 
-func (f *fraction) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
-func (f *fraction) Set(v string) error {
+// shareFlag is a float flag in (0, 1] set to x.
+func shareFlag(x float64) floatFlag {
+	return floatFlag{x: x, lo: 0, hi: 1, loOpen: true, want: "a share in (0, 1]"}
+}
+
+// fractionFlag is a float flag in [0, 1] set to x.
+func fractionFlag(x float64) floatFlag {
+	return floatFlag{x: x, lo: 0, hi: 1, want: "a fraction in [0, 1]"}
+}
+
+// positiveFlag is a finite float flag > 0 set to x.
+func positiveFlag(x float64) floatFlag {
+	return floatFlag{x: x, lo: 0, hi: math.Inf(1), loOpen: true, hiOpen: true, want: "a positive number"}
+}
+
+// nonNegativeFlag is a finite float flag >= 0 set to x.
+func nonNegativeFlag(x float64) floatFlag {
+	return floatFlag{x: x, lo: 0, hi: math.Inf(1), hiOpen: true, want: "a number >= 0"}
+}
+
+func (f *floatFlag) String() string { return strconv.FormatFloat(f.x, 'g', -1, 64) }
+
+func (f *floatFlag) Set(v string) error {
 	x, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(x >= 0 && x <= 1) {
-		return fmt.Errorf("%q is not a fraction in [0, 1]", v)
+	if err != nil || !f.contains(x) {
+		return fmt.Errorf("%q is not %s", v, f.want)
 	}
-	*f = fraction(x)
+	f.x = x
 	return nil
 }
 
-// positive is a float flag that must be > 0 and finite.
-type positive float64
-
-func (f *positive) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
-func (f *positive) Set(v string) error {
-	x, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(x > 0) || math.IsInf(x, 0) {
-		return fmt.Errorf("%q is not a positive number", v)
+// contains says whether x is in f's interval (never NaN: every
+// comparison with NaN is false).
+func (f *floatFlag) contains(x float64) bool {
+	aboveLo := x >= f.lo
+	if f.loOpen {
+		aboveLo = x > f.lo
 	}
-	*f = positive(x)
-	return nil
-}
-
-// nonNegative is a float flag that must be >= 0 and finite.
-type nonNegative float64
-
-func (f *nonNegative) String() string { return strconv.FormatFloat(float64(*f), 'g', -1, 64) }
-func (f *nonNegative) Set(v string) error {
-	x, err := strconv.ParseFloat(v, 64)
-	if err != nil || !(x >= 0) || math.IsInf(x, 0) {
-		return fmt.Errorf("%q is not a number >= 0", v)
+	belowHi := x <= f.hi
+	if f.hiOpen {
+		belowHi = x < f.hi
 	}
-	*f = nonNegative(x)
-	return nil
+	return aboveLo && belowHi
 }
 
 // progress prints a line to w at most every interval.

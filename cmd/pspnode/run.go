@@ -64,51 +64,68 @@ func newLogger(w io.Writer, level, format string) (*slog.Logger, error) {
 	return nil, usagef("--log-format %q: want text or json", format)
 }
 
+// runFlags are the run command's flags.
+type runFlags struct {
+	listen, bootstrap                                 stringList
+	barrier                                           specFlag
+	pollShare                                         floatFlag
+	exchange                                          node.Exchange
+	trainer                                           trainerFlags
+	identity, job, modelName, data, httpAddr          *string
+	ckpt, logLevel, logFormat, swarmKey, allow, reach *string
+	shards, shard, waitPeers, perAddr, batch          *int
+	evalEvery, ckptEvery                              *int
+	maxSteps                                          *int64
+	duration, pollMax, queryTime                      *time.Duration
+	scale, factor, lr                                 *float64
+	traversal, relaySvc, startSig                     *bool
+}
+
+// addRunFlags defines the run command's flags on fs.
+func addRunFlags(fs *flag.FlagSet) *runFlags {
+	def := node.DefaultConfig()
+	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.PollShare), exchange: def.Exchange}
+	f.identity = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
+	f.job = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
+	f.modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
+	f.data = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
+	f.shards = fs.Int("shards", 16, "the training data is dealt into this many shards; the node takes the one its peer ID hashes to")
+	f.shard = fs.Int("shard", -1, "take this shard index instead of hashing the peer ID (0 <= shard < shards)")
+	f.httpAddr = fs.String("http", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9090 (port 0: any free port)")
+	f.maxSteps = fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
+	f.duration = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	f.scale = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
+	f.factor = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
+	f.pollMax = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
+	f.queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
+	f.waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
+	f.perAddr = fs.Int("per-address", def.Overlay.PerAddress, "peers connecting from one address (IPv4 address, IPv6 /64; loopback exempt) weigh together as this many in barrier samples and the routing table, against many identities on one host (0: off)")
+	f.lr = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
+	f.batch = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
+	f.evalEvery = fs.Int("eval-every", def.EvalEvery, "evaluate on the held-out data every this many steps (0: never)")
+	f.ckpt = fs.String("checkpoint", "", "write step and model to this file (atomically) and resume from it on start; a corrupt file is reported and the model fetched from peers")
+	f.ckptEvery = fs.Int("checkpoint-every", def.CheckpointEvery, "steps between checkpoints")
+	f.logLevel = fs.String("log-level", "info", "debug, info, warn or error")
+	f.logFormat = fs.String("log-format", "text", "text or json (logs go to stderr)")
+	_ = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
+	f.swarmKey = fs.String("swarm-key", "", "make the job private: a swarm.key file (kubo's format; 'pspnode keygen --swarm-key FILE' writes one) every node of the job holds; only TCP runs")
+	f.allow = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
+	f.traversal = fs.Bool("nat-traversal", def.NAT.Traversal, "find out whether peers can dial this node (AutoNAT); behind a NAT, announce addresses through relays at the bootstrap peers and punch holes for direct connections (DCUtR)")
+	f.relaySvc = fs.Bool("relay-service", def.NAT.RelayService, "when AutoNAT finds this node publicly reachable, relay for peers behind NATs (go-libp2p's limits: 128 reservations, each relayed connection 2 min and 128 KiB); needs --nat-traversal")
+	f.reach = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
+	f.startSig = fs.Bool("start-on-signal", false, "join and serve, but take the first step only after SIGUSR1 arrives (for a harness that starts many nodes and then starts them training at once; Unix)")
+	fs.Var(&f.listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
+	fs.Var(&f.bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
+	fs.Var(&f.barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
+	fs.Var(&f.exchange, "exchange", exchangeHelp)
+	f.trainer = addTrainerFlags(fs)
+	return f
+}
+
 func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs := newFlagSet("pspnode run", stderr)
-	def := node.DefaultConfig()
-	var (
-		listen    stringList
-		bootstrap stringList
-		barrier   = specFlag{def.Barrier}
-		identity  = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
-		job       = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
-		modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
-		data      = fs.String("data", "synthetic", "data: synthetic, mnist (the MNIST test set built in: 8000 training, 2000 held-out images), or mnist:DIR (your own IDX files, gzip or raw)")
-		shards    = fs.Int("shards", 16, "the training data is dealt into this many shards; the node takes the one its peer ID hashes to")
-		shard     = fs.Int("shard", -1, "take this shard index instead of hashing the peer ID (0 <= shard < shards)")
-		httpAddr  = fs.String("http", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9090 (port 0: any free port)")
-		maxSteps  = fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
-		duration  = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
-		scale     = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
-		factor    = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-		pollShare = share(def.PollShare)
-		pollMax   = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
-		queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
-		waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
-		perAddr   = fs.Int("per-address", def.Overlay.PerAddress, "peers connecting from one address (IPv4 address, IPv6 /64; loopback exempt) weigh together as this many in barrier samples and the routing table, against many identities on one host (0: off)")
-		lr        = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
-		batch     = fs.Int("batch", model.DefaultSGDConfig().BatchSize, "mini-batch size")
-		evalEvery = fs.Int("eval-every", def.EvalEvery, "evaluate on the held-out data every this many steps (0: never)")
-		ckpt      = fs.String("checkpoint", "", "write step and model to this file (atomically) and resume from it on start; a corrupt file is reported and the model fetched from peers")
-		ckptEvery = fs.Int("checkpoint-every", def.CheckpointEvery, "steps between checkpoints")
-		logLevel  = fs.String("log-level", "info", "debug, info, warn or error")
-		logFormat = fs.String("log-format", "text", "text or json (logs go to stderr)")
-		_         = fs.String("config", "", "read flags from this file (one 'flag value' per line)")
-		swarmKey  = fs.String("swarm-key", "", "make the job private: a swarm.key file (kubo's format; 'pspnode keygen --swarm-key FILE' writes one) every node of the job holds; only TCP runs")
-		allow     = fs.String("allow-peers", "", "refuse every peer whose ID is not in this file (one peer ID per line, # comments)")
-		traversal = fs.Bool("nat-traversal", def.NAT.Traversal, "find out whether peers can dial this node (AutoNAT); behind a NAT, announce addresses through relays at the bootstrap peers and punch holes for direct connections (DCUtR)")
-		relaySvc  = fs.Bool("relay-service", def.NAT.RelayService, "when AutoNAT finds this node publicly reachable, relay for peers behind NATs (go-libp2p's limits: 128 reservations, each relayed connection 2 min and 128 KiB); needs --nat-traversal")
-		reach     = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
-		startSig  = fs.Bool("start-on-signal", false, "join and serve, but take the first step only after SIGUSR1 arrives (for a harness that starts many nodes and then starts them training at once; Unix)")
-	)
-	fs.Var(&listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
-	fs.Var(&bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
-	fs.Var(&barrier, "barrier", "barrier spec ("+psp.Grammar+")")
-	fs.Var(&pollShare, "poll-share", pollShareHelp)
-	exchange := def.Exchange
-	fs.Var(&exchange, "exchange", exchangeHelp)
-	tflags := addTrainerFlags(fs)
+	f := addRunFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
 		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
@@ -131,155 +148,178 @@ Example, two nodes on one machine:
 			if len(args) > 0 {
 				return usagef("run takes no arguments, got %q", args)
 			}
-			if err := tflags.check(fs); err != nil {
-				return err
-			}
-			var waitStart func(context.Context) error
-			if *startSig {
-				wait, stop, err := notifyStart()
-				if err != nil {
-					return err
-				}
-				defer stop()
-				waitStart = wait
-			}
-			log, err := newLogger(stderr, *logLevel, *logFormat)
-			if err != nil {
-				return err
-			}
-			cfg := node.DefaultConfig()
-			cfg.Job, cfg.Barrier, cfg.Logger = *job, barrier.Spec, log
-			cfg.UserAgent = "pspnode/" + buildVersion()
-			if len(listen) > 0 {
-				cfg.Listen = listen
-			}
-			cfg.Bootstrap = bootstrap
-			if err := privateJob(&cfg, *swarmKey, *allow, len(listen) > 0, log); err != nil {
-				return err
-			}
-			if err := natTraversal(&cfg, fs, *traversal, *relaySvc, *reach); err != nil {
-				return err
-			}
-			cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *maxSteps, *duration, *waitPeers, *evalEvery
-			cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *ckpt, *ckptEvery, float64(pollShare)
-			if *pollMax <= 0 {
-				return usagef("--poll-max must be a positive duration (got %v)", *pollMax)
-			}
-			if *queryTime <= 0 {
-				return usagef("--query-timeout must be a positive duration (got %v)", *queryTime)
-			}
-			if *perAddr < 0 {
-				return usagef("--per-address must be >= 0 (got %d)", *perAddr)
-			}
-			cfg.Overlay.PerAddress = *perAddr
-			cfg.PollMax, cfg.QueryTimeout = *pollMax, *queryTime
-			cfg.Exchange = exchange
-			if *scale < 0 || *factor <= 0 {
-				return usagef("--time-scale must be >= 0 and --straggle-factor > 0")
-			}
-			if *shards < 1 || *shard >= *shards {
-				return usagef("--shard %d of --shards %d: need 0 <= shard < shards", *shard, *shards)
-			}
-			if *identity != "" {
-				key, err := loadIdentity(*identity)
-				if err != nil {
-					return err
-				}
-				cfg.Identity = key
-				cfg.PeersFile = *identity + ".peers"
-			} else {
-				log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err}
-			}
-			pre, err := runPreflight(*modelName, *data, *ckpt, cfg.Listen, len(listen) > 0, *httpAddr)
-			if err != nil {
-				return err
-			}
-			defer pre.Close()
-			reg := prometheus.NewRegistry()
-			cfg.Registry = reg
-			node.RegisterProcessMetrics(reg)
-			spec := node.TaskSpec{
-				Model: *modelName, Shards: *shards,
-				SGD:  model.SGDConfig{BatchSize: *batch, LR0: *lr, Decay: model.DefaultSGDConfig().Decay},
-				Time: node.TimeModel{Scale: *scale, Factor: *factor},
-			}
-			var dataset model.Data
-			if !tflags.enabled() {
-				if dataset, err = openData(spec.Model, *data); err != nil {
-					return err
-				}
-			}
-			var nd *node.Node
-			var tsrv *trainer.Server
-			if tflags.enabled() {
-				nd, tsrv, err = newDrivenNode(ctx, cfg, tflags, log, reg)
-			} else {
-				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard)
-			}
-			if err != nil {
-				return err
-			}
-			defer nd.Close()
-			if tsrv != nil {
-				defer tsrv.Close()
-			}
-			if err := checkListening(nd.Host(), pre.listen); err != nil {
-				return err
-			}
-			fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
-			for _, a := range nd.Addrs() {
-				fmt.Fprintf(stdout, "listening: %s\n", a)
-			}
-			if tsrv != nil {
-				fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
-			}
-			if pre.http != nil {
-				srv := pre.serve(nd)
-				defer srv.Close()
-				fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
-			}
-			modelName := spec.Model
-			if tsrv != nil {
-				modelName = "the trainer's"
-			}
-			log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", modelName, "bootstrap", len(bootstrap))
-			logNAT(log, cfg)
-			if waitStart != nil {
-				log.Info("waiting for SIGUSR1 to start training")
-				if err := waitStart(ctx); err != nil {
-					return nd.Close() // interrupted before training: a clean stop
-				}
-			}
-			start := time.Now()
-			if tsrv != nil {
-				if cfg.Duration > 0 {
-					var cancel context.CancelFunc
-					ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
-					defer cancel()
-				}
-				serveTrainer(ctx, tsrv, log)
-				_ = tsrv.Close()
-				log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
-				return nd.Close()
-			}
-			err = nd.Run(ctx)
-			st := nd.Status()
-			log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
-			if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
-				// The job is not this node's to join with this model: a
-				// usage error, as a bad flag is.
-				return usagef("--model %s (--data %s): the job's peers run another model: %v; start every node of a job with the same --model and --data, or this one with another --job",
-					spec.Model, *data, mm)
-			}
-			if err != nil {
-				return err
-			}
-			return nd.Close()
+			return f.run(ctx, fs, stdout, stderr)
 		},
 	}
+}
+
+// run is the run command once its flags are parsed: check them, build the
+// node, and run it until a stop criterion or a signal.
+func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.Writer) error {
+	if err := f.trainer.check(fs); err != nil {
+		return err
+	}
+	var waitStart func(context.Context) error
+	if *f.startSig {
+		wait, stop, err := notifyStart()
+		if err != nil {
+			return err
+		}
+		defer stop()
+		waitStart = wait
+	}
+	log, err := newLogger(stderr, *f.logLevel, *f.logFormat)
+	if err != nil {
+		return err
+	}
+	cfg, err := f.config(fs, log)
+	if err != nil {
+		return err
+	}
+	pre, err := runPreflight(*f.modelName, *f.data, *f.ckpt, cfg.Listen, len(f.listen) > 0, *f.httpAddr)
+	if err != nil {
+		return err
+	}
+	defer pre.Close()
+	nd, tsrv, err := f.newNode(ctx, cfg, log)
+	if err != nil {
+		return err
+	}
+	defer nd.Close()
+	if tsrv != nil {
+		defer tsrv.Close()
+	}
+	if err := checkListening(nd.Host(), pre.listen); err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "peer id: %s\n", nd.ID())
+	for _, a := range nd.Addrs() {
+		fmt.Fprintf(stdout, "listening: %s\n", a)
+	}
+	if tsrv != nil {
+		fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
+	}
+	if pre.http != nil {
+		srv := pre.serve(nd)
+		defer srv.Close()
+		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
+	}
+	modelName := *f.modelName
+	if tsrv != nil {
+		modelName = "the trainer's"
+	}
+	log.Info("node started", "job", cfg.Job, "barrier", cfg.Barrier.String(), "model", modelName, "bootstrap", len(f.bootstrap))
+	logNAT(log, cfg)
+	if waitStart != nil {
+		log.Info("waiting for SIGUSR1 to start training")
+		if err := waitStart(ctx); err != nil {
+			return nd.Close() // interrupted before training: a clean stop
+		}
+	}
+	return f.train(ctx, nd, tsrv, cfg, log)
+}
+
+// config is the node's Config from the flags; a bad flag is a usage error.
+func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, error) {
+	cfg := node.DefaultConfig()
+	cfg.Job, cfg.Barrier, cfg.Logger = *f.job, f.barrier.Spec, log
+	cfg.UserAgent = "pspnode/" + buildVersion()
+	if len(f.listen) > 0 {
+		cfg.Listen = f.listen
+	}
+	cfg.Bootstrap = f.bootstrap
+	if err := privateJob(&cfg, *f.swarmKey, *f.allow, len(f.listen) > 0, log); err != nil {
+		return cfg, err
+	}
+	if err := natTraversal(&cfg, fs, *f.traversal, *f.relaySvc, *f.reach); err != nil {
+		return cfg, err
+	}
+	cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *f.maxSteps, *f.duration, *f.waitPeers, *f.evalEvery
+	cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *f.ckpt, *f.ckptEvery, f.pollShare.x
+	if *f.pollMax <= 0 {
+		return cfg, usagef("--poll-max must be a positive duration (got %v)", *f.pollMax)
+	}
+	if *f.queryTime <= 0 {
+		return cfg, usagef("--query-timeout must be a positive duration (got %v)", *f.queryTime)
+	}
+	if *f.perAddr < 0 {
+		return cfg, usagef("--per-address must be >= 0 (got %d)", *f.perAddr)
+	}
+	cfg.Overlay.PerAddress = *f.perAddr
+	cfg.PollMax, cfg.QueryTimeout = *f.pollMax, *f.queryTime
+	cfg.Exchange = f.exchange
+	if *f.scale < 0 || *f.factor <= 0 {
+		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")
+	}
+	if *f.shards < 1 || *f.shard >= *f.shards {
+		return cfg, usagef("--shard %d of --shards %d: need 0 <= shard < shards", *f.shard, *f.shards)
+	}
+	if *f.identity != "" {
+		key, err := loadIdentity(*f.identity)
+		if err != nil {
+			return cfg, err
+		}
+		cfg.Identity = key
+		cfg.PeersFile = *f.identity + ".peers"
+	} else {
+		log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	return cfg, nil
+}
+
+// newNode builds the node: driven by a trainer with --trainer (which
+// serves it), or training its built-in task.
+func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logger) (*node.Node, *trainer.Server, error) {
+	reg := prometheus.NewRegistry()
+	cfg.Registry = reg
+	node.RegisterProcessMetrics(reg)
+	spec := node.TaskSpec{
+		Model: *f.modelName, Shards: *f.shards,
+		SGD:  model.SGDConfig{BatchSize: *f.batch, LR0: *f.lr, Decay: model.DefaultSGDConfig().Decay},
+		Time: node.TimeModel{Scale: *f.scale, Factor: *f.factor},
+	}
+	if f.trainer.enabled() {
+		return newDrivenNode(ctx, cfg, f.trainer, log, reg)
+	}
+	dataset, err := openData(spec.Model, *f.data)
+	if err != nil {
+		return nil, nil, err
+	}
+	nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *f.shard)
+	return nd, nil, err
+}
+
+// train runs the node until a stop criterion or a signal: its own step
+// loop, or, with a trainer, the trainer's session.
+func (f *runFlags) train(ctx context.Context, nd *node.Node, tsrv *trainer.Server, cfg node.Config, log *slog.Logger) error {
+	start := time.Now()
+	if tsrv != nil {
+		if cfg.Duration > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, cfg.Duration)
+			defer cancel()
+		}
+		serveTrainer(ctx, tsrv, log)
+		_ = tsrv.Close()
+		log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
+		return nd.Close()
+	}
+	err := nd.Run(ctx)
+	st := nd.Status()
+	log.Info("node stopping", "step", st.Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, err))
+	if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
+		// The job is not this node's to join with this model: a
+		// usage error, as a bad flag is.
+		return usagef("--model %s (--data %s): the job's peers run another model: %v; start every node of a job with the same --model and --data, or this one with another --job",
+			*f.modelName, *f.data, mm)
+	}
+	if err != nil {
+		return err
+	}
+	return nd.Close()
 }
 
 // natTraversal sets cfg.NAT from --nat-traversal, --relay-service and

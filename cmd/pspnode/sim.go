@@ -23,9 +23,9 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 	var (
 		barriers  specList
 		sweep     intList
-		stragg    fraction
-		factor    = positive(def.StraggleFactor)
-		scale     = positive(def.TimeScale)
+		stragg    = fractionFlag(0)
+		factor    = positiveFlag(def.StraggleFactor)
+		scale     = positiveFlag(def.TimeScale)
 		churn     = fs.Float64("churn", 0, "fraction of the initial nodes replaced per minute (sets --leave-rate and --join-rate)")
 		leave     = fs.Float64("leave-rate", 0, "fraction of the initial nodes leaving per minute")
 		join      = fs.Float64("join-rate", 0, "fraction of the initial nodes joining per minute")
@@ -67,7 +67,7 @@ Examples:
 			}
 			cfg := sim.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Seed = *nodes, duration.Seconds(), *seed
-			cfg.Stragglers, cfg.StraggleFactor, cfg.TimeScale = float64(stragg), float64(factor), float64(scale)
+			cfg.Stragglers, cfg.StraggleFactor, cfg.TimeScale = stragg.x, factor.x, scale.x
 			cfg.LeaveRate, cfg.JoinRate = *leave, *join
 			if *churn != 0 {
 				cfg.LeaveRate, cfg.JoinRate = *churn, *churn

@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/netns"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -45,62 +47,84 @@ func testnetGCPercent(flag, nodes int, env string) int {
 	return 0
 }
 
+// testnetFlags are the testnet command's flags.
+type testnetFlags struct {
+	barriers                                            specList
+	stragg, factor, scale, pollShare                    floatFlag
+	exchange                                            node.Exchange
+	clock, churnMode, script, modelName, data           *string
+	encoding, transport, cpuQuota, out, logLevel        *string
+	cpuProf, memProf, hostile, latency, bandwidth       *string
+	nodes, nat, victims, prefix                         *int
+	connLow, connHigh, poolSize, gcPercent              *int
+	duration, warmup, evalEvery, slowDelay              *time.Duration
+	churn, lr, target, loss, normBound                  *float64
+	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
+	seed                                                *uint64
+}
+
+// addTestnetFlags defines the testnet command's flags on fs.
+func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
+	def := testnet.DefaultConfig()
+	f := &testnetFlags{
+		barriers:  specList{def.Barrier},
+		stragg:    fractionFlag(0),
+		factor:    positiveFlag(def.StraggleFactor),
+		scale:     nonNegativeFlag(def.TimeScale),
+		pollShare: shareFlag(def.PollShare),
+		exchange:  def.Exchange,
+	}
+	f.nodes = fs.Int("nodes", def.Nodes, "number of nodes")
+	f.duration = fs.Duration("duration", def.Duration, "training time (after the network has formed), on the run's clock")
+	f.clock = fs.String("clock", string(def.Clock), "virtual (time moves only when every node waits: the protocol's figures, whatever this machine's load) or real (this machine's clock: figures include its CPU; the run reports whether it was overloaded)")
+	f.churn = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
+	f.churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
+	f.script = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%' or 'TIME heal', e.g. '60s crash 30%'")
+	f.modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
+	f.data = fs.String("data", def.Data, "data: synthetic, mnist (the MNIST test set built into pspnode) or mnist:DIR")
+	f.encoding = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
+	f.lr = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
+	f.transport = fs.String("transport", def.Transport, "mem (in-process network, for large N), tcp (loopback sockets, up to 300 nodes; real clock only) or netns (one pspnode run process per node, each in its own network namespace on a bridge; real clock; needs root, iproute2, and nftables for --nat)")
+	f.nat = fs.Int("nat", 0, "netns transport: put this many nodes behind a NAT router each (nftables masquerade; no port forward)")
+	f.cpuQuota = fs.String("cpu-quota", "", "netns transport: FRACTION:CORES gives that fraction of the nodes that many CPUs each (a cgroup quota), e.g. 0.25:0.1")
+	f.cleanup = fs.Bool("cleanup", false, "remove the namespaces, links and cgroups that netns runs whose process is gone left behind, then exit")
+	f.seed = fs.Uint64("seed", def.Seed, "random seed (also of the nodes' keys; 0: random keys)")
+	f.warmup = fs.Duration("warmup", def.Warmup, "longest wait for the overlay to form before training starts")
+	f.evalEvery = fs.Duration("eval-every", def.EvalEvery, "evaluate the models this often (0: never)")
+	f.target = fs.Float64("target", def.AccuracyTarget, "accuracy (R² for linreg) whose first crossing is reported")
+	f.out = fs.String("out", "", "write CSV files, PNG figures and summary.json to this directory")
+	f.asJSON = fs.Bool("json", false, "print exactly one JSON object on stdout (progress still goes to stderr)")
+	f.quiet = fs.Bool("quiet", false, "no live progress on stderr")
+	f.compare = fs.Bool("compare-sim", false, "also run the simulator with the same parameters (fidelity mode, and poll mode at the nodes' re-check rate) and report real/simulated step ratios")
+	f.logLevel = fs.String("log-level", "error", "node log level: debug, info, warn or error")
+	f.cpuProf = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
+	f.memProf = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
+	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, slow-model, sybil-zone, sybil-host (e.g. liar-zero:5%)")
+	f.sybilDef = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
+	f.victims = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
+	f.prefix = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
+	f.slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
+	f.latency = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
+	f.bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport; netns: tc tbf on its link): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
+	f.loss = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
+	f.noScreen = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
+	f.normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
+	f.connLow = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
+	f.connHigh = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
+	f.poolSize = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
+	f.gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
+	fs.Var(&f.barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
+	fs.Var(&f.stragg, "stragglers", "fraction of nodes that are stragglers")
+	fs.Var(&f.factor, "straggle-factor", "task time multiplier of stragglers")
+	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
+	fs.Var(&f.exchange, "exchange", exchangeHelp)
+	fs.Var(&f.scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
+	return f
+}
+
 func testnetCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs := newFlagSet("pspnode testnet", stderr)
-	def := testnet.DefaultConfig()
-	var (
-		barriers  = specList{def.Barrier}
-		stragg    fraction
-		factor    = positive(def.StraggleFactor)
-		scale     = nonNegative(def.TimeScale)
-		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
-		duration  = fs.Duration("duration", def.Duration, "training time (after the network has formed), on the run's clock")
-		clock     = fs.String("clock", string(def.Clock), "virtual (time moves only when every node waits: the protocol's figures, whatever this machine's load) or real (this machine's clock: figures include its CPU; the run reports whether it was overloaded)")
-		churn     = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
-		churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
-		script    = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%' or 'TIME heal', e.g. '60s crash 30%'")
-		modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
-		data      = fs.String("data", def.Data, "data: synthetic, mnist (the MNIST test set built into pspnode) or mnist:DIR")
-		encoding  = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
-		lr        = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
-		transport = fs.String("transport", def.Transport, "mem (in-process network, for large N), tcp (loopback sockets, up to 300 nodes; real clock only) or netns (one pspnode run process per node, each in its own network namespace on a bridge; real clock; needs root, iproute2, and nftables for --nat)")
-		nat       = fs.Int("nat", 0, "netns transport: put this many nodes behind a NAT router each (nftables masquerade; no port forward)")
-		cpuQuota  = fs.String("cpu-quota", "", "netns transport: FRACTION:CORES gives that fraction of the nodes that many CPUs each (a cgroup quota), e.g. 0.25:0.1")
-		cleanup   = fs.Bool("cleanup", false, "remove the namespaces, links and cgroups that netns runs whose process is gone left behind, then exit")
-		seed      = fs.Uint64("seed", def.Seed, "random seed (also of the nodes' keys; 0: random keys)")
-		warmup    = fs.Duration("warmup", def.Warmup, "longest wait for the overlay to form before training starts")
-		evalEvery = fs.Duration("eval-every", def.EvalEvery, "evaluate the models this often (0: never)")
-		target    = fs.Float64("target", def.AccuracyTarget, "accuracy (R² for linreg) whose first crossing is reported")
-		out       = fs.String("out", "", "write CSV files, PNG figures and summary.json to this directory")
-		asJSON    = fs.Bool("json", false, "print exactly one JSON object on stdout (progress still goes to stderr)")
-		quiet     = fs.Bool("quiet", false, "no live progress on stderr")
-		compare   = fs.Bool("compare-sim", false, "also run the simulator with the same parameters (fidelity mode, and poll mode at the nodes' re-check rate) and report real/simulated step ratios")
-		logLevel  = fs.String("log-level", "error", "node log level: debug, info, warn or error")
-		cpuProf   = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
-		memProf   = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
-		hostile   = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, slow-model, sybil-zone, sybil-host (e.g. liar-zero:5%)")
-		sybilDef  = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
-		victims   = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
-		prefix    = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
-		slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
-		latency   = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
-		bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport; netns: tc tbf on its link): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
-		loss      = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
-		noScreen  = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
-		pollShare = share(def.PollShare)
-		normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
-		connLow   = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
-		connHigh  = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
-		poolSize  = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
-		gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
-	)
-	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
-	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
-	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
-	fs.Var(&pollShare, "poll-share", pollShareHelp)
-	exchange := def.Exchange
-	fs.Var(&exchange, "exchange", exchangeHelp)
-	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
+	f := addTestnetFlags(fs)
 	return &ffcli.Command{
 		Name:       "testnet",
 		ShortUsage: "pspnode testnet [--nodes 50] [--duration 1m] [--barrier pssp:10:4] [--clock virtual|real] [--churn 0.2] [--out DIR] [--json] [flags]",
@@ -141,110 +165,126 @@ killed run left.`,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
-			// Progress, the nodes' logs and the heap profile's timer all
-			// write to stderr from their own goroutines.
-			stderr := &lockedWriter{w: stderr}
 			if len(args) > 0 {
 				return usagef("testnet takes no arguments, got %q", args)
 			}
-			if *cleanup {
-				return netnsCleanup(ctx, stderr)
-			}
-			clockSet := false
-			fs.Visit(func(f *flag.Flag) { clockSet = clockSet || f.Name == "clock" })
-			if *transport == "netns" && !clockSet {
-				*clock = string(testnet.Real)
-				if !*quiet {
-					fmt.Fprintln(stderr, "testnet: the netns transport runs real processes: using --clock real")
-				}
-			}
-			cfg := testnet.DefaultConfig()
-			cfg.Nodes, cfg.Duration, cfg.Barrier = *nodes, *duration, barriers[0]
-			cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = float64(scale), float64(stragg), float64(factor)
-			if err := checkData(*data); err != nil {
-				return err
-			}
-			cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *churn, *modelName, *data, *encoding, *lr
-			cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *transport, *seed, *warmup, *evalEvery, *target
-			cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *slowDelay, *loss, *normBound, *noScreen
-			cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*sybilDef, *victims, *prefix
-			cfg.PollShare = float64(pollShare)
-			cfg.Exchange = exchange
-			cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *connLow, *connHigh, *poolSize
-			cfg.NAT, cfg.NodeLogLevel = *nat, *logLevel
-			var err error
-			if cfg.CPUQuota, err = testnet.ParseCPUQuota(*cpuQuota); err != nil {
-				return usageError{err}
-			}
-			if cfg.Clock, err = testnet.ParseClock(*clock); err != nil {
-				return usageError{err}
-			}
-			if cfg.Latency, err = testnet.ParseLatency(*latency); err != nil {
-				return usageError{err}
-			}
-			if cfg.Bandwidth, err = testnet.ParseBandwidth(*bandwidth); err != nil {
-				return usageError{err}
-			}
-			if *hostile != "" {
-				rs, err := testnet.ParseRoles(*hostile)
-				if err != nil {
-					return usageError{err}
-				}
-				cfg.Roles = rs
-			}
-			cm, err := sim.ParseChurnMode(*churnMode)
-			if err != nil {
-				return usageError{err}
-			}
-			cfg.ChurnMode = cm
-			if *script != "" {
-				f, err := os.Open(*script)
-				if err != nil {
-					return usagef("--churn-script: %v", err)
-				}
-				evs, err := testnet.ParseScript(f)
-				f.Close()
-				if err != nil {
-					return usagef("--churn-script %s: %v", *script, err)
-				}
-				cfg.Script = evs
-			}
-			if err := cfg.Validate(); err != nil {
-				return usageError{err}
-			}
-			if *compare && cfg.TimeScale == 0 {
-				return usagef("--compare-sim needs the time model: a positive --time-scale")
-			}
-			if *gcPercent < 0 {
-				return usagef("--gc-percent must be >= 0 (got %d)", *gcPercent)
-			}
-			if p := testnetGCPercent(*gcPercent, cfg.Nodes, os.Getenv("GOGC")); p > 0 && cfg.Transport != "netns" {
-				defer debug.SetGCPercent(debug.SetGCPercent(p))
-			}
-			log, err := newLogger(stderr, *logLevel, "text")
-			if err != nil {
-				return err
-			}
-			cfg.Logger = log
-			job := &testnetJob{cfg: cfg, barriers: barriers, out: *out, asJSON: *asJSON, quiet: *quiet, compare: *compare,
-				memProf: *memProf, stdout: stdout, stderr: stderr}
-			if *cpuProf != "" {
-				f, err := os.Create(*cpuProf)
-				if err != nil {
-					return fmt.Errorf("cpu profile: %w", err)
-				}
-				job.cpu = newCPUProfile(f, *cpuProf, stderr)
-			}
-			if cfg.Clock == testnet.Real {
-				start := time.Now()
-				return job.run(ctx, func() time.Duration { return time.Since(start) })
-			}
-			vclock.Exit(ctx, func(ctx context.Context, c *vclock.Clock) int {
-				return exitCode(job.run(ctx, c.Wall), stderr)
-			})
-			return nil // not reached: Exit ends the process
+			return f.run(ctx, fs, stdout, stderr)
 		},
 	}
+}
+
+// run is the testnet command once its flags are parsed: check them, make
+// the job, and run it on the clock asked for.
+func (f *testnetFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr0 io.Writer) error {
+	// Progress, the nodes' logs and the heap profile's timer all
+	// write to stderr from their own goroutines.
+	stderr := &lockedWriter{w: stderr0}
+	if *f.cleanup {
+		return netnsCleanup(ctx, stderr)
+	}
+	clockSet := false
+	fs.Visit(func(fl *flag.Flag) { clockSet = clockSet || fl.Name == "clock" })
+	if *f.transport == "netns" && !clockSet {
+		*f.clock = string(testnet.Real)
+		if !*f.quiet {
+			fmt.Fprintln(stderr, "testnet: the netns transport runs real processes: using --clock real")
+		}
+	}
+	cfg, err := f.config()
+	if err != nil {
+		return err
+	}
+	if *f.gcPercent < 0 {
+		return usagef("--gc-percent must be >= 0 (got %d)", *f.gcPercent)
+	}
+	if p := testnetGCPercent(*f.gcPercent, cfg.Nodes, os.Getenv("GOGC")); p > 0 && cfg.Transport != "netns" {
+		defer debug.SetGCPercent(debug.SetGCPercent(p))
+	}
+	log, err := newLogger(stderr, *f.logLevel, "text")
+	if err != nil {
+		return err
+	}
+	cfg.Logger = log
+	job := &testnetJob{cfg: cfg, barriers: f.barriers, out: *f.out, asJSON: *f.asJSON, quiet: *f.quiet, compare: *f.compare,
+		memProf: *f.memProf, stdout: stdout, stderr: stderr}
+	if *f.cpuProf != "" {
+		file, err := os.Create(*f.cpuProf)
+		if err != nil {
+			return fmt.Errorf("cpu profile: %w", err)
+		}
+		job.cpu = newCPUProfile(file, *f.cpuProf, stderr)
+	}
+	if cfg.Clock == testnet.Real {
+		start := time.Now()
+		return job.run(ctx, func() time.Duration { return time.Since(start) })
+	}
+	vclock.Exit(ctx, func(ctx context.Context, c *vclock.Clock) int {
+		return exitCode(job.run(ctx, c.Wall), stderr)
+	})
+	return nil // not reached: Exit ends the process
+}
+
+// config is the testnet's Config from the flags (the first barrier's);
+// a bad flag is a usage error.
+func (f *testnetFlags) config() (testnet.Config, error) {
+	cfg := testnet.DefaultConfig()
+	cfg.Nodes, cfg.Duration, cfg.Barrier = *f.nodes, *f.duration, f.barriers[0]
+	cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = f.scale.x, f.stragg.x, f.factor.x
+	if err := checkData(*f.data); err != nil {
+		return cfg, err
+	}
+	cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *f.churn, *f.modelName, *f.data, *f.encoding, *f.lr
+	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
+	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
+	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
+	cfg.PollShare = f.pollShare.x
+	cfg.Exchange = f.exchange
+	cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *f.connLow, *f.connHigh, *f.poolSize
+	cfg.NAT, cfg.NodeLogLevel = *f.nat, *f.logLevel
+	var err error
+	if cfg.CPUQuota, err = testnet.ParseCPUQuota(*f.cpuQuota); err != nil {
+		return cfg, usageError{err}
+	}
+	if cfg.Clock, err = testnet.ParseClock(*f.clock); err != nil {
+		return cfg, usageError{err}
+	}
+	if cfg.Latency, err = testnet.ParseLatency(*f.latency); err != nil {
+		return cfg, usageError{err}
+	}
+	if cfg.Bandwidth, err = testnet.ParseBandwidth(*f.bandwidth); err != nil {
+		return cfg, usageError{err}
+	}
+	if *f.hostile != "" {
+		rs, err := testnet.ParseRoles(*f.hostile)
+		if err != nil {
+			return cfg, usageError{err}
+		}
+		cfg.Roles = rs
+	}
+	cm, err := sim.ParseChurnMode(*f.churnMode)
+	if err != nil {
+		return cfg, usageError{err}
+	}
+	cfg.ChurnMode = cm
+	if *f.script != "" {
+		file, err := os.Open(*f.script)
+		if err != nil {
+			return cfg, usagef("--churn-script: %v", err)
+		}
+		evs, err := testnet.ParseScript(file)
+		file.Close()
+		if err != nil {
+			return cfg, usagef("--churn-script %s: %v", *f.script, err)
+		}
+		cfg.Script = evs
+	}
+	if err := cfg.Validate(); err != nil {
+		return cfg, usageError{err}
+	}
+	if *f.compare && cfg.TimeScale == 0 {
+		return cfg, usagef("--compare-sim needs the time model: a positive --time-scale")
+	}
+	return cfg, nil
 }
 
 // testnetJob is what the testnet command does once its flags are checked:
@@ -264,77 +304,11 @@ type testnetJob struct {
 func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 	cfg := j.cfg
 	cfg.WallClock = wall
-	virtual := cfg.Clock == testnet.Virtual
 	if !j.quiet {
-		fmt.Fprintf(j.stderr, "testnet: starting %d nodes (%s transport, %s clock), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Clock, cfg.Barrier, cfg.Model)
-		if !virtual {
-			fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
-		}
-		cfg.NetnsRun = func(id, subnet string) {
-			fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
-		}
-		cfg.BuildProgress = func(built, total int, d time.Duration) {
-			if virtual {
-				fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s of wall time so far)\n", built, total, wall().Round(time.Second))
-				return
-			}
-			fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
-		}
-		var printed time.Duration = -1
-		cfg.Progress = func(s testnet.Snapshot) {
-			// On the virtual clock snapshots can come many times a wall
-			// second: print at most one a wall second. (The job's wall
-			// time: each run's own, s.Wall, starts again at 0.)
-			now := wall()
-			if virtual && printed >= 0 && now-printed < time.Second {
-				return
-			}
-			printed = now
-			acc := ""
-			if s.Accuracy == s.Accuracy {
-				acc = fmt.Sprintf("  acc %.3f", s.Accuracy)
-			}
-			clock := fmt.Sprintf("%5.0fs", s.Elapsed.Seconds())
-			switch {
-			case virtual && s.Wall > 0:
-				clock = fmt.Sprintf("%5.0fs virtual, %5.2f× real time", s.Elapsed.Seconds(), s.Elapsed.Seconds()/s.Wall.Seconds())
-			case virtual:
-				clock = fmt.Sprintf("%5.0fs virtual", s.Elapsed.Seconds())
-			}
-			fmt.Fprintf(j.stderr, "[%s] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
-				clock, s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
-		}
+		j.watch(&cfg, wall)
 	}
-	if j.cpu != nil {
-		// Profile the training phase only (from the first progress tick),
-		// not the overlay's warm-up.
-		progress := cfg.Progress
-		cfg.Progress = func(s testnet.Snapshot) {
-			j.cpu.begin()
-			if progress != nil {
-				progress(s)
-			}
-		}
-		defer j.cpu.stop() // Run has returned: its progress calls are over
-	}
-	if j.memProf != "" {
-		// Halfway through the training phase of the first run (timed from
-		// its first progress tick, after the build and warm-up).
-		var once sync.Once
-		var tm *time.Timer
-		progress := cfg.Progress
-		cfg.Progress = func(s testnet.Snapshot) {
-			once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, func() { writeMemProfile(j.memProf, j.stderr) }) })
-			if progress != nil {
-				progress(s)
-			}
-		}
-		defer func() { // Run has returned: its progress calls are over
-			if tm != nil {
-				tm.Stop()
-			}
-		}()
-	}
+	stopProfiles := j.profile(&cfg)
+	defer stopProfiles() // Run has returned: its progress calls are over
 	var results []*testnet.Result
 	for i, sp := range j.barriers {
 		c := cfg
@@ -365,6 +339,97 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 			break
 		}
 	}
+	return j.report(results, wall)
+}
+
+// watch sets cfg's hooks that print the build and live progress to stderr.
+func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
+	virtual := cfg.Clock == testnet.Virtual
+	fmt.Fprintf(j.stderr, "testnet: starting %d nodes (%s transport, %s clock), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Clock, cfg.Barrier, cfg.Model)
+	if !virtual {
+		fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
+	}
+	cfg.NetnsRun = func(id, subnet string) {
+		fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
+	}
+	cfg.BuildProgress = func(built, total int, d time.Duration) {
+		if virtual {
+			fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s of wall time so far)\n", built, total, wall().Round(time.Second))
+			return
+		}
+		fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
+	}
+	var printed time.Duration = -1
+	cfg.Progress = func(s testnet.Snapshot) {
+		// On the virtual clock snapshots can come many times a wall
+		// second: print at most one a wall second. (The job's wall
+		// time: each run's own, s.Wall, starts again at 0.)
+		now := wall()
+		if virtual && printed >= 0 && now-printed < time.Second {
+			return
+		}
+		printed = now
+		acc := ""
+		if s.Accuracy == s.Accuracy {
+			acc = fmt.Sprintf("  acc %.3f", s.Accuracy)
+		}
+		clock := fmt.Sprintf("%5.0fs", s.Elapsed.Seconds())
+		switch {
+		case virtual && s.Wall > 0:
+			clock = fmt.Sprintf("%5.0fs virtual, %5.2f× real time", s.Elapsed.Seconds(), s.Elapsed.Seconds()/s.Wall.Seconds())
+		case virtual:
+			clock = fmt.Sprintf("%5.0fs virtual", s.Elapsed.Seconds())
+		}
+		fmt.Fprintf(j.stderr, "[%s] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
+			clock, s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
+	}
+}
+
+// profile sets cfg's progress hook to start the CPU profile and time the
+// heap profile, when the job has them. The stop it returns ends both; call
+// it once testnet.Run has returned.
+func (j *testnetJob) profile(cfg *testnet.Config) (stop func()) {
+	var stops []func()
+	if j.cpu != nil {
+		// Profile the training phase only (from the first progress tick),
+		// not the overlay's warm-up.
+		progress := cfg.Progress
+		cfg.Progress = func(s testnet.Snapshot) {
+			j.cpu.begin()
+			if progress != nil {
+				progress(s)
+			}
+		}
+		stops = append(stops, j.cpu.stop)
+	}
+	if j.memProf != "" {
+		// Halfway through the training phase of the first run (timed from
+		// its first progress tick, after the build and warm-up).
+		var once sync.Once
+		var tm *time.Timer
+		progress := cfg.Progress
+		cfg.Progress = func(s testnet.Snapshot) {
+			once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, func() { writeMemProfile(j.memProf, j.stderr) }) })
+			if progress != nil {
+				progress(s)
+			}
+		}
+		stops = append(stops, func() {
+			if tm != nil {
+				tm.Stop()
+			}
+		})
+	}
+	return func() {
+		for _, s := range slices.Backward(stops) {
+			s()
+		}
+	}
+}
+
+// report writes the comparison of several runs with --out, and prints the
+// results: one JSON value with --json, else a summary or a comparison.
+func (j *testnetJob) report(results []*testnet.Result, wall func() time.Duration) error {
 	if j.out != "" {
 		if len(results) > 1 {
 			if err := testnet.WriteComparison(j.out, results); err != nil {

@@ -1,22 +1,3 @@
-// Package netns builds a throw-away Linux network for a testnet of separate
-// processes: one network namespace per node, each with its own IPv4
-// address on a bridge (veth pairs), optionally behind a NAT router
-// namespace of its own (nftables masquerade), with tc tbf rate limits and
-// cgroup CPU quotas.
-//
-// It shells out to ip(8), tc(8) and nft(8) rather than using a netlink
-// library: these are the tools a person debugging a run would type, every
-// command the package runs can be logged and replayed by hand, the
-// iproute2 and nftables packages are what the run needs anyway (ip netns
-// exec starts the nodes), and the module gains no dependency. The cost is
-// a fork per command, which is small next to starting a node.
-//
-// Every name a Net creates starts with a short run ID (namespaces
-// "pspnode-<id>-…", links "p<id>…", cgroup "pspnode-<id>"), so two runs
-// never collide, and Sweep can find what a crashed run left behind: the
-// bridge's alias records the owning process, and Sweep removes a run's
-// objects only when that process is gone. Close removes everything a Net
-// made; nftables rules live inside router namespaces and go with them.
 package netns
 
 import (
@@ -294,12 +275,28 @@ func (n *Net) AddHost(ctx context.Context, i int, nat bool, httpPort int) (*Host
 		h.IP, h.nodeVeth = wan, "eth0"
 		return h, nil
 	}
+	if err := n.addLAN(ctx, h, wan, httpPort); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// addLAN puts NATed host h behind its router, whose WAN leg has address
+// wan on the bridge: the LAN between them, forwarding, the router's
+// nftables rules (natRules), and the parent's route to the LAN.
+func (n *Net) addLAN(ctx context.Context, h *Host, wan netip.Addr, httpPort int) error {
+	i := h.Index
+	ipc := func(args ...string) error { _, err := run(ctx, "ip", args...); return err }
+	inNS := func(ns string, args ...string) error {
+		_, err := run(ctx, "ip", append([]string{"-n", ns}, args...)...)
+		return err
+	}
 	// The router's LAN: 10.(a+64).(i/250).(i%250) is not enough room for a
 	// /24 each, so each NATed node gets 10.(a+64).k.0/24 with k its rank.
 	lanBase := n.lan.Addr().As4()
 	k := n.natRank(h)
 	if k > 253 {
-		return nil, fmt.Errorf("netns: at most 254 NATed nodes")
+		return fmt.Errorf("netns: at most 254 NATed nodes")
 	}
 	lanBase[2] = byte(k + 1)
 	gw, node := lanBase, lanBase
@@ -314,7 +311,7 @@ func (n *Net) AddHost(ctx context.Context, i int, nat bool, httpPort int) (*Host
 		{"link", "set", tmpNode, "netns", h.NS},
 	} {
 		if err := ipc(c...); err != nil {
-			return nil, fmt.Errorf("netns: host %d: %w", i, err)
+			return fmt.Errorf("netns: host %d: %w", i, err)
 		}
 	}
 	for _, c := range []struct {
@@ -331,14 +328,28 @@ func (n *Net) AddHost(ctx context.Context, i int, nat bool, httpPort int) (*Host
 		{h.NS, []string{"route", "add", "default", "via", netip.AddrFrom4(gw).String()}},
 	} {
 		if err := inNS(c.ns, c.args...); err != nil {
-			return nil, fmt.Errorf("netns: host %d: %w", i, err)
+			return fmt.Errorf("netns: host %d: %w", i, err)
 		}
 	}
 	h.lanVeth = "lan"
 	if _, err := run(ctx, "ip", "netns", "exec", h.Router, "sh", "-c", "echo 1 > /proc/sys/net/ipv4/ip_forward"); err != nil {
-		return nil, fmt.Errorf("netns: router %d: %w", i, err)
+		return fmt.Errorf("netns: router %d: %w", i, err)
 	}
-	rules := fmt.Sprintf(`table ip pspnat {
+	if err := nftIn(ctx, h.Router, natRules(n.HostIP, httpPort)); err != nil {
+		return fmt.Errorf("netns: router %d: %w", i, err)
+	}
+	// The parent's route to the LAN, through the router's bridge address.
+	if err := ipc("route", "add", lanNet.String(), "via", wan.String(), "dev", n.Bridge); err != nil {
+		return fmt.Errorf("netns: host %d: %w", i, err)
+	}
+	return nil
+}
+
+// natRules is a NAT router's nftables ruleset: masquerade what leaves
+// on the WAN leg, forward what the LAN asked for, and let in unasked only
+// TCP from the parent (hostIP) to the node's httpPort.
+func natRules(hostIP netip.Addr, httpPort int) string {
+	return fmt.Sprintf(`table ip pspnat {
 	chain masq {
 		type nat hook postrouting priority srcnat; policy accept;
 		oifname "wan" masquerade
@@ -360,15 +371,7 @@ func (n *Net) AddHost(ctx context.Context, i int, nat bool, httpPort int) (*Host
 		iifname "wan" ct state != established,related drop
 	}
 }
-`, n.HostIP, httpPort)
-	if err := nftIn(ctx, h.Router, rules); err != nil {
-		return nil, fmt.Errorf("netns: router %d: %w", i, err)
-	}
-	// The parent's route to the LAN, through the router's bridge address.
-	if err := ipc("route", "add", lanNet.String(), "via", wan.String(), "dev", n.Bridge); err != nil {
-		return nil, fmt.Errorf("netns: host %d: %w", i, err)
-	}
-	return h, nil
+`, hostIP, httpPort)
 }
 
 // natRank is how many NATed hosts were added before h.

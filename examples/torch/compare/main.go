@@ -1,28 +1,3 @@
-// Command compare runs one PyTorch model under torch DDP and under pspnode
-// trainers, side by side on this machine, and writes a table and figures.
-//
-// The same model (examples/torch/mnist.py: an MLP on the MNIST files the
-// repository ships), data split, batch size, learning rate and task time
-// (a sleep of (Exp(1)+1)·X s per step, a share of workers slowed by a
-// factor) run under
-//
-//   - ddp: torch.distributed DDP with the gloo backend on localhost, one
-//     process per rank (gradients averaged every step: every rank waits
-//     for the slowest);
-//   - a pspnode barrier, with an optional exchange (pssp:2:4,
-//     asp/epidemic:2, ...): pspnode trainers, one `pspnode run --trainer`
-//     daemon each.
-//
-// Workers start together (--start-at), evaluate on the 2 000 held-out
-// images every second (under DDP rank 0 alone: the ranks hold the same
-// parameters, and an evaluation stalls every rank), and run for a fixed
-// time. Reported per run: the time until half the workers (DDP: rank 0)
-// have reached the target accuracy, steps per
-// second per worker, the workers' mean final accuracy, and bytes sent per
-// worker per step (what the worker's network process wrote to its
-// sockets: the DDP rank, or the pspnode daemon; /proc/PID/io).
-//
-//	make build && go run ./examples/torch/compare --out results/ddp
 package main
 
 import (
@@ -238,47 +213,13 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 	var boot string
 	startAt := time.Now().Add(time.Duration(10+4*w) * time.Second)
 	for i := range w {
-		wk := &worker{csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)), summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), done: make(chan error, 1)}
-		args := []string{filepath.Join("examples", "torch", "mnist.py"), "--shard", strconv.Itoa(i), "--shards", strconv.Itoa(w),
-			"--batch", strconv.Itoa(c.batch), "--lr", fmt.Sprint(c.lr), "--time-scale", fmt.Sprint(c.scale),
-			"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint(dur.Seconds()),
-			"--seed", strconv.Itoa(1000*c.seed + i), "--out", wk.csv, "--summary", wk.summary, "--log", "warning",
-			"--start-at", fmt.Sprint(float64(startAt.UnixNano()) / 1e9)}
-		if i < nslow {
-			args = append(args, "--slow-factor", fmt.Sprint(c.factor))
-		}
-		env := append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
-		switch sys {
-		case "ddp":
-			args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(w))
-			env = append(env, "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-		default:
-			barrier, exchange, ok := strings.Cut(sys, "/")
-			if !ok {
-				exchange = "gossip"
-			}
-			sock := filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
-			d, addr, err := c.daemon(dir, i, sock, barrier, exchange, boot)
-			if err != nil {
-				return run{}, err
-			}
-			wk.daemon = d
-			if boot == "" {
-				boot = addr
-			}
-			args = append(args, "--daemon", "unix:"+sock)
-		}
-		wk.cmd = exec.Command(python, args...)
-		wk.cmd.Env = env
-		logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
+		wk, addr, err := c.startWorker(dir, sys, i, w, i < nslow, port, startAt, dur, boot)
 		if err != nil {
 			return run{}, err
 		}
-		wk.cmd.Stdout, wk.cmd.Stderr = logf, logf
-		if err := wk.cmd.Start(); err != nil {
-			return run{}, err
+		if boot == "" {
+			boot = addr
 		}
-		go func() { wk.done <- wk.cmd.Wait(); logf.Close() }()
 		ws = append(ws, wk)
 	}
 	// Bytes the daemons write, from when training starts.
@@ -309,6 +250,59 @@ func (c *config) one(sys string, w int, sl float64) (run, error) {
 			_ = wk.daemon.Wait()
 		}
 	}
+	return c.tally(sys, w, sl, dur, ws, daemonBytes)
+}
+
+// startWorker starts worker i of w (slowed if slow), and for pspnode its
+// daemon, joined through boot (none: it is the first) and returned addr.
+// Workers wait until startAt and train for dur.
+func (c *config) startWorker(dir, sys string, i, w int, slow bool, port int, startAt time.Time, dur time.Duration, boot string) (*worker, string, error) {
+	var addr string
+	wk := &worker{csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)), summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), done: make(chan error, 1)}
+	args := []string{filepath.Join("examples", "torch", "mnist.py"), "--shard", strconv.Itoa(i), "--shards", strconv.Itoa(w),
+		"--batch", strconv.Itoa(c.batch), "--lr", fmt.Sprint(c.lr), "--time-scale", fmt.Sprint(c.scale),
+		"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint(dur.Seconds()),
+		"--seed", strconv.Itoa(1000*c.seed + i), "--out", wk.csv, "--summary", wk.summary, "--log", "warning",
+		"--start-at", fmt.Sprint(float64(startAt.UnixNano()) / 1e9)}
+	if slow {
+		args = append(args, "--slow-factor", fmt.Sprint(c.factor))
+	}
+	env := append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
+	switch sys {
+	case "ddp":
+		args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(w))
+		env = append(env, "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
+	default:
+		barrier, exchange, ok := strings.Cut(sys, "/")
+		if !ok {
+			exchange = "gossip"
+		}
+		sock := filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
+		d, a, err := c.daemon(dir, i, sock, barrier, exchange, boot)
+		if err != nil {
+			return nil, "", err
+		}
+		wk.daemon, addr = d, a
+		args = append(args, "--daemon", "unix:"+sock)
+	}
+	wk.cmd = exec.Command(python, args...)
+	wk.cmd.Env = env
+	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
+	if err != nil {
+		return nil, "", err
+	}
+	wk.cmd.Stdout, wk.cmd.Stderr = logf, logf
+	if err := wk.cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	go func() { wk.done <- wk.cmd.Wait(); logf.Close() }()
+	return wk, addr, nil
+}
+
+// tally is the run of sys from its workers' summaries and evaluation
+// files, and the processes' resource use; daemonBytes is what the
+// daemons wrote during training.
+func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*worker, daemonBytes int64) (run, error) {
 	var cpu float64
 	var peak int64
 	for _, wk := range ws {

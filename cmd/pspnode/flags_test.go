@@ -1,0 +1,66 @@
+package main
+
+import (
+	"flag"
+	"io"
+	"testing"
+)
+
+func TestFloatFlag(t *testing.T) {
+	for _, tc := range []struct {
+		make func(float64) floatFlag
+		in   string
+		want float64 // after Set, when err is ""
+		err  string  // Set's error, exactly
+	}{
+		{shareFlag, "1", 1, ""},
+		{shareFlag, "0.25", 0.25, ""},
+		{shareFlag, "0", 0, `"0" is not a share in (0, 1]`},
+		{shareFlag, "1.5", 0, `"1.5" is not a share in (0, 1]`},
+		{shareFlag, "NaN", 0, `"NaN" is not a share in (0, 1]`},
+		{fractionFlag, "0", 0, ""},
+		{fractionFlag, "1", 1, ""},
+		{fractionFlag, "-0.1", 0, `"-0.1" is not a fraction in [0, 1]`},
+		{fractionFlag, "2", 0, `"2" is not a fraction in [0, 1]`},
+		{fractionFlag, "x", 0, `"x" is not a fraction in [0, 1]`},
+		{positiveFlag, "1e-9", 1e-9, ""},
+		{positiveFlag, "1e300", 1e300, ""},
+		{positiveFlag, "0", 0, `"0" is not a positive number`},
+		{positiveFlag, "+Inf", 0, `"+Inf" is not a positive number`},
+		{positiveFlag, "1e400", 0, `"1e400" is not a positive number`},
+		{nonNegativeFlag, "0", 0, ""},
+		{nonNegativeFlag, "2.5", 2.5, ""},
+		{nonNegativeFlag, "-1", 0, `"-1" is not a number >= 0`},
+		{nonNegativeFlag, "Inf", 0, `"Inf" is not a number >= 0`},
+		{nonNegativeFlag, "nan", 0, `"nan" is not a number >= 0`},
+	} {
+		f := tc.make(0.5)
+		err := f.Set(tc.in)
+		switch {
+		case tc.err == "" && err != nil:
+			t.Errorf("%s: Set(%q): %v", f.want, tc.in, err)
+		case tc.err == "" && f.x != tc.want:
+			t.Errorf("%s: Set(%q) gave %v, want %v", f.want, tc.in, f.x, tc.want)
+		case tc.err != "" && (err == nil || err.Error() != tc.err):
+			t.Errorf("%s: Set(%q): error %v, want %q", f.want, tc.in, err, tc.err)
+		case tc.err != "" && f.x != 0.5:
+			t.Errorf("%s: Set(%q) failed but changed the value to %v", f.want, tc.in, f.x)
+		}
+	}
+}
+
+// A bad value is a parse error naming the flag; the default shows in help.
+func TestFloatFlagInFlagSet(t *testing.T) {
+	fs := flag.NewFlagSet("t", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	share := shareFlag(0.25)
+	fs.Var(&share, "poll-share", "help")
+	if got := fs.Lookup("poll-share").DefValue; got != "0.25" {
+		t.Errorf("default %q, want 0.25", got)
+	}
+	err := fs.Parse([]string{"--poll-share", "0"})
+	want := `invalid value "0" for flag -poll-share: "0" is not a share in (0, 1]`
+	if err == nil || err.Error() != want {
+		t.Errorf("Parse: %v, want %q", err, want)
+	}
+}
