@@ -51,8 +51,11 @@ type run struct {
 	CPUSeconds    float64  `json:"cpu_s"`
 	// PeakRSS is the largest resident set of one worker: its trainer
 	// process plus, for pspnode, its daemon.
-	PeakRSS int64        `json:"peak_rss_bytes_per_worker"`
-	Curve   [][2]float64 `json:"-"` // (time, median accuracy)
+	PeakRSS int64 `json:"peak_rss_bytes_per_worker"`
+	// Load is the machine's 1-minute load average when the run ended:
+	// other work on the machine slows pspnode's daemons and the trainers.
+	Load  float64      `json:"load_average"`
+	Curve [][2]float64 `json:"-"` // (time, median accuracy)
 }
 
 func main() {
@@ -351,6 +354,7 @@ func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*w
 	r.FinalAccuracy = final / float64(w)
 	r.BytesPerStep = float64(bytes) / float64(max(steps, 1))
 	r.CPUSeconds, r.PeakRSS = cpu, peak
+	r.Load = loadAverage()
 	r.Curve, r.TimeToTarget = medianCurve(evals, c.target, dur.Seconds())
 	c.saveCurve(r)
 	return r, nil
@@ -531,8 +535,8 @@ func (c *config) write(runs []run, took time.Duration) error {
 		return err
 	}
 	var sb strings.Builder
-	fmt.Fprintf(&sb, "| workers | slow | system | time to %.0f %% | vs DDP | steps/s per worker | final accuracy | bytes sent per worker per step | CPU s | peak RSS per worker |\n", 100*c.target)
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| workers | slow | system | time to %.0f %% | vs DDP | steps/s per worker | final accuracy | bytes sent per worker per step | CPU s | peak RSS per worker | load |\n", 100*c.target)
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
 	ddp := map[[2]float64]float64{}
 	for _, r := range runs {
 		if r.System == "ddp" {
@@ -548,8 +552,8 @@ func (c *config) write(runs []run, took time.Duration) error {
 		if r.Slow > 0 {
 			slow = fmt.Sprintf("%.0f %% ×%g", 100*r.Slow, c.factor)
 		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s |\n", r.Workers, slow, label(r.System),
-			secs(r.TimeToTarget), ratio, r.StepsPerS, r.FinalAccuracy, humanBytes(r.BytesPerStep), r.CPUSeconds, humanBytes(float64(r.PeakRSS)))
+		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s | %.1f |\n", r.Workers, slow, label(r.System),
+			secs(r.TimeToTarget), ratio, r.StepsPerS, r.FinalAccuracy, humanBytes(r.BytesPerStep), r.CPUSeconds, humanBytes(float64(r.PeakRSS)), r.Load)
 	}
 	fmt.Fprintf(&sb, "\nTask time (Exp(1)+1)·%g s per step, batch %d, learning rate %g, runs of %v (%v with slow workers); %v in all.\n",
 		c.scale, c.batch, c.lr, c.fast, c.slowD, took.Round(time.Second))
@@ -624,4 +628,19 @@ func floats(s string) ([]float64, error) {
 		out = append(out, v)
 	}
 	return out, nil
+}
+
+// loadAverage is the machine's 1-minute load average (0 where /proc is
+// missing).
+func loadAverage() float64 {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	v, _ := strconv.ParseFloat(f[0], 64)
+	return v
 }
