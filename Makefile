@@ -127,11 +127,12 @@ torch-example: build
 bench-trainer: build
 	/usr/bin/python3 examples/torch/bench_bridge.py --bin $(BIN)
 
-## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (pSSP,
-## ASP), 4 and 8 workers, with and without slow workers; writes a table
-## and figures to results/ddp (about 20 minutes)
+## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (pSSP
+## and ASP over gossip, pSSP over epidemic), 4 and 8 workers, with and
+## without slow workers; writes a table and figures to results/ddp (about
+## 35 minutes; add ARGS=--resume to go on after an interruption)
 compare-ddp: build
-	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp
+	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp $(ARGS)
 
 ## proto: regenerate the trainer API's Go and Python code from
 ## proto/pspnode/trainer/v1/trainer.proto (the generated files are
