@@ -58,7 +58,7 @@ func DefaultJoinConfig() JoinConfig {
 
 func (c JoinConfig) validate() error {
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.Check <= 0 || c.SplitCheck < 0 {
-		return fmt.Errorf("join: need 0 < retry min (%v) <= retry max (%v), check %v > 0, split check %v >= 0",
+		return fmt.Errorf("Join.RetryMin %v, Join.RetryMax %v, Join.Check %v, Join.SplitCheck %v: need 0 < RetryMin <= RetryMax, Check > 0, SplitCheck >= 0",
 			c.RetryMin, c.RetryMax, c.Check, c.SplitCheck)
 	}
 	return nil

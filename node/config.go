@@ -1,10 +1,7 @@
 package node
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
-	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
@@ -15,7 +12,6 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
-	"github.com/pspnode/pspnode/internal/jobname"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -229,65 +225,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	var errs []error
-	if err := jobname.Validate(c.Job); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Barrier.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("barrier: %w", err))
-	}
-	if c.Barrier.Probabilistic() && c.Overlay.PoolSize < c.Barrier.Beta {
-		// Sample draws from the pool; a pool smaller than β cannot give β
-		// peers, and every check would fall back to all known peers.
-		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
-			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
-	}
-	if c.Driven && c.Task == nil {
-		errs = append(errs, errors.New("a driven node needs a Task (the driving program's model)"))
-	}
-	if c.Host == nil && len(c.Listen) == 0 {
-		errs = append(errs, errors.New("no listen address"))
-	}
-	errs = append(errs, c.validateNetwork()...)
-	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 || c.GlobalQueries < 0 {
-		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval, replacements and global queries must not be negative"))
-	}
-	for _, s := range []struct {
-		name string
-		v    float64
-	}{{"poll share", c.PollShare}, {"global poll share", c.GlobalPollShare}} {
-		if !(s.v > 0 && s.v <= 1) {
-			errs = append(errs, fmt.Errorf("%s %v must be in (0, 1]", s.name, s.v))
-		}
-	}
-	if c.PollMin <= 0 || c.PollMax <= 0 {
-		errs = append(errs, fmt.Errorf("poll interval bounds %v..%v: both must be positive", c.PollMin, c.PollMax))
-	}
-	if c.QueryTimeoutMin <= 0 || c.QueryTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("query timeout bounds %v..%v: both must be positive", c.QueryTimeoutMin, c.QueryTimeout))
-	}
-	if c.StepStreams < 0 {
-		errs = append(errs, fmt.Errorf("need step streams >= 0 (got %d)", c.StepStreams))
-	}
-	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
-		errs = append(errs, fmt.Errorf("stream caps %d per peer, %d in all: need 1 <= per peer <= all", c.MaxStreamsPerPeer, c.MaxInboundStreams))
-	}
-	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
-		errs = append(errs, fmt.Errorf("norm bound %v must be a finite number >= 0", c.NormBound))
-	}
-	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
-		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
-	}
-	if err := c.NAT.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Exchange.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
-		errs = append(errs, fmt.Errorf("connection watermarks %d/%d: need 0 <= low <= high", c.ConnLow, c.ConnHigh))
-	}
-	return errors.Join(errs...)
+// DefaultLocalConfig returns a node configuration for a local network:
+// many nodes on one machine (a testnet, tests) or on one LAN, where every
+// node reaches every other directly. It is DefaultConfig with
+//
+//   - one listen address, TCP on loopback on a port the system picks, so
+//     that any number of nodes share the machine;
+//   - NAT traversal off: no AutoNAT, relay service, auto-relay or hole
+//     punching (nor the extra dialer hosts they bring), which a network
+//     without NATs does not need;
+//   - a step query timeout of 2 s instead of 1 s: nodes that share a
+//     machine's cores answer late when it is loaded, and a slow answer
+//     must not count as a dead peer.
+//
+// A node on a LAN sets Listen to an address its peers can reach.
+func DefaultLocalConfig() Config {
+	c := DefaultConfig()
+	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	c.NAT = NATConfig{}
+	c.QueryTimeout = 2 * time.Second
+	return c
 }

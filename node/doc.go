@@ -3,7 +3,8 @@
 // update, pass the barrier, repeat).
 //
 // A program builds a Node with New from a Config (start from
-// DefaultConfig), gives it a Task (the work of a step: a ModelTask from
+// DefaultConfig, or DefaultLocalConfig for nodes on one machine or LAN;
+// Validate names any field out of range), gives it a Task (the work of a step: a ModelTask from
 // NewTask, or its own; see the package example), and calls Run. Leaving
 // is in two parts, as in hashicorp/memberlist: Leave tells peers the node
 // goes (they drop it at once) and stops Run, which returns ErrClosed;
@@ -20,7 +21,8 @@
 // Where things are:
 //
 //	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
-//	config.go      Config, DefaultConfig, Validate
+//	config.go      Config, DefaultConfig, DefaultLocalConfig
+//	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run and barrier: the step loop
 //	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
 //	timing.go      barrier timing: re-check, hedge and timeout intervals from the node's own compute time and round trip

@@ -104,16 +104,16 @@ func DefaultNATConfig() NATConfig { return NATConfig{Traversal: true, RelayServi
 
 func (c NATConfig) validate() error {
 	if c.RelayService && !c.Traversal {
-		return errors.New("NAT: the relay service needs NAT traversal (it starts when AutoNAT finds the node public)")
+		return errors.New("NAT.RelayService: the relay service needs NAT traversal (it starts when AutoNAT finds the node public)")
 	}
 	switch c.Reachability {
 	case network.ReachabilityUnknown:
 	case network.ReachabilityPublic, network.ReachabilityPrivate:
 		if !c.Traversal {
-			return fmt.Errorf("NAT: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
+			return fmt.Errorf("NAT.Reachability: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
 		}
 	default:
-		return fmt.Errorf("NAT: reachability %d: want unknown, public or private", c.Reachability)
+		return fmt.Errorf("NAT.Reachability %d: want unknown, public or private", c.Reachability)
 	}
 	return nil
 }
