@@ -1,14 +1,11 @@
 package node
 
 import (
-	"log/slog"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
@@ -16,33 +13,33 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-// Config configures a Node. Start from DefaultConfig and set what differs.
+// Config configures a Node: its settings, all data, which Validate checks.
+// Start from DefaultConfig (or DefaultLocalConfig) and set what differs.
+// What the node runs with (a host, a task, a logger, a metrics registry)
+// is given to New as options (WithHost, WithTask, WithLogger,
+// WithRegistry).
 type Config struct {
 	// Job names the training job; it namespaces every protocol and topic
 	// (/psp/<job>/...). Letters, digits, '.', '_' and '-'.
 	Job string
-	// Listen are the multiaddrs the host listens on. Ignored with Host.
+	// Listen are the multiaddrs the host listens on. Not used with
+	// WithHost.
 	Listen []string
 	// Bootstrap are multiaddrs ending in /p2p/<id> to join through; empty
 	// for the first node of a job.
 	Bootstrap []string
-	// Identity is the host's private key; nil makes a fresh one. Ignored
-	// with Host.
+	// Identity is the host's private key; nil makes a fresh one. Not used
+	// with WithHost.
 	Identity crypto.PrivKey
-	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node owns it from the moment New is called: New closes
-	// it if it fails, for whatever reason, and Shutdown (or Close) closes
-	// it otherwise; the caller must not close or reuse it. The node counts
-	// the bytes of the streams it opens and accepts through it (Traffic).
-	Host host.Host
-	// ConnLow and ConnHigh are the connection manager's watermarks.
+	// ConnLow and ConnHigh are the connection manager's watermarks (of a
+	// host the node builds).
 	ConnLow, ConnHigh int
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
 	// WebRTC cannot carry it): Listen must hold TCP addresses only.
 	// AllowPeers, if not empty, refuses every peer not in it. Both need a
-	// host the node builds (not Host).
+	// host the node builds (not WithHost).
 	PSK        pnet.PSK
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
@@ -53,22 +50,21 @@ type Config struct {
 	PeersFile string
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
-	// through the bootstrap peers and hole punching (nat.go). Ignored with
-	// Host.
+	// through the bootstrap peers and hole punching (nat.go). Not used
+	// with WithHost.
 	NAT NATConfig
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
-	// Task is the work of a step; nil means a SleepTask with TimeModel.
-	Task Task
-	// TimeModel adds the paper's synthetic task time to the built-in tasks.
+	// TimeModel adds the paper's synthetic task time to the built-in tasks
+	// (and is the SleepTask of a node given no task with WithTask).
 	TimeModel TimeModel
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
-	// the trainer API of node/trainer. Task is then required, and the
-	// node stays out of its peers' barriers until the Driver activates
-	// it. A task with no parameters yet gets its exchange when it has
-	// them (Driver.Attach).
+	// the trainer API of node/trainer. A task (WithTask) is then
+	// required, and the node stays out of its peers' barriers until the
+	// Driver activates it. A task with no parameters yet gets its
+	// exchange when it has them (Driver.Attach).
 	Driven bool
 
 	// MaxSteps stops the node after this many steps (0: no limit).
@@ -176,10 +172,6 @@ type Config struct {
 	// advertises; "" is pspnode/<Version()>. IdentifyProtocol is its
 	// protocol version.
 	UserAgent string
-	// Logger receives the node's logs; nil discards them.
-	Logger *slog.Logger
-	// Registry receives the node's metrics; nil makes a private one.
-	Registry *prometheus.Registry
 
 	// faults make the node misbehave, or report its samples, for testnets
 	// that measure the defences above (set through internal/faults). The

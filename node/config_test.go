@@ -54,7 +54,8 @@ func TestValidatePoolHoldsBeta(t *testing.T) {
 }
 
 // Validate refuses each bad field, naming it as Config spells it, and
-// checks the sub-configurations and the order of the bounds.
+// checks the sub-configurations and the order of the bounds. (What the
+// settings must agree on with New's options, TestOptionsAgreeWithConfig.)
 func TestValidateNamesTheField(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -65,8 +66,6 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"local defaults", func(c *Config) { *c = DefaultLocalConfig() }, ""},
 		{"bad job", func(c *Config) { c.Job = "a/b" }, "Job: job \"a/b\""},
 		{"bad barrier", func(c *Config) { c.Barrier = psp.Spec{Kind: psp.SSP, Beta: 3} }, "Barrier: "},
-		{"driven without task", func(c *Config) { c.Driven = true }, "Task: a driven node needs one"},
-		{"no listen address", func(c *Config) { c.Listen = nil }, "Listen: no listen address"},
 		{"negative max steps", func(c *Config) { c.MaxSteps = -1 }, "MaxSteps must not be negative"},
 		{"negative duration", func(c *Config) { c.Duration = -time.Second }, "Duration must not be negative (got -1s)"},
 		{"negative start timeout", func(c *Config) { c.StartTimeout = -time.Second }, "StartTimeout must not be negative"},

@@ -9,7 +9,9 @@ import (
 	"github.com/pspnode/pspnode/internal/jobname"
 )
 
-// Validate checks the configuration before New builds anything: every
+// Validate checks the configuration before New builds anything (New also
+// checks what it must agree on with the options: a task for a driven node,
+// a listen address or a host, no swarm key with a given host): every
 // field's range, the order of its bounds, and the sub-configurations
 // (Barrier, Overlay, Gossip, Join, NAT, Exchange, Screen) as the node will
 // use them, with Job and the bootstrap peers filled in. It reports every
@@ -35,12 +37,6 @@ func (c Config) Validate() error {
 		// peers, and every check would fall back to all known peers.
 		bad("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
 			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta)
-	}
-	if c.Driven && c.Task == nil {
-		bad("Task: a driven node needs one (the driving program's model)")
-	}
-	if c.Host == nil && len(c.Listen) == 0 {
-		bad("Listen: no listen address")
 	}
 	errs = append(errs, c.validateNetwork()...)
 	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {

@@ -130,7 +130,6 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	cfg := node.DefaultLocalConfig()
 	cfg.Job = "testnet"
 	cfg.Barrier = t.cfg.Barrier
-	cfg.Logger = t.log
 	cfg.EvalEvery = 0 // the recorder evaluates the models, on the run's clock
 	cfg.JoinFetch = joining
 	cfg.Genesis = testnetGenesis(t.cfg.Seed) // one lineage: the nodes start the job together
@@ -192,8 +191,8 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	if err != nil {
 		return nil, err
 	}
+	var h host.Host // the node's on the mem transport; nil: it builds one
 	if t.net != nil {
-		var h host.Host
 		asNode(idx, func() {
 			h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
 		})
@@ -212,7 +211,6 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 			}
 			t.mu.Unlock()
 		}
-		cfg.Host = h
 	} else {
 		cfg.Identity = key // on loopback, as DefaultLocalConfig listens
 	}
@@ -228,16 +226,19 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	task, err := node.NewTask(spec, t.data)
 	if err != nil {
-		if cfg.Host != nil {
-			_ = cfg.Host.Close()
+		if h != nil {
+			_ = h.Close() // ours until node.New has it
 		}
 		return nil, err
 	}
-	cfg.Task = task
 	var self peer.ID
 	faults.SetNode(&cfg, t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID()))
+	opts := []node.Option{node.WithTask(task), node.WithLogger(t.log)}
+	if h != nil {
+		opts = append(opts, node.WithHost(h))
+	}
 	var nd *node.Node
-	asNode(idx, func() { nd, err = node.New(ctx, cfg) })
+	asNode(idx, func() { nd, err = node.New(ctx, cfg, opts...) })
 	if err != nil {
 		return nil, err
 	}

@@ -13,12 +13,12 @@ import (
 
 // handConfig is the node configuration the testnet built by hand from
 // node.DefaultConfig before node.DefaultLocalConfig existed, kept here
-// verbatim as the reference nodeConfig must match.
+// verbatim as the reference nodeConfig must match (less the logger, now
+// an option of node.New).
 func handConfig(t *testnet, joining bool) node.Config {
 	cfg := node.DefaultConfig()
 	cfg.Job = "testnet"
 	cfg.Barrier = t.cfg.Barrier
-	cfg.Logger = t.log
 	cfg.EvalEvery = 0
 	cfg.JoinFetch = joining
 	cfg.Genesis = testnetGenesis(t.cfg.Seed)

@@ -148,7 +148,7 @@ Example, two nodes on one machine:
 				return err
 			}
 			cfg := node.DefaultConfig()
-			cfg.Job, cfg.Barrier, cfg.Logger = *job, barrier.Spec, log
+			cfg.Job, cfg.Barrier = *job, barrier.Spec
 			cfg.UserAgent = "pspnode/" + buildVersion()
 			if len(listen) > 0 {
 				cfg.Listen = listen
@@ -199,7 +199,6 @@ Example, two nodes on one machine:
 			}
 			defer pre.Close()
 			reg := prometheus.NewRegistry()
-			cfg.Registry = reg
 			node.RegisterProcessMetrics(reg)
 			spec := node.TaskSpec{
 				Model: *modelName, Shards: *shards,
@@ -217,7 +216,7 @@ Example, two nodes on one machine:
 			if tflags.enabled() {
 				nd, tsrv, err = newDrivenNode(ctx, cfg, tflags, log, reg)
 			} else {
-				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard)
+				nd, err = newNodeWithTask(ctx, cfg, spec, dataset, *shard, node.WithLogger(log), node.WithRegistry(reg))
 			}
 			if err != nil {
 				return err
@@ -343,9 +342,9 @@ func stopReason(ctx context.Context, err error) string {
 	return "stop criterion"
 }
 
-// newNodeWithTask builds the node, then its task, whose shard depends on
-// the node's peer ID unless shard >= 0.
-func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int) (*node.Node, error) {
+// newNodeWithTask builds the node, with opts, then its task, whose shard
+// depends on the node's peer ID unless shard >= 0.
+func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
 		key, err := node.NewIdentity()
 		if err != nil {
@@ -369,8 +368,7 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 		// their combination (linreg on MNIST) or a model too large.
 		return nil, usagef("--model %s does not fit --data: %v", spec.Model, err)
 	}
-	cfg.Task = task
-	return node.New(ctx, cfg)
+	return node.New(ctx, cfg, append(opts, node.WithTask(task))...)
 }
 
 func idCommand(stdout, stderr io.Writer) *ffcli.Command {
