@@ -352,7 +352,9 @@ func (n *Node) attachModel(ctx context.Context) error {
 }
 
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
-// the job, the bootstrap peers and the logger filled in, and, when the node
+// the job, the bootstrap peers and the logger filled in, KeepJoining on (a
+// node whose bootstrap peers do not answer at first starts alone and
+// keeps joining, bootstrap.go), and, when the node
 // is seeded (cfg.Seed != 0) and cfg.Overlay.Seed is not set, a seed derived
 // from the node's, so that a seeded node samples reproducibly. The overlay
 // gets a stream of its own (overlaySeed), not the node's seed itself. An
@@ -361,6 +363,7 @@ func (n *Node) attachModel(ctx context.Context) error {
 func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
 	ocfg := cfg.Overlay
 	ocfg.Job = cfg.Job
+	ocfg.KeepJoining = true
 	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
 	if ocfg.Logger == nil {
 		ocfg.Logger = log
