@@ -353,10 +353,10 @@ func (n *Node) attachModel(ctx context.Context) error {
 
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
 // the job, the bootstrap peers and the logger filled in, KeepJoining on (a
-// node whose bootstrap peers do not answer at first starts alone and
-// keeps joining, bootstrap.go), and, when the node
-// is seeded (cfg.Seed != 0) and cfg.Overlay.Seed is not set, a seed derived
-// from the node's, so that a seeded node samples reproducibly. The overlay
+// node whose bootstrap peers do not answer at first starts alone and keeps
+// joining, bootstrap.go), and, when the node is seeded (cfg.Seed != 0) and
+// cfg.Overlay.Seed is not set, a seed derived from the node's, so that a
+// seeded node samples reproducibly. The overlay
 // gets a stream of its own (overlaySeed), not the node's seed itself. An
 // unseeded node leaves the overlay on crypto/rand: a seed derived from the
 // peer ID, which anyone can read, would let others predict its samples.
@@ -542,9 +542,9 @@ func (n *Node) Leave(timeout time.Duration) error {
 
 // Shutdown stops the node without a word to its peers, as a crash would:
 // Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
-// the host (the node's own or the one given with WithHost) are closed. Peers find it gone when
-// their queries fail. It is safe to call more than once; later calls
-// return the first's result.
+// the host (the node's own or the one given with WithHost) are closed.
+// Peers find it gone when their queries fail. It is safe to call more than
+// once; later calls return the first's result.
 func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
 	return n.closeErr
