@@ -24,10 +24,12 @@ import (
 //
 // New first lets the overlay join as it always has (dialling every
 // bootstrap peer in parallel, up to Overlay.JoinTimeout). If none answers,
-// the node does not fail: it starts its overlay alone and a joiner
-// goroutine dials the bootstrap peers again with exponential backoff and
-// jitter, logging each failure, until one answers; then it refreshes the
-// routing table through it. The joiner then watches the routing table and
+// the node does not fail: its overlay starts alone but keeps the
+// bootstrap peers (overlay.Config.KeepJoining), and a joiner goroutine
+// dials them again with exponential backoff and jitter, logging each
+// failure, until one answers; then it refreshes the routing table through
+// it. There is one overlay either way, with the same bootstrap peers: the
+// overlay's own rejoin (on an empty routing table) runs in both cases. The joiner then watches the routing table and
 // dials the bootstrap peers again whenever it empties, and every
 // SplitCheck dials one configured bootstrap peer that the overlay does not
 // hold as a live member: two halves of a job that each kept one bootstrap
@@ -58,7 +60,7 @@ func DefaultJoinConfig() JoinConfig {
 
 func (c JoinConfig) validate() error {
 	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.Check <= 0 || c.SplitCheck < 0 {
-		return fmt.Errorf("join: need 0 < retry min (%v) <= retry max (%v), check %v > 0, split check %v >= 0",
+		return fmt.Errorf("Join.RetryMin %v, Join.RetryMax %v, Join.Check %v, Join.SplitCheck %v: need 0 < RetryMin <= RetryMax, Check > 0, SplitCheck >= 0",
 			c.RetryMin, c.RetryMax, c.Check, c.SplitCheck)
 	}
 	return nil
@@ -438,19 +440,16 @@ func (c Config) bootstrapPeers(self peer.ID) ([]peer.AddrInfo, error) {
 }
 
 // newOverlay builds the overlay, joining through the bootstrap peers. If
-// none answers it builds the overlay alone instead and returns why (the
-// joiner then keeps trying); err is any other failure.
+// none answers, the overlay starts alone but keeps them (KeepJoining):
+// newOverlay returns why, and the joiner keeps trying; the one overlay
+// joins through the first that answers. err is any other failure.
 func (n *Node) newOverlay(ctx context.Context) (joinErr, err error) {
-	ocfg := overlayConfig(n.cfg, n.log)
-	ov, err := overlay.New(ctx, n.h, ocfg)
-	if errors.Is(err, overlay.ErrJoin) && ctx.Err() == nil {
-		joinErr = err
-		n.log.Warn("no bootstrap peer answered: starting alone and retrying in the background", "err", err)
-		ocfg.BootstrapAddrs, ocfg.BootstrapPeers = nil, nil
-		ov, err = overlay.New(ctx, n.h, ocfg)
-	}
+	ov, err := overlay.New(ctx, n.h, overlayConfig(n.cfg, n.log))
 	if err != nil {
 		return nil, err
+	}
+	if joinErr = ov.JoinError(); joinErr != nil {
+		n.log.Warn("no bootstrap peer answered: starting alone and retrying in the background", "err", joinErr)
 	}
 	n.ov = ov
 	return joinErr, nil

@@ -19,11 +19,10 @@ func memJoinNode(t *testing.T, h host.Host, boot ...*Node) *Node {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Job = "jointest"
-	cfg.Host = h
 	for _, b := range boot {
 		cfg.Bootstrap = append(cfg.Bootstrap, b.Addrs()[0].String())
 	}
-	nd, err := New(context.Background(), cfg)
+	nd, err := New(context.Background(), cfg, WithHost(h))
 	if err != nil {
 		t.Fatal(err)
 	}

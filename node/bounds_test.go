@@ -23,7 +23,7 @@ func TestSlowModelStreamsLeaveStepQueries(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 3, "asp", 0.01, memHosts(t, mn), func(c *Config) {
+		nodes := buildTestNodesWith(t, 3, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.MaxStreamsPerPeer, c.MaxInboundStreams = 8, 16
 		})
 		target := nodes[0]
@@ -122,7 +122,7 @@ func TestGlobalCheckBounded(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		const n = 40
-		nodes := buildTestNodesWith(t, n, "bsp", 0.01, memHosts(t, mn), func(c *Config) { c.WaitPeers = 0 })
+		nodes := buildTestNodesWith(t, n, "bsp", 0.01, memHosts(t, mn), func(c *nodeSetup) { c.WaitPeers = 0 })
 		checker := nodes[0]
 		if !waitFor(time.Minute, func() bool { return checker.Overlay().PeerCount() == n-1 }) {
 			t.Fatalf("the checker knows %d of %d peers", checker.Overlay().PeerCount(), n-1)

@@ -83,14 +83,14 @@ func newCheckCostNode(i int, mk func() host.Host, boot []string) (*Node, error) 
 	cfg := DefaultConfig()
 	cfg.Job = "checkcost"
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	opts := []Option{WithTask(NewSleepTask(TimeModel{Scale: 1, Factor: 1}, uint64(i+1)))}
 	if mk != nil {
-		cfg.Host = mk()
+		opts = append(opts, WithHost(mk()))
 	}
 	cfg.Bootstrap = boot
 	cfg.Barrier = psp.MustParse("pssp:10:4")
-	cfg.Task = NewSleepTask(TimeModel{Scale: 1, Factor: 1}, uint64(i+1))
 	cfg.Seed = uint64(i + 1)
-	return New(context.Background(), cfg)
+	return New(context.Background(), cfg, opts...)
 }
 
 // measureChecks waits until nd can draw 10 peers, checks until b.Loop

@@ -1,52 +1,45 @@
 package node
 
 import (
-	"errors"
-	"fmt"
-	"log/slog"
-	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
-	"github.com/pspnode/pspnode/internal/jobname"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
-// Config configures a Node. Start from DefaultConfig and set what differs.
+// Config configures a Node: its settings, all data, which Validate checks.
+// Start from DefaultConfig (or DefaultLocalConfig) and set what differs.
+// What the node runs with (a host, a task, a logger, a metrics registry)
+// is given to New as options (WithHost, WithTask, WithLogger,
+// WithRegistry).
 type Config struct {
 	// Job names the training job; it namespaces every protocol and topic
 	// (/psp/<job>/...). Letters, digits, '.', '_' and '-'.
 	Job string
-	// Listen are the multiaddrs the host listens on. Ignored with Host.
+	// Listen are the multiaddrs the host listens on. Not used with
+	// WithHost.
 	Listen []string
 	// Bootstrap are multiaddrs ending in /p2p/<id> to join through; empty
 	// for the first node of a job.
 	Bootstrap []string
-	// Identity is the host's private key; nil makes a fresh one. Ignored
-	// with Host.
+	// Identity is the host's private key; nil makes a fresh one. Not used
+	// with WithHost.
 	Identity crypto.PrivKey
-	// Host, if set, is used instead of building one (testnets pass mocknet
-	// hosts). The node owns it from the moment New is called: New closes
-	// it if it fails, for whatever reason, and Shutdown (or Close) closes
-	// it otherwise; the caller must not close or reuse it. The node counts
-	// the bytes of the streams it opens and accepts through it (Traffic).
-	Host host.Host
-	// ConnLow and ConnHigh are the connection manager's watermarks.
+	// ConnLow and ConnHigh are the connection manager's watermarks (of a
+	// host the node builds).
 	ConnLow, ConnHigh int
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
 	// WebRTC cannot carry it): Listen must hold TCP addresses only.
 	// AllowPeers, if not empty, refuses every peer not in it. Both need a
-	// host the node builds (not Host).
+	// host the node builds (not WithHost).
 	PSK        pnet.PSK
 	AllowPeers []peer.ID
 	// Join sets the retries of the join and the split check (bootstrap.go).
@@ -57,22 +50,21 @@ type Config struct {
 	PeersFile string
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
-	// through the bootstrap peers and hole punching (nat.go). Ignored with
-	// Host.
+	// through the bootstrap peers and hole punching (nat.go). Not used
+	// with WithHost.
 	NAT NATConfig
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
-	// Task is the work of a step; nil means a SleepTask with TimeModel.
-	Task Task
-	// TimeModel adds the paper's synthetic task time to the built-in tasks.
+	// TimeModel adds the paper's synthetic task time to the built-in tasks
+	// (and is the SleepTask of a node given no task with WithTask).
 	TimeModel TimeModel
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
-	// the trainer API of node/trainer. Task is then required, and the
-	// node stays out of its peers' barriers until the Driver activates
-	// it. A task with no parameters yet gets its exchange when it has
-	// them (Driver.Attach).
+	// the trainer API of node/trainer. A task (WithTask) is then
+	// required, and the node stays out of its peers' barriers until the
+	// Driver activates it. A task with no parameters yet gets its
+	// exchange when it has them (Driver.Attach).
 	Driven bool
 
 	// MaxSteps stops the node after this many steps (0: no limit).
@@ -180,10 +172,6 @@ type Config struct {
 	// advertises; "" is pspnode/<Version()>. IdentifyProtocol is its
 	// protocol version.
 	UserAgent string
-	// Logger receives the node's logs; nil discards them.
-	Logger *slog.Logger
-	// Registry receives the node's metrics; nil makes a private one.
-	Registry *prometheus.Registry
 
 	// faults make the node misbehave, or report its samples, for testnets
 	// that measure the defences above (set through internal/faults). The
@@ -229,65 +217,24 @@ func DefaultConfig() Config {
 	}
 }
 
-// Validate checks the configuration.
-func (c Config) Validate() error {
-	var errs []error
-	if err := jobname.Validate(c.Job); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Barrier.Validate(); err != nil {
-		errs = append(errs, fmt.Errorf("barrier: %w", err))
-	}
-	if c.Barrier.Probabilistic() && c.Overlay.PoolSize < c.Barrier.Beta {
-		// Sample draws from the pool; a pool smaller than β cannot give β
-		// peers, and every check would fall back to all known peers.
-		errs = append(errs, fmt.Errorf("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
-			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta))
-	}
-	if c.Driven && c.Task == nil {
-		errs = append(errs, errors.New("a driven node needs a Task (the driving program's model)"))
-	}
-	if c.Host == nil && len(c.Listen) == 0 {
-		errs = append(errs, errors.New("no listen address"))
-	}
-	errs = append(errs, c.validateNetwork()...)
-	if c.MaxSteps < 0 || c.Duration < 0 || c.WaitPeers < 0 || c.EvalEvery < 0 || c.Replacements < 0 || c.GlobalQueries < 0 {
-		errs = append(errs, errors.New("max steps, duration, wait peers, eval interval, replacements and global queries must not be negative"))
-	}
-	for _, s := range []struct {
-		name string
-		v    float64
-	}{{"poll share", c.PollShare}, {"global poll share", c.GlobalPollShare}} {
-		if !(s.v > 0 && s.v <= 1) {
-			errs = append(errs, fmt.Errorf("%s %v must be in (0, 1]", s.name, s.v))
-		}
-	}
-	if c.PollMin <= 0 || c.PollMax <= 0 {
-		errs = append(errs, fmt.Errorf("poll interval bounds %v..%v: both must be positive", c.PollMin, c.PollMax))
-	}
-	if c.QueryTimeoutMin <= 0 || c.QueryTimeout <= 0 {
-		errs = append(errs, fmt.Errorf("query timeout bounds %v..%v: both must be positive", c.QueryTimeoutMin, c.QueryTimeout))
-	}
-	if c.StepStreams < 0 {
-		errs = append(errs, fmt.Errorf("need step streams >= 0 (got %d)", c.StepStreams))
-	}
-	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
-		errs = append(errs, fmt.Errorf("stream caps %d per peer, %d in all: need 1 <= per peer <= all", c.MaxStreamsPerPeer, c.MaxInboundStreams))
-	}
-	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
-		errs = append(errs, fmt.Errorf("norm bound %v must be a finite number >= 0", c.NormBound))
-	}
-	if c.TimeModel.Scale < 0 || c.TimeModel.Factor < 0 {
-		errs = append(errs, errors.New("time scale and straggle factor must not be negative"))
-	}
-	if err := c.NAT.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if err := c.Exchange.validate(); err != nil {
-		errs = append(errs, err)
-	}
-	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
-		errs = append(errs, fmt.Errorf("connection watermarks %d/%d: need 0 <= low <= high", c.ConnLow, c.ConnHigh))
-	}
-	return errors.Join(errs...)
+// DefaultLocalConfig returns a node configuration for a local network:
+// many nodes on one machine (a testnet, tests) or on one LAN, where every
+// node reaches every other directly. It is DefaultConfig with
+//
+//   - one listen address, TCP on loopback on a port the system picks, so
+//     that any number of nodes share the machine;
+//   - NAT traversal off: no AutoNAT, relay service, auto-relay or hole
+//     punching (nor the extra dialer hosts they bring), which a network
+//     without NATs does not need;
+//   - a step query timeout of 2 s instead of 1 s: nodes that share a
+//     machine's cores answer late when it is loaded, and a slow answer
+//     must not count as a dead peer.
+//
+// A node on a LAN sets Listen to an address its peers can reach.
+func DefaultLocalConfig() Config {
+	c := DefaultConfig()
+	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	c.NAT = NATConfig{}
+	c.QueryTimeout = 2 * time.Second
+	return c
 }

@@ -1,10 +1,14 @@
 package node
 
 import (
+	"math"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -46,5 +50,95 @@ func TestValidatePoolHoldsBeta(t *testing.T) {
 				t.Errorf("%s, pool %d: error %q does not say %q", tc.barrier, tc.pool, err, want)
 			}
 		}
+	}
+}
+
+// Validate refuses each bad field, naming it as Config spells it, and
+// checks the sub-configurations and the order of the bounds. (What the
+// settings must agree on with New's options, TestOptionsAgreeWithConfig.)
+func TestValidateNamesTheField(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		want string // in the error; "" for none
+	}{
+		{"defaults", func(*Config) {}, ""},
+		{"local defaults", func(c *Config) { *c = DefaultLocalConfig() }, ""},
+		{"bad job", func(c *Config) { c.Job = "a/b" }, "Job: job \"a/b\""},
+		{"bad barrier", func(c *Config) { c.Barrier = psp.Spec{Kind: psp.SSP, Beta: 3} }, "Barrier: "},
+		{"negative max steps", func(c *Config) { c.MaxSteps = -1 }, "MaxSteps must not be negative"},
+		{"negative duration", func(c *Config) { c.Duration = -time.Second }, "Duration must not be negative (got -1s)"},
+		{"negative start timeout", func(c *Config) { c.StartTimeout = -time.Second }, "StartTimeout must not be negative"},
+		{"negative wait peers", func(c *Config) { c.WaitPeers = -1 }, "WaitPeers must not be negative"},
+		{"negative checkpoint interval", func(c *Config) { c.CheckpointEvery = -1 }, "CheckpointEvery must not be negative"},
+		{"negative step streams", func(c *Config) { c.StepStreams = -1 }, "StepStreams must not be negative"},
+		{"poll share 0", func(c *Config) { c.PollShare = 0 }, "PollShare 0 must be in (0, 1]"},
+		{"global poll share 2", func(c *Config) { c.GlobalPollShare = 2 }, "GlobalPollShare 2 must be in (0, 1]"},
+		{"poll min 0", func(c *Config) { c.PollMin = 0 }, "PollMin must be a positive duration"},
+		{"query timeout 0", func(c *Config) { c.QueryTimeout = 0 }, "QueryTimeout must be a positive duration"},
+		// A cap below its floor wins (timing.go): one flag sets the interval.
+		{"poll max under poll min", func(c *Config) { c.PollMax = c.PollMin / 2 }, ""},
+		{"query timeout under its min", func(c *Config) { c.QueryTimeout = c.QueryTimeoutMin / 2 }, ""},
+		{"conn low above high", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "ConnLow 10, ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
+		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
+		{"join retry min above max", func(c *Config) { c.Join.RetryMin, c.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
+		{"infinite norm bound", func(c *Config) { c.NormBound = math.Inf(1) }, "NormBound +Inf"},
+		{"NaN time scale", func(c *Config) { c.TimeModel.Scale = math.NaN() }, "TimeModel.Scale NaN"},
+		{"negative straggle factor", func(c *Config) { c.TimeModel.Factor = -1 }, "TimeModel.Factor -1"},
+		{"screen off", func(c *Config) { c.Screen = psp.ScreenConfig{} }, ""},
+		{"negative quarantine", func(c *Config) { c.Screen.Quarantine = -1 }, "Screen.Quarantine -1"},
+		{"negative screen records", func(c *Config) { c.Screen.MaxPeers = -1 }, "Screen.MaxPeers must not be negative"},
+		{"relay without traversal", func(c *Config) { c.NAT.Traversal = false }, "NAT.RelayService: "},
+		{"epidemic:0", func(c *Config) { c.Exchange = Exchange{Kind: ExchangeEpidemic} }, "Exchange epidemic"},
+		{"overlay bucket size", func(c *Config) { c.Overlay.BucketSize = 1 }, "BucketSize 1 < 2"},
+		{"overlay lookups crossed", func(c *Config) { c.Overlay.MinLookups, c.Overlay.MaxLookups = 9, 8 }, "MaxLookups 8 < MinLookups 9"},
+		{"overlay job left for the node", func(c *Config) { c.Overlay.Job = "" }, ""},
+		{"gossip top-k fraction", func(c *Config) { c.Gossip.Encoding, c.Gossip.TopKFraction = gossip.EncodingTopK32, 2 }, "TopKFraction must be in (0, 1]"},
+		{"gossip unused under epidemic", func(c *Config) {
+			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
+			c.Gossip.MaxAbsValue = 0
+		}, ""},
+		{"gossip max value", func(c *Config) { c.Gossip.MaxAbsValue = 0 }, "MaxAbsValue must be positive"},
+		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/tcp/1"} }, "Bootstrap: bootstrap address"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.set(&cfg)
+			err := cfg.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && err == nil:
+				t.Fatalf("accepted, want an error with %q", tc.want)
+			case tc.want != "" && !strings.Contains(err.Error(), tc.want):
+				t.Fatalf("error %q, want one with %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// A bad job is reported once, as Job, not again by the overlay and gossip
+// checks that take it.
+func TestValidateReportsJobOnce(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Job = ""
+	err := cfg.Validate()
+	if err == nil {
+		t.Fatal("empty job accepted")
+	}
+	if n := strings.Count(err.Error(), `job ""`); n != 1 {
+		t.Errorf("job reported %d times: %v", n, err)
+	}
+}
+
+// DefaultLocalConfig is DefaultConfig with the local network's three
+// settings and nothing else.
+func TestDefaultLocalConfig(t *testing.T) {
+	want := DefaultConfig()
+	want.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	want.NAT = NATConfig{}
+	want.QueryTimeout = 2 * time.Second
+	if got := DefaultLocalConfig(); !reflect.DeepEqual(got, want) {
+		t.Errorf("DefaultLocalConfig() = %+v\nwant %+v", got, want)
 	}
 }

@@ -2,14 +2,16 @@
 // protocols, and the training engine loop (compute a step, publish the
 // update, pass the barrier, repeat).
 //
-// A program builds a Node with New from a Config (start from
-// DefaultConfig), gives it a Task (the work of a step: a ModelTask from
-// NewTask, or its own; see the package example), and calls Run. Leaving
-// is in two parts, as in hashicorp/memberlist: Leave tells peers the node
-// goes (they drop it at once) and stops Run, which returns ErrClosed;
-// Shutdown closes everything, with no word to peers (a crash, as they
-// see it). Close does both. A host passed in Config.Host belongs to the
-// node from New on, even when New fails.
+// A program builds a Node with New from a Config, its settings (start
+// from DefaultConfig, or DefaultLocalConfig for nodes on one machine or
+// LAN; Validate names any field out of range), and options for what it
+// runs with: WithTask (the work of a step: a ModelTask from NewTask, or
+// its own; see the package example), WithHost, WithLogger, WithRegistry.
+// Then it calls Run. Leaving is in two parts, as in hashicorp/memberlist:
+// Leave tells peers the node goes (they drop it at once) and stops Run,
+// which returns ErrClosed; Shutdown closes everything, with no word to
+// peers (a crash, as they see it). Close does both. A host given with
+// WithHost belongs to the node from New on, even when New fails.
 //
 // A program with its own training loop, in this process or another,
 // drives a node instead of Run: Config.Driven and Node.Driver (driver.go).
@@ -20,7 +22,9 @@
 // Where things are:
 //
 //	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
-//	config.go      Config, DefaultConfig, Validate
+//	config.go      Config, DefaultConfig, DefaultLocalConfig
+//	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
+//	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run and barrier: the step loop
 //	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
 //	timing.go      barrier timing: re-check, hedge and timeout intervals from the node's own compute time and round trip

@@ -76,13 +76,12 @@ func Example() {
 		tasks[i] = &tally{}
 		cfg := node.DefaultConfig()
 		cfg.Job = "example"
-		cfg.Host = h
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse("pssp:2:1")
-		cfg.Task = tasks[i]
 		cfg.MaxSteps = 5
 		cfg.JoinFetch = false // all start together: nobody joins a running job
-		nd, err := node.New(context.Background(), cfg)
+		// The settings are data (cfg); what the node runs with are options.
+		nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithTask(tasks[i]))
 		if err != nil {
 			log.Fatal(err)
 		}

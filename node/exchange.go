@@ -104,7 +104,7 @@ func (e Exchange) validate() error {
 	case e.Kind == ExchangeGossip && e.S == 0:
 	case e.Kind == ExchangeEpidemic && e.S >= 1 && e.S <= maxExchangeS:
 	default:
-		return fmt.Errorf("exchange %s (kind %d, S %d): want gossip or epidemic:S with 1 <= S <= %d", e, e.Kind, e.S, maxExchangeS)
+		return fmt.Errorf("Exchange %s (kind %d, S %d): want gossip or epidemic:S with 1 <= S <= %d", e, e.Kind, e.S, maxExchangeS)
 	}
 	return nil
 }

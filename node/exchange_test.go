@@ -205,7 +205,7 @@ func TestEpidemicNodesTrain(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 6, "pssp:2:2", 0.01, memHosts(t, mn), func(c *Config) {
+		nodes := buildTestNodesWith(t, 6, "pssp:2:2", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
 		})
 		start := nodes[0].Task().Params()
@@ -256,11 +256,11 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		i := 0
-		nodes := buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *Config) {
+		nodes := buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			if i == 0 {
 				c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
 			}
-			c.Logger = log
+			c.opts = append(c.opts, WithLogger(log))
 			i++
 		})
 		epi, gos := nodes[0], nodes[1]
@@ -325,7 +325,7 @@ func epidemicPair(t *testing.T) []*Node {
 	t.Helper()
 	mn := memnet.New(0)
 	t.Cleanup(func() { _ = mn.Close() })
-	return buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *Config) {
+	return buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 		c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 1}
 	})
 }

@@ -31,7 +31,7 @@ func TestForksConverge(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		job := buildTestNodes(t, 3, "pssp:2:1", 0.01, memHosts(t, mn))
-		fork := buildTestNodesWith(t, 1, "pssp:2:1", 0.01, memHosts(t, mn), func(c *Config) { c.WaitPeers = 0 })[0]
+		fork := buildTestNodesWith(t, 1, "pssp:2:1", 0.01, memHosts(t, mn), func(c *nodeSetup) { c.WaitPeers = 0 })[0]
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, job)
 		defer func() { cancel(); wait() }()
@@ -104,10 +104,10 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		logs := make([]*syncBuffer, 2)
-		job := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) {
+		job := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			i := len(slices.DeleteFunc(slices.Clone(logs), func(b *syncBuffer) bool { return b == nil }))
 			logs[i] = &syncBuffer{}
-			c.Logger = slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelWarn}))
+			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})
 		data, err := model.Open("synthetic")
 		if err != nil {
@@ -117,8 +117,8 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		stranger := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) {
-			c.Task = other
+		stranger := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
+			c.opts = append(c.opts, WithTask(other))
 			c.Bootstrap = []string{job[0].Addrs()[0].String()}
 			c.WaitPeers = 0
 		})[0]

@@ -70,8 +70,9 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		t.Cleanup(func() { _ = mn.Close() })
 		job := buildTestNodes(t, 1, "pssp:1:1", 0.01, memHosts(t, mn))[0]
 		task := &lateTask{}
-		driven := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) {
-			c.Driven, c.Task, c.WaitPeers = true, task, 0
+		driven := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
+			c.Driven, c.WaitPeers = true, 0
+			c.opts = append(c.opts, WithTask(task))
 			c.Bootstrap = []string{job.Addrs()[0].String()}
 		})[0]
 		if e := driven.ownExt(); e.HasModel {

@@ -144,7 +144,7 @@ func TestIsolationEndsWhenFailedPeersForgotten(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.1, memHosts(t, mn), func(c *Config) { c.Overlay.DeadHold = 10 * time.Second })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.1, memHosts(t, mn), func(c *nodeSetup) { c.Overlay.DeadHold = 10 * time.Second })
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		defer func() { cancel(); wait() }()
@@ -176,7 +176,7 @@ func TestDriverBarrierIsolated(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 3, "pssp:2:1", 0.01, memHosts(t, mn), func(c *Config) { c.Driven = true })
+		nodes := buildTestNodesWith(t, 3, "pssp:2:1", 0.01, memHosts(t, mn), func(c *nodeSetup) { c.Driven = true })
 		type session struct {
 			d    *Driver
 			step int64

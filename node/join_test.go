@@ -23,7 +23,7 @@ func testJoinAdopts(t *testing.T, ex Exchange) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *Config) { c.Exchange = ex })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange = ex })
 		running, joiner := nodes[0], nodes[1]
 		running.step.Store(100)
 		params := running.task.Params()

@@ -20,7 +20,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	}
 	bootID, _ := PeerIDOf(bootKey)
 	port := freePort(t)
-	built := buildTestNodesWith(t, 2, "asp", 0.01, nil, func(c *Config) {
+	built := buildTestNodesWith(t, 2, "asp", 0.01, nil, func(c *nodeSetup) {
 		c.Overlay.JoinTimeout = 2 * time.Second
 		c.Join.RetryMin, c.Join.RetryMax, c.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
 		c.WaitPeers = 0
@@ -43,11 +43,11 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 
 	mk := func(edit func(*Config)) *Node {
 		var nd *Node
-		for _, n := range buildTestNodesWith(t, 1, "asp", 0.01, nil, func(c *Config) {
+		for _, n := range buildTestNodesWith(t, 1, "asp", 0.01, nil, func(c *nodeSetup) {
 			c.Overlay.JoinTimeout = 2 * time.Second
 			c.Join.RetryMin, c.Join.RetryMax, c.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
 			c.WaitPeers, c.StartTimeout = 0, 200*time.Millisecond
-			edit(c)
+			edit(&c.Config)
 		}) {
 			nd = n
 		}

@@ -130,7 +130,7 @@ func TestDriverBarrierAfterLeave(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *Config) { c.Driven = true })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) { c.Driven = true })
 		d, err := nodes[0].Driver()
 		if err != nil {
 			t.Fatal(err)
@@ -165,7 +165,7 @@ func (h *closeSpy) Close() error {
 	return h.Host.Close()
 }
 
-// New owns a caller's Host whatever happens: on a configuration it refuses
+// New owns a caller's host (WithHost) whatever happens: on a configuration it refuses
 // (Validate) and on a failure after it has set the host up (here the
 // overlay's), it closes the host before returning.
 func TestNewFailureClosesCallersHost(t *testing.T) {
@@ -174,6 +174,7 @@ func TestNewFailureClosesCallersHost(t *testing.T) {
 		breakIt func(*Config)
 	}{
 		{"invalid config", func(c *Config) { c.PSK = make([]byte, 32) }}, // a swarm key needs a host the node builds
+		{"driven without a task", func(c *Config) { c.Driven = true }},   // WithTask is missing
 		{"overlay fails", func(c *Config) { c.Overlay.BucketSize = 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -186,9 +187,9 @@ func TestNewFailureClosesCallersHost(t *testing.T) {
 				}
 				spy := &closeSpy{Host: h}
 				cfg := DefaultConfig()
-				cfg.Job, cfg.Host = "own", spy
+				cfg.Job = "own"
 				tc.breakIt(&cfg)
-				nd, err := New(t.Context(), cfg)
+				nd, err := New(t.Context(), cfg, WithHost(spy))
 				if err == nil {
 					nd.Close()
 					t.Fatal("New succeeded")

@@ -76,7 +76,7 @@ func overRelay(ctx context.Context, size int, why string) context.Context {
 }
 
 // NATConfig turns NAT traversal on. It applies to a host the node builds
-// (not Config.Host).
+// (not one given with WithHost).
 type NATConfig struct {
 	// Traversal turns on AutoNAT v1 and v2 (client and service), auto-relay
 	// through the bootstrap peers and hole punching. Off, the host runs
@@ -104,16 +104,16 @@ func DefaultNATConfig() NATConfig { return NATConfig{Traversal: true, RelayServi
 
 func (c NATConfig) validate() error {
 	if c.RelayService && !c.Traversal {
-		return errors.New("NAT: the relay service needs NAT traversal (it starts when AutoNAT finds the node public)")
+		return errors.New("NAT.RelayService: the relay service needs NAT traversal (it starts when AutoNAT finds the node public)")
 	}
 	switch c.Reachability {
 	case network.ReachabilityUnknown:
 	case network.ReachabilityPublic, network.ReachabilityPrivate:
 		if !c.Traversal {
-			return fmt.Errorf("NAT: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
+			return fmt.Errorf("NAT.Reachability: reachability %s needs NAT traversal", reachabilityName(c.Reachability))
 		}
 	default:
-		return fmt.Errorf("NAT: reachability %d: want unknown, public or private", c.Reachability)
+		return fmt.Errorf("NAT.Reachability %d: want unknown, public or private", c.Reachability)
 	}
 	return nil
 }
@@ -390,7 +390,7 @@ func reachabilityName(r network.Reachability) string {
 
 // NAT returns the node's reachability, relays and connections by kind.
 func (n *Node) NAT() NATStatus {
-	return n.nat.status(n.cfg.NAT.Traversal && n.cfg.Host == nil)
+	return n.nat.status(n.cfg.NAT.Traversal && !n.givenHost)
 }
 
 // natCollector exports the NAT gauges, read when scraped.

@@ -336,12 +336,12 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	withModel := func(cfg *Config, seed uint64) { // linreg: 21 parameters
+	withModel := func(cfg Config, seed uint64) Option { // linreg: 21 parameters
 		task, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: SeedOf(cfg.Job)}, data)
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg.Task = task
+		return WithTask(task)
 	}
 	acfg := natConfig(nil)
 	publicRelay(&acfg)
@@ -350,8 +350,7 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 
 	bcfg := natConfig(nil, a)
 	behindNAT(&bcfg)
-	withModel(&bcfg, 2)
-	b := startNode(t, bcfg)
+	b := startNode(t, bcfg, withModel(bcfg, 2))
 	var circuits []ma.Multiaddr
 	if !waitFor(20*time.Second, func() bool {
 		circuits = b.nat.relayAddrs()
@@ -360,10 +359,9 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 		t.Fatalf("the node behind the NAT got no /p2p-circuit address (status %+v)", b.NAT())
 	}
 	ccfg := natConfig(nil, a)
-	withModel(&ccfg, 3)
 	ccfg.NAT = NATConfig{} // no hole punching: the pair stays relayed
 	faults.SetHost(&ccfg, faults.Host{RefuseDirectInbound: true})
-	c := startNode(t, ccfg)
+	c := startNode(t, ccfg, withModel(ccfg, 3))
 	c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()

@@ -2,7 +2,13 @@ package node
 
 import (
 	"context"
+	"errors"
+	"log/slog"
+	"strings"
 	"testing"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/vclock"
 )
@@ -53,5 +59,53 @@ func TestOverlaySeedFromNodeSeed(t *testing.T) {
 	cfg.Job, cfg.Bootstrap = "j", []string{"/ip4/127.0.0.1/tcp/1/p2p/x"}
 	if oc := overlayConfig(cfg, nil); oc.Job != "j" || len(oc.BootstrapAddrs) != 1 {
 		t.Errorf("job %q, bootstrap %v: not passed through", oc.Job, oc.BootstrapAddrs)
+	}
+}
+
+// New checks what its options and the configuration must agree on, naming
+// the option or the field: a driven node needs WithTask; a node needs a
+// listen address or WithHost; a swarm key or an allowlist needs a host the
+// node builds.
+func TestOptionsAgreeWithConfig(t *testing.T) {
+	given := &closeSpy{} // any host will do: nothing runs
+	for _, tc := range []struct {
+		name string
+		set  func(*Config)
+		opts []Option
+		want string // in the error; "" for none
+	}{
+		{"defaults", func(*Config) {}, nil, ""},
+		{"driven with a task", func(c *Config) { c.Driven = true }, []Option{WithTask(NewSleepTask(TimeModel{}, 1))}, ""},
+		{"driven without a task", func(c *Config) { c.Driven = true }, nil, "WithTask: a driven node"},
+		{"no listen address", func(c *Config) { c.Listen = nil }, nil, "Listen: no listen address, and no host (WithHost)"},
+		{"a host instead", func(c *Config) { c.Listen = nil }, []Option{WithHost(given)}, ""},
+		{"swarm key with a host", func(c *Config) { c.PSK = make([]byte, 32) }, []Option{WithHost(given)}, "PSK, AllowPeers: "},
+		{"allowlist with a host", func(c *Config) { c.AllowPeers = []peer.ID{"x"} }, []Option{WithHost(given)}, "PSK, AllowPeers: "},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tc.set(&cfg)
+			var d deps
+			for _, o := range tc.opts {
+				o(&d)
+			}
+			err := errors.Join(d.validate(cfg)...)
+			switch {
+			case tc.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Fatalf("error %v, want one with %q", err, tc.want)
+			}
+		})
+	}
+	// The options set what they name; a later one of a kind wins.
+	log, reg := slog.New(slog.DiscardHandler), prometheus.NewRegistry()
+	a, b := NewSleepTask(TimeModel{}, 1), NewSleepTask(TimeModel{}, 2)
+	var d deps
+	for _, o := range []Option{WithTask(a), WithHost(given), WithLogger(log), WithRegistry(reg), WithTask(b)} {
+		o(&d)
+	}
+	if d.task != b || d.host != given || d.log != log || d.reg != reg {
+		t.Errorf("options set %+v", d)
 	}
 }

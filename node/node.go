@@ -37,7 +37,9 @@ type Node struct {
 	cfg Config
 	log *slog.Logger
 	h   host.Host
-	ov  *overlay.Overlay
+	// givenHost: h wraps a host given with WithHost, not one New built.
+	givenHost bool
+	ov        *overlay.Overlay
 	// ready is closed when New is done; up says whether it succeeded. The
 	// inbound handlers are registered before the overlay exists (peers can
 	// find a joining node in the DHT and query it before New returns), so
@@ -151,27 +153,33 @@ type evalResult struct {
 func StepProtocol(job string) protocol.ID  { return protocol.ID("/psp/" + job + "/step/1.0.0") }
 func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/1.0.0") }
 
-// New builds a node: the host (unless cfg.Host is given), the overlay (which
-// joins through cfg.Bootstrap), the gossip topic for the task's updates, and
-// the protocol handlers. Training starts with Run. Close (or Leave, then
+// New builds a node from its settings (cfg) and what it runs with (opts):
+// the host (unless WithHost gives one), the overlay (which joins through
+// cfg.Bootstrap), the gossip topic for the task's updates, and the
+// protocol handlers. Training starts with Run. Close (or Leave, then
 // Shutdown) releases it all.
 //
-// A host given in cfg.Host belongs to the node from the moment New is
+// A host given with WithHost belongs to the node from the moment New is
 // called, whether New succeeds or not: if New fails, for any reason
 // (Validate's included), it has closed the host before it returns; if it
 // succeeds, Shutdown (or Close) closes it. The caller must not close it
 // itself, nor use it for anything else once the node has it.
-func New(ctx context.Context, cfg Config) (*Node, error) {
-	if err := cfg.Validate(); err != nil {
-		if cfg.Host != nil {
-			_ = cfg.Host.Close()
+func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
+	var d deps
+	for _, o := range opts {
+		o(&d)
+	}
+	if err := errors.Join(append([]error{cfg.Validate()}, d.validate(cfg)...)...); err != nil {
+		if d.host != nil {
+			_ = d.host.Close()
 		}
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
 		cfg:          cfg,
-		log:          cfg.Logger,
-		reg:          cfg.Registry,
+		log:          d.log,
+		reg:          d.reg,
+		givenHost:    d.host != nil,
 		stepID:       StepProtocol(cfg.Job),
 		modelID:      ModelProtocol(cfg.Job),
 		exID:         ExchangeProtocol(cfg.Job),
@@ -201,9 +209,9 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = newNATState(n.reg)
 
-	if cfg.Host != nil {
-		n.nat.attach(cfg.Host)
-		n.h = n.meter.wrapHost(cfg.Host)
+	if d.host != nil {
+		n.nat.attach(d.host)
+		n.h = n.meter.wrapHost(d.host)
 	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 		if err != nil {
@@ -245,7 +253,7 @@ func New(ctx context.Context, cfg Config) (*Node, error) {
 		seed = binary.BigEndian.Uint64(sum[:8])
 	}
 	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
-	n.task = cfg.Task
+	n.task = d.task
 	if n.task == nil {
 		n.task = NewSleepTask(cfg.TimeModel, seed)
 	}
@@ -344,15 +352,18 @@ func (n *Node) attachModel(ctx context.Context) error {
 }
 
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
-// the job, the bootstrap peers and the logger filled in, and, when the node
-// is seeded (cfg.Seed != 0) and cfg.Overlay.Seed is not set, a seed derived
-// from the node's, so that a seeded node samples reproducibly. The overlay
+// the job, the bootstrap peers and the logger filled in, KeepJoining on (a
+// node whose bootstrap peers do not answer at first starts alone and keeps
+// joining, bootstrap.go), and, when the node is seeded (cfg.Seed != 0) and
+// cfg.Overlay.Seed is not set, a seed derived from the node's, so that a
+// seeded node samples reproducibly. The overlay
 // gets a stream of its own (overlaySeed), not the node's seed itself. An
 // unseeded node leaves the overlay on crypto/rand: a seed derived from the
 // peer ID, which anyone can read, would let others predict its samples.
 func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
 	ocfg := cfg.Overlay
 	ocfg.Job = cfg.Job
+	ocfg.KeepJoining = true
 	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
 	if ocfg.Logger == nil {
 		ocfg.Logger = log
@@ -531,9 +542,9 @@ func (n *Node) Leave(timeout time.Duration) error {
 
 // Shutdown stops the node without a word to its peers, as a crash would:
 // Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
-// the host (the node's own or cfg.Host) are closed. Peers find it gone when
-// their queries fail. It is safe to call more than once; later calls
-// return the first's result.
+// the host (the node's own or the one given with WithHost) are closed.
+// Peers find it gone when their queries fail. It is safe to call more than
+// once; later calls return the first's result.
 func (n *Node) Shutdown() error {
 	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
 	return n.closeErr

@@ -44,9 +44,17 @@ func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func(
 	return buildTestNodesWith(t, n, barrier, scale, mk, nil)
 }
 
+// nodeSetup is what buildTestNodesWith's edit may change: a node's
+// configuration, and options New takes after the host and the task (so a
+// WithTask there replaces the linear-regression task).
+type nodeSetup struct {
+	Config
+	opts []Option
+}
+
 // buildTestNodesWith is buildTestNodes with each node's configuration
 // passed through edit (if not nil) before the node is built.
-func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk func() host.Host, edit func(*Config)) []*Node {
+func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk func() host.Host, edit func(*nodeSetup)) []*Node {
 	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
@@ -67,24 +75,26 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		if err != nil {
 			t.Fatal(err)
 		}
-		cfg := DefaultConfig()
+		s := nodeSetup{Config: DefaultConfig()}
+		cfg := &s.Config
 		cfg.Job = "nodetest"
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+		var opts []Option
 		if mk != nil {
-			cfg.Host = mk()
+			opts = append(opts, WithHost(mk()))
 		}
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
 		cfg.QueryTimeout = 500 * time.Millisecond
-		cfg.Task = NewModelTask(tr, data.Test, TimeModel{Scale: scale, Factor: 1}, uint64(i+1))
+		opts = append(opts, WithTask(NewModelTask(tr, data.Test, TimeModel{Scale: scale, Factor: 1}, uint64(i+1))))
 		cfg.EvalEvery = 5
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second
 		cfg.Seed = uint64(i + 1)
 		if edit != nil {
-			edit(&cfg)
+			edit(&s)
 		}
-		nd, err := New(context.Background(), cfg)
+		nd, err := New(context.Background(), s.Config, append(opts, s.opts...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

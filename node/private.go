@@ -127,25 +127,20 @@ func ReadAllowPeers(path string) ([]peer.ID, error) {
 func (c Config) validateNetwork() []error {
 	var errs []error
 	if _, err := c.bootstrapPeers(""); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("Bootstrap: %w", err))
 	}
 	if err := c.Join.validate(); err != nil {
 		errs = append(errs, err)
-	}
-	if (len(c.PSK) > 0 || len(c.AllowPeers) > 0) && c.Host != nil {
-		errs = append(errs, errors.New("a swarm key or an allowlist needs a host the node builds (Host is set)"))
 	}
 	if len(c.PSK) == 0 {
 		return errs
 	}
 	if len(c.PSK) != 32 {
-		errs = append(errs, fmt.Errorf("swarm key of %d bytes: want 32", len(c.PSK)))
+		errs = append(errs, fmt.Errorf("PSK: swarm key of %d bytes: want 32", len(c.PSK)))
 	}
-	if c.Host == nil {
-		for _, l := range c.Listen {
-			if !IsTCPAddr(l) {
-				errs = append(errs, fmt.Errorf("listen address %q with a swarm key: only TCP runs in a private network (QUIC, WebTransport and WebRTC cannot carry a pre-shared key)", l))
-			}
+	for _, l := range c.Listen {
+		if !IsTCPAddr(l) {
+			errs = append(errs, fmt.Errorf("Listen: address %q with a swarm key: only TCP runs in a private network (QUIC, WebTransport and WebRTC cannot carry a pre-shared key)", l))
 		}
 	}
 	return errs

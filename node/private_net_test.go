@@ -31,9 +31,9 @@ func tcpConfig() Config {
 	return cfg
 }
 
-func startNode(t *testing.T, cfg Config) *Node {
+func startNode(t *testing.T, cfg Config, opts ...Option) *Node {
 	t.Helper()
-	nd, err := New(context.Background(), cfg)
+	nd, err := New(context.Background(), cfg, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -168,12 +168,12 @@ func TestValidateNetwork(t *testing.T) {
 		set  func(*Config)
 		err  string
 	}{
-		{"key with default listen (QUIC)", func(c *Config) { c.PSK = key }, `"/ip4/0.0.0.0/udp/4001/quic-v1" with a swarm key`},
+		{"key with default listen (QUIC)", func(c *Config) { c.PSK = key }, `Listen: address "/ip4/0.0.0.0/udp/4001/quic-v1" with a swarm key`},
 		{"key with TCP", func(c *Config) { c.PSK, c.Listen = key, []string{"/ip4/0.0.0.0/tcp/4001", "/ip6/::/tcp/4001"} }, ""},
 		{"key with websocket", func(c *Config) { c.PSK, c.Listen = key, []string{"/ip4/0.0.0.0/tcp/4001/ws"} }, "only TCP"},
 		{"short key", func(c *Config) { c.PSK, c.Listen = key[:16], []string{"/ip4/0.0.0.0/tcp/4001"} }, "16 bytes"},
 		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/dns4/boot/tcp/4001"} }, `"/dns4/boot/tcp/4001": must end in /p2p/`},
-		{"bad retry bounds", func(c *Config) { c.Join.RetryMax = 0 }, "retry"},
+		{"bad retry bounds", func(c *Config) { c.Join.RetryMax = 0 }, "Join.RetryMax 0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

@@ -183,7 +183,6 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 
 	cfg := DefaultConfig()
 	cfg.Job = "nodetest"
-	cfg.Host = joiner
 	cfg.Bootstrap = []string{boot.Addrs()[0].String()}
 	cfg.QueryTimeout = 5 * time.Second
 	type result struct {
@@ -192,7 +191,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	}
 	done := make(chan result, 1)
 	go func() {
-		nd, err := New(context.Background(), cfg)
+		nd, err := New(context.Background(), cfg, WithHost(joiner))
 		done <- result{nd, err}
 	}()
 

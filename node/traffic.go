@@ -14,8 +14,8 @@ import (
 )
 
 // Traffic accounting. A node counts the bytes its streams carry, in and
-// out, by protocol class. The node wraps its host, built or passed in
-// Config.Host: every stream it opens or accepts through the node, the
+// out, by protocol class. The node wraps its host, built or given with
+// WithHost: every stream it opens or accepts through the node, the
 // overlay's DHT and pool, and GossipSub counts its reads and writes, in one
 // counter per class. That is stream payload, protocol negotiation
 // included; the security and multiplexer framing below the stream, and

@@ -54,6 +54,14 @@ type Config struct {
 	QueryTimeout time.Duration
 	// JoinTimeout bounds connecting to the bootstrap peers in New.
 	JoinTimeout time.Duration
+	// KeepJoining makes New succeed when no bootstrap peer answers: the
+	// overlay starts alone, as the first node of a job does, but keeps its
+	// bootstrap peers and joins through the first that answers: it dials
+	// them again whenever its routing table is empty, as a joined overlay
+	// does, and so does its DHT; a connection its host makes to one of
+	// them (a caller's own retry) fills the routing table too. JoinError
+	// says why New could not join. Off, New fails with ErrJoin instead.
+	KeepJoining bool
 
 	// LivenessWindow is how long first-hand evidence of life (the peer
 	// answered us, connected to us, or was reported with MarkAlive) keeps a

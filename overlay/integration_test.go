@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -374,4 +375,53 @@ func testJoinFails(t *testing.T) {
 		}
 		t.Fatalf("New through a departed bootstrap peer: err = %v, want ErrJoin", err)
 	}
+}
+
+// TestKeepJoining checks that with KeepJoining, New through a bootstrap
+// peer it cannot reach succeeds: the overlay starts alone, says why
+// (JoinError), keeps the bootstrap peer (its health reports the empty
+// routing table), and joins through it once it can reach it.
+func TestKeepJoining(t *testing.T) { bubble(t, testKeepJoining) }
+
+func testKeepJoining(t *testing.T) {
+	net := memnet.New(0)
+	defer func() { _ = net.Close() }()
+	bh, err := net.NewHost(10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = bh.Close() }()
+	boot, err := New(context.Background(), bh, fastConfig("keep"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = boot.Close() }()
+	h, err := net.NewHost(10, 20)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = h.Close() }()
+	net.Partition(func(p peer.ID) int {
+		if p == bh.ID() {
+			return 1
+		}
+		return 0
+	})
+	cfg := fastConfig("keep", peer.AddrInfo{ID: bh.ID(), Addrs: bh.Addrs()})
+	cfg.KeepJoining = true
+	o, err := New(context.Background(), h, cfg)
+	if err != nil {
+		t.Fatalf("New with KeepJoining through an unreachable peer: %v", err)
+	}
+	defer func() { _ = o.Close() }()
+	if !errors.Is(o.JoinError(), ErrJoin) {
+		t.Errorf("JoinError() = %v, want ErrJoin", o.JoinError())
+	}
+	if err := o.Health(); err == nil || !strings.Contains(err.Error(), "routing table empty") {
+		t.Errorf("Health() = %v, want the empty routing table of an overlay with bootstrap peers", err)
+	}
+	net.Heal()
+	eventually(t, time.Minute, "the overlay to join through its bootstrap peer once reachable", func() bool {
+		return slices.Contains(o.DHT().RoutingTable().ListPeers(), bh.ID())
+	})
 }

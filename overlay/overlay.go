@@ -26,7 +26,8 @@ var (
 	// ErrNotEnoughPeers is returned by Sample when fewer than β peers are
 	// drawable (see Sample).
 	ErrNotEnoughPeers = errors.New("overlay: not enough live peers to sample")
-	// ErrJoin is returned by New when no bootstrap peer could be reached.
+	// ErrJoin is returned by New when no bootstrap peer could be reached
+	// (and, with KeepJoining, by JoinError).
 	ErrJoin = errors.New("overlay: could not reach any bootstrap peer")
 	// ErrClosed is returned by calls on a closed Overlay.
 	ErrClosed = errors.New("overlay: closed")
@@ -48,6 +49,7 @@ type Overlay struct {
 	poolProto protocol.ID
 	selfKey   []byte
 	bootstrap []peer.AddrInfo
+	joinErr   error // why New could not join (KeepJoining); set before New returns
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -99,8 +101,9 @@ type Overlay struct {
 // New builds the job's DHT (server mode, protocol prefix /psp/<job>, no
 // public bootstrap peers) over h and joins the network through the
 // configured bootstrap peers, waiting at most JoinTimeout (and ctx) for at
-// least one of them to connect. With no bootstrap peers the node starts a
-// new network alone. The routing-table refresh, random walks, liveness
+// least one of them to connect; if none does, New fails with ErrJoin, or
+// with KeepJoining starts alone and keeps joining. With no bootstrap peers
+// the node starts a new network alone. The routing-table refresh, random walks, liveness
 // probes and pool maintenance then run in the background until Close.
 // Close does not close h: the caller owns the host.
 func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
@@ -169,13 +172,21 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	}
 
 	h.SetStreamHandler(o.poolProto, o.handlePool)
-	if len(boot) > 0 {
-		if err := o.connectBootstrap(ctx); err != nil {
+	alone := len(boot) == 0
+	if !alone {
+		err := o.connectBootstrap(ctx)
+		switch {
+		case err == nil:
+		case cfg.KeepJoining && errors.Is(err, ErrJoin) && ctx.Err() == nil:
+			o.joinErr, alone = err, true
+			o.log.Debug("no bootstrap peer answered: starting alone, bootstrap peers kept", "err", err)
+		default:
 			cancel()
 			h.RemoveStreamHandler(o.poolProto)
 			return nil, errors.Join(err, sub.Close(), d.Close())
 		}
-	} else {
+	}
+	if alone { // nothing to wait for before the first walk
 		o.ready = true
 		o.joinedAt = time.Now()
 	}
@@ -269,6 +280,11 @@ func (o *Overlay) Close() error {
 	})
 	return o.closeErr
 }
+
+// JoinError is why New could not join through the bootstrap peers (with
+// KeepJoining: it started alone and keeps joining), nil if it joined or
+// had none to join through. It does not change once New has returned.
+func (o *Overlay) JoinError() error { return o.joinErr }
 
 // DHT returns the underlying Kademlia DHT (for inspection; do not close it).
 func (o *Overlay) DHT() *dht.IpfsDHT { return o.dht }

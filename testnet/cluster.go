@@ -122,28 +122,24 @@ func testnetGenesis(seed uint64) node.Genesis {
 	return g
 }
 
-// addNode creates a node (not yet training) bootstrapped from up to three
-// random live members, with identity id on the mem transport.
-func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
-	cfg := node.DefaultConfig()
+// nodeConfig is what every node of the testnet is configured with before
+// its own parts (bootstrap peers, host or identity, seed, task, faults):
+// node.DefaultLocalConfig with the testnet's settings. A joining node
+// fetches the model and a step from its peers.
+func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
+	cfg := node.DefaultLocalConfig()
 	cfg.Job = "testnet"
 	cfg.Barrier = t.cfg.Barrier
-	cfg.Logger = t.log
-	cfg.EvalEvery = 0
+	cfg.EvalEvery = 0 // the recorder evaluates the models, on the run's clock
 	cfg.JoinFetch = joining
 	cfg.Genesis = testnetGenesis(t.cfg.Seed) // one lineage: the nodes start the job together
-	cfg.QueryTimeout = 2 * time.Second
-	// Every node is reachable on loopback or the in-memory network: no
-	// AutoNAT, relays or hole punching (and their extra dialer hosts).
-	cfg.NAT = node.NATConfig{}
 	cfg.Overlay.Logger = t.log
 	cfg.Gossip.Logger = t.log
 	enc, err := gossip.ParseEncoding(t.cfg.Encoding)
 	if err != nil {
-		return nil, err
+		return node.Config{}, err
 	}
 	cfg.Gossip.Encoding = enc
-	cfg.Gossip.PeerScoring = true
 	cfg.PollShare = t.cfg.PollShare
 	cfg.Exchange = t.cfg.Exchange
 	if t.cfg.NoScreen {
@@ -162,6 +158,16 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
 	if t.cfg.NoSybilDefence {
 		cfg.Overlay.PerAddress = 0
+	}
+	return cfg, nil
+}
+
+// addNode creates a node (not yet training) bootstrapped from up to three
+// random live members, with identity id on the mem transport.
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
+	cfg, err := t.nodeConfig(joining)
+	if err != nil {
+		return nil, err
 	}
 
 	t.mu.Lock()
@@ -185,8 +191,8 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	if err != nil {
 		return nil, err
 	}
+	var h host.Host // the node's on the mem transport; nil: it builds one
 	if t.net != nil {
-		var h host.Host
 		asNode(idx, func() {
 			h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
 		})
@@ -205,10 +211,8 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 			}
 			t.mu.Unlock()
 		}
-		cfg.Host = h
 	} else {
-		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-		cfg.Identity = key
+		cfg.Identity = key // on loopback, as DefaultLocalConfig listens
 	}
 	cfg.Seed = t.cfg.Seed*1_000_003 + uint64(idx) + 1
 	spec := node.TaskSpec{
@@ -222,16 +226,19 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	task, err := node.NewTask(spec, t.data)
 	if err != nil {
-		if cfg.Host != nil {
-			_ = cfg.Host.Close()
+		if h != nil {
+			_ = h.Close() // ours until node.New has it
 		}
 		return nil, err
 	}
-	cfg.Task = task
 	var self peer.ID
 	faults.SetNode(&cfg, t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID()))
+	opts := []node.Option{node.WithTask(task), node.WithLogger(t.log)}
+	if h != nil {
+		opts = append(opts, node.WithHost(h))
+	}
 	var nd *node.Node
-	asNode(idx, func() { nd, err = node.New(ctx, cfg) })
+	asNode(idx, func() { nd, err = node.New(ctx, cfg, opts...) })
 	if err != nil {
 		return nil, err
 	}

@@ -222,7 +222,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 // config is the node's Config from the flags; a bad flag is a usage error.
 func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, error) {
 	cfg := node.DefaultConfig()
-	cfg.Job, cfg.Barrier, cfg.Logger = *f.job, f.barrier.Spec, log
+	cfg.Job, cfg.Barrier = *f.job, f.barrier.Spec
 	cfg.UserAgent = "pspnode/" + buildVersion()
 	if len(f.listen) > 0 {
 		cfg.Listen = f.listen
@@ -274,7 +274,6 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 // serves it), or training its built-in task.
 func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logger) (*node.Node, *trainer.Server, error) {
 	reg := prometheus.NewRegistry()
-	cfg.Registry = reg
 	node.RegisterProcessMetrics(reg)
 	spec := node.TaskSpec{
 		Model: *f.modelName, Shards: *f.shards,
@@ -288,7 +287,7 @@ func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logge
 	if err != nil {
 		return nil, nil, err
 	}
-	nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *f.shard)
+	nd, err := newNodeWithTask(ctx, cfg, spec, dataset, *f.shard, node.WithLogger(log), node.WithRegistry(reg))
 	return nd, nil, err
 }
 
@@ -383,9 +382,9 @@ func stopReason(ctx context.Context, err error) string {
 	return "stop criterion"
 }
 
-// newNodeWithTask builds the node, then its task, whose shard depends on
-// the node's peer ID unless shard >= 0.
-func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int) (*node.Node, error) {
+// newNodeWithTask builds the node, with opts, then its task, whose shard
+// depends on the node's peer ID unless shard >= 0.
+func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
 		key, err := node.NewIdentity()
 		if err != nil {
@@ -409,8 +408,7 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 		// their combination (linreg on MNIST) or a model too large.
 		return nil, usagef("--model %s does not fit --data: %v", spec.Model, err)
 	}
-	cfg.Task = task
-	return node.New(ctx, cfg)
+	return node.New(ctx, cfg, append(opts, node.WithTask(task))...)
 }
 
 func idCommand(stdout, stderr io.Writer) *ffcli.Command {

@@ -69,10 +69,10 @@ func (t trainerFlags) check(fs *flag.FlagSet) error {
 
 // newDrivenNode builds a node whose steps a trainer drives, and its
 // trainer API server.
-func newDrivenNode(ctx context.Context, cfg node.Config, t trainerFlags, log *slog.Logger, reg prometheus.Registerer) (*node.Node, *trainer.Server, error) {
+func newDrivenNode(ctx context.Context, cfg node.Config, t trainerFlags, log *slog.Logger, reg *prometheus.Registry) (*node.Node, *trainer.Server, error) {
 	task := trainer.NewTask()
-	cfg.Driven, cfg.Task = true, task
-	nd, err := node.New(ctx, cfg)
+	cfg.Driven = true
+	nd, err := node.New(ctx, cfg, node.WithTask(task), node.WithLogger(log), node.WithRegistry(reg))
 	if err != nil {
 		return nil, nil, err
 	}

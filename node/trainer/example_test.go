@@ -28,11 +28,11 @@ func Example() {
 
 	// The daemon: a driven node and its trainer API.
 	task := trainer.NewTask()
-	cfg := node.DefaultConfig()
-	cfg.Job, cfg.Listen, cfg.NAT = "example", []string{"/ip4/127.0.0.1/tcp/0"}, node.NATConfig{}
+	cfg := node.DefaultLocalConfig() // TCP on loopback, no NAT traversal
+	cfg.Job = "example"
 	cfg.Barrier = psp.MustParse("pssp:2:1")
-	cfg.Driven, cfg.Task = true, task
-	nd, err := node.New(ctx, cfg)
+	cfg.Driven = true
+	nd, err := node.New(ctx, cfg, node.WithTask(task))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -31,11 +31,10 @@ type daemon struct {
 func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit func(*node.Config, *Config)) *daemon {
 	t.Helper()
 	task := NewTask()
-	cfg := node.DefaultConfig()
-	cfg.Job, cfg.Listen = job, []string{"/ip4/127.0.0.1/tcp/0"}
+	cfg := node.DefaultLocalConfig()
+	cfg.Job = job
 	cfg.Barrier = psp.MustParse(barrier)
-	cfg.Driven, cfg.Task = true, task
-	cfg.NAT = node.NATConfig{}
+	cfg.Driven = true
 	cfg.QueryTimeout = time.Second
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.node.Addrs()[0].String()}
@@ -45,7 +44,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	if edit != nil {
 		edit(&cfg, &tcfg)
 	}
-	nd, err := node.New(context.Background(), cfg)
+	nd, err := node.New(context.Background(), cfg, node.WithTask(task))
 	if err != nil {
 		t.Fatal(err)
 	}

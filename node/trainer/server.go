@@ -79,7 +79,7 @@ type Server struct {
 }
 
 // New starts serving the trainer API of nd, a driven node built with
-// task (Config.Driven, Config.Task = task), on cfg.Listen.
+// task (node.Config.Driven, node.WithTask(task)), on cfg.Listen.
 func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 	drv, err := nd.Driver()
 	if err != nil {

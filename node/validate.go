@@ -1,0 +1,154 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/pspnode/pspnode/internal/jobname"
+)
+
+// Validate checks the configuration before New builds anything (New also
+// checks what it must agree on with the options: a task for a driven node,
+// a listen address or a host, no swarm key with a given host): every
+// field's range, the order of its bounds, and the sub-configurations
+// (Barrier, Overlay, Gossip, Join, NAT, Exchange, Screen) as the node will
+// use them, with Job and the bootstrap peers filled in. It reports every
+// problem it finds, joined; each names the field at fault as it is spelt
+// in Config (Overlay's and Gossip's errors name theirs in overlay.Config
+// and gossip.Config).
+//
+// Two pairs of bounds may cross on purpose: a cap below its floor wins
+// (PollMax under PollMin, QueryTimeout under QueryTimeoutMin; see
+// timing.go), so that one flag (pspnode run --poll-max, --query-timeout)
+// sets an interval outright.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if err := jobname.Validate(c.Job); err != nil {
+		bad("Job: %w", err)
+	}
+	if err := c.Barrier.Validate(); err != nil {
+		bad("Barrier: %w", err)
+	}
+	if c.Barrier.Probabilistic() && c.Overlay.PoolSize < c.Barrier.Beta {
+		// Sample draws from the pool; a pool smaller than β cannot give β
+		// peers, and every check would fall back to all known peers.
+		bad("barrier %s samples β = %d peers but the sampler pool holds %d (Overlay.PoolSize): set Overlay.PoolSize to at least %d, or lower β",
+			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta)
+	}
+	errs = append(errs, c.validateNetwork()...)
+	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
+		bad("ConnLow %d, ConnHigh %d: need 0 <= ConnLow <= ConnHigh", c.ConnLow, c.ConnHigh)
+	}
+	for _, f := range []struct {
+		name string
+		v    int64
+	}{
+		{"MaxSteps", c.MaxSteps}, {"WaitPeers", int64(c.WaitPeers)}, {"Replacements", int64(c.Replacements)},
+		{"GlobalQueries", int64(c.GlobalQueries)}, {"EvalEvery", int64(c.EvalEvery)},
+		{"CheckpointEvery", int64(c.CheckpointEvery)}, {"StepStreams", int64(c.StepStreams)},
+	} {
+		if f.v < 0 {
+			bad("%s must not be negative (got %d)", f.name, f.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"Duration", c.Duration}, {"StartTimeout", c.StartTimeout}} {
+		if d.v < 0 {
+			bad("%s must not be negative (got %v)", d.name, d.v)
+		}
+	}
+	for _, s := range []struct {
+		name string
+		v    float64
+	}{{"PollShare", c.PollShare}, {"GlobalPollShare", c.GlobalPollShare}} {
+		if !(s.v > 0 && s.v <= 1) {
+			bad("%s %v must be in (0, 1]", s.name, s.v)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{
+		{"PollMin", c.PollMin}, {"PollMax", c.PollMax},
+		{"QueryTimeoutMin", c.QueryTimeoutMin}, {"QueryTimeout", c.QueryTimeout},
+	} {
+		if d.v <= 0 {
+			bad("%s must be a positive duration (got %v)", d.name, d.v)
+		}
+	}
+	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
+		bad("MaxStreamsPerPeer %d, MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
+			c.MaxStreamsPerPeer, c.MaxInboundStreams)
+	}
+	if !finiteNonNegative(c.NormBound) {
+		bad("NormBound %v must be a finite number >= 0", c.NormBound)
+	}
+	if !finiteNonNegative(c.TimeModel.Scale) || !finiteNonNegative(c.TimeModel.Factor) {
+		bad("TimeModel.Scale %v and TimeModel.Factor %v must be finite numbers >= 0", c.TimeModel.Scale, c.TimeModel.Factor)
+	}
+	if err := c.validateScreen(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.NAT.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.Exchange.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	errs = append(errs, c.validateSubsystems()...)
+	return errors.Join(errs...)
+}
+
+// validateScreen checks Screen: all zero turns screening off; otherwise its
+// thresholds are finite and not negative.
+func (c Config) validateScreen() error {
+	s := c.Screen
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{
+		{"StuckIntervals", s.StuckIntervals}, {"StuckMin", s.StuckMin},
+		{"Quarantine", s.Quarantine}, {"Forget", s.Forget},
+	} {
+		if !finiteNonNegative(f.v) {
+			return fmt.Errorf("Screen.%s %v must be a finite number >= 0", f.name, f.v)
+		}
+	}
+	if s.MaxPeers < 0 {
+		return fmt.Errorf("Screen.MaxPeers must not be negative (got %d)", s.MaxPeers)
+	}
+	return nil
+}
+
+// validateSubsystems checks Overlay and, when the node would use it,
+// Gossip, as New hands them over: Job and the bootstrap peers are filled in
+// from Config (overlayConfig), and gossip's ParamCount, which the task
+// sets, stands in as 1. The epidemic exchange never builds a gossip topic,
+// so its Gossip is not checked.
+func (c Config) validateSubsystems() []error {
+	job := c.Job
+	if jobname.Validate(job) != nil {
+		job = "default" // reported once, as Job; check the rest
+	}
+	var errs []error
+	o := overlayConfig(c, nil)
+	o.Job = job
+	if err := o.Validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.Exchange.Kind != ExchangeEpidemic {
+		g := c.Gossip
+		g.Job, g.ParamCount = job, 1
+		if err := g.Validate(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errs
+}
+
+func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }

@@ -1,0 +1,109 @@
+package testnet
+
+import (
+	"log/slog"
+	"reflect"
+	"testing"
+	"time"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// handConfig is the node configuration the testnet built by hand from
+// node.DefaultConfig before node.DefaultLocalConfig existed, kept here
+// verbatim as the reference nodeConfig must match (less the logger, now
+// an option of node.New).
+func handConfig(t *testnet, joining bool) node.Config {
+	cfg := node.DefaultConfig()
+	cfg.Job = "testnet"
+	cfg.Barrier = t.cfg.Barrier
+	cfg.EvalEvery = 0
+	cfg.JoinFetch = joining
+	cfg.Genesis = testnetGenesis(t.cfg.Seed)
+	cfg.QueryTimeout = 2 * time.Second
+	cfg.NAT = node.NATConfig{}
+	cfg.Overlay.Logger = t.log
+	cfg.Gossip.Logger = t.log
+	enc, err := gossip.ParseEncoding(t.cfg.Encoding)
+	if err != nil {
+		panic(err)
+	}
+	cfg.Gossip.Encoding = enc
+	cfg.Gossip.PeerScoring = true
+	cfg.PollShare = t.cfg.PollShare
+	cfg.Exchange = t.cfg.Exchange
+	if t.cfg.NoScreen {
+		cfg.Screen = psp.ScreenConfig{}
+	}
+	switch {
+	case t.cfg.NormBound > 0:
+		cfg.NormBound = t.cfg.NormBound
+	case t.cfg.NormBound < 0:
+		cfg.NormBound = 0
+	}
+	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
+	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
+	if t.cfg.NoSybilDefence {
+		cfg.Overlay.PerAddress = 0
+	}
+	if t.cfg.Transport == "tcp" {
+		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
+	}
+	return cfg
+}
+
+// The testnet's nodes, configured from node.DefaultLocalConfig, get the
+// very values they had when the testnet overrode node.DefaultConfig by
+// hand, field by field, whatever the testnet's settings: no figure moves.
+// The one difference is Listen on the mem transport, where the node is
+// given its host and listens on nothing itself.
+func TestNodeConfigAsByHand(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		mod  func(*Config)
+	}{
+		{"defaults", func(*Config) {}},
+		{"tcp", func(c *Config) { c.Transport = "tcp" }},
+		{"1000 nodes", func(c *Config) { c.Nodes = 1000 }},
+		{"150 nodes, pool set", func(c *Config) { c.Nodes, c.PoolSize, c.ConnLow, c.ConnHigh = 150, 40, 10, 20 }},
+		{"pbsp:80, above the default pool", func(c *Config) { c.Barrier = psp.MustParse("pbsp:80") }},
+		{"no screen, no sybil defence", func(c *Config) { c.NoScreen, c.NoSybilDefence = true, true }},
+		{"norm bound set", func(c *Config) { c.NormBound = 2.5 }},
+		{"norm bound off", func(c *Config) { c.NormBound = -1 }},
+		{"top-k, poll share", func(c *Config) { c.Encoding, c.PollShare = "topk16", 0.25 }},
+		{"epidemic", func(c *Config) { c.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 3} }},
+		{"seed", func(c *Config) { c.Seed = 42 }},
+	} {
+		for _, joining := range []bool{false, true} {
+			c := DefaultConfig()
+			tc.mod(&c)
+			tn := &testnet{cfg: c, log: slog.New(slog.DiscardHandler)}
+			got, err := tn.nodeConfig(joining)
+			if err != nil {
+				t.Fatalf("%s: %v", tc.name, err)
+			}
+			want := handConfig(tn, joining)
+			if c.Transport != "tcp" {
+				want.Listen = got.Listen
+			}
+			gv, wv := reflect.ValueOf(got), reflect.ValueOf(want)
+			for i := range gv.NumField() {
+				f := gv.Type().Field(i)
+				if !f.IsExported() {
+					continue
+				}
+				if !reflect.DeepEqual(gv.Field(i).Interface(), wv.Field(i).Interface()) {
+					t.Errorf("%s, joining %v: %s = %+v, by hand %+v", tc.name, joining, f.Name, gv.Field(i).Interface(), wv.Field(i).Interface())
+				}
+			}
+			if !reflect.DeepEqual(got, want) {
+				t.Errorf("%s, joining %v: configurations differ", tc.name, joining)
+			}
+			if err := got.Validate(); err != nil {
+				t.Errorf("%s, joining %v: %v", tc.name, joining, err)
+			}
+		}
+	}
+}
