@@ -86,7 +86,7 @@ type Config struct {
 	GlobalQueries int
 
 	// Barrier timing: every interval follows the node's own measured
-	// compute time per step and query round trip (see timing.go for the
+	// compute time per step and query round trip (see psp.BarrierTiming for the
 	// rules); the durations here are floors and caps.
 	//
 	// PollShare bounds how often a node waiting at a sampled barrier

@@ -25,12 +25,13 @@
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
-//	engine.go      Run and barrier: the step loop
+//	engine.go      Run: the step loop
+//	barrier.go     the barrier: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
 //	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
-//	timing.go      barrier timing: re-check, hedge and timeout intervals from the node's own compute time and round trip
+//	timing.go      barrier timing: Config's shares, floors and caps for psp.BarrierTiming
 //	population.go  the population estimate that scales the learning rate
-//	observe.go     one barrier check: sampling, hedged step queries, judging replies
-//	isolation.go   a check that hears from no peer fails: an isolated node waits
+//	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
+//	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
 //	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out

@@ -6,8 +6,6 @@ import (
 	"math"
 	"sync/atomic"
 	"time"
-
-	"github.com/pspnode/pspnode/psp"
 )
 
 // Run trains until a stop criterion: cfg.MaxSteps, cfg.Duration, the task's
@@ -20,7 +18,7 @@ import (
 //	        steps in parallel; peers that do not answer within the query
 //	        timeout are marked dead and replaced; psp decides; a node that
 //	        must wait polls again with backoff and a fresh sample, and
-//	        wakes early when a peer reports progress (timing.go)
+//	        wakes early when a peer reports progress (barrier.go, psp.Checker)
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
 // step in progress. Run returns ErrClosed when the node leaves (Leave) or
@@ -161,92 +159,4 @@ func (n *Node) setWaiting(w bool) {
 	} else {
 		n.m.waiting.Set(0)
 	}
-}
-
-// barrierOutcome is what one pass of the barrier took: the checks, the
-// time, and the last check that failed (its decision and how many peers
-// it observed), if any did.
-type barrierOutcome struct {
-	Checks   int
-	Waited   time.Duration
-	Failed   psp.Decision // the last failed check's decision; Lagging 0 if none failed
-	Observed int          // how many peers that check observed
-	Isolated bool         // that check heard from no peer (isolation.go)
-}
-
-// barrier blocks until the barrier lets the node start its next step.
-// Between checks it waits the backoff of its timing (timing.go), or until a
-// progress report wakes it, and then no less than the wake gap after the
-// last check.
-//
-// It returns ErrClosed as soon as the node leaves or shuts down. (It does
-// not end ctx when it returns: a query of its last check runs on, to its
-// own deadline, under ctx.)
-func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
-	start := time.Now()
-	var out barrierOutcome
-	var backoff time.Duration
-	for first := true; ; first = false {
-		t0 := time.Now()
-		c := n.check(ctx)
-		// A node that left or shut down must not pass on what a closed
-		// overlay gave (no sample, so no observation).
-		if err := n.stopErr(ctx); err != nil {
-			n.setWaiting(false)
-			return out, err
-		}
-		n.m.checks.Inc()
-		out.Checks++
-		checked := time.Now()
-		n.m.observeCheck(checked.Sub(t0).Seconds())
-		isolated := n.isolatedCheck(n.cfg.Barrier, c) // heard from no peer: fails (isolation.go)
-		d := n.decider.Decide(n.step.Load(), time.Since(n.started).Seconds(), c.obs)
-		// A node on a younger fork of the job passes on: Run converges
-		// first thing, adopting the job's step (genesis.go).
-		if (d.Pass && !isolated) || n.convergeDue() {
-			n.setWaiting(false)
-			out.Waited = time.Since(start)
-			n.m.observeWait(out.Waited.Seconds())
-			return out, nil
-		}
-		out.Failed, out.Observed, out.Isolated = d, len(c.obs), isolated
-		tm := n.timing()
-		if first {
-			n.setWaiting(true)
-			backoff = tm.first
-		} else {
-			backoff = min(2*backoff, tm.recheck)
-		}
-		t := time.NewTimer(backoff)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			n.setWaiting(false)
-			return out, n.stopErr(ctx)
-		case <-n.active.Done():
-			t.Stop()
-			n.setWaiting(false)
-			return out, ErrClosed
-		case <-n.wake:
-			// A peer at or behind this node progressed. Re-check soon, but
-			// no sooner than the wake gap after the last check, so a burst
-			// of progress reports costs one check; and no later than the
-			// backoff would have.
-			t.Stop()
-			if sleepCtx(ctx, min(tm.wake, backoff)-time.Since(checked)); n.stopErr(ctx) != nil {
-				n.setWaiting(false)
-				return out, n.stopErr(ctx)
-			}
-		case <-t.C:
-		}
-	}
-}
-
-// stopErr is why a wait under ctx must stop: ErrClosed once the node has
-// left or shut down, else ctx's error (nil while it runs).
-func (n *Node) stopErr(ctx context.Context) error {
-	if n.active.Err() != nil {
-		return ErrClosed
-	}
-	return ctx.Err()
 }

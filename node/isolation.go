@@ -6,15 +6,14 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/psp"
 )
 
 // Isolation. A barrier check passes only on what peers say, so a check
 // that hears from no peer must not pass: a node cut off from all its peers
 // (its own link down, a firewall, a partition of one) would otherwise run
 // on with no barrier at all, every query failing and every empty check
-// passing. The policy:
+// passing. The policy (psp.Isolated applies it; this file keeps the
+// peers heard from and the node's isolated state):
 //
 //   - A check that asked peers and got no answer from any of them (every
 //     query failed or timed out) is isolated: it fails, and the node
@@ -47,8 +46,11 @@ type isolation struct {
 // maxHeard bounds the peers remembered; beyond it the older half goes.
 const maxHeard = 8192
 
-// noteHeard records that p answered a step query or sent one.
-func (n *Node) noteHeard(p peer.ID) {
+// noteHeard records that peers answered a step query or sent one.
+func (n *Node) noteHeard(peers ...peer.ID) {
+	if len(peers) == 0 {
+		return
+	}
 	now := time.Now()
 	is := &n.iso
 	is.mu.Lock()
@@ -56,13 +58,15 @@ func (n *Node) noteHeard(p peer.ID) {
 	if is.heard == nil {
 		is.heard = make(map[peer.ID]time.Time)
 	}
-	if _, ok := is.heard[p]; !ok && len(is.heard) >= maxHeard {
-		n.forgetHeardLocked(now, n.heardHold()/2)
-		if len(is.heard) >= maxHeard {
-			clear(is.heard)
+	for _, p := range peers {
+		if _, ok := is.heard[p]; !ok && len(is.heard) >= maxHeard {
+			n.forgetHeardLocked(now, n.heardHold()/2)
+			if len(is.heard) >= maxHeard {
+				clear(is.heard)
+			}
 		}
+		is.heard[p] = now
 	}
-	is.heard[p] = now
 }
 
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
@@ -115,24 +119,8 @@ func (n *Node) heardLately(now time.Time) bool {
 	return len(is.heard) > 0
 }
 
-// isolatedCheck applies the policy to one check of the barrier sp, and
-// records whether the node is isolated.
-func (n *Node) isolatedCheck(sp psp.Spec, c check) bool {
-	now := time.Now()
-	isolated := false
-	switch {
-	case sp.Kind == psp.ASP || (sp.Probabilistic() && sp.Beta == 0):
-	case c.answered > 0:
-	case c.asked > 0:
-		isolated = true
-	case len(c.obs) > 0: // a global barrier counted peers seen lately without asking
-	default:
-		isolated = n.heardLately(now)
-	}
-	n.setIsolated(isolated, now)
-	return isolated
-}
-
+// setIsolated records whether the node is isolated, as its last check
+// found (psp.Isolated).
 func (n *Node) setIsolated(on bool, now time.Time) {
 	is := &n.iso
 	is.mu.Lock()

@@ -71,6 +71,7 @@ type Node struct {
 	warned    map[peer.ID]bool // peers warned about (warnOnce)
 	task      Task
 	decider   psp.Decider
+	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
@@ -195,6 +196,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		progress:     newProgress(),
 	}
 	n.stepExtID = StepProtocolExt(cfg.Job)
+	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {

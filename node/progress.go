@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // progress is what a node knows of its peers' steps without asking, and
@@ -90,6 +92,19 @@ func (g *progress) known(p peer.ID) (int64, bool) {
 	defer g.mu.Unlock()
 	s, ok := g.seen[p]
 	return s, ok
+}
+
+// knownAll is known for each of peers, under one lock, as a global
+// barrier check takes them (psp.Checker.Known).
+func (g *progress) knownAll(peers []peer.ID) []psp.Known {
+	out := make([]psp.Known, len(peers))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, p := range peers {
+		s, ok := g.seen[p]
+		out[i] = psp.Known{Peer: string(p), Step: s, Seen: ok}
+	}
+	return out
 }
 
 // wait notes that p waits for this node's step to reach threshold.

@@ -173,9 +173,15 @@ func (ss *stepStreams) close() {
 }
 
 // queryStep asks one peer for its step, on its idle step stream if it has
-// one (see stepStreams).
+// one (see stepStreams), within the query timeout of the node's timing now.
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, n.timing().timeout)
+	return n.queryStepWithin(ctx, p, req, n.timing().timeout)
+}
+
+// queryStepWithin is queryStep within timeout (a barrier's, set at its
+// start).
+func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req StepRequest, timeout time.Duration) (StepReply, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
 	// A leave notice goes on a fresh stream: a stale one could swallow it.

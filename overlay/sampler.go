@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -197,6 +198,42 @@ func (o *Overlay) MarkAlive(p peer.ID) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.touchLocked(p, true, time.Now())
+}
+
+// Estimate is a population estimate a peer reported (see ObserveEstimate).
+type Estimate struct {
+	Peer peer.ID
+	N    float64
+}
+
+// Note records what one barrier check learnt of its peers, under one
+// acquisition of the overlay's lock: the peers that did not answer, or
+// said they leave (as MarkDead), those that answered (as MarkAlive), and
+// the population estimates they reported (as ObserveEstimate). A check
+// asks each peer once, so no peer is in both dead and alive.
+func (o *Overlay) Note(dead, alive []peer.ID, estimates []Estimate) {
+	if len(dead)+len(alive)+len(estimates) == 0 {
+		return
+	}
+	self := o.h.ID()
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, p := range dead {
+		if m, ok := o.members[p]; ok {
+			o.markDeadLocked(m, now, "marked dead")
+		}
+	}
+	for _, p := range alive {
+		if p != self && p != "" {
+			o.touchLocked(p, true, now)
+		}
+	}
+	for _, e := range estimates {
+		if e.Peer != self && !math.IsNaN(e.N) && !math.IsInf(e.N, 0) && e.N >= 1 && e.N <= 1e9 && !o.held.has(e.Peer) {
+			o.reports[e.Peer] = report{n: e.N, at: now}
+		}
+	}
 }
 
 // offerToPoolLocked is reservoir sampling over the stream of live peers:

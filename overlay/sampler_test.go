@@ -463,3 +463,31 @@ func countDead(o *Overlay) int {
 	}
 	return n
 }
+
+// Note is MarkDead, MarkAlive and ObserveEstimate for a check's peers in
+// one call.
+func TestNote(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.PoolSize = 8
+	o := bareOverlay(t, cfg)
+	peers := synthPeers(t, 3, 6)
+	now := time.Now()
+	for _, p := range peers {
+		o.touchLocked(p, true, now)
+	}
+	dead, revived := peers[0], peers[1]
+	o.MarkDead(revived)
+	o.Note([]peer.ID{dead}, []peer.ID{revived, peers[2]},
+		[]Estimate{{Peer: peers[2], N: 42}, {Peer: peers[3], N: 0.5}, {Peer: o.h.ID(), N: 50}})
+	verifyPool(o)
+	if !o.members[dead].dead {
+		t.Error("a peer noted dead is not dead")
+	}
+	if o.members[revived].dead {
+		t.Error("a peer noted alive was not revived")
+	}
+	if len(o.reports) != 1 || o.reports[peers[2]].n != 42 {
+		t.Errorf("reports %v, want only %v's 42", o.reports, peers[2])
+	}
+	o.Note(nil, nil, nil) // nothing to note
+}

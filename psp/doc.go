@@ -21,10 +21,22 @@
 //
 // A node that must wait asks again later with a fresh sample.
 //
+// # Running a barrier
+//
+// Deciding one check is a Decider's job; running a barrier is a
+// Checker's: what to ask (β drawn peers, or every known peer that may
+// lag), hedging slow peers and replacing failed ones, ending a check at the
+// first answer that fails it, what a check that hears from no peer means
+// (Isolated), and when to check again (BarrierTiming). A Checker is a pure
+// machine in the manner of etcd's raft.RawNode: the caller does all I/O,
+// feeding it events and doing what Ready says. The node drives it with its
+// sampler, step queries and timers; the simulator with its population,
+// answering every query at once.
+//
 // The package is pure: no I/O, no clocks, no goroutines. Time, where a
 // controller needs it, is passed in by the caller as seconds on the caller's
 // own clock, and randomness comes from a *rand.Rand the caller owns, so the
 // discrete-event simulator (testnet/sim) and the real node (node) run exactly
-// the same decisions, and a barrier bug shows up first in a fast
-// deterministic test.
+// the same decisions and the same barrier policy, and a barrier bug shows
+// up first in a fast deterministic test.
 package psp

@@ -67,3 +67,43 @@ func ExampleBound() {
 	// Output:
 	// a=0.50 S=0.6667 mean<=14.6667 variance<73.3333
 }
+
+// A Checker does no I/O: the caller feeds it events, does what Ready
+// says (draw peers, ask them, call Tick at the wake time) and keeps the
+// time. Here the peers answer at once from a table, as in the simulator.
+func ExampleChecker() {
+	steps := map[string]psp.Step{"a": 7, "b": 4, "c": 9, "d": 8}
+	timing := psp.TimingConfig{PollShare: 1.0 / 64, GlobalPollShare: 0.25, PollMin: 1e-4, PollMax: 0.5, QueryTimeoutMin: 0.05, QueryTimeout: 1}
+	c := psp.NewChecker(psp.CheckConfig{Spec: psp.MustParse("pbsp:2"), Replacements: 2, Timing: timing}, nil)
+	draws := [][]string{{"a", "b"}, {"c", "d"}} // what the sampler draws, check by check
+	now := 0.0
+	c.Start(psp.CheckStart{Self: 7, Population: 4, Compute: 0.2, RTT: 0.001, Now: now})
+	var asks []string // queries in flight
+	for {
+		rd := c.Ready()
+		if rd.Pass {
+			break
+		}
+		asks = append(asks, rd.Ask...)
+		if rd.Done {
+			fmt.Printf("%.4f s: wait (%d lagging); next check at %.4f s\n", now, rd.Decision.Lagging, rd.Wake)
+			asks = asks[:0] // the answers still to come are no longer wanted
+		}
+		switch {
+		case rd.Draw > 0:
+			c.Drawn(draws[0], false, now)
+			draws = draws[1:]
+		case len(asks) > 0:
+			p := asks[0]
+			asks = asks[1:]
+			c.Answer(p, psp.Observation{Peer: p, Step: steps[p]}, true, now)
+		default:
+			now = rd.Wake
+			c.Tick(now)
+		}
+	}
+	fmt.Printf("%.4f s: pass\n", now)
+	// Output:
+	// 0.0000 s: wait (1 lagging); next check at 0.0125 s
+	// 0.0125 s: pass
+}

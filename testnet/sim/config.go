@@ -18,12 +18,22 @@ const (
 	// Poll has each waiting node re-check every PollInterval seconds, as a
 	// real node does; for very large N.
 	Poll
+	// Timed has each waiting node re-check when its barrier policy
+	// (psp.Checker) says: psp.BarrierTiming from its mean task time and
+	// the live population, with no round trip; and a peer's progress
+	// wakes it as a real node's does (a peer it found behind tells it
+	// when it reaches the node's threshold; a query from a peer at or
+	// behind it wakes it).
+	Timed
 )
 
-// String returns "fidelity" or "poll".
+// String returns "fidelity", "poll" or "timed".
 func (m Mode) String() string {
-	if m == Poll {
+	switch m {
+	case Poll:
 		return "poll"
+	case Timed:
+		return "timed"
 	}
 	return "fidelity"
 }
@@ -122,6 +132,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.StraggleFactor >= 1) || math.IsInf(c.StraggleFactor, 0) {
 		bad("straggle factor %v must be >= 1", c.StraggleFactor)
+	}
+	if c.Mode == Timed && c.Barrier.Kind == psp.DSSP {
+		bad("timed mode runs the nodes' barrier policy; the simulator's DSSP is the server-based baseline: use fidelity or poll")
 	}
 	if c.Mode == Poll && !(c.PollInterval > 0) {
 		bad("poll interval %v must be positive", c.PollInterval)

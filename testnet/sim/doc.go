@@ -1,5 +1,10 @@
 // Package sim is a deterministic discrete-event simulator of N pspnode nodes
-// whose barrier decisions are made by the same psp code a real node runs.
+// whose barriers are run by the same psp code a real node runs: each node's
+// psp.Checker (the nodes' barrier policy: what to ask, early exit, hedging,
+// what a check that hears from no peer means, when to check again) decides
+// with its psp.Decider. The simulator draws the samples and answers every
+// query at once with the peer's step; it models neither round trips nor
+// failed queries, so its checks never hedge or replace a peer.
 //
 // # Model
 //
@@ -14,7 +19,11 @@
 // Fidelity mode (the default) is the paper's simulator: at every completion
 // event, every waiting node is re-evaluated with a fresh sample. Poll mode,
 // for very large N, has each waiting node re-check every PollInterval
-// seconds instead, as a real node polls.
+// seconds instead. Timed mode has each waiting node re-check when its
+// Checker says (psp.BarrierTiming from its mean task time and the live
+// population), and wakes it as a real node's peers do: a peer that held it
+// back tells it when it reaches its threshold, and a query from a peer at
+// or behind it wakes it.
 //
 // What a barrier observes:
 //   - probabilistic barriers (pbsp, pssp, pdssp) sample β live nodes

@@ -25,9 +25,20 @@ type node struct {
 	joinedAt  float64
 	progress  float64 // last time it completed an iteration or joined
 	lastDone  float64
-	interval  float64 // EWMA of seconds between completions, reported to samplers
-	decider   psp.Decider
-	dssp      int // index in the DSSP controller
+	interval  float64      // EWMA of seconds between completions, reported to samplers
+	checker   *psp.Checker // the nodes' barrier policy (psp.Checker); nil under the DSSP controller
+	dssp      int          // index in the DSSP controller
+	compute   float64      // EWMA of its task times: its Checker's c (Timed)
+	wakeAt    float64      // Timed: when its Checker wants its next tick
+	pollAt    float64      // Timed: the poll event that is not stale
+	waiters   []waiter     // Timed: peers this node holds back
+}
+
+// waiter is a peer whose barrier this node holds back until its step
+// reaches threshold (node/progress.go's waiters).
+type waiter struct {
+	id        int
+	threshold psp.Step
 }
 
 type evKind uint8
@@ -35,6 +46,7 @@ type evKind uint8
 const (
 	evComplete evKind = iota
 	evPoll
+	evWake
 	evLeave
 	evJoin
 	evRecord
@@ -82,7 +94,9 @@ type sim struct {
 	churn   *rand.Rand
 	ctrl    *psp.DSSPController
 	idx     []int
-	obs     []psp.Observation
+	drawn   []string    // a check's draw, by node name
+	known   []psp.Known // a global check's view
+	asks    []string    // queries of a check not answered yet
 	updates []update
 	waits   []float64
 	lagHits float64
@@ -150,7 +164,13 @@ func (s *sim) churnGap(ratePerMin float64) float64 {
 }
 
 func (s *sim) taskTime(n *node) float64 {
-	return (n.rng.ExpFloat64() + 1) * n.factor * s.cfg.TimeScale
+	t := (n.rng.ExpFloat64() + 1) * n.factor * s.cfg.TimeScale
+	if n.compute == 0 {
+		n.compute = t
+	} else {
+		n.compute = 0.3*t + 0.7*n.compute
+	}
+	return t
 }
 
 func (s *sim) addNode(step psp.Step, factor float64) int {
@@ -163,10 +183,8 @@ func (s *sim) addNode(step psp.Step, factor float64) int {
 		alive:  true, inView: true,
 		joinedAt: s.now, progress: s.now, lastDone: s.now,
 	}
-	if s.cfg.Barrier.Kind == psp.PDSSP {
-		n.decider = psp.NewDecider(s.cfg.Barrier)
-	} else if s.cfg.Barrier.Kind != psp.DSSP {
-		n.decider = psp.NewDecider(s.cfg.Barrier) // stateless: shared semantics
+	if s.cfg.Barrier.Kind != psp.DSSP {
+		n.checker = psp.NewChecker(psp.CheckConfig{Spec: s.cfg.Barrier, Replacements: 2, GlobalQueries: 32, Timing: psp.DefaultTimingConfig()}, nil)
 	}
 	if s.ctrl != nil {
 		n.dssp = s.ctrl.Join(step, s.now)
@@ -189,7 +207,18 @@ func (s *sim) loop() {
 			s.complete(e.node)
 		case evPoll:
 			if n := s.nodes[e.node]; n.alive && n.waiting {
-				s.check(e.node)
+				if s.cfg.Mode != Timed {
+					s.check(e.node)
+				} else if e.t == n.pollAt {
+					n.pollAt = -1 // consumed: a later tick may be scheduled
+					n.checker.Tick(s.now)
+					s.timed(e.node)
+				}
+			}
+		case evWake:
+			if n := s.nodes[e.node]; n.alive && n.waiting {
+				n.checker.Woken(s.now)
+				s.timed(e.node)
 			}
 		case evLeave:
 			s.leave()
@@ -226,6 +255,9 @@ func (s *sim) complete(id int) {
 	n.lastDone = s.now
 	s.updates = append(s.updates, update{step: n.step, t: s.now})
 	s.observeLag(id)
+	if s.cfg.Mode == Timed {
+		s.release(id)
+	}
 	if s.ctrl != nil {
 		s.res.Checks++
 		if s.ctrl.Push(n.dssp, s.now).Pass {
@@ -257,7 +289,7 @@ func (s *sim) check(id int) bool {
 		s.res.Checks++
 		pass = s.ctrl.Retry(s.nodes[id].dssp).Pass
 	} else {
-		pass = s.decide(id)
+		pass = s.recheck(id)
 	}
 	if pass {
 		s.start(id)
@@ -269,30 +301,141 @@ func (s *sim) check(id int) bool {
 	return false
 }
 
-// decide runs the node's psp.Decider on what it observes.
+// decide starts the barrier of a node that completed a step: the nodes'
+// own barrier policy (psp.Checker) runs its first check.
 func (s *sim) decide(id int) bool {
 	n := s.nodes[id]
-	s.res.Checks++
-	s.obs = s.obs[:0]
-	sp := s.cfg.Barrier
-	switch {
-	case sp.Kind == psp.ASP:
-	case sp.Global():
-		for _, o := range s.view {
-			if o != id {
-				m := s.nodes[o]
-				s.obs = append(s.obs, psp.Observation{Peer: m.name, Step: m.step, Interval: m.interval})
+	n.checker.Start(psp.CheckStart{Self: n.step, Population: float64(len(s.live)), Compute: n.compute, Now: s.now})
+	pass, _ := s.drive(id)
+	return pass
+}
+
+// recheck runs a waiting node's next check now.
+func (s *sim) recheck(id int) bool {
+	s.nodes[id].checker.Recheck(s.now)
+	pass, _ := s.drive(id)
+	return pass
+}
+
+// timed carries on a waiting node's barrier after a tick or a wake
+// (Timed): the check its Checker began, if it began one, and the next
+// tick.
+func (s *sim) timed(id int) {
+	if pass, _ := s.drive(id); pass {
+		s.start(id)
+		return
+	}
+	s.schedulePoll(id)
+}
+
+// schedulePoll schedules the tick a waiting node's Checker wants (Timed).
+// A poll event whose time is no longer the node's pollAt is stale.
+func (s *sim) schedulePoll(id int) {
+	n := s.nodes[id]
+	if n.wakeAt > 0 && n.wakeAt != n.pollAt {
+		n.pollAt = n.wakeAt
+		s.schedule(n.wakeAt, evPoll, id)
+	}
+}
+
+// drive carries out the check a node's Checker has begun, if any, as it
+// says: it draws the sample uniformly from the live nodes, lists the
+// global view with every node's step, and answers each query at once with
+// the peer's step (the simulator models neither round trips nor failed
+// queries, so a check never hedges or replaces a peer). It reports whether
+// a check ran and whether it passed.
+func (s *sim) drive(id int) (pass, began bool) {
+	n := s.nodes[id]
+	ck := n.checker
+	queue, head := s.asks[:0], 0
+	for {
+		rd := ck.Ready()
+		queue = append(queue, rd.Ask...)
+		switch {
+		case rd.Done:
+			s.res.Checks++
+			n.wakeAt = rd.Wake
+			if s.cfg.Mode == Timed {
+				for _, p := range queue[head:] { // sent before the check ended
+					s.asked(id, p)
+				}
 			}
-		}
-	default:
-		k := sp.SampleSize(len(s.live) - 1)
-		s.idx = psp.SampleOthers(s.sample, len(s.live), s.livePos[id], k, s.idx)
-		for _, p := range s.idx {
-			m := s.nodes[s.live[p]]
-			s.obs = append(s.obs, psp.Observation{Peer: m.name, Step: m.step, Interval: m.interval})
+			s.asks = queue[:0]
+			return rd.Pass, true
+		case rd.Draw > 0:
+			k := min(rd.Draw, max(len(s.live)-1, 0))
+			s.idx = psp.SampleOthers(s.sample, len(s.live), s.livePos[id], k, s.idx)
+			s.drawn = s.drawn[:0]
+			for _, p := range s.idx {
+				s.drawn = append(s.drawn, s.nodes[s.live[p]].name)
+			}
+			ck.Drawn(s.drawn, false, s.now)
+		case rd.Known:
+			s.known = s.known[:0]
+			for _, o := range s.view {
+				if o != id {
+					m := s.nodes[o]
+					s.known = append(s.known, psp.Known{Peer: m.name, Step: m.step, Seen: true})
+				}
+			}
+			ck.Known(s.known, false, s.now)
+		case head < len(queue):
+			p := queue[head]
+			head++
+			m := s.asked(id, p)
+			ck.Answer(p, psp.Observation{Peer: p, Step: m.step, Interval: m.interval}, true, s.now)
+		default: // no check in progress: the Checker waits for its tick
+			n.wakeAt = rd.Wake
+			s.asks = queue[:0]
+			return false, false
 		}
 	}
-	return n.decider.Decide(n.step, s.now, s.obs).Pass
+}
+
+// asked is node id's query reaching the node named p, which it returns.
+// In Timed mode the query has the effects it has on a real node
+// (node/progress.go): p notes the asker as a waiter if p holds it back,
+// and a query from a peer at or behind p wakes p.
+func (s *sim) asked(id int, p string) *node {
+	j, err := strconv.Atoi(p)
+	if err != nil {
+		panic(fmt.Sprintf("sim: peer %q is no node", p))
+	}
+	m := s.nodes[j]
+	if s.cfg.Mode != Timed {
+		return m
+	}
+	n := s.nodes[id]
+	if st := s.cfg.Barrier.BaseStaleness(); st >= 0 {
+		if th := n.step - psp.Step(st); m.step < th {
+			i := slices.IndexFunc(m.waiters, func(w waiter) bool { return w.id == id })
+			if i < 0 {
+				m.waiters = append(m.waiters, waiter{id, th})
+			} else {
+				m.waiters[i].threshold = max(m.waiters[i].threshold, th)
+			}
+		}
+	}
+	if n.step <= m.step && m.alive && m.waiting {
+		s.schedule(s.now, evWake, j)
+	}
+	return m
+}
+
+// release wakes the waiters that node id's new step lets pass (Timed).
+func (s *sim) release(id int) {
+	n := s.nodes[id]
+	kept := n.waiters[:0]
+	for _, w := range n.waiters {
+		if n.step < w.threshold {
+			kept = append(kept, w)
+			continue
+		}
+		if m := s.nodes[w.id]; m.alive && m.waiting {
+			s.schedule(s.now, evWake, w.id)
+		}
+	}
+	n.waiters = kept
 }
 
 func (s *sim) start(id int) {
@@ -312,6 +455,8 @@ func (s *sim) block(id int) {
 	n.waiting, n.waitFrom = true, s.now
 	if s.cfg.Mode == Fidelity {
 		s.waiting = append(s.waiting, id)
+	} else if s.cfg.Mode == Timed {
+		s.schedulePoll(id)
 	} else {
 		s.schedule(s.now+s.cfg.PollInterval*(0.5+s.sample.Float64()), evPoll, id)
 	}

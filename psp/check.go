@@ -1,0 +1,566 @@
+package psp
+
+import "slices"
+
+// Checker runs a node's barrier for one step as a pure machine, in the
+// manner of etcd's raft.RawNode: it does no I/O, keeps no clock and starts
+// no goroutine. The caller (the node, or the simulator) feeds it events
+// (Start, Drawn, Known, Answer, Failed, Tick, Woken, Recheck), each with
+// the time on the caller's clock in seconds, and after each carries out
+// what Ready says: draw peers from its sampler, ask peers for their steps,
+// call Tick at the wake time. So the node and the simulator run one
+// policy:
+//
+//   - A check of a sampled barrier (pBSP, pSSP, pDSSP) asks β drawn peers.
+//     It hedges: a peer that fails, or whose answer does not count, is
+//     replaced by a fresh draw at once, and a peer that has not answered
+//     after the hedge delay gets a fresh draw asked beside it (each query
+//     once); at most Replacements × β fresh draws per check. It ends with
+//     the first β answers that count.
+//   - A check of a global barrier (BSP, SSP, DSSP) asks every known peer
+//     that may lag, at most GlobalQueries at a time, those never seen
+//     first, then the lowest known steps. Under BSP and SSP a peer known
+//     to be at or above the check's threshold is counted without asking
+//     (steps only grow).
+//   - A static barrier's check (all but DSSP and pDSSP) ends at the first
+//     answer behind its threshold: one such answer fails it whatever the
+//     others say (Behind).
+//   - A check that hears from no peer is isolated and fails: see Isolated.
+//   - A node that must wait checks again after the first re-check
+//     interval, then doubling up to the re-check interval; a progress
+//     report (Woken) brings the next check forward to the wake gap after
+//     the last check.
+//
+// The intervals follow the node's own compute time, round trip and
+// population estimate (BarrierTiming), taken once per barrier at Start.
+//
+// A Checker is not safe for concurrent use. The slices Ready returns are
+// valid until the next call.
+type Checker struct {
+	cfg     CheckConfig
+	decider Decider
+
+	self    Step
+	timing  Timing
+	phase   phase
+	checks  int     // checks so far in this barrier
+	backoff float64 // the current wait between checks
+	checked float64 // when the last check ended
+	wakeAt  float64 // waiting: when the next check starts
+	wokenUp bool    // a progress report came during a check
+
+	// The check in progress.
+	draw      int // drawing: how many peers to draw
+	want      int
+	budget    int
+	asked     []string
+	out       []pending // queries in flight
+	spares    []string
+	replacing int // replacements owed to a pending draw
+	obs       []Observation
+	answered  int
+	hedged    int
+	cached    int
+	cands     []Known // a global check's peers to ask, in order
+	next      int     // the next of cands to ask
+	ask       []string
+	ready     CheckOut // what Ready returns next
+}
+
+type phase uint8
+
+const (
+	idle    phase = iota // no barrier in progress
+	drawing              // waiting for Drawn or Known
+	asking               // queries in flight
+	waiting              // a check failed: the next starts at wakeAt
+	passed               // the barrier passed
+)
+
+type pending struct {
+	peer   string
+	at     float64 // when it was asked
+	hedged bool    // a fresh draw was asked beside it, or it is a global query
+}
+
+// CheckConfig is the barrier policy a Checker applies.
+type CheckConfig struct {
+	Spec Spec
+	// Replacements × β is the most fresh draws a sampled check makes to
+	// replace failed, refused or slow peers.
+	Replacements int
+	// GlobalQueries bounds a global check's queries in flight (0: no
+	// bound).
+	GlobalQueries int
+	Timing        TimingConfig
+}
+
+// Known is what a node knows of one peer's step without asking: for a
+// global check, every known peer, with the highest step it has shown.
+type Known struct {
+	Peer string
+	Step Step
+	Seen bool // false: no step known (Step is ignored)
+}
+
+// CheckStart begins a barrier. Population is the estimated number of
+// nodes (a sampled barrier's re-check interval follows it); Compute is
+// the node's mean compute seconds per step and RTT its smoothed query
+// round trip in seconds, each 0 while unknown.
+type CheckStart struct {
+	Self       Step
+	Population float64
+	Compute    float64
+	RTT        float64
+	Now        float64
+}
+
+// CheckOut is what Ready returns: what the caller must do now (Ask, then
+// Draw or Known, before any other input), and what a check that ended
+// decided.
+type CheckOut struct {
+	// Draw > 0: draw up to Draw peers uniformly (the caller's sampler;
+	// every known peer when it knows fewer) and pass them to Drawn before
+	// any other call.
+	Draw int
+	// Known: list every known peer with its known step and pass them to
+	// Known before any other call (a global check).
+	Known bool
+	// Ask: query these peers for their steps now, each within
+	// Timing().Timeout, and report each outcome to Answer or Failed.
+	// Outcomes of queries of a check that has ended are no longer wanted.
+	Ask []string
+	// Wake > 0: call Tick at this time (a hedge is due, or the next
+	// check); 0: nothing to wait for but answers.
+	Wake float64
+	// Done: a check ended, with Decision, Isolated and Stats.
+	Done     bool
+	Pass     bool // the barrier passed (Done is set too)
+	Decision Decision
+	Isolated bool // the check heard from no peer: it failed whatever Decision says
+	Stats    CheckStats
+}
+
+// CheckStats counts what a check that ended did.
+type CheckStats struct {
+	Asked     int  // peers asked
+	Answered  int  // peers that answered, whether or not the answer counted
+	Observed  int  // observations the decision counted
+	Hedged    int  // slow peers a fresh draw was asked beside
+	Cached    int  // peers of a global check counted without asking
+	EarlyFail bool // the check ended at the first answer behind its threshold
+}
+
+// NewChecker returns a Checker for cfg deciding with d (NewDecider(cfg.Spec)
+// if nil). A stateful Decider (DSSP, pDSSP) belongs to one node.
+func NewChecker(cfg CheckConfig, d Decider) *Checker {
+	if d == nil {
+		d = NewDecider(cfg.Spec)
+	}
+	return &Checker{cfg: cfg, decider: d}
+}
+
+// Timing is the barrier's timing, as set at Start.
+func (c *Checker) Timing() Timing { return c.timing }
+
+// Start begins the barrier for a node that has completed in.Self steps,
+// and its first check.
+func (c *Checker) Start(in CheckStart) { c.put(c.start(in)) }
+
+// Recheck starts the next check now, whatever the wait: for a caller that
+// re-checks on its own events (the simulator's completions). It does
+// nothing unless the node waits.
+func (c *Checker) Recheck(now float64) { c.put(c.recheck(now)) }
+
+// Drawn takes the peers drawn for a sampled check (Ready's Draw).
+// heardLately says whether the node has heard lately from a peer that has
+// not left; it matters only when there is no peer to ask (see Isolated).
+func (c *Checker) Drawn(peers []string, heardLately bool, now float64) {
+	c.put(c.drawn(peers, heardLately, now))
+}
+
+// Known takes a global check's peers (Ready's Known): every known peer,
+// with its known step. heardLately is as for Drawn.
+func (c *Checker) Known(peers []Known, heardLately bool, now float64) {
+	c.put(c.known(peers, heardLately, now))
+}
+
+// Answer takes a peer's answer to a query of the check in progress.
+// counts says whether it counts: false for a peer that said it leaves,
+// or whose report the caller refuses (another lineage of the job, or
+// psp.Screen). A peer that answered at all shows the node is not
+// isolated. An answer to a query of a check that has ended is ignored.
+func (c *Checker) Answer(peer string, o Observation, counts bool, now float64) {
+	c.put(c.answer(peer, o, counts, now))
+}
+
+// Failed takes a query that failed or timed out. (The caller marks the
+// peer dead: that is its sampler's business.)
+func (c *Checker) Failed(peer string, now float64) { c.put(c.failed(peer, now)) }
+
+// Tick takes the time passing: due hedges, or the next check.
+func (c *Checker) Tick(now float64) { c.put(c.tick(now)) }
+
+// Woken takes a progress report: a peer at or behind the node advanced.
+// The next check comes no sooner than the wake gap after the last, so a
+// burst of reports costs one check, and no later than the wait would have
+// brought it. A report during a check applies once it ends.
+func (c *Checker) Woken(now float64) { c.put(c.woken(now)) }
+
+// Ready returns what the caller must do now, and what a check that ended
+// decided, and clears it (but for Wake, which stands until an input
+// changes it). Its Ask slice is valid until the next call.
+func (c *Checker) Ready() CheckOut {
+	r := c.ready
+	c.ready = CheckOut{Ask: r.Ask[:0], Wake: r.Wake}
+	return r
+}
+
+// put adds an input's output to what Ready returns: queries to make
+// accumulate; a check that ended drops those of its own not yet made.
+func (c *Checker) put(o CheckOut) {
+	r := &c.ready
+	if o.Done {
+		r.Ask = r.Ask[:0]
+		r.Done, r.Pass, r.Decision, r.Isolated, r.Stats = true, o.Pass, o.Decision, o.Isolated, o.Stats
+	}
+	r.Ask = append(r.Ask, o.Ask...)
+	r.Draw, r.Known, r.Wake = o.Draw, o.Known, o.Wake
+}
+
+// Observations are what the last check that ended observed (valid until
+// the next call).
+func (c *Checker) Observations() []Observation { return c.obs }
+
+// start begins the barrier for a node that has completed in.Self steps,
+// and its first check.
+func (c *Checker) start(in CheckStart) CheckOut {
+	sp := c.cfg.Spec
+	c.self = in.Self
+	c.timing = BarrierTiming(c.cfg.Timing, sp.Probabilistic(), in.Compute, in.RTT, in.Population)
+	c.checks, c.backoff, c.wokenUp = 0, 0, false
+	c.ready = CheckOut{Ask: c.ready.Ask[:0]}
+	return c.begin(in.Now)
+}
+
+// recheck is Recheck.
+func (c *Checker) recheck(now float64) CheckOut {
+	if c.phase != waiting {
+		return c.current(now)
+	}
+	return c.begin(now)
+}
+
+// begin starts a check.
+func (c *Checker) begin(now float64) CheckOut {
+	sp := c.cfg.Spec
+	c.asked, c.out, c.spares, c.obs, c.cands, c.ask = c.asked[:0], c.out[:0], c.spares[:0], c.obs[:0], c.cands[:0], c.ask[:0]
+	c.replacing, c.answered, c.hedged, c.cached, c.next, c.want, c.budget = 0, 0, 0, 0, 0, 0, 0
+	switch {
+	case sp.Kind == ASP:
+		return c.decide(now, false, false)
+	case sp.Global():
+		c.phase = drawing
+		return c.current(now)
+	case sp.Beta <= 0:
+		return c.decide(now, false, false)
+	}
+	c.phase, c.draw = drawing, sp.Beta
+	return c.current(now)
+}
+
+// drawn is Drawn.
+func (c *Checker) drawn(peers []string, heardLately bool, now float64) CheckOut {
+	if c.phase != drawing || c.cfg.Spec.Global() {
+		return c.current(now)
+	}
+	c.phase = asking
+	if c.want == 0 && len(c.asked) == 0 { // the check's sample
+		for _, p := range peers {
+			if !slices.Contains(c.asked, p) {
+				c.launch(p, now, false)
+			}
+		}
+		c.want = len(c.asked)
+		if c.want == 0 {
+			return c.decide(now, heardLately, false)
+		}
+		c.budget = c.cfg.Replacements * c.want
+		return c.progress(now)
+	}
+	// A draw for replacements.
+	for _, p := range peers {
+		if !slices.Contains(c.asked, p) {
+			c.spares = append(c.spares, p)
+		}
+	}
+	k := c.replacing
+	c.replacing = 0
+	if len(c.spares) == 0 {
+		k = 0 // no peer left to draw: the check makes do
+	}
+	out := c.replace(k, now)
+	if out.Draw > 0 {
+		return out
+	}
+	return c.progress(now)
+}
+
+// known is Known.
+func (c *Checker) known(peers []Known, heardLately bool, now float64) CheckOut {
+	if c.phase != drawing || !c.cfg.Spec.Global() {
+		return c.current(now)
+	}
+	sp := c.cfg.Spec
+	static := !sp.Dynamic()
+	threshold := c.self - Step(sp.BaseStaleness())
+	for _, k := range peers {
+		if static && k.Seen && k.Step >= threshold {
+			c.obs = append(c.obs, Observation{Peer: k.Peer, Step: k.Step})
+			continue
+		}
+		if !k.Seen {
+			k.Step = -1
+		}
+		c.cands = append(c.cands, k)
+	}
+	c.cached = len(c.obs)
+	slices.SortStableFunc(c.cands, func(a, b Known) int {
+		switch {
+		case a.Step < b.Step:
+			return -1
+		case a.Step > b.Step:
+			return 1
+		}
+		return 0
+	})
+	c.phase = asking
+	if len(c.cands) == 0 {
+		return c.decide(now, heardLately, false)
+	}
+	return c.progress(now)
+}
+
+// answer is Answer.
+func (c *Checker) answer(peer string, o Observation, counts bool, now float64) CheckOut {
+	if !c.settle(peer) {
+		return c.current(now)
+	}
+	c.answered++
+	sp := c.cfg.Spec
+	if counts {
+		c.obs = append(c.obs, o)
+		if !sp.Dynamic() && Behind(c.self, sp.BaseStaleness(), o.Step) {
+			return c.decide(now, false, true)
+		}
+	} else if !sp.Global() {
+		if out := c.replace(1, now); out.Draw > 0 {
+			return out
+		}
+	}
+	return c.progress(now)
+}
+
+// failed is Failed.
+func (c *Checker) failed(peer string, now float64) CheckOut {
+	if !c.settle(peer) {
+		return c.current(now)
+	}
+	if !c.cfg.Spec.Global() {
+		if out := c.replace(1, now); out.Draw > 0 {
+			return out
+		}
+	}
+	return c.progress(now)
+}
+
+// tick is Tick.
+func (c *Checker) tick(now float64) CheckOut {
+	switch c.phase {
+	case waiting:
+		if now >= c.wakeAt {
+			return c.begin(now)
+		}
+		return c.current(now)
+	case asking:
+		k := 0
+		for i := range c.out {
+			if q := &c.out[i]; !q.hedged && q.at+c.timing.Hedge <= now {
+				q.hedged = true
+				k++
+			}
+		}
+		c.hedged += k
+		if out := c.replace(k, now); out.Draw > 0 {
+			return out
+		}
+		return c.progress(now)
+	}
+	return c.current(now)
+}
+
+// woken is Woken.
+func (c *Checker) woken(now float64) CheckOut {
+	switch c.phase {
+	case asking, drawing:
+		c.wokenUp = true
+		return c.current(now)
+	case waiting:
+		c.wakeAt = min(c.wakeAt, c.checked+min(c.timing.Wake, c.backoff))
+		return c.tick(now)
+	}
+	return CheckOut{}
+}
+
+// current is the output of an input that changes nothing: what the
+// Checker still waits for.
+func (c *Checker) current(now float64) CheckOut {
+	switch c.phase {
+	case drawing:
+		if c.cfg.Spec.Global() {
+			return CheckOut{Known: true}
+		}
+		return CheckOut{Draw: c.draw}
+	case waiting:
+		return CheckOut{Wake: c.wakeAt}
+	case asking:
+		return c.progress(now)
+	}
+	return CheckOut{}
+}
+
+// settle removes peer from the queries in flight; false if it was not.
+func (c *Checker) settle(peer string) bool {
+	if c.phase != asking {
+		return false
+	}
+	i := slices.IndexFunc(c.out, func(q pending) bool { return q.peer == peer })
+	if i < 0 {
+		return false
+	}
+	c.out = slices.Delete(c.out, i, i+1)
+	return true
+}
+
+// launch asks p.
+func (c *Checker) launch(p string, now float64, global bool) {
+	c.asked = append(c.asked, p)
+	c.out = append(c.out, pending{peer: p, at: now, hedged: global})
+	c.ask = append(c.ask, p)
+}
+
+// replace asks up to k fresh draws, within the budget. When it runs out of
+// spares it asks for a draw (CheckOut.Draw) and owes the rest.
+func (c *Checker) replace(k int, now float64) CheckOut {
+	for ; k > 0 && c.budget > 0; k-- {
+		if len(c.spares) == 0 {
+			c.replacing += k
+			c.phase, c.draw = drawing, c.want+len(c.asked)
+			return CheckOut{Draw: c.draw, Ask: c.flush()}
+		}
+		p := c.spares[0]
+		c.spares = c.spares[1:]
+		if slices.Contains(c.asked, p) {
+			k++
+			continue
+		}
+		c.budget--
+		c.launch(p, now, false)
+	}
+	return CheckOut{}
+}
+
+// flush returns the queries to launch and starts a new list (the caller
+// copies them before the next launch: put).
+func (c *Checker) flush() []string {
+	a := c.ask
+	c.ask = c.ask[:0]
+	return a
+}
+
+// progress launches a global check's next queries, ends a check that has
+// all it waits for, and otherwise says what to do and when to tick.
+func (c *Checker) progress(now float64) CheckOut {
+	if c.cfg.Spec.Global() {
+		limit := c.cfg.GlobalQueries
+		if limit <= 0 {
+			limit = len(c.cands)
+		}
+		for len(c.out) < limit && c.next < len(c.cands) {
+			c.launch(c.cands[c.next].Peer, now, true)
+			c.next++
+		}
+		if len(c.out) == 0 {
+			return c.decide(now, false, false)
+		}
+		return CheckOut{Ask: c.flush()}
+	}
+	if len(c.out) == 0 || len(c.obs) >= c.want {
+		return c.decide(now, false, false)
+	}
+	out := CheckOut{Ask: c.flush()}
+	for _, q := range c.out {
+		if !q.hedged {
+			if t := q.at + c.timing.Hedge; out.Wake == 0 || t < out.Wake {
+				out.Wake = t
+			}
+		}
+	}
+	return out
+}
+
+// decide ends a check: the decision, the isolation policy, and, if the
+// node must wait, when it checks next.
+func (c *Checker) decide(now float64, heardLately, early bool) CheckOut {
+	c.checks++
+	d := c.decider.Decide(c.self, now, c.obs)
+	iso := Isolated(c.cfg.Spec, len(c.asked), c.answered, len(c.obs), heardLately)
+	out := CheckOut{
+		Done: true, Decision: d, Isolated: iso,
+		Stats: CheckStats{Asked: len(c.asked), Answered: c.answered, Observed: len(c.obs),
+			Hedged: c.hedged, Cached: c.cached, EarlyFail: early},
+	}
+	c.out = c.out[:0]
+	c.checked = now
+	if d.Pass && !iso {
+		c.phase = passed
+		out.Pass = true
+		return out
+	}
+	c.phase = waiting
+	if c.checks == 1 {
+		c.backoff = c.timing.First
+	} else {
+		c.backoff = min(2*c.backoff, c.timing.Recheck)
+	}
+	c.wakeAt = now + c.backoff
+	if c.wokenUp {
+		c.wokenUp = false
+		c.wakeAt = min(c.wakeAt, now+min(c.timing.Wake, c.backoff))
+	}
+	out.Wake = c.wakeAt
+	return out
+}
+
+// Isolated is the isolation policy. A check passes only on what peers say,
+// so a check that hears from no peer must not pass: a node cut off from
+// all its peers would otherwise run on with no barrier at all. A check is
+// isolated, and fails, when it asked peers and none answered (every query
+// failed), or when it had no peer to ask (and counted none without asking)
+// while the node has heard lately from a peer that has not left (such a
+// peer was found dead, and may come back). A node with no peer that has
+// heard from none lately is alone: the first node of a job, or one whose
+// peers all left. ASP and β = 0 never check, so never isolate.
+func Isolated(sp Spec, asked, answered, observed int, heardLately bool) bool {
+	switch {
+	case sp.Kind == ASP || (sp.Probabilistic() && sp.Beta == 0):
+		return false
+	case answered > 0:
+		return false
+	case asked > 0:
+		return true
+	case observed > 0: // a global check counted peers seen lately without asking
+		return false
+	}
+	return heardLately
+}
