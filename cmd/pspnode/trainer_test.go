@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"os"
@@ -13,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pspnode/pspnode/examples/torch/evals"
 	"github.com/pspnode/pspnode/internal/daemontest"
 )
 
@@ -95,35 +95,17 @@ func startTrainer(t *testing.T, root, daemon, dir string, i, n int, extra ...str
 	return p
 }
 
-// evals reads the trainer's evaluations so far: (time, step, accuracy).
-func (p *trainerProc) evals() [][3]float64 {
-	f, err := os.Open(p.csv)
-	if err != nil {
-		return nil
-	}
-	defer f.Close()
-	var out [][3]float64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Split(sc.Text(), ",")
-		if len(fs) != 4 {
-			continue
-		}
-		ts, e1 := strconv.ParseFloat(fs[0], 64)
-		st, e2 := strconv.ParseFloat(fs[1], 64)
-		acc, e3 := strconv.ParseFloat(fs[3], 64)
-		if e1 == nil && e2 == nil && e3 == nil {
-			out = append(out, [3]float64{ts, st, acc})
-		}
-	}
-	return out
+// evaluations reads the trainer's evaluations so far.
+func (p *trainerProc) evaluations() []evals.Eval {
+	ev, _ := evals.Read(p.csv)
+	return ev
 }
 
 // last is the trainer's latest evaluation, and whether it has one.
-func (p *trainerProc) last() ([3]float64, bool) {
-	ev := p.evals()
+func (p *trainerProc) last() (evals.Eval, bool) {
+	ev := p.evaluations()
 	if len(ev) == 0 {
-		return [3]float64{}, false
+		return evals.Eval{}, false
 	}
 	return ev[len(ev)-1], true
 }
@@ -182,7 +164,7 @@ func TestTorchTrainers(t *testing.T) {
 			if err := exited(p); err != nil {
 				t.Fatal(err)
 			}
-			if e, ok := p.last(); !ok || e[2] < 0.90 {
+			if e, ok := p.last(); !ok || e.Accuracy < 0.90 {
 				return false
 			}
 		}
@@ -190,7 +172,7 @@ func TestTorchTrainers(t *testing.T) {
 	})
 	for i, p := range trainers {
 		e, _ := p.last()
-		t.Logf("trainer %d: accuracy %.3f at step %.0f after %.1f s", i, e[2], e[1], e[0])
+		t.Logf("trainer %d: accuracy %.3f at step %.0f after %.1f s", i, e.Accuracy, e.Step, e.Time)
 	}
 
 	// Kill trainer 2 and its daemon: the others go on stepping.
@@ -222,13 +204,13 @@ func TestTorchTrainers(t *testing.T) {
 		_, ok := joiner.last()
 		return ok
 	})
-	first := joiner.evals()[0]
+	first := joiner.evaluations()[0]
 	e0, _ := trainers[0].last()
 	e1, _ := trainers[1].last()
-	others := (e0[2] + e1[2]) / 2
-	t.Logf("joiner's first evaluation: accuracy %.3f at step %.0f; the others' %.3f", first[2], first[1], others)
-	if first[1] < 50 || first[2] < others-0.02 || first[2] > others+0.02 {
-		t.Fatalf("the joiner started at step %.0f with accuracy %.3f; the others are at %.3f", first[1], first[2], others)
+	others := (e0.Accuracy + e1.Accuracy) / 2
+	t.Logf("joiner's first evaluation: accuracy %.3f at step %.0f; the others' %.3f", first.Accuracy, first.Step, others)
+	if first.Step < 50 || first.Accuracy < others-0.02 || first.Accuracy > others+0.02 {
+		t.Fatalf("the joiner started at step %.0f with accuracy %.3f; the others are at %.3f", first.Step, first.Accuracy, others)
 	}
 	if stepOf(d3) < 1 {
 		t.Fatalf("the joiner's daemon is at step %d", stepOf(d3))

@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pspnode/pspnode/examples/torch/evals"
 	"github.com/pspnode/pspnode/internal/figure"
 )
 
@@ -315,7 +316,7 @@ func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*w
 		peak = max(peak, p1+p2)
 	}
 	r := run{System: sys, Workers: w, Slow: sl, Duration: dur.Seconds(), TimeToTarget: math.NaN()}
-	var evals [][][3]float64
+	var curves [][]evals.Eval
 	var steps, bytes int64
 	var elapsed, final float64
 	for i, wk := range ws {
@@ -345,7 +346,7 @@ func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*w
 		if err != nil {
 			return run{}, err
 		}
-		evals = append(evals, ev)
+		curves = append(curves, ev)
 	}
 	if sys != "ddp" {
 		bytes = daemonBytes
@@ -355,7 +356,7 @@ func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*w
 	r.BytesPerStep = float64(bytes) / float64(max(steps, 1))
 	r.CPUSeconds, r.PeakRSS = cpu, peak
 	r.Load = loadAverage()
-	r.Curve, r.TimeToTarget = medianCurve(evals, c.target, dur.Seconds())
+	r.Curve, r.TimeToTarget = medianCurve(curves, c.target, dur.Seconds())
 	c.saveCurve(r)
 	return r, nil
 }
@@ -404,23 +405,23 @@ func (discard) Write(p []byte) (int, error) { return len(p), nil }
 
 // medianCurve is the median accuracy over workers at each second, each
 // worker at its latest evaluation, and the first time it reaches target.
-func medianCurve(evals [][][3]float64, target, dur float64) ([][2]float64, float64) {
+func medianCurve(curves [][]evals.Eval, target, dur float64) ([][2]float64, float64) {
 	var curve [][2]float64
 	reached := math.NaN()
 	for t := 0.0; t <= dur+1e-9; t += 0.5 {
 		var accs []float64
-		for _, ev := range evals {
+		for _, ev := range curves {
 			acc := math.NaN()
 			for _, e := range ev {
-				if e[0] <= t {
-					acc = e[2]
+				if e.Time <= t {
+					acc = e.Accuracy
 				}
 			}
 			if !math.IsNaN(acc) {
 				accs = append(accs, acc)
 			}
 		}
-		if len(accs) < len(evals) {
+		if len(accs) < len(curves) {
 			continue
 		}
 		slices.Sort(accs)
@@ -437,30 +438,13 @@ func medianCurve(evals [][][3]float64, target, dur float64) ([][2]float64, float
 	return curve, reached
 }
 
-func readEvals(path string) ([][3]float64, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
+// readEvals reads a worker's evaluations; a worker without any failed.
+func readEvals(path string) ([]evals.Eval, error) {
+	ev, err := evals.Read(path)
+	if err == nil && len(ev) == 0 {
+		err = errors.New(path + ": no evaluations")
 	}
-	defer f.Close()
-	var out [][3]float64
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fs := strings.Split(sc.Text(), ",")
-		if len(fs) != 4 {
-			continue
-		}
-		t, e1 := strconv.ParseFloat(fs[0], 64)
-		s, e2 := strconv.ParseFloat(fs[1], 64)
-		a, e3 := strconv.ParseFloat(fs[3], 64)
-		if e1 == nil && e2 == nil && e3 == nil {
-			out = append(out, [3]float64{t, s, a})
-		}
-	}
-	if len(out) == 0 {
-		return nil, errors.New(path + ": no evaluations")
-	}
-	return out, sc.Err()
+	return ev, err
 }
 
 func (c *config) saveCurve(r run) {
