@@ -53,6 +53,11 @@ func TestSmallTestnet(t *testing.T) {
 	if res.Connections.HeldMean < 1 || !(res.Connections.OpenedPerNodeMin > 0) {
 		t.Errorf("connections not counted: %+v", res.Connections)
 	}
+	// The report carries its cost, in the run's own figures.
+	if c := res.Cost; c == nil || !(c.CPUS > 0) || !(c.PaperNodeSPerCPUS > 0) || !(c.RSSBytesPerNode > 0) ||
+		c.ConnectionsHeldPerNode != res.Connections.HeldMean || c.ConnectionsOpenedPerNode != res.Connections.OpenedPerNodeMin {
+		t.Errorf("cost: %+v", c)
+	}
 }
 
 // TestHostileTestnet runs 20 real nodes of which some lie about their step,

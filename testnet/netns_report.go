@@ -147,6 +147,7 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 		rep.LoadAvg1Start, rep.LoadAvg1End = -1, -1 // unknown: JSON has no NaN
 	}
 	var all, fast, slow, cpu, rss []float64
+	var nodesCPU float64 // the node processes' CPU seconds, for Cost
 	var checkH, waitH, rttH histogram
 	var waitS, rechecks, held, opened float64
 	groups := map[string]*groupAcc{"quota": {}, "nat": {}}
@@ -187,6 +188,7 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 				h.acc.add(b.met.hist(h.name), -1)
 			}
 		}
+		nodesCPU += f.met.values["process_cpu_seconds_total"]
 		if c0, ok0 := b.met.values["process_cpu_seconds_total"]; ok0 && b.ok {
 			if c1, ok1 := f.met.values["process_cpu_seconds_total"]; ok1 {
 				row.cpuShare = (c1 - c0) / elapsed.Seconds()
@@ -251,6 +253,15 @@ func (r *netnsRun) result(k *netnsTrack, base, final []reading, elapsed, warm ti
 	res.NetNS = rep
 	res.PeakRSSBytes = procstat.PeakRSS()
 	res.CPUS = procstat.CPUTime().Seconds()
+	// Each node is a process of its own here: the run's cost is theirs
+	// and this one's, and a node's memory is its own process's.
+	nodeRes := *res
+	nodeRes.CPUS += nodesCPU
+	nodeRes.cost()
+	res.Cost = nodeRes.Cost
+	if len(rss) > 0 {
+		res.Cost.RSSBytesPerNode = (1 << 20) * spread(rss).Mean
+	}
 	return res
 }
 

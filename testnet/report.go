@@ -109,6 +109,7 @@ type Result struct {
 	PeakRSSBytes int64      `json:"peak_rss_bytes"`
 	Resources    *Resources `json:"resources,omitempty"` // at a quarter of the run and at its end
 	CPUS         float64    `json:"cpu_s"`
+	Cost         *Cost      `json:"cost,omitempty"` // the figures above per node and per paper second
 
 	CompareSim *Comparison `json:"compare_sim,omitempty"`
 	// NetNS is the netns transport's own figures (a process per node).
@@ -438,6 +439,10 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			mb.Members, mb.MembersMax, mb.Unconfirmed, mb.UnconfirmedMax, mb.Dead, mb.Drawable, sample)
 	}
 	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	if c := r.Cost; c != nil {
+		row("cost", "%.1f paper node-seconds per CPU-second, %.2f MiB per node, %.1f connections held and %.1f opened a minute per node",
+			c.PaperNodeSPerCPUS, c.RSSBytesPerNode/(1<<20), c.ConnectionsHeldPerNode, c.ConnectionsOpenedPerNode)
+	}
 	if rs := r.Resources; rs != nil {
 		row("  quarter → end", "RSS %.0f → %.0f MiB, live heap %.0f → %.0f MiB, goroutines %d → %d (%.1f → %.1f per live node)",
 			float64(rs.RSSBytesAtQuarter)/(1<<20), float64(rs.RSSBytesEnd)/(1<<20), float64(rs.HeapBytesAtQuarter)/(1<<20), float64(rs.HeapBytesEnd)/(1<<20),

@@ -197,6 +197,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Overload = t.overload(probe, elapsed, cpu, res)
 	}
 	res.Membership = t.membership()
+	res.cost()
 	// Stop every node, then wait for their loops.
 	t.mu.Lock()
 	for _, m := range t.members {
