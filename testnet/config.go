@@ -197,6 +197,13 @@ type Config struct {
 	StallWindow    time.Duration // no progress for this long, while allowed, is a stall
 	AccuracyTarget float64       // accuracy whose first crossing is reported
 
+	// Estimated, if set, is told the run's estimate (Estimate) before any
+	// node is built (mem and tcp transports). Run refuses a run whose
+	// estimated memory exceeds what the machine has available, with an
+	// *ErrTooLarge, unless Force is set.
+	Estimated func(Estimate)
+	Force     bool
+
 	// BuildProgress, if set, is told as nodes are built.
 	BuildProgress func(built, total int, elapsed time.Duration)
 	// Progress, if set, receives a snapshot every RecordEvery.

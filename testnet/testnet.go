@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -81,6 +82,19 @@ type testnet struct {
 	normDelivered atomic.Uint64
 }
 
+// params returns the number of parameters of the run's model (0 without
+// one, or if it cannot be built: building the nodes will say why).
+func (t *testnet) params() int {
+	if t.data.Train == nil {
+		return 0
+	}
+	m, err := model.New(t.cfg.Model, t.data.Train.Dim, t.data.Train.Classes)
+	if err != nil {
+		return 0
+	}
+	return m.NumParams()
+}
+
 // Run builds a testnet, trains for cfg.Duration with the configured churn,
 // and returns what it measured. The context stops it early (the result
 // covers the time run). On the virtual clock Run must be called inside a
@@ -91,10 +105,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	}
 	if cfg.Transport == "netns" {
 		return runNetns(ctx, cfg)
-	}
-	if cfg.Clock == Virtual && !vclock.InBubble() {
-		return nil, errors.New("testnet: the virtual clock needs Run to be called inside a testing/synctest bubble " +
-			"(synctest.Test in a test; pspnode testnet makes one itself); set Config.Clock to Real to run on the machine's clock")
 	}
 	t := &testnet{
 		cfg:     cfg,
@@ -121,6 +131,17 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			return nil, fmt.Errorf("testnet: %w", err)
 		}
 		t.data = d
+	}
+	est := estimate(cfg, t.params(), runtime.GOMAXPROCS(0))
+	if cfg.Estimated != nil {
+		cfg.Estimated(est)
+	}
+	if avail := availableMemory(); !cfg.Force && avail > 0 && est.RSSBytes > avail {
+		return nil, fmt.Errorf("testnet: %w", &ErrTooLarge{Estimate: est, Available: avail})
+	}
+	if cfg.Clock == Virtual && !vclock.InBubble() {
+		return nil, errors.New("testnet: the virtual clock needs Run to be called inside a testing/synctest bubble " +
+			"(synctest.Test in a test; pspnode testnet makes one itself); set Config.Clock to Real to run on the machine's clock")
 	}
 	if cfg.Transport == "mem" {
 		t.net = memnet.NewNet(memnet.Config{

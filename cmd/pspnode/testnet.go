@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/pspnode/pspnode/internal/netns"
+	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
@@ -57,6 +58,7 @@ type testnetFlags struct {
 	cpuProf, memProf, hostile, latency, bandwidth       *string
 	nodes, nat, victims, prefix                         *int
 	connLow, connHigh, poolSize, gcPercent              *int
+	force                                               *bool
 	duration, warmup, evalEvery, slowDelay              *time.Duration
 	churn, lr, target, loss, normBound                  *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
@@ -112,6 +114,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.connLow = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 32 above 100 nodes, 16 above 500, 24 over tcp)")
 	f.connHigh = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 96 above 100 nodes, 48 above 500, 64 over tcp)")
 	f.poolSize = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
+	f.force = fs.Bool("force", false, "run even when the run's memory estimate exceeds the memory this machine has available (it is refused otherwise)")
 	f.gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
 	fs.Var(&f.barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
 	fs.Var(&f.stragg, "stragglers", "fraction of nodes that are stragglers")
@@ -236,6 +239,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *f.churn, *f.modelName, *f.data, *f.encoding, *f.lr
 	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
+	cfg.Force = *f.force
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
 	cfg.PollShare = f.pollShare.x
 	cfg.Exchange = f.exchange
@@ -317,6 +321,9 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 			fmt.Fprintf(j.stderr, "testnet: run %d/%d: %s\n", i+1, len(j.barriers), sp)
 		}
 		res, err := testnet.Run(ctx, c)
+		if tooLarge := (*testnet.ErrTooLarge)(nil); errors.As(err, &tooLarge) {
+			return usageError{err} // what was asked does not fit: exit 2
+		}
 		if err != nil {
 			return err
 		}
@@ -352,6 +359,9 @@ func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
 	cfg.NetnsRun = func(id, subnet string) {
 		fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
 	}
+	cfg.Estimated = func(e testnet.Estimate) {
+		fmt.Fprintf(j.stderr, "testnet: estimate: %s\n", e)
+	}
 	cfg.BuildProgress = func(built, total int, d time.Duration) {
 		if virtual {
 			fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes (%s of wall time so far)\n", built, total, wall().Round(time.Second))
@@ -360,6 +370,7 @@ func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
 		fmt.Fprintf(j.stderr, "testnet: built %d/%d nodes in %s\n", built, total, d.Round(time.Second))
 	}
 	var printed time.Duration = -1
+	var rate progressRate
 	cfg.Progress = func(s testnet.Snapshot) {
 		// On the virtual clock snapshots can come many times a wall
 		// second: print at most one a wall second. (The job's wall
@@ -380,9 +391,49 @@ func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
 		case virtual:
 			clock = fmt.Sprintf("%5.0fs virtual", s.Elapsed.Seconds())
 		}
-		fmt.Fprintf(j.stderr, "[%s] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s\n",
-			clock, s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc)
+		fmt.Fprintf(j.stderr, "[%s] live %4d  step min/med/max %d/%d/%d  waiting %3d  est err %5.1f%%  updates/s %6.0f%s%s\n",
+			clock, s.Live, s.StepMin, s.StepMedian, s.StepMax, s.Waiting, 100*s.EstimateError, s.UpdatesPerSec, acc, rate.line(s, cfg.Duration, cfg.TimeScale, procstat.CPUTime()))
 	}
+}
+
+// progressRate tells, on a progress line, how fast a run goes in the units
+// of its cost (paper node-seconds: a node for one second of the paper's
+// task time, training time divided by the time scale) and when it will
+// end, from the first progress snapshot on.
+type progressRate struct {
+	started         bool
+	elapsed0, wall0 time.Duration
+	cpu0            time.Duration
+	nodeS           float64 // paper node-seconds since the first snapshot
+	lastElapsed     time.Duration
+}
+
+// line returns the rate part of a progress line for snapshot s of a run
+// of the given training duration and time scale; cpu is the process's CPU
+// time so far. It is empty until there is something to tell.
+func (r *progressRate) line(s testnet.Snapshot, duration time.Duration, timeScale float64, cpu time.Duration) string {
+	if s.Wall < 0 || timeScale <= 0 {
+		return ""
+	}
+	if !r.started || s.Elapsed < r.lastElapsed { // the first snapshot, or the next barrier's run
+		*r = progressRate{}
+		r.started, r.elapsed0, r.wall0, r.cpu0, r.lastElapsed = true, s.Elapsed, s.Wall, cpu, s.Elapsed
+		return ""
+	}
+	r.nodeS += float64(s.Live) * (s.Elapsed - r.lastElapsed).Seconds() / timeScale
+	r.lastElapsed = s.Elapsed
+	wall, ran := (s.Wall - r.wall0).Seconds(), (s.Elapsed - r.elapsed0).Seconds()
+	if wall <= 0 || ran <= 0 {
+		return ""
+	}
+	out := fmt.Sprintf("  %.0f paper node-s/s", r.nodeS/wall)
+	if c := (cpu - r.cpu0).Seconds(); c > 0 {
+		out += fmt.Sprintf(" (%.0f per CPU-s)", r.nodeS/c)
+	}
+	if left := (duration - s.Elapsed).Seconds(); left > 0 {
+		out += fmt.Sprintf("  ends in ~%s", time.Duration(left*wall/ran*float64(time.Second)).Round(time.Second))
+	}
+	return out
 }
 
 // profile sets cfg's progress hook to start the CPU profile and time the

@@ -1,0 +1,139 @@
+package testnet
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Estimate is what a run is expected to cost, told before it starts so that
+// a researcher can size a large or long experiment, and so that one that
+// would take the machine's memory is refused (Config.Force runs it anyway).
+//
+// It is a rough model, fitted to runs of this testnet (mem transport, the
+// default connection limits) and good to about a factor of two:
+//
+//   - memory: about 4 MiB per node plus up to 6 MiB more as the nodes'
+//     connections fill in (most of a node's memory is per connection:
+//     DHT and GossipSub peer state, stream buffers); under gossip with a
+//     model, every node holds the job's recent updates in flight, so memory
+//     grows with N² × the update's size; under epidemic:S a node holds
+//     S+4 copies of its model;
+//   - CPU: the nodes' background work (DHT, overlay, GossipSub heartbeats)
+//     and barrier checks, about N × (0.005 + 0.00012 × min(N, 500))
+//     CPU-seconds per second of the run's clock, plus, under gossip with a
+//     model, about 100 µs + 18 ns per byte for each copy of an update a node
+//     takes in;
+//   - wall: the CPU over the machine's cores, at the share a testnet gets
+//     (about 1.6 of 2 cores).
+type Estimate struct {
+	Params   int     // model parameters (0 without a model)
+	RSSBytes float64 // peak resident memory of this process
+	CPUS     float64 // CPU seconds of the run
+	WallS    float64 // wall seconds, on this machine's cores
+}
+
+// estimate returns cfg's estimate for a model of params parameters.
+func estimate(cfg Config, params, cores int) Estimate {
+	n := float64(cfg.Nodes)
+	// The clock's seconds the run lasts: warm-up (at most Config.Warmup,
+	// usually a fraction) and training.
+	runS := cfg.Duration.Seconds() + 0.3*cfg.Warmup.Seconds()
+	e := Estimate{Params: params}
+	const mib = 1 << 20
+	e.RSSBytes = 150*mib + n*(4*mib+6*mib*math.Min(1, n/200))
+	e.CPUS = n * runS * (0.005 + 0.00012*math.Min(n, 500))
+	if params > 0 {
+		update := float64(4 * params) // dense32; the encodings only shrink it
+		if cfg.Exchange.S > 0 {
+			e.RSSBytes += n * float64(cfg.Exchange.S+4) * 8 * float64(params)
+			// Each node takes in S models a step.
+			steps := runS / math.Max(stepTimeS(cfg), 1e-3)
+			e.CPUS += n * steps * float64(cfg.Exchange.S) * (100e-6 + 18e-9*update)
+		} else {
+			const inFlight = 35 // bytes in flight per node pair per update byte, fitted
+			e.RSSBytes += n * n * (update + 2048) * inFlight
+			steps := runS / math.Max(stepTimeS(cfg), 1e-3)
+			const amplification = 3.6 // copies a node takes in of each update (measured at 100 nodes)
+			e.CPUS += n * n * steps * amplification * (100e-6 + 18e-9*update)
+		}
+	}
+	e.WallS = e.CPUS / math.Max(1, 0.8*float64(cores))
+	return e
+}
+
+// stepTimeS is the mean time of a step on the run's clock: the paper's
+// task time (Exp(1)+1) s, 2 s on average, times the time scale (the real
+// clock with no time scale: unknown, taken as 1 s).
+func stepTimeS(cfg Config) float64 {
+	if cfg.TimeScale <= 0 {
+		return 1
+	}
+	return 2 * cfg.TimeScale
+}
+
+// String renders the estimate for a progress line.
+func (e Estimate) String() string {
+	return fmt.Sprintf("about %s of wall time (%.0f CPU-seconds) and %.1f GiB of memory",
+		time.Duration(e.WallS*float64(time.Second)).Round(time.Second), e.CPUS, e.RSSBytes/(1<<30))
+}
+
+// ErrTooLarge is returned by Run when the estimate's memory exceeds what
+// the machine has available and Config.Force is not set.
+type ErrTooLarge struct {
+	Estimate  Estimate
+	Available float64 // bytes
+}
+
+func (e *ErrTooLarge) Error() string {
+	return fmt.Sprintf("the run would need %.1f GiB of memory by its estimate, and this machine has %.1f GiB available: "+
+		"use fewer nodes, a smaller model, --exchange epidemic:S (memory constant in N), or --force to run it anyway",
+		e.Estimate.RSSBytes/(1<<30), e.Available/(1<<30))
+}
+
+// availableMemory returns the bytes this process can still use: the
+// kernel's MemAvailable, or the cgroup's limit less its usage if smaller;
+// 0 if neither can be read.
+var availableMemory = machineMemory
+
+// machineMemory is availableMemory on this machine.
+func machineMemory() float64 {
+	avail := meminfo("MemAvailable:")
+	if lim, ok := readNumber("/sys/fs/cgroup/memory.max"); ok {
+		used, _ := readNumber("/sys/fs/cgroup/memory.current")
+		if left := lim - used; avail == 0 || left < avail {
+			avail = left
+		}
+	}
+	return avail
+}
+
+// meminfo reads one field of /proc/meminfo, in bytes (0 if absent).
+func meminfo(field string) float64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, field); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err == nil {
+				return 1024 * kb
+			}
+		}
+	}
+	return 0
+}
+
+// readNumber reads a file holding one number ("max" is not one).
+func readNumber(path string) (float64, bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
+	return v, err == nil
+}

@@ -1,0 +1,68 @@
+package testnet
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pspnode/pspnode/node"
+)
+
+func TestEstimate(t *testing.T) {
+	base := DefaultConfig()
+	base.Model = "none"
+	with := func(f func(*Config)) Config { c := base; f(&c); return c }
+	const logreg = 7850 // MNIST logistic regression
+	for _, tc := range []struct {
+		name          string
+		small, large  Config
+		params        int
+		moreMem, more bool // large needs more memory, more CPU
+	}{
+		{"nodes", with(func(c *Config) { c.Nodes = 50 }), with(func(c *Config) { c.Nodes = 500 }), 0, true, true},
+		{"duration", base, with(func(c *Config) { c.Duration = 10 * time.Minute }), 0, false, true},
+		{"gossip over epidemic", with(func(c *Config) { c.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 4} }), base, logreg, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, l := estimate(tc.small, tc.params, 2), estimate(tc.large, tc.params, 2)
+			if (l.RSSBytes > s.RSSBytes) != tc.moreMem || !(l.CPUS > s.CPUS) == tc.more || !(s.WallS > 0) {
+				t.Errorf("small %+v, large %+v", s, l)
+			}
+		})
+	}
+	// Gossip with a model grows with N², epidemic with N.
+	g := func(n int, ex node.Exchange) float64 {
+		return estimate(with(func(c *Config) { c.Nodes, c.Exchange = n, ex }), logreg, 2).RSSBytes
+	}
+	gossip, epi := node.Exchange{}, node.Exchange{Kind: node.ExchangeEpidemic, S: 4}
+	if r := g(400, gossip) / g(100, gossip); r < 10 {
+		t.Errorf("gossip memory grew %.1f× from 100 to 400 nodes, want about 16×", r)
+	}
+	if r := g(400, epi) / g(100, epi); r > 5 {
+		t.Errorf("epidemic memory grew %.1f× from 100 to 400 nodes, want about 4×", r)
+	}
+}
+
+// A run whose estimate does not fit in the machine's memory is refused
+// before any node is built, naming the way out; Force runs it.
+func TestRunRefusesTooLarge(t *testing.T) {
+	defer func(f func() float64) { availableMemory = f }(availableMemory)
+	availableMemory = func() float64 { return 1 << 30 }
+	cfg := DefaultConfig()
+	cfg.Nodes, cfg.Model, cfg.Data = 400, "logreg", "synthetic"
+	var told *Estimate
+	cfg.Estimated = func(e Estimate) { told = &e }
+	_, err := Run(context.Background(), cfg)
+	var tl *ErrTooLarge
+	if !errors.As(err, &tl) || !strings.Contains(err.Error(), "--force") || told == nil || told.RSSBytes != tl.Estimate.RSSBytes {
+		t.Fatalf("Run: %v (told %+v)", err, told)
+	}
+	// With Force, the refusal is gone: Run goes on to its next check (the
+	// virtual clock needs a bubble), which is as far as this test goes.
+	cfg.Force = true
+	if _, err := Run(context.Background(), cfg); errors.As(err, &tl) || err == nil || !strings.Contains(err.Error(), "bubble") {
+		t.Fatalf("forced Run: %v", err)
+	}
+}
