@@ -543,6 +543,11 @@ func (g *Gossip) receive(ctx context.Context) {
 			g.log.Error("update without validator data; dropped", "origin", msg.GetFrom())
 			continue
 		}
+		// The router keeps the message for its gossip history (IHAVE,
+		// IWANT) for several heartbeats, and with it the decoded values,
+		// as large as the message: drop them once handled, so that what
+		// the history holds is the wire bytes only.
+		msg.ValidatorData = nil
 		g.stats.addReceived(u.WireSize)
 		g.hmu.Lock()
 		hs := g.handlers

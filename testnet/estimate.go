@@ -54,7 +54,7 @@ func estimate(cfg Config, params, cores int) Estimate {
 			steps := runS / math.Max(stepTimeS(cfg), 1e-3)
 			e.CPUS += n * steps * float64(cfg.Exchange.S) * (100e-6 + 18e-9*update)
 		} else {
-			const inFlight = 35 // bytes in flight per node pair per update byte, fitted
+			const inFlight = 25 // bytes in flight per node pair per update byte, fitted
 			e.RSSBytes += n * n * (update + 2048) * inFlight
 			steps := runS / math.Max(stepTimeS(cfg), 1e-3)
 			const amplification = 3.6 // copies a node takes in of each update (measured at 100 nodes)
