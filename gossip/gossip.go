@@ -538,16 +538,11 @@ func (g *Gossip) receive(ctx context.Context) {
 		if msg.GetFrom() == g.self {
 			continue // read-my-writes: the sender applied its delta already
 		}
-		u, ok := msg.ValidatorData.(*Update)
+		u, ok := takeUpdate(msg)
 		if !ok {
 			g.log.Error("update without validator data; dropped", "origin", msg.GetFrom())
 			continue
 		}
-		// The router keeps the message for its gossip history (IHAVE,
-		// IWANT) for several heartbeats, and with it the decoded values,
-		// as large as the message: drop them once handled, so that what
-		// the history holds is the wire bytes only.
-		msg.ValidatorData = nil
 		g.stats.addReceived(u.WireSize)
 		g.hmu.Lock()
 		hs := g.handlers
@@ -556,6 +551,16 @@ func (g *Gossip) receive(ctx context.Context) {
 			h.fn(*u)
 		}
 	}
+}
+
+// takeUpdate returns the update the validator decoded for msg, and drops
+// it from msg: the router keeps the message for its gossip history (IHAVE,
+// IWANT) for several heartbeats, and with it the decoded values, as large
+// as the message, so what the history holds is then the wire bytes only.
+func takeUpdate(msg *pubsub.Message) (*Update, bool) {
+	u, ok := msg.ValidatorData.(*Update)
+	msg.ValidatorData = nil
+	return u, ok
 }
 
 // Close stops the receive goroutine, leaves the topic, unregisters the

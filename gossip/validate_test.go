@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"math"
 	"testing"
 
@@ -90,5 +91,23 @@ func TestReasonIgnore(t *testing.T) {
 		if r.Ignore() != (r == ReasonStepTooFarAhead) {
 			t.Errorf("%s.Ignore() = %v", r, r.Ignore())
 		}
+	}
+}
+
+// A handled message no longer holds its decoded values: the router keeps
+// the message for its gossip history, and the decoded copy doubled what
+// that history held.
+func TestTakeUpdate(t *testing.T) {
+	u := &Update{Step: 3, Values: make([]float32, 1000)}
+	msg := &pubsub.Message{ValidatorData: u}
+	got, ok := takeUpdate(msg)
+	if !ok || got != u {
+		t.Fatalf("takeUpdate = %v, %v", got, ok)
+	}
+	if msg.ValidatorData != nil {
+		t.Errorf("the message still holds %T", msg.ValidatorData)
+	}
+	if _, ok := takeUpdate(&pubsub.Message{}); ok {
+		t.Error("a message without an update gave one")
 	}
 }
