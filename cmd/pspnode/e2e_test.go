@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -205,8 +206,16 @@ func TestTestnetVirtualClock(t *testing.T) {
 			t.Errorf("%s not written: %v", f, err)
 		}
 	}
-	if !strings.Contains(stderr.String(), "s virtual") {
-		t.Errorf("progress does not show virtual time and speed:\n%s", stderr.String())
+	if !strings.Contains(stderr.String(), "s virtual") || !strings.Contains(stderr.String(), "testnet: estimate: about") {
+		t.Errorf("progress does not show the estimate, virtual time and speed:\n%s", stderr.String())
+	}
+	// A run far beyond the machine's memory is refused before it starts,
+	// as a usage error, naming the way out.
+	big := exec.Command(bin, "testnet", "--nodes", "1000", "--model", "logreg", "--data", "mnist", "--quiet")
+	msg, err := big.CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(msg), "--force") {
+		t.Errorf("a 1000-node MNIST run over gossip: %v\n%s", err, msg)
 	}
 }
 

@@ -33,7 +33,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"sim", "--stragglers", "2"}, 2, "not a fraction"},
 		{[]string{"sim", "--barrier", "bsp", "--sweep-beta", "1,2"}, 2, "needs one probabilistic barrier"},
 		{[]string{"sim", "--churn-mode", "explode"}, 2, "unknown churn mode"},
-		{[]string{"sim", "--mode", "fast"}, 2, "want fidelity or poll"},
+		{[]string{"sim", "--mode", "fast"}, 2, "want fidelity, poll or timed"},
+		{[]string{"sim", "--mode", "timed", "--barrier", "dssp:2:6"}, 2, "use fidelity or poll"},
 		{[]string{"sim", "extra"}, 2, "takes no arguments"},
 		{[]string{"bound", "--F", "1"}, 2, "must be in (0, 1)"},
 		{[]string{"bound", "--beta", "-1"}, 2, "not a non-negative integer"},
@@ -223,5 +224,26 @@ func TestVersion(t *testing.T) {
 	version = "v1.2.3"
 	if _, out, _ := runCLI(t, "version"); out != "pspnode v1.2.3\n" {
 		t.Errorf("version set by -ldflags: %q", out)
+	}
+}
+
+// --mode timed runs the nodes' own barrier policy in the simulator.
+func TestSimTimedMode(t *testing.T) {
+	code, out, errs := runCLI(t, "sim", "--nodes", "30", "--duration", "40s", "--barrier", "pbsp:5", "--mode", "timed", "--json")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errs)
+	}
+	var res struct {
+		Mode  string `json:"mode"`
+		Steps struct {
+			Mean float64 `json:"mean"`
+		} `json:"steps"`
+	}
+	if err := json.Unmarshal([]byte(out), &res); err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+	// 40 s of 2-s steps: a node under pBSP(5) makes some, and fewer than 20.
+	if res.Mode != "timed" || !(res.Steps.Mean > 5 && res.Steps.Mean < 20) {
+		t.Errorf("mode %q, mean step %v", res.Mode, res.Steps.Mean)
 	}
 }

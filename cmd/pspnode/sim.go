@@ -33,7 +33,7 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
 		duration  = fs.Duration("duration", time.Duration(def.Duration)*time.Second, "simulated time")
 		seed      = fs.Uint64("seed", def.Seed, "random seed; a run is a pure function of its flags")
-		mode      = fs.String("mode", "fidelity", "fidelity (re-check every waiting node at every completion, as the paper) or poll (for very large N)")
+		mode      = fs.String("mode", "fidelity", "fidelity (re-check every waiting node at every completion, as the paper), poll (every --poll-interval; for very large N) or timed (when the nodes' own barrier policy would: their re-check timing, wakes by peers' progress)")
 		poll      = fs.Duration("poll-interval", 250*time.Millisecond, "re-check interval of waiting nodes in poll mode")
 		record    = fs.Duration("record-every", time.Second, "interval of the per-node step series (0: off)")
 		out       = fs.String("out", "", "write CSV, summary.json and PNG figures to this directory")
@@ -58,7 +58,8 @@ Examples:
   pspnode sim --out results/sim
   pspnode sim --barrier pbsp:10 --sweep-beta 0,1,2,4,8,16,32,64 --json
   pspnode sim --barrier bsp,pssp:10:4 --churn 0.2 --churn-mode crash
-  pspnode sim --nodes 10000 --barrier pbsp:10 --mode poll`,
+  pspnode sim --nodes 10000 --barrier pbsp:10 --mode poll
+  pspnode sim --barrier pbsp:10,pssp:10:4 --mode timed   # the nodes' own re-check policy`,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
@@ -82,8 +83,10 @@ Examples:
 				cfg.Mode = sim.Fidelity
 			case "poll":
 				cfg.Mode = sim.Poll
+			case "timed":
+				cfg.Mode = sim.Timed
 			default:
-				return usagef("--mode %q: want fidelity or poll", *mode)
+				return usagef("--mode %q: want fidelity, poll or timed", *mode)
 			}
 			cfg.PollInterval, cfg.RecordEvery = poll.Seconds(), record.Seconds()
 			specs := []psp.Spec(barriers)
