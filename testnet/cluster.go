@@ -169,62 +169,19 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	if err != nil {
 		return nil, err
 	}
-
-	t.mu.Lock()
-	idx := t.nextIdx // the node's number, seed and shard
-	t.nextIdx++
-	if joining {
-		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
-	}
-	live := t.liveLocked()
-	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
-		for _, a := range live[j].nd.Addrs() {
-			cfg.Bootstrap = append(cfg.Bootstrap, a.String())
-			break
-		}
-	}
-	var key crypto.PrivKey
-	if t.net == nil {
-		key, _, err = crypto.GenerateEd25519Key(t.keys)
-	}
-	t.mu.Unlock()
+	idx, key, err := t.reserve(&cfg, joining)
 	if err != nil {
 		return nil, err
 	}
-	var h host.Host // the node's on the mem transport; nil: it builds one
-	if t.net != nil {
-		asNode(idx, func() {
-			h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
-		})
-		if err != nil {
-			return nil, err
-		}
-		if t.syb != nil && !joining {
-			t.mu.Lock()
-			for _, a := range h.Addrs() {
-				if ip, err := manet.ToIP(a); err == nil {
-					t.syb.addrs[ip.String()] = true
-					if role.sybil() {
-						t.syb.sybAddr[ip.String()] = true
-					}
-				}
-			}
-			t.mu.Unlock()
-		}
-	} else {
+	h, err := t.newHost(idx, cfg, joining, role, id) // nil off the mem transport: the node builds one
+	if err != nil {
+		return nil, err
+	}
+	if h == nil {
 		cfg.Identity = key // on loopback, as DefaultLocalConfig listens
 	}
 	cfg.Seed = t.cfg.Seed*1_000_003 + uint64(idx) + 1
-	spec := node.TaskSpec{
-		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
-		SGD:  model.DefaultSGDConfig(),
-		Time: node.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
-		Seed: cfg.Seed, InitSeed: node.SeedOf(cfg.Job),
-	}
-	if t.cfg.LR > 0 {
-		spec.SGD.LR0 = t.cfg.LR
-	}
-	task, err := node.NewTask(spec, t.data)
+	task, err := t.newTask(idx, factor, cfg)
 	if err != nil {
 		if h != nil {
 			_ = h.Close() // ours until node.New has it
@@ -244,9 +201,88 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	}
 	self = nd.ID()
 	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{})}
-	if role != Honest {
-		t.roleOf.Store(self, role)
-	} else if g := nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
+	if joining {
+		m.joinedAt = time.Since(t.start)
+	}
+	t.register(m, cfg.Seed)
+	return m, nil
+}
+
+// reserve gives a new node its number (its seed and shard), logs a join,
+// adds up to three live nodes to cfg's bootstrap list, and draws a host key
+// when the node builds its own host (tcp).
+func (t *testnet) reserve(cfg *node.Config, joining bool) (idx int, key crypto.PrivKey, err error) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	idx = t.nextIdx
+	t.nextIdx++
+	if joining {
+		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
+	}
+	live := t.liveLocked()
+	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
+		for _, a := range live[j].nd.Addrs() {
+			cfg.Bootstrap = append(cfg.Bootstrap, a.String())
+			break
+		}
+	}
+	if t.net == nil {
+		key, _, err = crypto.GenerateEd25519Key(t.keys)
+	}
+	return idx, key, err
+}
+
+// newHost builds node idx's host on the mem transport, and notes the
+// addresses of the initial nodes for the Sybil figures; nil on others.
+func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id identity) (host.Host, error) {
+	if t.net == nil {
+		return nil, nil
+	}
+	var h host.Host
+	var err error
+	asNode(idx, func() {
+		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if t.syb != nil && !joining {
+		t.mu.Lock()
+		for _, a := range h.Addrs() {
+			if ip, err := manet.ToIP(a); err == nil {
+				t.syb.addrs[ip.String()] = true
+				if role.sybil() {
+					t.syb.sybAddr[ip.String()] = true
+				}
+			}
+		}
+		t.mu.Unlock()
+	}
+	return h, nil
+}
+
+// newTask builds node idx's task: the run's model on its shard of the
+// data, or sleeps of the time model without one.
+func (t *testnet) newTask(idx int, factor float64, cfg node.Config) (node.Task, error) {
+	spec := node.TaskSpec{
+		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
+		SGD:  model.DefaultSGDConfig(),
+		Time: node.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
+		Seed: cfg.Seed, InitSeed: node.SeedOf(cfg.Job),
+	}
+	if t.cfg.LR > 0 {
+		spec.SGD.LR0 = t.cfg.LR
+	}
+	return node.NewTask(spec, t.data)
+}
+
+// register makes m a member of the run: its role is noted (an honest node
+// of a run with hostile roles counts the poison it receives), and a
+// fake-peers node starts its DHT servers.
+func (t *testnet) register(m *member, seed uint64) {
+	if m.role != Honest {
+		t.roleOf.Store(m.nd.ID(), m.role)
+	} else if g := m.nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
 		// Count what honest nodes receive from poisoners.
 		g.Subscribe(func(u gossip.Update) {
 			r, ok := t.roleOf.Load(u.Sender)
@@ -259,16 +295,12 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 			}
 		})
 	}
-	if joining {
-		m.joinedAt = time.Since(t.start)
-	}
 	t.mu.Lock()
 	t.members = append(t.members, m)
-	if role == FakePeers {
-		t.serveFakePeers(m, cfg.Seed)
+	if m.role == FakePeers {
+		t.serveFakePeers(m, seed)
 	}
 	t.mu.Unlock()
-	return m, nil
 }
 
 func (t *testnet) liveLocked() []*member {
