@@ -66,129 +66,31 @@ func runHarness(b *testing.B, n int, tcp bool) {
 	}
 }
 
+// harness is one run of the benchmark harness: N overlays joining, settling,
+// sampled, then a fifth of them leaving.
+type harness struct {
+	b     *testing.B
+	n     int
+	tcp   bool
+	start time.Time
+	ln    *memnet.Net
+	cfg   Config // every node's
+	nodes []*hnode
+	byID  map[peer.ID]int
+	mu    sync.Mutex // guards the nodes' gone flags
+}
+
+func (hs *harness) logf(format string, args ...any) {
+	fmt.Printf("[%6.1fs] N=%d %s\n", time.Since(hs.start).Seconds(), hs.n, fmt.Sprintf(format, args...))
+}
+
 func harnessOnce(b *testing.B, n int, tcp bool) {
-	start := time.Now()
-	logf := func(format string, args ...any) {
-		fmt.Printf("[%6.1fs] N=%d %s\n", time.Since(start).Seconds(), n, fmt.Sprintf(format, args...))
-	}
-	ln := memnet.New(0)
-	defer func() { _ = ln.Close() }()
-	nodes := make([]*hnode, n)
-	var mu sync.Mutex // guards gone flags
-	byID := make(map[peer.ID]int, n)
-	defer func() {
-		var wg sync.WaitGroup
-		for _, nd := range nodes {
-			if nd != nil && !nd.gone {
-				wg.Go(func() { _ = nd.o.Close(); _ = nd.h.Close() })
-			}
-		}
-		wg.Wait()
-	}()
-
-	newHost := func() (host.Host, error) {
-		if tcp {
-			key, _, err := crypto.GenerateEd25519Key(nil)
-			if err != nil {
-				return nil, err
-			}
-			return tcpHostB(key)
-		}
-		return ln.NewHost(connLimits(n))
-	}
-
-	// Join: each node bootstraps through two random earlier nodes.
-	nodeCfg := DefaultConfig().ForSharedMachine(n)
-	nodeCfg.Job = "bench"
-	if tcp {
-		// Over TCP every connection holds two sockets of this process, and
-		// pool connections are protected at both ends (about 2 × PoolSize
-		// per node, plus the zone). pspnode testnet uses the same pool over
-		// TCP. 200 nodes pass the 20 000 open files during the join (with
-		// any pool size, and before pool announcements too).
-		nodeCfg.PoolSize = 32
-	}
-	for i := range n {
-		h, err := newHost()
-		if err != nil {
-			b.Fatal(err)
-		}
-		cfg := nodeCfg // nodeCfg has no bootstrap peers: append below makes a fresh slice
-		if i > 0 {
-			for _, j := range []int{rand.IntN(i), rand.IntN(i)} {
-				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: nodes[j].h.ID(), Addrs: nodes[j].h.Addrs()})
-			}
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		o, err := New(ctx, h, cfg)
-		cancel()
-		if err != nil {
-			b.Fatalf("node %d: %v", i, err)
-		}
-		nodes[i] = &hnode{h: h, o: o}
-		byID[h.ID()] = i
-		time.Sleep(20 * time.Millisecond)
-	}
-	lastJoin := time.Now()
-	lo, hi := connLimits(n)
-	if tcp {
-		lo, hi = tcpConnLow, tcpConnHigh
-	}
-	logf("all joined in %.1fs (walk every %v, pool rotation every %v, refresh every %v, estimate window %v; pool %d, connections %d-%d)",
-		time.Since(start).Seconds(), nodeCfg.WalkInterval, nodeCfg.RotateInterval, nodeCfg.RefreshInterval, nodeCfg.EstimateWindow, nodeCfg.PoolSize, lo, hi)
-
-	// Emulate the node's step replies: every 2 s each node samples β=10
-	// and hears their local estimates.
-	stop := make(chan struct{})
-	var exWG sync.WaitGroup
-	exWG.Go(func() {
-		t := time.NewTicker(2 * time.Second)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			for _, nd := range nodes {
-				mu.Lock()
-				gone := nd.gone
-				mu.Unlock()
-				if gone {
-					continue
-				}
-				s, err := nd.o.Sample(context.Background(), 10)
-				if err != nil {
-					continue
-				}
-				for _, p := range s {
-					other := nodes[byID[p]]
-					mu.Lock()
-					og := other.gone
-					mu.Unlock()
-					if og {
-						continue
-					}
-					if est, _, err := other.o.LocalEstimate(); err == nil {
-						nd.o.ObserveEstimate(p, est)
-					}
-				}
-			}
-		}
-	})
-	defer func() { close(stop); exWG.Wait() }()
-
-	live := func() []*hnode {
-		mu.Lock()
-		defer mu.Unlock()
-		var out []*hnode
-		for _, nd := range nodes {
-			if !nd.gone {
-				out = append(out, nd)
-			}
-		}
-		return out
-	}
+	hs := &harness{b: b, n: n, tcp: tcp, start: time.Now(), ln: memnet.New(0), nodes: make([]*hnode, n), byID: make(map[peer.ID]int, n)}
+	defer func() { _ = hs.ln.Close() }()
+	defer hs.closeAll()
+	lastJoin := hs.join()
+	stop := hs.exchangeEstimates()
+	defer stop()
 
 	// CPU over the last 20 s of the 60-s settle window.
 	settle := hdur(60 * time.Second)
@@ -202,11 +104,12 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	if f := os.Getenv("PSP_HARNESS_HEAPPROFILE"); f != "" {
 		writeHeapProfile(b, f)
 	}
-	estMed, estP95, locMed, locP95, estFail := estimateErrors(live(), float64(n))
-	logf("estimator detail: %s", detailSummary(live(), float64(n)))
-	logf("in-degree (pools holding a node): %s", inDegreeSummary(live()))
-	coverage, drawable, rtAvg, connAvg := membershipStats(live(), n)
-	logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, drawable/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
+	live := hs.live()
+	estMed, estP95, locMed, locP95, estFail := estimateErrors(live, float64(n))
+	hs.logf("estimator detail: %s", detailSummary(live, float64(n)))
+	hs.logf("in-degree (pools holding a node): %s", inDegreeSummary(live))
+	coverage, drawable, rtAvg, connAvg := membershipStats(live, n)
+	hs.logf("estimate fused median %.3f p95 %.3f (local %.3f / %.3f, %d without estimate); members/N %.2f, drawable/N %.2f, RT %.1f, conns %.1f, CPU %.2f cores",
 		estMed, estP95, locMed, locP95, estFail, coverage, drawable, rtAvg, connAvg, cores)
 
 	// Sampling: 10 rounds in which every node calls Sample(β=10): 100·N
@@ -215,67 +118,224 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 	// union of the pools), and once with rounds 6 s apart (a minute, about
 	// 30 barrier checks of a node at the paper's task time, during which
 	// each pool rotates half its members: what a barrier sees over time).
-	samplePass := func(gap time.Duration) (maxm, minm, chi2, p float64, lat []time.Duration, errs int) {
-		counts := make(map[peer.ID]int, n)
-		byCPL := newCPLBias(live())
-		for round := range 10 {
-			if round > 0 {
-				time.Sleep(gap)
-			}
-			for _, nd := range live() {
-				t0 := time.Now()
-				s, err := nd.o.Sample(context.Background(), 10)
-				lat = append(lat, time.Since(t0))
-				if err != nil {
-					errs++
-					continue
-				}
-				for _, p := range s {
-					counts[p]++
-					byCPL.pick(nd.h.ID(), p)
-				}
-			}
-		}
-		logf("draws by common-prefix length with the drawer, observed/uniform: %s", byCPL)
-		cs := make([]int, 0, n)
-		for _, nd := range nodes {
-			cs = append(cs, counts[nd.h.ID()])
-		}
-		maxm, minm, chi2, p = uniformity(cs)
-		logf("selection frequency / mean by join quarter: %s; by how many nodes know the peer (quarters, fewest first): %s",
-			quarterMeans(cs, nil), quarterMeans(cs, knownBy(live(), nodes)))
-		return maxm, minm, chi2, p, lat, errs
-	}
-	maxm, minm, chi2, p, lat, sampleErrs := samplePass(hdur(time.Second))
+	maxm, minm, chi2, p, lat, sampleErrs := hs.samplePass(hdur(time.Second))
 	sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
 	p50, p99 := lat[len(lat)/2], lat[len(lat)*99/100]
 	rss := procstat.PeakRSS()
-	logf("sampling over 10 s: max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors; Sample p50 %v p99 %v; peak RSS %d MiB",
+	hs.logf("sampling over 10 s: max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors; Sample p50 %v p99 %v; peak RSS %d MiB",
 		maxm, minm, chi2, n-1, p, sampleErrs, p50, p99, rss>>20)
-	maxM, minM, chi2M, pM, _, errsM := samplePass(hdur(6 * time.Second))
-	logf("sampling over 60 s: max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors",
+	maxM, minM, chi2M, pM, _, errsM := hs.samplePass(hdur(6 * time.Second))
+	hs.logf("sampling over 60 s: max/mean %.2f min/mean %.2f chi2 %.0f (df %d) p=%.3g, %d errors",
 		maxM, minM, chi2M, n-1, pM, errsM)
 
-	// Churn: 20 % leave abruptly (host closed; its links refuse dials).
-	perm := rand.Perm(n)
-	departed := make(map[peer.ID]bool)
-	var cwg sync.WaitGroup
-	for _, i := range perm[:n/5] {
-		nd := nodes[i]
-		mu.Lock()
-		nd.gone = true
-		mu.Unlock()
-		departed[nd.h.ID()] = true
-		cwg.Go(func() { _ = nd.h.Close(); _ = nd.o.Close() })
+	ch := hs.churn()
+	rss = procstat.PeakRSS()
+
+	b.ReportMetric(estMed, "est-med")
+	b.ReportMetric(estP95, "est-p95")
+	b.ReportMetric(maxm, "max/mean")
+	b.ReportMetric(minm, "min/mean")
+	b.ReportMetric(p, "chi2-p")
+	b.ReportMetric(maxM, "max/mean-60s")
+	b.ReportMetric(minM, "min/mean-60s")
+	b.ReportMetric(pM, "chi2-p-60s")
+	b.ReportMetric(float64(p50.Microseconds()), "sample-p50-µs")
+	b.ReportMetric(float64(p99.Microseconds()), "sample-p99-µs")
+	b.ReportMetric(float64(rss>>20), "peak-MiB")
+	b.ReportMetric(cores, "cores")
+	b.ReportMetric(ch.med, "churn-est-med")
+	b.ReportMetric(float64(ch.bad30), "churn-departed-picks-30s")
+	transport := "mocknet"
+	if tcp {
+		transport = "tcp"
 	}
-	cwg.Wait()
+	fmt.Printf("| %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f / %.3g | %v / %v | %d | %.2f | %.3f / %.3f | %d/%d | %d/%d |\n",
+		transport, n, estMed, estP95, locMed, locP95, maxm, minm, p, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
+		rss>>20, cores, ch.med, ch.p95, ch.bad10, ch.tot10, ch.bad30, ch.tot30)
+}
+
+// closeAll closes the nodes that have not left.
+func (hs *harness) closeAll() {
+	var wg sync.WaitGroup
+	for _, nd := range hs.nodes {
+		if nd != nil && !nd.gone {
+			wg.Go(func() { _ = nd.o.Close(); _ = nd.h.Close() })
+		}
+	}
+	wg.Wait()
+}
+
+func (hs *harness) newHost() (host.Host, error) {
+	if hs.tcp {
+		key, _, err := crypto.GenerateEd25519Key(nil)
+		if err != nil {
+			return nil, err
+		}
+		return tcpHostB(key)
+	}
+	return hs.ln.NewHost(connLimits(hs.n))
+}
+
+// join starts the N nodes, each bootstrapping through two random earlier
+// nodes, and returns when the last joined.
+func (hs *harness) join() (lastJoin time.Time) {
+	hs.cfg = DefaultConfig().ForSharedMachine(hs.n)
+	hs.cfg.Job = "bench"
+	if hs.tcp {
+		// Over TCP every connection holds two sockets of this process, and
+		// pool connections are protected at both ends (about 2 × PoolSize
+		// per node, plus the zone). pspnode testnet uses the same pool over
+		// TCP. 200 nodes pass the 20 000 open files during the join (with
+		// any pool size, and before pool announcements too).
+		hs.cfg.PoolSize = 32
+	}
+	for i := range hs.n {
+		h, err := hs.newHost()
+		if err != nil {
+			hs.b.Fatal(err)
+		}
+		cfg := hs.cfg // hs.cfg has no bootstrap peers: append below makes a fresh slice
+		if i > 0 {
+			for _, j := range []int{rand.IntN(i), rand.IntN(i)} {
+				cfg.BootstrapPeers = append(cfg.BootstrapPeers, peer.AddrInfo{ID: hs.nodes[j].h.ID(), Addrs: hs.nodes[j].h.Addrs()})
+			}
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		o, err := New(ctx, h, cfg)
+		cancel()
+		if err != nil {
+			hs.b.Fatalf("node %d: %v", i, err)
+		}
+		hs.nodes[i] = &hnode{h: h, o: o}
+		hs.byID[h.ID()] = i
+		time.Sleep(20 * time.Millisecond)
+	}
+	lo, hi := connLimits(hs.n)
+	if hs.tcp {
+		lo, hi = tcpConnLow, tcpConnHigh
+	}
+	hs.logf("all joined in %.1fs (walk every %v, pool rotation every %v, refresh every %v, estimate window %v; pool %d, connections %d-%d)",
+		time.Since(hs.start).Seconds(), hs.cfg.WalkInterval, hs.cfg.RotateInterval, hs.cfg.RefreshInterval, hs.cfg.EstimateWindow, hs.cfg.PoolSize, lo, hi)
+	return time.Now()
+}
+
+// gone reports whether nd has left.
+func (hs *harness) gone(nd *hnode) bool {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	return nd.gone
+}
+
+// exchangeEstimates emulates the node's step replies until stop is called:
+// every 2 s each node samples β=10 and hears their local estimates.
+func (hs *harness) exchangeEstimates() (stop func()) {
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		t := time.NewTicker(2 * time.Second)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			for _, nd := range hs.nodes {
+				if hs.gone(nd) {
+					continue
+				}
+				s, err := nd.o.Sample(context.Background(), 10)
+				if err != nil {
+					continue
+				}
+				for _, p := range s {
+					other := hs.nodes[hs.byID[p]]
+					if hs.gone(other) {
+						continue
+					}
+					if est, _, err := other.o.LocalEstimate(); err == nil {
+						nd.o.ObserveEstimate(p, est)
+					}
+				}
+			}
+		}
+	})
+	return func() { close(done); wg.Wait() }
+}
+
+// live returns the nodes that have not left.
+func (hs *harness) live() []*hnode {
+	hs.mu.Lock()
+	defer hs.mu.Unlock()
+	var out []*hnode
+	for _, nd := range hs.nodes {
+		if !nd.gone {
+			out = append(out, nd)
+		}
+	}
+	return out
+}
+
+// samplePass has every live node call Sample(β=10) in 10 rounds gap apart,
+// and returns the uniformity of the picks and each call's latency.
+func (hs *harness) samplePass(gap time.Duration) (maxm, minm, chi2, p float64, lat []time.Duration, errs int) {
+	counts := make(map[peer.ID]int, hs.n)
+	byCPL := newCPLBias(hs.live())
+	for round := range 10 {
+		if round > 0 {
+			time.Sleep(gap)
+		}
+		for _, nd := range hs.live() {
+			t0 := time.Now()
+			s, err := nd.o.Sample(context.Background(), 10)
+			lat = append(lat, time.Since(t0))
+			if err != nil {
+				errs++
+				continue
+			}
+			for _, p := range s {
+				counts[p]++
+				byCPL.pick(nd.h.ID(), p)
+			}
+		}
+	}
+	hs.logf("draws by common-prefix length with the drawer, observed/uniform: %s", byCPL)
+	cs := make([]int, 0, hs.n)
+	for _, nd := range hs.nodes {
+		cs = append(cs, counts[nd.h.ID()])
+	}
+	maxm, minm, chi2, p = uniformity(cs)
+	hs.logf("selection frequency / mean by join quarter: %s; by how many nodes know the peer (quarters, fewest first): %s",
+		quarterMeans(cs, nil), quarterMeans(cs, knownBy(hs.live(), hs.nodes)))
+	return maxm, minm, chi2, p, lat, errs
+}
+
+// churnFigures are what the harness measures after a fifth of the nodes left.
+type churnFigures struct {
+	bad10, tot10, bad30, tot30 int     // departed peers drawn, of all draws, 10 and 30 s after
+	med, p95                   float64 // the estimate's relative error 60 s after
+}
+
+// churn has 20 % of the nodes leave abruptly (host closed; its links refuse
+// dials) and measures how fast samples and estimates forget them.
+func (hs *harness) churn() churnFigures {
+	departed := make(map[peer.ID]bool)
+	var wg sync.WaitGroup
+	for _, i := range rand.Perm(hs.n)[:hs.n/5] {
+		nd := hs.nodes[i]
+		hs.mu.Lock()
+		nd.gone = true
+		hs.mu.Unlock()
+		departed[nd.h.ID()] = true
+		wg.Go(func() { _ = nd.h.Close(); _ = nd.o.Close() })
+	}
+	wg.Wait()
 	left := time.Now()
-	newN := float64(n - n/5)
-	logf("%d nodes left", n/5)
-	departedIn := func() (int, int) {
-		bad, total := 0, 0
+	newN := float64(hs.n - hs.n/5)
+	hs.logf("%d nodes left", hs.n/5)
+	departedIn := func() (bad, total int) {
 		for range 5 {
-			for _, nd := range live() {
+			for _, nd := range hs.live() {
 				s, err := nd.o.Sample(context.Background(), 10)
 				if err != nil {
 					continue
@@ -290,38 +350,19 @@ func harnessOnce(b *testing.B, n int, tcp bool) {
 		}
 		return bad, total
 	}
+	var f churnFigures
 	time.Sleep(time.Until(left.Add(hdur(10 * time.Second))))
-	bad10, tot10 := departedIn()
+	f.bad10, f.tot10 = departedIn()
 	time.Sleep(time.Until(left.Add(hdur(30 * time.Second))))
-	bad30, tot30 := departedIn()
+	f.bad30, f.tot30 = departedIn()
 	time.Sleep(time.Until(left.Add(hdur(60 * time.Second))))
-	cMed, cP95, cLocMed, cLocP95, cFail := estimateErrors(live(), newN)
-	logf("estimator detail: %s", detailSummary(live(), newN))
-	rss = procstat.PeakRSS()
-	logf("churn: departed picks %d/%d at +10s, %d/%d at +30s; estimate at +60s median %.3f p95 %.3f (local %.3f / %.3f, %d without); peak RSS %d MiB",
-		bad10, tot10, bad30, tot30, cMed, cP95, cLocMed, cLocP95, cFail, rss>>20)
-
-	b.ReportMetric(estMed, "est-med")
-	b.ReportMetric(estP95, "est-p95")
-	b.ReportMetric(maxm, "max/mean")
-	b.ReportMetric(minm, "min/mean")
-	b.ReportMetric(p, "chi2-p")
-	b.ReportMetric(maxM, "max/mean-60s")
-	b.ReportMetric(minM, "min/mean-60s")
-	b.ReportMetric(pM, "chi2-p-60s")
-	b.ReportMetric(float64(p50.Microseconds()), "sample-p50-µs")
-	b.ReportMetric(float64(p99.Microseconds()), "sample-p99-µs")
-	b.ReportMetric(float64(rss>>20), "peak-MiB")
-	b.ReportMetric(cores, "cores")
-	b.ReportMetric(cMed, "churn-est-med")
-	b.ReportMetric(float64(bad30), "churn-departed-picks-30s")
-	transport := "mocknet"
-	if tcp {
-		transport = "tcp"
-	}
-	fmt.Printf("| %s | %d | %.3f / %.3f | %.3f / %.3f | %.2f / %.2f / %.3g | %v / %v | %d | %.2f | %.3f / %.3f | %d/%d | %d/%d |\n",
-		transport, n, estMed, estP95, locMed, locP95, maxm, minm, p, p50.Round(time.Microsecond), p99.Round(time.Microsecond),
-		rss>>20, cores, cMed, cP95, bad10, tot10, bad30, tot30)
+	var locMed, locP95 float64
+	var fail int
+	f.med, f.p95, locMed, locP95, fail = estimateErrors(hs.live(), newN)
+	hs.logf("estimator detail: %s", detailSummary(hs.live(), newN))
+	hs.logf("churn: departed picks %d/%d at +10s, %d/%d at +30s; estimate at +60s median %.3f p95 %.3f (local %.3f / %.3f, %d without); peak RSS %d MiB",
+		f.bad10, f.tot10, f.bad30, f.tot30, f.med, f.p95, locMed, locP95, fail, procstat.PeakRSS()>>20)
+	return f
 }
 
 // startCPUProfile profiles the process's CPU into file (none when file is
