@@ -371,12 +371,27 @@ func (s *sim) drive(id int) (pass, began bool) {
 			}
 			ck.Drawn(s.drawn, false, s.now)
 		case rd.Known:
+			// Under a static barrier every peer at or past the threshold
+			// counts the same (it neither holds the node back nor gets
+			// asked), so one such peer stands for them all: the decision,
+			// the queries and their order are those of the whole view, at
+			// the cost of the peers behind.
 			s.known = s.known[:0]
+			static := !s.cfg.Barrier.Dynamic()
+			threshold := n.step - psp.Step(s.cfg.Barrier.BaseStaleness())
+			ahead := false
 			for _, o := range s.view {
-				if o != id {
-					m := s.nodes[o]
-					s.known = append(s.known, psp.Known{Peer: m.name, Step: m.step, Seen: true})
+				if o == id {
+					continue
 				}
+				m := s.nodes[o]
+				if static && m.step >= threshold {
+					if ahead {
+						continue
+					}
+					ahead = true
+				}
+				s.known = append(s.known, psp.Known{Peer: m.name, Step: m.step, Seen: true})
 			}
 			ck.Known(s.known, false, s.now)
 		case head < len(queue):
