@@ -34,7 +34,7 @@
 //	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint, join a running job
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
-//	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out
+//	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
 //	exchange.go    the exchanges (gossip, epidemic): Epidemic Learning's averaging, the distance bound
@@ -42,8 +42,7 @@
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
-//	wire.go        wire formats of the step and model protocols
-//	stepext.go     step protocol 1.1.0: the genesis and model fields
+//	wire.go        frames: the length prefix, reading a frame within a cap (the bodies of the step and model protocols are in internal/wire)
 //	checkpoint.go  the checkpoint file format
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -141,9 +142,9 @@ func (n *Node) join(ctx context.Context) error {
 type jobView struct {
 	adopt    psp.Step
 	observed int
-	model    *ModelSnapshot // nil: not fetched
-	from     peer.ID        // the peer model came from
-	fetchErr error          // why no model was fetched, when one was wanted
+	model    *wire.ModelSnapshot // nil: not fetched
+	from     peer.ID             // the peer model came from
+	fetchErr error               // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
 	// oldest genesis among the answers (zero if none said one).
 	genesis Genesis
@@ -176,7 +177,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 	replies := n.ask(ctx, peers)
 	type answered struct {
 		p peer.ID
-		r StepReply
+		r wire.StepReply
 	}
 	var good []answered
 	for i, r := range replies {
@@ -202,7 +203,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		}
 		return v
 	}
-	genesisOf := func(r StepReply) Genesis {
+	genesisOf := func(r wire.StepReply) Genesis {
 		if r.Ext == nil {
 			return Genesis{}
 		}
@@ -267,7 +268,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		n.log.Debug("model fetch failed", "peer", p, "err", err)
 		if mm := errModelMismatch(err); mm != nil {
 			v.others = append(v.others, mm)
-			n.holdOut(p, &StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
+			n.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
 			if fetchMismatch == nil {
 				fetchMismatch = err
 			}

@@ -21,6 +21,7 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 )
 
@@ -132,7 +133,7 @@ func TestNATRelayedStepQuery(t *testing.T) {
 			c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			if _, err := c.queryStep(ctx, b.ID(), StepRequest{Step: 0}); err != nil {
+			if _, err := c.queryStep(ctx, b.ID(), wire.StepRequest{Step: 0}); err != nil {
 				t.Fatalf("step query through the relay: %v", err)
 			}
 			relayedTo := func(nd *Node, p peer.ID) bool {
@@ -365,7 +366,7 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 	c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := c.queryStep(ctx, b.ID(), StepRequest{Step: 0}); err != nil {
+	if _, err := c.queryStep(ctx, b.ID(), wire.StepRequest{Step: 0}); err != nil {
 		t.Fatalf("step query through the relay: %v", err)
 	}
 	for _, cn := range c.Host().Network().ConnsToPeer(b.ID()) {

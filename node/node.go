@@ -24,6 +24,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -75,7 +76,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
-	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
+	stepExtID protocol.ID // step protocol 1.1.0 (internal/wire/stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -150,10 +151,6 @@ type evalResult struct {
 	Accuracy float64
 }
 
-// StepProtocol and ModelProtocol return the protocol IDs of a job.
-func StepProtocol(job string) protocol.ID  { return protocol.ID("/psp/" + job + "/step/1.0.0") }
-func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/1.0.0") }
-
 // New builds a node from its settings (cfg) and what it runs with (opts):
 // the host (unless WithHost gives one), the overlay (which joins through
 // cfg.Bootstrap), the gossip topic for the task's updates, and the
@@ -181,8 +178,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		log:          d.log,
 		reg:          d.reg,
 		givenHost:    d.host != nil,
-		stepID:       StepProtocol(cfg.Job),
-		modelID:      ModelProtocol(cfg.Job),
+		stepID:       wire.StepProtocol(cfg.Job),
+		modelID:      wire.ModelProtocol(cfg.Job),
 		exID:         ExchangeProtocol(cfg.Job),
 		started:      time.Now(),
 		wake:         make(chan struct{}, 1),
@@ -195,7 +192,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		reports:      newRing(32),
 		progress:     newProgress(),
 	}
-	n.stepExtID = StepProtocolExt(cfg.Job)
+	n.stepExtID = wire.StepProtocolExt(cfg.Job)
 	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
@@ -583,7 +580,7 @@ func (n *Node) announceLeave(timeout time.Duration) {
 		if n.h.Network().Connectedness(p) != network.Connected {
 			continue
 		}
-		wg.Go(func() { _, _ = n.queryStep(ctx, p, StepRequest{Leaving: true, Step: n.step.Load()}) })
+		wg.Go(func() { _, _ = n.queryStep(ctx, p, wire.StepRequest{Leaving: true, Step: n.step.Load()}) })
 	}
 	wg.Wait()
 }
