@@ -47,11 +47,10 @@
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager
-//	private.go     private jobs: the swarm key (pnet) and the allow-list
+//	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
 //	gate.go        refused connections: failed handshakes and peers not allowed, counted and logged
 //	traffic.go     bytes the node's streams carry, by protocol class
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
-//	identity.go    identity keys
 //	version.go     the module version and the identify agent string
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics

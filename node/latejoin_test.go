@@ -14,11 +14,11 @@ import (
 // joins, adopts the job's step and fetches the job's model. Here the job
 // is one node resumed from a checkpoint at step 40.
 func TestLateBootstrapFetchesModel(t *testing.T) {
-	bootKey, err := NewIdentity()
+	bootKey, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootID, _ := PeerIDOf(bootKey)
+	bootID, _ := peerIDOf(bootKey)
 	port := freePort(t)
 	built := buildTestNodesWith(t, 2, "asp", 0.01, nil, func(c *nodeSetup) {
 		c.Overlay.JoinTimeout = 2 * time.Second

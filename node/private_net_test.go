@@ -65,11 +65,7 @@ func refused(t *testing.T, reg *prometheus.Registry, reason string) float64 {
 
 func newKey(t *testing.T) pnet.PSK {
 	t.Helper()
-	k, err := ParseSwarmKey(EncodeSwarmKey(pnet.PSK(fmt.Appendf(nil, "%032d", time.Now().UnixNano()))))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
+	return pnet.PSK(fmt.Appendf(nil, "%032d", time.Now().UnixNano()))
 }
 
 func addrOf(nd *Node) string { return nd.Addrs()[0].String() }
@@ -129,11 +125,11 @@ func TestSwarmKeyRefusesOutsiders(t *testing.T) {
 // An allowlist refuses a stranger at the security handshake (counted as
 // not_allowed) and admits a listed peer.
 func TestAllowPeersRefusesStranger(t *testing.T) {
-	friendKey, err := NewIdentity()
+	friendKey, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	friend, _ := PeerIDOf(friendKey)
+	friend, _ := peerIDOf(friendKey)
 	cfg := tcpConfig()
 	cfg.AllowPeers = []peer.ID{friend}
 	boot := startNode(t, cfg)
@@ -174,11 +170,11 @@ func freePort(t *testing.T) int {
 // not joined, and joins once the bootstrap node is up. Its bootstrap
 // address is a DNS name (/dns4/localhost), after a dead first address.
 func TestJoinWhenBootstrapStartsLater(t *testing.T) {
-	bootKey, err := NewIdentity()
+	bootKey, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootID, _ := PeerIDOf(bootKey)
+	bootID, _ := peerIDOf(bootKey)
 	port := freePort(t)
 	dead := fmt.Sprintf("/ip4/127.0.0.1/tcp/%d/p2p/%s", freePort(t), testPeerID(t))
 

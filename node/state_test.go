@@ -41,7 +41,7 @@ func TestPeersFileFormat(t *testing.T) {
 // A node that knows no peer leaves the file as it was, and a file of
 // another job is not used.
 func TestPeersFileRejoin(t *testing.T) {
-	key, err := NewIdentity()
+	key, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}

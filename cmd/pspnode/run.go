@@ -386,13 +386,13 @@ func stopReason(ctx context.Context, err error) string {
 // depends on the node's peer ID unless shard >= 0.
 func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
-		key, err := node.NewIdentity()
+		key, err := newIdentity()
 		if err != nil {
 			return nil, err
 		}
 		cfg.Identity = key
 	}
-	id, err := node.PeerIDOf(cfg.Identity)
+	id, err := peerIDOf(cfg.Identity)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +428,7 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			if err != nil {
 				return err
 			}
-			id, err := node.PeerIDOf(key)
+			id, err := peerIDOf(key)
 			if err != nil {
 				return err
 			}
