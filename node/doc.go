@@ -48,11 +48,15 @@
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
-//	gate.go        refused connections: failed handshakes and peers not allowed, counted and logged
 //	traffic.go     bytes the node's streams carry, by protocol class
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
 //	version.go     the module version and the identify agent string
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics
-//	nat.go         NAT traversal: AutoNAT, relays, hole punching (go-libp2p's), and what /status says of them
+//	nat.go         Config.NAT's host options (the bootstrap peers as relays) and Node.NAT
+//
+// How the host meets the network is in the sub-package netsetup: the
+// connection gate of a private job and the transports (netsetup/gate.go),
+// and NAT traversal: AutoNAT, relays, hole punching, go-libp2p's, and what
+// /status says of them (netsetup/nat.go).
 package node

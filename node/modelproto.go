@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // ModelMismatchError says that a peer runs another model than this node:
@@ -104,8 +105,8 @@ func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
 	defer cancel()
 	// The answerer writes its whole model before it sees the reset: the
-	// stream may cross a relay only if the whole model fits (overRelay).
-	s, err := n.h.NewStream(overRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
+	// stream may cross a relay only if the whole model fits (netsetup.OverRelay).
+	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return err
 	}
@@ -151,7 +152,7 @@ func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(overRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
+	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return wire.ModelSnapshot{}, err
 	}

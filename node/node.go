@@ -25,6 +25,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -130,8 +131,8 @@ type Node struct {
 	// joiner keeps the node joined through its bootstrap peers (nil with
 	// none; bootstrap.go).
 	joiner *joiner
-	// nat follows reachability, relays and hole punches (nat.go).
-	nat *natState
+	// nat follows reachability, relays and hole punches (package netsetup).
+	nat *netsetup.NAT
 	// iso is the isolation policy's state (isolation.go).
 	iso isolation
 	// lin is the node's lineage of the job and what it heard of its
@@ -206,10 +207,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
-	n.nat = newNATState(n.reg)
+	n.nat = netsetup.NewNAT(n.reg)
 
 	if d.host != nil {
-		n.nat.attach(d.host)
+		n.nat.Attach(d.host)
 		n.h = n.meter.wrapHost(d.host)
 	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
@@ -232,8 +233,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
 		}
-		opts = append(opts, newGate(cfg.AllowPeers, n.log, n.reg).hostOptions(cfg)...)
-		opts = append(opts, n.nat.hostOptions(cfg, n.reg)...)
+		opts = append(opts, netsetup.GateOptions(cfg.PSK, cfg.AllowPeers, cfg.hostFaults.RefuseDirectInbound, n.log, n.reg)...)
+		opts = append(opts, n.natOptions(cfg)...)
 		h, err := libp2p.New(opts...)
 		if err != nil {
 			// Both run goroutines from their constructors; libp2p closes
@@ -243,7 +244,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
-		n.nat.attach(h)
+		n.nat.Attach(h)
 		n.h = n.meter.wrapHost(h)
 	}
 	seed := cfg.Seed
@@ -273,7 +274,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			n.opened.Add(1)
 			n.m.connsOpened.Inc()
 		},
-		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.closed(c) },
+		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))

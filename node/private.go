@@ -3,13 +3,13 @@ package node
 import (
 	"fmt"
 
-	ma "github.com/multiformats/go-multiaddr"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // A private job: a pre-shared key (go-libp2p's private network, the
 // swarm.key file kubo uses) that every connection's bytes are encrypted
 // with before anything else is said, and an allowlist of peer IDs enforced
-// by a connection gater (gate.go).
+// by a connection gater (netsetup/gate.go).
 
 // validateNetwork checks the bootstrap addresses, the swarm key and the
 // allowlist.
@@ -28,19 +28,9 @@ func (c Config) validateNetwork() []error {
 		errs = append(errs, fmt.Errorf("PSK: swarm key of %d bytes: want 32", len(c.PSK)))
 	}
 	for _, l := range c.Listen {
-		if !IsTCPAddr(l) {
+		if !netsetup.IsTCPAddr(l) {
 			errs = append(errs, fmt.Errorf("Listen: address %q with a swarm key: only TCP runs in a private network (QUIC, WebTransport and WebRTC cannot carry a pre-shared key)", l))
 		}
 	}
 	return errs
-}
-
-// IsTCPAddr reports whether a listen multiaddr is plain TCP (no WebSocket
-// or other protocol on top).
-func IsTCPAddr(s string) bool {
-	a, err := ma.NewMultiaddr(s)
-	if err != nil || len(a) == 0 {
-		return false
-	}
-	return a[len(a)-1].Protocol().Code == ma.P_TCP
 }

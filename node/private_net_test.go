@@ -86,7 +86,7 @@ func TestSwarmKeyRefusesOutsiders(t *testing.T) {
 		key  pnet.PSK
 	}{{"another key", other}, {"no key", nil}} {
 		t.Run(tc.name, func(t *testing.T) {
-			before := refused(t, boot.Registry(), refusedHandshake)
+			before := refused(t, boot.Registry(), "handshake")
 			cfg := tcpConfig()
 			cfg.PSK, cfg.Bootstrap = tc.key, []string{addrOf(boot)}
 			out := startNode(t, cfg)
@@ -94,10 +94,10 @@ func TestSwarmKeyRefusesOutsiders(t *testing.T) {
 				t.Errorf("outsider joined %v, join error %q: want not joined, with a reason", st.Joined, st.JoinError)
 			}
 			// A dial may give up before its upgrade does: wait for the count.
-			if !waitFor(10*time.Second, func() bool { return refused(t, out.Registry(), refusedHandshake) >= 1 }) {
+			if !waitFor(10*time.Second, func() bool { return refused(t, out.Registry(), "handshake") >= 1 }) {
 				t.Error("the outsider did not count the refused handshake")
 			}
-			if !waitFor(10*time.Second, func() bool { return refused(t, boot.Registry(), refusedHandshake) > before }) {
+			if !waitFor(10*time.Second, func() bool { return refused(t, boot.Registry(), "handshake") > before }) {
 				t.Error("the private node did not count the refused handshake")
 			}
 			if p := out.Overlay().Peers(); len(p) != 0 {
@@ -140,7 +140,7 @@ func TestAllowPeersRefusesStranger(t *testing.T) {
 	if stranger.Status().Joined {
 		t.Error("the stranger joined")
 	}
-	if !waitFor(10*time.Second, func() bool { return refused(t, boot.Registry(), refusedNotAllowed) >= 1 }) {
+	if !waitFor(10*time.Second, func() bool { return refused(t, boot.Registry(), "not_allowed") >= 1 }) {
 		t.Error("the refusal of the stranger was not counted")
 	}
 	if slices.Contains(boot.Overlay().Peers(), stranger.ID()) {

@@ -20,6 +20,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // privateJob reads --swarm-key and --allow-peers into cfg. With a key and
@@ -34,7 +35,7 @@ func privateJob(cfg *node.Config, swarmKey, allowPeers string, listenSet bool, l
 		if !listenSet {
 			var tcp []string
 			for _, l := range cfg.Listen {
-				if node.IsTCPAddr(l) {
+				if netsetup.IsTCPAddr(l) {
 					tcp = append(tcp, l)
 				}
 			}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -331,7 +332,7 @@ func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, rea
 	if !traversal && relay && relaySet {
 		return usagef("--relay-service needs --nat-traversal: the service starts when AutoNAT finds the node public")
 	}
-	cfg.NAT = node.NATConfig{Traversal: traversal, RelayService: traversal && relay}
+	cfg.NAT = netsetup.NATConfig{Traversal: traversal, RelayService: traversal && relay}
 	switch reach {
 	case "auto":
 	case "public":
