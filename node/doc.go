@@ -32,7 +32,7 @@
 //	population.go  the population estimate that scales the learning rate
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
 //	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
-//	join.go        waitPeers, resume from a checkpoint, join a running job
+//	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
 //	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
@@ -43,7 +43,6 @@
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
 //	wire.go        frames: the length prefix, reading a frame within a cap (the bodies of the step and model protocols are in internal/wire)
-//	checkpoint.go  the checkpoint file format
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager

@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -18,7 +19,7 @@ func (n *Node) resume() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	c, err := checkpoint.Read(n.cfg.Checkpoint)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return
@@ -60,8 +61,8 @@ func (n *Node) checkpoint() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c := Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
-	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		n.log.Warn("checkpoint failed", "err", err)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/checkpoint"
 )
 
 // A node whose bootstrap peer comes up after it does not train alone
@@ -34,7 +36,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	if err := seedNode.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ReadCheckpoint(path)
+	c, err := checkpoint.Read(path)
 	if err != nil || c.Step != 40 {
 		t.Fatalf("checkpoint %+v, %v", c, err)
 	}
