@@ -213,7 +213,7 @@ func DefaultConfig() Config {
 		StepStreams:       64,
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
-		Join:              DefaultJoinConfig(),
+		Join:              defaultJoinConfig(),
 		NAT:               netsetup.DefaultNATConfig(),
 	}
 }
