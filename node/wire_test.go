@@ -8,6 +8,8 @@ import (
 	"io"
 	"runtime"
 	"testing"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 func TestFrameCap(t *testing.T) {
@@ -45,4 +47,23 @@ func TestReadFrameGrowsAsBytesArrive(t *testing.T) {
 	if got := after.TotalAlloc - before.TotalAlloc; got > declared/8 {
 		t.Errorf("reading a short %d-byte frame allocated %d bytes", declared, got)
 	}
+}
+
+// Any bytes read as a step frame, under either version's cap, are a frame
+// or an ErrWire, never a panic or a frame over the cap.
+func FuzzReadFrame(f *testing.F) {
+	f.Add([]byte{18, 1, 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{})
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		for _, limit := range []int{wire.MaxStepFrame, wire.MaxStepFrameExt} {
+			body, err := readFrame(bufio.NewReader(bytes.NewReader(b)), limit)
+			if err != nil && !errors.Is(err, ErrWire) {
+				t.Fatalf("error %v is not an ErrWire", err)
+			}
+			if err == nil && len(body) > limit {
+				t.Fatalf("a frame of %d bytes over the cap of %d", len(body), limit)
+			}
+		}
+	})
 }
