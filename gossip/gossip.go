@@ -1,3 +1,6 @@
+// The topic of a job's updates: its Config, joining it (New), Publish,
+// Subscribe and the validator. The package doc is in doc.go.
+
 package gossip
 
 import (

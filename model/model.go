@@ -1,3 +1,7 @@
+// Models: the Model interface, shapes and tensors, New, and the linear
+// regression, logistic regression and MLP models. The package doc is in
+// doc.go.
+
 package model
 
 import (

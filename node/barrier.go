@@ -8,6 +8,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -158,12 +159,12 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 
 // startBarrier starts ck on the node's step, with its timing inputs now,
 // and returns the request its queries send.
-func (n *Node) startBarrier(ck *psp.Checker) StepRequest {
+func (n *Node) startBarrier(ck *psp.Checker) wire.StepRequest {
 	pop := 0.0
 	if n.cfg.Barrier.Probabilistic() {
 		pop = n.population()
 	}
-	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
 	ck.Start(psp.CheckStart{
 		Self: req.Step, Population: pop, Now: n.clock(),
 		Compute: math.Float64frombits(n.compute.Load()), RTT: n.rttEWMA(),
@@ -185,7 +186,7 @@ type checkRun struct {
 // that ends within timeout or when ctx ends; its answer goes to
 // run.results, marked stopped if ctx ended (the failure is then not the
 // peer's).
-func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req StepRequest, timeout time.Duration) {
+func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.StepRequest, timeout time.Duration) {
 	run.inflight++
 	results := run.results
 	go func() {

@@ -52,9 +52,9 @@ type JoinConfig struct {
 	SplitCheck time.Duration
 }
 
-// DefaultJoinConfig retries from 1 s up to 1 min, checks the routing table
+// defaultJoinConfig retries from 1 s up to 1 min, checks the routing table
 // every 5 s and for a split every minute.
-func DefaultJoinConfig() JoinConfig {
+func defaultJoinConfig() JoinConfig {
 	return JoinConfig{RetryMin: time.Second, RetryMax: time.Minute, Check: 5 * time.Second, SplitCheck: time.Minute}
 }
 

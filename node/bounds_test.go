@@ -11,6 +11,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Slow model streams do not crowd out step queries. Two peers each hold
@@ -40,7 +41,7 @@ func TestSlowModelStreamsLeaveStepQueries(t *testing.T) {
 		}
 		synctest.Wait() // the target's handlers hold every stream they took
 		for _, nd := range nodes[1:] {
-			if _, err := nd.queryStep(t.Context(), target.ID(), StepRequest{Step: 1}); err != nil {
+			if _, err := nd.queryStep(t.Context(), target.ID(), wire.StepRequest{Step: 1}); err != nil {
 				t.Errorf("%s's step query refused while slow model streams are open: %v", nd.ID().ShortString(), err)
 			}
 		}

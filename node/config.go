@@ -9,6 +9,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -50,9 +51,9 @@ type Config struct {
 	PeersFile string
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
-	// through the bootstrap peers and hole punching (nat.go). Not used
-	// with WithHost.
-	NAT NATConfig
+	// through the bootstrap peers and hole punching (package netsetup).
+	// Not used with WithHost.
+	NAT netsetup.NATConfig
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
@@ -212,8 +213,8 @@ func DefaultConfig() Config {
 		StepStreams:       64,
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
-		Join:              DefaultJoinConfig(),
-		NAT:               DefaultNATConfig(),
+		Join:              defaultJoinConfig(),
+		NAT:               netsetup.DefaultNATConfig(),
 	}
 }
 
@@ -234,7 +235,7 @@ func DefaultConfig() Config {
 func DefaultLocalConfig() Config {
 	c := DefaultConfig()
 	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	c.NAT = NATConfig{}
+	c.NAT = netsetup.NATConfig{}
 	c.QueryTimeout = 2 * time.Second
 	return c
 }

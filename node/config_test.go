@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -136,7 +137,7 @@ func TestValidateReportsJobOnce(t *testing.T) {
 func TestDefaultLocalConfig(t *testing.T) {
 	want := DefaultConfig()
 	want.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	want.NAT = NATConfig{}
+	want.NAT = netsetup.NATConfig{}
 	want.QueryTimeout = 2 * time.Second
 	if got := DefaultLocalConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultLocalConfig() = %+v\nwant %+v", got, want)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -131,7 +132,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 	if got, want := counterValue(target.m.refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
-	r, err := honest.queryStep(t.Context(), target.ID(), StepRequest{Step: 1})
+	r, err := honest.queryStep(t.Context(), target.ID(), wire.StepRequest{Step: 1})
 	if err != nil {
 		t.Fatalf("honest query during the flood failed: %v", err)
 	}

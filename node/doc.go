@@ -32,9 +32,9 @@
 //	population.go  the population estimate that scales the learning rate
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
 //	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
-//	join.go        waitPeers, resume from a checkpoint, join a running job
+//	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
-//	genesis.go     lineages of a job and models at first contact: forks converge on the older, other models are held out
+//	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
 //	updates.go     publishing updates; receiving them: the norm bound, held updates
 //	exchange.go    the exchanges (gossip, epidemic): Epidemic Learning's averaging, the distance bound
@@ -42,19 +42,20 @@
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model
-//	wire.go        wire formats of the step and model protocols
-//	stepext.go     step protocol 1.1.0: the genesis and model fields
-//	checkpoint.go  the checkpoint file format
+//	wire.go        frames: the length prefix, reading a frame within a cap (the bodies of the step and model protocols are in internal/wire)
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      inbound stream caps and the resource manager
-//	private.go     private jobs: the swarm key (pnet) and the allow-list
-//	gate.go        refused connections: failed handshakes and peers not allowed, counted and logged
+//	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
 //	traffic.go     bytes the node's streams carry, by protocol class
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
-//	identity.go    identity keys
 //	version.go     the module version and the identify agent string
 //	metrics.go     Prometheus metrics
 //	http.go        /status and /metrics
-//	nat.go         NAT traversal: AutoNAT, relays, hole punching (go-libp2p's), and what /status says of them
+//	nat.go         Config.NAT's host options (the bootstrap peers as relays) and Node.NAT
+//
+// How the host meets the network is in the sub-package netsetup: the
+// connection gate of a private job and the transports (netsetup/gate.go),
+// and NAT traversal: AutoNAT, relays, hole punching, go-libp2p's, and what
+// /status says of them (netsetup/nat.go).
 package node

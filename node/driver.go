@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -203,21 +204,21 @@ func (d *Driver) awaitTopic(ctx context.Context) {
 }
 
 // readCheckpoint reads the node's checkpoint if it holds this job's model.
-func (d *Driver) readCheckpoint() (Checkpoint, bool) {
+func (d *Driver) readCheckpoint() (checkpoint.Checkpoint, bool) {
 	n := d.n
 	if n.cfg.Checkpoint == "" {
-		return Checkpoint{}, false
+		return checkpoint.Checkpoint{}, false
 	}
-	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	c, err := checkpoint.Read(n.cfg.Checkpoint)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return Checkpoint{}, false
+		return checkpoint.Checkpoint{}, false
 	case err != nil:
 		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
-		return Checkpoint{}, false
+		return checkpoint.Checkpoint{}, false
 	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
 		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
-		return Checkpoint{}, false
+		return checkpoint.Checkpoint{}, false
 	}
 	return c, true
 }
@@ -426,8 +427,8 @@ func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
 			return "", fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
 		}
 	}
-	c := Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.task.ModelID(), Params: params}
-	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.task.ModelID(), Params: params}
+	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		return "", err
 	}
 	return n.cfg.Checkpoint, nil

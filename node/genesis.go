@@ -1,7 +1,11 @@
 package node
 
 import (
+	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,14 +16,60 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
+
+// genesisLen is the length of a Genesis, as step protocol 1.1.0 sends it.
+const genesisLen = wire.GenesisLen
+
+// Genesis names a lineage of a job. The node that starts a job (it found
+// no peer of the job when it began to train) makes one: its clock in Unix
+// nanoseconds (8 bytes, big-endian), then 8 random bytes. A node that
+// joins takes the genesis of the peers it joined, so every node trained
+// from one start shares it. Two groups of nodes of one job that trained
+// apart, such as a first node restarted without a way back to its peers,
+// have different geneses; when they meet, the group with the older
+// genesis (the smaller, compared as 16 big-endian bytes) is the job, and
+// the nodes of the other adopt its step and model. The zero Genesis means
+// none.
+type Genesis [genesisLen]byte
+
+// NewGenesis makes a genesis at now.
+func NewGenesis(now time.Time) Genesis {
+	var g Genesis
+	binary.BigEndian.PutUint64(g[:8], uint64(now.UnixNano()))
+	_, _ = rand.Read(g[8:])
+	if g.IsZero() { // a clock at the epoch and 8 zero bytes: never in practice
+		g[15] = 1
+	}
+	return g
+}
+
+// IsZero reports whether g is none.
+func (g Genesis) IsZero() bool { return g == Genesis{} }
+
+// Older reports whether g is a genesis older than h, which may be none.
+func (g Genesis) Older(h Genesis) bool {
+	return !g.IsZero() && (h.IsZero() || bytes.Compare(g[:], h[:]) < 0)
+}
+
+// Time is when g was made, by its maker's clock.
+func (g Genesis) Time() time.Time { return time.Unix(0, int64(binary.BigEndian.Uint64(g[:8]))) }
+
+// String is g in hex, "" for none.
+func (g Genesis) String() string {
+	if g.IsZero() {
+		return ""
+	}
+	return hex.EncodeToString(g[:])
+}
 
 // Lineages and models at first contact.
 //
 // Every step message of protocol 1.1.0 says which genesis (lineage of the
-// job) and which model its sender has (stepext.go). A node judges each one
-// it receives, query or reply (admit):
+// job) and which model its sender has (internal/wire/stepext.go). A node
+// judges each one it receives, query or reply (admit):
 //
 //   - Another model (both sides' models fixed; ids or parameter counts
 //     differ): the peer is held out of the overlay (samples, population,
@@ -213,8 +263,8 @@ func (l *lineage) warnFirst(p peer.ID) bool {
 func (n *Node) modelFixed() bool { return n.driver == nil || n.modelUp.Load() }
 
 // ownExt is what this node's 1.1.0 step messages say of it.
-func (n *Node) ownExt() StepExt {
-	e := StepExt{Genesis: n.lin.genesis()}
+func (n *Node) ownExt() wire.StepExt {
+	e := wire.StepExt{Genesis: n.lin.genesis()}
 	if n.modelFixed() {
 		e.HasModel, e.ModelID, e.Params = true, n.task.ModelID(), uint32(n.task.NumParams())
 	}
@@ -224,7 +274,7 @@ func (n *Node) ownExt() StepExt {
 // admit judges what peer p's step message said of it (e, nil for a 1.0.0
 // message; see the top of this file). A peer that runs another model is
 // held out; quiet leaves the warning to the caller.
-func (n *Node) admit(p peer.ID, e *StepExt, quiet bool) kinship {
+func (n *Node) admit(p peer.ID, e *wire.StepExt, quiet bool) kinship {
 	if e == nil {
 		return kin
 	}
@@ -241,14 +291,14 @@ func (n *Node) admit(p peer.ID, e *StepExt, quiet bool) kinship {
 }
 
 // mismatchOf is the error that says p runs another model than this node.
-func (n *Node) mismatchOf(p peer.ID, e *StepExt) *ModelMismatchError {
+func (n *Node) mismatchOf(p peer.ID, e *wire.StepExt) *ModelMismatchError {
 	return &ModelMismatchError{Peer: p.String(), PeerModel: e.ModelID, PeerParams: int64(e.Params),
 		OwnModel: n.task.ModelID(), OwnParams: int64(n.task.NumParams())}
 }
 
 // holdOut keeps a peer that runs another model out of this node's view of
 // the job, and says so once.
-func (n *Node) holdOut(p peer.ID, e *StepExt, quiet bool) {
+func (n *Node) holdOut(p peer.ID, e *wire.StepExt, quiet bool) {
 	if n.ov.HeldOut(p) {
 		return
 	}

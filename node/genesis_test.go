@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"encoding/hex"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 func TestLineageJudge(t *testing.T) {
@@ -80,11 +82,11 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		}
 		// Over the wire: the job asks the driven node (idle: it answers
 		// as leaving), and the driven node asks the job.
-		r, err := job.queryStep(t.Context(), driven.ID(), StepRequest{Step: 1})
+		r, err := job.queryStep(t.Context(), driven.ID(), wire.StepRequest{Step: 1})
 		if err != nil || r.Ext == nil || r.Ext.HasModel || !r.Leaving {
 			t.Fatalf("the driven node's reply: %+v (%+v), %v", r, r.Ext, err)
 		}
-		if _, err := driven.queryStep(t.Context(), job.ID(), StepRequest{Step: 0}); err != nil {
+		if _, err := driven.queryStep(t.Context(), job.ID(), wire.StepRequest{Step: 0}); err != nil {
 			t.Fatal(err)
 		}
 		if job.Overlay().HeldOut(driven.ID()) || driven.Overlay().HeldOut(job.ID()) {
@@ -129,7 +131,7 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 		a, b := nodes[0], nodes[1]
 		b.lin.set(exampleGenesis)
 		a.lin.set(exampleGenesis)
-		if _, err := a.queryStep(t.Context(), b.ID(), StepRequest{Step: 1}); err != nil {
+		if _, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 1}); err != nil {
 			t.Fatal(err)
 		}
 		st := a.steps.idle[b.ID()]
@@ -137,7 +139,7 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 			t.Fatalf("no idle 1.1.0 stream after a query: %+v", st)
 		}
 		before := a.Traffic()
-		r, err := a.queryStep(t.Context(), b.ID(), StepRequest{Step: 2})
+		r, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -154,8 +156,38 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 		// Fields that change are sent again.
 		g := NewGenesis(time.Now())
 		b.lin.set(g)
-		if r, err = a.queryStep(t.Context(), b.ID(), StepRequest{Step: 3}); err != nil || r.Ext == nil || r.Ext.Genesis != g {
+		if r, err = a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 3}); err != nil || r.Ext == nil || r.Ext.Genesis != g {
 			t.Errorf("after b's genesis changed a reads %+v, %v", r.Ext, err)
 		}
 	})
+}
+
+// exampleGenesis is the genesis of docs/protocols.md's examples (6.12):
+// 2025-01-01T00:00:00Z, then the bytes 01 to 08.
+var exampleGenesis = func() Genesis {
+	var g Genesis
+	b, _ := hex.DecodeString("1816687ec05700000102030405060708")
+	copy(g[:], b)
+	return g
+}()
+
+func TestGenesisOrder(t *testing.T) {
+	if got := exampleGenesis.Time().UTC(); !got.Equal(time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)) {
+		t.Errorf("example genesis time %v", got)
+	}
+	a := NewGenesis(time.Unix(100, 0))
+	b := NewGenesis(time.Unix(200, 0))
+	if !a.Older(b) || b.Older(a) || a.Older(a) {
+		t.Errorf("a genesis of t=100 s is not older than one of t=200 s: %s %s", a, b)
+	}
+	if !a.Older(Genesis{}) || (Genesis{}).Older(a) || (Genesis{}).Older(Genesis{}) {
+		t.Error("every genesis is older than none, and none is older than anything")
+	}
+	c := NewGenesis(time.Unix(100, 0))
+	if a == c || a.Older(c) == c.Older(a) {
+		t.Errorf("two geneses of one instant are not totally ordered: %s %s", a, c)
+	}
+	if (Genesis{}).String() != "" || len(a.String()) != 32 {
+		t.Errorf("String: %q %q", Genesis{}.String(), a.String())
+	}
 }

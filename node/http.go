@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -88,8 +89,8 @@ type Status struct {
 	// Traffic is what the node's streams carried, by protocol class.
 	Traffic Traffic `json:"traffic"`
 	// NAT is the node's reachability, relay addresses and connections by
-	// kind (nat.go).
-	NAT NATStatus `json:"nat"`
+	// kind (netsetup/nat.go).
+	NAT netsetup.NATStatus `json:"nat"`
 }
 
 // Status returns the node's current status.

@@ -8,6 +8,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -17,7 +19,7 @@ func (n *Node) resume() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c, err := ReadCheckpoint(n.cfg.Checkpoint)
+	c, err := checkpoint.Read(n.cfg.Checkpoint)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return
@@ -59,8 +61,8 @@ func (n *Node) checkpoint() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c := Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
-	if err := WriteCheckpoint(n.cfg.Checkpoint, c); err != nil {
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		n.log.Warn("checkpoint failed", "err", err)
 	}
 }
@@ -141,9 +143,9 @@ func (n *Node) join(ctx context.Context) error {
 type jobView struct {
 	adopt    psp.Step
 	observed int
-	model    *ModelSnapshot // nil: not fetched
-	from     peer.ID        // the peer model came from
-	fetchErr error          // why no model was fetched, when one was wanted
+	model    *wire.ModelSnapshot // nil: not fetched
+	from     peer.ID             // the peer model came from
+	fetchErr error               // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
 	// oldest genesis among the answers (zero if none said one).
 	genesis Genesis
@@ -176,7 +178,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 	replies := n.ask(ctx, peers)
 	type answered struct {
 		p peer.ID
-		r StepReply
+		r wire.StepReply
 	}
 	var good []answered
 	for i, r := range replies {
@@ -202,7 +204,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		}
 		return v
 	}
-	genesisOf := func(r StepReply) Genesis {
+	genesisOf := func(r wire.StepReply) Genesis {
 		if r.Ext == nil {
 			return Genesis{}
 		}
@@ -267,7 +269,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		n.log.Debug("model fetch failed", "peer", p, "err", err)
 		if mm := errModelMismatch(err); mm != nil {
 			v.others = append(v.others, mm)
-			n.holdOut(p, &StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
+			n.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
 			if fetchMismatch == nil {
 				fetchMismatch = err
 			}

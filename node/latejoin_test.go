@@ -7,6 +7,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/checkpoint"
 )
 
 // A node whose bootstrap peer comes up after it does not train alone
@@ -14,11 +16,11 @@ import (
 // joins, adopts the job's step and fetches the job's model. Here the job
 // is one node resumed from a checkpoint at step 40.
 func TestLateBootstrapFetchesModel(t *testing.T) {
-	bootKey, err := NewIdentity()
+	bootKey, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}
-	bootID, _ := PeerIDOf(bootKey)
+	bootID, _ := peerIDOf(bootKey)
 	port := freePort(t)
 	built := buildTestNodesWith(t, 2, "asp", 0.01, nil, func(c *nodeSetup) {
 		c.Overlay.JoinTimeout = 2 * time.Second
@@ -34,7 +36,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	if err := seedNode.Run(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	c, err := ReadCheckpoint(path)
+	c, err := checkpoint.Read(path)
 	if err != nil || c.Step != 40 {
 		t.Fatalf("checkpoint %+v, %v", c, err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // runOne runs nd.Run(ctx) on a goroutine; the channel gets its result.
@@ -106,7 +107,7 @@ func TestLeaveThenShutdown(t *testing.T) {
 				t.Errorf("%s still holds the node that left as live", nd.ID().ShortString())
 			}
 		}
-		r, err := others[0].queryStep(t.Context(), victim.ID(), StepRequest{Step: others[0].Step()})
+		r, err := others[0].queryStep(t.Context(), victim.ID(), wire.StepRequest{Step: others[0].Step()})
 		if err != nil || !r.Leaving {
 			t.Errorf("a node that left but is not shut down answered %+v, %v; want the leaving flag", r, err)
 		}
@@ -116,7 +117,7 @@ func TestLeaveThenShutdown(t *testing.T) {
 		if err := victim.Shutdown(); err != nil {
 			t.Errorf("Shutdown: %v", err)
 		}
-		if _, err := others[0].queryStep(t.Context(), victim.ID(), StepRequest{}); err == nil {
+		if _, err := others[0].queryStep(t.Context(), victim.ID(), wire.StepRequest{}); err == nil {
 			t.Error("a node shut down still answers step queries")
 		}
 		if err := victim.Leave(time.Second); !errors.Is(err, ErrClosed) {

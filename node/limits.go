@@ -7,6 +7,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // resourceManager is go-libp2p's default resource manager (limits scaled to
@@ -18,9 +20,9 @@ func resourceManager(cfg Config) (network.ResourceManager, error) {
 	libp2p.SetDefaultServiceLimits(&limits)
 	k := cfg.MaxStreamsPerPeer
 	perPeer := rcmgr.BaseLimit{Streams: 2 * k, StreamsInbound: k, StreamsOutbound: k, Memory: 16 << 20}
-	limits.AddProtocolPeerLimit(StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
-	limits.AddProtocolPeerLimit(StepProtocolExt(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
-	limits.AddProtocolPeerLimit(ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(wire.StepProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(wire.StepProtocolExt(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
+	limits.AddProtocolPeerLimit(wire.ModelProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	limits.AddProtocolPeerLimit(ExchangeProtocol(cfg.Job), perPeer, rcmgr.BaseLimitIncrease{})
 	return rcmgr.NewResourceManager(rcmgr.NewFixedLimiter(limits.AutoScale()))
 }

@@ -11,7 +11,30 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
+
+// ModelMismatchError says that a peer runs another model than this node:
+// another model ID or parameter count. It is not a malformed message: the
+// two nodes must not be in one job.
+type ModelMismatchError struct {
+	Peer       string // the peer's ID; "" when not known
+	PeerModel  uint32
+	PeerParams int64
+	OwnModel   uint32
+	OwnParams  int64
+}
+
+func (e *ModelMismatchError) Error() string {
+	who := "the peer"
+	if e.Peer != "" {
+		who = "peer " + e.Peer
+	}
+	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
+		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
+}
 
 // handleModel sends the current model to a joining peer.
 func (n *Node) handleModel(s network.Stream) {
@@ -60,7 +83,7 @@ func (n *Node) handleModel(s network.Stream) {
 // modelHead is the start of a model reply frame of count parameters: the
 // frame's length, then the body up to the parameters.
 func modelHead(step int64, modelID uint32, count int) []byte {
-	b := binary.AppendUvarint(nil, uint64(modelHeaderLen+8*count))
+	b := binary.AppendUvarint(nil, uint64(wire.ModelHeaderLen+8*count))
 	b = append(b, wireVersion)
 	b = binary.BigEndian.AppendUint64(b, uint64(step))
 	b = binary.BigEndian.AppendUint32(b, modelID)
@@ -82,8 +105,8 @@ func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
 	defer cancel()
 	// The answerer writes its whole model before it sees the reset: the
-	// stream may cross a relay only if the whole model fits (overRelay).
-	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
+	// stream may cross a relay only if the whole model fits (netsetup.OverRelay).
+	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
 		return err
 	}
@@ -126,39 +149,39 @@ func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
 // fetchModel asks one peer for its model. A peer that runs another model
 // is found from the head of its reply: a *ModelMismatchError, whatever the
 // size of its model.
-func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error) {
+func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(overRelay(ctx, MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
+	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
 	if err != nil {
-		return ModelSnapshot{}, err
+		return wire.ModelSnapshot{}, err
 	}
 	defer guard(ctx, s)()
 	deadline, _ := ctx.Deadline()
 	_ = s.SetDeadline(deadline)
 	if err := writeFrame(s, []byte{wireVersion}); err != nil {
 		_ = s.Reset()
-		return ModelSnapshot{}, err
+		return wire.ModelSnapshot{}, err
 	}
 	_ = s.CloseWrite()
-	limit := MaxModelFrame(n.task.NumParams())
+	limit := wire.MaxModelFrame(n.task.NumParams())
 	r := bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64))
 	snap, err := n.readModelHead(r, p)
 	if err != nil {
 		_ = s.Reset()
-		return ModelSnapshot{}, err
+		return wire.ModelSnapshot{}, err
 	}
 	body, err := readBody(r, 8*n.task.NumParams())
 	if err != nil {
 		_ = s.Reset()
-		return ModelSnapshot{}, err
+		return wire.ModelSnapshot{}, err
 	}
 	_ = s.Close()
 	snap.Params = make([]float64, n.task.NumParams())
 	for i := range snap.Params {
 		v := math.Float64frombits(binary.BigEndian.Uint64(body[8*i:]))
 		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
+			return wire.ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
 		}
 		snap.Params[i] = v
 	}
@@ -168,28 +191,28 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (ModelSnapshot, error)
 // readModelHead reads the head of a model reply from p: the frame's
 // length, the version, the step, the model ID and the parameter count,
 // which must be this node's.
-func (n *Node) readModelHead(r *bufio.Reader, p peer.ID) (ModelSnapshot, error) {
+func (n *Node) readModelHead(r *bufio.Reader, p peer.ID) (wire.ModelSnapshot, error) {
 	size, err := binary.ReadUvarint(r)
 	if err != nil {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrWire, err)
+		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrWire, err)
 	}
-	head := make([]byte, modelHeaderLen)
+	head := make([]byte, wire.ModelHeaderLen)
 	if _, err := io.ReadFull(r, head); err != nil {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrWire, err)
+		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrWire, err)
 	}
 	if head[0] != wireVersion {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrWire, head[0], wireVersion)
+		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrWire, head[0], wireVersion)
 	}
-	snap := ModelSnapshot{Step: int64(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
+	snap := wire.ModelSnapshot{Step: int64(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
 	count := binary.BigEndian.Uint32(head[13:])
 	own := n.task.NumParams()
 	switch {
 	case snap.Step < 0:
-		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, snap.Step)
+		return wire.ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, snap.Step)
 	case snap.ModelID != n.task.ModelID() || int64(count) != int64(own):
-		return ModelSnapshot{}, &ModelMismatchError{Peer: p.String(), PeerModel: snap.ModelID, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(own)}
-	case size != uint64(modelHeaderLen)+8*uint64(count):
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
+		return wire.ModelSnapshot{}, &ModelMismatchError{Peer: p.String(), PeerModel: snap.ModelID, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(own)}
+	case size != uint64(wire.ModelHeaderLen)+8*uint64(count):
+		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
 	}
 	return snap, nil
 }

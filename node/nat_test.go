@@ -21,7 +21,9 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // These tests build real hosts on TCP loopback. One machine has no NAT, so
@@ -109,7 +111,7 @@ func TestNATRelayedStepQuery(t *testing.T) {
 			b := startNode(t, bcfg)
 			var circuits []ma.Multiaddr
 			if !waitFor(20*time.Second, func() bool {
-				circuits = b.nat.relayAddrs()
+				circuits = relayAddrs(b)
 				return len(circuits) > 0
 			}) {
 				t.Fatalf("the node behind the NAT got no /p2p-circuit address (status %+v)", b.NAT())
@@ -132,12 +134,12 @@ func TestNATRelayedStepQuery(t *testing.T) {
 			c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
 			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 			defer cancel()
-			if _, err := c.queryStep(ctx, b.ID(), StepRequest{Step: 0}); err != nil {
+			if _, err := c.queryStep(ctx, b.ID(), wire.StepRequest{Step: 0}); err != nil {
 				t.Fatalf("step query through the relay: %v", err)
 			}
 			relayedTo := func(nd *Node, p peer.ID) bool {
 				for _, cn := range nd.Host().Network().ConnsToPeer(p) {
-					if isRelayed(cn) {
+					if netsetup.IsRelayed(cn) {
 						return true
 					}
 				}
@@ -251,10 +253,10 @@ func TestNATRelayServiceOff(t *testing.T) {
 // forgotten.
 func TestNATHolePunchCounted(t *testing.T) {
 	acfg := natConfig(nil)
-	acfg.NAT = NATConfig{}
+	acfg.NAT = netsetup.NATConfig{}
 	a := startNode(t, acfg)
 	bcfg := natConfig(nil, a)
-	bcfg.NAT = NATConfig{}
+	bcfg.NAT = netsetup.NATConfig{}
 	b := startNode(t, bcfg)
 	conns := b.Host().Network().ConnsToPeer(a.ID())
 	if len(conns) == 0 {
@@ -279,7 +281,7 @@ func TestNATHolePunchCounted(t *testing.T) {
 	if st.Connections.HolePunched != len(conns) || st.Connections.Direct != 0 || st.Connections.Relayed != 0 {
 		t.Errorf("after a punch that made the connection: %+v, want %d hole_punched", st.Connections, len(conns))
 	}
-	want := map[string]uint64{punchSuccess: 2, punchFailed: 1, punchReversed: 1}
+	want := map[string]uint64{"success": 2, "failed": 1, "reversed": 1}
 	if !maps.Equal(st.HolePunches, want) {
 		t.Errorf("hole punches %v, want %v", st.HolePunches, want)
 	}
@@ -290,26 +292,24 @@ func TestNATHolePunchCounted(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !waitFor(5*time.Second, func() bool {
-		b.nat.mu.Lock()
-		defer b.nat.mu.Unlock()
-		return len(b.nat.punched) == 0
+		return b.nat.Marked() == 0
 	}) {
-		t.Errorf("closed connections still marked hole-punched: %v", b.nat.punched)
+		t.Errorf("%d closed connections still marked hole-punched", b.nat.Marked())
 	}
 }
 
 // A fixed reachability needs NAT traversal, and must be one of the three.
 func TestNATConfigValidate(t *testing.T) {
 	for _, tc := range []struct {
-		nat  NATConfig
+		nat  netsetup.NATConfig
 		want string // in the error; "" for none
 	}{
-		{DefaultNATConfig(), ""},
-		{NATConfig{}, ""},
-		{NATConfig{Traversal: true, Reachability: network.ReachabilityPublic}, ""},
-		{NATConfig{Reachability: network.ReachabilityPrivate}, "reachability private needs NAT traversal"},
-		{NATConfig{Traversal: true, Reachability: 7}, "want unknown, public or private"},
-		{NATConfig{RelayService: true}, "relay service needs NAT traversal"},
+		{netsetup.DefaultNATConfig(), ""},
+		{netsetup.NATConfig{}, ""},
+		{netsetup.NATConfig{Traversal: true, Reachability: network.ReachabilityPublic}, ""},
+		{netsetup.NATConfig{Reachability: network.ReachabilityPrivate}, "reachability private needs NAT traversal"},
+		{netsetup.NATConfig{Traversal: true, Reachability: 7}, "want unknown, public or private"},
+		{netsetup.NATConfig{RelayService: true}, "relay service needs NAT traversal"},
 	} {
 		cfg := DefaultConfig()
 		cfg.NAT = tc.nat
@@ -353,23 +353,23 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 	b := startNode(t, bcfg, withModel(bcfg, 2))
 	var circuits []ma.Multiaddr
 	if !waitFor(20*time.Second, func() bool {
-		circuits = b.nat.relayAddrs()
+		circuits = relayAddrs(b)
 		return len(circuits) > 0
 	}) {
 		t.Fatalf("the node behind the NAT got no /p2p-circuit address (status %+v)", b.NAT())
 	}
 	ccfg := natConfig(nil, a)
-	ccfg.NAT = NATConfig{} // no hole punching: the pair stays relayed
+	ccfg.NAT = netsetup.NATConfig{} // no hole punching: the pair stays relayed
 	faults.SetHost(&ccfg, faults.Host{RefuseDirectInbound: true})
 	c := startNode(t, ccfg, withModel(ccfg, 3))
 	c.Host().Peerstore().AddAddrs(b.ID(), circuits, peerstore.TempAddrTTL)
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	if _, err := c.queryStep(ctx, b.ID(), StepRequest{Step: 0}); err != nil {
+	if _, err := c.queryStep(ctx, b.ID(), wire.StepRequest{Step: 0}); err != nil {
 		t.Fatalf("step query through the relay: %v", err)
 	}
 	for _, cn := range c.Host().Network().ConnsToPeer(b.ID()) {
-		if !isRelayed(cn) {
+		if !netsetup.IsRelayed(cn) {
 			t.Fatalf("C has a direct connection to B: %v", cn.RemoteMultiaddr())
 		}
 	}
@@ -390,4 +390,13 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 	if !slices.Contains(c.Overlay().Peers(), b.ID()) {
 		t.Error("C holds B dead")
 	}
+}
+
+// relayAddrs are the /p2p-circuit addresses n announces.
+func relayAddrs(n *Node) []ma.Multiaddr {
+	var out []ma.Multiaddr
+	for _, s := range n.NAT().RelayAddrs {
+		out = append(out, ma.StringCast(s))
+	}
+	return out
 }

@@ -24,6 +24,8 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -75,7 +77,7 @@ type Node struct {
 	reg       *prometheus.Registry
 	m         *metrics
 	stepID    protocol.ID
-	stepExtID protocol.ID // step protocol 1.1.0 (stepext.go)
+	stepExtID protocol.ID // step protocol 1.1.0 (internal/wire/stepext.go)
 	modelID   protocol.ID
 	started   time.Time
 	wake      chan struct{}
@@ -129,8 +131,8 @@ type Node struct {
 	// joiner keeps the node joined through its bootstrap peers (nil with
 	// none; bootstrap.go).
 	joiner *joiner
-	// nat follows reachability, relays and hole punches (nat.go).
-	nat *natState
+	// nat follows reachability, relays and hole punches (package netsetup).
+	nat *netsetup.NAT
 	// iso is the isolation policy's state (isolation.go).
 	iso isolation
 	// lin is the node's lineage of the job and what it heard of its
@@ -149,10 +151,6 @@ type evalResult struct {
 	Loss     float64
 	Accuracy float64
 }
-
-// StepProtocol and ModelProtocol return the protocol IDs of a job.
-func StepProtocol(job string) protocol.ID  { return protocol.ID("/psp/" + job + "/step/1.0.0") }
-func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/1.0.0") }
 
 // New builds a node from its settings (cfg) and what it runs with (opts):
 // the host (unless WithHost gives one), the overlay (which joins through
@@ -181,8 +179,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		log:          d.log,
 		reg:          d.reg,
 		givenHost:    d.host != nil,
-		stepID:       StepProtocol(cfg.Job),
-		modelID:      ModelProtocol(cfg.Job),
+		stepID:       wire.StepProtocol(cfg.Job),
+		modelID:      wire.ModelProtocol(cfg.Job),
 		exID:         ExchangeProtocol(cfg.Job),
 		started:      time.Now(),
 		wake:         make(chan struct{}, 1),
@@ -195,7 +193,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		reports:      newRing(32),
 		progress:     newProgress(),
 	}
-	n.stepExtID = StepProtocolExt(cfg.Job)
+	n.stepExtID = wire.StepProtocolExt(cfg.Job)
 	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
@@ -209,10 +207,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.lin = newLineage(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
-	n.nat = newNATState(n.reg)
+	n.nat = netsetup.NewNAT(n.reg)
 
 	if d.host != nil {
-		n.nat.attach(d.host)
+		n.nat.Attach(d.host)
 		n.h = n.meter.wrapHost(d.host)
 	} else {
 		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
@@ -235,8 +233,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		if cfg.Identity != nil {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
 		}
-		opts = append(opts, newGate(cfg.AllowPeers, n.log, n.reg).hostOptions(cfg)...)
-		opts = append(opts, n.nat.hostOptions(cfg, n.reg)...)
+		opts = append(opts, netsetup.GateOptions(cfg.PSK, cfg.AllowPeers, cfg.hostFaults.RefuseDirectInbound, n.log, n.reg)...)
+		opts = append(opts, n.natOptions(cfg)...)
 		h, err := libp2p.New(opts...)
 		if err != nil {
 			// Both run goroutines from their constructors; libp2p closes
@@ -246,7 +244,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			_ = cm.Close()
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
-		n.nat.attach(h)
+		n.nat.Attach(h)
 		n.h = n.meter.wrapHost(h)
 	}
 	seed := cfg.Seed
@@ -276,7 +274,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			n.opened.Add(1)
 			n.m.connsOpened.Inc()
 		},
-		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.closed(c) },
+		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
 	}
 	n.h.Network().Notify(n.conns)
 	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
@@ -583,7 +581,7 @@ func (n *Node) announceLeave(timeout time.Duration) {
 		if n.h.Network().Connectedness(p) != network.Connected {
 			continue
 		}
-		wg.Go(func() { _, _ = n.queryStep(ctx, p, StepRequest{Leaving: true, Step: n.step.Load()}) })
+		wg.Go(func() { _, _ = n.queryStep(ctx, p, wire.StepRequest{Leaving: true, Step: n.step.Load()}) })
 	}
 	wg.Wait()
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -283,7 +284,7 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 		b.Host().SetStreamHandler(b.stepExtID, silent)
 		a.cfg.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()
-		_, err := a.queryStep(t.Context(), b.ID(), StepRequest{})
+		_, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{})
 		if err == nil {
 			t.Fatal("a silent peer's query succeeded")
 		}
@@ -307,10 +308,10 @@ func TestTCPNodesAnswerEachOther(t *testing.T) {
 			t.Errorf("node %s listens on %v, want 127.0.0.1 TCP", nd.ID(), addrs)
 		}
 	}
-	var r StepReply
+	var r wire.StepReply
 	var err error
 	answered := waitFor(30*time.Second, func() bool {
-		r, err = a.queryStep(t.Context(), b.ID(), StepRequest{Step: 1})
+		r, err = a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 1})
 		return err == nil
 	})
 	if !answered {
@@ -319,7 +320,7 @@ func TestTCPNodesAnswerEachOther(t *testing.T) {
 	if r.Step != 7 {
 		t.Errorf("b answered step %d, want 7", r.Step)
 	}
-	if _, err := b.queryStep(t.Context(), a.ID(), StepRequest{Step: 7}); err != nil {
+	if _, err := b.queryStep(t.Context(), a.ID(), wire.StepRequest{Step: 7}); err != nil {
 		t.Errorf("a did not answer b: %v", err)
 	}
 	// A host the node built counts its streams' bytes too.

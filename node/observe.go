@@ -7,12 +7,13 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
 type answer struct {
-	reply StepReply
+	reply wire.StepReply
 	err   error
 }
 
@@ -27,7 +28,7 @@ type peerAnswer struct {
 // ask queries peers in parallel; each query has its own deadline.
 func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 	out := make([]answer, len(peers))
-	req := StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
@@ -75,7 +76,7 @@ func (n *Node) note(ev *evidence) {
 // is no observation, and a report the screen refuses does not count. Only
 // the barrier's goroutine calls judge (n.screen is not safe for
 // concurrent use).
-func (n *Node) judge(p peer.ID, r StepReply, ev *evidence) (psp.Observation, bool) {
+func (n *Node) judge(p peer.ID, r wire.StepReply, ev *evidence) (psp.Observation, bool) {
 	if r.Leaving {
 		n.noteLeft(p)
 		n.forgetPeer(p, ev)

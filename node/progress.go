@@ -7,6 +7,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -161,7 +162,7 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 		return
 	}
 	n.m.pushed.Add(float64(len(peers)))
-	req := StepRequest{Step: step, Estimate: n.estimate()}
+	req := wire.StepRequest{Step: step, Estimate: n.estimate()}
 	for _, p := range peers {
 		go func() { // ends within QueryTimeout, or when the node stops
 			r, err := n.queryStep(ctx, p, req)

@@ -62,9 +62,9 @@ type savedPeer struct {
 	Addrs []string `json:"addrs"`
 }
 
-// ReadPeersFile reads a peers file (see Config.PeersFile): the job it is
+// readPeersFile reads a peers file (see Config.PeersFile): the job it is
 // of and its peers. Entries that do not parse are left out.
-func ReadPeersFile(path string) (job string, peers []peer.AddrInfo, err error) {
+func readPeersFile(path string) (job string, peers []peer.AddrInfo, err error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return "", nil, err
@@ -143,7 +143,7 @@ func (n *Node) rejoinRemembered(ctx context.Context) {
 		return
 	}
 	n.state = &peerState{path: path}
-	job, peers, err := ReadPeersFile(path)
+	job, peers, err := readPeersFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
 		return

@@ -24,14 +24,14 @@ func TestPeersFileFormat(t *testing.T) {
 	if fi, err := os.Stat(path); err != nil || fi.Mode().Perm() != 0o600 {
 		t.Errorf("peers file mode %v, %v; want 0600", fi.Mode().Perm(), err)
 	}
-	job, peers, err := ReadPeersFile(path)
+	job, peers, err := readPeersFile(path)
 	if err != nil || job != "demo" || len(peers) != 1 || peers[0].ID.String() != id || len(peers[0].Addrs) != 2 {
 		t.Fatalf("read back job %q, peers %v, %v", job, peers, err)
 	}
 	if err := os.WriteFile(path, []byte("{"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := ReadPeersFile(path); err == nil {
+	if _, _, err := readPeersFile(path); err == nil {
 		t.Error("a corrupt peers file read without an error")
 	}
 }
@@ -41,7 +41,7 @@ func TestPeersFileFormat(t *testing.T) {
 // A node that knows no peer leaves the file as it was, and a file of
 // another job is not used.
 func TestPeersFileRejoin(t *testing.T) {
-	key, err := NewIdentity()
+	key, err := newIdentity()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestPeersFileRejoin(t *testing.T) {
 	if err := a.Close(); err != nil {
 		t.Fatal(err)
 	}
-	job, peers, err := ReadPeersFile(path)
+	job, peers, err := readPeersFile(path)
 	if err != nil || job != cfgA.Job || !slices.ContainsFunc(peers, func(ai peer.AddrInfo) bool { return ai.ID == b.ID() }) {
 		t.Fatalf("the peers file after Close: job %q, peers %v, %v", job, peers, err)
 	}
@@ -79,7 +79,7 @@ func TestPeersFileRejoin(t *testing.T) {
 	// Alone now: its file keeps the peers it knew.
 	a3 := startNode(t, cfgA)
 	_ = a3.Close()
-	if _, peers, err := ReadPeersFile(path); err != nil || len(peers) == 0 {
+	if _, peers, err := readPeersFile(path); err != nil || len(peers) == 0 {
 		t.Errorf("a node that knew no peer emptied its peers file: %v, %v", peers, err)
 	}
 

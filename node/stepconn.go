@@ -12,6 +12,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Step streams are reused. A step query is a few dozen bytes each way, and
@@ -48,11 +50,11 @@ type stepStream struct {
 	s    network.Stream
 	r    *bufio.Reader
 	used time.Time // end of its last exchange
-	ext  bool      // step protocol 1.1.0 (stepext.go), not 1.0.0
+	ext  bool      // step protocol 1.1.0 (internal/wire/stepext.go), not 1.0.0
 	// The 1.1.0 fields this side last sent on the stream, and those the
 	// peer last sent: each side sends its fields only when they differ
-	// from what it sent before on the stream (stepext.go).
-	said, heard StepExt
+	// from what it sent before on the stream (internal/wire/stepext.go).
+	said, heard wire.StepExt
 }
 
 func newStepStream(s network.Stream, ext bool) *stepStream {
@@ -61,9 +63,9 @@ func newStepStream(s network.Stream, ext bool) *stepStream {
 
 // say returns the fields to send in this side's next message on the
 // stream: own if they differ from what it last sent there, else none.
-func (st *stepStream) say(own StepExt) StepExt {
+func (st *stepStream) say(own wire.StepExt) wire.StepExt {
 	if own == st.said {
-		return StepExt{}
+		return wire.StepExt{}
 	}
 	st.said = own
 	return own
@@ -71,8 +73,8 @@ func (st *stepStream) say(own StepExt) StepExt {
 
 // hear completes e, a message's fields as decoded, with what the peer
 // sent before on the stream: a message without fields repeats them.
-func (st *stepStream) hear(e *StepExt) {
-	if *e == (StepExt{}) {
+func (st *stepStream) hear(e *wire.StepExt) {
+	if *e == (wire.StepExt{}) {
 		*e = st.heard
 	} else {
 		st.heard = *e
@@ -82,9 +84,9 @@ func (st *stepStream) hear(e *StepExt) {
 // stepFrameCap is the frame cap of a step stream of either version.
 func stepFrameCap(ext bool) int {
 	if ext {
-		return maxStepFrameExt
+		return wire.MaxStepFrameExt
 	}
-	return maxStepFrame
+	return wire.MaxStepFrame
 }
 
 // stepStreams holds the asker's idle streams.
@@ -174,13 +176,13 @@ func (ss *stepStreams) close() {
 
 // queryStep asks one peer for its step, on its idle step stream if it has
 // one (see stepStreams), within the query timeout of the node's timing now.
-func (n *Node) queryStep(ctx context.Context, p peer.ID, req StepRequest) (StepReply, error) {
+func (n *Node) queryStep(ctx context.Context, p peer.ID, req wire.StepRequest) (wire.StepReply, error) {
 	return n.queryStepWithin(ctx, p, req, n.timing().timeout)
 }
 
 // queryStepWithin is queryStep within timeout (a barrier's, set at its
 // start).
-func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req StepRequest, timeout time.Duration) (StepReply, error) {
+func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequest, timeout time.Duration) (wire.StepReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	start := time.Now()
@@ -197,7 +199,7 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req StepRequest, 
 			// else 1.0.0.
 			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)
 			if err != nil {
-				return StepReply{}, err
+				return wire.StepReply{}, err
 			}
 			st = newStepStream(s, s.Protocol() == n.stepExtID)
 		}
@@ -214,10 +216,10 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req StepRequest, 
 		_ = st.s.Reset()
 		if errors.Is(err, errBadReply) {
 			n.m.queryErrors.Inc()
-			return StepReply{}, err
+			return wire.StepReply{}, err
 		}
 		if !reused || ctx.Err() != nil {
-			return StepReply{}, err
+			return wire.StepReply{}, err
 		}
 		n.m.staleStreams.Inc() // the answerer closed it: once more, on a fresh stream
 		fresh = true
@@ -229,36 +231,36 @@ var errBadReply = errors.New("malformed step reply")
 
 // exchange sends one request on st and reads its reply (none for a leave
 // notice), within ctx.
-func (n *Node) exchange(ctx context.Context, st *stepStream, req StepRequest) (StepReply, error) {
+func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepRequest) (wire.StepReply, error) {
 	defer guard(ctx, st.s)()
 	deadline, _ := ctx.Deadline()
 	_ = st.s.SetDeadline(deadline)
 	var body []byte
 	if st.ext {
-		body = marshalStepRequestExt(req, st.say(n.ownExt()))
+		body = wire.MarshalStepRequestExt(req, st.say(n.ownExt()))
 	} else {
-		body = MarshalStepRequest(req)
+		body = wire.MarshalStepRequest(req)
 	}
 	if err := writeFrame(st.s, body); err != nil {
-		return StepReply{}, err
+		return wire.StepReply{}, err
 	}
 	if req.Leaving {
-		return StepReply{}, nil
+		return wire.StepReply{}, nil
 	}
 	body, err := readFrame(st.r, stepFrameCap(st.ext))
 	if err != nil {
-		return StepReply{}, err
+		return wire.StepReply{}, err
 	}
-	var r StepReply
+	var r wire.StepReply
 	if st.ext {
-		if r, err = UnmarshalStepReplyExt(body); err == nil {
+		if r, err = wire.UnmarshalStepReplyExt(body); err == nil {
 			st.hear(r.Ext)
 		}
 	} else {
-		r, err = UnmarshalStepReply(body)
+		r, err = wire.UnmarshalStepReply(body)
 	}
 	if err != nil {
-		return StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
+		return wire.StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
 	}
 	_ = st.s.SetDeadline(time.Time{})
 	return r, nil
@@ -291,15 +293,15 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	stop()
 	idled := rctx.Err() != nil
 	rcancel()
-	var q StepRequest
+	var q wire.StepRequest
 	switch {
 	case err != nil:
 	case st.ext:
-		if q, err = UnmarshalStepRequestExt(body); err == nil {
+		if q, err = wire.UnmarshalStepRequestExt(body); err == nil {
 			st.hear(q.Ext)
 		}
 	default:
-		q, err = UnmarshalStepRequest(body)
+		q, err = wire.UnmarshalStepRequest(body)
 	}
 	if err != nil {
 		// A reused stream that ends before its next request (the asker
@@ -338,7 +340,7 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
-	reply := StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	reply := wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		if n.lost() {
 			<-ctx.Done() // the query is lost: the asker hears nothing
@@ -353,9 +355,9 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	}
 	var out []byte
 	if st.ext {
-		out = marshalStepReplyExt(reply, st.say(n.ownExt()))
+		out = wire.MarshalStepReplyExt(reply, st.say(n.ownExt()))
 	} else {
-		out = MarshalStepReply(reply)
+		out = wire.MarshalStepReply(reply)
 	}
 	if err := writeFrame(s, out); err != nil {
 		_ = s.Reset()

@@ -14,6 +14,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // stepStreamsTo lists the open step streams (either version) a's host has
@@ -43,7 +44,7 @@ func testStepStreamReuse(t *testing.T) {
 	ctx := t.Context()
 	query := func() {
 		t.Helper()
-		if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1}); err != nil {
+		if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1}); err != nil {
 			t.Fatalf("query: %v", err)
 		}
 	}
@@ -79,7 +80,7 @@ func testStepStreamReuse(t *testing.T) {
 
 	// A leave notice neither takes nor keeps a stream.
 	kept := a.steps.idle[b.ID()]
-	if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1, Leaving: true}); err != nil {
+	if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1, Leaving: true}); err != nil {
 		t.Fatalf("leave notice: %v", err)
 	}
 	if a.steps.idle[b.ID()] != kept {
@@ -111,20 +112,20 @@ func testStepStreamMalformedLaterRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := newStepStream(s, false)
-	if _, err := a.exchange(ctx, st, StepRequest{Step: 1}); err != nil {
+	if _, err := a.exchange(ctx, st, wire.StepRequest{Step: 1}); err != nil {
 		t.Fatalf("first exchange: %v", err)
 	}
 	before := counterValue(b.m.malformed)
 	if err := writeFrame(s, []byte{0xff, 0xff, 0xff}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readFrame(st.r, maxStepFrame); err == nil {
+	if _, err := readFrame(st.r, wire.MaxStepFrame); err == nil {
 		t.Fatal("a malformed request got a reply")
 	}
 	if got := counterValue(b.m.malformed) - before; got != 1 {
 		t.Errorf("malformed requests counted %v, want 1", got)
 	}
-	if _, err := a.queryStep(ctx, b.ID(), StepRequest{Step: 1}); err != nil {
+	if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1}); err != nil {
 		t.Errorf("b stopped answering after a malformed request: %v", err)
 	}
 }
@@ -199,7 +200,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	var s network.Stream
 	for {
 		var err error
-		s, err = asker.NewStream(ctx, joiner.ID(), StepProtocol(cfg.Job))
+		s, err = asker.NewStream(ctx, joiner.ID(), wire.StepProtocol(cfg.Job))
 		if err == nil {
 			break
 		}
@@ -209,7 +210,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	defer func() { _ = s.Reset() }()
-	if err := writeFrame(s, MarshalStepRequest(StepRequest{Step: 3})); err != nil {
+	if err := writeFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 3})); err != nil {
 		t.Fatal(err)
 	}
 	synctest.Wait() // the query has reached the handler, which waits for New
@@ -220,7 +221,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	}
 	close(joiner.open)
 
-	body, err := readFrame(bufio.NewReader(s), maxStepFrame)
+	body, err := readFrame(bufio.NewReader(s), wire.MaxStepFrame)
 	r := <-done
 	if r.nd != nil {
 		t.Cleanup(func() { r.nd.Close() })
@@ -231,7 +232,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	if err != nil {
 		t.Fatalf("no answer from a joining node: %v", err)
 	}
-	if _, err := UnmarshalStepReply(body); err != nil {
+	if _, err := wire.UnmarshalStepReply(body); err != nil {
 		t.Fatalf("bad answer from a joining node: %v", err)
 	}
 	if joinErr != nil && r.nd.Status().Joined {

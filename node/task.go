@@ -131,14 +131,14 @@ type ModelTask struct {
 func NewModelTask(tr *model.Trainer, test *model.Dataset, tm TimeModel, seed uint64) *ModelTask {
 	return &ModelTask{
 		trainer: tr, test: test, time: tm,
-		id:  ModelIDOf(tr.Model()),
+		id:  modelIDOf(tr.Model()),
 		rng: rand.New(rand.NewPCG(seed, 0x7a5c)),
 	}
 }
 
-// ModelIDOf derives a model id from the model's name and shape, so nodes
+// modelIDOf derives a model id from the model's name and shape, so nodes
 // running different architectures reject each other's updates.
-func ModelIDOf(m model.Model) uint32 {
+func modelIDOf(m model.Model) uint32 {
 	h := sha256.Sum256([]byte(m.Name() + "|" + m.Shape().String()))
 	return binary.BigEndian.Uint32(h[:4])
 }

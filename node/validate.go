@@ -94,7 +94,7 @@ func (c Config) Validate() error {
 	if err := c.validateScreen(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.NAT.validate(); err != nil {
+	if err := c.NAT.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	if err := c.Exchange.validate(); err != nil {

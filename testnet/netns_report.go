@@ -14,7 +14,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/figure"
 	"github.com/pspnode/pspnode/internal/procstat"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -97,20 +97,20 @@ type Group struct {
 
 // NodeNAT is one node's NAT traversal state.
 type NodeNAT struct {
-	Node int            `json:"node"`
-	NAT  node.NATStatus `json:"nat"`
+	Node int                `json:"node"`
+	NAT  netsetup.NATStatus `json:"nat"`
 }
 
 // TraversalSum adds up the NAT traversal fields of a group's /status.
 type TraversalSum struct {
-	Reachability map[string]int    `json:"reachability"` // nodes per state
-	WithRelay    int               `json:"nodes_with_relay_addrs"`
-	Connections  node.ConnKinds    `json:"connections"`
-	HolePunches  map[string]uint64 `json:"hole_punches"`
+	Reachability map[string]int     `json:"reachability"` // nodes per state
+	WithRelay    int                `json:"nodes_with_relay_addrs"`
+	Connections  netsetup.ConnKinds `json:"connections"`
+	HolePunches  map[string]uint64  `json:"hole_punches"`
 }
 
 // add adds one node's /status nat object.
-func (t *TraversalSum) add(st node.NATStatus) {
+func (t *TraversalSum) add(st netsetup.NATStatus) {
 	t.Reachability[st.Reachability]++
 	if len(st.RelayAddrs) > 0 {
 		t.WithRelay++

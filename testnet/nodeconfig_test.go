@@ -8,6 +8,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -23,7 +24,7 @@ func handConfig(t *testnet, joining bool) node.Config {
 	cfg.JoinFetch = joining
 	cfg.Genesis = testnetGenesis(t.cfg.Seed)
 	cfg.QueryTimeout = 2 * time.Second
-	cfg.NAT = node.NATConfig{}
+	cfg.NAT = netsetup.NATConfig{}
 	cfg.Overlay.Logger = t.log
 	cfg.Gossip.Logger = t.log
 	enc, err := gossip.ParseEncoding(t.cfg.Encoding)

@@ -16,7 +16,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Role is how a testnet node misbehaves. Hostile nodes train like the
@@ -205,7 +205,7 @@ const floodPause = 5 * time.Millisecond
 // updates of the largest allowed size, 20 a second.
 func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 	h := m.nd.Host()
-	proto := node.StepProtocol("testnet")
+	proto := wire.StepProtocol("testnet")
 	var wg sync.WaitGroup
 	for w := range 32 {
 		wg.Go(func() {
@@ -260,7 +260,7 @@ const slowModelStreams = 8
 // (see SlowModel).
 func (t *testnet) slowModel(ctx context.Context, m *member, target peer.ID) {
 	h := m.nd.Host()
-	proto := node.ModelProtocol("testnet")
+	proto := wire.ModelProtocol("testnet")
 	var wg sync.WaitGroup
 	for range slowModelStreams {
 		wg.Go(func() {

@@ -1,3 +1,7 @@
+// Run: build, warm up, train, record, report; Snapshot for live
+// progress. The package doc, what a testnet is and where to start
+// reading, is in doc.go.
+
 package testnet
 
 import (

@@ -12,7 +12,8 @@
 //	main.go         main, the subcommand tree, exit codes, pspnode version
 //	run.go          pspnode run: its flags, the node.Config, building and running the node; pspnode id
 //	preflight.go    what run checks before it builds the node: model, data, identity, listen addresses
-//	private.go      private jobs (--swarm-key, --allow-peers) and pspnode keygen
+//	private.go      private jobs (--swarm-key, --allow-peers) and pspnode keygen; the swarm.key and allowlist files
+//	identity.go     identity keys: --identity's file, or a fresh key
 //	trainer.go      run --trainer: a node driven by a trainer process
 //	startsignal_*.go  run --start-on-signal
 //	libp2plog.go    go-libp2p's logs, without fx's repeated start errors

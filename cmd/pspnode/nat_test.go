@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // --nat-traversal, --relay-service and --reachability set node.Config.NAT:
@@ -21,19 +22,19 @@ import (
 func TestNATFlags(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		want node.NATConfig
+		want netsetup.NATConfig
 		log  string
 	}{
-		{nil, node.NATConfig{Traversal: true, RelayService: true}, "relay_service=true"},
-		{[]string{"--relay-service=false"}, node.NATConfig{Traversal: true}, "relay_service=false"},
-		{[]string{"--nat-traversal=false"}, node.NATConfig{}, "NAT traversal off"},
-		{[]string{"--nat-traversal=false", "--relay-service=false"}, node.NATConfig{}, "NAT traversal off"},
-		{[]string{"--reachability", "public"}, node.NATConfig{Traversal: true, RelayService: true, Reachability: network.ReachabilityPublic}, `reachability="public (fixed)"`},
-		{[]string{"--reachability", "private", "--relay-service=false"}, node.NATConfig{Traversal: true, Reachability: network.ReachabilityPrivate}, `reachability="private (fixed)"`},
+		{nil, netsetup.NATConfig{Traversal: true, RelayService: true}, "relay_service=true"},
+		{[]string{"--relay-service=false"}, netsetup.NATConfig{Traversal: true}, "relay_service=false"},
+		{[]string{"--nat-traversal=false"}, netsetup.NATConfig{}, "NAT traversal off"},
+		{[]string{"--nat-traversal=false", "--relay-service=false"}, netsetup.NATConfig{}, "NAT traversal off"},
+		{[]string{"--reachability", "public"}, netsetup.NATConfig{Traversal: true, RelayService: true, Reachability: network.ReachabilityPublic}, `reachability="public (fixed)"`},
+		{[]string{"--reachability", "private", "--relay-service=false"}, netsetup.NATConfig{Traversal: true, Reachability: network.ReachabilityPrivate}, `reachability="private (fixed)"`},
 	} {
 		fs := flag.NewFlagSet("run", flag.ContinueOnError)
 		fs.SetOutput(io.Discard)
-		def := node.DefaultNATConfig()
+		def := netsetup.DefaultNATConfig()
 		traversal := fs.Bool("nat-traversal", def.Traversal, "")
 		relay := fs.Bool("relay-service", def.RelayService, "")
 		reach := fs.String("reachability", "auto", "")

@@ -91,7 +91,7 @@ func loadIdentity(path string) (crypto.PrivKey, error) {
 			return nil, usagef("--identity %s: not a libp2p private key (%v); 'pspnode id --identity NEWFILE' creates one", path, err)
 		}
 	}
-	key, err := node.LoadOrCreateIdentity(path)
+	key, err := loadOrCreateIdentity(path)
 	if err != nil {
 		return nil, usagef("--identity %s: %v", path, err)
 	}

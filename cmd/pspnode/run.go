@@ -17,6 +17,7 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -331,7 +332,7 @@ func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, rea
 	if !traversal && relay && relaySet {
 		return usagef("--relay-service needs --nat-traversal: the service starts when AutoNAT finds the node public")
 	}
-	cfg.NAT = node.NATConfig{Traversal: traversal, RelayService: traversal && relay}
+	cfg.NAT = netsetup.NATConfig{Traversal: traversal, RelayService: traversal && relay}
 	switch reach {
 	case "auto":
 	case "public":
@@ -386,13 +387,13 @@ func stopReason(ctx context.Context, err error) string {
 // depends on the node's peer ID unless shard >= 0.
 func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
-		key, err := node.NewIdentity()
+		key, err := newIdentity()
 		if err != nil {
 			return nil, err
 		}
 		cfg.Identity = key
 	}
-	id, err := node.PeerIDOf(cfg.Identity)
+	id, err := peerIDOf(cfg.Identity)
 	if err != nil {
 		return nil, err
 	}
@@ -428,7 +429,7 @@ func idCommand(stdout, stderr io.Writer) *ffcli.Command {
 			if err != nil {
 				return err
 			}
-			id, err := node.PeerIDOf(key)
+			id, err := peerIDOf(key)
 			if err != nil {
 				return err
 			}

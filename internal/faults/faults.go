@@ -50,7 +50,7 @@ var SetGossipDrop func(cfg any, drop func() bool)
 
 // Host changes how a node's host meets the network, so that tests on one
 // machine can play a public relay and a node behind a NAT (with
-// node.NATConfig.Reachability fixing each one's reachability). The zero
+// netsetup.NATConfig.Reachability fixing each one's reachability). The zero
 // value changes nothing.
 type Host struct {
 	// Announce, if set, rewrites the addresses the host announces (a

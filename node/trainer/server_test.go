@@ -2,6 +2,7 @@ package trainer
 
 import (
 	"context"
+	"crypto/rand"
 	"net"
 	"os"
 	"regexp"
@@ -10,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -403,11 +406,11 @@ func TestWaitingSaysWhy(t *testing.T) {
 	}
 	port := l.Addr().(*net.TCPAddr).Port
 	l.Close()
-	key, err := node.NewIdentity()
+	key, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
-	id, _ := node.PeerIDOf(key)
+	id, _ := peer.IDFromPrivateKey(key)
 	late := "/ip4/127.0.0.1/tcp/" + itoa(port) + "/p2p/" + id.String()
 	d := startDaemon(t, "wait", nil, "asp", func(c *node.Config, _ *Config) {
 		c.Bootstrap = []string{late}

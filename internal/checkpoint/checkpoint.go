@@ -1,4 +1,4 @@
-package node
+package checkpoint
 
 import (
 	"encoding/binary"
@@ -12,23 +12,10 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-// Checkpoints.
-//
-// A checkpoint holds a node's step and model so that a node restarted with
-// the same identity resumes where it was. The file is
-//
-//	magic "PSPCKPT1" | job length u16 | job | step i64 | model id u32 |
-//	n u32 | n × f64 params | CRC-32C of everything before it
-//
-// big-endian. It is written atomically: a temporary file in the same
-// directory, fsync, rename over the old one, fsync of the directory. A
-// reader checks every field and the checksum, so a truncated or corrupt
-// file is an error (ErrCheckpoint), never a silently wrong model.
+const magic = "PSPCKPT1"
 
-const checkpointMagic = "PSPCKPT1"
-
-// ErrCheckpoint is wrapped by every error about a checkpoint's content.
-var ErrCheckpoint = errors.New("bad checkpoint")
+// ErrCorrupt is wrapped by every error about a checkpoint's content.
+var ErrCorrupt = errors.New("bad checkpoint")
 
 // Checkpoint is what a checkpoint file holds.
 type Checkpoint struct {
@@ -40,13 +27,13 @@ type Checkpoint struct {
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// WriteCheckpoint writes c to path atomically.
-func WriteCheckpoint(path string, c Checkpoint) error {
+// Write writes c to path atomically.
+func Write(path string, c Checkpoint) error {
 	if len(c.Job) > math.MaxUint16 {
 		return fmt.Errorf("checkpoint: job name too long")
 	}
-	b := make([]byte, 0, len(checkpointMagic)+2+len(c.Job)+16+8*len(c.Params)+4)
-	b = append(b, checkpointMagic...)
+	b := make([]byte, 0, len(magic)+2+len(c.Job)+16+8*len(c.Params)+4)
+	b = append(b, magic...)
 	b = binary.BigEndian.AppendUint16(b, uint16(len(c.Job)))
 	b = append(b, c.Job...)
 	b = binary.BigEndian.AppendUint64(b, uint64(c.Step))
@@ -84,32 +71,32 @@ func WriteCheckpoint(path string, c Checkpoint) error {
 	return nil
 }
 
-// maxCheckpointParams caps the parameters a checkpoint may declare (2^28
+// maxParams caps the parameters a checkpoint may declare (2^28
 // float64s = 2 GiB), so a corrupt header cannot make a reader allocate more.
-const maxCheckpointParams = 1 << 28
+const maxParams = 1 << 28
 
-// ReadCheckpoint reads and verifies the checkpoint in path.
-func ReadCheckpoint(path string) (Checkpoint, error) {
+// Read reads and verifies the checkpoint in path.
+func Read(path string) (Checkpoint, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return Checkpoint{}, fmt.Errorf("checkpoint: %w", err)
 	}
-	return ParseCheckpoint(b)
+	return Parse(b)
 }
 
-// ParseCheckpoint decodes and verifies checkpoint bytes.
-func ParseCheckpoint(b []byte) (Checkpoint, error) {
+// Parse decodes and verifies checkpoint bytes.
+func Parse(b []byte) (Checkpoint, error) {
 	bad := func(format string, a ...any) (Checkpoint, error) {
-		return Checkpoint{}, fmt.Errorf("%w: %s", ErrCheckpoint, fmt.Sprintf(format, a...))
+		return Checkpoint{}, fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, a...))
 	}
-	if len(b) < len(checkpointMagic)+2+16+4 || string(b[:len(checkpointMagic)]) != checkpointMagic {
+	if len(b) < len(magic)+2+16+4 || string(b[:len(magic)]) != magic {
 		return bad("not a pspnode checkpoint (wrong magic or too short)")
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
 		return bad("checksum mismatch: the file is truncated or corrupt")
 	}
-	p := body[len(checkpointMagic):]
+	p := body[len(magic):]
 	jl := int(binary.BigEndian.Uint16(p))
 	p = p[2:]
 	if len(p) < jl+16 {
@@ -124,7 +111,7 @@ func ParseCheckpoint(b []byte) (Checkpoint, error) {
 	if c.Step < 0 {
 		return bad("negative step %d", c.Step)
 	}
-	if n > maxCheckpointParams || len(p) != 8*int(n) {
+	if n > maxParams || len(p) != 8*int(n) {
 		return bad("%d parameters declared, %d bytes present", n, len(p))
 	}
 	c.Params = make([]float64, n)

@@ -1,4 +1,4 @@
-package node
+package main
 
 import (
 	"crypto/rand"
@@ -12,11 +12,13 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 )
 
-// LoadOrCreateIdentity reads the private key in path, or, if the file does
+// Identity keys: --identity's file, or a fresh key.
+
+// loadOrCreateIdentity reads the private key in path, or, if the file does
 // not exist, creates an Ed25519 key and writes it there with mode 0600
 // (atomically: a temporary file renamed into place). The key file holds the
 // libp2p protobuf encoding of the key.
-func LoadOrCreateIdentity(path string) (crypto.PrivKey, error) {
+func loadOrCreateIdentity(path string) (crypto.PrivKey, error) {
 	b, err := os.ReadFile(path)
 	switch {
 	case err == nil:
@@ -67,21 +69,8 @@ func LoadOrCreateIdentity(path string) (crypto.PrivKey, error) {
 	return k, nil
 }
 
-// IdentityID returns the peer ID of the key in path without creating one.
-func IdentityID(path string) (peer.ID, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return "", fmt.Errorf("identity: %w", err)
-	}
-	k, err := crypto.UnmarshalPrivateKey(b)
-	if err != nil {
-		return "", fmt.Errorf("identity %s: not a libp2p private key: %w", path, err)
-	}
-	return peer.IDFromPrivateKey(k)
-}
-
-// NewIdentity makes a fresh Ed25519 key.
-func NewIdentity() (crypto.PrivKey, error) {
+// newIdentity makes a fresh Ed25519 key.
+func newIdentity() (crypto.PrivKey, error) {
 	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("identity: generate key: %w", err)
@@ -89,8 +78,8 @@ func NewIdentity() (crypto.PrivKey, error) {
 	return k, nil
 }
 
-// PeerIDOf returns the peer ID of a key.
-func PeerIDOf(k crypto.PrivKey) (peer.ID, error) {
+// peerIDOf returns the peer ID of a key.
+func peerIDOf(k crypto.PrivKey) (peer.ID, error) {
 	id, err := peer.IDFromPrivateKey(k)
 	if err != nil {
 		return "", fmt.Errorf("identity: %w", err)

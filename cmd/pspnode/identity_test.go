@@ -1,17 +1,15 @@
-package node
+package main
 
 import (
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-
-	"github.com/libp2p/go-libp2p/core/peer"
 )
 
 func TestIdentityCreatedOnceWithMode0600(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "sub", "node.key")
-	k1, err := LoadOrCreateIdentity(path)
+	k1, err := loadOrCreateIdentity(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,14 +17,9 @@ func TestIdentityCreatedOnceWithMode0600(t *testing.T) {
 	if err != nil || st.Mode().Perm() != 0o600 {
 		t.Fatalf("key file mode %v, %v; want 0600", st.Mode().Perm(), err)
 	}
-	k2, err := LoadOrCreateIdentity(path)
+	k2, err := loadOrCreateIdentity(path)
 	if err != nil || !k1.Equals(k2) {
 		t.Fatalf("second load gave another key: %v", err)
-	}
-	id, err := IdentityID(path)
-	want, _ := peer.IDFromPrivateKey(k1)
-	if err != nil || id != want {
-		t.Errorf("IdentityID = %s, %v; want %s", id, err, want)
 	}
 }
 
@@ -34,11 +27,8 @@ func TestIdentityErrors(t *testing.T) {
 	dir := t.TempDir()
 	bad := filepath.Join(dir, "bad.key")
 	_ = os.WriteFile(bad, []byte("not a key"), 0o600)
-	if _, err := LoadOrCreateIdentity(bad); err == nil || !strings.Contains(err.Error(), "not a libp2p private key") {
+	if _, err := loadOrCreateIdentity(bad); err == nil || !strings.Contains(err.Error(), "not a libp2p private key") {
 		t.Errorf("corrupt key: %v", err)
-	}
-	if _, err := IdentityID(filepath.Join(dir, "missing.key")); err == nil {
-		t.Error("IdentityID of a missing file should fail")
 	}
 	if b, _ := os.ReadFile(bad); string(b) != "not a key" {
 		t.Error("a corrupt key file must not be overwritten")

@@ -1,4 +1,4 @@
-package node
+package netsetup
 
 import (
 	"context"
@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/control"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	"github.com/libp2p/go-libp2p/core/transport"
 	libp2pquic "github.com/libp2p/go-libp2p/p2p/transport/quic"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
@@ -73,21 +74,26 @@ func newGate(allow []peer.ID, log *slog.Logger, reg prometheus.Registerer) *gate
 	return g
 }
 
-// hostOptions are the libp2p options for a real host: the gater, the
-// watched TCP transport, and either the private network (TCP only: QUIC,
-// WebTransport and WebRTC cannot carry a pre-shared key) or go-libp2p's
-// other default transports.
-func (g *gate) hostOptions(cfg Config) []libp2p.Option {
-	g.private = len(cfg.PSK) > 0 || len(cfg.AllowPeers) > 0
-	g.natted = cfg.hostFaults.RefuseDirectInbound
+// GateOptions are the libp2p options for a host the node builds: the
+// connection gater, which refuses peers outside allow (nil: every peer)
+// and counts refused connections in reg, the watched TCP transport, and
+// either the private network of psk (TCP only: QUIC, WebTransport and
+// WebRTC cannot carry a pre-shared key) or, with no psk, go-libp2p's other
+// default transports. refuseDirectInbound is a test hook
+// (faults.Host.RefuseDirectInbound): the host accepts only relayed
+// connections, as behind a NAT.
+func GateOptions(psk pnet.PSK, allow []peer.ID, refuseDirectInbound bool, log *slog.Logger, reg prometheus.Registerer) []libp2p.Option {
+	g := newGate(allow, log, reg)
+	g.private = len(psk) > 0 || len(allow) > 0
+	g.natted = refuseDirectInbound
 	opts := []libp2p.Option{
 		libp2p.ConnectionGater(g),
 		libp2p.Transport(func(u transport.Upgrader, rm network.ResourceManager, shared *tcpreuse.ConnMgr) (*tcp.TcpTransport, error) {
 			return tcp.NewTCPTransport(&watchingUpgrader{Upgrader: u, g: g}, rm, shared)
 		}),
 	}
-	if len(cfg.PSK) > 0 {
-		return append(opts, libp2p.PrivateNetwork(cfg.PSK))
+	if len(psk) > 0 {
+		return append(opts, libp2p.PrivateNetwork(psk))
 	}
 	return append(opts,
 		libp2p.Transport(libp2pquic.NewTransport),
@@ -208,4 +214,14 @@ func (c *watchedConn) Close() error {
 		c.onEarlyClose()
 	}
 	return c.Conn.Close()
+}
+
+// IsTCPAddr reports whether a listen multiaddr is plain TCP (no WebSocket
+// or other protocol on top): the only kind a private network runs on.
+func IsTCPAddr(s string) bool {
+	a, err := ma.NewMultiaddr(s)
+	if err != nil || len(a) == 0 {
+		return false
+	}
+	return a[len(a)-1].Protocol().Code == ma.P_TCP
 }
