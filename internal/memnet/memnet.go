@@ -275,8 +275,47 @@ type Host struct {
 	host.Host
 	net       *Net
 	cm        *bcm.BasicConnMgr
+	nw        *hostNetwork  // what Network returns: mocknet's, with its notifiees recorded
 	done      chan struct{} // closed when the host closes
 	closeOnce sync.Once
+}
+
+// hostNetwork is a host's mocknet network with a record of the notifiees
+// signed up through it, so that Close can take them off: mocknet keeps
+// every network it ever made (and so everything they refer to) for as long
+// as the mocknet lives.
+type hostNetwork struct {
+	network.Network
+	mu     sync.Mutex
+	notifs map[network.Notifiee]struct{}
+}
+
+func (w *hostNetwork) Notify(f network.Notifiee) {
+	w.mu.Lock()
+	w.notifs[f] = struct{}{}
+	w.mu.Unlock()
+	w.Network.Notify(f)
+}
+
+func (w *hostNetwork) StopNotify(f network.Notifiee) {
+	w.mu.Lock()
+	delete(w.notifs, f)
+	w.mu.Unlock()
+	w.Network.StopNotify(f)
+}
+
+// stopAll takes every recorded notifiee off the network.
+func (w *hostNetwork) stopAll() {
+	w.mu.Lock()
+	fs := make([]network.Notifiee, 0, len(w.notifs))
+	for f := range w.notifs {
+		fs = append(fs, f)
+	}
+	clear(w.notifs)
+	w.mu.Unlock()
+	for _, f := range fs {
+		w.Network.StopNotify(f)
+	}
 }
 
 // markClosed closes h.done once.
@@ -366,8 +405,9 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	h.Network().Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm, done: make(chan struct{})}
+	nw := &hostNetwork{Network: h.Network(), notifs: make(map[network.Notifiee]struct{})}
+	nw.Notify(cm.Notifee())
+	mh := &Host{Host: h, net: n, cm: cm, nw: nw, done: make(chan struct{})}
 	n.mu.Lock()
 	n.hosts[id] = mh
 	n.mu.Unlock()
@@ -397,6 +437,10 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 	}
 	return h.wrap(s), nil
 }
+
+// Network returns the host's network. Notifiees signed up on it are taken
+// off when the host closes.
+func (h *Host) Network() network.Network { return h.nw }
 
 // ConnManager returns the host's connection manager.
 func (h *Host) ConnManager() connmgr.ConnManager { return h.cm }
@@ -430,8 +474,43 @@ func (h *Host) Close() error {
 	h.net.bwMu.Unlock()
 	err := h.Host.Close()
 	_ = h.cm.Close()
+	h.release()
 	return err
 }
+
+// release lets go of what a closed host's services hang on it. mocknet
+// never forgets a host: its maps, and the links that the host's peers
+// still name in theirs, keep the host's network and basic host reachable
+// for as long as the mocknet lives. Everything else a node hangs on them
+// (the stream handlers and notifiees, closures over the whole node: its
+// model, routing table, pubsub state; and the peerstore, with every peer
+// the host knew) is dropped here, so what stays behind per closed host is
+// the empty shells.
+func (h *Host) release() {
+	// The mux is changed directly, not through the host's
+	// RemoveStreamHandler, which would announce a protocol update. Each
+	// handler is first replaced with a no-op, then removed: go-multistream
+	// removes a handler by shifting the rest down, which leaves a copy of
+	// the last one in the slice's spare capacity, out of sight but still
+	// reachable; a replacement appends, overwriting that copy.
+	mux := h.Host.Mux()
+	protos := mux.Protocols()
+	for _, p := range protos {
+		mux.AddHandler(p, releasedHandler)
+	}
+	for _, p := range protos {
+		mux.RemoveHandler(p)
+	}
+	h.nw.stopAll()
+	ps := h.Host.Peerstore()
+	for _, p := range ps.Peers() {
+		ps.RemovePeer(p)
+		ps.ClearAddrs(p)
+	}
+}
+
+// releasedHandler stands in for a closed host's handlers (see release).
+func releasedHandler(protocol.ID, io.ReadWriteCloser) error { return nil }
 
 // SetStreamHandler registers handler with its streams wrapped like those of
 // NewStream (see shapedStream).
