@@ -243,7 +243,7 @@ func (n *Net) Partition(fn func(peer.ID) int) {
 	n.mu.Lock()
 	n.cut = true
 	var toCut [][2]peer.ID
-	for _, p := range n.mn.Peers() {
+	for p := range n.hosts { // open hosts only: mocknet's Peers lists every host it ever had
 		n.group[p] = fn(p)
 	}
 	for a, m := range n.linked {
@@ -456,6 +456,7 @@ func (h *Host) Close() error {
 	h.net.mu.Lock()
 	h.net.gone[id] = true
 	delete(h.net.hosts, id)
+	delete(h.net.group, id)
 	// Only this host's own links: scanning every link of the network made
 	// closing all hosts of a 1000-node testnet quadratic (27 CPU-seconds).
 	var unlink [][2]peer.ID
