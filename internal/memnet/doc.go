@@ -17,8 +17,9 @@
 // libp2p host and connection manager, and then drops every stream handler
 // (the closures over a node: its model, routing table, pubsub state),
 // every notifiee signed up through Host.Network (the node's, the DHT's,
-// pubsub's, the connection manager's), every entry of its peerstore (the
-// keys, addresses and protocols of each peer it knew), and its entries in
+// pubsub's, the connection manager's), its peerstore (the keys,
+// addresses and protocols of each peer it knew; from then on it finds
+// nothing and keeps nothing), and its entries in
 // memnet's own maps. What stays behind per closed host is mocknet's empty
 // shell of it: the network and basic host structs, their event bus and
 // identify service, and map entries keyed by its peer ID.

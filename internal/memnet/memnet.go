@@ -18,7 +18,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
 	bcm "github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -275,7 +277,8 @@ type Host struct {
 	host.Host
 	net       *Net
 	cm        *bcm.BasicConnMgr
-	nw        *hostNetwork  // what Network returns: mocknet's, with its notifiees recorded
+	nw        *hostNetwork // what Network returns: mocknet's, with its notifiees recorded
+	ps        *releasablePeerstore
 	done      chan struct{} // closed when the host closes
 	closeOnce sync.Once
 }
@@ -396,7 +399,20 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	h, err := n.mn.AddPeer(sk, addr)
+	// What mocknet's AddPeer does, with a peerstore the host can let go of.
+	mem, err := pstoremem.NewPeerstore()
+	if err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	mem.AddAddr(id, addr, peerstore.PermanentAddrTTL)
+	if err := mem.AddPrivKey(id, sk); err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	if err := mem.AddPubKey(id, sk.GetPublic()); err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	ps := newReleasablePeerstore(mem)
+	h, err := n.mn.AddPeerWithPeerstore(id, ps)
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
@@ -407,7 +423,7 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	}
 	nw := &hostNetwork{Network: h.Network(), notifs: make(map[network.Notifiee]struct{})}
 	nw.Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm, nw: nw, done: make(chan struct{})}
+	mh := &Host{Host: h, net: n, cm: cm, nw: nw, ps: ps, done: make(chan struct{})}
 	n.mu.Lock()
 	n.hosts[id] = mh
 	n.mu.Unlock()
@@ -485,8 +501,9 @@ func (h *Host) Close() error {
 // for as long as the mocknet lives. Everything else a node hangs on them
 // (the stream handlers and notifiees, closures over the whole node: its
 // model, routing table, pubsub state; and the peerstore, with every peer
-// the host knew) is dropped here, so what stays behind per closed host is
-// the empty shells.
+// the host knew, which is dropped whole: emptied, its maps would not
+// shrink) is dropped here, so what stays behind per closed host is the
+// empty shells.
 func (h *Host) release() {
 	// The mux is changed directly, not through the host's
 	// RemoveStreamHandler, which would announce a protocol update. Each
@@ -503,11 +520,7 @@ func (h *Host) release() {
 		mux.RemoveHandler(p)
 	}
 	h.nw.stopAll()
-	ps := h.Host.Peerstore()
-	for _, p := range ps.Peers() {
-		ps.RemovePeer(p)
-		ps.ClearAddrs(p)
-	}
+	h.ps.release()
 }
 
 // releasedHandler stands in for a closed host's handlers (see release).

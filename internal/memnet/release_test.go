@@ -60,11 +60,12 @@ func TestClosedHostReleased(t *testing.T) {
 		if len(b.Peerstore().Peers()) == 0 {
 			t.Fatal("b's peerstore is empty before the close; the test checks nothing")
 		}
+		store := weak.Make(b.ps.get())
 		if err := b.Close(); err != nil {
 			t.Fatal(err)
 		}
 		synctest.Wait() // every goroutine of the exchange and the close has finished or blocked
-		for i := 0; i < 10 && (byHandler.Value() != nil || byNotifiee.Value() != nil); i++ {
+		for i := 0; i < 10 && (byHandler.Value() != nil || byNotifiee.Value() != nil || store.Value() != nil); i++ {
 			runtime.GC()
 		}
 		if byHandler.Value() != nil {
@@ -72,6 +73,9 @@ func TestClosedHostReleased(t *testing.T) {
 		}
 		if byNotifiee.Value() != nil {
 			t.Error("an object only a closed host's notifiee refers to is still alive")
+		}
+		if store.Value() != nil {
+			t.Error("a closed host's peerstore is still alive")
 		}
 		if ps := b.Peerstore().Peers(); len(ps) != 0 {
 			t.Errorf("closed host's peerstore still knows %d peers", len(ps))
