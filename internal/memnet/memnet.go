@@ -278,6 +278,7 @@ type Host struct {
 	net       *Net
 	cm        *bcm.BasicConnMgr
 	nw        *hostNetwork // what Network returns: mocknet's, with its notifiees recorded
+	handlers  *handlerTable
 	ps        *releasablePeerstore
 	done      chan struct{} // closed when the host closes
 	closeOnce sync.Once
@@ -423,7 +424,8 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	}
 	nw := &hostNetwork{Network: h.Network(), notifs: make(map[network.Notifiee]struct{})}
 	nw.Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm, nw: nw, ps: ps, done: make(chan struct{})}
+	mh := &Host{Host: h, net: n, cm: cm, nw: nw, ps: ps, done: make(chan struct{}),
+		handlers: &handlerTable{m: make(map[protocol.ID]network.StreamHandler)}}
 	n.mu.Lock()
 	n.hosts[id] = mh
 	n.mu.Unlock()
@@ -505,12 +507,13 @@ func (h *Host) Close() error {
 // shrink) is dropped here, so what stays behind per closed host is the
 // empty shells.
 func (h *Host) release() {
-	// The mux is changed directly, not through the host's
-	// RemoveStreamHandler, which would announce a protocol update. Each
-	// handler is first replaced with a no-op, then removed: go-multistream
-	// removes a handler by shifting the rest down, which leaves a copy of
-	// the last one in the slice's spare capacity, out of sight but still
-	// reachable; a replacement appends, overwriting that copy.
+	// The handlers set through this host go with the table (the mux's
+	// stand-ins, and any stale copies of them, then find nothing). The
+	// mux is emptied too, directly, not through the host's
+	// RemoveStreamHandler, which would announce a protocol update; its
+	// entries are first replaced with a no-op, which overwrites the stale
+	// copy go-multistream's removal leaves behind (see handlerTable).
+	h.handlers.clear()
 	mux := h.Host.Mux()
 	protos := mux.Protocols()
 	for _, p := range protos {
@@ -526,23 +529,76 @@ func (h *Host) release() {
 // releasedHandler stands in for a closed host's handlers (see release).
 func releasedHandler(protocol.ID, io.ReadWriteCloser) error { return nil }
 
+// handlerTable holds a host's stream handlers for the mux, which only
+// sees a stand-in that looks the handler up here. go-multistream removes a
+// handler by shifting the rest of its slice down, which leaves a copy of
+// the last one in the slice's spare capacity, out of sight but reachable
+// for as long as the mux is (for a closed host: as long as the mocknet);
+// a stand-in pins only this table, which RemoveStreamHandler and release
+// empty.
+type handlerTable struct {
+	mu sync.RWMutex
+	m  map[protocol.ID]network.StreamHandler
+}
+
+func (t *handlerTable) set(pid protocol.ID, handler network.StreamHandler) {
+	t.mu.Lock()
+	t.m[pid] = handler
+	t.mu.Unlock()
+}
+
+func (t *handlerTable) remove(pid protocol.ID) {
+	t.mu.Lock()
+	delete(t.m, pid)
+	t.mu.Unlock()
+}
+
+func (t *handlerTable) clear() {
+	t.mu.Lock()
+	clear(t.m)
+	t.mu.Unlock()
+}
+
+// standIn is what the mux holds for protocol pid.
+func (t *handlerTable) standIn(pid protocol.ID) network.StreamHandler {
+	return func(s network.Stream) {
+		t.mu.RLock()
+		handler := t.m[pid]
+		t.mu.RUnlock()
+		if handler == nil {
+			_ = s.Reset()
+			return
+		}
+		handler(s)
+	}
+}
+
 // SetStreamHandler registers handler with its streams wrapped like those of
 // NewStream (see shapedStream).
 func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
-	if !h.net.shaped() {
-		h.Host.SetStreamHandler(pid, handler)
-		return
-	}
-	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.wrap(s)) })
+	h.handlers.set(pid, h.shape(handler))
+	h.Host.SetStreamHandler(pid, h.handlers.standIn(pid))
 }
 
 // SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
 func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
+	h.handlers.set(pid, h.shape(handler))
+	h.Host.SetStreamHandlerMatch(pid, m, h.handlers.standIn(pid))
+}
+
+// RemoveStreamHandler removes the handler of pid.
+func (h *Host) RemoveStreamHandler(pid protocol.ID) {
+	h.handlers.remove(pid)
+	h.Host.RemoveStreamHandler(pid)
+}
+
+// shape wraps handler's streams like those of NewStream, if the network
+// shapes them.
+func (h *Host) shape(handler network.StreamHandler) network.StreamHandler {
 	if !h.net.shaped() {
-		h.Host.SetStreamHandlerMatch(pid, m, handler)
-		return
+		return handler
 	}
-	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.wrap(s)) })
+	return func(s network.Stream) { handler(h.wrap(s)) }
 }
 
 func (h *Host) wrap(s network.Stream) network.Stream {

@@ -10,6 +10,7 @@ import (
 	"weak"
 
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/protocol"
 )
 
 // payload stands for a node: something only a host's stream handler or
@@ -18,8 +19,9 @@ type payload struct{ buf [1 << 16]byte }
 
 // A closed host lets go of what its services hung on it: mocknet keeps the
 // host itself for as long as the network lives, but the objects its stream
-// handlers and notifiees close over (in a testnet, the whole node) must be
-// collectable once it has closed, and its peerstore must be empty.
+// handlers and notifiees close over (in a testnet, the whole node), also
+// handlers it removed before, must be collectable once it has closed, and
+// so must its peerstore.
 func TestClosedHostReleased(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		n := New(5 * time.Millisecond) // shaped: the handler is wrapped too
@@ -32,10 +34,18 @@ func TestClosedHostReleased(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		var byHandler, byNotifiee weak.Pointer[payload]
+		var byHandler, byNotifiee, byRemoved weak.Pointer[payload]
 		func() {
-			ph, pn := new(payload), new(payload)
-			byHandler, byNotifiee = weak.Make(ph), weak.Make(pn)
+			ph, pn, pr := new(payload), new(payload), new(payload)
+			byHandler, byNotifiee, byRemoved = weak.Make(ph), weak.Make(pn), weak.Make(pr)
+			// Handlers removed while the host runs, as a node removes its
+			// own when it shuts down: go-multistream leaves copies of them
+			// in its slice's spare capacity.
+			for _, pid := range []protocol.ID{"/removed/1", "/removed/2"} {
+				b.SetStreamHandler(pid, func(s network.Stream) { _ = s.Reset(); runtime.KeepAlive(pr) })
+			}
+			b.RemoveStreamHandler("/removed/1")
+			b.RemoveStreamHandler("/removed/2")
 			served := make(chan struct{})
 			b.SetStreamHandler("/release/1", func(s network.Stream) {
 				_, _ = io.ReadAll(s)
@@ -65,11 +75,14 @@ func TestClosedHostReleased(t *testing.T) {
 			t.Fatal(err)
 		}
 		synctest.Wait() // every goroutine of the exchange and the close has finished or blocked
-		for i := 0; i < 10 && (byHandler.Value() != nil || byNotifiee.Value() != nil || store.Value() != nil); i++ {
+		for i := 0; i < 10 && (byHandler.Value() != nil || byNotifiee.Value() != nil || byRemoved.Value() != nil || store.Value() != nil); i++ {
 			runtime.GC()
 		}
 		if byHandler.Value() != nil {
 			t.Error("an object only a closed host's stream handler refers to is still alive")
+		}
+		if byRemoved.Value() != nil {
+			t.Error("an object only a removed stream handler of a closed host refers to is still alive")
 		}
 		if byNotifiee.Value() != nil {
 			t.Error("an object only a closed host's notifiee refers to is still alive")
