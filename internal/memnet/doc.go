@@ -15,14 +15,16 @@
 // takes off the host what its services hung on it. It marks the peer
 // gone (it can no longer be dialled), unlinks it, closes its connections,
 // libp2p host and connection manager, and then drops every stream handler
-// (the closures over a node: its model, routing table, pubsub state),
+// (the closures over a node: its model, routing table, pubsub state; the
+// mux only ever holds stand-ins that look handlers up in a table of the
+// host's, because go-multistream keeps stale copies of removed handlers),
 // every notifiee signed up through Host.Network (the node's, the DHT's,
-// pubsub's, the connection manager's), its peerstore (the keys,
-// addresses and protocols of each peer it knew; from then on it finds
-// nothing and keeps nothing), and its entries in
-// memnet's own maps. What stays behind per closed host is mocknet's empty
-// shell of it: the network and basic host structs, their event bus and
-// identify service, and map entries keyed by its peer ID.
+// pubsub's, the connection manager's), its peerstore (the keys, addresses
+// and protocols of each peer it knew; from then on it finds nothing and
+// keeps nothing), and its entries in memnet's own maps. What stays behind
+// per closed host is mocknet's empty shell of it: the network and basic
+// host structs, their event bus and identify service, its links, and map
+// entries keyed by its peer ID in mocknet and in its peers' networks.
 //
 // Every delay is a timer, so on a virtual clock (a testing/synctest bubble)
 // the links take virtual time and nothing else does.
