@@ -18,7 +18,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/peerstore"
 	"github.com/libp2p/go-libp2p/core/protocol"
+	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
 	bcm "github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	manet "github.com/multiformats/go-multiaddr/net"
@@ -243,7 +245,7 @@ func (n *Net) Partition(fn func(peer.ID) int) {
 	n.mu.Lock()
 	n.cut = true
 	var toCut [][2]peer.ID
-	for _, p := range n.mn.Peers() {
+	for p := range n.hosts { // open hosts only: mocknet's Peers lists every host it ever had
 		n.group[p] = fn(p)
 	}
 	for a, m := range n.linked {
@@ -275,8 +277,49 @@ type Host struct {
 	host.Host
 	net       *Net
 	cm        *bcm.BasicConnMgr
+	nw        *hostNetwork // what Network returns: mocknet's, with its notifiees recorded
+	handlers  *handlerTable
+	ps        *releasablePeerstore
 	done      chan struct{} // closed when the host closes
 	closeOnce sync.Once
+}
+
+// hostNetwork is a host's mocknet network with a record of the notifiees
+// signed up through it, so that Close can take them off: mocknet keeps
+// every network it ever made (and so everything they refer to) for as long
+// as the mocknet lives.
+type hostNetwork struct {
+	network.Network
+	mu     sync.Mutex
+	notifs map[network.Notifiee]struct{}
+}
+
+func (w *hostNetwork) Notify(f network.Notifiee) {
+	w.mu.Lock()
+	w.notifs[f] = struct{}{}
+	w.mu.Unlock()
+	w.Network.Notify(f)
+}
+
+func (w *hostNetwork) StopNotify(f network.Notifiee) {
+	w.mu.Lock()
+	delete(w.notifs, f)
+	w.mu.Unlock()
+	w.Network.StopNotify(f)
+}
+
+// stopAll takes every recorded notifiee off the network.
+func (w *hostNetwork) stopAll() {
+	w.mu.Lock()
+	fs := make([]network.Notifiee, 0, len(w.notifs))
+	for f := range w.notifs {
+		fs = append(fs, f)
+	}
+	clear(w.notifs)
+	w.mu.Unlock()
+	for _, f := range fs {
+		w.Network.StopNotify(f)
+	}
 }
 
 // markClosed closes h.done once.
@@ -357,7 +400,20 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	h, err := n.mn.AddPeer(sk, addr)
+	// What mocknet's AddPeer does, with a peerstore the host can let go of.
+	mem, err := pstoremem.NewPeerstore()
+	if err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	mem.AddAddr(id, addr, peerstore.PermanentAddrTTL)
+	if err := mem.AddPrivKey(id, sk); err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	if err := mem.AddPubKey(id, sk.GetPublic()); err != nil {
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	ps := newReleasablePeerstore(mem)
+	h, err := n.mn.AddPeerWithPeerstore(id, ps)
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
@@ -366,8 +422,10 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 		_ = h.Close()
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	h.Network().Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm, done: make(chan struct{})}
+	nw := &hostNetwork{Network: h.Network(), notifs: make(map[network.Notifiee]struct{})}
+	nw.Notify(cm.Notifee())
+	mh := &Host{Host: h, net: n, cm: cm, nw: nw, ps: ps, done: make(chan struct{}),
+		handlers: &handlerTable{m: make(map[protocol.ID]network.StreamHandler)}}
 	n.mu.Lock()
 	n.hosts[id] = mh
 	n.mu.Unlock()
@@ -398,6 +456,10 @@ func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (n
 	return h.wrap(s), nil
 }
 
+// Network returns the host's network. Notifiees signed up on it are taken
+// off when the host closes.
+func (h *Host) Network() network.Network { return h.nw }
+
 // ConnManager returns the host's connection manager.
 func (h *Host) ConnManager() connmgr.ConnManager { return h.cm }
 
@@ -412,6 +474,7 @@ func (h *Host) Close() error {
 	h.net.mu.Lock()
 	h.net.gone[id] = true
 	delete(h.net.hosts, id)
+	delete(h.net.group, id)
 	// Only this host's own links: scanning every link of the network made
 	// closing all hosts of a 1000-node testnet quadratic (27 CPU-seconds).
 	var unlink [][2]peer.ID
@@ -430,26 +493,112 @@ func (h *Host) Close() error {
 	h.net.bwMu.Unlock()
 	err := h.Host.Close()
 	_ = h.cm.Close()
+	h.release()
 	return err
+}
+
+// release lets go of what a closed host's services hang on it. mocknet
+// never forgets a host: its maps, and the links that the host's peers
+// still name in theirs, keep the host's network and basic host reachable
+// for as long as the mocknet lives. Everything else a node hangs on them
+// (the stream handlers and notifiees, closures over the whole node: its
+// model, routing table, pubsub state; and the peerstore, with every peer
+// the host knew, which is dropped whole: emptied, its maps would not
+// shrink) is dropped here, so what stays behind per closed host is the
+// empty shells.
+func (h *Host) release() {
+	// The handlers set through this host go with the table (the mux's
+	// stand-ins, and any stale copies of them, then find nothing). The
+	// mux is emptied too, directly, not through the host's
+	// RemoveStreamHandler, which would announce a protocol update; its
+	// entries are first replaced with a no-op, which overwrites the stale
+	// copy go-multistream's removal leaves behind (see handlerTable).
+	h.handlers.clear()
+	mux := h.Host.Mux()
+	protos := mux.Protocols()
+	for _, p := range protos {
+		mux.AddHandler(p, releasedHandler)
+	}
+	for _, p := range protos {
+		mux.RemoveHandler(p)
+	}
+	h.nw.stopAll()
+	h.ps.release()
+}
+
+// releasedHandler stands in for a closed host's handlers (see release).
+func releasedHandler(protocol.ID, io.ReadWriteCloser) error { return nil }
+
+// handlerTable holds a host's stream handlers for the mux, which only
+// sees a stand-in that looks the handler up here. go-multistream removes a
+// handler by shifting the rest of its slice down, which leaves a copy of
+// the last one in the slice's spare capacity, out of sight but reachable
+// for as long as the mux is (for a closed host: as long as the mocknet);
+// a stand-in pins only this table, which RemoveStreamHandler and release
+// empty.
+type handlerTable struct {
+	mu sync.RWMutex
+	m  map[protocol.ID]network.StreamHandler
+}
+
+func (t *handlerTable) set(pid protocol.ID, handler network.StreamHandler) {
+	t.mu.Lock()
+	t.m[pid] = handler
+	t.mu.Unlock()
+}
+
+func (t *handlerTable) remove(pid protocol.ID) {
+	t.mu.Lock()
+	delete(t.m, pid)
+	t.mu.Unlock()
+}
+
+func (t *handlerTable) clear() {
+	t.mu.Lock()
+	clear(t.m)
+	t.mu.Unlock()
+}
+
+// standIn is what the mux holds for protocol pid.
+func (t *handlerTable) standIn(pid protocol.ID) network.StreamHandler {
+	return func(s network.Stream) {
+		t.mu.RLock()
+		handler := t.m[pid]
+		t.mu.RUnlock()
+		if handler == nil {
+			_ = s.Reset()
+			return
+		}
+		handler(s)
+	}
 }
 
 // SetStreamHandler registers handler with its streams wrapped like those of
 // NewStream (see shapedStream).
 func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
-	if !h.net.shaped() {
-		h.Host.SetStreamHandler(pid, handler)
-		return
-	}
-	h.Host.SetStreamHandler(pid, func(s network.Stream) { handler(h.wrap(s)) })
+	h.handlers.set(pid, h.shape(handler))
+	h.Host.SetStreamHandler(pid, h.handlers.standIn(pid))
 }
 
 // SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
 func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
+	h.handlers.set(pid, h.shape(handler))
+	h.Host.SetStreamHandlerMatch(pid, m, h.handlers.standIn(pid))
+}
+
+// RemoveStreamHandler removes the handler of pid.
+func (h *Host) RemoveStreamHandler(pid protocol.ID) {
+	h.handlers.remove(pid)
+	h.Host.RemoveStreamHandler(pid)
+}
+
+// shape wraps handler's streams like those of NewStream, if the network
+// shapes them.
+func (h *Host) shape(handler network.StreamHandler) network.StreamHandler {
 	if !h.net.shaped() {
-		h.Host.SetStreamHandlerMatch(pid, m, handler)
-		return
+		return handler
 	}
-	h.Host.SetStreamHandlerMatch(pid, m, func(s network.Stream) { handler(h.wrap(s)) })
+	return func(s network.Stream) { handler(h.wrap(s)) }
 }
 
 func (h *Host) wrap(s network.Stream) network.Stream {
