@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.attach(d.host)
 		n.h = n.meter.wrapHost(d.host)
 	} else {
-		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(10*time.Second))
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
@@ -296,6 +296,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.startJoiner(joinErr, seed)
 	n.keepPeers()
+	n.boundConns()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
