@@ -31,15 +31,15 @@ type Config struct {
 	// Identity is the host's private key; nil makes a fresh one. Not used
 	// with WithHost.
 	Identity crypto.PrivKey
-	// ConnLow and ConnHigh are the connection watermarks: once the host
-	// holds more than ConnHigh connections, the node closes unprotected
-	// ones until it holds ConnLow (connbound.go); ConnHigh 0 leaves the
-	// host's own connection manager alone to trim. The protected ones,
-	// the sampler pool both ways (Overlay.PoolSize each way on average),
-	// the estimator's zone and the gossip mesh, must fit under ConnHigh.
-	// A host the node builds gets libp2p's connection manager with these
-	// watermarks as well.
+	// ConnLow and ConnHigh are the connection manager's watermarks (of a
+	// host the node builds).
 	ConnLow, ConnHigh int
+	// BoundConns makes the node itself hold at most ConnHigh connections
+	// (any host, its own or WithHost's): once over, it closes unprotected
+	// ones down to ConnLow (connbound.go). Off by default: with uniform
+	// sampling from every peer, a bound well below the population turns
+	// most step queries into dials.
+	BoundConns bool
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
@@ -195,8 +195,8 @@ func DefaultConfig() Config {
 	return Config{
 		Job:               "default",
 		Listen:            []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
-		ConnLow:           48,
-		ConnHigh:          64,
+		ConnLow:           64,
+		ConnHigh:          256,
 		Barrier:           psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
 		StartTimeout:      30 * time.Second,
 		Replacements:      2,
@@ -216,7 +216,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerPeer: 8,
 		MaxInboundStreams: 512,
 		StepStreams:       64,
-		Overlay:           defaultOverlay(),
+		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
 		Join:              DefaultJoinConfig(),
 		NAT:               DefaultNATConfig(),
@@ -242,17 +242,5 @@ func DefaultLocalConfig() Config {
 	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	c.NAT = NATConfig{}
 	c.QueryTimeout = 2 * time.Second
-	return c
-}
-
-// defaultOverlay is overlay.DefaultConfig with a pool of 16 peers: the
-// pool's connections are protected at both ends, so a node holds about
-// twice the pool in protected connections, and those must fit under
-// ConnHigh (64) with the zone's and the gossip mesh's. Sample draws from
-// every peer heard from lately, not only from the pool, so a smaller pool
-// costs the draws no uniformity.
-func defaultOverlay() overlay.Config {
-	c := overlay.DefaultConfig()
-	c.PoolSize = 16
 	return c
 }

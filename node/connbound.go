@@ -18,8 +18,8 @@ import (
 // on top. A node sampling its step queries from 200 peers held about 155
 // connections with watermarks 32/96.
 //
-// So the node trims its host itself (any host, its own or one given with
-// WithHost): every connTrimEvery, once it holds more than ConnHigh
+// So the node can trim its host itself (Config.BoundConns; any host, its
+// own or one given with WithHost): every connTrimEvery, once it holds more than ConnHigh
 // connections, it closes unprotected ones until it holds ConnLow, those
 // with the fewest open streams first (idle ones before ones that may
 // carry a query), then the oldest, none younger than connMinAge (a
@@ -36,7 +36,7 @@ const (
 
 // boundConns starts the trimming loop; it ends with the node's life.
 func (n *Node) boundConns() {
-	if n.cfg.ConnHigh <= 0 {
+	if !n.cfg.BoundConns || n.cfg.ConnHigh <= 0 {
 		return
 	}
 	go func() {

@@ -24,7 +24,7 @@ func TestConnectionsStayBounded(t *testing.T) {
 		t.Cleanup(func() { _ = mn.Close() })
 		const low, high = 4, 6
 		nd := buildTestNodesWith(t, 1, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
-			c.ConnLow, c.ConnHigh = low, high
+			c.ConnLow, c.ConnHigh, c.BoundConns = low, high, true
 		})[0]
 		mk := memHosts(t, mn)
 		var peers []host.Host

@@ -344,13 +344,20 @@ func (c Config) Validate() error {
 }
 
 // Limits returns each node's connection watermarks and sampler pool size:
-// ConnLow, ConnHigh and PoolSize where set, otherwise node.DefaultConfig's
-// (48/64 and a pool of 16) whatever Nodes: the node holds at most ConnHigh
-// connections (node/connbound.go), so a testnet's nodes hold what real
-// nodes would. The pool is never smaller than the barrier's β.
+// ConnLow, ConnHigh and PoolSize where set, otherwise the library-sized
+// defaults for small testnets and tighter ones as Nodes grows, since each
+// connection end costs tens of kilobytes and the pool's connections are
+// kept open. The pool is never smaller than the barrier's β.
 func (c Config) Limits() (low, high, pool int) {
-	d := node.DefaultConfig()
-	low, high, pool = d.ConnLow, d.ConnHigh, d.Overlay.PoolSize
+	low, high, pool = 64, 192, 64
+	switch {
+	case c.Transport == "tcp":
+		low, high, pool = 24, 64, 32
+	case c.Nodes > 500:
+		low, high, pool = 16, 48, 24
+	case c.Nodes > 100:
+		low, high, pool = 32, 96, 32
+	}
 	if c.ConnLow > 0 {
 		low = c.ConnLow
 	}

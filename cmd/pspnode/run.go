@@ -223,7 +223,6 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, error) {
 	cfg := node.DefaultConfig()
 	cfg.Job, cfg.Barrier = *f.job, f.barrier.Spec
-	cfg.Overlay.PoolSize = max(cfg.Overlay.PoolSize, cfg.Barrier.Beta) // a sample of β needs a pool of β
 	cfg.UserAgent = "pspnode/" + buildVersion()
 	if len(f.listen) > 0 {
 		cfg.Listen = f.listen
