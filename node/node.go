@@ -215,7 +215,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.attach(d.host)
 		n.h = n.meter.wrapHost(d.host)
 	} else {
-		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(10*time.Second))
+		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
 		if err != nil {
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
