@@ -35,6 +35,12 @@ type Config struct {
 	// ConnLow and ConnHigh are the connection manager's watermarks (of a
 	// host the node builds).
 	ConnLow, ConnHigh int
+	// BoundConns makes the node itself hold at most ConnHigh connections
+	// (any host, its own or WithHost's): once over, it closes unprotected
+	// ones down to ConnLow (connbound.go). Off by default: with uniform
+	// sampling from every peer, a bound well below the population turns
+	// most step queries into dials.
+	BoundConns bool
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and

@@ -32,7 +32,12 @@ type Status struct {
 	// ConnectionsOpened counts connections opened since the node started,
 	// inbound and outbound.
 	ConnectionsOpened uint64 `json:"connections_opened"`
-	Waiting           bool   `json:"waiting"`
+	// ConnectionsTrimmed counts the connections the node closed to hold
+	// at most ConnHigh (connbound.go); StepDials the step queries that
+	// had to dial (the peer was not connected).
+	ConnectionsTrimmed uint64 `json:"connections_trimmed"`
+	StepDials          uint64 `json:"step_dials"`
+	Waiting            bool   `json:"waiting"`
 	// Isolated: the node's last barrier check heard from no peer of the
 	// job, so it waits at its barrier until one answers (node/isolation.go);
 	// IsolatedSince is when that began (RFC 3339).
@@ -155,6 +160,8 @@ func (n *Node) Status() Status {
 		st.StreamsRefused += v
 	}
 	st.BarrierChecks = uint64(counterValue(n.m.checks))
+	st.ConnectionsTrimmed = uint64(counterValue(n.m.connsTrimmed))
+	st.StepDials = uint64(counterValue(n.m.stepDials))
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()

@@ -35,6 +35,8 @@ type metrics struct {
 	loss          prometheus.Gauge
 	accuracy      prometheus.Gauge
 	connsOpened   prometheus.Counter
+	connsTrimmed  prometheus.Counter
+	stepDials     prometheus.Counter
 	screened      *prometheus.CounterVec
 	normRefused   prometheus.Counter
 	refused       *prometheus.CounterVec
@@ -81,6 +83,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		loss:          g("model_loss", "Held-out loss at the last evaluation."),
 		accuracy:      g("model_accuracy", "Held-out accuracy at the last evaluation."),
 		connsOpened:   c("connections_opened_total", "Connections opened, inbound and outbound (each costs an identify exchange: a high rate at rest means the connection manager trims connections that peers re-dial)."),
+		connsTrimmed:  c("connections_trimmed_total", "Connections this node closed to hold at most its high watermark, ConnHigh (node/connbound.go)."),
+		stepDials:     c("step_dials_total", "Step queries that had to dial: the peer asked held no connection to this node."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
 		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
@@ -96,7 +100,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		rtts:         newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.isolated, m.wait, m.checks, m.check, m.rtt, m.timeouts,
-		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened,
+		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened, m.connsTrimmed, m.stepDials,
 		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros

@@ -294,6 +294,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.startJoiner(joinErr, seed)
 	n.keepPeers()
+	n.boundConns()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil

@@ -195,6 +195,9 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequ
 		}
 		reused := st != nil
 		if !reused {
+			if n.h.Network().Connectedness(p) != network.Connected {
+				n.m.stepDials.Inc()
+			}
 			// 1.1.0 if the peer speaks it (identify has usually said),
 			// else 1.0.0.
 			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)

@@ -87,12 +87,16 @@ type Result struct {
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
 	// Traffic is what the honest live nodes' streams carried in training.
 	Traffic *TrafficReport `json:"traffic,omitempty"`
-	// Connections: how many each live honest node held at the end (mean),
-	// and how many it opened per minute of training, inbound and outbound
-	// (each costs an identify exchange and, for DHT peers, a lookup check).
+	// Connections: how many each live honest node held at the end (mean
+	// and most), how many it opened per minute of training, inbound and
+	// outbound (each costs an identify exchange and, for DHT peers, a
+	// lookup check), and how many step queries had to dial (the peer was
+	// not connected) per barrier check.
 	Connections struct {
 		HeldMean         float64 `json:"held_mean"`
+		HeldMax          int     `json:"held_max"`
 		OpenedPerNodeMin float64 `json:"opened_per_node_min"`
+		DialsPerCheck    float64 `json:"dials_per_check"`
 	} `json:"connections"`
 
 	// Defences sums, over the honest live nodes, what their defences did.
@@ -202,7 +206,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	var all, fast, slow, waits, checks, rtts []float64
 	var counts []float64
 	var waitS, rechecks float64
-	var held, opened, nodeMin float64
+	var held, opened, nodeMin, dials float64
 	var traffic trafficSum
 	if len(c.Roles) > 0 {
 		r.Hostile = &Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
@@ -243,6 +247,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
 		held += float64(st.ConnectedPeers)
+		r.Connections.HeldMax = max(r.Connections.HeldMax, st.ConnectedPeers)
+		dials += float64(st.StepDials)
 		if up := (elapsed - m.joinedAt).Minutes(); up > 0 {
 			opened += float64(st.ConnectionsOpened - m.opened0)
 			nodeMin += up
@@ -274,6 +280,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	}
 	if nodeMin > 0 {
 		r.Connections.OpenedPerNodeMin = opened / nodeMin
+	}
+	if r.BarrierChecks > 0 {
+		r.Connections.DialsPerCheck = dials / float64(r.BarrierChecks)
 	}
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
@@ -414,7 +423,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		}
 		row("traffic", "per node %.0f B/s in, %.0f B/s out; %.0f B in per step%s", tr.InBytesPerNodeS, tr.OutBytesPerNodeS, tr.InBytesPerStep, amp)
 	}
-	row("connections", "%.1f held per node, %.1f opened per node per minute", r.Connections.HeldMean, r.Connections.OpenedPerNodeMin)
+	row("connections", "%.1f held per node (at most %d), %.1f opened per node per minute, %.2f step dials per check", r.Connections.HeldMean, r.Connections.HeldMax, r.Connections.OpenedPerNodeMin, r.Connections.DialsPerCheck)
 	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
 	if h := r.Hostile; h != nil {
 		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)
