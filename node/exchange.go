@@ -177,7 +177,7 @@ func (n *Node) newExchanger(ctx context.Context) (exchanger, error) {
 	var ex exchanger
 	var err error
 	if n.cfg.Exchange.Kind == ExchangeEpidemic {
-		ex, err = newEpidemic(n, n.task.NumParams(), n.task.ModelID())
+		ex, err = newEpidemic(n, n.h.ID(), n.task.NumParams(), n.task.ModelID())
 	} else {
 		ex, err = joinGossip(ctx, n)
 	}

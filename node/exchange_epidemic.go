@@ -16,9 +16,10 @@ import (
 // sampled peers over the exchange protocol (exchangeproto.go), and before
 // each step the node averages its model with the models received since.
 type epidemic struct {
-	n   *Node
-	s   int
-	lim gossip.Limits
+	n    *Node
+	self peer.ID // the sender of this node's models
+	s    int
+	lim  gossip.Limits
 
 	normMu sync.Mutex
 	norms  ownNorms // this node's recent updates: the distance bound's reference
@@ -40,9 +41,9 @@ type epidemic struct {
 	closed bool
 }
 
-// newEpidemic is n's epidemic exchange for a model of params parameters
-// whose architecture is modelID.
-func newEpidemic(n *Node, params int, modelID uint32) (*epidemic, error) {
+// newEpidemic is n's epidemic exchange, whose peer ID is self, for a model
+// of params parameters whose architecture is modelID.
+func newEpidemic(n *Node, self peer.ID, params int, modelID uint32) (*epidemic, error) {
 	cfg := n.cfg
 	if enc := cfg.Gossip.Encoding; enc != 0 && enc != gossip.EncodingDense32 {
 		// Sparse encodings carry deltas, not models; float16 would round
@@ -56,8 +57,9 @@ func newEpidemic(n *Node, params int, modelID uint32) (*epidemic, error) {
 		maxAbs = gossip.DefaultConfig().MaxAbsValue
 	}
 	return &epidemic{
-		n: n,
-		s: cfg.Exchange.S,
+		n:    n,
+		self: self,
+		s:    cfg.Exchange.S,
 		lim: gossip.Limits{
 			MaxMessageSize: gossip.MaxEncodedSize(params),
 			ParamCount:     params,
@@ -162,16 +164,10 @@ func (e *epidemic) close() error {
 
 // sendModel sends the node's model after step to S peers drawn from the
 // barrier's sampler, in the background (exchangeproto.go), and keeps it as
-// the reference received models are measured against. The model is read
-// once and encoded once: every peer's stream gets the same frame.
+// the reference received models are measured against.
 func (e *epidemic) sendModel(step int64) {
 	n := e.n
-	params := n.task.Params()
-	e.mu.Lock()
-	e.ref = params
-	e.mu.Unlock()
-
-	req, ok := e.request(step, params)
+	req, ok := e.snapshot(step)
 	if !ok {
 		return
 	}
@@ -197,6 +193,17 @@ func (e *epidemic) sendModel(step int64) {
 	}
 }
 
+// snapshot reads the model after step once, keeps it as the distance
+// reference, and encodes it once into the request every peer's stream
+// carries: two copies of the model, however many peers it goes to.
+func (e *epidemic) snapshot(step int64) (exchangeRequest, bool) {
+	params := e.n.task.Params()
+	e.mu.Lock()
+	e.ref = params
+	e.mu.Unlock()
+	return e.request(step, params)
+}
+
 // request is the exchange request that carries params, the node's model
 // after step (or, for a node playing a poisoner, what faults.Poison makes
 // of it). ok is false when there is nothing to send.
@@ -216,7 +223,7 @@ func (e *epidemic) request(step int64, params []float64) (req exchangeRequest, o
 			return exchangeRequest{}, false
 		}
 	}
-	b, err := gossip.AppendDense(startRequest(gossip.MaxEncodedSize(len(params))), n.h.ID(), step, e.lim.ModelID, params)
+	b, err := gossip.AppendDense(startRequest(gossip.MaxEncodedSize(len(params))), e.self, step, e.lim.ModelID, params)
 	if err != nil {
 		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 		n.log.Warn("model not sent", "step", step, "err", err)

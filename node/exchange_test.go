@@ -64,7 +64,7 @@ func exchangeNode(t testing.TB, params int, s int, normBound float64) (*Node, *e
 	reg := prometheus.NewRegistry()
 	n := &Node{cfg: cfg, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
 		progress: newProgress(), wake: make(chan struct{}, 1)}
-	ex, err := newEpidemic(n, params, 7)
+	ex, err := newEpidemic(n, "self", params, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
