@@ -109,6 +109,18 @@ func (e Exchange) validate() error {
 	return nil
 }
 
+// validateGossip checks g, the gossip topic's configuration for job, if
+// the exchange is gossip: an epidemic node has no topic (of g it uses
+// only the encoding, which newEpidemic checks, MaxAbsValue and
+// MaxStepAhead).
+func (e Exchange) validateGossip(g gossip.Config, job string) error {
+	if e.Kind == ExchangeEpidemic {
+		return nil
+	}
+	g.Job, g.ParamCount = job, 1
+	return g.Validate()
+}
+
 // maxExchangeS bounds S: a node sends S models per step.
 const maxExchangeS = 1024
 
