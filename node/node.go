@@ -293,8 +293,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 // epidemic peers' models with a clear reason), and the epidemic state or
 // the gossip topic. New calls it when the task has parameters; a driven
 // node whose trainer says what its model is calls it through
-// Driver.Attach. modelUp is set last: code outside the goroutine that
-// attaches checks it before touching ex or xm.
+// Driver.Attach. modelUp is set once ex and xm are: code outside the
+// goroutine that attaches checks it before touching them.
 func (n *Node) attachModel(ctx context.Context) error {
 	n.modelMu.Lock()
 	defer n.modelMu.Unlock()
@@ -311,8 +311,8 @@ func (n *Node) attachModel(ctx context.Context) error {
 		return err
 	}
 	n.ex = ex
+	n.modelUp.Store(true) // before the handler: every request it serves finds ex
 	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
-	n.modelUp.Store(true)
 	return nil
 }
 
