@@ -17,9 +17,9 @@ import (
 //
 // Gossip, the default, is additive: after each step a node publishes its
 // delta on the job's GossipSub topic and every node adds every other
-// node's delta to its model (updates.go). A node's traffic and CPU for
-// updates grow with N: it receives N−1 updates per round, times GossipSub's
-// amplification.
+// node's delta to its model (exchange_gossip.go). A node's traffic and
+// CPU for updates grow with N: it receives N−1 updates per round, times
+// GossipSub's amplification.
 //
 // Epidemic is Epidemic Learning (M. de Vos, S. Farhadkhani, R. Guerraoui,
 // A.-M. Kermarrec, R. Pires, R. Sharma, "Epidemic Learning: Boosting
