@@ -209,12 +209,7 @@ func EncodeUpdate(dst []byte, u *Update) ([]byte, error) {
 	if u.Encoding.sparse() {
 		size += 4 + 1 + 4 + min(gapsSize(u.Indices), (u.ParamCount+7)/8)
 	}
-	dst = slices.Grow(dst, size)
-	dst = append(dst, WireVersion, byte(u.Encoding), byte(len(id)))
-	dst = append(dst, id...)
-	dst = binary.LittleEndian.AppendUint64(dst, uint64(u.Step))
-	dst = binary.LittleEndian.AppendUint32(dst, u.ModelID)
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(u.ParamCount))
+	dst = appendHeader(slices.Grow(dst, size), u)
 
 	if !u.Encoding.sparse() {
 		if u.Indices != nil || len(u.Values) != u.ParamCount {
@@ -252,6 +247,39 @@ func EncodeUpdate(dst []byte, u *Update) ([]byte, error) {
 		}
 	}
 	return appendValues(dst, u.Values, u.Encoding.half()), nil
+}
+
+// appendHeader appends u's header (version to parameter count) to dst;
+// the caller has checked the encoding, the sender and the count.
+func appendHeader(dst []byte, u *Update) []byte {
+	dst = append(dst, WireVersion, byte(u.Encoding), byte(len(u.Sender)))
+	dst = append(dst, u.Sender...)
+	dst = binary.LittleEndian.AppendUint64(dst, uint64(u.Step))
+	dst = binary.LittleEndian.AppendUint32(dst, u.ModelID)
+	return binary.LittleEndian.AppendUint32(dst, uint32(u.ParamCount))
+}
+
+// AppendDense appends to dst the wire form of a dense float32 update of
+// values from sender after step, as EncodeUpdate would of an Update whose
+// Values are the float32 of values, but with no float32 copy of them: a
+// whole model is encoded straight into the message. Like EncodeUpdate it
+// does not check the values.
+func AppendDense(dst []byte, sender peer.ID, step int64, modelID uint32, values []float64) ([]byte, error) {
+	u := &Update{Sender: sender, Step: step, ModelID: modelID, ParamCount: len(values), Encoding: EncodingDense32}
+	if len(sender) == 0 || len(sender) > MaxPeerIDLen {
+		return dst, fmt.Errorf("gossip: encode: sender ID length %d not in 1..%d", len(sender), MaxPeerIDLen)
+	}
+	if uint64(len(values)) > math.MaxUint32 {
+		return dst, fmt.Errorf("gossip: encode: param count %d out of range", len(values))
+	}
+	dst = appendHeader(slices.Grow(dst, headerSize+len(sender)+4*len(values)), u)
+	start := len(dst)
+	dst = dst[:start+4*len(values)]
+	out := dst[start:]
+	for i, v := range values {
+		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(v)))
+	}
+	return dst, nil
 }
 
 // sparseSize is the encoded size of a sparse payload (after the header).

@@ -1,6 +1,7 @@
 package gossip
 
 import (
+	"bytes"
 	"errors"
 	"math"
 	"math/rand/v2"
@@ -316,5 +317,31 @@ func TestKthLargest(t *testing.T) {
 		if got := kthLargest(slices.Clone(a), k); got != s[k-1] {
 			t.Fatalf("kthLargest(%v, %d) = %v, want %v", a, k, got, s[k-1])
 		}
+	}
+}
+
+// AppendDense writes what EncodeUpdate writes for the float32 of the same
+// values, after whatever dst already holds.
+func TestAppendDenseMatchesEncodeUpdate(t *testing.T) {
+	r := rand.New(rand.NewPCG(2, 2))
+	values := make([]float64, 257)
+	f32 := make([]float32, len(values))
+	for i := range values {
+		values[i] = r.NormFloat64() * 1e3
+		f32[i] = float32(values[i])
+	}
+	want, err := EncodeUpdate([]byte{9, 9}, &Update{Sender: testSender, Step: 42, ModelID: 7, ParamCount: len(values), Encoding: EncodingDense32, Values: f32})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := AppendDense([]byte{9, 9}, testSender, 42, 7, values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("AppendDense differs from EncodeUpdate:\n got %x\nwant %x", got[:40], want[:40])
+	}
+	if _, err := AppendDense(nil, "", 1, 7, values); err == nil {
+		t.Error("an empty sender was encoded")
 	}
 }

@@ -57,19 +57,19 @@ func TestInboundLimiter(t *testing.T) {
 
 func TestNormBound(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	n := &Node{cfg: Config{NormBound: 4}, m: newMetrics(reg), ownNorms: newRing(32)}
-	// Before the node's first step, updates are held, then checked.
 	task := &countTask{}
-	n.task = task
-	if n.withinNorm([]float64{0.5}) || n.withinNorm([]float64{50}) {
+	n := &Node{cfg: Config{NormBound: 4}, m: newMetrics(reg), task: task}
+	g := newGossipExchange(n) // no topic: the norm bound alone
+	// Before the node's first step, updates are held, then checked.
+	if g.withinNorm([]float64{0.5}) || g.withinNorm([]float64{50}) {
 		t.Fatal("accepted an update before the node has a reference norm")
 	}
-	n.noteOwnNorm([]float64{1})
+	g.noteOwnNorm([]float64{1})
 	if task.applied != 1 {
 		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", task.applied)
 	}
 	for _, nrm := range []float64{1, 2, 1, 100} { // median 1; one outlier of our own
-		n.noteOwnNorm([]float64{nrm})
+		g.noteOwnNorm([]float64{nrm})
 	}
 	tests := []struct {
 		in   []float64
@@ -81,7 +81,7 @@ func TestNormBound(t *testing.T) {
 		{[]float64{0, -4.01}, false},
 	}
 	for _, tt := range tests {
-		if got := n.withinNorm(tt.in); got != tt.want {
+		if got := g.withinNorm(tt.in); got != tt.want {
 			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
 		}
 	}
@@ -89,7 +89,7 @@ func TestNormBound(t *testing.T) {
 		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
 	}
 	n.cfg.NormBound = 0
-	if !n.withinNorm([]float64{1e9}) {
+	if !g.withinNorm([]float64{1e9}) {
 		t.Error("NormBound 0 should disable the check")
 	}
 }

@@ -21,7 +21,7 @@
 //
 // Where things are:
 //
-//	node.go        Node, New, Leave, Shutdown, Close: the host, overlay and gossip topic
+//	node.go        Node, New, Leave, Shutdown, Close: the host, the overlay, the exchange
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
@@ -36,9 +36,10 @@
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
 //	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
-//	updates.go     publishing updates; receiving them: the norm bound, held updates
-//	exchange.go    the exchanges (gossip, epidemic): Epidemic Learning's averaging, the distance bound
-//	exchangeproto.go  the epidemic exchange protocol: sending and taking in models
+//	exchange.go    the exchanges: Exchange, the exchanger interface the node drives, what gossip and epidemic share (own norms, held vectors)
+//	exchange_gossip.go    the gossip exchange: publishing updates, applying received ones, the norm bound, held updates
+//	exchange_epidemic.go  the epidemic exchange: sending the model, Epidemic Learning's averaging, the distance bound, held models
+//	exchangeproto.go  the exchange protocol: models framed once and sent, taken in, and what it counts
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	stepconn.go    the step protocol: queries, replies, stream reuse
 //	modelproto.go  the model protocol: a joiner fetches the current model

@@ -140,7 +140,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 			return Start{}, ctx.Err()
 		}
 	}
-	d.awaitTopic(ctx)
+	n.exch().waitSubscribed(ctx) // gossip: a peer knows of this node's subscription
 	start := Start{Step: own}
 	if c, ok := d.readCheckpoint(); ok && c.Step > own {
 		start = Start{Step: c.Step, Params: c.Params, Source: "checkpoint " + n.cfg.Checkpoint}
@@ -180,27 +180,6 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
 	n.lastStepAt = now
 	return start, nil
-}
-
-// topicWait bounds how long Begin waits for the update topic to list a
-// peer.
-const topicWait = 2 * time.Second
-
-// awaitTopic waits, up to topicWait, until the gossip topic lists a peer,
-// when the node knows any: peers send their updates only to the
-// subscribers they know of, and an update sent between the fetch of the
-// job's model and the moment peers learn of this node's subscription
-// would be missed for good. (Peers without a trainer are not subscribed:
-// a node whose known peers have none waits the whole bound.)
-func (d *Driver) awaitTopic(ctx context.Context) {
-	n := d.n
-	if n.gs == nil || n.ov.PeerCount() == 0 {
-		return
-	}
-	deadline := time.Now().Add(topicWait)
-	for len(n.gs.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		sleepCtx(ctx, 10*time.Millisecond)
-	}
 }
 
 // readCheckpoint reads the node's checkpoint if it holds this job's model.
@@ -328,7 +307,7 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 	if err := n.checkUpdate(delta); err != nil {
 		return err
 	}
-	n.pushUpdate(n.life, step, delta)
+	n.exch().push(n.life, step, delta)
 	return nil
 }
 
@@ -378,7 +357,7 @@ func (n *Node) checkUpdate(v []float64) error {
 func (d *Driver) Merge() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.n.mergeReceived()
+	d.n.exch().merge()
 }
 
 // Population returns the population estimate and the factor a step's

@@ -1,12 +1,12 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -17,9 +17,9 @@ import (
 //
 // Gossip, the default, is additive: after each step a node publishes its
 // delta on the job's GossipSub topic and every node adds every other
-// node's delta to its model (updates.go). A node's traffic and CPU for
-// updates grow with N: it receives N−1 updates per round, times GossipSub's
-// amplification.
+// node's delta to its model (exchange_gossip.go). A node's traffic and
+// CPU for updates grow with N: it receives N−1 updates per round, times
+// GossipSub's amplification.
 //
 // Epidemic is Epidemic Learning (M. de Vos, S. Farhadkhani, R. Guerraoui,
 // A.-M. Kermarrec, R. Pires, R. Sharma, "Epidemic Learning: Boosting
@@ -109,6 +109,18 @@ func (e Exchange) validate() error {
 	return nil
 }
 
+// validateGossip checks g, the gossip topic's configuration for job, if
+// the exchange is gossip: an epidemic node has no topic (of g it uses
+// only the encoding, which newEpidemic checks, MaxAbsValue and
+// MaxStepAhead).
+func (e Exchange) validateGossip(g gossip.Config, job string) error {
+	if e.Kind == ExchangeEpidemic {
+		return nil
+	}
+	g.Job, g.ParamCount = job, 1
+	return g.Validate()
+}
+
 // maxExchangeS bounds S: a node sends S models per step.
 const maxExchangeS = 1024
 
@@ -128,259 +140,168 @@ const (
 // refused, so it cannot outweigh the rest.
 const maxPerSender = 4
 
-// epidemic is the state of an epidemic node's exchange.
-type epidemic struct {
-	s   int
-	enc gossip.Encoding
-	lim gossip.Limits
-
-	mu        sync.Mutex
-	sum       []float64       // Σ of the models received since the last average
-	spare     []float64       // the other buffer, swapped with sum at each average
-	k         int             // how many models sum holds
-	from      map[peer.ID]int // models per sender in sum
-	ref       []float64       // this node's model after its last step: the distance reference
-	held      [][]float64     // models received before this node's first step
-	heldBytes int
-
-	// sends bounds the sends in flight; wg waits for them at Close.
-	// sendMu orders starting a send against waitSends: once closed is set
-	// no send starts, so wg.Wait never runs beside a wg.Go.
-	sends  chan struct{}
-	wg     sync.WaitGroup
-	sendMu sync.Mutex
-	closed bool
+// exchanger is an exchange as the node drives it: gossip
+// (exchange_gossip.go) or epidemic (exchange_epidemic.go). The node calls
+// these methods and never asks which exchange it runs: each implementation
+// owns what it sends and receives, the updates it holds before the node's
+// first step, its bound on what it receives (the norm bound, the distance
+// bound) and what it counts.
+type exchanger interface {
+	// push hands the exchange the update of step, which the node has just
+	// counted (upd nil: the task made none). Run or the Driver calls it
+	// after each step, in step order.
+	push(ctx context.Context, step int64, upd []float64)
+	// merge folds into the model what arrived since the last call. The
+	// stepping goroutine calls it before each step.
+	merge()
+	// setStep tells the exchange a step the node took without computing
+	// it (from a checkpoint, or the job's on joining).
+	setStep(step int64)
+	// scalesLR says whether the learning rate is scaled by 1/N̂ (see the
+	// comment at the top).
+	scalesLR() bool
+	// waitMesh waits, within ctx, until what push sends reaches peers;
+	// Run calls it before its first step.
+	waitMesh(ctx context.Context)
+	// waitSubscribed waits, up to a bound, until a known peer receives
+	// what push sends; the Driver calls it when a trainer begins.
+	waitSubscribed(ctx context.Context)
+	// screen and accept judge a request of the exchange protocol
+	// (exchangeproto.go): screen from its header alone, accept its
+	// payload once screen passed it. Each returns the reason for a
+	// refusal, "" when the model is taken.
+	screen(from peer.ID, kind ExchangeKind) gossip.Reason
+	accept(from peer.ID, payload []byte) gossip.Reason
+	// stats counts the updates exchanged (Node.UpdateStats).
+	stats() gossip.Stats
+	// topic is the gossip topic, nil for an exchange without one.
+	topic() *gossip.Gossip
+	// topicPayloadBytes is the update payload the gossip topic delivered
+	// (0 without a topic), for the gossip amplification (traffic.go).
+	topicPayloadBytes() uint64
+	// close waits for the sends in flight (n.life has ended, so they are
+	// ending) and leaves the topic.
+	close() error
 }
 
-func newEpidemic(cfg Config, params int, modelID uint32) (*epidemic, error) {
-	enc := cfg.Gossip.Encoding
-	if enc == 0 {
-		enc = gossip.EncodingDense32
+// newExchanger builds the exchange of n's configuration for n's model.
+func (n *Node) newExchanger(ctx context.Context) (exchanger, error) {
+	var ex exchanger
+	var err error
+	if n.cfg.Exchange.Kind == ExchangeEpidemic {
+		ex, err = newEpidemic(n, n.h.ID(), n.task.NumParams(), n.task.ModelID())
+	} else {
+		ex, err = joinGossip(ctx, n)
 	}
-	if enc != gossip.EncodingDense32 {
-		// Sparse encodings carry deltas, not models; float16 would round
-		// away every change smaller than about 1e-3 of a parameter (gossip's
-		// float16 keeps the residual for the next delta; a whole model has
-		// no next delta to carry it).
-		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", cfg.Exchange, enc)
+	if err != nil {
+		return nil, err
 	}
-	maxAbs := cfg.Gossip.MaxAbsValue
-	if !(maxAbs > 0) {
-		maxAbs = gossip.DefaultConfig().MaxAbsValue
-	}
-	ahead := cfg.Gossip.MaxStepAhead
-	return &epidemic{
-		s:   cfg.Exchange.S,
-		enc: enc,
-		lim: gossip.Limits{
-			MaxMessageSize: gossip.MaxEncodedSize(params),
-			ParamCount:     params,
-			ModelID:        modelID,
-			MaxAbsValue:    maxAbs,
-			MaxStepAhead:   ahead,
-		},
-		sum:   make([]float64, params),
-		spare: make([]float64, params),
-		from:  make(map[peer.ID]int),
-		sends: make(chan struct{}, 2*cfg.Exchange.S),
-	}, nil
+	return ex, nil
 }
+
+// exch is the node's exchange: noExchange until the model is attached
+// (attachModel sets n.ex before modelUp).
+func (n *Node) exch() exchanger {
+	if !n.modelUp.Load() {
+		return noExchange{}
+	}
+	return n.ex
+}
+
+// noExchange is the exchange of a node without a model: it sends and
+// receives nothing.
+type noExchange struct{}
+
+func (noExchange) push(context.Context, int64, []float64) {}
+func (noExchange) merge()                                 {}
+func (noExchange) setStep(int64)                          {}
+func (noExchange) scalesLR() bool                         { return true }
+func (noExchange) waitMesh(context.Context)               {}
+func (noExchange) waitSubscribed(context.Context)         {}
+func (noExchange) screen(peer.ID, ExchangeKind) gossip.Reason {
+	return ReasonExchangeMismatch
+}
+func (noExchange) accept(peer.ID, []byte) gossip.Reason { return ReasonExchangeMismatch }
+func (noExchange) stats() gossip.Stats {
+	return gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
+}
+func (noExchange) topic() *gossip.Gossip     { return nil }
+func (noExchange) topicPayloadBytes() uint64 { return 0 }
+func (noExchange) close() error              { return nil }
 
 // lrPopulation is the population the learning rate is scaled by (see the
 // comment at the top): the estimate under gossip, 1 under epidemic.
 func (n *Node) lrPopulation() float64 {
-	if n.ex != nil {
+	if !n.exch().scalesLR() {
 		return 1
 	}
 	return n.population()
 }
 
-// mergeReceived replaces the model by the average of itself and the models
-// received since the last call (Epidemic Learning's aggregation). Only the
-// Run goroutine calls it, between steps, so nothing else writes the model
-// meanwhile (an epidemic node applies no gossip updates).
-func (n *Node) mergeReceived() {
-	ex := n.ex
-	if ex == nil {
-		return
-	}
-	ex.mu.Lock()
-	k := ex.k
-	if k == 0 {
-		clear(ex.from) // a new round: every sender's share starts again
-		ex.mu.Unlock()
-		return
-	}
-	sum := ex.sum
-	ex.sum, ex.spare = ex.spare, nil // spare is back once this average is done
-	ex.k = 0
-	clear(ex.from)
-	ex.mu.Unlock()
+// ownNorms are the L2 norms of this node's recent updates: the reference
+// both exchanges bound what they receive by, which no peer can inflate.
+// Its owner locks it.
+type ownNorms struct{ r ring }
 
-	p := n.task.Params()
-	w := 1 / float64(1+k)
-	for i := range p {
-		p[i] = (p[i] + sum[i]) * w
+func newOwnNorms() ownNorms { return ownNorms{r: newRing(32)} }
+
+// note records the norm of delta, an update this node computed, unless it
+// is zero or not finite; it reports whether it did.
+func (o *ownNorms) note(delta []float64) bool {
+	nrm := l2(delta)
+	if !(nrm > 0) || math.IsInf(nrm, 0) {
+		return false
 	}
-	if err := n.task.SetParams(p); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Warn("averaging received models failed; keeping this node's model", "models", k, "err", err)
-	} else {
-		n.xm.merged.Add(float64(k))
-		n.xm.merges.Inc()
-	}
-	clear(sum)
-	ex.mu.Lock()
-	ex.spare = sum
-	ex.mu.Unlock()
+	o.r.add(nrm)
+	return true
 }
 
-// sendModel sends the node's model after step to S peers drawn from the
-// barrier's sampler, in the background (exchangeproto.go), and keeps it as
-// the reference received models are measured against.
-func (n *Node) sendModel(step int64) {
-	ex := n.ex
-	params := n.task.Params()
-	ex.mu.Lock()
-	ex.ref = params
-	ex.mu.Unlock()
-
-	var payload []byte
-	if poison := n.cfg.faults.Poison; poison != nil {
-		if payload = poison(step, params); payload == nil {
-			return
-		}
-	} else {
-		u := &gossip.Update{Sender: n.h.ID(), Step: step, ModelID: ex.lim.ModelID, ParamCount: len(params), Encoding: ex.enc,
-			Values: make([]float32, len(params))}
-		for i, v := range params {
-			if !(math.Abs(v) <= ex.lim.MaxAbsValue) { // NaN too
-				n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
-				n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
-				return
-			}
-			u.Values[i] = float32(v) // to float16, if so encoded, by EncodeUpdate
-		}
-		var err error
-		if payload, err = gossip.EncodeUpdate(nil, u); err != nil {
-			n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
-			n.log.Warn("model not sent", "step", step, "err", err)
-			return
-		}
-	}
-	body := marshalExchange(payload)
-	ex.sendMu.Lock()
-	defer ex.sendMu.Unlock()
-	if ex.closed {
-		return
-	}
-	for _, p := range n.sample(n.life, ex.s) {
-		select {
-		case ex.sends <- struct{}{}:
-		default:
-			// As many sends as two rounds' worth are still in flight:
-			// the peers are slower than this node's steps. Skip rather
-			// than queue.
-			n.xm.sendFailed.WithLabelValues(sendSkipped).Inc()
-			continue
-		}
-		ex.wg.Go(func() { // ends within 10 × QueryTimeout, or when the node closes
-			defer func() { <-ex.sends }()
-			n.sendTo(p, step, body)
-		})
-	}
-}
-
-// offer takes in a validated model y from peer from: held before this
-// node's first step, refused if too far from this node's model or if from
-// has sent too many since the last average, else added to the sum. It
-// returns the reason for a refusal ("" when taken or held).
-func (n *Node) offer(from peer.ID, y []float64) gossip.Reason {
-	ex := n.ex
-	bound, ok := n.distanceBound()
-	ex.mu.Lock()
-	defer ex.mu.Unlock()
-	if ex.from[from] >= maxPerSender {
-		return ReasonRate
-	}
-	if !ok {
-		// No own step yet: no reference. Hold (bounded), and judge the
-		// models after the first step (releaseHeld).
-		if ex.heldBytes+8*len(y) > maxHeldBytes {
-			return ReasonRate
-		}
-		ex.held = append(ex.held, y)
-		ex.heldBytes += 8 * len(y)
-		ex.from[from]++
-		return ""
-	}
-	return ex.takeLocked(from, y, bound)
-}
-
-// takeLocked adds y to the sum if it is within bound of the reference
-// (bound 0: no check). ex.mu is held.
-func (ex *epidemic) takeLocked(from peer.ID, y []float64, bound float64) gossip.Reason {
-	if bound > 0 && ex.ref != nil && dist(y, ex.ref) > bound {
-		return ReasonDistance
-	}
-	for i, v := range y {
-		ex.sum[i] += v
-	}
-	ex.k++
-	ex.from[from]++
-	return ""
-}
-
-// releaseHeld judges the models held before the node's first step, now
-// that it has a reference.
-func (n *Node) releaseHeld() {
-	ex := n.ex
-	bound, ok := n.distanceBound()
-	if !ok {
-		return
-	}
-	ex.mu.Lock()
-	held := ex.held
-	ex.held, ex.heldBytes = nil, 0
-	var refused int
-	for _, y := range held {
-		// Held models were counted in from when held; count them once.
-		if ex.ref != nil && bound > 0 && dist(y, ex.ref) > bound {
-			refused++
-			continue
-		}
-		for i, v := range y {
-			ex.sum[i] += v
-		}
-		ex.k++
-	}
-	ex.mu.Unlock()
-	if refused > 0 {
-		n.xm.rejected.WithLabelValues(string(ReasonDistance)).Add(float64(refused))
-	}
-}
-
-// distanceBound is the norm bound's counterpart for models: a received
-// model is refused if its distance to this node's model exceeds
-// NormBound × (1 + S) × the median norm of this node's own recent steps.
-// Averaged with k ≈ S others, a model at that distance moves this node's
-// model by about NormBound of its own steps: the most one gossip update
-// may (updates.go). Honest peers' models differ from ours by the
-// consensus distance and the steps they are ahead or behind, a few steps'
-// worth. ok is false until the node has made a step; bound is 0 when the
-// check is off (NormBound 0).
-func (n *Node) distanceBound() (bound float64, ok bool) {
-	if n.cfg.NormBound <= 0 {
-		return 0, true
-	}
-	n.normMu.Lock()
-	norms := n.ownNorms.values()
-	n.normMu.Unlock()
+// median is the median of the recorded norms; ok is false before the
+// first.
+func (o *ownNorms) median() (m float64, ok bool) {
+	norms := o.r.values()
 	if len(norms) == 0 {
 		return 0, false
 	}
 	slices.Sort(norms)
-	return n.cfg.NormBound * float64(1+n.ex.s) * norms[len(norms)/2], true
+	return norms[len(norms)/2], true
+}
+
+// maxHeldBytes caps what a node holds before its first step.
+const maxHeldBytes = 8 << 20
+
+// heldVecs are the vectors (updates or models) an exchange received
+// before the node's first step, held until it has a reference to judge
+// them by. Its owner locks it.
+type heldVecs struct {
+	vs    [][]float64
+	bytes int
+}
+
+// hold keeps v unless that would take the held vectors beyond
+// maxHeldBytes; it reports whether it did.
+func (h *heldVecs) hold(v []float64) bool {
+	if h.bytes+8*len(v) > maxHeldBytes {
+		return false
+	}
+	h.vs = append(h.vs, v)
+	h.bytes += 8 * len(v)
+	return true
+}
+
+// take returns the held vectors and holds none from then on.
+func (h *heldVecs) take() [][]float64 {
+	vs := h.vs
+	h.vs, h.bytes = nil, 0
+	return vs
+}
+
+func l2(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x * x
+	}
+	return math.Sqrt(s)
 }
 
 func dist(a, b []float64) float64 {
@@ -390,15 +311,4 @@ func dist(a, b []float64) float64 {
 		s += d * d
 	}
 	return math.Sqrt(s)
-}
-
-// waitSends waits for the sends in flight; n.life has ended, so they are
-// ending.
-func (n *Node) waitSends() {
-	if n.ex != nil {
-		n.ex.sendMu.Lock()
-		n.ex.closed = true
-		n.ex.sendMu.Unlock()
-		n.ex.wg.Wait()
-	}
 }

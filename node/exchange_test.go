@@ -54,21 +54,30 @@ func TestParseExchange(t *testing.T) {
 	}
 }
 
-// exchangeNode is a node without a host: enough to take in models.
-func exchangeNode(t testing.TB, params int, s int, normBound float64) *Node {
+// exchangeNode is a node without a host, and its epidemic exchange:
+// enough to take in models.
+func exchangeNode(t testing.TB, params int, s int, normBound float64) (*Node, *epidemic) {
 	t.Helper()
 	cfg := DefaultConfig()
 	cfg.Exchange = Exchange{Kind: ExchangeEpidemic, S: s}
 	cfg.NormBound = normBound
-	ex, err := newEpidemic(cfg, params, 7)
+	reg := prometheus.NewRegistry()
+	n := &Node{cfg: cfg, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
+		progress: newProgress(), wake: make(chan struct{}, 1)}
+	ex, err := newEpidemic(n, "self", params, 7)
 	if err != nil {
 		t.Fatal(err)
 	}
-	reg := prometheus.NewRegistry()
-	n := &Node{cfg: cfg, ex: ex, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
-		ownNorms: newRing(32), progress: newProgress(), wake: make(chan struct{}, 1)}
+	n.ex = ex
 	n.modelUp.Store(true)
-	return n
+	return n, ex
+}
+
+// noteOwnNorm records delta as a step of the exchange's own, as push does.
+func (e *epidemic) noteOwnNorm(delta []float64) {
+	e.normMu.Lock()
+	e.norms.note(delta)
+	e.normMu.Unlock()
 }
 
 // modelPayload encodes params as a model of sender (model id 7).
@@ -85,15 +94,15 @@ func modelPayload(t testing.TB, sender peer.ID, step int64, params []float32) []
 // Hostile or broken models are refused with their reason and counted, and
 // leave what the node holds as it was.
 func TestTakeModelRefusesBadInput(t *testing.T) {
-	n := exchangeNode(t, 3, 2, 4)
+	n, ex := exchangeNode(t, 3, 2, 4)
 	a, b := peer.ID("peer-a"), peer.ID("peer-b")
-	n.noteOwnNorm([]float64{0.1, 0, 0}) // own steps of norm 0.1: bound 4·3·0.1 = 1.2
-	n.ex.ref = []float64{1, 1, 1}
+	ex.noteOwnNorm([]float64{0.1, 0, 0}) // own steps of norm 0.1: bound 4·3·0.1 = 1.2
+	ex.ref = []float64{1, 1, 1}
 	good := modelPayload(t, a, 1, []float32{1.5, 1, 1}) // 0.5 away
 	if r := n.takeModel(a, ExchangeEpidemic, good); r != "" {
 		t.Fatalf("a good model was refused: %s", r)
 	}
-	held := append([]float64(nil), n.ex.sum...)
+	held := append([]float64(nil), ex.sum...)
 	nan := float32(math.NaN())
 	for _, tc := range []struct {
 		name    string
@@ -126,8 +135,8 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if got := n.takeModel(a, ExchangeEpidemic, otherModel.Bytes()); got != gossip.ReasonModelMismatch {
 		t.Errorf("another model id: reason %q", got)
 	}
-	if n.ex.k != 1 || !slices.Equal(n.ex.sum, held) {
-		t.Errorf("refusals changed what the node holds: %d models, sum %v (was %v)", n.ex.k, n.ex.sum, held)
+	if ex.k != 1 || !slices.Equal(ex.sum, held) {
+		t.Errorf("refusals changed what the node holds: %d models, sum %v (was %v)", ex.k, ex.sum, held)
 	}
 	// A flooder cannot outweigh the others: maxPerSender models per
 	// average from one sender, then "rate".
@@ -148,7 +157,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 // last one, each with the same weight (Epidemic Learning); before the
 // node's first step models are held, then judged.
 func TestMergeAveragesReceived(t *testing.T) {
-	n := exchangeNode(t, 2, 2, 4)
+	n, ex := exchangeNode(t, 2, 2, 4)
 	tr := newTestTrainer(t, []float64{0, 0})
 	n.task = tr
 	a, b := peer.ID("a"), peer.ID("b")
@@ -158,14 +167,14 @@ func TestMergeAveragesReceived(t *testing.T) {
 	if r := n.takeModel(b, ExchangeEpidemic, modelPayload(t, b, 1, []float32{300, 0})); r != "" {
 		t.Fatal(r)
 	}
-	n.mergeReceived()
+	ex.merge()
 	if p := tr.Params(); p[0] != 0 {
 		t.Fatalf("held models were averaged before the first step: %v", p)
 	}
-	n.noteOwnNorm([]float64{1, 0}) // bound 4·3·1 = 12
-	n.ex.ref = []float64{0, 0}
-	n.releaseHeld()
-	n.mergeReceived()
+	ex.noteOwnNorm([]float64{1, 0}) // bound 4·3·1 = 12
+	ex.ref = []float64{0, 0}
+	ex.releaseHeld()
+	ex.merge()
 	if p := tr.Params(); p[0] != 1.5 || p[1] != 0 { // (0 + 3) / 2; 300 is too far
 		t.Errorf("after averaging: %v, want [1.5 0]", p)
 	}
@@ -173,7 +182,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(ReasonDistance)] != 1 {
 		t.Errorf("stats %+v", st)
 	}
-	n.mergeReceived() // nothing new: no change
+	ex.merge() // nothing new: no change
 	if p := tr.Params(); p[0] != 1.5 {
 		t.Errorf("an empty average changed the model: %v", p)
 	}
@@ -294,7 +303,7 @@ func TestExchangeUnsupportedPeer(t *testing.T) {
 		if !waitFor(10*time.Second, func() bool { return nodes[0].lacksExchange(nodes[1].ID()) }) {
 			t.Fatal("node 0 never learned that node 1 dropped the exchange protocol")
 		}
-		nodes[0].sendTo(nodes[1].ID(), 1, []byte{wireVersion, byte(ExchangeEpidemic)})
+		nodes[0].sendTo(nodes[1].ID(), 1, frameRequest([]byte{wireVersion, byte(ExchangeEpidemic)}))
 		if st := nodes[0].ExchangeStats(); st.SendFailed[sendUnsupported] != 1 {
 			t.Errorf("send to a peer without the protocol: %+v", st)
 		}
@@ -309,7 +318,7 @@ func TestExchangeFrameOverCap(t *testing.T) {
 		a, b := nodes[0], nodes[1]
 		body := make([]byte, MaxExchangeFrame(b.task.NumParams())+1)
 		body[0], body[1] = wireVersion, byte(ExchangeEpidemic)
-		_, _, err := a.exchangeWith(t.Context(), b.ID(), body)
+		_, _, err := a.exchangeWith(t.Context(), b.ID(), frameRequest(body))
 		if err == nil {
 			t.Error("an oversized request was answered")
 		}
@@ -356,14 +365,14 @@ func FuzzTakeModel(f *testing.F) {
 	f.Add(byte(1), good[:10])
 	f.Add(byte(0), good)
 	f.Fuzz(func(t *testing.T, kind byte, payload []byte) {
-		n := exchangeNode(t, 3, 2, 4)
-		n.noteOwnNorm([]float64{1, 0, 0})
-		n.ex.ref = []float64{rand.Float64(), 0, 0}
+		n, ex := exchangeNode(t, 3, 2, 4)
+		ex.noteOwnNorm([]float64{1, 0, 0})
+		ex.ref = []float64{rand.Float64(), 0, 0}
 		r := n.takeModel("p", ExchangeKind(kind), payload)
-		if r != "" && (n.ex.k != 0 || !slices.Equal(n.ex.sum, []float64{0, 0, 0})) {
-			t.Fatalf("refused (%s) but held: k %d, sum %v", r, n.ex.k, n.ex.sum)
+		if r != "" && (ex.k != 0 || !slices.Equal(ex.sum, []float64{0, 0, 0})) {
+			t.Fatalf("refused (%s) but held: k %d, sum %v", r, ex.k, ex.sum)
 		}
-		for _, v := range n.ex.sum {
+		for _, v := range ex.sum {
 			if math.IsNaN(v) || math.IsInf(v, 0) {
 				t.Fatalf("sum holds %v", v)
 			}
@@ -375,8 +384,8 @@ func FuzzTakeModel(f *testing.F) {
 // and payload at once: screen, then accept. It returns why the model was
 // refused, or "".
 func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip.Reason {
-	if r := n.screenModel(from, kind); r != "" {
+	if r := n.ex.screen(from, kind); r != "" {
 		return r
 	}
-	return n.acceptModel(from, payload)
+	return n.ex.accept(from, payload)
 }

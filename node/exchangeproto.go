@@ -64,9 +64,39 @@ const exchangeReplyLen = 3
 // reads: the two header bytes and the largest dense float32 update.
 func MaxExchangeFrame(n int) int { return 2 + gossip.MaxEncodedSize(n) }
 
-// marshalExchange builds an epidemic request body around payload.
-func marshalExchange(payload []byte) []byte {
-	return append([]byte{wireVersion, byte(ExchangeEpidemic)}, payload...)
+// exchangeRequest is an epidemic request framed once for all the peers it
+// goes to: frame is what a stream carries (the length prefix, then the
+// body), body the body's length.
+type exchangeRequest struct {
+	frame []byte
+	body  int
+}
+
+// framePrefix is the room startRequest leaves for the length prefix.
+const framePrefix = binary.MaxVarintLen64
+
+// startRequest returns a buffer for an epidemic request whose payload
+// takes up to size bytes: room for the frame's length prefix, then the
+// request's two header bytes. Append the payload, then call endRequest.
+func startRequest(size int) []byte {
+	b := make([]byte, framePrefix, framePrefix+2+size)
+	return append(b, wireVersion, byte(ExchangeEpidemic))
+}
+
+// endRequest puts the length prefix before the body startRequest began:
+// the frame is then what writeFrame writes.
+func endRequest(b []byte) exchangeRequest {
+	body := len(b) - framePrefix
+	var pre [framePrefix]byte
+	k := binary.PutUvarint(pre[:], uint64(body))
+	copy(b[framePrefix-k:], pre[:k])
+	return exchangeRequest{frame: b[framePrefix-k:], body: body}
+}
+
+// frameRequest frames a whole request body (header bytes and payload).
+func frameRequest(body []byte) exchangeRequest {
+	b := append(make([]byte, framePrefix, framePrefix+len(body)), body...)
+	return endRequest(b)
 }
 
 // Inbound exchange streams have caps of their own, apart from the step
@@ -103,12 +133,12 @@ func (n *Node) handleExchange(s network.Stream) {
 	}
 	var reason gossip.Reason
 	if err == nil {
-		if reason = n.screenModel(from, ExchangeKind(hdr[1])); reason != "" {
+		if reason = n.exch().screen(from, ExchangeKind(hdr[1])); reason != "" {
 			_, err = io.CopyN(io.Discard, r, int64(size-len(hdr)))
 		} else {
 			var payload []byte
 			if payload, err = readBody(r, size-len(hdr)); err == nil {
-				reason = n.acceptModel(from, payload)
+				reason = n.exch().accept(from, payload)
 			}
 		}
 	}
@@ -129,45 +159,12 @@ func (n *Node) handleExchange(s network.Stream) {
 	_ = s.Close()
 }
 
-// screenModel says, from a request's header alone, whether this node
-// refuses the model that follows: it runs another exchange, or the sender
-// has sent its share since this node's last step. "" means read it.
-func (n *Node) screenModel(from peer.ID, kind ExchangeKind) gossip.Reason {
-	if n.ex == nil || kind != ExchangeEpidemic {
-		n.warnOnce(from, "a peer sent a model by another exchange than this node's: nodes of a job must agree on --exchange",
-			"peer", from, "peer_exchange", kindName(kind), "exchange", n.cfg.Exchange.String())
-		return ReasonExchangeMismatch
-	}
-	n.ex.mu.Lock()
-	defer n.ex.mu.Unlock()
-	if n.ex.from[from] >= maxPerSender {
-		return ReasonRate
-	}
-	return ""
-}
-
-// acceptModel checks a received model's payload once its header passed
-// screenModel: validation, the distance bound, the average.
-func (n *Node) acceptModel(from peer.ID, payload []byte) gossip.Reason {
-	if n.cfg.faults.Loss > 0 && n.lost() {
-		return ""
-	}
-	u, err := gossip.Validate(payload, from, n.step.Load(), n.ex.lim)
-	if err != nil {
-		n.log.Debug("model refused", "from", from, "err", err)
-		return gossip.ReasonOf(err)
-	}
-	if r := n.offer(from, u.Dense()); r != "" {
-		n.log.Debug("model refused", "from", from, "step", u.Step, "reason", string(r))
-		return r
-	}
-	n.xm.received.Inc()
-	n.xm.receivedBytes.Add(float64(len(payload)))
-	n.progress.saw(from, u.Step)
-	if u.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
-	}
-	return ""
+// otherExchange refuses a model sent by a peer that runs another exchange
+// than this node's, and says so once.
+func (n *Node) otherExchange(from peer.ID, kind ExchangeKind) gossip.Reason {
+	n.warnOnce(from, "a peer sent a model by another exchange than this node's: nodes of a job must agree on --exchange",
+		"peer", from, "peer_exchange", kindName(kind), "exchange", n.cfg.Exchange.String())
+	return ReasonExchangeMismatch
 }
 
 func kindName(k ExchangeKind) string {
@@ -190,8 +187,8 @@ const (
 	sendInvalid     = "invalid"           // this node's own model is not finite or not encodable
 )
 
-// sendTo sends one request body to p and reads its answer.
-func (n *Node) sendTo(p peer.ID, step int64, body []byte) {
+// sendTo sends one request to p and reads its answer.
+func (n *Node) sendTo(p peer.ID, step int64, req exchangeRequest) {
 	ctx, cancel := context.WithTimeout(n.life, 10*n.cfg.QueryTimeout)
 	defer cancel()
 	var status byte
@@ -200,7 +197,7 @@ func (n *Node) sendTo(p peer.ID, step int64, body []byte) {
 	if n.lacksExchange(p) {
 		err = msmux.ErrNotSupported[protocol.ID]{Protos: []protocol.ID{n.exID}}
 	} else {
-		status, theirs, err = n.exchangeWith(ctx, p, body)
+		status, theirs, err = n.exchangeWith(ctx, p, req)
 	}
 	switch {
 	case errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}):
@@ -214,7 +211,7 @@ func (n *Node) sendTo(p peer.ID, step int64, body []byte) {
 		}
 	case status == 0:
 		n.xm.sent.Inc()
-		n.xm.sentBytes.Add(float64(len(body)))
+		n.xm.sentBytes.Add(float64(req.body))
 	case exchangeCodes[status] == ReasonExchangeMismatch:
 		n.xm.sendFailed.WithLabelValues(sendMismatch).Inc()
 		n.warnOnce(p, "a peer refused this node's model: it runs another exchange; nodes of a job must agree on --exchange",
@@ -242,7 +239,7 @@ func (n *Node) lacksExchange(p peer.ID) bool {
 
 // exchangeWith runs one exchange: open, request, read the reply. status is
 // a valid index of exchangeCodes when err is nil.
-func (n *Node) exchangeWith(ctx context.Context, p peer.ID, body []byte) (status byte, theirs ExchangeKind, err error) {
+func (n *Node) exchangeWith(ctx context.Context, p peer.ID, req exchangeRequest) (status byte, theirs ExchangeKind, err error) {
 	s, err := n.h.NewStream(ctx, p, n.exID)
 	if err != nil {
 		return 0, 0, err
@@ -251,7 +248,7 @@ func (n *Node) exchangeWith(ctx context.Context, p peer.ID, body []byte) (status
 	if d, ok := ctx.Deadline(); ok {
 		_ = s.SetDeadline(d)
 	}
-	if err := writeFrame(s, body); err != nil {
+	if _, err := s.Write(req.frame); err != nil { // what writeFrame writes, framed once for every peer
 		_ = s.Reset()
 		return 0, 0, err
 	}
@@ -364,21 +361,4 @@ func (n *Node) ExchangeStats() ExchangeStats {
 // UpdateStats counts the updates a node exchanged, whatever the exchange,
 // as gossip.Stats: under gossip the topic's counts; under epidemic the
 // models sent (one per peer) and taken, and the refused ones by reason.
-func (n *Node) UpdateStats() gossip.Stats {
-	if !n.modelUp.Load() {
-		return gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
-	}
-	if n.gs != nil {
-		return n.gs.Stats()
-	}
-	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
-	if n.ex == nil {
-		return st
-	}
-	x := n.ExchangeStats()
-	st.Sent, st.SentBytes, st.Received, st.ReceivedBytes = x.Sent, x.SentBytes, x.Received, x.ReceivedBytes
-	for r, c := range x.Rejected {
-		st.Rejected[gossip.Reason(r)] = c
-	}
-	return st
-}
+func (n *Node) UpdateStats() gossip.Stats { return n.exch().stats() }

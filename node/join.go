@@ -48,9 +48,7 @@ func (n *Node) resume() {
 func (n *Node) adoptStep(step int64) {
 	n.step.Store(step)
 	n.m.step.Set(float64(step))
-	if n.gs != nil {
-		n.gs.SetLocalStep(step)
-	}
+	n.exch().setStep(step)
 	if sa, ok := n.task.(StepAware); ok {
 		sa.SetStep(step)
 	}

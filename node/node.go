@@ -23,7 +23,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
-	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
@@ -58,14 +57,13 @@ type Node struct {
 	endActive context.CancelFunc
 	// The model's parts, set once by attachModel (under modelMu), which
 	// sets modelUp last; code that may run beside attachModel checks
-	// modelUp first. gs is nil for a task without a model and under the
-	// epidemic exchange; ex is the epidemic exchange's state (exchange.go),
-	// nil under gossip; xm its metrics, nil for a task without a model.
+	// modelUp first (n.exch() does). ex is the exchange, gossip or
+	// epidemic (exchange.go), nil for a task without a model; xm the
+	// exchange protocol's metrics, nil for a task without a model.
 	modelMu   sync.Mutex
 	modelUp   atomic.Bool
 	closing   bool // under modelMu: Close has begun, attach no more
-	gs        *gossip.Gossip
-	ex        *epidemic
+	ex        exchanger
 	xm        *exchangeMetrics
 	exID      protocol.ID
 	exLimiter *inboundLimiter
@@ -106,10 +104,6 @@ type Node struct {
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
-	// updBuf receives each decoded update before the task applies it.
-	// Gossip handlers run one at a time, so one buffer serves them all and
-	// the receive path allocates nothing per update.
-	updBuf []float64
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress
@@ -122,12 +116,6 @@ type Node struct {
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen
-	// ownNorms are the L2 norms of this node's recent updates, against
-	// which received updates are bounded.
-	normMu    sync.Mutex
-	ownNorms  ring
-	held      [][]float64 // updates received before the first own step
-	heldBytes int
 	// joiner keeps the node joined through its bootstrap peers (nil with
 	// none; bootstrap.go).
 	joiner *joiner
@@ -189,7 +177,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
 		steps:        newStepStreams(cfg.StepStreams),
 		screen:       screenFor(cfg.Screen),
-		ownNorms:     newRing(32),
 		reports:      newRing(32),
 		progress:     newProgress(),
 	}
@@ -305,8 +292,8 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 // epidemic peers' models with a clear reason), and the epidemic state or
 // the gossip topic. New calls it when the task has parameters; a driven
 // node whose trainer says what its model is calls it through
-// Driver.Attach. modelUp is set last: code outside the goroutine that
-// attaches checks it before touching gs, ex or xm.
+// Driver.Attach. modelUp is set once ex and xm are: code outside the
+// goroutine that attaches checks it before touching them.
 func (n *Node) attachModel(ctx context.Context) error {
 	n.modelMu.Lock()
 	defer n.modelMu.Unlock()
@@ -316,39 +303,15 @@ func (n *Node) attachModel(ctx context.Context) error {
 	if n.closing {
 		return ErrClosed
 	}
-	cfg := n.cfg
 	n.xm = newExchangeMetrics(n.reg)
 	n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
-	if cfg.Exchange.Kind == ExchangeEpidemic {
-		ex, err := newEpidemic(cfg, n.task.NumParams(), n.task.ModelID())
-		if err != nil {
-			return err
-		}
-		n.ex = ex
-	} else {
-		gcfg := cfg.Gossip
-		gcfg.Job = cfg.Job
-		gcfg.ParamCount = n.task.NumParams()
-		gcfg.ModelID = n.task.ModelID()
-		gcfg.Handler = n.onUpdate
-		if cfg.faults.Loss > 0 {
-			faults.SetGossipDrop(&gcfg, n.lost)
-		}
-		n.updBuf = make([]float64, n.task.NumParams())
-		if gcfg.Logger == nil {
-			gcfg.Logger = n.log
-		}
-		if gcfg.Registerer == nil {
-			gcfg.Registerer = n.reg
-		}
-		gs, err := gossip.New(ctx, n.h, gcfg)
-		if err != nil {
-			return err
-		}
-		n.gs = gs
+	ex, err := n.newExchanger(ctx)
+	if err != nil {
+		return err
 	}
+	n.ex = ex
+	n.modelUp.Store(true) // before the handler: every request it serves finds ex
 	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
-	n.modelUp.Store(true)
 	return nil
 }
 
@@ -416,8 +379,9 @@ func (n *Node) Host() host.Host { return n.h }
 // Overlay is the node's overlay.
 func (n *Node) Overlay() *overlay.Overlay { return n.ov }
 
-// Gossip is the node's update topic, nil for a task without a model.
-func (n *Node) Gossip() *gossip.Gossip { return n.gs }
+// Gossip is the node's update topic, nil for a task without a model and
+// under the epidemic exchange.
+func (n *Node) Gossip() *gossip.Gossip { return n.exch().topic() }
 
 // Task is the node's task.
 func (n *Node) Task() Task { return n.task }
@@ -589,7 +553,7 @@ func (n *Node) announceLeave(timeout time.Duration) {
 
 func (n *Node) closeParts() error {
 	n.modelMu.Lock()
-	n.closing = true // no attachModel from here on, so gs and ex stay as they are
+	n.closing = true // no attachModel from here on, so ex stays as it is
 	n.modelMu.Unlock()
 	if n.endLife != nil {
 		n.endLife()
@@ -597,11 +561,8 @@ func (n *Node) closeParts() error {
 	if n.joiner != nil {
 		n.joiner.wait()
 	}
-	n.waitSends() // they end with n.life
 	var errs []error
-	if n.gs != nil {
-		errs = append(errs, n.gs.Close())
-	}
+	errs = append(errs, n.exch().close()) // its sends end with n.life
 	if n.ov != nil {
 		errs = append(errs, n.ov.Close())
 	}

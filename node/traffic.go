@@ -217,11 +217,9 @@ func (n *Node) Traffic() Traffic {
 	if s := n.step.Load(); s > 0 {
 		t.InBytesPerStep = float64(t.InBytes) / float64(s)
 	}
-	if n.modelUp.Load() && n.gs != nil {
-		t.GossipPayloadBytes = n.gs.Stats().ReceivedBytes
-		if t.GossipPayloadBytes > 0 {
-			t.GossipAmplification = float64(in[classGossip]) / float64(t.GossipPayloadBytes)
-		}
+	t.GossipPayloadBytes = n.exch().topicPayloadBytes()
+	if t.GossipPayloadBytes > 0 {
+		t.GossipAmplification = float64(in[classGossip]) / float64(t.GossipPayloadBytes)
 	}
 	return t
 }
@@ -252,10 +250,8 @@ func (c *trafficCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(out[i]), "out", name)
 	}
 	amp := 0.0
-	if c.n.modelUp.Load() && c.n.gs != nil { // gs is set before modelUp
-		if p := c.n.gs.Stats().ReceivedBytes; p > 0 {
-			amp = float64(in[classGossip]) / float64(p)
-		}
+	if p := c.n.exch().topicPayloadBytes(); p > 0 {
+		amp = float64(in[classGossip]) / float64(p)
 	}
 	ch <- prometheus.MustNewConstMetric(c.amp, prometheus.GaugeValue, amp)
 }

@@ -141,12 +141,8 @@ func (c Config) validateSubsystems() []error {
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if c.Exchange.Kind != ExchangeEpidemic {
-		g := c.Gossip
-		g.Job, g.ParamCount = job, 1
-		if err := g.Validate(); err != nil {
-			errs = append(errs, err)
-		}
+	if err := c.Exchange.validateGossip(c.Gossip, job); err != nil {
+		errs = append(errs, err)
 	}
 	return errs
 }

@@ -1,0 +1,94 @@
+package node
+
+import (
+	"fmt"
+	"io"
+	"runtime"
+	"testing"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+)
+
+// BenchmarkEpidemicStep counts the copies of the model an epidemic node
+// makes in a step, apart from any transport, for a model of 65536
+// parameters and S = 2:
+//
+//   - push: after the step, the model is read, kept as the distance
+//     reference and encoded into the request, which is then written to
+//     each of the S peers' streams (io.Discard here; exchangeWith writes
+//     the same frame to a stream);
+//   - merge: before the step, the S models received are averaged in;
+//   - receive: one model taken in (validated, added to the sum).
+//
+// Reported: copies/op, the bytes the part allocates per op over the
+// model's size in float64 (8 bytes a parameter: a float32 copy counts one
+// half).
+//
+//	go test -run '^$' -bench '^BenchmarkEpidemicStep$' -benchmem ./node/
+func BenchmarkEpidemicStep(b *testing.B) {
+	const params, s = 1 << 16, 2
+	n, ex := exchangeNode(b, params, s, 0)
+	n.task = &paramsTask{p: make([]float64, params)}
+	senders := make([]peer.ID, s)
+	payloads := make([][]byte, s)
+	for i := range senders {
+		senders[i] = peer.ID(fmt.Sprintf("peer-%d", i))
+		values := make([]float32, params)
+		for j := range values {
+			values[j] = float32(i + j%7)
+		}
+		payloads[i] = modelPayload(b, senders[i], 1, values)
+	}
+	receive := func(i int) {
+		if r := ex.accept(senders[i], payloads[i]); r != "" {
+			b.Fatal(r)
+		}
+	}
+	// measure runs part b.N times, setup before each, and reports the
+	// bytes part allocated, in models.
+	measure := func(b *testing.B, setup, part func()) {
+		b.ReportAllocs()
+		var before, after runtime.MemStats
+		var bytes uint64
+		for b.Loop() {
+			setup()
+			runtime.ReadMemStats(&before)
+			part()
+			runtime.ReadMemStats(&after)
+			bytes += after.TotalAlloc - before.TotalAlloc
+		}
+		b.ReportMetric(float64(bytes)/float64(b.N)/float64(8*params), "copies/op")
+	}
+	b.Run("push", func(b *testing.B) {
+		measure(b, func() {}, func() {
+			req, ok := ex.snapshot(1)
+			if !ok {
+				b.Fatal("nothing to send")
+			}
+			for range s {
+				_, _ = io.Discard.Write(req.frame)
+			}
+		})
+	})
+	b.Run("merge", func(b *testing.B) {
+		measure(b, func() {
+			for i := range senders {
+				receive(i)
+			}
+		}, ex.merge)
+	})
+	b.Run("receive", func(b *testing.B) {
+		measure(b, ex.merge, func() { receive(0) })
+	})
+}
+
+// paramsTask is a model of its parameters alone, read and written as
+// ModelTask's trainer does (Params copies out, SetParams copies in).
+type paramsTask struct {
+	SleepTask
+	p []float64
+}
+
+func (t *paramsTask) NumParams() int              { return len(t.p) }
+func (t *paramsTask) Params() []float64           { return append([]float64(nil), t.p...) }
+func (t *paramsTask) SetParams(p []float64) error { copy(t.p, p); return nil }

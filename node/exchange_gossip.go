@@ -1,0 +1,221 @@
+package node
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
+)
+
+// gossipExchange is the gossip exchange (see the comment at the top of
+// exchange.go): each step's delta is published on the job's GossipSub
+// topic, and every delta received is added to the model, if its norm is
+// within the norm bound.
+type gossipExchange struct {
+	n  *Node
+	gs *gossip.Gossip
+	// buf receives each decoded update before the task applies it.
+	// Gossip handlers run one at a time, so one buffer serves them all and
+	// the receive path allocates nothing per update.
+	buf []float64
+
+	mu    sync.Mutex
+	norms ownNorms // this node's recent updates: the norm bound's reference
+	held  heldVecs // updates received before the first own step
+}
+
+// newGossipExchange is n's gossip exchange before it joins the topic: the
+// norm bound and the held updates, with nothing to publish on.
+func newGossipExchange(n *Node) *gossipExchange {
+	return &gossipExchange{n: n, buf: make([]float64, n.task.NumParams()), norms: newOwnNorms()}
+}
+
+// joinGossip is n's gossip exchange on the job's update topic.
+func joinGossip(ctx context.Context, n *Node) (*gossipExchange, error) {
+	g := newGossipExchange(n)
+	cfg := n.cfg
+	gcfg := cfg.Gossip
+	gcfg.Job = cfg.Job
+	gcfg.ParamCount = n.task.NumParams()
+	gcfg.ModelID = n.task.ModelID()
+	gcfg.Handler = g.onUpdate
+	if cfg.faults.Loss > 0 {
+		faults.SetGossipDrop(&gcfg, n.lost)
+	}
+	if gcfg.Logger == nil {
+		gcfg.Logger = n.log
+	}
+	if gcfg.Registerer == nil {
+		gcfg.Registerer = n.reg
+	}
+	gs, err := gossip.New(ctx, n.h, gcfg)
+	if err != nil {
+		return nil, err
+	}
+	g.gs = gs
+	return g, nil
+}
+
+// push publishes the step's update on the topic.
+func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
+	g.gs.SetLocalStep(step)
+	if upd != nil {
+		g.noteOwnNorm(upd)
+		g.publish(ctx, step, upd)
+	}
+}
+
+// publish sends the step's update on the gossip topic (or, for a node
+// playing a poisoner, what faults.Poison makes of it).
+func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64) {
+	var err error
+	if poison := g.n.cfg.faults.Poison; poison != nil {
+		if raw := poison(step, upd); raw != nil {
+			err = faults.PublishRaw(g.gs, ctx, raw)
+		}
+	} else {
+		err = g.gs.Publish(ctx, step, upd)
+	}
+	if err != nil && ctx.Err() == nil {
+		g.n.log.Warn("publish failed", "step", step, "err", err)
+	}
+}
+
+// merge does nothing: updates are applied as they arrive (onUpdate).
+func (g *gossipExchange) merge() {}
+
+func (g *gossipExchange) setStep(step int64) { g.gs.SetLocalStep(step) }
+
+// scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
+func (g *gossipExchange) scalesLR() bool { return true }
+
+func (g *gossipExchange) waitMesh(ctx context.Context) {
+	if !g.gs.WaitMesh(ctx) && ctx.Err() == nil {
+		g.n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+	}
+}
+
+// topicWait bounds how long waitSubscribed waits for the update topic to
+// list a peer.
+const topicWait = 2 * time.Second
+
+// waitSubscribed waits, up to topicWait, until the gossip topic lists a
+// peer, when the node knows any: peers send their updates only to the
+// subscribers they know of, and an update sent between the fetch of the
+// job's model and the moment peers learn of this node's subscription
+// would be missed for good. (Peers without a trainer are not subscribed:
+// a node whose known peers have none waits the whole bound.)
+func (g *gossipExchange) waitSubscribed(ctx context.Context) {
+	if g.n.ov.PeerCount() == 0 {
+		return
+	}
+	deadline := time.Now().Add(topicWait)
+	for len(g.gs.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleepCtx(ctx, 10*time.Millisecond)
+	}
+}
+
+// screen refuses every model of the exchange protocol: a gossip node
+// serves it only to say it runs another exchange.
+func (g *gossipExchange) screen(from peer.ID, kind ExchangeKind) gossip.Reason {
+	return g.n.otherExchange(from, kind)
+}
+
+func (g *gossipExchange) accept(peer.ID, []byte) gossip.Reason { return ReasonExchangeMismatch }
+
+func (g *gossipExchange) stats() gossip.Stats       { return g.gs.Stats() }
+func (g *gossipExchange) topic() *gossip.Gossip     { return g.gs }
+func (g *gossipExchange) topicPayloadBytes() uint64 { return g.gs.Stats().ReceivedBytes }
+func (g *gossipExchange) close() error              { return g.gs.Close() }
+
+// onUpdate applies a validated update from the gossip topic.
+func (g *gossipExchange) onUpdate(u gossip.Update) {
+	n := g.n
+	if n.lin.fromYounger(u.Sender, time.Now()) {
+		n.lin.otherUpdates.Inc() // a delta of another model's lineage (genesis.go)
+		return
+	}
+	clear(g.buf)
+	if err := u.AddTo(g.buf, 1); err != nil {
+		n.m.applyRejected.Inc()
+		n.log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
+		return
+	}
+	if !g.withinNorm(g.buf) {
+		return
+	}
+	g.apply(g.buf)
+	n.progress.saw(u.Sender, u.Step)
+	if u.Step <= n.step.Load() {
+		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
+	}
+}
+
+// apply adds a received update to the model.
+func (g *gossipExchange) apply(v []float64) {
+	n := g.n
+	if err := n.task.Apply(v); err != nil {
+		n.m.applyRejected.Inc()
+		n.log.Debug("update refused by the model", "err", err)
+		return
+	}
+	n.m.applied.Inc()
+}
+
+// noteOwnNorm records the norm of an update this node computed itself and,
+// after the node's first step, checks and applies the updates that arrived
+// before it had a reference norm.
+func (g *gossipExchange) noteOwnNorm(delta []float64) {
+	g.mu.Lock()
+	if !g.norms.note(delta) {
+		g.mu.Unlock()
+		return
+	}
+	held := g.held.take()
+	g.mu.Unlock()
+	for _, v := range held {
+		if g.withinNorm(v) {
+			g.apply(v)
+		}
+	}
+}
+
+// withinNorm reports whether a received update v is within NormBound × the
+// median norm of this node's own recent updates, and counts it if not.
+// Honest peers train the same model on shards of the same data at the same
+// learning rate, so their updates are of the same size as ours; an update
+// far larger is a poisoner's, or a broken peer's, and is dropped whole:
+// scaling it down instead would still let a poisoner push a few honest
+// updates' worth in a direction of its choice with every message. The
+// reference is our own updates, which no peer can inflate.
+//
+// Until this node has made a step of its own there is no reference: the
+// update is then held (up to maxHeldBytes; beyond, refused) and checked
+// after the first step, and withinNorm returns false. v is copied.
+func (g *gossipExchange) withinNorm(v []float64) bool {
+	n := g.n
+	if n.cfg.NormBound <= 0 {
+		return true
+	}
+	g.mu.Lock()
+	med, ok := g.norms.median()
+	if !ok {
+		held := g.held.hold(slices.Clone(v))
+		g.mu.Unlock()
+		if !held {
+			n.m.normRefused.Inc()
+		}
+		return false
+	}
+	g.mu.Unlock()
+	if l2(v) <= n.cfg.NormBound*med {
+		return true
+	}
+	n.m.normRefused.Inc()
+	return false
+}
