@@ -39,18 +39,7 @@ func (n *Node) boundConns() {
 	if !n.cfg.BoundConns || n.cfg.ConnHigh <= 0 {
 		return
 	}
-	go func() {
-		t := time.NewTicker(connTrimEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-n.life.Done():
-				return
-			case <-t.C:
-				n.trimConns(time.Now())
-			}
-		}
-	}()
+	go n.every(connTrimEvery, func() { n.trimConns(time.Now()) })
 }
 
 // trimConns closes unprotected connections down to ConnLow if the host

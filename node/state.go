@@ -186,18 +186,22 @@ func (n *Node) keepPeers() {
 	if n.state == nil {
 		return
 	}
-	go func() { // ends with the node's life
-		t := time.NewTicker(peersSaveEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-n.life.Done():
-				return
-			case <-t.C:
-				n.savePeers(false)
-			}
+	go n.every(peersSaveEvery, func() { n.savePeers(false) })
+}
+
+// every calls fn every period until the node's life ends: the loop of the
+// node's periodic background chores, run on a goroutine of its own.
+func (n *Node) every(period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.life.Done():
+			return
+		case <-t.C:
+			fn()
 		}
-	}()
+	}
 }
 
 // savePeers writes the peers the node knows to its peers file, if they
