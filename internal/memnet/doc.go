@@ -1,31 +1,36 @@
-// Package memnet is an in-memory network for testnets of hundreds of real
-// libp2p hosts in one process: go-libp2p's mocknet, with peers linked the
-// first time one dials the other (instead of mocknet's N² LinkAll), a real
-// connection manager on every host (mocknet hosts have none), and the
-// faults and links a testnet sets: crashed peers that can no longer be
-// dialled, partitions that cut links between groups, a one-way latency per
-// link (fixed, or drawn once per link from a range), and a bandwidth per
-// host that every stream's writes share. Every host has a public-looking
-// IPv4 address in a /16 of its own, or one it is given, which several
-// hosts can share (many identities behind one address).
+// Package memnet is an in-memory network for testnets of hundreds to
+// thousands of real libp2p hosts in one process.
 //
-// A closed host is released: mocknet never forgets a host (it has no way
-// to remove one; its maps, and the links its peers' connections name, keep
-// every host it made for as long as the network lives), so Host.Close
-// takes off the host what its services hung on it. It marks the peer
-// gone (it can no longer be dialled), unlinks it, closes its connections,
-// libp2p host and connection manager, and then drops every stream handler
-// (the closures over a node: its model, routing table, pubsub state; the
-// mux only ever holds stand-ins that look handlers up in a table of the
-// host's, because go-multistream keeps stale copies of removed handlers),
-// every notifiee signed up through Host.Network (the node's, the DHT's,
-// pubsub's, the connection manager's), its peerstore (the keys, addresses
-// and protocols of each peer it knew; from then on it finds nothing and
-// keeps nothing), and its entries in memnet's own maps. What stays behind
-// per closed host is mocknet's empty shell of it: the network and basic
-// host structs, their event bus and identify service, its links, and map
-// entries keyed by its peer ID in mocknet and in its peers' networks.
+// Every host is go-libp2p's basic host (identify, protocol negotiation,
+// event bus, peerstore) with a real connection manager, over a
+// network.Network of memnet's own in place of the swarm: no transports,
+// no security handshake, no stream muxer. A connection is a pair of conns
+// made at once; a stream is a pair of byte queues (one per direction) that
+// a writer appends a copy to and a reader takes from. Nothing runs for an
+// idle stream or connection: no goroutine and no timer. (go-libp2p's
+// mocknet, which memnet replaced, runs a goroutine per stream direction,
+// hands every write through a pipe, and keeps every host it ever made.)
 //
-// Every delay is a timer, so on a virtual clock (a testing/synctest bubble)
-// the links take virtual time and nothing else does.
+// The network adds the faults and links a testnet sets: crashed peers that
+// can no longer be dialled, partitions that cut links between groups, a
+// one-way latency per link (fixed, or drawn once per link from a range;
+// each write arrives that long after it was made, and so does the end of
+// a stream, after the last write), and a bandwidth per host that every
+// write shares (libp2p's own bytes, identify and protocol negotiation,
+// included). A stream holds at most 256 KiB in flight per direction
+// (yamux's initial window): a reader that falls behind holds up its
+// writer. Read and write deadlines are honoured.
+//
+// Every host has a public-looking IPv4 address in a /16 of its own, or
+// one it is given, which several hosts can share (many identities behind
+// one address).
+//
+// A closed host is forgotten: the network drops it, its connections close
+// at both ends (resetting their streams), and a closed conn or stream lets
+// go of the host at its other end, so once the node's own goroutines have
+// ended nothing refers to the host, its handlers, notifiees or peerstore.
+//
+// Every wait is a channel or a timer, so on a virtual clock (a
+// testing/synctest bubble) the links take virtual time, nothing else does,
+// and a blocked reader or writer is durably blocked.
 package memnet

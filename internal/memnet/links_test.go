@@ -72,7 +72,9 @@ func TestSeededKeys(t *testing.T) {
 }
 
 // On the virtual clock a write takes its size over the bandwidth, and two
-// writers into one host share its downlink.
+// writers into one host share its downlink. Every byte counts, libp2p's
+// own too (identify, protocol negotiation): those few hundred take well
+// under the slack of a millisecond allowed here.
 func TestBandwidth(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		const rate = 1 << 20 // 1 MiB/s
@@ -108,7 +110,8 @@ func TestBandwidth(t *testing.T) {
 		}
 		start := time.Now()
 		send(rate / 2) // half a second alone
-		if d := time.Since(start); d != 500*time.Millisecond {
+		const slack = time.Millisecond
+		if d := time.Since(start); d < 500*time.Millisecond || d > 500*time.Millisecond+slack {
 			t.Errorf("512 KiB at 1 MiB/s took %v of virtual time, want 500ms", d)
 		}
 		<-got
@@ -118,7 +121,7 @@ func TestBandwidth(t *testing.T) {
 		send(rate / 2)
 		<-done
 		// Both share dst's downlink: the second finishes after a second.
-		if d := time.Since(start); d != time.Second {
+		if d := time.Since(start); d < time.Second || d > time.Second+slack {
 			t.Errorf("two 512 KiB writes into one host took %v, want 1s", d)
 		}
 		<-got

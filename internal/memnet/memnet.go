@@ -1,28 +1,30 @@
 package memnet
 
 import (
-	"context"
 	crand "crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/connmgr"
 	"github.com/libp2p/go-libp2p/core/crypto"
+	"github.com/libp2p/go-libp2p/core/event"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/peerstore"
-	"github.com/libp2p/go-libp2p/core/protocol"
+	bhost "github.com/libp2p/go-libp2p/p2p/host/basic"
+	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
 	"github.com/libp2p/go-libp2p/p2p/host/peerstore/pstoremem"
 	bcm "github.com/libp2p/go-libp2p/p2p/net/connmgr"
-	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	manet "github.com/multiformats/go-multiaddr/net"
 )
 
@@ -47,18 +49,17 @@ type Config struct {
 
 // Net is one in-memory network.
 type Net struct {
-	mn  mocknet.Mocknet
 	cfg Config
 
 	mu     sync.Mutex
-	keys   io.Reader                    // host keys, guarded by mu
-	linked map[peer.ID]map[peer.ID]bool // both directions: linked[a][b] == linked[b][a]
-	gone   map[peer.ID]bool
+	keys   io.Reader       // host keys, guarded by mu
 	group  map[peer.ID]int // partition group; peers in different groups cannot talk
 	cut    bool
 	hosts  map[peer.ID]*Host // open hosts, closed with the network
 	nextIP int               // NewIP's counter
 	ports  map[string]int    // hosts given each IP so far
+
+	connID, streamID atomic.Int64
 
 	bwMu sync.Mutex
 	busy map[peer.ID]*pipes // each host's uplink and downlink, with Bandwidth
@@ -92,15 +93,12 @@ func NewNet(cfg Config) *Net {
 	cfg.LatencyMax = max(cfg.LatencyMax, cfg.LatencyMin)
 	keys := KeySource(cfg.Seed, "memnet host keys")
 	return &Net{
-		mn:     mocknet.New(),
-		cfg:    cfg,
-		keys:   keys,
-		linked: make(map[peer.ID]map[peer.ID]bool),
-		gone:   make(map[peer.ID]bool),
-		group:  make(map[peer.ID]int),
-		hosts:  make(map[peer.ID]*Host),
-		ports:  make(map[string]int),
-		busy:   make(map[peer.ID]*pipes),
+		cfg:   cfg,
+		keys:  keys,
+		group: make(map[peer.ID]int),
+		hosts: make(map[peer.ID]*Host),
+		ports: make(map[string]int),
+		busy:  make(map[peer.ID]*pipes),
 	}
 }
 
@@ -110,19 +108,18 @@ func (n *Net) Latency(a, b peer.ID) time.Duration {
 	if hi <= lo {
 		return lo
 	}
-	k := key(a, b)
+	if a > b { // the same for both directions
+		a, b = b, a
+	}
 	h := fnv.New64a()
 	var seed [8]byte
 	binary.LittleEndian.PutUint64(seed[:], n.cfg.Seed)
 	h.Write(seed[:])
-	h.Write([]byte(k[0]))
-	h.Write([]byte(k[1]))
+	h.Write([]byte(a))
+	h.Write([]byte(b))
 	u := float64(h.Sum64()>>11) / (1 << 53) // uniform in [0, 1)
 	return lo + time.Duration(u*float64(hi-lo))
 }
-
-// shaped reports whether streams need the wrapper (latency or bandwidth).
-func (n *Net) shaped() bool { return n.cfg.LatencyMax > 0 || n.cfg.Bandwidth > 0 }
 
 // errHostClosed is a write's error when its host closes while the write
 // waits for bandwidth.
@@ -168,74 +165,33 @@ func (n *Net) pipesLocked(p peer.ID) *pipes {
 	return b
 }
 
-// Close closes every host of the network, with its connection manager.
+// Close closes every host of the network.
 func (n *Net) Close() error {
 	n.mu.Lock()
-	var cms []*bcm.BasicConnMgr
+	hosts := make([]*Host, 0, len(n.hosts))
 	for _, h := range n.hosts {
-		cms = append(cms, h.cm)
-		h.markClosed()
+		hosts = append(hosts, h)
 	}
-	clear(n.hosts)
 	n.mu.Unlock()
-	err := n.mn.Close()
-	for _, cm := range cms {
-		_ = cm.Close()
+	var first error
+	for _, h := range hosts {
+		if err := h.Close(); err != nil && first == nil {
+			first = err
+		}
 	}
-	return err
+	return first
 }
 
-func key(a, b peer.ID) [2]peer.ID {
-	if a > b {
-		a, b = b, a
-	}
-	return [2]peer.ID{a, b}
-}
-
-func (n *Net) ensure(a, b peer.ID) error {
-	if a == b {
-		return fmt.Errorf("memnet: dial to self")
-	}
+// reach returns b's network if a may connect to it: b is an open host and
+// no partition lies between them.
+func (n *Net) reach(a, b peer.ID) (*peerNet, error) {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	if n.gone[a] || n.gone[b] || (n.cut && n.group[a] != n.group[b]) {
-		return ErrUnreachable
+	h := n.hosts[b]
+	if h == nil || n.hosts[a] == nil || (n.cut && n.group[a] != n.group[b]) {
+		return nil, ErrUnreachable
 	}
-	if n.linked[a][b] {
-		return nil
-	}
-	k := key(a, b)
-	if _, err := n.mn.LinkPeers(k[0], k[1]); err != nil {
-		return fmt.Errorf("memnet: link: %w", err)
-	}
-	if lat := n.Latency(a, b); lat > 0 {
-		for _, l := range n.mn.LinksBetweenPeers(k[0], k[1]) {
-			l.SetOptions(mocknet.LinkOptions{Latency: lat})
-		}
-	}
-	n.link(a, b, true)
-	return nil
-}
-
-// link records (or with on false, forgets) the link between a and b, in
-// both directions; n.mu must be held.
-func (n *Net) link(a, b peer.ID, on bool) {
-	for _, e := range [2][2]peer.ID{{a, b}, {b, a}} {
-		m := n.linked[e[0]]
-		switch {
-		case on && m == nil:
-			m = make(map[peer.ID]bool)
-			n.linked[e[0]] = m
-			m[e[1]] = true
-		case on:
-			m[e[1]] = true
-		default:
-			delete(m, e[1])
-			if len(m) == 0 {
-				delete(n.linked, e[0])
-			}
-		}
-	}
+	return h.pn, nil
 }
 
 // Partition splits the network: from now on peers of different groups
@@ -244,24 +200,19 @@ func (n *Net) link(a, b peer.ID, on bool) {
 func (n *Net) Partition(fn func(peer.ID) int) {
 	n.mu.Lock()
 	n.cut = true
-	var toCut [][2]peer.ID
-	for p := range n.hosts { // open hosts only: mocknet's Peers lists every host it ever had
+	hosts := make([]*Host, 0, len(n.hosts))
+	for p, h := range n.hosts {
 		n.group[p] = fn(p)
+		hosts = append(hosts, h)
 	}
-	for a, m := range n.linked {
-		for b := range m {
-			if a < b && n.group[a] != n.group[b] {
-				toCut = append(toCut, [2]peer.ID{a, b})
+	group := maps.Clone(n.group)
+	n.mu.Unlock()
+	for _, h := range hosts {
+		for _, c := range h.pn.allConns() {
+			if group[c.local] != group[c.remote] {
+				_ = c.Close()
 			}
 		}
-	}
-	for _, k := range toCut {
-		n.link(k[0], k[1], false)
-	}
-	n.mu.Unlock()
-	for _, k := range toCut {
-		_ = n.mn.UnlinkPeers(k[0], k[1])
-		_ = n.mn.DisconnectPeers(k[0], k[1])
 	}
 }
 
@@ -272,58 +223,15 @@ func (n *Net) Heal() {
 	n.mu.Unlock()
 }
 
-// Host is a mocknet host that links on demand and has a connection manager.
+// Host is a libp2p host (go-libp2p's basic host, with its identify
+// service and protocol negotiation) on a network of memnet's own, with a
+// connection manager.
 type Host struct {
 	host.Host
-	net       *Net
-	cm        *bcm.BasicConnMgr
-	nw        *hostNetwork // what Network returns: mocknet's, with its notifiees recorded
-	handlers  *handlerTable
-	ps        *releasablePeerstore
-	done      chan struct{} // closed when the host closes
-	closeOnce sync.Once
+	net *Net
+	pn  *peerNet
+	cm  *bcm.BasicConnMgr
 }
-
-// hostNetwork is a host's mocknet network with a record of the notifiees
-// signed up through it, so that Close can take them off: mocknet keeps
-// every network it ever made (and so everything they refer to) for as long
-// as the mocknet lives.
-type hostNetwork struct {
-	network.Network
-	mu     sync.Mutex
-	notifs map[network.Notifiee]struct{}
-}
-
-func (w *hostNetwork) Notify(f network.Notifiee) {
-	w.mu.Lock()
-	w.notifs[f] = struct{}{}
-	w.mu.Unlock()
-	w.Network.Notify(f)
-}
-
-func (w *hostNetwork) StopNotify(f network.Notifiee) {
-	w.mu.Lock()
-	delete(w.notifs, f)
-	w.mu.Unlock()
-	w.Network.StopNotify(f)
-}
-
-// stopAll takes every recorded notifiee off the network.
-func (w *hostNetwork) stopAll() {
-	w.mu.Lock()
-	fs := make([]network.Notifiee, 0, len(w.notifs))
-	for f := range w.notifs {
-		fs = append(fs, f)
-	}
-	clear(w.notifs)
-	w.mu.Unlock()
-	for _, f := range fs {
-		w.Network.StopNotify(f)
-	}
-}
-
-// markClosed closes h.done once.
-func (h *Host) markClosed() { h.closeOnce.Do(func() { close(h.done) }) }
 
 // NewHost adds a host with connection-manager watermarks low and high, the
 // network's next key and an address of its own (see NewIP).
@@ -400,251 +308,65 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	// What mocknet's AddPeer does, with a peerstore the host can let go of.
-	mem, err := pstoremem.NewPeerstore()
+	ps, err := pstoremem.NewPeerstore()
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	mem.AddAddr(id, addr, peerstore.PermanentAddrTTL)
-	if err := mem.AddPrivKey(id, sk); err != nil {
+	ps.AddAddr(id, addr, peerstore.PermanentAddrTTL)
+	if err := ps.AddPrivKey(id, sk); err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	if err := mem.AddPubKey(id, sk.GetPublic()); err != nil {
+	if err := ps.AddPubKey(id, sk.GetPublic()); err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	ps := newReleasablePeerstore(mem)
-	h, err := n.mn.AddPeerWithPeerstore(id, ps)
+	bus := eventbus.NewBus()
+	emitter, err := bus.Emitter(&event.EvtPeerConnectednessChanged{})
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
+	pn := &peerNet{net: n, id: id, pub: sk.GetPublic(), addr: addr, ps: ps, emitter: emitter,
+		done: make(chan struct{}), conns: make(map[peer.ID][]*conn), notifs: make(map[network.Notifiee]struct{})}
 	cm, err := bcm.NewConnManager(low, high, bcm.WithGracePeriod(20*time.Second), bcm.WithSilencePeriod(5*time.Second))
 	if err != nil {
-		_ = h.Close()
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
-	nw := &hostNetwork{Network: h.Network(), notifs: make(map[network.Notifiee]struct{})}
-	nw.Notify(cm.Notifee())
-	mh := &Host{Host: h, net: n, cm: cm, nw: nw, ps: ps, done: make(chan struct{}),
-		handlers: &handlerTable{m: make(map[protocol.ID]network.StreamHandler)}}
+	// As mocknet builds its hosts, with a connection manager.
+	bh, err := bhost.NewHost(pn, &bhost.HostOpts{
+		NegotiationTimeout:      -1,
+		DisableSignedPeerRecord: true,
+		EventBus:                bus,
+		ConnManager:             cm,
+	})
+	if err != nil {
+		_ = cm.Close()
+		return nil, fmt.Errorf("memnet: %w", err)
+	}
+	bh.Start()
+	h := &Host{Host: bh, net: n, pn: pn, cm: cm}
 	n.mu.Lock()
-	n.hosts[id] = mh
+	n.hosts[id] = h
 	n.mu.Unlock()
-	return mh, nil
+	return h, nil
 }
-
-// Connect links the two peers if needed, then connects.
-func (h *Host) Connect(ctx context.Context, ai peer.AddrInfo) error {
-	if h.Network().Connectedness(ai.ID) != network.Connected {
-		if err := h.net.ensure(h.ID(), ai.ID); err != nil {
-			return err
-		}
-	}
-	return h.Host.Connect(ctx, ai)
-}
-
-// NewStream links the two peers if needed, then opens a stream.
-func (h *Host) NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error) {
-	if h.Network().Connectedness(p) != network.Connected {
-		if err := h.net.ensure(h.ID(), p); err != nil {
-			return nil, err
-		}
-	}
-	s, err := h.Host.NewStream(ctx, p, pids...)
-	if err != nil || !h.net.shaped() {
-		return s, err
-	}
-	return h.wrap(s), nil
-}
-
-// Network returns the host's network. Notifiees signed up on it are taken
-// off when the host closes.
-func (h *Host) Network() network.Network { return h.nw }
 
 // ConnManager returns the host's connection manager.
 func (h *Host) ConnManager() connmgr.ConnManager { return h.cm }
 
-// Close marks the peer gone and closes it. Its links are removed too: a
-// raw dial on the underlying network (the path libp2p's own services take,
-// bypassing Connect and NewStream above) would otherwise still reach the
-// closed host over an existing link, and the dialler would hold a live-
-// looking connection to a dead peer.
+// Close takes the host off the network (it can no longer be dialled) and
+// closes it: its connections, streams and services. Once the node's own
+// goroutines have ended, nothing refers to the host any more: unlike
+// go-libp2p's mocknet, which keeps every host it made for as long as it
+// lives, the Net forgets it, and a closed connection lets go of the host
+// at its other end.
 func (h *Host) Close() error {
 	id := h.ID()
-	h.markClosed()
 	h.net.mu.Lock()
-	h.net.gone[id] = true
 	delete(h.net.hosts, id)
 	delete(h.net.group, id)
-	// Only this host's own links: scanning every link of the network made
-	// closing all hosts of a 1000-node testnet quadratic (27 CPU-seconds).
-	var unlink [][2]peer.ID
-	for p := range h.net.linked[id] {
-		unlink = append(unlink, key(id, p))
-	}
-	for _, k := range unlink {
-		h.net.link(k[0], k[1], false)
-	}
 	h.net.mu.Unlock()
-	for _, k := range unlink {
-		_ = h.net.mn.UnlinkPeers(k[0], k[1])
-	}
 	h.net.bwMu.Lock()
 	delete(h.net.busy, id)
 	h.net.bwMu.Unlock()
-	err := h.Host.Close()
-	_ = h.cm.Close()
-	h.release()
-	return err
+	h.pn.markClosed()
+	return h.Host.Close()
 }
-
-// release lets go of what a closed host's services hang on it. mocknet
-// never forgets a host: its maps, and the links that the host's peers
-// still name in theirs, keep the host's network and basic host reachable
-// for as long as the mocknet lives. Everything else a node hangs on them
-// (the stream handlers and notifiees, closures over the whole node: its
-// model, routing table, pubsub state; and the peerstore, with every peer
-// the host knew, which is dropped whole: emptied, its maps would not
-// shrink) is dropped here, so what stays behind per closed host is the
-// empty shells.
-func (h *Host) release() {
-	// The handlers set through this host go with the table (the mux's
-	// stand-ins, and any stale copies of them, then find nothing). The
-	// mux is emptied too, directly, not through the host's
-	// RemoveStreamHandler, which would announce a protocol update; its
-	// entries are first replaced with a no-op, which overwrites the stale
-	// copy go-multistream's removal leaves behind (see handlerTable).
-	h.handlers.clear()
-	mux := h.Host.Mux()
-	protos := mux.Protocols()
-	for _, p := range protos {
-		mux.AddHandler(p, releasedHandler)
-	}
-	for _, p := range protos {
-		mux.RemoveHandler(p)
-	}
-	h.nw.stopAll()
-	h.ps.release()
-}
-
-// releasedHandler stands in for a closed host's handlers (see release).
-func releasedHandler(protocol.ID, io.ReadWriteCloser) error { return nil }
-
-// handlerTable holds a host's stream handlers for the mux, which only
-// sees a stand-in that looks the handler up here. go-multistream removes a
-// handler by shifting the rest of its slice down, which leaves a copy of
-// the last one in the slice's spare capacity, out of sight but reachable
-// for as long as the mux is (for a closed host: as long as the mocknet);
-// a stand-in pins only this table, which RemoveStreamHandler and release
-// empty.
-type handlerTable struct {
-	mu sync.RWMutex
-	m  map[protocol.ID]network.StreamHandler
-}
-
-func (t *handlerTable) set(pid protocol.ID, handler network.StreamHandler) {
-	t.mu.Lock()
-	t.m[pid] = handler
-	t.mu.Unlock()
-}
-
-func (t *handlerTable) remove(pid protocol.ID) {
-	t.mu.Lock()
-	delete(t.m, pid)
-	t.mu.Unlock()
-}
-
-func (t *handlerTable) clear() {
-	t.mu.Lock()
-	clear(t.m)
-	t.mu.Unlock()
-}
-
-// standIn is what the mux holds for protocol pid.
-func (t *handlerTable) standIn(pid protocol.ID) network.StreamHandler {
-	return func(s network.Stream) {
-		t.mu.RLock()
-		handler := t.m[pid]
-		t.mu.RUnlock()
-		if handler == nil {
-			_ = s.Reset()
-			return
-		}
-		handler(s)
-	}
-}
-
-// SetStreamHandler registers handler with its streams wrapped like those of
-// NewStream (see shapedStream).
-func (h *Host) SetStreamHandler(pid protocol.ID, handler network.StreamHandler) {
-	h.handlers.set(pid, h.shape(handler))
-	h.Host.SetStreamHandler(pid, h.handlers.standIn(pid))
-}
-
-// SetStreamHandlerMatch is SetStreamHandler with a protocol matcher.
-func (h *Host) SetStreamHandlerMatch(pid protocol.ID, m func(protocol.ID) bool, handler network.StreamHandler) {
-	h.handlers.set(pid, h.shape(handler))
-	h.Host.SetStreamHandlerMatch(pid, m, h.handlers.standIn(pid))
-}
-
-// RemoveStreamHandler removes the handler of pid.
-func (h *Host) RemoveStreamHandler(pid protocol.ID) {
-	h.handlers.remove(pid)
-	h.Host.RemoveStreamHandler(pid)
-}
-
-// shape wraps handler's streams like those of NewStream, if the network
-// shapes them.
-func (h *Host) shape(handler network.StreamHandler) network.StreamHandler {
-	if !h.net.shaped() {
-		return handler
-	}
-	return func(s network.Stream) { handler(h.wrap(s)) }
-}
-
-func (h *Host) wrap(s network.Stream) network.Stream {
-	c := s.Conn()
-	local, remote := c.LocalPeer(), c.RemotePeer()
-	return &shapedStream{Stream: s, host: h, local: local, remote: remote, latency: h.net.Latency(local, remote)}
-}
-
-// shapedStream holds every write for its share of the hosts' bandwidth,
-// and makes the link latency hold for the last write before a close too:
-// mocknet delivers everything still in flight at once when a stream is
-// closed, so a request-reply exchange (write, close) would otherwise cross
-// a slow link in no time.
-type shapedStream struct {
-	network.Stream
-	host          *Host
-	local, remote peer.ID
-	latency       time.Duration
-	mu            sync.Mutex
-	last          time.Time
-}
-
-func (s *shapedStream) Write(b []byte) (int, error) {
-	if err := s.host.net.transmit(s.local, s.remote, len(b), s.host.done); err != nil {
-		return 0, err
-	}
-	s.mu.Lock()
-	s.last = time.Now()
-	s.mu.Unlock()
-	return s.Stream.Write(b)
-}
-
-func (s *shapedStream) settle() {
-	s.mu.Lock()
-	wait := time.Until(s.last.Add(s.latency))
-	s.mu.Unlock()
-	if wait <= 0 {
-		return
-	}
-	tm := time.NewTimer(wait)
-	defer tm.Stop()
-	select {
-	case <-tm.C:
-	case <-s.host.done:
-	}
-}
-
-func (s *shapedStream) CloseWrite() error { s.settle(); return s.Stream.CloseWrite() }
-func (s *shapedStream) Close() error      { s.settle(); return s.Stream.Close() }

@@ -13,8 +13,8 @@ import (
 
 // A closed host can no longer be reached by any path: not through the
 // wrapper's Connect, and not by a raw dial on the underlying network (the
-// path libp2p's own services take). Mocknet alone would accept the raw dial
-// over an existing link and hand back a connection to a dead host.
+// path libp2p's own services take), which must not hand back a connection
+// to a dead host.
 func TestClosedHostUnreachable(t *testing.T) {
 	a, b := twoHosts(t, 0)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
