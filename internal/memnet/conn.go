@@ -49,7 +49,7 @@ func (c *conn) NewStream(context.Context) (network.Stream, error) {
 		return nil, network.ErrReset
 	}
 	id := c.net.net.streamID.Add(1)
-	ab, ba := newHalf(), newHalf()
+	ab, ba := newHalf(&c.net.net.alarms), newHalf(&c.net.net.alarms)
 	now := time.Now()
 	mine := &stream{conn: c, id: id, in: ba, out: ab, stat: network.Stats{Direction: network.DirOutbound, Opened: now}}
 	theirs := &stream{conn: other, id: id, in: ab, out: ba, stat: network.Stats{Direction: network.DirInbound, Opened: now}}

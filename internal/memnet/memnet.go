@@ -60,6 +60,7 @@ type Net struct {
 	ports  map[string]int    // hosts given each IP so far
 
 	connID, streamID atomic.Int64
+	alarms           alarms // the streams' deadlines and arrival times
 
 	bwMu sync.Mutex
 	busy map[peer.ID]*pipes // each host's uplink and downlink, with Bandwidth

@@ -44,6 +44,10 @@ type half struct {
 	rdl, wdl time.Time // read and write deadlines
 	readable chan struct{}
 	writable chan struct{}
+	alarms   *alarms
+	// The alarms set to signal readable and writable (zero if none),
+	// guarded by alarms.mu.
+	ralarm, walarm time.Time
 }
 
 type chunk struct {
@@ -51,8 +55,8 @@ type chunk struct {
 	at time.Time
 }
 
-func newHalf() *half {
-	return &half{readable: make(chan struct{}, 1), writable: make(chan struct{}, 1)}
+func newHalf(a *alarms) *half {
+	return &half{readable: make(chan struct{}, 1), writable: make(chan struct{}, 1), alarms: a}
 }
 
 // wake signals c without blocking; a waiter re-checks its half.
@@ -61,30 +65,6 @@ func wake(c chan struct{}) {
 	case c <- struct{}{}:
 	default:
 	}
-}
-
-// wait blocks until c is signalled or until (if not zero) the earlier of
-// until and deadline; it reports whether the deadline passed.
-func wait(c chan struct{}, until, deadline time.Time) (expired bool) {
-	t := until
-	if !deadline.IsZero() && (t.IsZero() || deadline.Before(t)) {
-		t = deadline
-	}
-	if t.IsZero() {
-		<-c
-		return false
-	}
-	d := time.Until(t)
-	if d > 0 {
-		tm := time.NewTimer(d)
-		select {
-		case <-c:
-			tm.Stop()
-			return false
-		case <-tm.C:
-		}
-	}
-	return !deadline.IsZero() && !time.Now().Before(deadline)
 }
 
 // read reads what has arrived, waiting for the first byte.
@@ -136,7 +116,7 @@ func (h *half) read(b []byte) (int, error) {
 		if !dl.IsZero() && !now.Before(dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if wait(h.readable, until, dl) {
+		if h.alarms.wait(h.readable, &h.ralarm, until, dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
@@ -174,7 +154,7 @@ func (h *half) write(b []byte, latency time.Duration) (int, error) {
 		if !dl.IsZero() && !time.Now().Before(dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if wait(h.writable, time.Time{}, dl) {
+		if h.alarms.wait(h.writable, &h.walarm, time.Time{}, dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
 	}

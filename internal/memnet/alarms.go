@@ -1,0 +1,106 @@
+package memnet
+
+import (
+	"container/heap"
+	"sync"
+	"time"
+)
+
+// alarms wakes the network's blocked readers and writers at their
+// deadlines and at the arrival times of what is in flight, with one timer
+// for the whole network. A timer per blocked read would do, but thousands
+// of streams each holding one (a node serves a stream per peer that asks
+// it, each waiting for its next request under a deadline) make the Go
+// runtime's timer heap that large, and on a virtual clock the runtime
+// scans all of it whenever a timer is reset: at every step of the clock.
+//
+// An alarm signals a channel (a half's readable or writable); the waiter
+// then looks at its half again and, if it still has to wait, sets another
+// alarm. A waiter woken by data leaves its alarm set; it goes off later
+// for nothing, and is not set again while it is pending: each of a half's
+// two channels has at most one alarm pending, or two for a moment when one
+// is moved earlier.
+type alarms struct {
+	mu    sync.Mutex
+	queue alarmQueue
+	timer *time.Timer // made on first use, so on the clock of its user
+	next  time.Time   // when timer goes off; zero if it is not set
+}
+
+type alarm struct {
+	at   time.Time
+	c    chan struct{}
+	slot *time.Time // the half's record of its pending alarm on c
+}
+
+// wait blocks until c is signalled or, if not zero, until the earlier of
+// until and deadline; it reports whether the deadline has passed. slot
+// records the alarm pending on c (see alarms).
+func (a *alarms) wait(c chan struct{}, slot *time.Time, until, deadline time.Time) (expired bool) {
+	t := until
+	if !deadline.IsZero() && (t.IsZero() || deadline.Before(t)) {
+		t = deadline
+	}
+	if !t.IsZero() {
+		if !time.Now().Before(t) {
+			return !deadline.IsZero() && !time.Now().Before(deadline)
+		}
+		a.set(c, slot, t)
+	}
+	<-c
+	return !deadline.IsZero() && !time.Now().Before(deadline)
+}
+
+// set makes sure c is signalled at t or before.
+func (a *alarms) set(c chan struct{}, slot *time.Time, t time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !slot.IsZero() && !slot.After(t) {
+		return // one at t or before is pending
+	}
+	*slot = t
+	heap.Push(&a.queue, alarm{at: t, c: c, slot: slot})
+	if a.next.IsZero() || t.Before(a.next) {
+		a.next = t
+		d := time.Until(t)
+		if a.timer == nil {
+			a.timer = time.AfterFunc(d, a.ring)
+		} else {
+			a.timer.Reset(d)
+		}
+	}
+}
+
+// ring signals every alarm that is due and sets the timer for the next.
+func (a *alarms) ring() {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	now := time.Now()
+	for len(a.queue) > 0 && !a.queue[0].at.After(now) {
+		e := heap.Pop(&a.queue).(alarm)
+		if e.slot.Equal(e.at) { // else it was moved earlier and has gone off
+			*e.slot = time.Time{}
+			wake(e.c)
+		}
+	}
+	a.next = time.Time{}
+	if len(a.queue) > 0 {
+		a.next = a.queue[0].at
+		a.timer.Reset(a.next.Sub(now))
+	}
+}
+
+// alarmQueue is a min-heap of alarms by time (container/heap).
+type alarmQueue []alarm
+
+func (q alarmQueue) Len() int           { return len(q) }
+func (q alarmQueue) Less(i, j int) bool { return q[i].at.Before(q[j].at) }
+func (q alarmQueue) Swap(i, j int)      { q[i], q[j] = q[j], q[i] }
+func (q *alarmQueue) Push(x any)        { *q = append(*q, x.(alarm)) }
+func (q *alarmQueue) Pop() any {
+	old := *q
+	e := old[len(old)-1]
+	old[len(old)-1] = alarm{}
+	*q = old[:len(old)-1]
+	return e
+}
