@@ -151,28 +151,30 @@ func (n *Node) rttEWMA() float64 {
 	return n.m.rttSmooth
 }
 
-// ring keeps the last n values.
+// ring keeps the last n values. Its buffer grows as values come, so a
+// node that records few (a short run, a testnet of thousands) holds few.
 type ring struct {
 	buf  []float64
-	next int
-	full bool
+	max  int
+	next int // where the next value goes, once the buffer is full
 }
 
-func newRing(n int) ring { return ring{buf: make([]float64, n)} }
+func newRing(n int) ring { return ring{max: n} }
 
 func (r *ring) add(v float64) {
-	r.buf[r.next] = v
-	r.next++
-	if r.next == len(r.buf) {
-		r.next, r.full = 0, true
+	if len(r.buf) < r.max {
+		r.buf = append(r.buf, v)
+		return
 	}
+	r.buf[r.next] = v
+	r.next = (r.next + 1) % r.max
 }
 
+// values returns the values kept, oldest first.
 func (r *ring) values() []float64 {
-	if r.full {
-		return append([]float64(nil), r.buf...)
-	}
-	return append([]float64(nil), r.buf[:r.next]...)
+	out := make([]float64, 0, len(r.buf))
+	out = append(out, r.buf[r.next:]...)
+	return append(out, r.buf[:r.next]...)
 }
 
 // Recent returns the node's recent barrier waits, barrier decision
