@@ -3,10 +3,12 @@ package node
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -37,7 +39,9 @@ import (
 // checks, less what the same nodes spend idle for as long (overlay and
 // connection upkeep), divided by the checks. rtt-ms is the floor: one
 // libp2p ping round trip between the same hosts (not on mem). For where
-// the CPU goes, add -cpuprofile (the checker's process).
+// the CPU goes, add -cpuprofile: the checker's process writes the file
+// named, and on tcp-2proc the peers' process writes it with ".peers"
+// appended.
 //
 //	go test -run '^$' -bench '^BenchmarkCheckCost$' -benchtime 3000x ./node/
 func BenchmarkCheckCost(b *testing.B) {
@@ -193,8 +197,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// respondersEnv makes this test binary serve responders (TestMain).
-const respondersEnv = "PSPNODE_CHECKCOST_RESPONDERS"
+// respondersEnv makes this test binary serve responders (TestMain);
+// respondersProfileEnv names the file for their CPU profile, if any.
+const (
+	respondersEnv        = "PSPNODE_CHECKCOST_RESPONDERS"
+	respondersProfileEnv = "PSPNODE_CHECKCOST_CPUPROFILE"
+)
 
 // responders is a child process holding peers for the checker.
 type responders struct {
@@ -208,6 +216,9 @@ type responders struct {
 func startResponders(b *testing.B, n int) (*responders, string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), respondersEnv+"="+strconv.Itoa(n))
+	if f := flag.Lookup("test.cpuprofile"); f != nil && f.Value.String() != "" {
+		cmd.Env = append(cmd.Env, respondersProfileEnv+"="+f.Value.String()+".peers")
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -263,6 +274,19 @@ func (r *responders) cpu(b *testing.B) time.Duration {
 // first's address on stdout, then one line of CPU nanoseconds for every
 // "cpu" line read; at the end of stdin the nodes close.
 func serveResponders(n int) int {
+	if path := os.Getenv(respondersProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "responders:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "responders:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile() // after the nodes close (defers run last first)
+	}
 	var nodes []*Node
 	defer func() {
 		for _, nd := range nodes {
