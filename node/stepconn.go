@@ -233,11 +233,10 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequ
 var errBadReply = errors.New("malformed step reply")
 
 // exchange sends one request on st and reads its reply (none for a leave
-// notice), within ctx.
+// notice), within ctx. The guard alone bounds it: the stream's own
+// deadline, set and cleared for every query, would only repeat ctx's.
 func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepRequest) (wire.StepReply, error) {
 	defer guard(ctx, st.s)()
-	deadline, _ := ctx.Deadline()
-	_ = st.s.SetDeadline(deadline)
 	var body []byte
 	if st.ext {
 		body = wire.MarshalStepRequestExt(req, st.say(n.ownExt()))
@@ -265,7 +264,6 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepReques
 	if err != nil {
 		return wire.StepReply{}, fmt.Errorf("%w: %w", errBadReply, err)
 	}
-	_ = st.s.SetDeadline(time.Time{})
 	return r, nil
 }
 
