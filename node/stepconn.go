@@ -45,10 +45,12 @@ const (
 )
 
 // stepStream is an open step stream with its frame reader, which lives as
-// long as the stream (smallReader's limit is for one frame per stream).
+// long as the stream (smallReader's limit is for one frame per stream), and
+// its watchdog, which bounds each wait on it.
 type stepStream struct {
 	s    network.Stream
 	r    *bufio.Reader
+	w    *watchdog
 	used time.Time // end of its last exchange
 	ext  bool      // step protocol 1.1.0 (internal/wire/stepext.go), not 1.0.0
 	// The 1.1.0 fields this side last sent on the stream, and those the
@@ -58,7 +60,7 @@ type stepStream struct {
 }
 
 func newStepStream(s network.Stream, ext bool) *stepStream {
-	return &stepStream{s: s, r: bufio.NewReaderSize(s, stepFrameCap(ext)+binary.MaxVarintLen64), ext: ext}
+	return &stepStream{s: s, r: bufio.NewReaderSize(s, stepFrameCap(ext)+binary.MaxVarintLen64), w: newWatchdog(s), ext: ext}
 }
 
 // say returns the fields to send in this side's next message on the
@@ -181,11 +183,10 @@ func (n *Node) queryStep(ctx context.Context, p peer.ID, req wire.StepRequest) (
 }
 
 // queryStepWithin is queryStep within timeout (a barrier's, set at its
-// start).
+// start), or until ctx ends.
 func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequest, timeout time.Duration) (wire.StepReply, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
 	start := time.Now()
+	deadline := start.Add(timeout)
 	// A leave notice goes on a fresh stream: a stale one could swallow it.
 	fresh := req.Leaving
 	for {
@@ -200,13 +201,13 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequ
 			}
 			// 1.1.0 if the peer speaks it (identify has usually said),
 			// else 1.0.0.
-			s, err := n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)
+			s, err := n.newStepStream(ctx, p, deadline)
 			if err != nil {
 				return wire.StepReply{}, err
 			}
 			st = newStepStream(s, s.Protocol() == n.stepExtID)
 		}
-		r, err := n.exchange(ctx, st, req)
+		r, err := n.exchange(ctx, st, req, deadline)
 		if err == nil {
 			if req.Leaving {
 				_ = st.s.Close()
@@ -221,7 +222,7 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequ
 			n.m.queryErrors.Inc()
 			return wire.StepReply{}, err
 		}
-		if !reused || ctx.Err() != nil {
+		if !reused || ctx.Err() != nil || !time.Now().Before(deadline) {
 			return wire.StepReply{}, err
 		}
 		n.m.staleStreams.Inc() // the answerer closed it: once more, on a fresh stream
@@ -229,14 +230,36 @@ func (n *Node) queryStepWithin(ctx context.Context, p peer.ID, req wire.StepRequ
 	}
 }
 
-// errBadReply marks a reply that arrived but does not decode.
-var errBadReply = errors.New("malformed step reply")
+// newStepStream opens a step stream to p by deadline.
+func (n *Node) newStepStream(ctx context.Context, p peer.ID, deadline time.Time) (network.Stream, error) {
+	ctx, cancel := context.WithDeadline(ctx, deadline)
+	defer cancel()
+	return n.h.NewStream(network.WithAllowLimitedConn(ctx, "step"), p, n.stepExtID, n.stepID)
+}
+
+// errBadReply marks a reply that arrived but does not decode; errStepCut
+// an exchange that went through as its deadline came or its context ended.
+var (
+	errBadReply = errors.New("malformed step reply")
+	errStepCut  = errors.New("step query cut at its deadline or its end")
+)
 
 // exchange sends one request on st and reads its reply (none for a leave
-// notice), within ctx. The guard alone bounds it: the stream's own
-// deadline, set and cleared for every query, would only repeat ctx's.
-func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepRequest) (wire.StepReply, error) {
-	defer guard(ctx, st.s)()
+// notice), by deadline or until ctx ends: the stream's watchdog resets it
+// at the deadline, a guard on ctx when ctx ends. (A context with the
+// deadline, guarded, did the same with some seven allocations a query,
+// and the stream's own deadline, set and cleared, only repeated it.)
+func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepRequest, deadline time.Time) (r wire.StepReply, err error) {
+	st.w.arm(time.Until(deadline))
+	stop := guard(ctx, st.s)
+	defer func() {
+		// Either may have reset the stream just as the exchange went
+		// through: then it fails, and the stream is not kept.
+		ranOut, cut := st.w.disarm(), !stop()
+		if err == nil && (ranOut || cut) {
+			r, err = wire.StepReply{}, errStepCut
+		}
+	}()
 	var body []byte
 	if st.ext {
 		body = wire.MarshalStepRequestExt(req, st.say(n.ownExt()))
@@ -249,11 +272,10 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepReques
 	if req.Leaving {
 		return wire.StepReply{}, nil
 	}
-	body, err := readFrame(st.r, stepFrameCap(st.ext))
+	body, err = readFrame(st.r, stepFrameCap(st.ext))
 	if err != nil {
 		return wire.StepReply{}, err
 	}
-	var r wire.StepReply
 	if st.ext {
 		if r, err = wire.UnmarshalStepReplyExt(body); err == nil {
 			st.hear(r.Ext)
@@ -273,10 +295,9 @@ func (n *Node) handleStep(s network.Stream) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
 	defer guard(n.life, s)() // the node's closing cuts the stream
-	w := newWatchdog(s)
 	st := newStepStream(s, s.Protocol() == n.stepExtID)
 	first := true
-	for n.serveStep(s, st, w, from, first) && n.limiter.roomy() {
+	for n.serveStep(s, st, from, first) && n.limiter.roomy() {
 		first = false
 	}
 }
@@ -305,7 +326,8 @@ func (w *watchdog) disarm() (ranOut bool) { return !w.t.Stop() }
 // serveStep reads one request (the first of a stream within the query
 // timeout, a later one within stepIdleAnswerer) and answers it within the
 // query timeout; it reports whether the stream may carry another.
-func (n *Node) serveStep(s network.Stream, st *stepStream, w *watchdog, from peer.ID, first bool) bool {
+func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first bool) bool {
+	w := st.w
 	wait := n.cfg.QueryTimeout
 	if !first {
 		wait = stepIdleAnswerer
