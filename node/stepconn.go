@@ -57,6 +57,15 @@ type stepStream struct {
 	// peer last sent: each side sends its fields only when they differ
 	// from what it sent before on the stream (internal/wire/stepext.go).
 	said, heard wire.StepExt
+	out         []byte // the frame being sent, kept for the next
+}
+
+// send writes body as one frame, built in st.out (Write does not keep it:
+// a new buffer for every frame was two allocations per message).
+func (st *stepStream) send(body []byte) error {
+	st.out = appendFrame(st.out[:0], body)
+	_, err := st.s.Write(st.out)
+	return err
 }
 
 func newStepStream(s network.Stream, ext bool) *stepStream {
@@ -266,7 +275,7 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepReques
 	} else {
 		body = wire.MarshalStepRequest(req)
 	}
-	if err := writeFrame(st.s, body); err != nil {
+	if err := st.send(body); err != nil {
 		return wire.StepReply{}, err
 	}
 	if req.Leaving {
@@ -402,7 +411,7 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	} else {
 		out = wire.MarshalStepReply(reply)
 	}
-	err = writeFrame(s, out)
+	err = st.send(out)
 	late := w.disarm()
 	if err != nil {
 		_ = s.Reset()
