@@ -45,8 +45,9 @@ import (
 // take and cost (tcp and tcp-2proc): a check's exchanges with nothing of
 // the node's around them, the floor of the transport stack. For where
 // the CPU goes, add -cpuprofile: the checker's process writes the file
-// named, and on tcp-2proc the peers' process writes it with ".peers"
-// appended.
+// named (the floor's rounds included), and on tcp-2proc the peers'
+// process writes it with ".peers" appended (each run of -count writes it
+// anew: the last run's is left).
 //
 //	go test -run '^$' -bench '^BenchmarkCheckCost$' -benchtime 3000x ./node/
 func BenchmarkCheckCost(b *testing.B) {
