@@ -3,10 +3,12 @@ package node
 import (
 	"bufio"
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -15,6 +17,7 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
 	"github.com/pspnode/pspnode/internal/memnet"
@@ -35,9 +38,16 @@ import (
 //
 // CPU is the process CPU time (user + system) of both processes over the
 // checks, less what the same nodes spend idle for as long (overlay and
-// connection upkeep), divided by the checks. rtt-ms is the floor: one
-// libp2p ping round trip between the same hosts (not on mem). For where
-// the CPU goes, add -cpuprofile (the checker's process).
+// connection upkeep), divided by the checks. rtt-ms is one libp2p ping
+// round trip between the same hosts (not on mem); floor-p50-ms and
+// floor-cpu-us are what the same number of rounds of ten bare libp2p pings
+// in parallel, one to each peer, each on a stream of its own kept open,
+// take and cost (tcp and tcp-2proc): a check's exchanges with nothing of
+// the node's around them, the floor of the transport stack. For where
+// the CPU goes, add -cpuprofile: the checker's process writes the file
+// named (the floor's rounds included), and on tcp-2proc the peers'
+// process writes it with ".peers" appended (each run of -count writes it
+// anew: the last run's is left).
 //
 //	go test -run '^$' -bench '^BenchmarkCheckCost$' -benchtime 3000x ./node/
 func BenchmarkCheckCost(b *testing.B) {
@@ -144,9 +154,61 @@ func measureChecks(b *testing.B, nd *Node, child *responders) {
 	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
 	b.ReportMetric(net/float64(len(lat))/1e3, "cpu-us/check")
 	b.ReportMetric(idleRate, "idle-cores")
-	if rtt, ok := pingRTT(nd); ok {
+	if rtt, ok := pingRTT(nd); ok { // the hosts serve ping (not on mem)
 		b.ReportMetric(ms(rtt), "rtt-ms")
+		measureFloor(b, nd, len(lat), cpu, idleRate)
 	}
+}
+
+// measureFloor runs rounds of ten libp2p pings in parallel, one to each
+// of ten peers of nd on a stream kept open for each, and reports their p50
+// and CPU per round as measureChecks does (cpu and idleRate as there).
+func measureFloor(b *testing.B, nd *Node, rounds int, cpu func() time.Duration, idleRate float64) {
+	peers := nd.Overlay().Peers()
+	if len(peers) < 10 {
+		b.Fatalf("floor: %d peers, want 10", len(peers))
+	}
+	var streams []network.Stream
+	for _, p := range peers[:10] {
+		s, err := nd.Host().NewStream(context.Background(), p, ping.ID)
+		if err != nil {
+			b.Fatalf("floor: %v", err)
+		}
+		defer s.Reset()
+		streams = append(streams, s)
+	}
+	errs := make(chan error, len(streams))
+	round := func() time.Duration {
+		t0 := time.Now()
+		for _, s := range streams {
+			go func() {
+				var buf [ping.PingSize]byte
+				_, err := s.Write(buf[:])
+				if err == nil {
+					_, err = io.ReadFull(s, buf[:])
+				}
+				errs <- err
+			}()
+		}
+		for range streams {
+			if err := <-errs; err != nil {
+				b.Fatalf("floor: %v", err)
+			}
+		}
+		return time.Since(t0)
+	}
+	for range 50 {
+		round()
+	}
+	var lat []time.Duration
+	c0, t0 := cpu(), time.Now()
+	for range rounds {
+		lat = append(lat, round())
+	}
+	net := float64(cpu()-c0) - idleRate*float64(time.Since(t0))
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e6, "floor-p50-ms")
+	b.ReportMetric(net/float64(rounds)/1e3, "floor-cpu-us")
 }
 
 // pingRTT is the median of 50 libp2p pings from nd to one of its peers.
@@ -193,8 +255,12 @@ func TestMain(m *testing.M) {
 	os.Exit(m.Run())
 }
 
-// respondersEnv makes this test binary serve responders (TestMain).
-const respondersEnv = "PSPNODE_CHECKCOST_RESPONDERS"
+// respondersEnv makes this test binary serve responders (TestMain);
+// respondersProfileEnv names the file for their CPU profile, if any.
+const (
+	respondersEnv        = "PSPNODE_CHECKCOST_RESPONDERS"
+	respondersProfileEnv = "PSPNODE_CHECKCOST_CPUPROFILE"
+)
 
 // responders is a child process holding peers for the checker.
 type responders struct {
@@ -208,6 +274,9 @@ type responders struct {
 func startResponders(b *testing.B, n int) (*responders, string) {
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), respondersEnv+"="+strconv.Itoa(n))
+	if f := flag.Lookup("test.cpuprofile"); f != nil && f.Value.String() != "" {
+		cmd.Env = append(cmd.Env, respondersProfileEnv+"="+f.Value.String()+".peers")
+	}
 	cmd.Stderr = os.Stderr
 	in, err := cmd.StdinPipe()
 	if err != nil {
@@ -263,6 +332,19 @@ func (r *responders) cpu(b *testing.B) time.Duration {
 // first's address on stdout, then one line of CPU nanoseconds for every
 // "cpu" line read; at the end of stdin the nodes close.
 func serveResponders(n int) int {
+	if path := os.Getenv(respondersProfileEnv); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "responders:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(os.Stderr, "responders:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile() // after the nodes close (defers run last first)
+	}
 	var nodes []*Node
 	defer func() {
 		for _, nd := range nodes {

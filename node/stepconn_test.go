@@ -112,7 +112,7 @@ func testStepStreamMalformedLaterRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	st := newStepStream(s, false)
-	if _, err := a.exchange(ctx, st, wire.StepRequest{Step: 1}); err != nil {
+	if _, err := a.exchange(ctx, st, wire.StepRequest{Step: 1}, time.Now().Add(5*time.Second)); err != nil {
 		t.Fatalf("first exchange: %v", err)
 	}
 	before := counterValue(b.m.malformed)

@@ -21,12 +21,13 @@ const wireVersion = wire.Version
 var ErrWire = wire.ErrMalformed
 
 func writeFrame(w io.Writer, body []byte) error {
-	var hdr [binary.MaxVarintLen64]byte
-	n := binary.PutUvarint(hdr[:], uint64(len(body)))
-	if _, err := w.Write(append(hdr[:n:n], body...)); err != nil {
-		return err
-	}
-	return nil
+	_, err := w.Write(appendFrame(make([]byte, 0, binary.MaxVarintLen64+len(body)), body))
+	return err
+}
+
+// appendFrame appends the frame of body to b.
+func appendFrame(b, body []byte) []byte {
+	return append(binary.AppendUvarint(b, uint64(len(body))), body...)
 }
 
 // smallReader reads one frame of at most limit bytes from r, through a

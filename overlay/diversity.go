@@ -50,14 +50,15 @@ func addrKey(a ma.Multiaddr) string {
 }
 
 // connAddrKey returns the address group p's open connections come from,
-// or "" when there is none (or it is exempt).
-func connAddrKey(h host.Host, p peer.ID) string {
-	for _, c := range h.Network().ConnsToPeer(p) {
+// or "" when there is none (or it is exempt); conns says whether p has any.
+func connAddrKey(h host.Host, p peer.ID) (key string, conns bool) {
+	cs := h.Network().ConnsToPeer(p)
+	for _, c := range cs {
 		if k := addrKey(c.RemoteMultiaddr()); k != "" {
-			return k
+			return k, true
 		}
 	}
-	return ""
+	return "", len(cs) > 0
 }
 
 // storedAddrKey returns the address group of the first address the

@@ -38,8 +38,10 @@ type member struct {
 	inDegree int
 	degreeAt time.Time
 	// addr is the address group the peer last connected from
-	// (diversity.go), "" if none seen or exempt.
-	addr string
+	// (diversity.go), "" if none seen or exempt; exempt says its
+	// connections came from exempt addresses only, when last looked.
+	addr   string
+	exempt bool
 }
 
 // touchLocked records a sighting of p. First-hand sightings (p itself
@@ -96,9 +98,11 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 			}
 		}
 	}
-	if m.addr == "" {
+	if m.addr == "" && !m.exempt {
 		// Looked up once; a new connection refreshes it (the
-		// connectedness event), not every message the peer sends.
+		// connectedness event), not every message the peer sends. A peer
+		// that connects from an exempt address (loopback: a local
+		// testnet) has none to find, and is not looked up again either.
 		o.refreshAddrLocked(m)
 	}
 	if firstHand && m.drawIdx < 0 {
@@ -231,7 +235,8 @@ func (o *Overlay) refreshAddrLocked(m *member) {
 	if o.cfg.PerAddress <= 0 {
 		return
 	}
-	k := connAddrKey(o.h, m.id)
+	k, conns := connAddrKey(o.h, m.id)
+	m.exempt = conns && k == ""
 	if k == "" && m.addr == "" {
 		k = storedAddrKey(o.h, m.id)
 	}
