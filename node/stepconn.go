@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -311,6 +313,12 @@ func (n *Node) handleStep(s network.Stream) {
 	}
 }
 
+// isTimeout reports whether err is a stream's deadline passing.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, os.ErrDeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
 // watchdog resets a stream when a wait armed on it runs out. It does for
 // every wait on one stream what guard does with a context of its own:
 // one timer for the stream's life, re-armed for each wait, in place of a
@@ -341,9 +349,18 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	if !first {
 		wait = stepIdleAnswerer
 	}
-	w.arm(wait)
+	// The wait for a request is the stream's read deadline, not the
+	// watchdog: a node's served streams wait idle most of the time, one
+	// per peer that asks it, and a deadline costs a timer only while a
+	// read blocks (in the in-memory network, not even that: it keeps
+	// one timer for all). On a transport that ignores deadlines an idle
+	// stream waits until its asker or its connection closes it.
+	_ = s.SetReadDeadline(time.Now().Add(wait))
 	body, err := readFrame(st.r, stepFrameCap(st.ext))
-	idled := w.disarm()
+	idled := isTimeout(err)
+	if idled {
+		_ = s.Reset()
+	}
 	var q wire.StepRequest
 	switch {
 	case err != nil:
