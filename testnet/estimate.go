@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/pspnode/pspnode/psp"
 )
 
 // Estimate is what a run is expected to cost, told before it starts so that
@@ -16,17 +18,19 @@ import (
 // It is a rough model, fitted to runs of this testnet (mem transport, the
 // default connection limits) and good to about a factor of two:
 //
-//   - memory: about 4 MiB per node plus up to 6 MiB more as the nodes'
-//     connections fill in (most of a node's memory is per connection:
-//     DHT and GossipSub peer state, stream buffers); under gossip with a
-//     model, every node holds the job's recent updates in flight, so memory
-//     grows with N² × the update's size; under epidemic:S a node holds
-//     S+4 copies of its model;
-//   - CPU: the nodes' background work (DHT, overlay, GossipSub heartbeats)
-//     and barrier checks, about N × (0.005 + 0.00012 × min(N, 500))
-//     CPU-seconds per second of the run's clock, plus, under gossip with a
-//     model, about 100 µs + 18 ns per byte for each copy of an update a node
-//     takes in;
+//   - memory: about 2.5 MiB per node plus up to 5.5 MiB more as the
+//     nodes' connections fill in (most of a node's memory is per
+//     connection: DHT and GossipSub peer state, step streams); under gossip
+//     with a model, every node holds the job's recent updates in flight, so
+//     memory grows with N² × the update's size; under epidemic:S a node
+//     holds S+4 copies of its model;
+//   - CPU: the nodes' barrier checks and background work (DHT, overlay,
+//     GossipSub heartbeats), about N × (0.005 + 0.00006 × min(N, 500))
+//     CPU-seconds per paper second (the run's clock over the time scale: a
+//     step takes as many checks and messages at any scale) under pBSP and
+//     BSP, whose waiting nodes re-check often, and 0.3 of that under the
+//     other barriers; plus, under gossip with a model, about 100 µs + 18 ns
+//     per byte for each copy of an update a node takes in;
 //   - wall: the CPU over the machine's cores, at the share a testnet gets
 //     (about 1.6 of 2 cores).
 type Estimate struct {
@@ -44,8 +48,16 @@ func estimate(cfg Config, params, cores int) Estimate {
 	runS := cfg.Duration.Seconds() + 0.3*cfg.Warmup.Seconds()
 	e := Estimate{Params: params}
 	const mib = 1 << 20
-	e.RSSBytes = 150*mib + n*(4*mib+6*mib*math.Min(1, n/200))
-	e.CPUS = n * runS * (0.005 + 0.00012*math.Min(n, 500))
+	e.RSSBytes = 150*mib + n*(2.5*mib+5.5*mib*math.Min(1, n/200))
+	paperS := runS
+	if cfg.TimeScale > 0 {
+		paperS = runS / cfg.TimeScale
+	}
+	perPaperS := 0.005 + 0.00006*math.Min(n, 500)
+	if k := cfg.Barrier.Kind; k != psp.PBSP && k != psp.BSP {
+		perPaperS *= 0.3
+	}
+	e.CPUS = n * paperS * perPaperS
 	if params > 0 {
 		update := float64(4 * params) // dense32; the encodings only shrink it
 		if cfg.Exchange.S > 0 {
