@@ -11,8 +11,10 @@ import (
 )
 
 // churn plays the configured churn until ctx ends: leaves and joins as two
-// independent Poisson processes (each at Churn × Nodes per minute), and the
-// script's events at their times. Every event runs in a goroutine of its
+// independent Poisson processes (each at Churn × Nodes per minute), or,
+// with ChurnReplace, leaves each followed by a join once the leaver has
+// gone, and the script's
+// events at their times. Every event runs in a goroutine of its
 // own, so a slow join or a graceful leave waiting for a step to end never
 // delays the next event, on either clock. It returns when every event it
 // started has finished.
@@ -23,9 +25,15 @@ func (t *testnet) churn(ctx context.Context) {
 			t.poisson(ctx, rate, 0x1ea7e, func(rng *rand.Rand) func() {
 				mode := t.cfg.ChurnMode
 				crash := mode == sim.Crash || (mode == sim.Mixed && rng.IntN(2) == 0)
-				return func() { t.remove(1, crash) }
+				return func() {
+					if t.remove(1, crash) > 0 && t.cfg.ChurnReplace {
+						t.join(ctx)
+					}
+				}
 			})
 		})
+	}
+	if rate := t.cfg.Churn * float64(t.cfg.Nodes) / 60; rate > 0 && !t.cfg.ChurnReplace {
 		wg.Go(func() {
 			t.poisson(ctx, rate, 0x701, func(*rand.Rand) func() {
 				return func() { t.join(ctx) }

@@ -86,6 +86,36 @@ func TestChurnOnSchedule(t *testing.T) {
 	}
 }
 
+// With ChurnReplace each departure brings a fresh node in once the leaver
+// has gone, on the departures' schedule, and no join comes otherwise: the
+// population holds.
+func TestChurnReplaceHoldsPopulation(t *testing.T) {
+	cfg := tinyConfig(24, 30*time.Second)
+	cfg.Churn, cfg.ChurnMode, cfg.ChurnReplace = 1, sim.Mixed, true
+	res := runLogged(t, cfg)
+	gone := res.Left + res.Crashed
+	if gone < 10 {
+		t.Fatalf("only %d departures in 30 s at 24 a minute", gone)
+	}
+	// The last departure's join may still be under way at the end.
+	if res.Joined < gone-1 || res.Joined > gone || res.LiveNodes < cfg.Nodes-1 {
+		t.Errorf("%d departures, %d joins, %d live of %d: the population did not hold", gone, res.Joined, res.LiveNodes, cfg.Nodes)
+	}
+	// Every join follows a departure: at no time are more nodes in than
+	// at the start.
+	live := cfg.Nodes
+	for _, c := range res.churned {
+		if c.kind == Join {
+			live++
+		} else {
+			live--
+		}
+		if live > cfg.Nodes {
+			t.Fatalf("at %.2f s %d nodes were in, above the %d the run started with", c.t, live, cfg.Nodes)
+		}
+	}
+}
+
 // Links take virtual time and nothing else does: with 50 ms one way, a step
 // query's round trip is 100 ms of virtual time, however busy the machine.
 func TestLinkLatencyOnVirtualClock(t *testing.T) {

@@ -415,8 +415,8 @@ func (t *testnet) closeAll() {
 const librarySettle = 2 * time.Second
 
 // remove stops n random live nodes, all at once, and returns when they
-// have stopped.
-func (t *testnet) remove(n int, crash bool) {
+// have stopped, with how many it stopped (none while two or fewer run).
+func (t *testnet) remove(n int, crash bool) int {
 	t.mu.Lock()
 	var live []*member
 	for _, m := range t.liveLocked() {
@@ -428,7 +428,7 @@ func (t *testnet) remove(n int, crash bool) {
 	}
 	if len(live) <= 2 {
 		t.mu.Unlock()
-		return
+		return 0
 	}
 	n = min(n, len(live)-2) // keep a network
 	now := time.Since(t.start)
@@ -461,6 +461,7 @@ func (t *testnet) remove(n int, crash bool) {
 		})
 	}
 	wg.Wait()
+	return len(victims)
 }
 
 // partition cuts the network in two: n random live nodes on one side, the

@@ -29,6 +29,7 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 		churn     = fs.Float64("churn", 0, "fraction of the initial nodes replaced per minute (sets --leave-rate and --join-rate)")
 		leave     = fs.Float64("leave-rate", 0, "fraction of the initial nodes leaving per minute")
 		join      = fs.Float64("join-rate", 0, "fraction of the initial nodes joining per minute")
+		replace   = fs.Bool("churn-replace", false, "bring a fresh node in as each node leaves (--join-rate ignored): the population holds at --nodes")
 		churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how leavers leave: crash, graceful or mixed")
 		nodes     = fs.Int("nodes", def.Nodes, "number of nodes")
 		duration  = fs.Duration("duration", time.Duration(def.Duration)*time.Second, "simulated time")
@@ -69,7 +70,7 @@ Examples:
 			cfg := sim.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Seed = *nodes, duration.Seconds(), *seed
 			cfg.Stragglers, cfg.StraggleFactor, cfg.TimeScale = stragg.x, factor.x, scale.x
-			cfg.LeaveRate, cfg.JoinRate = *leave, *join
+			cfg.LeaveRate, cfg.JoinRate, cfg.Replace = *leave, *join, *replace
 			if *churn != 0 {
 				cfg.LeaveRate, cfg.JoinRate = *churn, *churn
 			}

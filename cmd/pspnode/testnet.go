@@ -58,7 +58,7 @@ type testnetFlags struct {
 	cpuProf, memProf, hostile, latency, bandwidth       *string
 	nodes, nat, victims, prefix                         *int
 	connLow, connHigh, poolSize, gcPercent              *int
-	force                                               *bool
+	force, churnReplace                                 *bool
 	duration, warmup, evalEvery, slowDelay              *time.Duration
 	churn, lr, target, loss, normBound                  *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
@@ -80,6 +80,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.duration = fs.Duration("duration", def.Duration, "training time (after the network has formed), on the run's clock")
 	f.clock = fs.String("clock", string(def.Clock), "virtual (time moves only when every node waits: the protocol's figures, whatever this machine's load) or real (this machine's clock: figures include its CPU; the run reports whether it was overloaded)")
 	f.churn = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
+	f.churnReplace = fs.Bool("churn-replace", false, "bring a fresh node in as each churned node goes, so the population holds at --nodes (without it departures and joins are independent and the population wanders)")
 	f.churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
 	f.script = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%' or 'TIME heal', e.g. '60s crash 30%'")
 	f.modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
@@ -239,7 +240,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *f.churn, *f.modelName, *f.data, *f.encoding, *f.lr
 	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
-	cfg.Force = *f.force
+	cfg.Force, cfg.ChurnReplace = *f.force, *f.churnReplace
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
 	cfg.PollShare = f.pollShare.x
 	cfg.Exchange = f.exchange

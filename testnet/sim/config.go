@@ -79,10 +79,15 @@ type Config struct {
 	Mode         Mode
 	PollInterval float64 // seconds between re-checks in Poll mode
 
-	LeaveRate  float64   // fraction of the initial population leaving per minute
-	JoinRate   float64   // fraction of the initial population joining per minute
-	ChurnMode  ChurnMode // how leavers leave
-	JoinSample int       // live nodes a joiner looks at to adopt a step
+	LeaveRate float64   // fraction of the initial population leaving per minute
+	JoinRate  float64   // fraction of the initial population joining per minute
+	ChurnMode ChurnMode // how leavers leave
+	// Replace makes every leave bring a fresh node in at once, in place of
+	// the joins' own process (JoinRate is then ignored): the population
+	// holds at Nodes. Without it leaves and joins are independent, and the
+	// population walks at random.
+	Replace    bool
+	JoinSample int // live nodes a joiner looks at to adopt a step
 
 	RecordEvery float64 // seconds between per-node step snapshots; 0 disables the series
 	StallWindow float64 // a waiting node without progress for this long counts as stalled

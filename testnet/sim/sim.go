@@ -142,7 +142,7 @@ func Run(cfg Config) (*Result, error) {
 	if cfg.LeaveRate > 0 {
 		s.schedule(s.churnGap(cfg.LeaveRate), evLeave, -1)
 	}
-	if cfg.JoinRate > 0 {
+	if cfg.JoinRate > 0 && !cfg.Replace {
 		s.schedule(s.churnGap(cfg.JoinRate), evJoin, -1)
 	}
 	if cfg.RecordEvery > 0 {
@@ -222,6 +222,9 @@ func (s *sim) loop() {
 			}
 		case evLeave:
 			s.leave()
+			if s.cfg.Replace {
+				s.join()
+			}
 			s.schedule(s.churnGap(s.cfg.LeaveRate), evLeave, -1)
 		case evJoin:
 			s.join()

@@ -274,3 +274,27 @@ func TestTimedModeNearFidelity(t *testing.T) {
 		t.Error("timed mode accepted the server-based DSSP")
 	}
 }
+
+// With Replace every leave brings a node in at once: the population holds,
+// whatever the leaves. Without it the joins are a process of their own.
+func TestChurnReplaceHoldsPopulation(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		replace bool
+	}{{"independent", false}, {"replace", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := run(t, "pssp:10:4", func(c *Config) {
+				c.Duration = 300
+				c.LeaveRate, c.JoinRate, c.ChurnMode, c.Replace = 0.5, 0.5, Mixed, tc.replace
+			})
+			gone := r.Left + r.Crashed
+			if gone < 50 {
+				t.Fatalf("only %d departures: pick a higher rate", gone)
+			}
+			held := r.Joined == gone && r.Live == 60
+			if held != tc.replace {
+				t.Errorf("replace %v: %d departures, %d joins, %d live of 60", tc.replace, gone, r.Joined, r.Live)
+			}
+		})
+	}
+}
