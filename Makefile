@@ -47,8 +47,8 @@ bench-idle: build
 	scripts/idle-node.sh $(BIN)
 
 ## run: the main job on embedded defaults: a 50-node testnet (pSSP(10,4),
-## synthetic linear regression, one minute) that prints its figures and
-## writes CSV files and plots under results/testnet
+## synthetic linear regression exchanged by epidemic:4, one minute) that
+## prints its figures and writes CSV files and plots under results/testnet
 run: build
 	$(BIN) testnet --out results/testnet
 
@@ -75,7 +75,7 @@ figures-testnet: build
 	  --barrier $(ALL_BARRIERS) --compare-sim --out results/fidelity-0.01
 	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.2 --duration 40s \
 	  --barrier $(ALL_BARRIERS) --compare-sim --out results/fidelity-0.2
-	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --stragglers 0.2 --straggle-factor 4 \
+	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --exchange gossip --stragglers 0.2 --straggle-factor 4 \
 	  --time-scale 0.1 --duration 60s --target 0.85 --eval-every 1s \
 	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
 	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.2 --duration 180s --barrier pssp:10:4 \
@@ -86,7 +86,7 @@ figures-testnet: build
 	  --straggle-factor 4 --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero
 	for run in 7 7-again 8; do $(BIN) testnet --quiet --nodes 50 --model none --time-scale 0.2 --duration 40s \
 	  --barrier pbsp:10,pssp:10:4 --seed $${run%%-*} --out results/repro-$$run; done
-	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist \
+	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --exchange gossip \
 	  --time-scale 0.05 --duration 45s --barrier pssp:10:4 --encoding $$enc --eval-every 2s --out results/encoding/$$enc; done
 	mkdir -p docs/figures
 	cp results/fidelity-0.05/step_distribution.png docs/figures/testnet_step_distribution.png

@@ -159,6 +159,7 @@ func TestJSClient(t *testing.T) {
 	common := []string{
 		"--listen", "/ip4/127.0.0.1/tcp/0", "--http", "127.0.0.1:0", "--job", job,
 		"--model", "linreg", "--barrier", "pssp:2:4", "--time-scale", "0.02", "--log-level", "warn",
+		"--exchange", "gossip", // the client speaks the gossip topic's wire
 	}
 	a := startDaemon(t, bin, common...)
 	b := startDaemon(t, bin, append(common, "--bootstrap", a.Addr)...)

@@ -158,10 +158,17 @@ type Config struct {
 	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
 	StepStreams int
 
-	// Exchange is how nodes combine their work: gossip (the zero value:
-	// every delta to every node over GossipSub) or epidemic:S (each step's
-	// model to S sampled peers, which average what they receive; see
-	// exchange.go). Nodes of one job must agree on the kind.
+	// Exchange is how nodes combine their work: epidemic:S (DefaultConfig:
+	// epidemic:4; each step's model to S sampled peers, which average what
+	// they receive) or gossip (the zero value: every delta to every node
+	// over GossipSub); see exchange.go. Nodes of one job must agree on the
+	// kind.
+	//
+	// Why epidemic by default: what a node receives per step is S models
+	// whatever N, where under gossip it is N−1 updates times GossipSub's
+	// amplification, and grows with the job. Gossip's models are a little
+	// less noisy early on (every node sees every gradient), which pays in
+	// small jobs on good links; choose it there.
 	Exchange Exchange
 
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
@@ -217,6 +224,7 @@ func DefaultConfig() Config {
 		MaxStreamsPerPeer: 8,
 		MaxInboundStreams: 512,
 		StepStreams:       64,
+		Exchange:          Exchange{Kind: ExchangeEpidemic, S: 4},
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
 		Join:              defaultJoinConfig(),

@@ -94,12 +94,14 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"overlay bucket size", func(c *Config) { c.Overlay.BucketSize = 1 }, "BucketSize 1 < 2"},
 		{"overlay lookups crossed", func(c *Config) { c.Overlay.MinLookups, c.Overlay.MaxLookups = 9, 8 }, "MaxLookups 8 < MinLookups 9"},
 		{"overlay job left for the node", func(c *Config) { c.Overlay.Job = "" }, ""},
-		{"gossip top-k fraction", func(c *Config) { c.Gossip.Encoding, c.Gossip.TopKFraction = gossip.EncodingTopK32, 2 }, "TopKFraction must be in (0, 1]"},
+		{"gossip top-k fraction", func(c *Config) {
+			c.Exchange, c.Gossip.Encoding, c.Gossip.TopKFraction = Exchange{}, gossip.EncodingTopK32, 2
+		}, "TopKFraction must be in (0, 1]"},
 		{"gossip unused under epidemic", func(c *Config) {
 			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
 			c.Gossip.MaxAbsValue = 0
 		}, ""},
-		{"gossip max value", func(c *Config) { c.Gossip.MaxAbsValue = 0 }, "MaxAbsValue must be positive"},
+		{"gossip max value", func(c *Config) { c.Exchange, c.Gossip.MaxAbsValue = Exchange{}, 0 }, "MaxAbsValue must be positive"},
 		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/tcp/1"} }, "Bootstrap: bootstrap address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -80,6 +80,9 @@ func Example() {
 		cfg.Barrier = psp.MustParse("pssp:2:1")
 		cfg.MaxSteps = 5
 		cfg.JoinFetch = false // all start together: nobody joins a running job
+		// Gossip: every update reaches every node, so each tally counts
+		// every step. (The default, epidemic:4, averages models instead.)
+		cfg.Exchange = node.Exchange{}
 		// The settings are data (cfg); what the node runs with are options.
 		nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithTask(tasks[i]))
 		if err != nil {

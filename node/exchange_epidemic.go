@@ -50,7 +50,7 @@ func newEpidemic(n *Node, self peer.ID, params int, modelID uint32) (*epidemic, 
 		// away every change smaller than about 1e-3 of a parameter (gossip's
 		// float16 keeps the residual for the next delta; a whole model has
 		// no next delta to carry it).
-		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", cfg.Exchange, enc)
+		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or the gossip exchange", cfg.Exchange, enc)
 	}
 	maxAbs := cfg.Gossip.MaxAbsValue
 	if !(maxAbs > 0) {

@@ -78,6 +78,9 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		}
 		s := nodeSetup{Config: DefaultConfig()}
 		cfg := &s.Config
+		// Gossip: the tests of this harness check its deltas; those of
+		// the epidemic exchange set it in edit.
+		cfg.Exchange = Exchange{}
 		cfg.Job = "nodetest"
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 		var opts []Option

@@ -25,7 +25,7 @@ D=$(mktemp -d)
 pids=()
 cleanup() { kill "${pids[@]}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$D"; }
 trap cleanup EXIT
-common=(--model logreg --data mnist --barrier pssp:2:2 --time-scale 0.05 --log-level warn --job soak)
+common=(--model logreg --data mnist --exchange gossip --barrier pssp:2:2 --time-scale 0.05 --log-level warn --job soak)
 start_node() { # index, extra flags...
   local i=$1; shift
   "$BIN" run --listen /ip4/127.0.0.1/tcp/0 --http 127.0.0.1:0 "${common[@]}" "$@" >"$D/n$i.out" 2>"$D/n$i.err" &

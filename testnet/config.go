@@ -143,8 +143,9 @@ type Config struct {
 	Data     string // synthetic or mnist:DIR
 	Encoding string // gossip encoding: dense32, dense16, topk32, topk16
 	LR       float64
-	// Exchange is the nodes' node.Config.Exchange: gossip (the zero
-	// value) or epidemic:S.
+	// Exchange is the nodes' node.Config.Exchange: epidemic:S
+	// (DefaultConfig: node.DefaultConfig's, epidemic:4) or gossip (the
+	// zero value).
 	Exchange node.Exchange
 
 	// Roles makes shares of the initial nodes hostile or faulty (see
@@ -242,6 +243,7 @@ func DefaultConfig() Config {
 		StallWindow:    30 * time.Second,
 		AccuracyTarget: 0.85,
 		PollShare:      node.DefaultConfig().PollShare,
+		Exchange:       node.DefaultConfig().Exchange,
 	}
 }
 
@@ -303,7 +305,7 @@ func (c Config) Validate() error {
 	if _, err := gossip.ParseEncoding(c.Encoding); err != nil {
 		bad("encoding: %w", err)
 	} else if c.Exchange.Kind == node.ExchangeEpidemic && c.Encoding != "dense32" {
-		bad("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32", c.Exchange, c.Encoding)
+		bad("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or --exchange gossip", c.Exchange, c.Encoding)
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
 		bad("tcp transport: %d nodes do not fit the open-files limit; use --transport mem above 300", c.Nodes)
@@ -329,6 +331,9 @@ func (c Config) Validate() error {
 			bad("role %q with share %v: want a known role and a share in (0, 1)", r.Role, r.Fraction)
 		}
 		total += r.Fraction
+		if r.Role.poisoner() && c.Exchange.Kind == node.ExchangeEpidemic {
+			bad("role %q: poisoned updates are counted on the gossip topic only; add --exchange gossip (under %s the distance bound refuses such models, counted as exchange.rejected.distance)", r.Role, c.Exchange)
+		}
 	}
 	if total >= 1 {
 		bad("role shares add up to %.3g: some nodes must stay honest", total)

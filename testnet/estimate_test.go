@@ -13,6 +13,7 @@ import (
 func TestEstimate(t *testing.T) {
 	base := DefaultConfig()
 	base.Model = "none"
+	base.Exchange = node.Exchange{} // gossip
 	with := func(f func(*Config)) Config { c := base; f(&c); return c }
 	const logreg = 7850 // MNIST logistic regression
 	for _, tc := range []struct {

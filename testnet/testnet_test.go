@@ -81,6 +81,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.SybilVictims = -1 },
 		func(c *Config) { c.Roles, c.Nodes, c.SybilVictims = []RoleShare{{SybilZone, 0.8}}, 10, 3 }, // 2 honest nodes
 		func(c *Config) { c.Clock, c.Transport, c.Roles = Real, "tcp", []RoleShare{{SybilHost, 0.1}} },
+		func(c *Config) { c.Roles = []RoleShare{{PoisonNorm, 0.1}} }, // counted over gossip only
 	} {
 		c := DefaultConfig()
 		mod(&c)

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -211,7 +212,10 @@ func TestTestnetVirtualClock(t *testing.T) {
 	}
 	// A run far beyond the machine's memory is refused before it starts,
 	// as a usage error, naming the way out.
-	big := exec.Command(bin, "testnet", "--nodes", "1000", "--model", "logreg", "--data", "mnist", "--quiet")
+	// (A run that starts instead is killed at the context's end.)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	big := exec.CommandContext(ctx, bin, "testnet", "--nodes", "1000", "--model", "logreg", "--data", "mnist", "--exchange", "gossip", "--quiet")
 	msg, err := big.CombinedOutput()
 	var exit *exec.ExitError
 	if !errors.As(err, &exit) || exit.ExitCode() != 2 || !strings.Contains(string(msg), "--force") {

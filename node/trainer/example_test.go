@@ -80,7 +80,7 @@ func Example() {
 	end() // the trainer goes: the node leaves its peers' barriers
 	fmt.Println("node at step", nd.Step())
 	// Output:
-	// welcome: start after step 0, barrier pssp:2:1, exchange gossip
+	// welcome: start after step 0, barrier pssp:2:1, exchange epidemic:4
 	// step 1 published; may take step 2; 0 peer updates to merge
 	// step 2 published; may take step 3; 0 peer updates to merge
 	// step 3 published; may take step 4; 0 peer updates to merge

@@ -27,7 +27,8 @@ type daemon struct {
 }
 
 // startDaemon starts a daemon of job, joining through boot (nil: the
-// first), with barrier and exchange, and edit applied to its config.
+// first), with barrier, the gossip exchange unless edit sets another, and
+// edit applied to its config.
 func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit func(*node.Config, *Config)) *daemon {
 	t.Helper()
 	task := NewTask()
@@ -36,6 +37,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	cfg.Barrier = psp.MustParse(barrier)
 	cfg.Driven = true
 	cfg.QueryTimeout = time.Second
+	cfg.Exchange = node.Exchange{} // gossip: most tests here check its deltas
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.node.Addrs()[0].String()}
 	}

@@ -28,12 +28,13 @@ logging.basicConfig(level=logging.WARNING)
 
 
 class Daemon:
-    """A `pspnode run --trainer` process on loopback."""
+    """A `pspnode run --trainer` process on loopback, under the gossip
+    exchange unless extra says otherwise (the tests check its deltas)."""
 
     def __init__(self, tmp, name, job, boot=None, barrier="asp", extra=()):
         self.sock = os.path.join(tmp, name + ".sock")
         args = [BIN, "run", "--job", job, "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + self.sock,
-                "--barrier", barrier, "--nat-traversal=false", "--log-level", "warn", *extra]
+                "--barrier", barrier, "--nat-traversal=false", "--log-level", "warn", "--exchange", "gossip", *extra]
         if boot:
             args += ["--bootstrap", boot]
         self.log = open(os.path.join(tmp, name + ".log"), "w+")
