@@ -15,22 +15,22 @@ import (
 
 // The exchange is how the nodes of a job combine their work.
 //
-// Gossip, the default, is additive: after each step a node publishes its
-// delta on the job's GossipSub topic and every node adds every other
-// node's delta to its model (exchange_gossip.go). A node's traffic and
-// CPU for updates grow with N: it receives N−1 updates per round, times
+// Gossip (the zero Exchange) is additive: after each step a node publishes
+// its delta on the job's GossipSub topic and every node adds every other
+// node's delta to its model (exchange_gossip.go). A node's traffic and CPU
+// for updates grow with N: it receives N−1 updates per round, times
 // GossipSub's amplification.
 //
-// Epidemic is Epidemic Learning (M. de Vos, S. Farhadkhani, R. Guerraoui,
-// A.-M. Kermarrec, R. Pires, R. Sharma, "Epidemic Learning: Boosting
-// Decentralized Learning with Randomized Communication", NeurIPS 2023):
-// after each local step a node sends its model to S peers drawn uniformly
-// at random, afresh every round, and a node replaces its model by the
-// average of its own and the models it received in the round. A node
-// receives S models per round on average, whatever N: its traffic is
-// constant in N. The peers come from the sampler the barrier draws from
-// (Overlay.Sample), which is the paper's EL-Local variant (each node
-// samples from its own view of the network).
+// Epidemic (DefaultConfig's, epidemic:4) is Epidemic Learning (M. de Vos,
+// S. Farhadkhani, R. Guerraoui, A.-M. Kermarrec, R. Pires, R. Sharma,
+// "Epidemic Learning: Boosting Decentralized Learning with Randomized
+// Communication", NeurIPS 2023): after each local step a node sends its
+// model to S peers drawn uniformly at random, afresh every round, and a
+// node replaces its model by the average of its own and the models it
+// received in the round. A node receives S models per round on average,
+// whatever N: its traffic is constant in N. The peers come from the
+// sampler the barrier draws from (Overlay.Sample), which is the paper's
+// EL-Local variant (each node samples from its own view of the network).
 //
 // Rounds here are not synchronous: a node averages, before each step, the
 // models that arrived since its last step (a straggler gets more of them
@@ -45,8 +45,8 @@ import (
 // at η and then models are averaged, the mean model moves by η times the
 // mean of the nodes' gradients, one step of the mean gradient, the same
 // progress as gossip's per round, already. So under epidemic nodes train
-// at the schedule's η unscaled, as Epidemic Learning and D-PSGD do; scaling
-// by 1/N̂ would slow training N-fold.
+// at the schedule's η unscaled, as Epidemic Learning and D-PSGD do;
+// scaling by 1/N̂ would slow training N-fold.
 
 // ExchangeKind names an exchange.
 type ExchangeKind uint8
