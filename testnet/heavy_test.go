@@ -102,7 +102,7 @@ func TestHostileTestnet(t *testing.T) {
 // links have a latency spread: with zero-latency links many events share
 // one virtual instant, Go runs the goroutines ready then in an order of its
 // choosing, and at 20 nodes two runs drifted up to 1.3 % apart (1 run in
-// about 4); with 1-5 ms links, over 1 % in 1 run of 23 (1.2 %).
+// about 4); with 1-5 ms links, over 1 % in 1 run of 24 (1.2 %).
 func TestReproducible(t *testing.T) {
 	cfg := tinyConfig(20, 30*time.Second)
 	cfg.Barrier = psp.MustParse("pbsp:4")
