@@ -108,3 +108,24 @@ func TestNodeConfigAsByHand(t *testing.T) {
 		}
 	}
 }
+
+// Up to 500 nodes every peer fits under the high watermark, so the
+// connection manager never trims connections that sampling would dial
+// again; above, the watermarks bound memory.
+func TestLimitsByNodes(t *testing.T) {
+	for _, tc := range []struct {
+		nodes     int
+		transport string
+		trims     bool
+	}{
+		{50, "mem", false}, {100, "mem", false}, {101, "mem", false}, {200, "mem", false},
+		{500, "mem", false}, {501, "mem", true}, {1000, "mem", true}, {100, "tcp", true},
+	} {
+		c := DefaultConfig()
+		c.Nodes, c.Transport = tc.nodes, tc.transport
+		low, high, pool := c.Limits()
+		if trims := high < tc.nodes-1; trims != tc.trims || low > high || pool < c.Barrier.Beta {
+			t.Errorf("%d nodes over %s: watermarks %d/%d, pool %d; want trimming %v", tc.nodes, tc.transport, low, high, pool, tc.trims)
+		}
+	}
+}
