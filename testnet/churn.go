@@ -13,11 +13,10 @@ import (
 // churn plays the configured churn until ctx ends: leaves and joins as two
 // independent Poisson processes (each at Churn × Nodes per minute), or,
 // with ChurnReplace, leaves each followed by a join once the leaver has
-// gone, and the script's
-// events at their times. Every event runs in a goroutine of its
-// own, so a slow join or a graceful leave waiting for a step to end never
-// delays the next event, on either clock. It returns when every event it
-// started has finished.
+// gone; and the script's events at their times. Every event runs in a
+// goroutine of its own, so a slow join or a graceful leave waiting for a
+// step to end never delays the next event, on either clock. It returns
+// when every event it started has finished.
 func (t *testnet) churn(ctx context.Context) {
 	var wg sync.WaitGroup
 	if rate := t.cfg.Churn * float64(t.cfg.Nodes) / 60; rate > 0 {
@@ -32,13 +31,13 @@ func (t *testnet) churn(ctx context.Context) {
 				}
 			})
 		})
-	}
-	if rate := t.cfg.Churn * float64(t.cfg.Nodes) / 60; rate > 0 && !t.cfg.ChurnReplace {
-		wg.Go(func() {
-			t.poisson(ctx, rate, 0x701, func(*rand.Rand) func() {
-				return func() { t.join(ctx) }
+		if !t.cfg.ChurnReplace { // else each leave brings its join
+			wg.Go(func() {
+				t.poisson(ctx, rate, 0x701, func(*rand.Rand) func() {
+					return func() { t.join(ctx) }
+				})
 			})
-		})
+		}
 	}
 	for _, ev := range t.cfg.Script {
 		wg.Go(func() {
