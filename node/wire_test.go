@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"os"
 	"runtime"
 	"testing"
+	"testing/iotest"
 
 	"github.com/pspnode/pspnode/internal/wire"
 )
@@ -27,6 +29,34 @@ func TestFrameCap(t *testing.T) {
 	}
 	if _, err := readFrame(bufio.NewReader(bytes.NewReader([]byte{10, 1})), 64); !errors.Is(err, ErrWire) {
 		t.Errorf("truncated frame: %v", err)
+	}
+}
+
+// A frame whose length does not come says why in the errors it wraps:
+// the wire's, and the reader's (a served step stream tells the asker's
+// close, io.EOF, and a deadline apart by them).
+func TestFrameLengthErrorWraps(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		r    io.Reader
+		want error
+	}{
+		{"closed", bytes.NewReader(nil), io.EOF},
+		{"cut", bytes.NewReader([]byte{0x80}), io.ErrUnexpectedEOF},
+		{"deadline", iotest.ErrReader(os.ErrDeadlineExceeded), os.ErrDeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := readFrame(bufio.NewReader(tc.r), 64)
+			if !errors.Is(err, ErrWire) || !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want it to wrap ErrWire and %v", err, tc.want)
+			}
+			if want := ErrWire.Error() + ": length: " + tc.want.Error(); err.Error() != want {
+				t.Errorf("text %q, want %q", err.Error(), want)
+			}
+		})
+	}
+	if _, err := readFrame(bufio.NewReader(iotest.ErrReader(os.ErrDeadlineExceeded)), 64); !isTimeout(err) {
+		t.Errorf("a deadline must read as a timeout: %v", err)
 	}
 }
 

@@ -45,6 +45,7 @@ func handConfig(t *testnet, joining bool) node.Config {
 		cfg.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
+	cfg.StepStreams = max(64, min(cfg.ConnHigh, 256))
 	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
 	if t.cfg.NoSybilDefence {
 		cfg.Overlay.PerAddress = 0
@@ -111,7 +112,9 @@ func TestNodeConfigAsByHand(t *testing.T) {
 
 // Up to 500 nodes every peer fits under the high watermark, so the
 // connection manager never trims connections that sampling would dial
-// again; above, the watermarks bound memory.
+// again; above, the watermarks bound memory. A node keeps an idle step
+// stream to as many peers as it holds connections to, up to half its
+// inbound stream cap: up to 257 nodes, to every peer.
 func TestLimitsByNodes(t *testing.T) {
 	for _, tc := range []struct {
 		nodes     int
@@ -126,6 +129,19 @@ func TestLimitsByNodes(t *testing.T) {
 		low, high, pool := c.Limits()
 		if trims := high < tc.nodes-1; trims != tc.trims || low > high || pool < c.Barrier.Beta {
 			t.Errorf("%d nodes over %s: watermarks %d/%d, pool %d; want trimming %v", tc.nodes, tc.transport, low, high, pool, tc.trims)
+		}
+		tn := &testnet{cfg: c, log: slog.New(slog.DiscardHandler)}
+		nc, err := tn.nodeConfig(false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := min(high, nc.MaxInboundStreams/2)
+		if tc.nodes <= 257 && !tc.trims {
+			want = tc.nodes - 1 // at least: every peer
+		}
+		if nc.StepStreams < want || nc.StepStreams < node.DefaultConfig().StepStreams || nc.StepStreams > nc.MaxInboundStreams/2 && nc.StepStreams > node.DefaultConfig().StepStreams {
+			t.Errorf("%d nodes over %s: %d idle step streams; want at least %d and the default, at most half the inbound cap %d",
+				tc.nodes, tc.transport, nc.StepStreams, want, nc.MaxInboundStreams)
 		}
 	}
 }
