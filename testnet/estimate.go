@@ -16,7 +16,8 @@ import (
 // would take the machine's memory is refused (Config.Force runs it anyway).
 //
 // It is a rough model, fitted to runs of this testnet (mem transport, the
-// default connection limits) and good to about a factor of two:
+// default connection limits; TestEstimateFitsMeasuredRuns holds the CPU
+// within 1.6× of them) and good to about a factor of two:
 //
 //   - memory: about 2.5 MiB per node plus up to 5.5 MiB more as the
 //     nodes' connections fill in (most of a node's memory is per
@@ -25,7 +26,7 @@ import (
 //     memory grows with N² × the update's size; under epidemic:S a node
 //     holds S+4 copies of its model;
 //   - CPU: the nodes' barrier checks and background work (DHT, overlay,
-//     GossipSub heartbeats), about N × (0.005 + 0.00006 × min(N, 500))
+//     GossipSub heartbeats), about N × (0.0015 + 0.000035 × min(N, 500))
 //     CPU-seconds per paper second (the run's clock over the time scale: a
 //     step takes as many checks and messages at any scale) under pBSP and
 //     BSP, whose waiting nodes re-check often, and 0.3 of that under the
@@ -53,7 +54,7 @@ func estimate(cfg Config, params, cores int) Estimate {
 	if cfg.TimeScale > 0 {
 		paperS = runS / cfg.TimeScale
 	}
-	perPaperS := 0.005 + 0.00006*math.Min(n, 500)
+	perPaperS := 0.0015 + 0.000035*math.Min(n, 500)
 	if k := cfg.Barrier.Kind; k != psp.PBSP && k != psp.BSP {
 		perPaperS *= 0.3
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/psp"
 )
 
 func TestEstimate(t *testing.T) {
@@ -43,6 +44,32 @@ func TestEstimate(t *testing.T) {
 	}
 	if r := g(400, epi) / g(100, epi); r > 5 {
 		t.Errorf("epidemic memory grew %.1f× from 100 to 400 nodes, want about 4×", r)
+	}
+}
+
+// The CPU estimate is within 1.6× of runs measured on main (2 cores, idle
+// machine, virtual clock, no model unless named).
+func TestEstimateFitsMeasuredRuns(t *testing.T) {
+	run := func(nodes int, barrier string, d time.Duration, scale float64) Config {
+		c := DefaultConfig()
+		c.Nodes, c.Barrier, c.Duration, c.TimeScale, c.Model = nodes, psp.MustParse(barrier), d, scale, "none"
+		return c
+	}
+	for _, tc := range []struct {
+		name     string
+		cfg      Config
+		params   int
+		measured float64 // CPU-seconds
+	}{
+		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 185.6},
+		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 49.9},
+		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 178.0},
+		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 5.7},
+	} {
+		e := estimate(tc.cfg, tc.params, 2)
+		if r := e.CPUS / tc.measured; r > 1.6 || r < 1/1.6 {
+			t.Errorf("%s: estimate %.1f CPU-seconds, measured %.1f (%.2f×)", tc.name, e.CPUS, tc.measured, r)
+		}
 	}
 }
 
