@@ -112,8 +112,16 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if f := n.cfg.faults.OnSample; f != nil && run.draws == 0 && len(peers) > 0 {
 				f(peers)
 			}
+			heard := len(peers) == 0 && n.heardLately(time.Now())
+			if run.draws == 0 && !once && !n.cfg.Barrier.Dynamic() {
+				// The check's sample: peers whose answers already put
+				// them at or above its threshold count without asking
+				// (progress.go). observe asks every peer it draws.
+				ck.DrawnKnown(ids(peers), n.progress.vouchedAll(peers), heard, n.clock())
+			} else {
+				ck.Drawn(ids(peers), heard, n.clock())
+			}
 			run.draws++
-			ck.Drawn(ids(peers), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
 			continue
 		case rd.Known:
 			peers := n.ov.Peers()

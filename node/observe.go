@@ -106,9 +106,12 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, ev *evidence) (psp.Observation
 	}
 	if v != psp.Accept {
 		n.m.screened.WithLabelValues(v.String()).Inc()
+		if v != psp.Stuck { // it went backwards: no answer of its counts unasked for a while
+			n.progress.distrust(p, time.Now().Add(dur(n.cfg.Screen.Quarantine)))
+		}
 		return psp.Observation{}, false
 	}
-	n.progress.saw(p, r.Step)
+	n.progress.vouch(p, r.Step, time.Now())
 	return psp.Observation{Peer: string(p), Step: r.Step, Interval: r.Interval}, true
 }
 
@@ -140,7 +143,7 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 				continue
 			}
 			ev.alive = append(ev.alive, r.p)
-			n.progress.saw(r.p, r.a.reply.Step)
+			n.progress.vouch(r.p, r.a.reply.Step, time.Now())
 		}
 	}
 	n.note(&ev)

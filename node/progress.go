@@ -20,6 +20,15 @@ import (
 //     reply, a query it sent us, or an update it published) cannot be
 //     lagging, and is not asked again. Only the peers that may still lag
 //     are queried: usually a handful, not N−1.
+//   - A sampled barrier (pBSP, pSSP) draws β peers a check, and a waiting
+//     node has heard many of those it draws answer at or above the
+//     check's threshold (most checks end at their first answer behind,
+//     and the other answers still come in). Those count without asking
+//     too, but only on steps the peer gave in answer to this node's own
+//     queries (vouch), and not while the node's screen holds the peer's
+//     reports refused (distrust: it went backwards). A step a peer claims
+//     in a query of its own is no answer, and counts for the global
+//     barriers only, as before.
 //   - A waiting node learns of progress when a peer it waits for advances.
 //     A node asked by a peer that its step was holding back (the asker's
 //     barrier threshold is above this node's step) notes the asker as a
@@ -30,8 +39,17 @@ import (
 // Safe for concurrent use (stream handlers and the Run goroutine).
 type progress struct {
 	mu      sync.Mutex
-	seen    map[peer.ID]int64  // highest step each peer has shown
-	waiters map[peer.ID]waiter // peers this node was holding back
+	seen    map[peer.ID]seenStep // the highest steps each peer has shown
+	waiters map[peer.ID]waiter   // peers this node was holding back
+}
+
+// seenStep is the highest step a peer has shown, and the highest it gave
+// in answer to this node's queries (-1: none); until, if set, is when the
+// node's screen stops refusing its reports (no answer is vouched for
+// before then).
+type seenStep struct {
+	any, vouched int64
+	until        time.Time
 }
 
 type waiter struct {
@@ -46,27 +64,60 @@ const (
 )
 
 func newProgress() *progress {
-	return &progress{seen: make(map[peer.ID]int64), waiters: make(map[peer.ID]waiter)}
+	return &progress{seen: make(map[peer.ID]seenStep), waiters: make(map[peer.ID]waiter)}
 }
 
 // saw records that p has reached step.
-func (g *progress) saw(p peer.ID, step int64) {
+func (g *progress) saw(p peer.ID, step int64) { g.record(p, step, time.Time{}) }
+
+// vouch records that p has reached step, by its answer to a query of this
+// node's (at now).
+func (g *progress) vouch(p peer.ID, step int64, now time.Time) { g.record(p, step, now) }
+
+// distrust stops vouching for p until until: the node's screen refused its
+// report (it went backwards, so its answers are not held to be steps).
+func (g *progress) distrust(p peer.ID, until time.Time) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if old, ok := g.seen[p]; ok && old >= step {
-		return
+	s, ok := g.seen[p]
+	if !ok {
+		s.any = -1
 	}
-	if len(g.seen) >= maxSeen {
-		clear(g.seen) // rare (a very large or very churny job); it refills from replies
-	}
-	g.seen[p] = step
+	s.vouched, s.until = -1, until
+	g.seen[p] = s
 }
 
-// forget drops what is known of p (it left or failed).
+// record is saw (now zero) and vouch.
+func (g *progress) record(p peer.ID, step int64, now time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	old, ok := g.seen[p]
+	if !ok {
+		old = seenStep{any: -1, vouched: -1}
+	}
+	s := seenStep{any: max(old.any, step), vouched: old.vouched, until: old.until}
+	if !now.IsZero() && !now.Before(s.until) {
+		s.vouched = max(old.vouched, step)
+	}
+	if s == old {
+		return
+	}
+	if !ok && len(g.seen) >= maxSeen {
+		clear(g.seen) // rare (a very large or very churny job); it refills from replies
+	}
+	g.seen[p] = s
+}
+
+// forget drops what is known of p (it left or failed), but for a distrust
+// still running.
 func (g *progress) forget(p peer.ID) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	delete(g.seen, p)
+	if s, ok := g.seen[p]; ok && !s.until.IsZero() {
+		g.seen[p] = seenStep{any: -1, vouched: -1, until: s.until}
+	} else {
+		delete(g.seen, p)
+	}
 	delete(g.waiters, p)
 }
 
@@ -84,7 +135,7 @@ func (g *progress) atLeast(p peer.ID, step int64) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.seen[p]
-	return s, ok && s >= step
+	return s.any, ok && s.any >= 0 && s.any >= step
 }
 
 // known returns the highest step p has shown, if any.
@@ -92,7 +143,7 @@ func (g *progress) known(p peer.ID) (int64, bool) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	s, ok := g.seen[p]
-	return s, ok
+	return s.any, ok && s.any >= 0
 }
 
 // knownAll is known for each of peers, under one lock, as a global
@@ -103,7 +154,22 @@ func (g *progress) knownAll(peers []peer.ID) []psp.Known {
 	defer g.mu.Unlock()
 	for i, p := range peers {
 		s, ok := g.seen[p]
-		out[i] = psp.Known{Peer: string(p), Step: s, Seen: ok}
+		out[i] = psp.Known{Peer: string(p), Step: s.any, Seen: ok && s.any >= 0}
+	}
+	return out
+}
+
+// vouchedAll is, for each of peers, the highest step the node's screen
+// passed, under one lock, as a sampled barrier check takes them
+// (psp.Checker.DrawnKnown).
+func (g *progress) vouchedAll(peers []peer.ID) []psp.Known {
+	out := make([]psp.Known, len(peers))
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for i, p := range peers {
+		if s, ok := g.seen[p]; ok && s.vouched >= 0 {
+			out[i] = psp.Known{Peer: string(p), Step: s.vouched, Seen: true}
+		}
 	}
 	return out
 }

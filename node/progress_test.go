@@ -1,12 +1,16 @@
 package node
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/psp"
 )
 
 func TestProgressSeen(t *testing.T) {
@@ -31,6 +35,60 @@ func TestProgressSeen(t *testing.T) {
 	g.forget(a)
 	if _, ok := g.atLeast(a, 0); ok {
 		t.Error("forgotten peer still known")
+	}
+}
+
+// A sampled check counts a peer without asking only on steps the peer gave
+// in answer to this node's queries (vouch), and not while the screen holds
+// its reports refused (distrust); a step a peer merely claimed (saw)
+// serves the global barriers alone.
+func TestProgressVouched(t *testing.T) {
+	now := time.Now()
+	a, b, c, d := peer.ID("a"), peer.ID("b"), peer.ID("c"), peer.ID("d")
+	for _, tc := range []struct {
+		name  string
+		do    func(g *progress)
+		peer  peer.ID
+		want  psp.Known // vouched
+		known int64     // -1: not known at all
+	}{
+		{"answered", func(g *progress) { g.vouch(a, 4, now) }, a, psp.Known{Step: 4, Seen: true}, 4},
+		{"claimed later, higher", func(g *progress) { g.vouch(a, 4, now); g.saw(a, 9) }, a, psp.Known{Step: 4, Seen: true}, 9},
+		{"only claimed", func(g *progress) { g.saw(b, 7) }, b, psp.Known{}, 7},
+		{"an older answer lowers nothing", func(g *progress) { g.vouch(a, 4, now); g.vouch(a, 2, now) }, a, psp.Known{Step: 4, Seen: true}, 4},
+		{"never heard of", func(*progress) {}, c, psp.Known{}, -1},
+		{"distrusted: its answers are not vouched for", func(g *progress) {
+			g.vouch(d, 5, now)
+			g.distrust(d, now.Add(time.Minute))
+			g.vouch(d, 8, now.Add(30*time.Second))
+		}, d, psp.Known{}, 8},
+		{"distrust ends", func(g *progress) {
+			g.distrust(d, now.Add(time.Minute))
+			g.vouch(d, 8, now.Add(time.Minute))
+		}, d, psp.Known{Step: 8, Seen: true}, 8},
+		{"a failure does not end a distrust", func(g *progress) {
+			g.distrust(d, now.Add(time.Minute))
+			g.forget(d)
+			g.vouch(d, 8, now.Add(time.Second))
+		}, d, psp.Known{}, 8},
+		{"forgotten", func(g *progress) { g.vouch(a, 4, now); g.forget(a) }, a, psp.Known{}, -1},
+		{"forgotten while distrusted", func(g *progress) { g.vouch(d, 4, now); g.distrust(d, now.Add(time.Minute)); g.forget(d) }, d, psp.Known{}, -1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newProgress()
+			tc.do(g)
+			got := g.vouchedAll([]peer.ID{tc.peer})[0]
+			if tc.want.Seen {
+				tc.want.Peer = string(tc.peer)
+			}
+			if got != tc.want {
+				t.Errorf("vouched %+v, want %+v", got, tc.want)
+			}
+			s, ok := g.known(tc.peer)
+			if ok != (tc.known >= 0) || ok && s != tc.known {
+				t.Errorf("known %d, %v; want %d", s, ok, tc.known)
+			}
+		})
 	}
 }
 
@@ -126,4 +184,39 @@ func TestBarrierTiming(t *testing.T) {
 	if got := barrierTiming(crossed, true, 0.005, 0.0001, 200); got != want {
 		t.Errorf("crossed bounds: %+v, want %+v", got, want)
 	}
+}
+
+// Waiting pBSP nodes count peers they have heard answer at or above the
+// check's threshold without asking them again, and the barrier still
+// holds: no node runs more than a step or two ahead of the slowest.
+func TestSampledCheckCountsVouchedPeers(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		nodes := memNodes(t, 4, "pbsp:2", 0.01)
+		ctx, cancel := context.WithCancel(t.Context())
+		wait := runAll(t, ctx, nodes)
+		defer func() { cancel(); wait() }()
+		spread := int64(0)
+		if !waitFor(20*time.Second, func() bool {
+			hi := int64(0)
+			for _, nd := range nodes {
+				hi = max(hi, nd.Step())
+			}
+			spread = max(spread, hi-minStep(nodes))
+			return minStep(nodes) >= 20
+		}) {
+			t.Fatalf("not every node reached step 20: lowest at %d", minStep(nodes))
+		}
+		cached := 0.0
+		for _, nd := range nodes {
+			cached += counterValue(nd.m.cached)
+		}
+		if cached == 0 {
+			t.Error("no peer was counted without asking")
+		}
+		// pBSP with β = 2 of 3 others: a node can pass only with two
+		// peers at its step, so the spread stays within a few steps.
+		if spread > 4 {
+			t.Errorf("step spread reached %d under pbsp:2", spread)
+		}
+	})
 }

@@ -16,7 +16,10 @@ import "slices"
 //     replaced by a fresh draw at once, and a peer that has not answered
 //     after the hedge delay gets a fresh draw asked beside it (each query
 //     once); at most Replacements × β fresh draws per check. It ends with
-//     the first β answers that count.
+//     the first β answers that count. Under pBSP and pSSP a drawn peer
+//     the caller knows at or above the check's threshold (DrawnKnown)
+//     counts without asking, as under BSP and SSP: its answer could not
+//     be behind.
 //   - A check of a global barrier (BSP, SSP, DSSP) asks every known peer
 //     that may lag, at most GlobalQueries at a time, those never seen
 //     first, then the lowest known steps. Under BSP and SSP a peer known
@@ -61,8 +64,9 @@ type Checker struct {
 	answered  int
 	hedged    int
 	cached    int
-	cands     []Known // a global check's peers to ask, in order
-	next      int     // the next of cands to ask
+	counted   []string // a sampled check's peers counted without asking
+	cands     []Known  // a global check's peers to ask, in order
+	next      int      // the next of cands to ask
 	ask       []string
 	ready     CheckOut // what Ready returns next
 }
@@ -147,7 +151,7 @@ type CheckStats struct {
 	Answered  int  // peers that answered, whether or not the answer counted
 	Observed  int  // observations the decision counted
 	Hedged    int  // slow peers a fresh draw was asked beside
-	Cached    int  // peers of a global check counted without asking
+	Cached    int  // peers counted without asking (known at or above the threshold)
 	EarlyFail bool // the check ended at the first answer behind its threshold
 }
 
@@ -176,7 +180,21 @@ func (c *Checker) Recheck(now float64) { c.put(c.recheck(now)) }
 // heardLately says whether the node has heard lately from a peer that has
 // not left; it matters only when there is no peer to ask (see Isolated).
 func (c *Checker) Drawn(peers []string, heardLately bool, now float64) {
-	c.put(c.drawn(peers, heardLately, now))
+	c.put(c.drawn(peers, nil, heardLately, now))
+}
+
+// DrawnKnown is Drawn with what the caller knows of each drawn peer's
+// step without asking (known[i] is peers[i]'s; Peer is not read). Under a
+// static sampled barrier (pBSP, pSSP) a peer of the check's sample known
+// at or above its threshold is counted without asking: steps only grow,
+// so its answer could not be behind. Replacement draws are always asked.
+// The caller should know steps only from answers it accepted (those its
+// screen passed, say), since they count as answers do.
+func (c *Checker) DrawnKnown(peers []string, known []Known, heardLately bool, now float64) {
+	if len(known) != len(peers) {
+		known = nil
+	}
+	c.put(c.drawn(peers, known, heardLately, now))
 }
 
 // Known takes a global check's peers (Ready's Known): every known peer,
@@ -255,6 +273,7 @@ func (c *Checker) recheck(now float64) CheckOut {
 func (c *Checker) begin(now float64) CheckOut {
 	sp := c.cfg.Spec
 	c.asked, c.out, c.spares, c.obs, c.cands, c.ask = c.asked[:0], c.out[:0], c.spares[:0], c.obs[:0], c.cands[:0], c.ask[:0]
+	c.counted = c.counted[:0]
 	c.replacing, c.answered, c.hedged, c.cached, c.next, c.want, c.budget = 0, 0, 0, 0, 0, 0, 0
 	switch {
 	case sp.Kind == ASP:
@@ -269,19 +288,27 @@ func (c *Checker) begin(now float64) CheckOut {
 	return c.current(now)
 }
 
-// drawn is Drawn.
-func (c *Checker) drawn(peers []string, heardLately bool, now float64) CheckOut {
+// drawn is Drawn and DrawnKnown (known nil: nothing known).
+func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now float64) CheckOut {
 	if c.phase != drawing || c.cfg.Spec.Global() {
 		return c.current(now)
 	}
 	c.phase = asking
-	if c.want == 0 && len(c.asked) == 0 { // the check's sample
-		for _, p := range peers {
-			if !slices.Contains(c.asked, p) {
+	if c.want == 0 && len(c.asked) == 0 && len(c.counted) == 0 { // the check's sample
+		sp := c.cfg.Spec
+		threshold := c.self - Step(sp.BaseStaleness())
+		for i, p := range peers {
+			switch {
+			case c.inSample(p):
+			case known != nil && !sp.Dynamic() && known[i].Seen && known[i].Step >= threshold:
+				c.counted = append(c.counted, p)
+				c.obs = append(c.obs, Observation{Peer: p, Step: known[i].Step})
+			default:
 				c.launch(p, now, false)
 			}
 		}
-		c.want = len(c.asked)
+		c.cached = len(c.counted)
+		c.want = len(c.asked) + len(c.counted)
 		if c.want == 0 {
 			return c.decide(now, heardLately, false)
 		}
@@ -290,7 +317,7 @@ func (c *Checker) drawn(peers []string, heardLately bool, now float64) CheckOut 
 	}
 	// A draw for replacements.
 	for _, p := range peers {
-		if !slices.Contains(c.asked, p) {
+		if !c.inSample(p) {
 			c.spares = append(c.spares, p)
 		}
 	}
@@ -429,6 +456,12 @@ func (c *Checker) current(now float64) CheckOut {
 	return CheckOut{}
 }
 
+// inSample reports whether p is already in the check's sample: asked, or
+// counted without asking.
+func (c *Checker) inSample(p string) bool {
+	return slices.Contains(c.asked, p) || slices.Contains(c.counted, p)
+}
+
 // settle removes peer from the queries in flight; false if it was not.
 func (c *Checker) settle(peer string) bool {
 	if c.phase != asking {
@@ -455,12 +488,12 @@ func (c *Checker) replace(k int, now float64) CheckOut {
 	for ; k > 0 && c.budget > 0; k-- {
 		if len(c.spares) == 0 {
 			c.replacing += k
-			c.phase, c.draw = drawing, c.want+len(c.asked)
+			c.phase, c.draw = drawing, c.want+len(c.asked)+len(c.counted)
 			return CheckOut{Draw: c.draw, Ask: c.flush()}
 		}
 		p := c.spares[0]
 		c.spares = c.spares[1:]
-		if slices.Contains(c.asked, p) {
+		if c.inSample(p) {
 			k++
 			continue
 		}

@@ -39,6 +39,8 @@ func (e ev) apply(c *Checker, self Step) CheckOut {
 		c.Drawn(e.peers, e.heard, e.now)
 	case "known":
 		c.Known(e.known, e.heard, e.now)
+	case "drawnKnown":
+		c.DrawnKnown(e.peers, e.known, e.heard, e.now)
 	case "answer":
 		c.Answer(e.peers[0], Observation{Peer: e.peers[0], Step: e.step}, true, e.now)
 	case "refused":
@@ -192,6 +194,41 @@ func TestChecker(t *testing.T) {
 			{op: "drawn", peers: []string{"a"}},
 			{op: "answer", peers: []string{"a"}, step: 1, done: true, early: true},
 			{op: "recheck", now: 0.001, draw: 3},
+		}},
+		{"pbsp: drawn peers known at the step count without asking", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{Step: 5, Seen: true}, {Step: 9, Seen: true}, {Step: 6, Seen: true}},
+				done: true, pass: true},
+		}},
+		{"pbsp: the unknown and those known behind are asked", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{Step: 5, Seen: true}, {}, {Step: 3, Seen: true}},
+				ask: []string{"b", "c"}, wake: 0.04},
+			{op: "answer", peers: []string{"b"}, step: 5, wake: 0.04},
+			{op: "answer", peers: []string{"c"}, step: 6, done: true, pass: true},
+		}},
+		{"pssp: known at the threshold (step less staleness) counts", pssp, 5, []ev{
+			{op: "start", draw: 2},
+			{op: "drawnKnown", peers: []string{"a", "b"}, known: []Known{{Step: 4, Seen: true}, {Step: 3, Seen: true}}, ask: []string{"b"}},
+			{op: "answer", peers: []string{"b"}, step: 3, done: true, early: true},
+		}},
+		{"pdssp: dynamic, so every drawn peer is asked", pdssp, 5, []ev{
+			{op: "start", draw: 2},
+			{op: "drawnKnown", peers: []string{"a", "b"}, known: []Known{{Step: 9, Seen: true}, {Step: 9, Seen: true}}, ask: []string{"a", "b"}},
+		}},
+		{"pbsp: a replacement is never a peer counted without asking", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{Step: 5, Seen: true}, {}, {}}, ask: []string{"b", "c"}},
+			{op: "fail", peers: []string{"b"}, draw: 6},
+			{op: "drawn", peers: []string{"a", "b", "c", "d"}, ask: []string{"d"}},
+			{op: "answer", peers: []string{"c"}, step: 5},
+			{op: "answer", peers: []string{"d"}, step: 5, done: true, pass: true},
+		}},
+		{"pbsp: counted peers do not make up for queries that all failed", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{Step: 5, Seen: true}, {Step: 5, Seen: true}, {}}, ask: []string{"c"}},
+			{op: "fail", peers: []string{"c"}, draw: 6},
+			{op: "drawn", peers: []string{"a", "b", "c"}, done: true, iso: true},
 		}},
 		{"bsp: peers seen at the step count without asking", bsp, 5, []ev{
 			{op: "start", wantKnow: true},
