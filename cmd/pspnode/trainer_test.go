@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,7 +126,7 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // TestTorchTrainers: three daemons and three PyTorch trainers (MNIST,
 // pSSP) reach 90 % held-out accuracy; killing one trainer and its daemon
 // leaves the others stepping; a fourth worker joins and starts from the
-// job's parameters (its first evaluation within 2 points of the
+// job's parameters (its first evaluations within 2 points of the
 // others'); a trainer with another model is refused with a message naming
 // both.
 func TestTorchTrainers(t *testing.T) {
@@ -193,24 +194,38 @@ func TestTorchTrainers(t *testing.T) {
 	})
 
 	// A fourth worker joins: its daemon fetches the job's model from a
-	// peer's trainer; its first evaluation, before its first step, is
-	// within 2 points of the others' latest.
+	// peer's trainer. Its first evaluation, before its first step, is far
+	// above a new model's (about 10 %): within 5 points of the lowest of
+	// the others' recent evaluations. The median of its first three is
+	// within 2 points of the median of the others' recent ones. (One
+	// evaluation of a model in training moves by up to 3 points from the
+	// next; comparing one with one failed about one run in five.)
 	d3, s3 := daemon("d3", d0.Addr)
 	joiner := startTrainer(t, root, s3, dir, 2, 3)
-	waitUntil(t, time.Minute, "the joiner's first evaluation", func() bool {
+	waitUntil(t, time.Minute, "the joiner's first three evaluations", func() bool {
 		if err := exited(joiner); err != nil {
 			t.Fatal(err)
 		}
-		_, ok := joiner.last()
-		return ok
+		return len(joiner.evaluations()) >= 3
 	})
-	first := joiner.evaluations()[0]
-	e0, _ := trainers[0].last()
-	e1, _ := trainers[1].last()
-	others := (e0.Accuracy + e1.Accuracy) / 2
-	t.Logf("joiner's first evaluation: accuracy %.3f at step %.0f; the others' %.3f", first.Accuracy, first.Step, others)
-	if first.Step < 50 || first.Accuracy < others-0.02 || first.Accuracy > others+0.02 {
-		t.Fatalf("the joiner started at step %.0f with accuracy %.3f; the others are at %.3f", first.Step, first.Accuracy, others)
+	jev := joiner.evaluations()[:3]
+	first := jev[0]
+	var recent []float64 // the others' last five evaluations each
+	for _, p := range trainers[:2] {
+		ev := p.evaluations()
+		for _, e := range ev[max(0, len(ev)-5):] {
+			recent = append(recent, e.Accuracy)
+		}
+	}
+	slices.Sort(recent)
+	joined := []float64{jev[0].Accuracy, jev[1].Accuracy, jev[2].Accuracy}
+	slices.Sort(joined)
+	others, lowest := recent[len(recent)/2], recent[0]
+	t.Logf("joiner's first evaluations: %.3f at step %.0f, then %.3f, %.3f; the others' recent: median %.3f, lowest %.3f",
+		first.Accuracy, first.Step, jev[1].Accuracy, jev[2].Accuracy, others, lowest)
+	if first.Step < 50 || first.Accuracy < lowest-0.05 || joined[1] < others-0.02 || joined[1] > others+0.02 {
+		t.Fatalf("the joiner started at step %.0f with accuracy %.3f (median of three %.3f); the others' recent median is %.3f, lowest %.3f",
+			first.Step, first.Accuracy, joined[1], others, lowest)
 	}
 	if stepOf(d3) < 1 {
 		t.Fatalf("the joiner's daemon is at step %d", stepOf(d3))
