@@ -8,8 +8,11 @@ package testnet
 // scale: the paper's steps take (Exp(1)+1) s, and --time-scale 0.05 runs
 // them 20 times faster, so 10 s of training there is 200 paper seconds. A
 // node-second is one node for one such second. PaperNodeSPerCPUS is the
-// run's nodes × paper seconds over the process's CPU seconds (set-up,
-// warm-up and the report included), so a cheaper run has a larger figure.
+// run's nodes × paper seconds over the run's CPU seconds (the process's
+// from the start of Run: set-up, warm-up and the report included, runs
+// before it in the process not), so a cheaper run has a larger figure.
+// The peak RSS is the run's too, from the memory the process held when it
+// began (after returning what it could to the system).
 type Cost struct {
 	CPUS                     float64 `json:"cpu_s"`
 	PaperNodeSPerCPUS        float64 `json:"paper_node_s_per_cpu_s"`

@@ -312,7 +312,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Accuracy = t.accuracy()
 	}
 	r.PeakRSSBytes = procstat.PeakRSS()
-	r.CPUS = procstat.CPUTime().Seconds()
+	r.CPUS = (procstat.CPUTime() - t.cpu0).Seconds()
 	return r
 }
 
@@ -447,7 +447,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("membership", "%.1f members per honest node (max %d), %.1f unconfirmed (max %d), %.1f dead, %.1f drawable; Sample %s",
 			mb.Members, mb.MembersMax, mb.Unconfirmed, mb.UnconfirmedMax, mb.Dead, mb.Drawable, sample)
 	}
-	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this process)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
+	row("resources", "peak RSS %.0f MiB, CPU %.1f s (this run)", float64(r.PeakRSSBytes)/(1<<20), r.CPUS)
 	if c := r.Cost; c != nil {
 		row("cost", "%.1f paper node-seconds per CPU-second, %.2f MiB per node, %.1f connections held and %.1f opened a minute per node",
 			c.PaperNodeSPerCPUS, c.RSSBytesPerNode/(1<<20), c.ConnectionsHeldPerNode, c.ConnectionsOpenedPerNode)

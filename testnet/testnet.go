@@ -14,6 +14,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -53,6 +54,7 @@ type testnet struct {
 	keys  io.Reader     // tcp host keys (memnet.KeySource); guarded by mu
 	start time.Time     // training start, on the run's clock
 	wall0 time.Duration // wall time at training start (see wall)
+	cpu0  time.Duration // the process's CPU time when Run began
 
 	// sampledMu guards sampled, the selection counts of barrier samples:
 	// every node adds to them at every check, so they have a lock of
@@ -110,7 +112,13 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if cfg.Transport == "netns" {
 		return runNetns(ctx, cfg)
 	}
+	// The run's cost is its own, not that of runs before it in this
+	// process (a command with several barriers runs one after another):
+	// CPU from here, and the peak RSS from the memory still held now.
+	debug.FreeOSMemory()
+	procstat.ResetPeakRSS()
 	t := &testnet{
+		cpu0:    procstat.CPUTime(),
 		cfg:     cfg,
 		log:     cfg.Logger,
 		rng:     rand.New(rand.NewPCG(cfg.Seed, 0x7e57)),

@@ -43,6 +43,13 @@ func statusKB(field string) int64 {
 	return 0
 }
 
+// ResetPeakRSS starts PeakRSS over from the current resident set (Linux:
+// clear_refs), so that one of several runs in a process reports its own
+// peak; it reports whether it could.
+func ResetPeakRSS() bool {
+	return os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) == nil
+}
+
 // RSS is the process's current resident set in bytes (Linux: VmRSS; 0
 // where /proc is missing).
 func RSS() int64 { return statusKB("VmRSS:") }
