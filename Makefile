@@ -54,7 +54,7 @@ run: build
 
 ## figures: regenerate every figure and table in docs/results.md. The
 ## testnet experiments run on the virtual clock: their figures do not depend
-## on this machine, but they take about two hours of wall time on 2 cores
+## on this machine; they take about 22 minutes of wall time on 2 cores
 figures: figures-sim figures-testnet
 
 figures-sim: build
