@@ -184,7 +184,8 @@ func (c *Checker) Drawn(peers []string, heardLately bool, now float64) {
 }
 
 // DrawnKnown is Drawn with what the caller knows of each drawn peer's
-// step without asking (known[i] is peers[i]'s; Peer is not read). Under a
+// step without asking (known[i] is peers[i]'s; Peer is not read; a known
+// of another length than peers is ignored, as nothing known). Under a
 // static sampled barrier (pBSP, pSSP) a peer of the check's sample known
 // at or above its threshold is counted without asking: steps only grow,
 // so its answer could not be behind. Replacement draws are always asked.
