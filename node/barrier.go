@@ -89,6 +89,9 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if rd.Stats.EarlyFail {
 				n.m.earlyFail.Inc()
 			}
+			if rd.Stats.KnownBehind {
+				n.m.knownBehind.Inc()
+			}
 			run = nil
 			// A node that left or shut down must not pass on what a
 			// closed overlay gave (no sample, so no observation).
@@ -117,7 +120,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 				// The check's sample: peers whose answers already put
 				// them at or above its threshold count without asking
 				// (progress.go). observe asks every peer it draws.
-				ck.DrawnKnown(ids(peers), n.progress.vouchedAll(peers), heard, n.clock())
+				ck.DrawnKnown(ids(peers), n.progress.vouchedAll(peers, time.Now()), heard, n.clock())
 			} else {
 				ck.Drawn(ids(peers), heard, n.clock())
 			}
@@ -153,7 +156,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			run.inflight--
 			switch {
 			case r.a.err == nil:
-				o, counts := n.judge(r.p, r.a.reply, &run.ev)
+				o, counts := n.judge(r.p, r.a.reply, r.asked, &run.ev)
 				ck.Answer(string(r.p), o, counts, n.clock())
 			case r.stopped:
 				ck.Failed(string(r.p), n.clock())
@@ -199,7 +202,7 @@ func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.St
 	results := run.results
 	go func() {
 		r, err := n.queryStepWithin(ctx, p, req, timeout)
-		results <- peerAnswer{p: p, a: answer{r, err}, stopped: err != nil && ctx.Err() != nil} // read by the check, or by drain
+		results <- peerAnswer{p: p, a: answer{r, err}, stopped: err != nil && ctx.Err() != nil, asked: req.Step} // read by the check, or by drain
 	}()
 }
 

@@ -268,6 +268,9 @@ func (n *Node) ownExt() wire.StepExt {
 	if n.modelFixed() {
 		e.HasModel, e.ModelID, e.Params = true, n.task.ModelID(), uint32(n.task.NumParams())
 	}
+	if s := n.cfg.Barrier.BaseStaleness(); s >= 0 { // ASP records no waiters (noteAsker)
+		e.Notices, e.Staleness = true, uint32(s)
+	}
 	return e
 }
 

@@ -23,6 +23,7 @@ type peerAnswer struct {
 	p       peer.ID
 	a       answer
 	stopped bool
+	asked   int64 // the step the query said this node had
 }
 
 // ask queries peers in parallel; each query has its own deadline.
@@ -76,7 +77,7 @@ func (n *Node) note(ev *evidence) {
 // is no observation, and a report the screen refuses does not count. Only
 // the barrier's goroutine calls judge (n.screen is not safe for
 // concurrent use).
-func (n *Node) judge(p peer.ID, r wire.StepReply, ev *evidence) (psp.Observation, bool) {
+func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
 	if r.Leaving {
 		n.noteLeft(p)
 		n.forgetPeer(p, ev)
@@ -112,6 +113,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, ev *evidence) (psp.Observation
 		return psp.Observation{}, false
 	}
 	n.progress.vouch(p, r.Step, time.Now())
+	n.promised(p, r, asked)
 	return psp.Observation{Peer: string(p), Step: r.Step, Interval: r.Interval}, true
 }
 
@@ -144,6 +146,7 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 			}
 			ev.alive = append(ev.alive, r.p)
 			n.progress.vouch(r.p, r.a.reply.Step, time.Now())
+			n.promised(r.p, r.a.reply, r.asked)
 		}
 	}
 	n.note(&ev)

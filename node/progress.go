@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"math"
 	"sync"
 	"time"
 
@@ -29,6 +30,14 @@ import (
 //     reports refused (distrust: it went backwards). A step a peer claims
 //     in a query of its own is no answer, and counts for the global
 //     barriers only, as before.
+//   - And a drawn peer known to be below the check's threshold fails it
+//     without asking (promise): its last answer was below, and it
+//     promised a progress notice (below) when it reaches that threshold,
+//     so until a notice or any later sign of a higher step comes, its
+//     answer would still be behind. The promise is held for at most
+//     promiseSteps of this node's mean step time and half the
+//     answerer's waiter lifetime, so a notice lost costs a few steps'
+//     knowledge, never a stuck barrier.
 //   - A waiting node learns of progress when a peer it waits for advances.
 //     A node asked by a peer that its step was holding back (the asker's
 //     barrier threshold is above this node's step) notes the asker as a
@@ -46,9 +55,13 @@ type progress struct {
 // seenStep is the highest step a peer has shown, and the highest it gave
 // in answer to this node's queries (-1: none); until, if set, is when the
 // node's screen stops refusing its reports (no answer is vouched for
-// before then).
+// before then). below > 0 is a promise: the peer answered below it and
+// will send a progress notice on reaching it, so its step is below it
+// until then, or until belowBy (Unix nanoseconds) at the latest.
 type seenStep struct {
 	any, vouched int64
+	below        int64
+	belowBy      int64
 	until        time.Time
 }
 
@@ -59,8 +72,14 @@ type waiter struct {
 
 const (
 	maxSeen    = 8192             // peers remembered; beyond, the map is reset
-	maxWaiters = 256              // waiters remembered at once (all are told: BSP waits on the last node)
+	maxWaiters = maxSeen          // waiters remembered at once (all are told: BSP waits on the last node)
 	waiterTTL  = 30 * time.Second // a waiter not released by then is forgotten
+
+	// promiseSteps bounds how long an answerer's promise of a progress
+	// notice is held, in the asker's mean step times (and never beyond
+	// half waiterTTL): a behind peer usually reaches the threshold
+	// within a step, so a longer wait means its notice was lost.
+	promiseSteps = 4
 )
 
 func newProgress() *progress {
@@ -84,6 +103,24 @@ func (g *progress) distrust(p peer.ID, until time.Time) {
 		s.any = -1
 	}
 	s.vouched, s.until = -1, until
+	s.below, s.belowBy = 0, 0
+	g.seen[p] = s
+}
+
+// promise records that p, in answer to this node's query at now, was
+// below below and promised a progress notice on reaching it; the promise
+// holds until by at the latest. An answer the screen refuses makes no
+// promise, nor one at or under a step p is known to have reached.
+func (g *progress) promise(p peer.ID, below int64, now, by time.Time) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	s, ok := g.seen[p]
+	if !ok || now.Before(s.until) || s.any >= below || !by.After(now) {
+		return
+	}
+	// An answer to an older query can arrive after a newer one: the
+	// answerer keeps its waiter at the highest threshold asked.
+	s.below, s.belowBy = max(s.below, below), max(s.belowBy, by.UnixNano())
 	g.seen[p] = s
 }
 
@@ -95,9 +132,13 @@ func (g *progress) record(p peer.ID, step int64, now time.Time) {
 	if !ok {
 		old = seenStep{any: -1, vouched: -1}
 	}
-	s := seenStep{any: max(old.any, step), vouched: old.vouched, until: old.until}
+	s := old
+	s.any = max(old.any, step)
 	if !now.IsZero() && !now.Before(s.until) {
 		s.vouched = max(old.vouched, step)
+	}
+	if s.any >= s.below {
+		s.below, s.belowBy = 0, 0 // it reached the promised step: the promise is kept
 	}
 	if s == old {
 		return
@@ -160,15 +201,23 @@ func (g *progress) knownAll(peers []peer.ID) []psp.Known {
 }
 
 // vouchedAll is, for each of peers, the highest step the node's screen
-// passed, under one lock, as a sampled barrier check takes them
-// (psp.Checker.DrawnKnown).
-func (g *progress) vouchedAll(peers []peer.ID) []psp.Known {
+// passed, and the promise of a notice it holds at now, under one lock, as
+// a sampled barrier check takes them (psp.Checker.DrawnKnown).
+func (g *progress) vouchedAll(peers []peer.ID, now time.Time) []psp.Known {
 	out := make([]psp.Known, len(peers))
+	ns := now.UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, p := range peers {
-		if s, ok := g.seen[p]; ok && s.vouched >= 0 {
+		s, ok := g.seen[p]
+		if !ok {
+			continue
+		}
+		if s.vouched >= 0 {
 			out[i] = psp.Known{Peer: string(p), Step: s.vouched, Seen: true}
+		}
+		if s.below > 0 && ns < s.belowBy {
+			out[i].Peer, out[i].Below = string(p), s.below
 		}
 	}
 	return out
@@ -217,6 +266,27 @@ func (n *Node) noteAsker(from peer.ID, step int64) {
 	if threshold := step - int64(s); n.step.Load() < threshold {
 		n.progress.wait(from, threshold, time.Now())
 	}
+}
+
+// promised records the notice an answer promised: a reply below the
+// request's step less the answerer's staleness bound, from an answerer
+// that sends notices (the 1.1.0 notices field), holds the peer below that
+// threshold until it says otherwise, for at most promiseSteps of this
+// node's mean compute time (none before it has one) and half waiterTTL.
+func (n *Node) promised(p peer.ID, r wire.StepReply, asked int64) {
+	if r.Ext == nil || !r.Ext.Notices {
+		return
+	}
+	below := asked - int64(r.Ext.Staleness)
+	if below <= 0 || r.Step >= below {
+		return
+	}
+	hold := min(waiterTTL/2, dur(promiseSteps*math.Float64frombits(n.compute.Load())))
+	if hold <= 0 {
+		return
+	}
+	now := time.Now()
+	n.progress.promise(p, below, now, now.Add(hold))
 }
 
 // pushProgress tells the waiters this node's new step releases that it

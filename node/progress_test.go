@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"math"
 	"slices"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -77,7 +79,7 @@ func TestProgressVouched(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			g := newProgress()
 			tc.do(g)
-			got := g.vouchedAll([]peer.ID{tc.peer})[0]
+			got := g.vouchedAll([]peer.ID{tc.peer}, now)[0]
 			if tc.want.Seen {
 				tc.want.Peer = string(tc.peer)
 			}
@@ -87,6 +89,49 @@ func TestProgressVouched(t *testing.T) {
 			s, ok := g.known(tc.peer)
 			if ok != (tc.known >= 0) || ok && s != tc.known {
 				t.Errorf("known %d, %v; want %d", s, ok, tc.known)
+			}
+		})
+	}
+}
+
+// A promise of a progress notice holds a peer below the promised step
+// until any sign of it reaching that step, its end, a distrust or a
+// failure; an answer at or above the step promises nothing.
+func TestProgressPromise(t *testing.T) {
+	now := time.Now()
+	by := now.Add(time.Second)
+	a := peer.ID("a")
+	for _, tc := range []struct {
+		name  string
+		do    func(g *progress)
+		at    time.Time // when the check reads it
+		below int64     // 0: no promise held
+	}{
+		{"promised", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by) }, now, 5},
+		{"a notice at the step keeps it", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by); g.saw(a, 5) }, now, 0},
+		{"a claim still below leaves it", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by); g.saw(a, 4) }, now, 5},
+		{"an answer at the step ends it", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by); g.vouch(a, 6, now) }, now, 0},
+		{"it ends at its time", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by) }, by, 0},
+		{"an older answer's lower promise", func(g *progress) {
+			g.vouch(a, 3, now)
+			g.promise(a, 6, now, by)
+			g.promise(a, 5, now, now.Add(time.Millisecond))
+		}, now.Add(time.Millisecond), 6},
+		{"none at a step already reached", func(g *progress) { g.vouch(a, 5, now); g.promise(a, 5, now, by) }, now, 0},
+		{"none from a peer never answering", func(g *progress) { g.promise(a, 5, now, by) }, now, 0},
+		{"none while distrusted", func(g *progress) {
+			g.vouch(a, 3, now)
+			g.distrust(a, now.Add(time.Minute))
+			g.promise(a, 5, now, by)
+		}, now, 0},
+		{"a distrust ends it", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by); g.distrust(a, by) }, now, 0},
+		{"a failure ends it", func(g *progress) { g.vouch(a, 3, now); g.promise(a, 5, now, by); g.forget(a) }, now, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := newProgress()
+			tc.do(g)
+			if got := g.vouchedAll([]peer.ID{a}, tc.at)[0].Below; got != tc.below {
+				t.Errorf("below %d, want %d", got, tc.below)
 			}
 		})
 	}
@@ -215,6 +260,87 @@ func TestSampledCheckCountsVouchedPeers(t *testing.T) {
 		}
 		// pBSP with β = 2 of 3 others: a node can pass only with two
 		// peers at its step, so the spread stays within a few steps.
+		if spread > 4 {
+			t.Errorf("step spread reached %d under pbsp:2", spread)
+		}
+	})
+}
+
+// An answerer behind the asker's threshold promises it a notice (the
+// 1.1.0 notices field) and keeps the promise: the asker holds it below
+// until the answerer reaches the threshold and says so, then not.
+func TestPromisedNoticeIsKept(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		nodes := memNodes(t, 2, "pssp:2:1", 0.01)
+		a, b := nodes[0], nodes[1]
+		a.compute.Store(math.Float64bits(1)) // a mean step of 1 s: promises held up to 4 s
+		a.step.Store(6)
+		b.step.Store(3)
+		ctx := t.Context()
+		r, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Step != 3 || r.Ext == nil || !r.Ext.Notices || r.Ext.Staleness != 1 {
+			t.Fatalf("reply %+v, ext %+v: want step 3 and notices with staleness 1", r, r.Ext)
+		}
+		a.progress.vouch(b.ID(), r.Step, time.Now())
+		a.promised(b.ID(), r, 6)
+		below := func() int64 { return a.progress.vouchedAll([]peer.ID{b.ID()}, time.Now())[0].Below }
+		if got := below(); got != 5 {
+			t.Fatalf("promise below %d, want 5 (step 6 less staleness 1)", got)
+		}
+		// b advances short of the threshold: no notice, the promise holds.
+		b.step.Store(4)
+		b.pushProgress(ctx, 4)
+		if got := below(); got != 5 {
+			t.Fatalf("after b reached 4: below %d, want 5", got)
+		}
+		// b reaches it: its notice ends the promise.
+		b.step.Store(5)
+		b.pushProgress(ctx, 5)
+		if !waitFor(5*time.Second, func() bool { return below() == 0 }) {
+			t.Fatalf("the notice did not end the promise: below %d", below())
+		}
+		// An answer at or above the threshold promises nothing.
+		r, err = a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 6})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.progress.vouch(b.ID(), r.Step, time.Now())
+		a.promised(b.ID(), r, 6)
+		if got := below(); got != 0 {
+			t.Fatalf("b at 5 promised below %d", got)
+		}
+	})
+}
+
+// Waiting pSSP nodes fail checks on peers known below the threshold
+// without asking them, and the barrier still holds.
+func TestSampledCheckFailsOnKnownBehind(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		nodes := memNodes(t, 5, "pbsp:2", 0.01)
+		ctx, cancel := context.WithCancel(t.Context())
+		wait := runAll(t, ctx, nodes)
+		defer func() { cancel(); wait() }()
+		spread := int64(0)
+		if !waitFor(20*time.Second, func() bool {
+			hi := int64(0)
+			for _, nd := range nodes {
+				hi = max(hi, nd.Step())
+			}
+			spread = max(spread, hi-minStep(nodes))
+			return minStep(nodes) >= 30
+		}) {
+			t.Fatalf("not every node reached step 30: lowest at %d", minStep(nodes))
+		}
+		behind := 0.0
+		for _, nd := range nodes {
+			behind += counterValue(nd.m.knownBehind)
+		}
+		if behind == 0 {
+			t.Error("no check failed on a peer known behind")
+		}
 		if spread > 4 {
 			t.Errorf("step spread reached %d under pbsp:2", spread)
 		}

@@ -405,6 +405,13 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
+	if k == kin {
+		// Before the reply's step is read: a reply below the asker's
+		// threshold promises it a progress notice (the notices field),
+		// so the asker must be a waiter before this node can advance
+		// past the step it replies with (progress.go).
+		n.noteAsker(from, q.Step)
+	}
 	reply := wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		ctx, cancel := context.WithTimeout(n.life, n.cfg.QueryTimeout)
@@ -438,7 +445,6 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	case otherModel:
 		return false // one answer is all it needs to tell
 	case kin:
-		n.noteAsker(from, q.Step)
 		if q.Step <= n.step.Load() {
 			n.poke() // a peer at or behind us has progressed
 		}

@@ -19,7 +19,9 @@ import "slices"
 //     the first β answers that count. Under pBSP and pSSP a drawn peer
 //     the caller knows at or above the check's threshold (DrawnKnown)
 //     counts without asking, as under BSP and SSP: its answer could not
-//     be behind.
+//     be behind. And a drawn peer known to be below the threshold until
+//     it says otherwise (Known.Below: it promised a progress notice)
+//     fails the check at once, as its answer would: nothing is asked.
 //   - A check of a global barrier (BSP, SSP, DSSP) asks every known peer
 //     that may lag, at most GlobalQueries at a time, those never seen
 //     first, then the lowest known steps. Under BSP and SSP a peer known
@@ -53,22 +55,23 @@ type Checker struct {
 	wokenUp bool    // a progress report came during a check
 
 	// The check in progress.
-	draw      int // drawing: how many peers to draw
-	want      int
-	budget    int
-	asked     []string
-	out       []pending // queries in flight
-	spares    []string
-	replacing int // replacements owed to a pending draw
-	obs       []Observation
-	answered  int
-	hedged    int
-	cached    int
-	counted   []string // a sampled check's peers counted without asking
-	cands     []Known  // a global check's peers to ask, in order
-	next      int      // the next of cands to ask
-	ask       []string
-	ready     CheckOut // what Ready returns next
+	draw        int // drawing: how many peers to draw
+	want        int
+	budget      int
+	asked       []string
+	out         []pending // queries in flight
+	spares      []string
+	replacing   int // replacements owed to a pending draw
+	obs         []Observation
+	answered    int
+	hedged      int
+	cached      int
+	knownBehind bool     // the check failed on a peer known below its threshold
+	counted     []string // a sampled check's peers counted without asking
+	cands       []Known  // a global check's peers to ask, in order
+	next        int      // the next of cands to ask
+	ask         []string
+	ready       CheckOut // what Ready returns next
 }
 
 type phase uint8
@@ -105,6 +108,11 @@ type Known struct {
 	Peer string
 	Step Step
 	Seen bool // false: no step known (Step is ignored)
+	// Below > 0: the peer's step is known to be below Below until it
+	// says otherwise: its last answer was below Below, and it promised to
+	// tell the node when it reaches Below (a progress notice). Only a
+	// sampled check's DrawnKnown reads it.
+	Below Step
 }
 
 // CheckStart begins a barrier. Population is the estimated number of
@@ -153,6 +161,9 @@ type CheckStats struct {
 	Hedged    int  // slow peers a fresh draw was asked beside
 	Cached    int  // peers counted without asking (known at or above the threshold)
 	EarlyFail bool // the check ended at the first answer behind its threshold
+	// KnownBehind: the check failed, unasked, on a drawn peer known to be
+	// below its threshold (Known.Below); EarlyFail is set too.
+	KnownBehind bool
 }
 
 // NewChecker returns a Checker for cfg deciding with d (NewDecider(cfg.Spec)
@@ -188,9 +199,12 @@ func (c *Checker) Drawn(peers []string, heardLately bool, now float64) {
 // of another length than peers is ignored, as nothing known). Under a
 // static sampled barrier (pBSP, pSSP) a peer of the check's sample known
 // at or above its threshold is counted without asking: steps only grow,
-// so its answer could not be behind. Replacement draws are always asked.
-// The caller should know steps only from answers it accepted (those its
-// screen passed, say), since they count as answers do.
+// so its answer could not be behind. A peer of the sample known to be
+// below the threshold (Below at or under it) fails the check at once,
+// unasked, as its answer would have: the first such peer is the check's
+// one observation, at its known Step. Replacement draws are always
+// asked. The caller should know steps only from answers it accepted
+// (those its screen passed, say), since they count as answers do.
 func (c *Checker) DrawnKnown(peers []string, known []Known, heardLately bool, now float64) {
 	if len(known) != len(peers) {
 		known = nil
@@ -276,6 +290,7 @@ func (c *Checker) begin(now float64) CheckOut {
 	c.asked, c.out, c.spares, c.obs, c.cands, c.ask = c.asked[:0], c.out[:0], c.spares[:0], c.obs[:0], c.cands[:0], c.ask[:0]
 	c.counted = c.counted[:0]
 	c.replacing, c.answered, c.hedged, c.cached, c.next, c.want, c.budget = 0, 0, 0, 0, 0, 0, 0
+	c.knownBehind = false
 	switch {
 	case sp.Kind == ASP:
 		return c.decide(now, false, false)
@@ -298,6 +313,19 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 	if c.want == 0 && len(c.asked) == 0 && len(c.counted) == 0 { // the check's sample
 		sp := c.cfg.Spec
 		threshold := c.self - Step(sp.BaseStaleness())
+		if known != nil && !sp.Dynamic() {
+			for i, k := range known {
+				if k.Below > 0 && k.Below <= threshold && !c.inSample(peers[i]) {
+					step := k.Below - 1 // at most; its last answer if known
+					if k.Seen {
+						step = min(step, k.Step)
+					}
+					c.obs = append(c.obs, Observation{Peer: peers[i], Step: step})
+					c.cached, c.knownBehind = 1, true
+					return c.decide(now, heardLately, true)
+				}
+			}
+		}
 		for i, p := range peers {
 			switch {
 			case c.inSample(p):
@@ -552,7 +580,7 @@ func (c *Checker) decide(now float64, heardLately, early bool) CheckOut {
 	out := CheckOut{
 		Done: true, Decision: d, Isolated: iso,
 		Stats: CheckStats{Asked: len(c.asked), Answered: c.answered, Observed: len(c.obs),
-			Hedged: c.hedged, Cached: c.cached, EarlyFail: early},
+			Hedged: c.hedged, Cached: c.cached, EarlyFail: early, KnownBehind: c.knownBehind},
 	}
 	c.out = c.out[:0]
 	c.checked = now

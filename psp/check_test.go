@@ -230,6 +230,33 @@ func TestChecker(t *testing.T) {
 			{op: "fail", peers: []string{"c"}, draw: 6},
 			{op: "drawn", peers: []string{"a", "b", "c"}, done: true, iso: true},
 		}},
+		{"pbsp: a drawn peer known below the threshold fails the check unasked", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{}, {Step: 3, Seen: true, Below: 5}, {Step: 5, Seen: true}},
+				ask: []string{}, done: true, early: true, wake: 0.025},
+			{op: "tick", now: 0.025, draw: 3},
+		}},
+		{"pbsp: a promise for a step above the threshold says nothing now", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{Step: 4, Seen: true, Below: 6}, {Step: 5, Seen: true}, {}},
+				ask: []string{"a", "c"}},
+			{op: "answer", peers: []string{"a"}, step: 5},
+			{op: "answer", peers: []string{"c"}, step: 5, done: true, pass: true},
+		}},
+		{"pssp: known below the step less staleness fails it", pssp, 5, []ev{
+			{op: "start", draw: 2},
+			{op: "drawnKnown", peers: []string{"a", "b"}, known: []Known{{}, {Step: 2, Seen: true, Below: 4}}, ask: []string{}, done: true, early: true},
+		}},
+		{"pdssp: dynamic, so a peer known below is still asked", pdssp, 5, []ev{
+			{op: "start", draw: 2},
+			{op: "drawnKnown", peers: []string{"a", "b"}, known: []Known{{Step: 1, Seen: true, Below: 2}, {}}, ask: []string{"a", "b"}},
+		}},
+		{"pbsp: a replacement draw known below is asked all the same", pbsp, 5, []ev{
+			{op: "start", draw: 3},
+			{op: "drawnKnown", peers: []string{"a", "b", "c"}, known: []Known{{}, {}, {}}, ask: []string{"a", "b", "c"}},
+			{op: "fail", peers: []string{"a"}, draw: 6},
+			{op: "drawn", peers: []string{"a", "b", "c", "d"}, ask: []string{"d"}},
+		}},
 		{"bsp: peers seen at the step count without asking", bsp, 5, []ev{
 			{op: "start", wantKnow: true},
 			{op: "known", known: []Known{{Peer: "a", Step: 5, Seen: true}, {Peer: "b", Step: 9, Seen: true}}, done: true, pass: true},
@@ -341,5 +368,31 @@ func TestBarrierTiming(t *testing.T) {
 			!near(got.Hedge, tc.want.Hedge) || !near(got.Timeout, tc.want.Timeout) {
 			t.Errorf("%s: %+v, want %+v", tc.name, got, tc.want)
 		}
+	}
+}
+
+// A check that fails on a peer known below its threshold asks nobody, is
+// not isolated, and observes that one peer at its last known step.
+func TestCheckerKnownBehindStats(t *testing.T) {
+	c := NewChecker(CheckConfig{Spec: Spec{Kind: PBSP, Beta: 2}, Replacements: 2, Timing: testTiming}, nil)
+	c.Start(CheckStart{Self: 7, Population: 10, Compute: 1, RTT: 0.01})
+	c.Ready()
+	c.DrawnKnown([]string{"a", "b"}, []Known{{Step: 8, Seen: true}, {Step: 4, Seen: true, Below: 7}}, true, 0)
+	out := c.Ready()
+	st := out.Stats
+	if !out.Done || out.Pass || out.Isolated || st.Asked != 0 || st.Observed != 1 || !st.KnownBehind || !st.EarlyFail {
+		t.Fatalf("check: %+v", out)
+	}
+	if obs := c.Observations(); len(obs) != 1 || obs[0] != (Observation{Peer: "b", Step: 4}) {
+		t.Fatalf("observations %+v, want b at 4", obs)
+	}
+	// The next check starts afresh: nothing known, all asked.
+	c.Tick(out.Wake)
+	if r := c.Ready(); r.Draw != 2 {
+		t.Fatalf("next check: %+v", r)
+	}
+	c.DrawnKnown([]string{"a", "b"}, []Known{{}, {}}, true, out.Wake)
+	if r := c.Ready(); len(r.Ask) != 2 || r.Done {
+		t.Fatalf("next check asks %v (done %v)", r.Ask, r.Done)
 	}
 }

@@ -27,6 +27,11 @@ import (
 //	2 model     8 bytes  model id u32 | parameter count u32, big-endian;
 //	                     absent while the sender's model is not fixed (a
 //	                     driven node before its first trainer)
+//	3 notices   4 bytes  staleness bound u32, big-endian: the sender sends
+//	                     progress notices (docs/protocols.md, 6.6), and an
+//	                     asker whose step minus this bound is above the
+//	                     sender's step is told when the sender reaches it;
+//	                     absent from a sender that sends none
 //
 // A node keeps, per stream, what each side last sent (package node,
 // stepconn.go).
@@ -38,10 +43,12 @@ import (
 const (
 	fieldGenesis = 1
 	fieldModel   = 2
+	fieldNotices = 3
 
 	// GenesisLen is the length of a genesis (node.Genesis).
-	GenesisLen    = 16
-	modelFieldLen = 8
+	GenesisLen      = 16
+	modelFieldLen   = 8
+	noticesFieldLen = 4
 	// MaxStepFrameExt caps a 1.1.0 step message: the 1.0.0 body and room
 	// for fields this version does not know.
 	MaxStepFrameExt = 255
@@ -59,6 +66,13 @@ type StepExt struct {
 	HasModel bool
 	ModelID  uint32
 	Params   uint32
+	// Notices says whether the sender sends progress notices: a reply
+	// whose step is below the request's step minus Staleness promises the
+	// asker a notice (a query of the sender's) when the sender reaches
+	// that threshold, within the sender's waiter lifetime. Staleness is
+	// the bound of the sender's barrier (psp.Spec.BaseStaleness).
+	Notices   bool
+	Staleness uint32
 }
 
 // appendStepExt appends e's fields to b.
@@ -72,6 +86,10 @@ func appendStepExt(b []byte, e StepExt) []byte {
 		b = binary.BigEndian.AppendUint32(b, e.ModelID)
 		b = binary.BigEndian.AppendUint32(b, e.Params)
 	}
+	if e.Notices {
+		b = append(b, fieldNotices, noticesFieldLen)
+		b = binary.BigEndian.AppendUint32(b, e.Staleness)
+	}
 	return b
 }
 
@@ -83,6 +101,9 @@ func stepExtLen(e StepExt) int {
 	}
 	if e.HasModel {
 		n += 2 + modelFieldLen
+	}
+	if e.Notices {
+		n += 2 + noticesFieldLen
 	}
 	return n
 }
@@ -120,6 +141,12 @@ func parseStepExt(b []byte) (StepExt, error) {
 			e.HasModel = true
 			e.ModelID = binary.BigEndian.Uint32(v)
 			e.Params = binary.BigEndian.Uint32(v[4:])
+		case fieldNotices:
+			if n != noticesFieldLen {
+				return StepExt{}, fmt.Errorf("%w: notices field of %d bytes, want %d", ErrMalformed, n, noticesFieldLen)
+			}
+			e.Notices = true
+			e.Staleness = binary.BigEndian.Uint32(v)
 		}
 		b = b[2+n:]
 	}

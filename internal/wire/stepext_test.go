@@ -32,6 +32,8 @@ func TestStepExtExamples(t *testing.T) {
 			MarshalStepRequestExt(StepRequest{Step: 42, Estimate: 199.5}, *linreg)},
 		{"reply", "360100000000000000002840690000000000003ff4000000000000" + "01101816687ec05700000102030405060708" + "02081f8601fc00000015",
 			MarshalStepReplyExt(StepReply{Step: 40, Estimate: 200, Interval: 1.25}, *linreg)},
+		{"reply with notices", "3c0100000000000000002840690000000000003ff400000000000001101816687ec0570000010203040506070802081f8601fc00000015030400000004",
+			MarshalStepReplyExt(StepReply{Step: 40, Estimate: 200, Interval: 1.25}, StepExt{Genesis: exampleGenesis, HasModel: true, ModelID: 0x1f8601fc, Params: 21, Notices: true, Staleness: 4})},
 		{"no fields", "1a0100000000000000002840690000000000003ff4000000000000",
 			MarshalStepReplyExt(StepReply{Step: 40, Estimate: 200, Interval: 1.25}, StepExt{})},
 		{"no model yet", "2c0100000000000000002840690000000000003ff4000000000000" + "01101816687ec05700000102030405060708",
@@ -53,7 +55,7 @@ func TestStepExtExamples(t *testing.T) {
 }
 
 func TestStepExtRoundTrip(t *testing.T) {
-	for _, e := range []StepExt{{}, {Genesis: exampleGenesis}, {HasModel: true}, {Genesis: [GenesisLen]byte{0x18, 15: 9}, HasModel: true, ModelID: 7, Params: math.MaxUint32}} {
+	for _, e := range []StepExt{{}, {Genesis: exampleGenesis}, {HasModel: true}, {Notices: true}, {Genesis: [GenesisLen]byte{0x18, 15: 9}, HasModel: true, ModelID: 7, Params: math.MaxUint32, Notices: true, Staleness: 4}} {
 		q := StepRequest{Leaving: true, Step: 9, Estimate: 3}
 		got, err := UnmarshalStepRequestExt(MarshalStepRequestExt(q, e))
 		if err != nil || got.Ext == nil || *got.Ext != e || got.Step != 9 || !got.Leaving || got.Estimate != 3 {
@@ -84,6 +86,8 @@ func TestStepExtRejects(t *testing.T) {
 		"genesis length":   cat([]byte{fieldGenesis, 15}, exampleGenesis[:15]),
 		"zero genesis":     cat([]byte{fieldGenesis, GenesisLen}, make([]byte, GenesisLen)),
 		"model length":     {fieldModel, 4, 0, 0, 0, 1},
+		"notices length":   {fieldNotices, 1, 0},
+		"notices first":    cat([]byte{fieldNotices, noticesFieldLen, 0, 0, 0, 0}, gen),
 		"out of order":     cat(model, gen),
 		"twice":            cat(gen, gen),
 		"unknown, cut":     {9, 5, 1, 2},

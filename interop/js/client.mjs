@@ -233,7 +233,7 @@ function modelField (id, n) {
   return [2, v]
 }
 function parseStepFields (b) {
-  const out = { genesis: null, model: null, unknown: 0 }
+  const out = { genesis: null, model: null, notices: null, unknown: 0 }
   let last = -1
   let i = 0
   while (i < b.length) {
@@ -252,6 +252,9 @@ function parseStepFields (b) {
       check(len === 8, `model field of ${len} bytes`)
       const dv = new DataView(v.buffer, v.byteOffset, v.byteLength)
       out.model = { id: dv.getUint32(0), n: dv.getUint32(4) }
+    } else if (tag === 3) {
+      check(len === 4, `notices field of ${len} bytes`)
+      out.notices = new DataView(v.buffer, v.byteOffset, v.byteLength).getUint32(0)
     } else {
       out.unknown++
     }
@@ -662,18 +665,18 @@ await run('step11', async () => {
     const stream = await node.dialProtocol(id, proto.step11, { signal })
     const bytes = byteStream(stream)
     const replies = []
-    let heard = { genesis: null, model: null }
+    let heard = { genesis: null, model: null, notices: null }
     for (let i = 0; i < 2; i++) {
       const fields = i === 0 ? [modelField(modelId, nParams), [200, hex('00ff')]] : []
       await bytes.write(frame(stepRequest11(1, 0, 0, fields)), { signal })
       const body = await readFrame(bytes, 255, signal)
       check(body != null, 'end of stream before the reply')
       const r = parseStepReply11(body)
-      if (r.genesis == null && r.model == null) {
+      if (r.genesis == null && r.model == null && r.notices == null) {
         check(i > 0, `node ${id} sent no fields in its first reply on the stream`)
         Object.assign(r, heard) // "as before on this stream"
       } else {
-        heard = { genesis: r.genesis, model: r.model }
+        heard = { genesis: r.genesis, model: r.model, notices: r.notices }
       }
       replies.push(r)
     }
@@ -683,6 +686,9 @@ await run('step11', async () => {
       check(r.model != null && r.model.id === modelId && r.model.n === nParams,
         `node ${id} says model ${JSON.stringify(r.model)}, want id 0x${modelId.toString(16)} with ${nParams} parameters`)
       check(r.genesis != null, `node ${id} says no genesis`)
+      // The nodes run pSSP(2, 4): they send progress notices, with the
+      // staleness bound 4 (6.6, 6.12).
+      check(r.notices === 4, `node ${id} says notices ${r.notices}, want the staleness bound 4 of pssp:2:4`)
       check(r.unknown === 0, `node ${id} sent fields 6.12 does not define`)
     }
     check(replies[0].genesis === replies[1].genesis, `node ${id} changed its genesis between two replies`)
