@@ -128,7 +128,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			continue
 		case rd.Known:
 			peers := n.ov.Peers()
-			ck.Known(n.progress.knownAll(peers), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
+			ck.Known(n.progress.knownAll(peers, time.Now()), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
 			continue
 		}
 		var tick <-chan time.Time

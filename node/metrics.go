@@ -96,7 +96,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		earlyFail:    c("barrier_checks_early_fail_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that ended at the first answer below the threshold, before the other peers asked answered."),
 		pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
-		knownBehind:  c("barrier_checks_known_behind_total", "Sampled barrier checks that failed without asking, on a drawn peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
+		knownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
 		waits:        newRing(4096),
 		checkL:       newRing(4096),
 		rtts:         newRing(4096),

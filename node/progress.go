@@ -30,12 +30,13 @@ import (
 //     reports refused (distrust: it went backwards). A step a peer claims
 //     in a query of its own is no answer, and counts for the global
 //     barriers only, as before.
-//   - And a drawn peer known to be below the check's threshold fails it
-//     without asking (promise): its last answer was below, and it
+//   - A peer known to be below a check's threshold (a drawn one, for a
+//     sampled barrier) fails it without asking, under every static
+//     barrier (promise): its last answer was below, and it
 //     promised a progress notice (below) when it reaches that threshold,
 //     so until a notice or any later sign of a higher step comes, its
 //     answer would still be behind. The promise is held for at most
-//     promiseSteps of this node's mean step time and half the
+//     promiseSteps of this node's mean compute time per step and half the
 //     answerer's waiter lifetime, so a notice lost costs a few steps'
 //     knowledge, never a stuck barrier.
 //   - A waiting node learns of progress when a peer it waits for advances.
@@ -187,15 +188,20 @@ func (g *progress) known(p peer.ID) (int64, bool) {
 	return s.any, ok && s.any >= 0
 }
 
-// knownAll is known for each of peers, under one lock, as a global
-// barrier check takes them (psp.Checker.Known).
-func (g *progress) knownAll(peers []peer.ID) []psp.Known {
+// knownAll is known for each of peers, with the promise of a notice it
+// holds at now, under one lock, as a global barrier check takes them
+// (psp.Checker.Known).
+func (g *progress) knownAll(peers []peer.ID, now time.Time) []psp.Known {
 	out := make([]psp.Known, len(peers))
+	ns := now.UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, p := range peers {
 		s, ok := g.seen[p]
 		out[i] = psp.Known{Peer: string(p), Step: s.any, Seen: ok && s.any >= 0}
+		if s.below > 0 && ns < s.belowBy {
+			out[i].Below = s.below
+		}
 	}
 	return out
 }

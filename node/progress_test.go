@@ -315,34 +315,46 @@ func TestPromisedNoticeIsKept(t *testing.T) {
 	})
 }
 
-// Waiting pSSP nodes fail checks on peers known below the threshold
-// without asking them, and the barrier still holds.
-func TestSampledCheckFailsOnKnownBehind(t *testing.T) {
-	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 5, "pbsp:2", 0.01)
-		ctx, cancel := context.WithCancel(t.Context())
-		wait := runAll(t, ctx, nodes)
-		defer func() { cancel(); wait() }()
-		spread := int64(0)
-		if !waitFor(20*time.Second, func() bool {
-			hi := int64(0)
-			for _, nd := range nodes {
-				hi = max(hi, nd.Step())
-			}
-			spread = max(spread, hi-minStep(nodes))
-			return minStep(nodes) >= 30
-		}) {
-			t.Fatalf("not every node reached step 30: lowest at %d", minStep(nodes))
-		}
-		behind := 0.0
-		for _, nd := range nodes {
-			behind += counterValue(nd.m.knownBehind)
-		}
-		if behind == 0 {
-			t.Error("no check failed on a peer known behind")
-		}
-		if spread > 4 {
-			t.Errorf("step spread reached %d under pbsp:2", spread)
-		}
-	})
+// Waiting nodes fail checks on peers known below the threshold without
+// asking them (sampled and global barriers alike), and the barrier still
+// holds.
+func TestChecksFailOnKnownBehind(t *testing.T) {
+	for _, tc := range []struct {
+		barrier string
+		spread  int64 // the most steps between the fastest and the slowest
+	}{
+		{"pbsp:2", 4}, // β = 2 of 4 others: a node passes only with two peers at its step
+		{"bsp", 1},
+		{"ssp:2", 3},
+	} {
+		t.Run(tc.barrier, func(t *testing.T) {
+			vclock.Test(t, func(t *testing.T) {
+				nodes := memNodes(t, 5, tc.barrier, 0.01)
+				ctx, cancel := context.WithCancel(t.Context())
+				wait := runAll(t, ctx, nodes)
+				defer func() { cancel(); wait() }()
+				spread := int64(0)
+				if !waitFor(20*time.Second, func() bool {
+					hi := int64(0)
+					for _, nd := range nodes {
+						hi = max(hi, nd.Step())
+					}
+					spread = max(spread, hi-minStep(nodes))
+					return minStep(nodes) >= 30
+				}) {
+					t.Fatalf("not every node reached step 30: lowest at %d", minStep(nodes))
+				}
+				behind := 0.0
+				for _, nd := range nodes {
+					behind += counterValue(nd.m.knownBehind)
+				}
+				if behind == 0 {
+					t.Error("no check failed on a peer known behind")
+				}
+				if spread > tc.spread {
+					t.Errorf("step spread reached %d under %s, want at most %d", spread, tc.barrier, tc.spread)
+				}
+			})
+		})
+	}
 }

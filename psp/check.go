@@ -26,7 +26,8 @@ import "slices"
 //     that may lag, at most GlobalQueries at a time, those never seen
 //     first, then the lowest known steps. Under BSP and SSP a peer known
 //     to be at or above the check's threshold is counted without asking
-//     (steps only grow).
+//     (steps only grow), and one known below it until it says otherwise
+//     (Known.Below) fails the check at once, unasked.
 //   - A static barrier's check (all but DSSP and pDSSP) ends at the first
 //     answer behind its threshold: one such answer fails it whatever the
 //     others say (Behind).
@@ -110,8 +111,8 @@ type Known struct {
 	Seen bool // false: no step known (Step is ignored)
 	// Below > 0: the peer's step is known to be below Below until it
 	// says otherwise: its last answer was below Below, and it promised to
-	// tell the node when it reaches Below (a progress notice). Only a
-	// sampled check's DrawnKnown reads it.
+	// tell the node when it reaches Below (a progress notice). Read by
+	// the checks of static barriers (all but DSSP and pDSSP).
 	Below Step
 }
 
@@ -213,7 +214,9 @@ func (c *Checker) DrawnKnown(peers []string, known []Known, heardLately bool, no
 }
 
 // Known takes a global check's peers (Ready's Known): every known peer,
-// with its known step. heardLately is as for Drawn.
+// with its known step. Under BSP and SSP a peer known below the check's
+// threshold (Below at or under it) fails the check at once, unasked, as
+// under DrawnKnown. heardLately is as for Drawn.
 func (c *Checker) Known(peers []Known, heardLately bool, now float64) {
 	c.put(c.known(peers, heardLately, now))
 }
@@ -316,12 +319,8 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 		if known != nil && !sp.Dynamic() {
 			for i, k := range known {
 				if k.Below > 0 && k.Below <= threshold && !c.inSample(peers[i]) {
-					step := k.Below - 1 // at most; its last answer if known
-					if k.Seen {
-						step = min(step, k.Step)
-					}
-					c.obs = append(c.obs, Observation{Peer: peers[i], Step: step})
-					c.cached, c.knownBehind = 1, true
+					k.Peer = peers[i]
+					c.failKnownBehind(k)
 					return c.decide(now, heardLately, true)
 				}
 			}
@@ -370,6 +369,15 @@ func (c *Checker) known(peers []Known, heardLately bool, now float64) CheckOut {
 	sp := c.cfg.Spec
 	static := !sp.Dynamic()
 	threshold := c.self - Step(sp.BaseStaleness())
+	if static {
+		for _, k := range peers {
+			if k.Below > 0 && k.Below <= threshold {
+				c.failKnownBehind(k)
+				c.phase = asking
+				return c.decide(now, heardLately, true)
+			}
+		}
+	}
 	for _, k := range peers {
 		if static && k.Seen && k.Step >= threshold {
 			c.obs = append(c.obs, Observation{Peer: k.Peer, Step: k.Step})
@@ -395,6 +403,18 @@ func (c *Checker) known(peers []Known, heardLately bool, now float64) CheckOut {
 		return c.decide(now, heardLately, false)
 	}
 	return c.progress(now)
+}
+
+// failKnownBehind makes k, a peer known to be below the check's
+// threshold, the check's one observation, at its last known step (at
+// most Below − 1), counted without asking.
+func (c *Checker) failKnownBehind(k Known) {
+	step := k.Below - 1
+	if k.Seen {
+		step = min(step, k.Step)
+	}
+	c.obs = append(c.obs[:0], Observation{Peer: k.Peer, Step: step})
+	c.cached, c.knownBehind = 1, true
 }
 
 // answer is Answer.

@@ -268,6 +268,20 @@ func TestChecker(t *testing.T) {
 			{op: "answer", peers: []string{"c"}, step: 5},
 			{op: "answer", peers: []string{"d"}, step: 4, done: true, early: true},
 		}},
+		{"bsp: a peer known below the step fails the check unasked", bsp, 5, []ev{
+			{op: "start", wantKnow: true},
+			{op: "known", known: []Known{{Peer: "a"}, {Peer: "b", Step: 3, Seen: true, Below: 5}, {Peer: "c", Step: 2, Seen: true}},
+				ask: []string{}, done: true, early: true},
+		}},
+		{"ssp: a promise above the threshold says nothing now", Spec{Kind: SSP, Staleness: 2}, 5, []ev{
+			{op: "start", wantKnow: true},
+			{op: "known", known: []Known{{Peer: "a", Step: 2, Seen: true, Below: 4}}, ask: []string{"a"}},
+			{op: "answer", peers: []string{"a"}, step: 3, done: true, pass: true},
+		}},
+		{"dssp: dynamic, so a peer known below is asked", Spec{Kind: DSSP, Staleness: 1, Upper: 3}, 5, []ev{
+			{op: "start", wantKnow: true},
+			{op: "known", known: []Known{{Peer: "a", Step: 1, Seen: true, Below: 2}}, ask: []string{"a"}},
+		}},
 		{"bsp: every lagging peer caught up", bsp, 5, []ev{
 			{op: "start", wantKnow: true},
 			{op: "known", known: []Known{{Peer: "a", Step: 3, Seen: true}}, ask: []string{"a"}},
