@@ -26,12 +26,14 @@ import (
 //     memory grows with N² × the update's size; under epidemic:S a node
 //     holds S+4 copies of its model;
 //   - CPU: the nodes' barrier checks and background work (DHT, overlay,
-//     GossipSub heartbeats), about N × (0.0015 + 0.000035 × min(N, 500))
+//     GossipSub heartbeats), about N × (0.0006 + 0.0000105 × min(N, 500))
 //     CPU-seconds per paper second (the run's clock over the time scale: a
 //     step takes as many checks and messages at any scale) under pBSP and
-//     BSP, whose waiting nodes re-check often, and 0.3 of that under the
-//     other barriers; plus, under gossip with a model, about 100 µs + 18 ns
-//     per byte for each copy of an update a node takes in;
+//     BSP, whose waiting nodes re-check often, and 0.4 of that under the
+//     other barriers; plus joining, about N × 0.00038 × min(N, 500)
+//     CPU-seconds (a node dials and identifies about min(N, 500) peers in
+//     its first minute); plus, under gossip with a model, about 100 µs +
+//     18 ns per byte for each copy of an update a node takes in;
 //   - wall: the CPU over the machine's cores, at the share a testnet gets
 //     (about 1.6 of 2 cores).
 type Estimate struct {
@@ -54,11 +56,11 @@ func estimate(cfg Config, params, cores int) Estimate {
 	if cfg.TimeScale > 0 {
 		paperS = runS / cfg.TimeScale
 	}
-	perPaperS := 0.0015 + 0.000035*math.Min(n, 500)
+	perPaperS := 0.0006 + 0.0000105*math.Min(n, 500)
 	if k := cfg.Barrier.Kind; k != psp.PBSP && k != psp.BSP {
-		perPaperS *= 0.3
+		perPaperS *= 0.4
 	}
-	e.CPUS = n * paperS * perPaperS
+	e.CPUS = n*paperS*perPaperS + n*0.00038*math.Min(n, 500)
 	if params > 0 {
 		update := float64(4 * params) // dense32; the encodings only shrink it
 		if cfg.Exchange.S > 0 {

@@ -61,10 +61,12 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		params   int
 		measured float64 // CPU-seconds
 	}{
-		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 185.6},
-		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 49.9},
-		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 178.0},
-		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 5.7},
+		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 80.9},
+		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 42.1},
+		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 87.1},
+		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 670.0},
+		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 808.2},
+		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8},
 	} {
 		e := estimate(tc.cfg, tc.params, 2)
 		if r := e.CPUS / tc.measured; r > 1.6 || r < 1/1.6 {
