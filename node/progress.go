@@ -192,38 +192,34 @@ func (g *progress) known(p peer.ID) (int64, bool) {
 // holds at now, under one lock, as a global barrier check takes them
 // (psp.Checker.Known).
 func (g *progress) knownAll(peers []peer.ID, now time.Time) []psp.Known {
-	out := make([]psp.Known, len(peers))
-	ns := now.UnixNano()
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	for i, p := range peers {
-		s, ok := g.seen[p]
-		out[i] = psp.Known{Peer: string(p), Step: s.any, Seen: ok && s.any >= 0}
-		if s.below > 0 && ns < s.belowBy {
-			out[i].Below = s.below
-		}
-	}
-	return out
+	return g.all(peers, now, func(s seenStep) int64 { return s.any })
 }
 
 // vouchedAll is, for each of peers, the highest step the node's screen
 // passed, and the promise of a notice it holds at now, under one lock, as
 // a sampled barrier check takes them (psp.Checker.DrawnKnown).
 func (g *progress) vouchedAll(peers []peer.ID, now time.Time) []psp.Known {
+	return g.all(peers, now, func(s seenStep) int64 { return s.vouched })
+}
+
+// all is, for each of peers, the step step picks of what is known of it
+// (seen if it is not −1), and the promise of a notice held at now.
+func (g *progress) all(peers []peer.ID, now time.Time, step func(seenStep) int64) []psp.Known {
 	out := make([]psp.Known, len(peers))
 	ns := now.UnixNano()
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	for i, p := range peers {
+		out[i].Peer = string(p)
 		s, ok := g.seen[p]
 		if !ok {
 			continue
 		}
-		if s.vouched >= 0 {
-			out[i] = psp.Known{Peer: string(p), Step: s.vouched, Seen: true}
+		if st := step(s); st >= 0 {
+			out[i].Step, out[i].Seen = st, true
 		}
 		if s.below > 0 && ns < s.belowBy {
-			out[i].Peer, out[i].Below = string(p), s.below
+			out[i].Below = s.below
 		}
 	}
 	return out
