@@ -15,6 +15,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -178,6 +179,34 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 		}
 		if said == 0 {
 			t.Error("no node of the job said that a peer runs another model")
+		}
+	})
+}
+
+// An answer from a peer of another model that comes after its check
+// stopped waiting (drained) is said like any other: the node that asked
+// may never hear from that peer again (a joiner that learns of the
+// mismatch from the query exits), so keeping quiet there left the
+// mismatch unsaid on the job's side.
+func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		var log syncBuffer
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
+			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
+		})
+		n, stranger := nodes[0], nodes[1].ID()
+		ext := n.ownExt()
+		ext.ModelID++
+		results := make(chan peerAnswer, 1)
+		results <- peerAnswer{p: stranger, a: answer{reply: wire.StepReply{Step: 3, Ext: &ext}}, asked: 1}
+		n.drain(results, 1)
+		if !n.Overlay().HeldOut(stranger) {
+			t.Error("a drained answer of another model: its peer is not held out")
+		}
+		if got := strings.Count(log.String(), "runs another model"); got != 1 {
+			t.Errorf("a drained answer of another model was said %d times, want once:\n%s", got, log.String())
 		}
 	})
 }

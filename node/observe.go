@@ -136,7 +136,9 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 			n.noteLeft(r.p)
 			n.forgetPeer(r.p, &ev)
 		default:
-			switch n.admit(r.p, r.a.reply.Ext, true) { // genesis.go
+			// Not quiet: the peer may never be heard from again (a
+			// joiner that learns of the mismatch from this query exits).
+			switch n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
 			case otherModel: // held out
 				n.unheard(r.p)
 				continue
