@@ -152,7 +152,10 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 		cfg.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
-	cfg.StepStreams = stepStreams(cfg)
+	cfg.StepStreams = stepStreams(cfg, t.cfg.Nodes)
+	if t.cfg.StepStreams > 0 {
+		cfg.StepStreams = t.cfg.StepStreams
+	}
 	// Background overlay work grows with N: past overlay.SharedMachineNodes
 	// the overlay's periods stretch in proportion, so the testnet's total
 	// background load stays that of that many nodes.
@@ -163,14 +166,24 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	return cfg, nil
 }
 
-// stepStreams is how many idle step streams a testnet node keeps: one per
-// connection it may hold, up to half its inbound stream cap (above that an
-// answerer closes each stream after one exchange), and never fewer than
-// the node's default. A node samples its step queries from every peer; at
-// 200 nodes of pBSP(10) the default 64 made 57 % of queries open a new
-// stream, and 256 cut the run's CPU by 1.4× (with 13 % less RSS: fewer
-// streams made and collected).
-func stepStreams(cfg node.Config) int {
+// stepStreams is how many idle step streams a testnet node of an n-node
+// testnet keeps: one per connection it may hold, up to half its inbound
+// stream cap (above that an answerer closes each stream after one
+// exchange), and never fewer than the node's default. A node samples its
+// step queries from every peer; at 200 nodes of pBSP(10) the default 64
+// made 57 % of queries open a new stream, and 256 cut the run's CPU by
+// 1.4× (with 13 % less RSS: fewer streams made and collected).
+//
+// Above 500 nodes a node draws from about 300 peers and an idle stream is
+// evicted within a second, before most are used again: 64 of them were
+// reused by about a fifth of the queries and held a fifth of a node's
+// heap and most of its goroutines (the answerers' side). There 16 cost
+// 5 % more CPU for 11 % less memory (1000 nodes of pSSP(10, 4)), and
+// memory is what limits those runs.
+func stepStreams(cfg node.Config, n int) int {
+	if n > 500 {
+		return 16
+	}
 	return max(cfg.StepStreams, min(cfg.ConnHigh, cfg.MaxInboundStreams/2))
 }
 
@@ -253,7 +266,7 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 	var h host.Host
 	var err error
 	asNode(idx, func() {
-		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Key: id.key, IP: id.ip})
+		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
 	})
 	if err != nil {
 		return nil, err

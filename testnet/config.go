@@ -197,7 +197,14 @@ type Config struct {
 	// and PoolSize its sampler pool; 0 picks them from Nodes (smaller for
 	// large testnets: every connection end costs memory).
 	ConnLow, ConnHigh, PoolSize int
-	Seed                        uint64
+	// ConnGrace is how long a node's connection manager leaves a new
+	// connection untrimmed (0: 20 s); every younger one is held on top
+	// of ConnHigh.
+	ConnGrace time.Duration
+	// StepStreams is how many idle step streams each node keeps for its
+	// next queries (0: one per connection it may hold, see stepStreams).
+	StepStreams int
+	Seed        uint64
 
 	Warmup         time.Duration // longest wait for overlays before training starts
 	RecordEvery    time.Duration // sampling period of the recorder
@@ -349,6 +356,12 @@ func (c Config) Validate() error {
 		bad("connection watermarks %d/%d and pool size %d must be non-negative", c.ConnLow, c.ConnHigh, c.PoolSize)
 	} else if low, high, _ := c.Limits(); high < low {
 		bad("connection high watermark %d is below the low watermark %d", high, low)
+	}
+	if c.ConnGrace < 0 {
+		bad("connection grace period %v must be non-negative", c.ConnGrace)
+	}
+	if c.StepStreams < 0 {
+		bad("idle step streams %d must be non-negative", c.StepStreams)
 	}
 	if c.Warmup < 0 {
 		bad("warm-up %v: want a duration >= 0", c.Warmup)

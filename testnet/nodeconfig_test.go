@@ -46,6 +46,12 @@ func handConfig(t *testnet, joining bool) node.Config {
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
 	cfg.StepStreams = max(64, min(cfg.ConnHigh, 256))
+	if t.cfg.Nodes > 500 {
+		cfg.StepStreams = 16 // (added with the rule: memory above 500 nodes)
+	}
+	if t.cfg.StepStreams > 0 {
+		cfg.StepStreams = t.cfg.StepStreams
+	}
 	cfg.Overlay = cfg.Overlay.ForSharedMachine(t.cfg.Nodes)
 	if t.cfg.NoSybilDefence {
 		cfg.Overlay.PerAddress = 0
@@ -77,6 +83,8 @@ func TestNodeConfigAsByHand(t *testing.T) {
 		{"top-k, poll share", func(c *Config) { c.Encoding, c.PollShare = "topk16", 0.25 }},
 		{"epidemic", func(c *Config) { c.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 3} }},
 		{"seed", func(c *Config) { c.Seed = 42 }},
+		{"step streams set", func(c *Config) { c.StepStreams = 8 }},
+		{"1000 nodes, step streams set", func(c *Config) { c.Nodes, c.StepStreams = 1000, 100 }},
 	} {
 		for _, joining := range []bool{false, true} {
 			c := DefaultConfig()
@@ -114,7 +122,8 @@ func TestNodeConfigAsByHand(t *testing.T) {
 // connection manager never trims connections that sampling would dial
 // again; above, the watermarks bound memory. A node keeps an idle step
 // stream to as many peers as it holds connections to, up to half its
-// inbound stream cap: up to 257 nodes, to every peer.
+// inbound stream cap: up to 257 nodes, to every peer. Above 500 nodes,
+// where an idle stream is seldom used again, it keeps 16.
 func TestLimitsByNodes(t *testing.T) {
 	for _, tc := range []struct {
 		nodes     int
@@ -134,6 +143,12 @@ func TestLimitsByNodes(t *testing.T) {
 		nc, err := tn.nodeConfig(false)
 		if err != nil {
 			t.Fatal(err)
+		}
+		if tc.nodes > 500 {
+			if nc.StepStreams != 16 {
+				t.Errorf("%d nodes: %d idle step streams, want 16", tc.nodes, nc.StepStreams)
+			}
+			continue
 		}
 		want := min(high, nc.MaxInboundStreams/2)
 		if tc.nodes <= 257 && !tc.trims {

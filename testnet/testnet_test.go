@@ -64,6 +64,8 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.ConnLow, c.ConnHigh = 100, 50 },
 		func(c *Config) { c.ConnLow = 500 }, // above the default high watermark
 		func(c *Config) { c.PoolSize = -1 },
+		func(c *Config) { c.ConnGrace = -time.Second },
+		func(c *Config) { c.StepStreams = -1 },
 		func(c *Config) { c.Clock = "wall" },
 		func(c *Config) { c.Transport = "tcp" }, // virtual clock: no real sockets
 		func(c *Config) { c.TimeScale = 0 },     // virtual clock: compute takes no time

@@ -57,9 +57,9 @@ type testnetFlags struct {
 	encoding, transport, cpuQuota, out, logLevel        *string
 	cpuProf, memProf, hostile, latency, bandwidth       *string
 	nodes, nat, victims, prefix                         *int
-	connLow, connHigh, poolSize, gcPercent              *int
+	connLow, connHigh, poolSize, gcPercent, stepStreams *int
 	force, churnReplace                                 *bool
-	duration, warmup, evalEvery, slowDelay              *time.Duration
+	duration, warmup, evalEvery, slowDelay, connGrace   *time.Duration
 	churn, lr, target, loss, normBound                  *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
 	seed                                                *uint64
@@ -114,6 +114,8 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
 	f.connLow = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 16 above 500 nodes, 24 over tcp)")
 	f.connHigh = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 512 above 100 nodes (so none is trimmed up to 500), 48 above 500, 64 over tcp)")
+	f.connGrace = fs.Duration("conn-grace", 0, "how long each node's connection manager leaves a new connection untrimmed, in virtual time, on --transport mem (0: 20s); younger connections are held above --conn-high")
+	f.stepStreams = fs.Int("step-streams", 0, "idle step streams each node keeps for its next queries (0: by --nodes: as many as its --conn-high, at least 64, at most half its inbound stream cap; 16 above 500 nodes)")
 	f.poolSize = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
 	f.force = fs.Bool("force", false, "run even when the run's memory estimate exceeds the memory this machine has available (it is refused otherwise)")
 	f.gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
@@ -245,6 +247,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.PollShare = f.pollShare.x
 	cfg.Exchange = f.exchange
 	cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *f.connLow, *f.connHigh, *f.poolSize
+	cfg.ConnGrace, cfg.StepStreams = *f.connGrace, *f.stepStreams
 	cfg.NAT, cfg.NodeLogLevel = *f.nat, *f.logLevel
 	var err error
 	if cfg.CPUQuota, err = testnet.ParseCPUQuota(*f.cpuQuota); err != nil {

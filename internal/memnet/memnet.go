@@ -243,6 +243,10 @@ func (n *Net) NewHost(low, high int) (*Host, error) {
 // HostOptions describe a host for NewHostWith.
 type HostOptions struct {
 	Low, High int // connection-manager watermarks
+	// Grace is how long the connection manager leaves a new connection
+	// untrimmed (0: 20 s). Every connection younger than it is held on top
+	// of High.
+	Grace time.Duration
 	// Key is the host's identity; nil takes the network's next key (a
 	// function of Config.Seed and the order hosts are added).
 	Key crypto.PrivKey
@@ -281,7 +285,10 @@ func (n *Net) newIPLocked() net.IP {
 
 // NewHostWith adds a host as o describes.
 func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
-	low, high := o.Low, o.High
+	low, high, grace := o.Low, o.High, o.Grace
+	if grace <= 0 {
+		grace = 20 * time.Second
+	}
 	// mocknet's GenPeer makes ECDSA keys; real nodes use Ed25519, whose
 	// signatures (every GossipSub message is signed and verified) cost
 	// a third as much to check.
@@ -327,7 +334,7 @@ func (n *Net) NewHostWith(o HostOptions) (*Host, error) {
 	}
 	pn := &peerNet{net: n, id: id, pub: sk.GetPublic(), addr: addr, ps: ps, emitter: emitter,
 		done: make(chan struct{}), conns: make(map[peer.ID][]*conn), notifs: make(map[network.Notifiee]struct{})}
-	cm, err := bcm.NewConnManager(low, high, bcm.WithGracePeriod(20*time.Second), bcm.WithSilencePeriod(5*time.Second))
+	cm, err := bcm.NewConnManager(low, high, bcm.WithGracePeriod(grace), bcm.WithSilencePeriod(5*time.Second))
 	if err != nil {
 		return nil, fmt.Errorf("memnet: %w", err)
 	}
