@@ -152,7 +152,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 		cfg.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
-	cfg.StepStreams = stepStreams(cfg, t.cfg.Nodes)
+	cfg.StepStreams = stepStreams(cfg)
 	if t.cfg.StepStreams > 0 {
 		cfg.StepStreams = t.cfg.StepStreams
 	}
@@ -166,24 +166,16 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	return cfg, nil
 }
 
-// stepStreams is how many idle step streams a testnet node of an n-node
-// testnet keeps: one per connection it may hold, up to half its inbound
-// stream cap (above that an answerer closes each stream after one
-// exchange), and never fewer than the node's default. A node samples its
-// step queries from every peer; at 200 nodes of pBSP(10) the default 64
-// made 57 % of queries open a new stream, and 256 cut the run's CPU by
-// 1.4× (with 13 % less RSS: fewer streams made and collected).
-//
-// Above 500 nodes a node draws from about 300 peers and an idle stream is
-// evicted within a second, before most are used again: 64 of them were
-// reused by about a fifth of the queries and held a fifth of a node's
-// heap and most of its goroutines (the answerers' side). There 16 cost
-// 5 % more CPU for 11 % less memory (1000 nodes of pSSP(10, 4)), and
-// memory is what limits those runs.
-func stepStreams(cfg node.Config, n int) int {
-	if n > 500 {
-		return 16
-	}
+// stepStreams is how many idle step streams a testnet node keeps: one per
+// connection it may hold, up to half its inbound stream cap (above that an
+// answerer closes each stream after one exchange), and never fewer than
+// the node's default. A node samples its step queries from every peer; at
+// 200 nodes of pBSP(10) the default 64 made 57 % of queries open a new
+// stream, and 256 cut the run's CPU by 1.4× (with 13 % less RSS: fewer
+// streams made and collected). Above 500 nodes fewer would save memory
+// and cost CPU: 16 in place of 64 at 1000 nodes took 5–11 % less RSS and
+// 5–7 % more CPU (Config.StepStreams sets it).
+func stepStreams(cfg node.Config) int {
 	return max(cfg.StepStreams, min(cfg.ConnHigh, cfg.MaxInboundStreams/2))
 }
 

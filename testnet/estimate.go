@@ -20,8 +20,9 @@ import (
 // within 1.6× of them) and good to about a factor of two:
 //
 //   - memory: about 2.5 MiB per node plus up to 5.5 MiB more as the
-//     nodes' connections fill in (most of a node's memory is per
-//     connection: DHT and GossipSub peer state, step streams); under gossip
+//     nodes meet their peers (a node's memory is libp2p's and the
+//     overlay's state per peer met, its connections' state, and its step
+//     streams, in about equal parts); under gossip
 //     with a model, every node holds the job's recent updates in flight, so
 //     memory grows with N² × the update's size; under epidemic:S a node
 //     holds S+4 copies of its model;

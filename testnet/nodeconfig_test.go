@@ -46,9 +46,6 @@ func handConfig(t *testnet, joining bool) node.Config {
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
 	cfg.StepStreams = max(64, min(cfg.ConnHigh, 256))
-	if t.cfg.Nodes > 500 {
-		cfg.StepStreams = 16 // (added with the rule: memory above 500 nodes)
-	}
 	if t.cfg.StepStreams > 0 {
 		cfg.StepStreams = t.cfg.StepStreams
 	}
@@ -122,8 +119,7 @@ func TestNodeConfigAsByHand(t *testing.T) {
 // connection manager never trims connections that sampling would dial
 // again; above, the watermarks bound memory. A node keeps an idle step
 // stream to as many peers as it holds connections to, up to half its
-// inbound stream cap: up to 257 nodes, to every peer. Above 500 nodes,
-// where an idle stream is seldom used again, it keeps 16.
+// inbound stream cap: up to 257 nodes, to every peer.
 func TestLimitsByNodes(t *testing.T) {
 	for _, tc := range []struct {
 		nodes     int
@@ -143,12 +139,6 @@ func TestLimitsByNodes(t *testing.T) {
 		nc, err := tn.nodeConfig(false)
 		if err != nil {
 			t.Fatal(err)
-		}
-		if tc.nodes > 500 {
-			if nc.StepStreams != 16 {
-				t.Errorf("%d nodes: %d idle step streams, want 16", tc.nodes, nc.StepStreams)
-			}
-			continue
 		}
 		want := min(high, nc.MaxInboundStreams/2)
 		if tc.nodes <= 257 && !tc.trims {

@@ -115,7 +115,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.connLow = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 16 above 500 nodes, 24 over tcp)")
 	f.connHigh = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 512 above 100 nodes (so none is trimmed up to 500), 48 above 500, 64 over tcp)")
 	f.connGrace = fs.Duration("conn-grace", 0, "how long each node's connection manager leaves a new connection untrimmed, in virtual time, on --transport mem (0: 20s); younger connections are held above --conn-high")
-	f.stepStreams = fs.Int("step-streams", 0, "idle step streams each node keeps for its next queries (0: by --nodes: as many as its --conn-high, at least 64, at most half its inbound stream cap; 16 above 500 nodes)")
+	f.stepStreams = fs.Int("step-streams", 0, "idle step streams each node keeps for its next queries (0: by --nodes: as many as its --conn-high, at least 64, at most half its inbound stream cap); fewer save memory above 500 nodes and cost CPU")
 	f.poolSize = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
 	f.force = fs.Bool("force", false, "run even when the run's memory estimate exceeds the memory this machine has available (it is refused otherwise)")
 	f.gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins")
