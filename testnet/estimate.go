@@ -17,7 +17,8 @@ import (
 //
 // It is a rough model, fitted to runs of this testnet (mem transport, the
 // default connection limits; TestEstimateFitsMeasuredRuns holds the CPU
-// within 1.6× of them) and good to about a factor of two:
+// within 1.6× of them, and the memory at or above them, within 1.7×) and
+// good to about a factor of two:
 //
 //   - memory: about 2.5 MiB per node plus up to 5.5 MiB more as the
 //     nodes meet their peers (a node's memory is libp2p's and the

@@ -48,7 +48,8 @@ func TestEstimate(t *testing.T) {
 }
 
 // The CPU estimate is within 1.6× of runs measured on main (2 cores, idle
-// machine, virtual clock, no model unless named).
+// machine, virtual clock, no model unless named), and the memory estimate
+// at or above their peak RSS, by at most 1.7×.
 func TestEstimateFitsMeasuredRuns(t *testing.T) {
 	run := func(nodes int, barrier string, d time.Duration, scale float64) Config {
 		c := DefaultConfig()
@@ -60,17 +61,23 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		cfg      Config
 		params   int
 		measured float64 // CPU-seconds
+		rssGiB   float64 // peak RSS (0: not held to it)
 	}{
-		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 80.9},
-		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 42.1},
-		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 87.1},
-		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 670.0},
-		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 808.2},
-		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8},
+		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 80.9, 1.41},
+		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 42.1, 1.06},
+		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 87.1, 2.76},
+		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 670.0, 6.63},
+		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 808.2, 5.78},
+		{"2000 nodes pSSP(10,4) 60 s at 0.2", run(2000, "pssp:10:4", 60*time.Second, 0.2), 0, 2155.5, 13.03},
+		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8, 0},
 	} {
 		e := estimate(tc.cfg, tc.params, 2)
 		if r := e.CPUS / tc.measured; r > 1.6 || r < 1/1.6 {
 			t.Errorf("%s: estimate %.1f CPU-seconds, measured %.1f (%.2f×)", tc.name, e.CPUS, tc.measured, r)
+		}
+		// The memory estimate decides refusals: it may err high, not low.
+		if r := e.RSSBytes / (tc.rssGiB * (1 << 30)); tc.rssGiB > 0 && (r < 1 || r > 1.7) {
+			t.Errorf("%s: estimate %.2f GiB, measured %.2f GiB (%.2f×)", tc.name, e.RSSBytes/(1<<30), tc.rssGiB, r)
 		}
 	}
 }
