@@ -7,13 +7,11 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"testing/synctest"
 	"time"
 
 	pubsub "github.com/libp2p/go-libp2p-pubsub"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -415,90 +413,6 @@ func TestWaitMesh(t *testing.T) {
 		}
 		if !lone.WaitMesh(t.Context()) {
 			t.Error("the first node's mesh stayed empty")
-		}
-	})
-}
-
-// deliveries records the messages its router delivers (a pubsub.RawTracer).
-type deliveries struct {
-	mu   sync.Mutex
-	msgs []*pubsub.Message
-}
-
-func (d *deliveries) DeliverMessage(m *pubsub.Message) {
-	d.mu.Lock()
-	d.msgs = append(d.msgs, m)
-	d.mu.Unlock()
-}
-func (*deliveries) AddPeer(peer.ID, protocol.ID)          {}
-func (*deliveries) RemovePeer(peer.ID)                    {}
-func (*deliveries) Join(string)                           {}
-func (*deliveries) Leave(string)                          {}
-func (*deliveries) Graft(peer.ID, string)                 {}
-func (*deliveries) Prune(peer.ID, string)                 {}
-func (*deliveries) ValidateMessage(*pubsub.Message)       {}
-func (*deliveries) RejectMessage(*pubsub.Message, string) {}
-func (*deliveries) DuplicateMessage(*pubsub.Message)      {}
-func (*deliveries) ThrottlePeer(peer.ID)                  {}
-func (*deliveries) RecvRPC(*pubsub.RPC)                   {}
-func (*deliveries) SendRPC(*pubsub.RPC, peer.ID)          {}
-func (*deliveries) DropRPC(*pubsub.RPC, peer.ID)          {}
-func (*deliveries) UndeliverableMessage(*pubsub.Message)  {}
-
-// Once handled, a delivered message no longer holds its decoded values: the
-// router keeps the message for its gossip history, and the decoded copy
-// doubled what that history held.
-func TestHandledUpdateReleased(t *testing.T) {
-	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		var traced deliveries
-		newG := func(tracer pubsub.RawTracer) *Gossip {
-			h, err := mn.NewHost(10, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			cfg := DefaultConfig()
-			cfg.ParamCount = 3
-			if tracer != nil {
-				opts, err := PubSubOptions(cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				ps, err := pubsub.NewGossipSub(t.Context(), h, append(opts, pubsub.WithRawTracer(tracer))...)
-				if err != nil {
-					t.Fatal(err)
-				}
-				cfg.PubSub = ps
-			}
-			g, err := New(t.Context(), h, cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = g.Close() })
-			return g
-		}
-		sender, receiver := newG(nil), newG(&traced)
-		var got recorder
-		receiver.OnUpdate(got.handle)
-		if err := sender.h.Connect(t.Context(), peer.AddrInfo{ID: receiver.h.ID(), Addrs: receiver.h.Addrs()}); err != nil {
-			t.Fatal(err)
-		}
-		waitMeshes(t, t.Context(), sender, receiver)
-		if err := sender.Publish(t.Context(), 1, []float64{1, 2, 3}); err != nil {
-			t.Fatal(err)
-		}
-		synctest.Wait()
-		if len(got.updates()) != 1 {
-			t.Fatalf("%d updates handled, want 1", len(got.updates()))
-		}
-		traced.mu.Lock()
-		defer traced.mu.Unlock()
-		if len(traced.msgs) != 1 {
-			t.Fatalf("%d messages delivered, want 1", len(traced.msgs))
-		}
-		if d := traced.msgs[0].ValidatorData; d != nil {
-			t.Errorf("the delivered message still holds its decoded update %T", d)
 		}
 	})
 }
