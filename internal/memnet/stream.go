@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"weak"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/protocol"
@@ -45,9 +46,19 @@ type half struct {
 	readable chan struct{}
 	writable chan struct{}
 	alarms   *alarms
-	// The alarms set to signal readable and writable (zero if none),
-	// guarded by alarms.mu.
+	// The alarms set to signal readable and writable (zero if none), and
+	// the weak pointer to h the alarms hold, guarded by alarms.mu.
 	ralarm, walarm time.Time
+	self           weak.Pointer[half]
+}
+
+// alarm returns the record of the alarm pending for h's reader (or, if
+// write, its writer) and the channel it signals. alarms.mu must be held.
+func (h *half) alarm(write bool) (*time.Time, chan struct{}) {
+	if write {
+		return &h.walarm, h.writable
+	}
+	return &h.ralarm, h.readable
 }
 
 type chunk struct {
@@ -116,7 +127,7 @@ func (h *half) read(b []byte) (int, error) {
 		if !dl.IsZero() && !now.Before(dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if h.alarms.wait(h.readable, &h.ralarm, until, dl) {
+		if h.alarms.wait(h, false, until, dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
@@ -154,7 +165,7 @@ func (h *half) write(b []byte, latency time.Duration) (int, error) {
 		if !dl.IsZero() && !time.Now().Before(dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
-		if h.alarms.wait(h.writable, &h.walarm, time.Time{}, dl) {
+		if h.alarms.wait(h, true, time.Time{}, dl) {
 			return 0, os.ErrDeadlineExceeded
 		}
 	}
