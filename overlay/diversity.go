@@ -92,8 +92,19 @@ func (o *Overlay) countAddrLocked(key string, d int) {
 	if key == "" {
 		return
 	}
-	if o.addrCount[key] += d; o.addrCount[key] <= 0 {
+	before := o.addrCount[key]
+	after := before + d
+	if after <= 0 {
 		delete(o.addrCount, key)
+	} else {
+		o.addrCount[key] = after
+	}
+	if was, is := before > o.cfg.PerAddress, after > o.cfg.PerAddress; was != is {
+		if is {
+			o.crowded++
+		} else {
+			o.crowded--
+		}
 	}
 }
 
@@ -101,8 +112,8 @@ func (o *Overlay) countAddrLocked(key string, d int) {
 // live members with first-hand evidence of life share m's address, 1
 // otherwise.
 func (o *Overlay) weightLocked(m *member) float64 {
-	if o.cfg.PerAddress <= 0 || m.addr == "" {
-		return 1
+	if o.cfg.PerAddress <= 0 || m.addr == "" || o.crowded == 0 {
+		return 1 // crowded == 0: no address is shared by more than PerAddress (no lookup per draw)
 	}
 	if n := o.addrCount[m.addr]; n > o.cfg.PerAddress {
 		return float64(o.cfg.PerAddress) / float64(n)

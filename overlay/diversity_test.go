@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"slices"
 	"testing"
 	"time"
@@ -123,6 +124,38 @@ func TestSamplePerAddress(t *testing.T) {
 	o.touchLocked(ps[0], true, now)
 	if got := o.weightLocked(o.members[ps[1]]); math.Abs(got-1.0/3) > 1e-9 {
 		t.Errorf("weight %v after the revival, want 1/3", got)
+	}
+	// Below the cap again, every member weighs 1 (and no lookup is made).
+	for _, p := range ps[:2] {
+		o.markDeadLocked(o.members[p], now, "test")
+	}
+	if got := o.weightLocked(o.members[ps[2]]); got != 1 || o.crowded != 0 {
+		t.Errorf("weight %v, %d crowded addresses with one peer left, want 1 and 0", got, o.crowded)
+	}
+}
+
+// crowded, the number of address groups above PerAddress that lets
+// weightLocked skip its lookup, follows every count.
+func TestCrowdedFollowsCounts(t *testing.T) {
+	o := bareOverlay(t, DefaultConfig())
+	rng := rand.New(rand.NewPCG(1, 2))
+	keys := []string{"a", "b", "c", "d"}
+	for i := range 2000 {
+		k := keys[rng.IntN(len(keys))]
+		d := 1
+		if o.addrCount[k] > 0 && rng.IntN(2) == 0 {
+			d = -1
+		}
+		o.countAddrLocked(k, d)
+		want := 0
+		for _, n := range o.addrCount {
+			if n > o.cfg.PerAddress {
+				want++
+			}
+		}
+		if o.crowded != want {
+			t.Fatalf("after %d changes: crowded %d, want %d (counts %v)", i+1, o.crowded, want, o.addrCount)
+		}
 	}
 }
 

@@ -76,6 +76,7 @@ type Overlay struct {
 	// MaxUnconfirmed of them.
 	unconfirmed *list.List
 	addrCount   map[string]int // live members per address group (diversity.go)
+	crowded     int            // address groups in addrCount above PerAddress
 	pool        []*member
 	protected   map[peer.ID]bool
 	lookups     []lookupSample
