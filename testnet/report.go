@@ -453,8 +453,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			c.PaperNodeSPerCPUS, c.RSSBytesPerNode/(1<<20), c.ConnectionsHeldPerNode, c.ConnectionsOpenedPerNode)
 	}
 	if rs := r.Resources; rs != nil {
-		row("  quarter → end", "RSS %.0f → %.0f MiB, live heap %.0f → %.0f MiB, goroutines %d → %d (%.1f → %.1f per live node)",
+		row("  quarter → end", "RSS %.0f → %.0f MiB, live heap %.0f → %.0f MiB, stacks %.0f → %.0f MiB, goroutines %d → %d (%.1f → %.1f per live node)",
 			float64(rs.RSSBytesAtQuarter)/(1<<20), float64(rs.RSSBytesEnd)/(1<<20), float64(rs.HeapBytesAtQuarter)/(1<<20), float64(rs.HeapBytesEnd)/(1<<20),
+			float64(rs.StackBytesAtQuarter)/(1<<20), float64(rs.StackBytesEnd)/(1<<20),
 			rs.GoroutinesAtQuarter, rs.GoroutinesEnd, rs.GoroutinesPerNodeQuarter, rs.GoroutinesPerNodeEnd)
 		if rs.Departed > 0 {
 			row("  departed", "%d goroutines still running for %d nodes gone %s or longer", rs.GoroutinesOfDeparted, rs.Departed, DepartedGrace)

@@ -21,6 +21,8 @@ import (
 //
 // Heap is the live heap after a forced collection (the collector's
 // growth target would otherwise make it swing by a factor of GOGC/100).
+// Stacks are the goroutines' stacks, which the heap does not count: at
+// a thousand nodes, most of a node's goroutines wait on idle streams.
 // The goroutine figures count every goroutine of the process; the per
 // node figure divides them by the live nodes. GoroutinesOfDeparted counts
 // goroutines still running at the end on behalf of nodes that left or
@@ -33,6 +35,8 @@ type Resources struct {
 	RSSBytesEnd              int64   `json:"rss_bytes_end"`
 	HeapBytesAtQuarter       uint64  `json:"heap_bytes_at_quarter"`
 	HeapBytesEnd             uint64  `json:"heap_bytes_end"`
+	StackBytesAtQuarter      uint64  `json:"stack_bytes_at_quarter"`
+	StackBytesEnd            uint64  `json:"stack_bytes_end"`
 	GoroutinesAtQuarter      int     `json:"goroutines_at_quarter"`
 	GoroutinesEnd            int     `json:"goroutines_end"`
 	LiveAtQuarter            int     `json:"live_at_quarter"`
@@ -61,6 +65,7 @@ func asNode(idx int, f func()) {
 type resourceSample struct {
 	rss        int64
 	heap       uint64
+	stack      uint64
 	goroutines int
 	live       int
 }
@@ -70,7 +75,7 @@ func sampleResources(live int) resourceSample {
 	runtime.GC()
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	return resourceSample{rss: procstat.RSS(), heap: ms.HeapAlloc, goroutines: runtime.NumGoroutine(), live: live}
+	return resourceSample{rss: procstat.RSS(), heap: ms.HeapAlloc, stack: ms.StackInuse, goroutines: runtime.NumGoroutine(), live: live}
 }
 
 // goroutinesByNode counts the running goroutines by their node label.
@@ -121,6 +126,7 @@ func (t *testnet) resources(end resourceSample, now time.Duration) *Resources {
 	r := &Resources{
 		RSSBytesAtQuarter: q.rss, RSSBytesEnd: end.rss,
 		HeapBytesAtQuarter: q.heap, HeapBytesEnd: end.heap,
+		StackBytesAtQuarter: q.stack, StackBytesEnd: end.stack,
 		GoroutinesAtQuarter: q.goroutines, GoroutinesEnd: end.goroutines,
 		LiveAtQuarter: q.live, LiveEnd: end.live,
 	}

@@ -75,7 +75,7 @@ func TestDepartedLeaveNoGoroutines(t *testing.T) {
 			if rs.GoroutinesOfDeparted != 0 {
 				t.Errorf("%d goroutines still run for %d departed nodes", rs.GoroutinesOfDeparted, rs.Departed)
 			}
-			if rs.GoroutinesAtQuarter == 0 || rs.HeapBytesEnd == 0 || rs.LiveEnd == 0 {
+			if rs.GoroutinesAtQuarter == 0 || rs.HeapBytesEnd == 0 || rs.StackBytesEnd == 0 || rs.LiveEnd == 0 {
 				t.Errorf("resources %+v", rs)
 			}
 			// The summary names each reading once.
