@@ -31,7 +31,6 @@ type peerNet struct {
 	conns   map[peer.ID][]*conn
 	handler network.StreamHandler
 	closed  bool
-	gone    []departure // peers whose last connection closed, oldest first
 
 	notifMu sync.Mutex
 	notifs  map[network.Notifiee]struct{}
@@ -129,48 +128,9 @@ func (pn *peerNet) connected(c *conn) {
 	_ = pn.emitter.Emit(event.EvtPeerConnectednessChanged{Peer: c.remote, Connectedness: network.Connected})
 }
 
-// forgetAfter is how long after its last connection to a peer closed a
-// host keeps what identify told it of the peer (protocols, agent, key).
-//
-// go-libp2p's basic host forgets a peer a minute after the last
-// connection (its peerstore manager, not configurable). A testnet node
-// samples its step queries from hundreds of peers and the connection
-// manager trims what it does not hold, so a node connected to about 480
-// peers a minute at 1000 nodes, and the records of the ones it had let go
-// were a third of its peerstore. A new connection identifies the peer
-// again anyway, and nothing reads those records of an unconnected peer but
-// to learn it is unknown. Its addresses stay (they expire by their TTLs):
-// the peer can be dialled again.
-const forgetAfter = 10 * time.Second
-
-// departure is a peer whose last connection closed at a time.
-type departure struct {
-	p  peer.ID
-	at time.Time
-}
-
-// forgetLocked drops from the peerstore the peers whose last connection
-// closed forgetAfter or more before now and that have not connected
-// since. It runs as connections close: nothing runs for a host that
-// loses none. pn.mu must be held: a connection made meanwhile is listed
-// before its identify writes to the peerstore, so a peer is never
-// forgotten while connected.
-func (pn *peerNet) forgetLocked(now time.Time) {
-	k := 0
-	for ; k < len(pn.gone) && now.Sub(pn.gone[k].at) >= forgetAfter; k++ {
-		if p := pn.gone[k].p; len(pn.conns[p]) == 0 {
-			pn.ps.RemovePeer(p)
-		}
-	}
-	if k > 0 {
-		pn.gone = append(pn.gone[:0], pn.gone[k:]...)
-	}
-}
-
 // removeConn takes a closed conn off the network and tells the notifiees
 // (in a goroutine, as go-libp2p's swarm does).
 func (pn *peerNet) removeConn(c *conn) {
-	now := time.Now()
 	pn.mu.Lock()
 	cs := pn.conns[c.remote]
 	for i, x := range cs {
@@ -182,8 +142,6 @@ func (pn *peerNet) removeConn(c *conn) {
 	last := len(cs) == 0
 	if last {
 		delete(pn.conns, c.remote)
-		pn.gone = append(pn.gone, departure{c.remote, now})
-		pn.forgetLocked(now)
 	} else {
 		pn.conns[c.remote] = cs
 	}
