@@ -66,8 +66,8 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		{"200 nodes pBSP(10) 100 s", run(200, "pbsp:10", 100*time.Second, 1), 0, 80.9, 1.41},
 		{"200 nodes pSSP(10,4) 100 s", run(200, "pssp:10:4", 100*time.Second, 1), 0, 42.1, 1.06},
 		{"400 nodes pBSP(10) 20 s", run(400, "pbsp:10", 20*time.Second, 1), 0, 87.1, 2.76},
-		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 670.0, 6.63},
-		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 808.2, 5.78},
+		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 805.0, 5.16},
+		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 891.0, 5.28},
 		{"2000 nodes pSSP(10,4) 60 s at 0.2", run(2000, "pssp:10:4", 60*time.Second, 0.2), 0, 2155.5, 13.03},
 		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8, 0},
 	} {
