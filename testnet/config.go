@@ -218,6 +218,12 @@ type Config struct {
 	// *ErrTooLarge, unless Force is set.
 	Estimated func(Estimate)
 	Force     bool
+	// GCPercent is the collector target the process runs at
+	// (runtime/debug.SetGCPercent), for the estimate's memory only: the
+	// collector's headroom is most of the difference between a node's
+	// live heap and its share of the RSS. 0 is what pspnode testnet sets
+	// by default: 200 up to 500 nodes, 100 above (DefaultGCPercent).
+	GCPercent int
 
 	// BuildProgress, if set, is told as nodes are built.
 	BuildProgress func(built, total int, elapsed time.Duration)

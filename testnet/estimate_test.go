@@ -56,6 +56,7 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		c.Nodes, c.Barrier, c.Duration, c.TimeScale, c.Model = nodes, psp.MustParse(barrier), d, scale, "none"
 		return c
 	}
+	gc := func(c Config, percent int) Config { c.GCPercent = percent; return c }
 	for _, tc := range []struct {
 		name     string
 		cfg      Config
@@ -69,6 +70,8 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		{"1000 nodes pBSP(10) 20 s at 0.2", run(1000, "pbsp:10", 20*time.Second, 0.2), 0, 805.0, 5.16},
 		{"1000 nodes pSSP(10,4) 60 s at 0.2", run(1000, "pssp:10:4", 60*time.Second, 0.2), 0, 891.0, 5.28},
 		{"2000 nodes pSSP(10,4) 60 s at 0.2", run(2000, "pssp:10:4", 60*time.Second, 0.2), 0, 2155.5, 13.03},
+		{"1000 nodes pSSP(10,4) 30 s at 0.2", run(1000, "pssp:10:4", 30*time.Second, 0.2), 0, 506.0, 4.90},
+		{"1000 nodes pSSP(10,4) 30 s at 0.2, GOGC 50", gc(run(1000, "pssp:10:4", 30*time.Second, 0.2), 50), 0, 670.0, 3.87},
 		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8, 0},
 	} {
 		e := estimate(tc.cfg, tc.params, 2)
@@ -78,6 +81,24 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		// The memory estimate decides refusals: it may err high, not low.
 		if r := e.RSSBytes / (tc.rssGiB * (1 << 30)); tc.rssGiB > 0 && (r < 1 || r > 1.7) {
 			t.Errorf("%s: estimate %.2f GiB, measured %.2f GiB (%.2f×)", tc.name, e.RSSBytes/(1<<30), tc.rssGiB, r)
+		}
+	}
+}
+
+// The memory estimate follows the collector's target: fitted at the
+// testnet's default for N, less memory for a lower target, more for a
+// higher one.
+func TestEstimateFollowsGCPercent(t *testing.T) {
+	for _, nodes := range []int{200, 1000} {
+		c := DefaultConfig()
+		c.Nodes, c.Model = nodes, "none"
+		rss := func(p int) float64 { c.GCPercent = p; return estimate(c, 0, 2).RSSBytes }
+		def := rss(0)
+		if d := rss(DefaultGCPercent(nodes)); d != def {
+			t.Errorf("%d nodes: the default target set explicitly estimates %.0f, unset %.0f", nodes, d, def)
+		}
+		if lo, hi := rss(50), rss(400); !(lo < def && def < hi) {
+			t.Errorf("%d nodes: estimates %.2f, %.2f, %.2f GiB at GOGC 50, default, 400: want increasing", nodes, lo/(1<<30), def/(1<<30), hi/(1<<30))
 		}
 	}
 }

@@ -94,13 +94,26 @@ func TestTestnetGCPercent(t *testing.T) {
 	}{
 		{0, 50, "", 200},
 		{0, 500, "", 200},
-		{0, 1000, "", 0}, // memory first: Go's default
+		{0, 1000, "", 100}, // memory first: Go's default
 		{300, 1000, "", 300},
 		{300, 50, "150", 0}, // GOGC in the environment wins
 		{0, 50, "off", 0},
 	} {
 		if got := testnetGCPercent(tc.flag, tc.nodes, tc.env); got != tc.want {
 			t.Errorf("testnetGCPercent(%d, %d, %q) = %d, want %d", tc.flag, tc.nodes, tc.env, got, tc.want)
+		}
+	}
+	// The estimate assumes what is set, else GOGC's number, else the
+	// default (0).
+	for _, tc := range []struct {
+		set  int
+		env  string
+		want int
+	}{
+		{200, "", 200}, {0, "150", 150}, {0, "off", 0}, {0, "", 0}, {0, "-5", 0},
+	} {
+		if got := estimateGCPercent(tc.set, tc.env); got != tc.want {
+			t.Errorf("estimateGCPercent(%d, %q) = %d, want %d", tc.set, tc.env, got, tc.want)
 		}
 	}
 }
