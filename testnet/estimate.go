@@ -23,7 +23,8 @@ import (
 //   - memory: about 2.5 MiB per node plus up to 5.5 MiB more as the
 //     nodes meet their peers (a node's memory is libp2p's and the
 //     overlay's state per peer met, its connections' state, and its step
-//     streams, in about equal parts); under gossip
+//     streams, in about equal parts), at the testnet's default collector
+//     target and scaled to Config.GCPercent (gcFactor); under gossip
 //     with a model, every node holds the job's recent updates in flight, so
 //     memory grows with N² × the update's size; under epidemic:S a node
 //     holds S+4 copies of its model;
