@@ -45,10 +45,7 @@ type alarm struct {
 // signalled or, if not zero, until the earlier of until and deadline; it
 // reports whether the deadline has passed.
 func (a *alarms) wait(h *half, write bool, until, deadline time.Time) (expired bool) {
-	c := h.readable
-	if write {
-		c = h.writable
-	}
+	_, c := h.alarm(write) // the channel is fixed; only the slot needs alarms.mu
 	t := until
 	if !deadline.IsZero() && (t.IsZero() || deadline.Before(t)) {
 		t = deadline

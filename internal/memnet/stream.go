@@ -53,7 +53,8 @@ type half struct {
 }
 
 // alarm returns the record of the alarm pending for h's reader (or, if
-// write, its writer) and the channel it signals. alarms.mu must be held.
+// write, its writer) and the channel it signals. alarms.mu must be held
+// to read or set the record.
 func (h *half) alarm(write bool) (*time.Time, chan struct{}) {
 	if write {
 		return &h.walarm, h.writable
