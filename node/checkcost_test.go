@@ -39,10 +39,10 @@ import (
 // CPU is the process CPU time (user + system) of both processes over the
 // checks, less what the same nodes spend idle for as long (overlay and
 // connection upkeep), divided by the checks. rtt-ms is one libp2p ping
-// round trip between the same hosts (not on mem); floor-p50-ms and
+// round trip between the same hosts; floor-p50-ms and
 // floor-cpu-us are what the same number of rounds of ten bare libp2p pings
 // in parallel, one to each peer, each on a stream of its own kept open,
-// take and cost (tcp and tcp-2proc): a check's exchanges with nothing of
+// take and cost: a check's exchanges with nothing of
 // the node's around them, the floor of the transport stack. For where
 // the CPU goes, add -cpuprofile: the checker's process writes the file
 // named (the floor's rounds included), and on tcp-2proc the peers'
@@ -55,7 +55,11 @@ func BenchmarkCheckCost(b *testing.B) {
 		mn := memnet.New(0)
 		b.Cleanup(func() { _ = mn.Close() })
 		mk := memHosts(b, mn)
-		nodes := checkCostNodes(b, 11, func() host.Host { return mk() }, nil)
+		nodes := checkCostNodes(b, 11, func() host.Host {
+			h := mk()
+			ping.NewPingService(h) // for the floor, as libp2p.New's hosts serve it
+			return h
+		}, nil)
 		measureChecks(b, nodes[0], nil)
 	})
 	b.Run("tcp", func(b *testing.B) {
@@ -154,7 +158,7 @@ func measureChecks(b *testing.B, nd *Node, child *responders) {
 	b.ReportMetric(ms(lat[len(lat)*99/100]), "p99-ms")
 	b.ReportMetric(net/float64(len(lat))/1e3, "cpu-us/check")
 	b.ReportMetric(idleRate, "idle-cores")
-	if rtt, ok := pingRTT(nd); ok { // the hosts serve ping (not on mem)
+	if rtt, ok := pingRTT(nd); ok { // the hosts serve ping
 		b.ReportMetric(ms(rtt), "rtt-ms")
 		measureFloor(b, nd, len(lat), cpu, idleRate)
 	}
