@@ -39,11 +39,11 @@ import (
 // CPU is the process CPU time (user + system) of both processes over the
 // checks, less what the same nodes spend idle for as long (overlay and
 // connection upkeep), divided by the checks. rtt-ms is one libp2p ping
-// round trip between the same hosts; floor-p50-ms and
-// floor-cpu-us are what the same number of rounds of ten bare libp2p pings
-// in parallel, one to each peer, each on a stream of its own kept open,
-// take and cost: a check's exchanges with nothing of
-// the node's around them, the floor of the transport stack. For where
+// round trip between the same hosts; floor-p50-ms and floor-cpu-us are
+// what the same number of rounds of ten bare libp2p pings in parallel,
+// one to each peer, each on a stream of its own kept open, take and cost:
+// a check's exchanges with nothing of the node's around them, the floor
+// of the transport stack. For where
 // the CPU goes, add -cpuprofile: the checker's process writes the file
 // named (the floor's rounds included), and on tcp-2proc the peers'
 // process writes it with ".peers" appended (each run of -count writes it
