@@ -1327,7 +1327,12 @@ type PullReply struct {
 	// merges; 0 when nothing arrived (update is then empty).
 	Merged uint32 `protobuf:"varint,1,opt,name=merged,proto3" json:"merged,omitempty"`
 	// Add this to the parameters.
-	Update        *Tensor `protobuf:"bytes,2,opt,name=update,proto3" json:"update,omitempty"`
+	Update *Tensor `protobuf:"bytes,2,opt,name=update,proto3" json:"update,omitempty"`
+	// Set when the daemon moved to another lineage of the job (two groups
+	// of the job that started apart met, and the other is the job): the
+	// trainer replaces its parameters by reset.params and its step count by
+	// reset.step. update is then empty.
+	Reset_        *Reset `protobuf:"bytes,3,opt,name=reset,proto3" json:"reset,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1376,6 +1381,86 @@ func (x *PullReply) GetUpdate() *Tensor {
 	return nil
 }
 
+func (x *PullReply) GetReset_() *Reset {
+	if x != nil {
+		return x.Reset_
+	}
+	return nil
+}
+
+// Reset tells a trainer to take the job's state in place of its own.
+type Reset struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The steps the new parameters have taken: the next step is step + 1.
+	Step int64 `protobuf:"varint,1,opt,name=step,proto3" json:"step,omitempty"`
+	// The parameters, whole (in data; never in the shared file).
+	Params *Tensor `protobuf:"bytes,2,opt,name=params,proto3" json:"params,omitempty"`
+	// The lineage of the job the daemon moved to (its genesis, hex).
+	Lineage string `protobuf:"bytes,3,opt,name=lineage,proto3" json:"lineage,omitempty"`
+	// Why, in words, for the trainer's log.
+	Reason        string `protobuf:"bytes,4,opt,name=reason,proto3" json:"reason,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Reset) Reset() {
+	*x = Reset{}
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Reset) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Reset) ProtoMessage() {}
+
+func (x *Reset) ProtoReflect() protoreflect.Message {
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Reset.ProtoReflect.Descriptor instead.
+func (*Reset) Descriptor() ([]byte, []int) {
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Reset) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *Reset) GetParams() *Tensor {
+	if x != nil {
+		return x.Params
+	}
+	return nil
+}
+
+func (x *Reset) GetLineage() string {
+	if x != nil {
+		return x.Lineage
+	}
+	return ""
+}
+
+func (x *Reset) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
 type StepRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Session       string                 `protobuf:"bytes,1,opt,name=session,proto3" json:"session,omitempty"`
@@ -1390,7 +1475,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1402,7 +1487,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1415,7 +1500,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{15}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *StepRequest) GetSession() string {
@@ -1471,7 +1556,7 @@ type StepReply struct {
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1568,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1581,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{16}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *StepReply) GetBarrier() *BarrierReply {
@@ -1525,7 +1610,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1537,7 +1622,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1550,7 +1635,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{17}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *CheckpointRequest) GetSession() string {
@@ -1584,7 +1669,7 @@ type CheckpointReply struct {
 
 func (x *CheckpointReply) Reset() {
 	*x = CheckpointReply{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1596,7 +1681,7 @@ func (x *CheckpointReply) String() string {
 func (*CheckpointReply) ProtoMessage() {}
 
 func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1609,7 +1694,7 @@ func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointReply.ProtoReflect.Descriptor instead.
 func (*CheckpointReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{18}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *CheckpointReply) GetPath() string {
@@ -1634,7 +1719,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1646,7 +1731,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1659,7 +1744,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{19}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{20}
 }
 
 type StatusReply struct {
@@ -1686,7 +1771,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1698,7 +1783,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v1_trainer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1711,7 +1796,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{20}
+	return file_pspnode_trainer_v1_trainer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *StatusReply) GetPeerId() string {
@@ -1902,10 +1987,16 @@ const file_pspnode_trainer_v1_trainer_proto_rawDesc = "" +
 	"\fPublishReply\x12\x12\n" +
 	"\x04step\x18\x01 \x01(\x03R\x04step\"'\n" +
 	"\vPullRequest\x12\x18\n" +
-	"\asession\x18\x01 \x01(\tR\asession\"W\n" +
+	"\asession\x18\x01 \x01(\tR\asession\"\x88\x01\n" +
 	"\tPullReply\x12\x16\n" +
 	"\x06merged\x18\x01 \x01(\rR\x06merged\x122\n" +
-	"\x06update\x18\x02 \x01(\v2\x1a.pspnode.trainer.v1.TensorR\x06update\"\xba\x01\n" +
+	"\x06update\x18\x02 \x01(\v2\x1a.pspnode.trainer.v1.TensorR\x06update\x12/\n" +
+	"\x05reset\x18\x03 \x01(\v2\x19.pspnode.trainer.v1.ResetR\x05reset\"\x81\x01\n" +
+	"\x05Reset\x12\x12\n" +
+	"\x04step\x18\x01 \x01(\x03R\x04step\x122\n" +
+	"\x06params\x18\x02 \x01(\v2\x1a.pspnode.trainer.v1.TensorR\x06params\x12\x18\n" +
+	"\alineage\x18\x03 \x01(\tR\alineage\x12\x16\n" +
+	"\x06reason\x18\x04 \x01(\tR\x06reason\"\xba\x01\n" +
 	"\vStepRequest\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x122\n" +
@@ -1981,7 +2072,7 @@ func file_pspnode_trainer_v1_trainer_proto_rawDescGZIP() []byte {
 }
 
 var file_pspnode_trainer_v1_trainer_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_pspnode_trainer_v1_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_pspnode_trainer_v1_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_pspnode_trainer_v1_trainer_proto_goTypes = []any{
 	(ApiVersion)(0),           // 0: pspnode.trainer.v1.ApiVersion
 	(DType)(0),                // 1: pspnode.trainer.v1.DType
@@ -2001,12 +2092,13 @@ var file_pspnode_trainer_v1_trainer_proto_goTypes = []any{
 	(*PublishReply)(nil),      // 15: pspnode.trainer.v1.PublishReply
 	(*PullRequest)(nil),       // 16: pspnode.trainer.v1.PullRequest
 	(*PullReply)(nil),         // 17: pspnode.trainer.v1.PullReply
-	(*StepRequest)(nil),       // 18: pspnode.trainer.v1.StepRequest
-	(*StepReply)(nil),         // 19: pspnode.trainer.v1.StepReply
-	(*CheckpointRequest)(nil), // 20: pspnode.trainer.v1.CheckpointRequest
-	(*CheckpointReply)(nil),   // 21: pspnode.trainer.v1.CheckpointReply
-	(*StatusRequest)(nil),     // 22: pspnode.trainer.v1.StatusRequest
-	(*StatusReply)(nil),       // 23: pspnode.trainer.v1.StatusReply
+	(*Reset)(nil),             // 18: pspnode.trainer.v1.Reset
+	(*StepRequest)(nil),       // 19: pspnode.trainer.v1.StepRequest
+	(*StepReply)(nil),         // 20: pspnode.trainer.v1.StepReply
+	(*CheckpointRequest)(nil), // 21: pspnode.trainer.v1.CheckpointRequest
+	(*CheckpointReply)(nil),   // 22: pspnode.trainer.v1.CheckpointReply
+	(*StatusRequest)(nil),     // 23: pspnode.trainer.v1.StatusRequest
+	(*StatusReply)(nil),       // 24: pspnode.trainer.v1.StatusReply
 }
 var file_pspnode_trainer_v1_trainer_proto_depIdxs = []int32{
 	0,  // 0: pspnode.trainer.v1.Hello.api_version:type_name -> pspnode.trainer.v1.ApiVersion
@@ -2022,29 +2114,31 @@ var file_pspnode_trainer_v1_trainer_proto_depIdxs = []int32{
 	7,  // 10: pspnode.trainer.v1.DaemonMessage.params_request:type_name -> pspnode.trainer.v1.ParamsRequest
 	3,  // 11: pspnode.trainer.v1.PublishRequest.update:type_name -> pspnode.trainer.v1.Tensor
 	3,  // 12: pspnode.trainer.v1.PullReply.update:type_name -> pspnode.trainer.v1.Tensor
-	3,  // 13: pspnode.trainer.v1.StepRequest.update:type_name -> pspnode.trainer.v1.Tensor
-	13, // 14: pspnode.trainer.v1.StepReply.barrier:type_name -> pspnode.trainer.v1.BarrierReply
-	17, // 15: pspnode.trainer.v1.StepReply.pull:type_name -> pspnode.trainer.v1.PullReply
-	3,  // 16: pspnode.trainer.v1.CheckpointRequest.params:type_name -> pspnode.trainer.v1.Tensor
-	10, // 17: pspnode.trainer.v1.Trainer.Session:input_type -> pspnode.trainer.v1.TrainerMessage
-	12, // 18: pspnode.trainer.v1.Trainer.Barrier:input_type -> pspnode.trainer.v1.BarrierRequest
-	14, // 19: pspnode.trainer.v1.Trainer.Publish:input_type -> pspnode.trainer.v1.PublishRequest
-	16, // 20: pspnode.trainer.v1.Trainer.Pull:input_type -> pspnode.trainer.v1.PullRequest
-	18, // 21: pspnode.trainer.v1.Trainer.Step:input_type -> pspnode.trainer.v1.StepRequest
-	20, // 22: pspnode.trainer.v1.Trainer.Checkpoint:input_type -> pspnode.trainer.v1.CheckpointRequest
-	22, // 23: pspnode.trainer.v1.Trainer.Status:input_type -> pspnode.trainer.v1.StatusRequest
-	11, // 24: pspnode.trainer.v1.Trainer.Session:output_type -> pspnode.trainer.v1.DaemonMessage
-	13, // 25: pspnode.trainer.v1.Trainer.Barrier:output_type -> pspnode.trainer.v1.BarrierReply
-	15, // 26: pspnode.trainer.v1.Trainer.Publish:output_type -> pspnode.trainer.v1.PublishReply
-	17, // 27: pspnode.trainer.v1.Trainer.Pull:output_type -> pspnode.trainer.v1.PullReply
-	19, // 28: pspnode.trainer.v1.Trainer.Step:output_type -> pspnode.trainer.v1.StepReply
-	21, // 29: pspnode.trainer.v1.Trainer.Checkpoint:output_type -> pspnode.trainer.v1.CheckpointReply
-	23, // 30: pspnode.trainer.v1.Trainer.Status:output_type -> pspnode.trainer.v1.StatusReply
-	24, // [24:31] is the sub-list for method output_type
-	17, // [17:24] is the sub-list for method input_type
-	17, // [17:17] is the sub-list for extension type_name
-	17, // [17:17] is the sub-list for extension extendee
-	0,  // [0:17] is the sub-list for field type_name
+	18, // 13: pspnode.trainer.v1.PullReply.reset:type_name -> pspnode.trainer.v1.Reset
+	3,  // 14: pspnode.trainer.v1.Reset.params:type_name -> pspnode.trainer.v1.Tensor
+	3,  // 15: pspnode.trainer.v1.StepRequest.update:type_name -> pspnode.trainer.v1.Tensor
+	13, // 16: pspnode.trainer.v1.StepReply.barrier:type_name -> pspnode.trainer.v1.BarrierReply
+	17, // 17: pspnode.trainer.v1.StepReply.pull:type_name -> pspnode.trainer.v1.PullReply
+	3,  // 18: pspnode.trainer.v1.CheckpointRequest.params:type_name -> pspnode.trainer.v1.Tensor
+	10, // 19: pspnode.trainer.v1.Trainer.Session:input_type -> pspnode.trainer.v1.TrainerMessage
+	12, // 20: pspnode.trainer.v1.Trainer.Barrier:input_type -> pspnode.trainer.v1.BarrierRequest
+	14, // 21: pspnode.trainer.v1.Trainer.Publish:input_type -> pspnode.trainer.v1.PublishRequest
+	16, // 22: pspnode.trainer.v1.Trainer.Pull:input_type -> pspnode.trainer.v1.PullRequest
+	19, // 23: pspnode.trainer.v1.Trainer.Step:input_type -> pspnode.trainer.v1.StepRequest
+	21, // 24: pspnode.trainer.v1.Trainer.Checkpoint:input_type -> pspnode.trainer.v1.CheckpointRequest
+	23, // 25: pspnode.trainer.v1.Trainer.Status:input_type -> pspnode.trainer.v1.StatusRequest
+	11, // 26: pspnode.trainer.v1.Trainer.Session:output_type -> pspnode.trainer.v1.DaemonMessage
+	13, // 27: pspnode.trainer.v1.Trainer.Barrier:output_type -> pspnode.trainer.v1.BarrierReply
+	15, // 28: pspnode.trainer.v1.Trainer.Publish:output_type -> pspnode.trainer.v1.PublishReply
+	17, // 29: pspnode.trainer.v1.Trainer.Pull:output_type -> pspnode.trainer.v1.PullReply
+	20, // 30: pspnode.trainer.v1.Trainer.Step:output_type -> pspnode.trainer.v1.StepReply
+	22, // 31: pspnode.trainer.v1.Trainer.Checkpoint:output_type -> pspnode.trainer.v1.CheckpointReply
+	24, // 32: pspnode.trainer.v1.Trainer.Status:output_type -> pspnode.trainer.v1.StatusReply
+	26, // [26:33] is the sub-list for method output_type
+	19, // [19:26] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_pspnode_trainer_v1_trainer_proto_init() }
@@ -2068,7 +2162,7 @@ func file_pspnode_trainer_v1_trainer_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pspnode_trainer_v1_trainer_proto_rawDesc), len(file_pspnode_trainer_v1_trainer_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

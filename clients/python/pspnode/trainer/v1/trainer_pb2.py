@@ -20,7 +20,7 @@ DESCRIPTOR = _descriptor.FileDescriptor(
   name='pspnode/trainer/v1/trainer.proto',
   package='pspnode.trainer.v1',
   syntax='proto3',
-  serialized_pb=_b('\n pspnode/trainer/v1/trainer.proto\x12\x12pspnode.trainer.v1\"6\n\x06Tensor\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06shared\x18\x02 \x01(\x08\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"\xd5\x01\n\x05Hello\x12\x33\n\x0b\x61pi_version\x18\x01 \x01(\x0e\x32\x1e.pspnode.trainer.v1.ApiVersion\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x10\n\x08model_id\x18\x03 \x01(\r\x12\x12\n\nnum_params\x18\x04 \x01(\x04\x12(\n\x05\x64type\x18\x05 \x01(\x0e\x32\x19.pspnode.trainer.v1.DType\x12\x0c\n\x04step\x18\x06 \x01(\x03\x12\x0e\n\x06\x63lient\x18\x07 \x01(\t\x12\x15\n\rshared_memory\x18\x08 \x01(\x08\"+\n\x07Waiting\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x10\n\x08waited_s\x18\x02 \x01(\x01\"\xb5\x03\n\x07Welcome\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x12\n\nhas_params\x18\x03 \x01(\x08\x12*\n\x06params\x18\x04 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x15\n\rparams_source\x18\x05 \x01(\t\x12\x0b\n\x03job\x18\x06 \x01(\t\x12\x0f\n\x07peer_id\x18\x07 \x01(\t\x12\x0f\n\x07\x62\x61rrier\x18\x08 \x01(\t\x12\x10\n\x08\x65xchange\x18\t \x01(\t\x12\x33\n\x0bupdate_kind\x18\n \x01(\x0e\x32\x1e.pspnode.trainer.v1.UpdateKind\x12\x12\n\npopulation\x18\x0b \x01(\x01\x12\x10\n\x08lr_scale\x18\x0c \x01(\x01\x12\x15\n\rmax_abs_value\x18\r \x01(\x01\x12\x10\n\x08shm_path\x18\x0e \x01(\t\x12\x10\n\x08shm_size\x18\x0f \x01(\x04\x12\x15\n\rshm_up_offset\x18\x10 \x01(\x04\x12\x19\n\x11shm_params_offset\x18\x11 \x01(\x04\x12\x10\n\x08model_id\x18\x12 \x01(\r\x12\x19\n\x11shm_up_odd_offset\x18\x13 \x01(\x04\"\x1b\n\rParamsRequest\x12\n\n\x02id\x18\x01 \x01(\x04\"S\n\x0bParamsReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\".\n\x11SharedMemoryReady\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"\xb2\x01\n\x0eTrainerMessage\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.pspnode.trainer.v1.HelloH\x00\x12\x31\n\x06params\x18\x02 \x01(\x0b\x32\x1f.pspnode.trainer.v1.ParamsReplyH\x00\x12:\n\tshm_ready\x18\x03 \x01(\x0b\x32%.pspnode.trainer.v1.SharedMemoryReadyH\x00\x42\x05\n\x03msg\"\xb3\x01\n\rDaemonMessage\x12.\n\x07waiting\x18\x01 \x01(\x0b\x32\x1b.pspnode.trainer.v1.WaitingH\x00\x12.\n\x07welcome\x18\x02 \x01(\x0b\x32\x1b.pspnode.trainer.v1.WelcomeH\x00\x12;\n\x0eparams_request\x18\x03 \x01(\x0b\x32!.pspnode.trainer.v1.ParamsRequestH\x00\x42\x05\n\x03msg\"/\n\x0e\x42\x61rrierRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"t\n\x0c\x42\x61rrierReply\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08waited_s\x18\x02 \x01(\x01\x12\x0e\n\x06\x63hecks\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\npopulation\x18\x05 \x01(\x01\x12\x10\n\x08lr_scale\x18\x06 \x01(\x01\"\x8d\x01\n\x0ePublishRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06update\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x10\n\x08has_eval\x18\x04 \x01(\x08\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\"\x1c\n\x0cPublishReply\x12\x0c\n\x04step\x18\x01 \x01(\x03\"\x1e\n\x0bPullRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\"G\n\tPullReply\x12\x0e\n\x06merged\x18\x01 \x01(\r\x12*\n\x06update\x18\x02 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\"\x8a\x01\n\x0bStepRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06update\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x10\n\x08has_eval\x18\x04 \x01(\x08\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\"k\n\tStepReply\x12\x31\n\x07\x62\x61rrier\x18\x01 \x01(\x0b\x32 .pspnode.trainer.v1.BarrierReply\x12+\n\x04pull\x18\x02 \x01(\x0b\x32\x1d.pspnode.trainer.v1.PullReply\"^\n\x11\x43heckpointRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\"-\n\x0f\x43heckpointReply\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\x0f\n\rStatusRequest\"\x96\x02\n\x0bStatusReply\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x12\n\npopulation\x18\x04 \x01(\x01\x12\x13\n\x0bknown_peers\x18\x05 \x01(\r\x12\x0f\n\x07waiting\x18\x06 \x01(\x08\x12\x0e\n\x06health\x18\x07 \x01(\t\x12\x19\n\x11trainer_connected\x18\x08 \x01(\x08\x12\x16\n\x0etrainer_client\x18\t \x01(\t\x12\x0f\n\x07\x62\x61rrier\x18\n \x01(\t\x12\x10\n\x08\x65xchange\x18\x0b \x01(\t\x12\x12\n\nmodel_name\x18\x0c \x01(\t\x12\x12\n\nnum_params\x18\r \x01(\x04\x12\x13\n\x0bstatus_json\x18\x0e \x01(\t*<\n\nApiVersion\x12\x1b\n\x17\x41PI_VERSION_UNSPECIFIED\x10\x00\x12\x11\n\rAPI_VERSION_1\x10\x01*1\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01*W\n\nUpdateKind\x12\x1b\n\x17UPDATE_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11UPDATE_KIND_DELTA\x10\x01\x12\x15\n\x11UPDATE_KIND_MODEL\x10\x02\x32\xb9\x04\n\x07Trainer\x12T\n\x07Session\x12\".pspnode.trainer.v1.TrainerMessage\x1a!.pspnode.trainer.v1.DaemonMessage(\x01\x30\x01\x12O\n\x07\x42\x61rrier\x12\".pspnode.trainer.v1.BarrierRequest\x1a .pspnode.trainer.v1.BarrierReply\x12O\n\x07Publish\x12\".pspnode.trainer.v1.PublishRequest\x1a .pspnode.trainer.v1.PublishReply\x12\x46\n\x04Pull\x12\x1f.pspnode.trainer.v1.PullRequest\x1a\x1d.pspnode.trainer.v1.PullReply\x12\x46\n\x04Step\x12\x1f.pspnode.trainer.v1.StepRequest\x1a\x1d.pspnode.trainer.v1.StepReply\x12X\n\nCheckpoint\x12%.pspnode.trainer.v1.CheckpointRequest\x1a#.pspnode.trainer.v1.CheckpointReply\x12L\n\x06Status\x12!.pspnode.trainer.v1.StatusRequest\x1a\x1f.pspnode.trainer.v1.StatusReplyB=Z;github.com/pspnode/pspnode/node/trainer/trainerpb;trainerpbb\x06proto3')
+  serialized_pb=_b('\n pspnode/trainer/v1/trainer.proto\x12\x12pspnode.trainer.v1\"6\n\x06Tensor\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06shared\x18\x02 \x01(\x08\x12\x0e\n\x06offset\x18\x03 \x01(\x04\"\xd5\x01\n\x05Hello\x12\x33\n\x0b\x61pi_version\x18\x01 \x01(\x0e\x32\x1e.pspnode.trainer.v1.ApiVersion\x12\x12\n\nmodel_name\x18\x02 \x01(\t\x12\x10\n\x08model_id\x18\x03 \x01(\r\x12\x12\n\nnum_params\x18\x04 \x01(\x04\x12(\n\x05\x64type\x18\x05 \x01(\x0e\x32\x19.pspnode.trainer.v1.DType\x12\x0c\n\x04step\x18\x06 \x01(\x03\x12\x0e\n\x06\x63lient\x18\x07 \x01(\t\x12\x15\n\rshared_memory\x18\x08 \x01(\x08\"+\n\x07Waiting\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12\x10\n\x08waited_s\x18\x02 \x01(\x01\"\xb5\x03\n\x07Welcome\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12\x12\n\nhas_params\x18\x03 \x01(\x08\x12*\n\x06params\x18\x04 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x15\n\rparams_source\x18\x05 \x01(\t\x12\x0b\n\x03job\x18\x06 \x01(\t\x12\x0f\n\x07peer_id\x18\x07 \x01(\t\x12\x0f\n\x07\x62\x61rrier\x18\x08 \x01(\t\x12\x10\n\x08\x65xchange\x18\t \x01(\t\x12\x33\n\x0bupdate_kind\x18\n \x01(\x0e\x32\x1e.pspnode.trainer.v1.UpdateKind\x12\x12\n\npopulation\x18\x0b \x01(\x01\x12\x10\n\x08lr_scale\x18\x0c \x01(\x01\x12\x15\n\rmax_abs_value\x18\r \x01(\x01\x12\x10\n\x08shm_path\x18\x0e \x01(\t\x12\x10\n\x08shm_size\x18\x0f \x01(\x04\x12\x15\n\rshm_up_offset\x18\x10 \x01(\x04\x12\x19\n\x11shm_params_offset\x18\x11 \x01(\x04\x12\x10\n\x08model_id\x18\x12 \x01(\r\x12\x19\n\x11shm_up_odd_offset\x18\x13 \x01(\x04\"\x1b\n\rParamsRequest\x12\n\n\x02id\x18\x01 \x01(\x04\"S\n\x0bParamsReply\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\".\n\x11SharedMemoryReady\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\r\n\x05\x65rror\x18\x02 \x01(\t\"\xb2\x01\n\x0eTrainerMessage\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.pspnode.trainer.v1.HelloH\x00\x12\x31\n\x06params\x18\x02 \x01(\x0b\x32\x1f.pspnode.trainer.v1.ParamsReplyH\x00\x12:\n\tshm_ready\x18\x03 \x01(\x0b\x32%.pspnode.trainer.v1.SharedMemoryReadyH\x00\x42\x05\n\x03msg\"\xb3\x01\n\rDaemonMessage\x12.\n\x07waiting\x18\x01 \x01(\x0b\x32\x1b.pspnode.trainer.v1.WaitingH\x00\x12.\n\x07welcome\x18\x02 \x01(\x0b\x32\x1b.pspnode.trainer.v1.WelcomeH\x00\x12;\n\x0eparams_request\x18\x03 \x01(\x0b\x32!.pspnode.trainer.v1.ParamsRequestH\x00\x42\x05\n\x03msg\"/\n\x0e\x42\x61rrierRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"t\n\x0c\x42\x61rrierReply\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12\x10\n\x08waited_s\x18\x02 \x01(\x01\x12\x0e\n\x06\x63hecks\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x12\n\npopulation\x18\x05 \x01(\x01\x12\x10\n\x08lr_scale\x18\x06 \x01(\x01\"\x8d\x01\n\x0ePublishRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06update\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x10\n\x08has_eval\x18\x04 \x01(\x08\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\"\x1c\n\x0cPublishReply\x12\x0c\n\x04step\x18\x01 \x01(\x03\"\x1e\n\x0bPullRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\"q\n\tPullReply\x12\x0e\n\x06merged\x18\x01 \x01(\r\x12*\n\x06update\x18\x02 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12(\n\x05reset\x18\x03 \x01(\x0b\x32\x19.pspnode.trainer.v1.Reset\"b\n\x05Reset\x12\x0c\n\x04step\x18\x01 \x01(\x03\x12*\n\x06params\x18\x02 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x0f\n\x07lineage\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x8a\x01\n\x0bStepRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06update\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\x12\x10\n\x08has_eval\x18\x04 \x01(\x08\x12\x0c\n\x04loss\x18\x05 \x01(\x01\x12\x10\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01\"k\n\tStepReply\x12\x31\n\x07\x62\x61rrier\x18\x01 \x01(\x0b\x32 .pspnode.trainer.v1.BarrierReply\x12+\n\x04pull\x18\x02 \x01(\x0b\x32\x1d.pspnode.trainer.v1.PullReply\"^\n\x11\x43heckpointRequest\x12\x0f\n\x07session\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\x12*\n\x06params\x18\x03 \x01(\x0b\x32\x1a.pspnode.trainer.v1.Tensor\"-\n\x0f\x43heckpointReply\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04step\x18\x02 \x01(\x03\"\x0f\n\rStatusRequest\"\x96\x02\n\x0bStatusReply\x12\x0f\n\x07peer_id\x18\x01 \x01(\t\x12\x0b\n\x03job\x18\x02 \x01(\t\x12\x0c\n\x04step\x18\x03 \x01(\x03\x12\x12\n\npopulation\x18\x04 \x01(\x01\x12\x13\n\x0bknown_peers\x18\x05 \x01(\r\x12\x0f\n\x07waiting\x18\x06 \x01(\x08\x12\x0e\n\x06health\x18\x07 \x01(\t\x12\x19\n\x11trainer_connected\x18\x08 \x01(\x08\x12\x16\n\x0etrainer_client\x18\t \x01(\t\x12\x0f\n\x07\x62\x61rrier\x18\n \x01(\t\x12\x10\n\x08\x65xchange\x18\x0b \x01(\t\x12\x12\n\nmodel_name\x18\x0c \x01(\t\x12\x12\n\nnum_params\x18\r \x01(\x04\x12\x13\n\x0bstatus_json\x18\x0e \x01(\t*<\n\nApiVersion\x12\x1b\n\x17\x41PI_VERSION_UNSPECIFIED\x10\x00\x12\x11\n\rAPI_VERSION_1\x10\x01*1\n\x05\x44Type\x12\x15\n\x11\x44TYPE_UNSPECIFIED\x10\x00\x12\x11\n\rDTYPE_FLOAT32\x10\x01*W\n\nUpdateKind\x12\x1b\n\x17UPDATE_KIND_UNSPECIFIED\x10\x00\x12\x15\n\x11UPDATE_KIND_DELTA\x10\x01\x12\x15\n\x11UPDATE_KIND_MODEL\x10\x02\x32\xb9\x04\n\x07Trainer\x12T\n\x07Session\x12\".pspnode.trainer.v1.TrainerMessage\x1a!.pspnode.trainer.v1.DaemonMessage(\x01\x30\x01\x12O\n\x07\x42\x61rrier\x12\".pspnode.trainer.v1.BarrierRequest\x1a .pspnode.trainer.v1.BarrierReply\x12O\n\x07Publish\x12\".pspnode.trainer.v1.PublishRequest\x1a .pspnode.trainer.v1.PublishReply\x12\x46\n\x04Pull\x12\x1f.pspnode.trainer.v1.PullRequest\x1a\x1d.pspnode.trainer.v1.PullReply\x12\x46\n\x04Step\x12\x1f.pspnode.trainer.v1.StepRequest\x1a\x1d.pspnode.trainer.v1.StepReply\x12X\n\nCheckpoint\x12%.pspnode.trainer.v1.CheckpointRequest\x1a#.pspnode.trainer.v1.CheckpointReply\x12L\n\x06Status\x12!.pspnode.trainer.v1.StatusRequest\x1a\x1f.pspnode.trainer.v1.StatusReplyB=Z;github.com/pspnode/pspnode/node/trainer/trainerpb;trainerpbb\x06proto3')
 )
 
 _APIVERSION = _descriptor.EnumDescriptor(
@@ -40,8 +40,8 @@ _APIVERSION = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=2475,
-  serialized_end=2535,
+  serialized_start=2617,
+  serialized_end=2677,
 )
 _sym_db.RegisterEnumDescriptor(_APIVERSION)
 
@@ -63,8 +63,8 @@ _DTYPE = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=2537,
-  serialized_end=2586,
+  serialized_start=2679,
+  serialized_end=2728,
 )
 _sym_db.RegisterEnumDescriptor(_DTYPE)
 
@@ -90,8 +90,8 @@ _UPDATEKIND = _descriptor.EnumDescriptor(
   ],
   containing_type=None,
   options=None,
-  serialized_start=2588,
-  serialized_end=2675,
+  serialized_start=2730,
+  serialized_end=2817,
 )
 _sym_db.RegisterEnumDescriptor(_UPDATEKIND)
 
@@ -889,6 +889,13 @@ _PULLREPLY = _descriptor.Descriptor(
       message_type=None, enum_type=None, containing_type=None,
       is_extension=False, extension_scope=None,
       options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reset', full_name='pspnode.trainer.v1.PullReply.reset', index=2,
+      number=3, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
   ],
   extensions=[
   ],
@@ -902,7 +909,59 @@ _PULLREPLY = _descriptor.Descriptor(
   oneofs=[
   ],
   serialized_start=1711,
-  serialized_end=1782,
+  serialized_end=1824,
+)
+
+
+_RESET = _descriptor.Descriptor(
+  name='Reset',
+  full_name='pspnode.trainer.v1.Reset',
+  filename=None,
+  file=DESCRIPTOR,
+  containing_type=None,
+  fields=[
+    _descriptor.FieldDescriptor(
+      name='step', full_name='pspnode.trainer.v1.Reset.step', index=0,
+      number=1, type=3, cpp_type=2, label=1,
+      has_default_value=False, default_value=0,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='params', full_name='pspnode.trainer.v1.Reset.params', index=1,
+      number=2, type=11, cpp_type=10, label=1,
+      has_default_value=False, default_value=None,
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='lineage', full_name='pspnode.trainer.v1.Reset.lineage', index=2,
+      number=3, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+    _descriptor.FieldDescriptor(
+      name='reason', full_name='pspnode.trainer.v1.Reset.reason', index=3,
+      number=4, type=9, cpp_type=9, label=1,
+      has_default_value=False, default_value=_b("").decode('utf-8'),
+      message_type=None, enum_type=None, containing_type=None,
+      is_extension=False, extension_scope=None,
+      options=None, file=DESCRIPTOR),
+  ],
+  extensions=[
+  ],
+  nested_types=[],
+  enum_types=[
+  ],
+  options=None,
+  is_extendable=False,
+  syntax='proto3',
+  extension_ranges=[],
+  oneofs=[
+  ],
+  serialized_start=1826,
+  serialized_end=1924,
 )
 
 
@@ -967,8 +1026,8 @@ _STEPREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1785,
-  serialized_end=1923,
+  serialized_start=1927,
+  serialized_end=2065,
 )
 
 
@@ -1005,8 +1064,8 @@ _STEPREPLY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=1925,
-  serialized_end=2032,
+  serialized_start=2067,
+  serialized_end=2174,
 )
 
 
@@ -1050,8 +1109,8 @@ _CHECKPOINTREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2034,
-  serialized_end=2128,
+  serialized_start=2176,
+  serialized_end=2270,
 )
 
 
@@ -1088,8 +1147,8 @@ _CHECKPOINTREPLY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2130,
-  serialized_end=2175,
+  serialized_start=2272,
+  serialized_end=2317,
 )
 
 
@@ -1112,8 +1171,8 @@ _STATUSREQUEST = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2177,
-  serialized_end=2192,
+  serialized_start=2319,
+  serialized_end=2334,
 )
 
 
@@ -1234,8 +1293,8 @@ _STATUSREPLY = _descriptor.Descriptor(
   extension_ranges=[],
   oneofs=[
   ],
-  serialized_start=2195,
-  serialized_end=2473,
+  serialized_start=2337,
+  serialized_end=2615,
 )
 
 _HELLO.fields_by_name['api_version'].enum_type = _APIVERSION
@@ -1269,6 +1328,8 @@ _DAEMONMESSAGE.oneofs_by_name['msg'].fields.append(
 _DAEMONMESSAGE.fields_by_name['params_request'].containing_oneof = _DAEMONMESSAGE.oneofs_by_name['msg']
 _PUBLISHREQUEST.fields_by_name['update'].message_type = _TENSOR
 _PULLREPLY.fields_by_name['update'].message_type = _TENSOR
+_PULLREPLY.fields_by_name['reset'].message_type = _RESET
+_RESET.fields_by_name['params'].message_type = _TENSOR
 _STEPREQUEST.fields_by_name['update'].message_type = _TENSOR
 _STEPREPLY.fields_by_name['barrier'].message_type = _BARRIERREPLY
 _STEPREPLY.fields_by_name['pull'].message_type = _PULLREPLY
@@ -1288,6 +1349,7 @@ DESCRIPTOR.message_types_by_name['PublishRequest'] = _PUBLISHREQUEST
 DESCRIPTOR.message_types_by_name['PublishReply'] = _PUBLISHREPLY
 DESCRIPTOR.message_types_by_name['PullRequest'] = _PULLREQUEST
 DESCRIPTOR.message_types_by_name['PullReply'] = _PULLREPLY
+DESCRIPTOR.message_types_by_name['Reset'] = _RESET
 DESCRIPTOR.message_types_by_name['StepRequest'] = _STEPREQUEST
 DESCRIPTOR.message_types_by_name['StepReply'] = _STEPREPLY
 DESCRIPTOR.message_types_by_name['CheckpointRequest'] = _CHECKPOINTREQUEST
@@ -1404,6 +1466,13 @@ PullReply = _reflection.GeneratedProtocolMessageType('PullReply', (_message.Mess
   ))
 _sym_db.RegisterMessage(PullReply)
 
+Reset = _reflection.GeneratedProtocolMessageType('Reset', (_message.Message,), dict(
+  DESCRIPTOR = _RESET,
+  __module__ = 'pspnode.trainer.v1.trainer_pb2'
+  # @@protoc_insertion_point(class_scope:pspnode.trainer.v1.Reset)
+  ))
+_sym_db.RegisterMessage(Reset)
+
 StepRequest = _reflection.GeneratedProtocolMessageType('StepRequest', (_message.Message,), dict(
   DESCRIPTOR = _STEPREQUEST,
   __module__ = 'pspnode.trainer.v1.trainer_pb2'
@@ -1456,8 +1525,8 @@ _TRAINER = _descriptor.ServiceDescriptor(
   file=DESCRIPTOR,
   index=0,
   options=None,
-  serialized_start=2678,
-  serialized_end=3247,
+  serialized_start=2820,
+  serialized_end=3389,
   methods=[
   _descriptor.MethodDescriptor(
     name='Session',
