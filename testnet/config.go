@@ -344,6 +344,9 @@ func (c Config) Validate() error {
 			bad("role %q with share %v: want a known role and a share in (0, 1)", r.Role, r.Fraction)
 		}
 		total += r.Fraction
+		if r.Role == DriftPoison && (c.Exchange.Kind != node.ExchangeEpidemic || c.Model == "none") {
+			bad("role %q pushes models over the epidemic exchange: it needs a model and --exchange epidemic:S", r.Role)
+		}
 		if r.Role.poisoner() && c.Exchange.Kind == node.ExchangeEpidemic {
 			bad("role %q: poisoned updates are counted on the gossip topic only; add --exchange gossip (under %s the distance bound refuses such models, counted as exchange.rejected.distance)", r.Role, c.Exchange)
 		}

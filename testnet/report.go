@@ -145,6 +145,11 @@ type Hostility struct {
 	// FakePeersNamed counts the made-up peers fake-peers nodes named in
 	// their DHT replies (see Result.Membership for what honest nodes kept).
 	FakePeersNamed int `json:"fake_peers_named,omitempty"`
+	// Lineage, Wedge and Drift are present with the lineage-hijack,
+	// joiner-wedge and drift-poison roles (attacks.go).
+	Lineage *LineageFigures `json:"lineage,omitempty"`
+	Wedge   *WedgeFigures   `json:"joiner_wedge,omitempty"`
+	Drift   *DriftFigures   `json:"drift_poison,omitempty"`
 	// SybilFigures are present with Sybil roles.
 	*SybilFigures
 }
@@ -216,6 +221,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	for _, m := range t.members {
 		live := m.leftAt < 0
 		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.step(), live})
+		if m.probe {
+			continue // Hostility.Wedge
+		}
 		if m.role != Honest {
 			if m.joinedAt == 0 {
 				r.Hostile.Nodes[string(m.role)]++
@@ -290,6 +298,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder || s.Role == SlowModel }) {
 			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
+		t.impostorFigures(r.Hostile)
 	}
 	if len(slow) > 0 && len(fast) > 0 {
 		f, s := sim.Summarize(fast), sim.Summarize(slow)
@@ -438,6 +447,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		if h.FakePeersNamed > 0 {
 			row("  fake peers", "%d made-up peers named in DHT replies", h.FakePeersNamed)
 		}
+		h.printImpostors(row)
 	}
 	if mb := r.Membership; mb != nil {
 		sample := "not timed"

@@ -80,10 +80,11 @@ type testnet struct {
 	quarter *resourceSample
 	wg      sync.WaitGroup
 
-	roleOf        sync.Map    // peer.ID -> Role, hostile nodes only
-	syb           *sybilState // nil without Sybil roles
-	target        *member     // the honest node flooders attack
-	fakes         []*fakeDHT  // the fake-peers nodes' DHT servers
+	roleOf        sync.Map      // peer.ID -> Role, hostile nodes only
+	syb           *sybilState   // nil without Sybil roles
+	target        *member       // the honest node flooders attack
+	fakes         []*fakeDHT    // the fake-peers nodes' DHT servers
+	hostile       hostileCounts // what the impostor roles sent (attacks.go)
 	poisonApplied atomic.Uint64
 	normDelivered atomic.Uint64
 }

@@ -111,7 +111,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.logLevel = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 	f.cpuProf = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 	f.memProf = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
-	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, slow-model, sybil-zone, sybil-host (e.g. liar-zero:5%)")
+	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: "+roleNames()+" (e.g. liar-zero:5%; see docs/reliability.md)")
 	f.sybilDef = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
 	f.victims = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
 	f.prefix = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
@@ -628,4 +628,13 @@ func netnsCleanup(ctx context.Context, stderr io.Writer) error {
 	swept, err := netns.Sweep(ctx)
 	fmt.Fprintf(stderr, "testnet: removed what %d stale netns run(s) left behind %v\n", len(swept), swept)
 	return err
+}
+
+// roleNames lists the testnet's hostile roles for --hostile's help.
+func roleNames() string {
+	names := make([]string, len(testnet.Roles))
+	for i, r := range testnet.Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
 }

@@ -1,0 +1,93 @@
+package testnet
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// attackConfig is a small run of linear regression over the epidemic
+// exchange with one node of role r among 8.
+func attackConfig(r Role, d time.Duration) Config {
+	cfg := tinyConfig(8, d)
+	cfg.Model = "linreg"
+	cfg.Roles = []RoleShare{{r, 0.125}}
+	return cfg
+}
+
+// summary is res's printed summary.
+func summary(res *Result) string {
+	var sb strings.Builder
+	res.PrintSummary(&sb)
+	return sb.String()
+}
+
+// TestLineageHijackRole checks that a lineage-hijack node tells every
+// honest node of its lineage and that the report accounts for every honest
+// node's lineage. (Whether they follow it is the figure the role measures.)
+func TestLineageHijackRole(t *testing.T) {
+	res := runLogged(t, attackConfig(LineageHijack, 10*time.Second))
+	h := res.Hostile
+	if h == nil || h.Lineage == nil || h.Nodes[string(LineageHijack)] != 1 {
+		t.Fatalf("hostile report %+v", h)
+	}
+	l := h.Lineage
+	if l.OnJob+l.Hijacked+l.Other != h.HonestNodes || h.HonestNodes != 7 {
+		t.Errorf("lineages %+v do not cover the %d honest nodes", *l, h.HonestNodes)
+	}
+	// Each second the hijacker queries every peer it knows.
+	if l.QueriesSent < uint64(5*h.HonestNodes) {
+		t.Errorf("%d hijacking queries answered in 10 s, want at least %d", l.QueriesSent, 5*h.HonestNodes)
+	}
+	if !strings.Contains(summary(res), "lineage hijack") {
+		t.Error("summary has no lineage-hijack row")
+	}
+}
+
+// TestJoinerWedgeRole checks that a joiner starts through the joiner-wedge
+// node, asks it, and is reported apart from the honest nodes, whose step
+// figures its claimed step must not reach.
+func TestJoinerWedgeRole(t *testing.T) {
+	res := runLogged(t, attackConfig(JoinerWedge, 20*time.Second))
+	h := res.Hostile
+	if h == nil || h.Wedge == nil {
+		t.Fatalf("hostile report %+v", h)
+	}
+	w := h.Wedge
+	if w.Joiners != 1 || len(w.Probes) != 1 || w.RepliesSent == 0 {
+		t.Fatalf("wedge figures %+v", *w)
+	}
+	if w.Probes[0].BarrierChecks == 0 {
+		t.Errorf("the joiner through the wedge node made no barrier check: %+v", w.Probes[0])
+	}
+	if res.Steps.Max > 1e6 || res.LiveNodes != 7 || res.Joined != 0 {
+		t.Errorf("the joiner is counted among the honest nodes: steps %+v, %d live, %d joined", res.Steps, res.LiveNodes, res.Joined)
+	}
+	if !strings.Contains(summary(res), "joiner wedge") {
+		t.Error("summary has no joiner-wedge row")
+	}
+}
+
+// TestDriftPoisonRole checks that a drift-poison node pushes models at the
+// honest nodes and fits its distance to their bound: some pushes are
+// refused for distance, and every push is accounted for.
+func TestDriftPoisonRole(t *testing.T) {
+	res := runLogged(t, attackConfig(DriftPoison, 10*time.Second))
+	h := res.Hostile
+	if h == nil || h.Drift == nil {
+		t.Fatalf("hostile report %+v", h)
+	}
+	d := h.Drift
+	if d.Pushes < 100 || d.ModelsFetched == 0 {
+		t.Errorf("drift figures %+v: want at least 100 pushes in 10 s", *d)
+	}
+	if d.Taken+d.Distance+d.Rate+d.Other < d.Pushes {
+		t.Errorf("drift figures %+v: pushes not accounted for", *d)
+	}
+	if d.Distance == 0 {
+		t.Errorf("drift figures %+v: no push reached the distance bound", *d)
+	}
+	if !strings.Contains(summary(res), "drift poison") {
+		t.Error("summary has no drift-poison row")
+	}
+}
