@@ -56,6 +56,12 @@ const (
 	// from the peer's replies: ×1.5 after a model taken, ×0.6 after one
 	// refused for distance. Values are clamped to 0.9 × MaxAbsValue.
 	DriftPoison Role = "drift-poison"
+	// EstimateLiar sends every honest peer it knows LiarQueryRate step
+	// queries a second, on one stream each, on the job's lineage and with
+	// its true step, each reporting a population of LiarEstimate (the
+	// largest a node accepts): a node that keeps the last reports it heard
+	// rather than one per peer hears mostly the liar.
+	EstimateLiar Role = "estimate-liar"
 )
 
 // The impostors' claims.
@@ -64,6 +70,10 @@ const (
 	HijackValue float64 = 50
 	WedgeStep   int64   = math.MaxInt64 - 50 // 2^63 − 51
 	WedgeValue  float64 = 1e6
+	// LiarEstimate and LiarQueryRate are an estimate-liar's report and
+	// its queries per second to each peer.
+	LiarEstimate  = 1e9
+	LiarQueryRate = 20
 )
 
 // hijackGenesis is the oldest genesis there is: a clock of the Unix epoch
@@ -98,6 +108,7 @@ type hostileCounts struct {
 	driftRate          atomic.Uint64 // refused for rate
 	driftOther         atomic.Uint64 // refused otherwise, or failed
 	driftModelsFetched atomic.Uint64 // victims' models fetched
+	liarQueries        atomic.Uint64 // step queries answered that reported LiarEstimate
 }
 
 // impostor is what an impostor claims in its step and model answers.
@@ -570,6 +581,9 @@ func (t *testnet) impostorFigures(h *Hostility) {
 		}
 		h.Wedge = wf
 	}
+	if has(EstimateLiar) {
+		h.LiarQueries = c.liarQueries.Load()
+	}
 	if has(DriftPoison) {
 		h.Drift = &DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
 			Rate: c.driftRate.Load(), Other: c.driftOther.Load(), ModelsFetched: c.driftModelsFetched.Load()}
@@ -593,8 +607,69 @@ func (h *Hostility) printImpostors(row func(k, format string, a ...any)) {
 			row(fmt.Sprintf("    joiner %d", i), "step %d, %d barrier checks, %d passes, loss %s, live %v", j.Step, j.BarrierChecks, j.BarrierPasses, loss, j.Live)
 		}
 	}
+	if h.LiarQueries > 0 {
+		row("  estimate liars", "%d step queries answered that reported a population of %.0g (see population used)", h.LiarQueries, float64(LiarEstimate))
+	}
 	if d := h.Drift; d != nil {
 		row("  drift poison", "%d models pushed: %d taken, %d refused for distance, %d for rate, %d other; %d victims' models fetched",
 			d.Pushes, d.Taken, d.Distance, d.Rate, d.Other, d.ModelsFetched)
+	}
+}
+
+// lie is an estimate-liar node's campaign, until ctx ends: one worker for
+// each honest peer its overlay knows when training starts.
+func (t *testnet) lie(ctx context.Context, m *member) {
+	var wg sync.WaitGroup
+	for _, p := range m.nd.Overlay().Peers() {
+		if _, hostile := t.roleOf.Load(p); hostile {
+			continue
+		}
+		wg.Go(func() { t.lieTo(ctx, m, p) })
+	}
+	wg.Wait()
+}
+
+// lieTo sends p LiarQueryRate step queries a second reporting
+// LiarEstimate, on one stream as long as it lasts (as an honest asker
+// reuses its streams), on a new one after a second when it fails.
+func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
+	task := m.nd.Task()
+	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
+	h := m.nd.Host()
+	tick := time.NewTicker(time.Second / LiarQueryRate)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := h.NewStream(sctx, p, wire.StepProtocolExt("testnet"))
+		cancel()
+		if err != nil {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+		r := bufio.NewReader(s)
+		first := true
+		for ctx.Err() == nil {
+			q := wire.StepRequest{Step: m.nd.Step(), Estimate: LiarEstimate}
+			e := wire.StepExt{}
+			if first { // the fields go in a stream's first message (wire/stepext.go)
+				e, first = ext, false
+			}
+			_ = s.SetDeadline(time.Now().Add(2 * time.Second))
+			if writeFrameT(s, wire.MarshalStepRequestExt(q, e)) != nil {
+				break
+			}
+			if _, err := readFrameT(r, wire.MaxStepFrameExt); err != nil {
+				break
+			}
+			t.hostile.liarQueries.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+		stop()
+		_ = s.Reset()
+		sleepCtx(ctx, time.Second)
 	}
 }

@@ -397,6 +397,8 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 		t.wg.Go(func() { asNode(m.idx, func() { t.wedgeJoin(c, m) }) })
 	case DriftPoison:
 		t.wg.Go(func() { asNode(m.idx, func() { t.drift(c, m) }) })
+	case EstimateLiar:
+		t.wg.Go(func() { asNode(m.idx, func() { t.lie(c, m) }) })
 	}
 }
 

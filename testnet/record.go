@@ -69,6 +69,11 @@ func (t *testnet) record(now time.Duration) Snapshot {
 		if t.syb != nil && t.syb.victims[m.nd.ID()] {
 			t.recordVictim(m, rel[len(rel)-1], truth)
 		}
+		if m.role == Honest {
+			used := m.nd.Population()
+			t.usedErr = append(t.usedErr, math.Abs(used-truth)/truth)
+			t.usedMax = max(t.usedMax, used)
+		}
 	}
 	// Stalled: no progress for StallWindow while the node was free to go
 	// on: its barrier, evaluated on the true live population, would have

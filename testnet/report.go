@@ -60,6 +60,11 @@ type Result struct {
 	Population struct {
 		MedianRelError float64 `json:"median_rel_error"`
 		P95RelError    float64 `json:"p95_rel_error"`
+		// Used is the population the honest nodes use (node.Population:
+		// the overlay's estimate checked against the peers' reports, as
+		// their learning rate and /status see it), over every record of
+		// the training, not only the last.
+		Used *UsedPopulation `json:"used,omitempty"`
 	} `json:"population"`
 	Sampling struct {
 		MaxOverMean float64 `json:"max_over_mean"`
@@ -150,6 +155,9 @@ type Hostility struct {
 	Lineage *LineageFigures `json:"lineage,omitempty"`
 	Wedge   *WedgeFigures   `json:"joiner_wedge,omitempty"`
 	Drift   *DriftFigures   `json:"drift_poison,omitempty"`
+	// LiarQueries counts the estimate-liars' step queries that were
+	// answered (see Result.Population.Used for what they did).
+	LiarQueries uint64 `json:"estimate_liar_queries,omitempty"`
 	// SybilFigures are present with Sybil roles.
 	*SybilFigures
 }
@@ -171,6 +179,15 @@ type FloodTarget struct {
 	HeldLiveBy  int  `json:"held_live_by"`
 	HonestPeers int  `json:"honest_peers"`
 	Live        bool `json:"live"`
+}
+
+// UsedPopulation summarises the population the honest nodes used, read
+// every RecordEvery over the training: |N̂ − N| / N's median and p95 over
+// every node and record, and the largest N̂ any node used.
+type UsedPopulation struct {
+	MedianRelError float64 `json:"median_rel_error"`
+	P95RelError    float64 `json:"p95_rel_error"`
+	Max            float64 `json:"max"`
 }
 
 // Accuracy is how well the trained models do on held-out data: accuracy
@@ -307,6 +324,11 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	rel := slices.Clone(t.relErr)
 	slices.Sort(rel)
 	r.Population.MedianRelError, r.Population.P95RelError = sim.Percentile(rel, 50), sim.Percentile(rel, 95)
+	if len(t.usedErr) > 0 {
+		used := slices.Clone(t.usedErr)
+		slices.Sort(used)
+		r.Population.Used = &UsedPopulation{MedianRelError: sim.Percentile(used, 50), P95RelError: sim.Percentile(used, 95), Max: t.usedMax}
+	}
 	r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws = uniformity(counts)
 	r.Sampling.Peers = len(counts)
 	ms := func(xs []float64) Percentiles {
@@ -411,6 +433,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	}
 	row("stalled nodes", "%d", r.StalledNodes)
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
+	if u := r.Population.Used; u != nil {
+		row("  used", "median %.1f %%, p95 %.1f %% over the run; largest %.4g (what the nodes' learning rates and /status use)", 100*u.MedianRelError, 100*u.P95RelError, u.Max)
+	}
 	if r.Sampling.Peers > 0 {
 		row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
 	}
