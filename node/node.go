@@ -97,8 +97,12 @@ type Node struct {
 	estMu      sync.Mutex // guards estAt and estVal
 	estAt      time.Time
 	estVal     float64
-	repMu      sync.Mutex // guards reports
-	reports    ring       // population estimates peers reported lately (population)
+	// repMu guards reportedMedian's cache of the peers' reported
+	// population: repMed (ok: repOK), computed at repAt.
+	repMu  sync.Mutex
+	repMed float64
+	repOK  bool
+	repAt  time.Time
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *meter
 	// conns counts opened connections into opened.
@@ -177,7 +181,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
 		steps:        newStepStreams(cfg.StepStreams),
 		screen:       screenFor(cfg.Screen),
-		reports:      newRing(32),
 		progress:     newProgress(),
 	}
 	n.stepExtID = wire.StepProtocolExt(cfg.Job)

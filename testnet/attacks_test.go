@@ -91,3 +91,27 @@ func TestDriftPoisonRole(t *testing.T) {
 		t.Error("summary has no drift-poison row")
 	}
 }
+
+// TestEstimateLiarRole checks that an estimate-liar node's lying queries
+// are answered at about LiarQueryRate a second by every honest node, and
+// that the honest nodes' population stays within a quarter of the truth
+// beside it.
+func TestEstimateLiarRole(t *testing.T) {
+	cfg := tinyConfig(4, 10*time.Second)
+	cfg.Roles = []RoleShare{{EstimateLiar, 0.25}} // 1 beside 3 honest
+	res := runLogged(t, cfg)
+	h := res.Hostile
+	if h == nil || h.Nodes[string(EstimateLiar)] != 1 {
+		t.Fatalf("hostile report %+v", h)
+	}
+	if want := uint64(3 * LiarQueryRate * 10 / 2); h.LiarQueries < want {
+		t.Errorf("%d lying queries answered, want at least %d", h.LiarQueries, want)
+	}
+	u := res.Population.Used
+	if u == nil || u.Max > 10 || u.MedianRelError > 0.25 {
+		t.Errorf("population used %+v: want at most 10, within 25 %%", u)
+	}
+	if !strings.Contains(summary(res), "estimate liars") {
+		t.Error("summary has no estimate-liar row")
+	}
+}
