@@ -115,3 +115,68 @@ func TestEstimateLiarRole(t *testing.T) {
 		t.Error("summary has no estimate-liar row")
 	}
 }
+
+// TestStreamHogRole checks that a stream-hog node holds idle step streams
+// on the flood target from StreamHogPeers identities, and that the
+// target's honest peers and fresh peers keep getting their step queries
+// answered.
+func TestStreamHogRole(t *testing.T) {
+	cfg := tinyConfig(4, 10*time.Second)
+	cfg.Roles = []RoleShare{{StreamHog, 0.25}}
+	res := runLogged(t, cfg)
+	h := res.Hostile
+	if h == nil || h.Hogs == nil || h.Target == nil {
+		t.Fatalf("hostile report %+v", h)
+	}
+	g := h.Hogs
+	if g.Identities != StreamHogPeers || g.StreamsOpened < StreamHogPeers*8 {
+		t.Errorf("hog figures %+v: want %d identities holding 8 streams each", *g, StreamHogPeers)
+	}
+	if g.FreshTried == 0 || g.FreshAnswered != g.FreshTried || g.TargetEvicted == 0 {
+		t.Errorf("hog figures %+v: want every fresh peer answered, idle streams evicted", *g)
+	}
+	if res.Defences.StepQueriesFailed != 0 || h.Target.HeldLiveBy != h.Target.HonestPeers {
+		t.Errorf("%d honest step queries failed; target held live by %d of %d", res.Defences.StepQueriesFailed, h.Target.HeldLiveBy, h.Target.HonestPeers)
+	}
+}
+
+// TestConnAndLogHogRoles runs the conn-hog and log-flood roles on TCP
+// loopback, each beside three honest nodes: fresh peers of the job still
+// connect to the target and are answered, and the junk connections of
+// log-flood leave a few warnings, not one each.
+func TestConnAndLogHogRoles(t *testing.T) {
+	for _, tc := range []struct {
+		role    Role
+		private bool
+	}{{ConnHog, false}, {LogFlood, true}} {
+		t.Run(string(tc.role), func(t *testing.T) {
+			cfg := tinyConfig(4, 10*time.Second)
+			cfg.Clock, cfg.Transport, cfg.Private = Real, "tcp", tc.private
+			cfg.Roles = []RoleShare{{tc.role, 0.25}}
+			res := runLogged(t, cfg)
+			h := res.Hostile
+			if h == nil || h.Hogs == nil {
+				t.Fatalf("hostile report %+v", h)
+			}
+			g := h.Hogs
+			if g.FreshTried == 0 || g.FreshAnswered != g.FreshTried {
+				t.Errorf("hog figures %+v: want every fresh peer answered", *g)
+			}
+			switch tc.role {
+			case ConnHog:
+				// The identities come up one by one (all 300 within
+				// seconds, more under the race detector).
+				if g.Identities < 50 || g.HalfOpenSockets < ConnHogHalfOpen {
+					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, ConnHogHalfOpen)
+				}
+			case LogFlood:
+				if g.JunkConnections < 1000 {
+					t.Errorf("%d junk connections in 10 s", g.JunkConnections)
+				}
+				if res.LogWarnings.Lines > 20 {
+					t.Errorf("%d warnings for %d junk connections", res.LogWarnings.Lines, g.JunkConnections)
+				}
+			}
+		})
+	}
+}

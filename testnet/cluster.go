@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
@@ -125,6 +127,12 @@ func testnetGenesis(seed uint64) node.Genesis {
 	return g
 }
 
+// testnetPSK is the swarm key of a private testnet: a function of the seed.
+func testnetPSK(seed uint64) pnet.PSK {
+	sum := sha256.Sum256(binary.BigEndian.AppendUint64([]byte("testnet swarm key"), seed))
+	return pnet.PSK(sum[:])
+}
+
 // nodeConfig is what every node of the testnet is configured with before
 // its own parts (bootstrap peers, host or identity, seed, task, faults):
 // node.DefaultLocalConfig with the testnet's settings. A joining node
@@ -144,6 +152,9 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	}
 	cfg.Gossip.Encoding = enc
 	cfg.PollShare = t.cfg.PollShare
+	if t.cfg.Private {
+		cfg.PSK = testnetPSK(t.cfg.Seed)
+	}
 	cfg.Exchange = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
@@ -399,6 +410,19 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 		t.wg.Go(func() { asNode(m.idx, func() { t.drift(c, m) }) })
 	case EstimateLiar:
 		t.wg.Go(func() { asNode(m.idx, func() { t.lie(c, m) }) })
+	case StreamHog, ConnHog, LogFlood:
+		if t.target == nil {
+			break
+		}
+		switch m.role {
+		case StreamHog:
+			t.wg.Go(func() { asNode(m.idx, func() { t.streamHog(c, m) }) })
+		case ConnHog:
+			t.wg.Go(func() { asNode(m.idx, func() { t.connHog(c, m) }) })
+		default:
+			t.wg.Go(func() { asNode(m.idx, func() { t.logFlood(c, m) }) })
+		}
+		t.freshOnce.Do(func() { t.wg.Go(func() { asNode(m.idx, func() { t.freshPeers(c, m) }) }) })
 	}
 }
 

@@ -109,7 +109,16 @@ type Result struct {
 		ReportsScreened    uint64 `json:"reports_screened"`
 		UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 		StreamsRefused     uint64 `json:"streams_refused"`
+		// StepQueriesFailed counts the honest live nodes' step queries
+		// that failed or timed out (psp_samples_timed_out_total).
+		StepQueriesFailed uint64 `json:"step_queries_failed"`
 	} `json:"defences"`
+	// LogWarnings counts the records at warn level and above every node
+	// logged, and their size as text lines.
+	LogWarnings struct {
+		Lines uint64 `json:"lines"`
+		Bytes uint64 `json:"bytes"`
+	} `json:"log_warnings"`
 	Hostile *Hostility `json:"hostile,omitempty"`
 	// Membership is what the honest live nodes' overlays hold at the end
 	// (in-process transports only).
@@ -155,6 +164,8 @@ type Hostility struct {
 	Lineage *LineageFigures `json:"lineage,omitempty"`
 	Wedge   *WedgeFigures   `json:"joiner_wedge,omitempty"`
 	Drift   *DriftFigures   `json:"drift_poison,omitempty"`
+	// Hogs is present with stream-hog, conn-hog and log-flood nodes.
+	Hogs *HogFigures `json:"hogs,omitempty"`
 	// LiarQueries counts the estimate-liars' step queries that were
 	// answered (see Result.Population.Used for what they did).
 	LiarQueries uint64 `json:"estimate_liar_queries,omitempty"`
@@ -271,6 +282,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.ReportsScreened += st.ReportsScreened
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
+		r.Defences.StepQueriesFailed += uint64(counterOf(m.nd.Registry(), "psp_samples_timed_out_total", "", ""))
 		held += float64(st.ConnectedPeers)
 		r.Connections.HeldMax = max(r.Connections.HeldMax, st.ConnectedPeers)
 		dials += float64(st.StepDials)
@@ -299,6 +311,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 	}
 	r.LiveNodes = len(all)
+	r.LogWarnings.Lines, r.LogWarnings.Bytes = t.warnLines.Load(), t.warnBytes.Load()
 	r.Traffic = traffic.report()
 	if len(all) > 0 {
 		r.Connections.HeldMean = held / float64(len(all))
@@ -312,10 +325,11 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
-		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder || s.Role == SlowModel }) {
+		if t.target != nil && t.hasRole(Flooder, SlowModel, StreamHog, ConnHog, LogFlood) {
 			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
 		t.impostorFigures(r.Hostile)
+		r.Hostile.Hogs = t.hogFigures()
 	}
 	if len(slow) > 0 && len(fast) > 0 {
 		f, s := sim.Summarize(fast), sim.Summarize(slow)
@@ -458,7 +472,8 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("traffic", "per node %.0f B/s in, %.0f B/s out; %.0f B in per step%s", tr.InBytesPerNodeS, tr.OutBytesPerNodeS, tr.InBytesPerStep, amp)
 	}
 	row("connections", "%.1f held per node (at most %d), %.1f opened per node per minute, %.2f step dials per check", r.Connections.HeldMean, r.Connections.HeldMax, r.Connections.OpenedPerNodeMin, r.Connections.DialsPerCheck)
-	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
+	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused, %d step queries failed", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused, r.Defences.StepQueriesFailed)
+	row("log", "%d warnings (%.1f KiB as text lines)", r.LogWarnings.Lines, float64(r.LogWarnings.Bytes)/1024)
 	if h := r.Hostile; h != nil {
 		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)
 		row("  poison", "%d invalid updates applied, %d large-norm updates delivered (then refused by norm)", h.PoisonApplied, h.NormPoisonDelivered)
@@ -473,6 +488,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 			row("  fake peers", "%d made-up peers named in DHT replies", h.FakePeersNamed)
 		}
 		h.printImpostors(row)
+		if h.Hogs != nil {
+			h.Hogs.print(row)
+		}
 	}
 	if mb := r.Membership; mb != nil {
 		sample := "not timed"

@@ -54,7 +54,7 @@ const (
 
 // Roles lists every hostile or faulty role.
 var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost, FakePeers,
-	LineageHijack, JoinerWedge, DriftPoison, EstimateLiar}
+	LineageHijack, JoinerWedge, DriftPoison, EstimateLiar, StreamHog, ConnHog, LogFlood}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).

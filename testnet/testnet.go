@@ -89,6 +89,10 @@ type testnet struct {
 	target        *member       // the honest node flooders attack
 	fakes         []*fakeDHT    // the fake-peers nodes' DHT servers
 	hostile       hostileCounts // what the impostor roles sent (attacks.go)
+	hogs          hogCounts     // what the hogs did (hogs.go)
+	freshOnce     sync.Once     // starts the fresh peers against the flood target
+	warnLines     atomic.Uint64 // warnings the nodes logged (warnCounter)
+	warnBytes     atomic.Uint64
 	poisonApplied atomic.Uint64
 	normDelivered atomic.Uint64
 }
@@ -134,6 +138,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
+	t.log = slog.New(warnCounter{next: t.log.Handler(), lines: &t.warnLines, bytes: &t.warnBytes})
 	if slices.ContainsFunc(cfg.Roles, func(r RoleShare) bool { return r.Role.sybil() }) {
 		t.syb = &sybilState{
 			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),

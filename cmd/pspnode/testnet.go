@@ -67,7 +67,7 @@ type testnetFlags struct {
 	cpuProf, memProf, hostile, latency, bandwidth       *string
 	nodes, nat, victims, prefix                         *int
 	connLow, connHigh, poolSize, gcPercent, stepStreams *int
-	force, churnReplace                                 *bool
+	force, churnReplace, private                        *bool
 	duration, warmup, evalEvery, slowDelay, connGrace   *time.Duration
 	churn, lr, target, loss, normBound                  *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
@@ -97,6 +97,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.encoding = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
 	f.lr = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
 	f.transport = fs.String("transport", def.Transport, "mem (in-process network, for large N), tcp (loopback sockets, up to 300 nodes; real clock only) or netns (one pspnode run process per node, each in its own network namespace on a bridge; real clock; needs root, iproute2, and nftables for --nat)")
+	f.private = fs.Bool("private", false, "give every node one swarm key, as pspnode run --swarm-key does (--transport tcp only); the log-flood role needs it")
 	f.nat = fs.Int("nat", 0, "netns transport: put this many nodes behind a NAT router each (nftables masquerade; no port forward)")
 	f.cpuQuota = fs.String("cpu-quota", "", "netns transport: FRACTION:CORES gives that fraction of the nodes that many CPUs each (a cgroup quota), e.g. 0.25:0.1")
 	f.cleanup = fs.Bool("cleanup", false, "remove the namespaces, links and cgroups that netns runs whose process is gone left behind, then exit")
@@ -252,6 +253,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	}
 	cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *f.churn, *f.modelName, *f.data, *f.encoding, *f.lr
 	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
+	cfg.Private = *f.private
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
 	cfg.Force, cfg.ChurnReplace = *f.force, *f.churnReplace
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
