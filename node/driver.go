@@ -211,6 +211,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	}
 	d.TakeReset() // the session starts from the job's state already
 	n.takeGenesis(js.genesis)
+	n.exch().restart(start.Params) // the session's model, or the program's own (nil: at its first push)
 	n.adoptStep(start.Step)
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
@@ -367,6 +368,51 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 	}
 	n.exch().push(n.life, step, delta)
 	return nil
+}
+
+// Push32 is Push for a float32 vector that the caller has checked: every
+// value finite and within the exchange's bound (Gossip.MaxAbsValue), the
+// model's length. Under gossip v is the step's delta, published as it is;
+// under epidemic it is the program's model after the step, which becomes
+// the node's model (the base of its averages and the model it sends) —
+// v is copied before Push32 returns, and the call must come before the
+// next Merge32. It is the way a trainer's update goes: no float64 copy,
+// no second check.
+func (d *Driver) Push32(step psp.Step, v []float32) error {
+	n := d.n
+	if v != nil && len(v) != n.task.NumParams() {
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	}
+	n.exch().push32(n.life, step, v)
+	return nil
+}
+
+// Merge32 writes into delta (the model's length) the change the average
+// of the program's model and the models received since the last call
+// makes, and returns how many it averaged; the program adds delta to its
+// parameters (epidemic). Under gossip it returns 0: the peers' updates
+// reach the task as they arrive.
+func (d *Driver) Merge32(delta []float32) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n.exch().merge32(delta)
+}
+
+// Model returns the node's model as its exchange holds it: under
+// epidemic the program's model after its last step and average (what a
+// peer that fetches the model gets); nil under gossip, or before the
+// program's first step.
+func (d *Driver) Model() []float64 { return d.n.exch().model() }
+
+// NoteApplied records that the program applied updates its peers made at
+// the given steps (under gossip, at its pull): their staleness, the
+// node's step now minus theirs, goes to psp_update_staleness_steps.
+func (d *Driver) NoteApplied(steps []int64) {
+	n := d.n
+	now := n.step.Load()
+	for _, s := range steps {
+		n.m.staleness.Observe(float64(now - s))
+	}
 }
 
 // CheckOrder says whether step may be done now (Done would count it): it

@@ -65,6 +65,7 @@ type Node struct {
 	closing   bool // under modelMu: Close has begun, attach no more
 	ex        exchanger
 	xm        *exchangeMetrics
+	payloads  payloadPool // buffers for received models (exchangeproto.go)
 	exID      protocol.ID
 	exLimiter *inboundLimiter
 	warnMu    sync.Mutex

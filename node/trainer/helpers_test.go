@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 	"github.com/pspnode/pspnode/psp"
@@ -257,7 +258,7 @@ func (tr *trainer) stepShm(ctx context.Context, s int64, delta []float32) (*pb.S
 	if s%2 == 1 {
 		off = int(tr.welcome.ShmUpOddOffset)
 	}
-	copy(tr.shm[off:off+4*len(delta)], f32bytes(delta))
+	copy(tr.shm[off:off+4*len(delta)], f32.Bytes(delta)) // as a trainer writes its update in place
 	return tr.c.Step(ctx, &pb.StepRequest{Session: tr.session(), Step: s, Update: &pb.Tensor{Shared: true}})
 }
 

@@ -136,23 +136,32 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// The update stays where it is, the request's own bytes or the
-	// step's region of the shared file, until the push loop has read it:
-	// the trainer writes that region again only after the next step's
-	// call, which waits for the read (below).
-	p := push{step: step, slot: slot, model: sess.srv.task.epidemic, after: sess.callDone}
-	sess.raw[slot] = v
-	if p.model {
-		sess.prepareModel(slot)
-	} else if t.Shared {
-		p.read = make(chan struct{})
-	}
 	if err := drv.Done(step); err != nil { // cannot fail after CheckOrder: calls are serialised
 		sess.free[slot] <- struct{}{}
 		return err
 	}
 	if hasEval {
 		drv.Evaluated(step, loss, acc)
+	}
+	sess.raw[slot] = v
+	if sess.srv.task.epidemic {
+		// The model becomes the node's (one copy, which the pull's
+		// average starts from) and goes to S peers; the region is free
+		// again when the call returns.
+		sess.shmMu.RLock()
+		err := drv.Push32(step, sess.floats(slot))
+		sess.shmMu.RUnlock()
+		sess.raw[slot] = nil
+		sess.free[slot] <- struct{}{}
+		return err
+	}
+	// The delta stays where it is, the request's own bytes or the step's
+	// region of the shared file, until the push loop has read it: the
+	// trainer writes that region again only after the next step's call,
+	// which waits for the read (below).
+	p := push{step: step, slot: slot, after: sess.callDone}
+	if t.Shared {
+		p.read = make(chan struct{})
 	}
 	// The last step's update is read out of its region before this call
 	// returns (at once, unless the trainer stepped within a millisecond
@@ -170,29 +179,6 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	return nil
 }
 
-// prepareModel (epidemic) takes the published model in raw[slot]: the
-// change from the last model goes to delta[slot] (the norm reference) and
-// the model becomes the task's, which peers receive and averages start
-// from.
-func (sess *session) prepareModel(slot int) {
-	model := sess.f64[slot]
-	toFloat64(model, sess.raw[slot])
-	if sess.delta[slot] == nil {
-		sess.delta[slot] = make([]float64, sess.n)
-	}
-	task := sess.srv.task
-	task.mu.Lock()
-	if task.own != nil {
-		for i, x := range model {
-			sess.delta[slot][i] = x - task.own[i]
-		}
-	} else {
-		clear(sess.delta[slot])
-	}
-	task.mu.Unlock()
-	task.setOwn(model)
-}
-
 // Pull returns the peers' work to merge.
 func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, error) {
 	sess, ctx, end, err := s.begin(ctx, req.Session, "pull")
@@ -203,26 +189,26 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, 
 }
 
 func (sess *session) pull() *pb.PullReply {
-	task := sess.srv.task
-	if r := sess.srv.drv.TakeReset(); r != nil {
+	task, drv := sess.srv.task, sess.srv.drv
+	if r := drv.TakeReset(); r != nil {
 		// The daemon took the job's step and model (another lineage, or
 		// it was far ahead of every peer): the trainer takes them in
 		// place of its own, and what arrived for its old model goes.
-		task.resetTo(r.Params)
+		task.resetTo()
 		sess.srv.m.resets.Inc()
 		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
 		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
 			Params: &pb.Tensor{Data: appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params)}}}
 	}
+	var buf []float32
+	var idx, merged int
 	if task.epidemic {
-		task.mu.Lock()
-		have := task.own != nil
-		task.mu.Unlock()
-		if have { // averaging needs the trainer's model: after its first publish
-			sess.srv.drv.Merge()
-		}
+		buf, idx, merged = task.pullAverage(drv.Merge32)
+	} else {
+		var steps []int64
+		buf, idx, merged, steps = task.pull()
+		drv.NoteApplied(steps)
 	}
-	buf, idx, merged := task.pull()
 	if merged == 0 {
 		return &pb.PullReply{}
 	}

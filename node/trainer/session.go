@@ -13,6 +13,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
@@ -52,8 +53,7 @@ type session struct {
 	// Publish buffers, two so that a step's push can run while the next
 	// step is published; free[i] holds a token while raw[i] is free.
 	raw      [2][]byte
-	f64      [2][]float64
-	delta    [2][]float64 // epidemic: model minus the last model
+	f32      [2][]float32 // raw[i] as float32 when it cannot be viewed in place
 	free     [2]chan struct{}
 	pushes   chan push
 	pushed   chan struct{} // closed when the push loop has ended
@@ -64,11 +64,10 @@ type session struct {
 	nextID  uint64
 }
 
-// push is one step's update on its way to the exchange.
+// push is one step's delta (gossip) on its way to the exchange.
 type push struct {
 	step  int64
 	slot  int
-	model bool          // epidemic: delta[slot] is ready; else convert raw[slot]
 	after chan struct{} // closed when the call that published it has returned
 	read  chan struct{} // closed once raw[slot] has been read (nil: nothing to signal)
 }
@@ -235,11 +234,11 @@ func (sess *session) start() error {
 		return status.Errorf(codes.Unavailable, "%v; try again", err)
 	}
 	sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported)
-	var own []float64
-	if epidemic && st.Params != nil {
-		own = st.Params
+	var model func() []float64
+	if epidemic {
+		model = s.drv.Model
 	}
-	s.task.begin(sess, sess.accumulators(), own)
+	s.task.begin(sess, sess.accumulators(), model)
 	pop, scale := s.drv.Population()
 	w := &pb.Welcome{
 		Session: sess.id, Step: st.Step, HasParams: st.Params != nil, ParamsSource: st.Source,
@@ -283,7 +282,6 @@ func (sess *session) alloc(withShm bool) {
 		}
 	}
 	for i := range 2 {
-		sess.f64[i] = make([]float64, n)
 		sess.free[i] = make(chan struct{}, 1)
 		sess.free[i] <- struct{}{}
 	}
@@ -438,29 +436,37 @@ func (sess *session) vector(t *pb.Tensor, off int, what string) ([]byte, error) 
 	return t.Data, nil
 }
 
-// pushLoop hands published updates to the exchange, in order, off the
-// trainer's path: converting, signing and sending a large update takes
+// pushLoop hands published deltas (gossip) to the exchange, in order, off
+// the trainer's path: signing and sending a large update takes
 // milliseconds the trainer need not wait for.
 func (sess *session) pushLoop() {
 	defer close(sess.pushed)
 	for p := range sess.pushes {
 		<-p.after
 		time.Sleep(pushAfterReply)
-		var delta []float64
-		if p.model {
-			delta = sess.delta[p.slot]
-		} else {
-			delta = sess.f64[p.slot]
-			sess.shmMu.RLock() // raw may be a region of the shared file
-			toFloat64(delta, sess.raw[p.slot])
-			sess.shmMu.RUnlock()
+		sess.shmMu.RLock() // raw may be a region of the shared file
+		v := sess.floats(p.slot)
+		if err := sess.srv.drv.Push32(p.step, v); err != nil {
+			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
 		}
+		sess.shmMu.RUnlock()
 		if p.read != nil {
 			close(p.read)
 		}
-		if err := sess.srv.drv.Push(p.step, delta); err != nil {
-			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
-		}
 		sess.free[p.slot] <- struct{}{}
 	}
+}
+
+// floats is raw[slot] as float32 values: a view of it where it is
+// aligned on a little-endian CPU (the shared file's regions always are),
+// else a copy into the slot's own buffer.
+func (sess *session) floats(slot int) []float32 {
+	if v, ok := f32.View(sess.raw[slot]); ok && len(v) == sess.n {
+		return v
+	}
+	if sess.f32[slot] == nil {
+		sess.f32[slot] = make([]float32, sess.n)
+	}
+	f32.Decode(sess.f32[slot], sess.raw[slot])
+	return sess.f32[slot]
 }
