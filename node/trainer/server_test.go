@@ -169,6 +169,11 @@ func TestModelMismatchWithJob(t *testing.T) {
 		!strings.Contains(msg, a.node.ID().String()) || !strings.Contains(msg, `"cnn"`) || !strings.Contains(msg, "0x0000000b") {
 		t.Fatalf("got %v", err)
 	}
+	// The refused trainer was b's first: its model was not fixed, so the
+	// job's model is welcome there.
+	if _, err := connect(t, b.addr, hello("mlp", 11, 100, 0), nil); err != nil {
+		t.Fatalf("the job's model, after another was refused: %v", err)
+	}
 }
 
 // A joining trainer starts from the job's step and the parameters of a

@@ -202,25 +202,35 @@ func (sess *session) start() error {
 	s, h, ctx := sess.srv, sess.hello, sess.ctx
 	info := s.drv.Info()
 	epidemic := info.Exchange.Kind == node.ExchangeEpidemic
-	changed, err := s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
-	if err != nil {
-		s.m.refused.WithLabelValues("model").Inc()
-		s.log.Warn("trainer refused", "client", sess.client, "err", err)
-		return status.Error(codes.FailedPrecondition, err.Error())
-	}
-	if err := s.drv.Attach(ctx); err != nil {
-		return status.Errorf(codes.Internal, "setting up the exchange for the model: %v", err)
-	}
-	if changed {
-		s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
-	}
 	report := func(reason string, waited time.Duration) {
 		_ = sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Waiting{Waiting: &pb.Waiting{Reason: reason, WaitedS: waited.Seconds()}}})
 	}
 	if err := s.drv.Ready(); err != nil {
 		report(err.Error(), 0)
 	}
-	st, err := s.drv.Begin(ctx, h.Step, report)
+	var err error
+	if _, _, n := s.task.shape(); n == 0 { // the model is not fixed yet: check it against the job's first (modelcheck.go)
+		err = s.checkJobModel(ctx, h.ModelId, sess.n, report)
+	}
+	changed := false
+	if err == nil {
+		changed, err = s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
+		if err != nil {
+			s.m.refused.WithLabelValues("model").Inc()
+			s.log.Warn("trainer refused", "client", sess.client, "err", err)
+			return status.Error(codes.FailedPrecondition, err.Error())
+		}
+		if err := s.drv.Attach(ctx); err != nil {
+			return status.Errorf(codes.Internal, "setting up the exchange for the model: %v", err)
+		}
+		if changed {
+			s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
+		}
+	}
+	var st node.Start
+	if err == nil {
+		st, err = s.drv.Begin(ctx, h.Step, report)
+	}
 	if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
 		s.m.refused.WithLabelValues("model").Inc()
 		msg := fmt.Sprintf("model mismatch: the job's peer %s runs model id %#08x with %d parameters; this trainer runs %q (model id %#08x) with %d float32 parameters: run the job's model, or use another --job",
