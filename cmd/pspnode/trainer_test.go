@@ -248,3 +248,48 @@ func TestTorchTrainers(t *testing.T) {
 		t.Fatalf("another model: exit %v, stderr:\n%s", werr, msg)
 	}
 }
+
+// A daemon started with --trainer-owned stops cleanly (exit 0) when its
+// standard input closes, as it does when the process that started it
+// exits, however it exits.
+func TestTrainerOwnedStopsWithStdin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	bin := buildBinary(t)
+	sock := filepath.Join(t.TempDir(), "owned.sock")
+	cmd := exec.Command(bin, "run", "--job", "owned", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:"+sock,
+		"--trainer-owned", "--nat-traversal=false", "--log-level", "info")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &daemontest.Output{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		done <- nil
+	})
+	waitUntil(t, 30*time.Second, "the daemon to serve its trainer API", func() bool { return strings.Contains(out.String(), "trainer: unix:") })
+	select {
+	case err := <-done:
+		t.Fatalf("the daemon exited with its stdin open: %v\n%s", err, out)
+	default:
+	}
+	_ = stdin.Close()
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil || !strings.Contains(out.String(), "standard input closed") {
+			t.Fatalf("exit %v after stdin closed:\n%s", err, out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the daemon did not stop within 30 s of its stdin closing:\n%s", out)
+	}
+}
