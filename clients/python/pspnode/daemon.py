@@ -78,6 +78,11 @@ def _stop(proc: subprocess.Popen, stdin, directory: str, timeout: float = 10.0):
                 proc.kill()
                 proc.wait()
     finally:
+        for f in (stdin, proc.stdout):
+            try:
+                f.close()
+            except (OSError, ValueError):
+                pass
         shutil.rmtree(directory, ignore_errors=True)
 
 
@@ -193,7 +198,7 @@ class Daemon:
         if code is not None:
             msg += f" (exit code {code})"
         hints = []
-        m = re.search(r"[^\n]*(address already in use|bind: address)[^\n]*", text)
+        m = re.search(r"[^\n]*(already in use|bind: address)[^\n]*", text)
         if m:
             port = re.search(r"(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]*\]):(\d+)", m.group(0))
             where = f" ({port.group(0)})" if port else ""
@@ -205,7 +210,7 @@ class Daemon:
                                             waiting, re.I):
                 hints.append(f"the bootstrap peer(s) {self.bootstrap} did not answer: check each address "
                              "(it ends in /p2p/<peer id>), that its daemon runs, and that its port is open to this machine")
-        elif code == 2:
+        elif code == 2 and not hints:
             hints.append("it refused its flags (see its log below)")
         if hints:
             msg += ": " + "; ".join(hints)
