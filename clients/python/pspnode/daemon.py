@@ -200,8 +200,10 @@ class Daemon:
         hints = []
         m = re.search(r"[^\n]*(already in use|bind: address)[^\n]*", text)
         if m:
-            port = re.search(r"(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]*\]):(\d+)", m.group(0))
-            where = f" ({port.group(0)})" if port else ""
+            line = m.group(0)
+            hp = re.search(r"(\d+\.\d+\.\d+\.\d+|\[[0-9a-f:]*\]):(\d+)", line)
+            ph = re.search(r"port (\d+) on ([^\s:]+)", line)
+            where = f" ({hp.group(0)})" if hp else (f" ({ph.group(2)}:{ph.group(1)})" if ph else "")
             hints.append(f"a port it was to listen on is in use{where}: another daemon or program holds it; "
                          f"pass listen=[...] with another port (listen was {self.listen})")
         if waiting:
