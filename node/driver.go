@@ -41,6 +41,40 @@ type Driver struct {
 
 	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
 	client string     // who drives, for Status
+
+	resetMu sync.Mutex
+	reset   *Reset // the job's state the program must take (TakeReset); nil for none
+}
+
+// Reset is the job's state a driven node hands its program when it moved
+// to it between two steps (realign.go): the node left its lineage for the
+// job's, or found itself far ahead of every peer. The program replaces its
+// parameters by Params and its count of completed steps by Step; its next
+// step is Step+1, whose barrier passes at once.
+type Reset struct {
+	Step    psp.Step
+	Params  []float64
+	Lineage Genesis
+	Reason  string
+}
+
+// setReset records a reset for the program, replacing one it has not
+// taken.
+func (d *Driver) setReset(r Reset) {
+	d.resetMu.Lock()
+	defer d.resetMu.Unlock()
+	d.reset = &r
+}
+
+// TakeReset returns the reset the program must take, once (nil for none).
+// The program takes it before its next step: a Barrier that returns
+// BarrierResult.Reset set one.
+func (d *Driver) TakeReset() *Reset {
+	d.resetMu.Lock()
+	defer d.resetMu.Unlock()
+	r := d.reset
+	d.reset = nil
+	return r
 }
 
 // ErrStepOrder is wrapped by the errors of calls for a step out of order:
@@ -158,9 +192,10 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		}
 	}
 	n.warnModels(js.others)
-	// On a younger fork of the job (genesis.go), the older lineage's step
+	// On another fork of the job (genesis.go), the job's lineage's step
 	// and model are the job's, even below this node's.
-	forked := js.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	mine := n.lin.genesis()
+	forked := !mine.IsZero() && !js.genesis.IsZero() && js.genesis != mine
 	if js.adopt > start.Step || forked {
 		if js.model == nil {
 			return Start{}, fmt.Errorf("node: the job is at step %d but no peer gave its model (%v)", js.adopt, js.fetchErr)
@@ -172,8 +207,9 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		n.screen = screenFor(n.cfg.Screen)
 		n.progress.reset()
 		n.lin.converged.Inc()
-		n.log.Warn("met an older lineage of this job (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
+		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
+	d.TakeReset() // the session starts from the job's state already
 	n.takeGenesis(js.genesis)
 	n.adoptStep(start.Step)
 	now := time.Now()
@@ -240,6 +276,9 @@ type BarrierResult struct {
 	// Reason is "" when the node did not wait; otherwise what the last
 	// failed check saw.
 	Reason string
+	// Reset: instead of passing, the node took the job's step and model;
+	// the program must take them (TakeReset) before its next step.
+	Reset bool
 }
 
 // Barrier returns when the node may take step, which must be one more
@@ -255,9 +294,15 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 	if step == d.passed {
 		return BarrierResult{}, nil
 	}
+	if n.realignDue() && n.realign(ctx) { // between steps, as Run does
+		return d.realigned(BarrierResult{}), nil
+	}
 	out, err := n.barrier(ctx)
 	if err != nil {
 		return BarrierResult{Waited: out.Waited, Checks: out.Checks}, err
+	}
+	if out.Realigned {
+		return d.realigned(BarrierResult{Waited: out.Waited, Checks: out.Checks}), nil
 	}
 	d.passed, d.computeFrom = step, time.Now()
 	res := BarrierResult{Waited: out.Waited, Checks: out.Checks}
@@ -265,6 +310,19 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 		res.Reason = waitReason(n.cfg.Barrier, step-1, out)
 	}
 	return res, nil
+}
+
+// realigned completes res for a barrier at which the node took the job's
+// step and model (realign.go): the program must take them (TakeReset)
+// before its next step, which is the job's step + 1 and passes at once.
+// d.mu is held.
+func (d *Driver) realigned(res BarrierResult) BarrierResult {
+	now := time.Now()
+	next := d.n.step.Load() + 1
+	d.first, d.passed, d.computeFrom = next, next, now
+	d.n.lastStepAt = now
+	res.Reset = true
+	return res
 }
 
 // waitReason says what the last failed check of a barrier saw.

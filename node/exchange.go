@@ -127,11 +127,13 @@ const maxExchangeS = 1024
 // Exchange reasons a received model is refused, beside gossip's (see
 // gossip.Reason): the sender runs another exchange; the model is too far
 // from this node's (the norm bound's counterpart); the sender sent more
-// models since this node's last step than maxPerSender.
+// models since this node's last step than maxPerSender; the sender was
+// last heard on another lineage of the job (genesis.go).
 const (
 	ReasonExchangeMismatch gossip.Reason = "exchange_mismatch"
 	ReasonDistance         gossip.Reason = "distance"
 	ReasonRate             gossip.Reason = "rate"
+	ReasonOtherLineage     gossip.Reason = "other_lineage"
 )
 
 // maxPerSender is how many models one sender may contribute to one

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -29,6 +30,7 @@ type epidemic struct {
 	spare []float64       // the other buffer, swapped with sum at each average
 	k     int             // how many models sum holds
 	from  map[peer.ID]int // models per sender in sum
+	steps []int64         // the senders' steps of the models in sum
 	ref   []float64       // this node's model after its last step: the distance reference
 	held  heldVecs        // models received before this node's first step
 
@@ -105,6 +107,11 @@ func (e *epidemic) merge() {
 	e.sum, e.spare = e.spare, nil // spare is back once this average is done
 	e.k = 0
 	clear(e.from)
+	now := n.step.Load()
+	for _, st := range e.steps {
+		n.m.staleness.Observe(float64(now - st))
+	}
+	e.steps = e.steps[:0]
 	e.mu.Unlock()
 
 	p := n.task.Params()
@@ -254,12 +261,16 @@ func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
 	if n.cfg.faults.Loss > 0 && n.lost() {
 		return ""
 	}
+	if n.lin.fromOther(from, time.Now()) {
+		n.lin.otherUpdates.Inc() // a model of another lineage of the job (genesis.go)
+		return ReasonOtherLineage
+	}
 	u, err := gossip.Validate(payload, from, n.step.Load(), e.lim)
 	if err != nil {
 		n.log.Debug("model refused", "from", from, "err", err)
 		return gossip.ReasonOf(err)
 	}
-	if r := e.offer(from, u.Dense()); r != "" {
+	if r := e.offer(from, u.Step, u.Dense()); r != "" {
 		n.log.Debug("model refused", "from", from, "step", u.Step, "reason", string(r))
 		return r
 	}
@@ -276,7 +287,7 @@ func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
 // node's first step, refused if too far from this node's model or if from
 // has sent too many since the last average, else added to the sum. It
 // returns the reason for a refusal ("" when taken or held).
-func (e *epidemic) offer(from peer.ID, y []float64) gossip.Reason {
+func (e *epidemic) offer(from peer.ID, step int64, y []float64) gossip.Reason {
 	bound, ok := e.distanceBound()
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -296,6 +307,7 @@ func (e *epidemic) offer(from peer.ID, y []float64) gossip.Reason {
 		return ReasonDistance
 	}
 	e.addLocked(y)
+	e.steps = append(e.steps, step)
 	e.from[from]++
 	return ""
 }

@@ -136,8 +136,8 @@ func (g *gossipExchange) close() error              { return g.gs.Close() }
 // onUpdate applies a validated update from the gossip topic.
 func (g *gossipExchange) onUpdate(u gossip.Update) {
 	n := g.n
-	if n.lin.fromYounger(u.Sender, time.Now()) {
-		n.lin.otherUpdates.Inc() // a delta of another model's lineage (genesis.go)
+	if n.lin.fromOther(u.Sender, time.Now()) {
+		n.lin.otherUpdates.Inc() // a delta of another lineage of the job (genesis.go)
 		return
 	}
 	clear(g.buf)
@@ -149,15 +149,16 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if !g.withinNorm(g.buf) {
 		return
 	}
-	g.apply(g.buf)
+	g.apply(g.buf, u.Step)
 	n.progress.saw(u.Sender, u.Step)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
 }
 
-// apply adds a received update to the model.
-func (g *gossipExchange) apply(v []float64) {
+// apply adds a received update, made at step from (-1: not known), to
+// the model.
+func (g *gossipExchange) apply(v []float64, from int64) {
 	n := g.n
 	if err := n.task.Apply(v); err != nil {
 		n.m.applyRejected.Inc()
@@ -165,6 +166,9 @@ func (g *gossipExchange) apply(v []float64) {
 		return
 	}
 	n.m.applied.Inc()
+	if from >= 0 {
+		n.m.staleness.Observe(float64(n.step.Load() - from))
+	}
 }
 
 // noteOwnNorm records the norm of an update this node computed itself and,
@@ -180,7 +184,7 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 	g.mu.Unlock()
 	for _, v := range held {
 		if g.withinNorm(v) {
-			g.apply(v)
+			g.apply(v, -1)
 		}
 	}
 }

@@ -63,7 +63,7 @@ func exchangeNode(t testing.TB, params int, s int, normBound float64) (*Node, *e
 	cfg.NormBound = normBound
 	reg := prometheus.NewRegistry()
 	n := &Node{cfg: cfg, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
-		progress: newProgress(), wake: make(chan struct{}, 1)}
+		progress: newProgress(), wake: make(chan struct{}, 1), lin: newLineage(reg, Genesis{})}
 	ex, err := newEpidemic(n, "self", params, 7)
 	if err != nil {
 		t.Fatal(err)

@@ -46,7 +46,7 @@ var exchangeCodes = []gossip.Reason{
 	"", ReasonExchangeMismatch, gossip.ReasonMalformed, gossip.ReasonBadVersion, gossip.ReasonBadEncoding,
 	gossip.ReasonSenderMismatch, gossip.ReasonModelMismatch, gossip.ReasonWrongLength, gossip.ReasonNonFinite,
 	gossip.ReasonValueTooLarge, gossip.ReasonNegativeStep, gossip.ReasonStepTooFarAhead, gossip.ReasonOversize,
-	ReasonDistance, ReasonRate,
+	ReasonDistance, ReasonRate, ReasonOtherLineage,
 }
 
 func exchangeCode(r gossip.Reason) byte {

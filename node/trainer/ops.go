@@ -183,6 +183,16 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, 
 
 func (sess *session) pull() *pb.PullReply {
 	task := sess.srv.task
+	if r := sess.srv.drv.TakeReset(); r != nil {
+		// The daemon took the job's step and model (another lineage, or
+		// it was far ahead of every peer): the trainer takes them in
+		// place of its own, and what arrived for its old model goes.
+		task.resetTo(r.Params)
+		sess.srv.m.resets.Inc()
+		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
+			Params: &pb.Tensor{Data: appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params)}}}
+	}
 	if task.epidemic {
 		task.mu.Lock()
 		have := task.own != nil

@@ -551,7 +551,7 @@ func TestMetricsDocumented(t *testing.T) {
 	// the collectors' descriptions.
 	descs := make(chan *prometheus.Desc, 64)
 	mm := newMetrics(nil)
-	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.paramsRequests} {
+	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.resets, mm.paramsRequests} {
 		c.Describe(descs)
 	}
 	close(descs)

@@ -128,6 +128,18 @@ func (t *Task) addLocked(v []float64, sub bool) {
 	t.merged++
 }
 
+// resetTo drops what the accumulators hold and, under epidemic, makes p
+// (copied) the trainer's model: the trainer takes p in place of its own.
+func (t *Task) resetTo(p []float64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.fresh, t.merged = true, 0
+	t.cache = nil
+	if t.epidemic && t.accept {
+		t.own = append(t.own[:0], p...)
+	}
+}
+
 // pull hands the current accumulator to the trainer: it returns the
 // buffer and its index, and how many updates it merges (0: nothing, and
 // the buffer is nil). The trainer may read it until its next pull.
