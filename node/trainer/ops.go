@@ -191,7 +191,7 @@ func (sess *session) pull() *pb.PullReply {
 		sess.srv.m.resets.Inc()
 		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
 		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
-			Params: &pb.Tensor{Data: appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params)}}}
+			Params: dataTensor(appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params))}}
 	}
 	if task.epidemic {
 		task.mu.Lock()
