@@ -41,6 +41,7 @@ parameters whatever its own.
 
 import logging
 import threading
+import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -138,6 +139,12 @@ class Optimizer(torch.optim.Optimizer):
         self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
         n = sum(self._sizes)
         self._old = torch.empty(n, dtype=torch.float32, device=self._device)
+        # Views made once, not at every step (60 tensors' slices cost as
+        # much as their copies): each parameter flat, the snapshot's
+        # pieces, and the pieces of the shared regions, by address.
+        self._pf = [p.view(-1) for _, p in named]
+        self._olds = self._views(self._old)
+        self._cache = {}
         self._host = self._device.type != "cpu"
         name = model_name or (type(model).__name__ if model is not None else "model")
         self.model_name = name
@@ -205,7 +212,7 @@ class Optimizer(torch.optim.Optimizer):
             raise RuntimeError("this pspnode.Optimizer is closed")
         fix = ("build the model completely and move it (model.to(...)) before building the optimizer and "
                "pspnode.Optimizer, or build new ones after the change")
-        for (name, p), shape in zip(self._named, self.shapes):
+        for i, ((name, p), shape) in enumerate(zip(self._named, self.shapes)):
             if p.device != self._device:
                 raise RuntimeError(f"parameter {name!r} moved from {self._device} to {p.device} after wrapping "
                                    f"(model.to?): {fix}")
@@ -218,6 +225,8 @@ class Optimizer(torch.optim.Optimizer):
             if not p.is_contiguous():
                 raise RuntimeError(f"parameter {name!r} is no longer contiguous: "
                                    "`with torch.no_grad(): p.data = p.data.contiguous()`")
+            if p.data_ptr() != self._pf[i].data_ptr():  # its data was replaced (p.data = ...): view it anew
+                self._pf[i] = p.view(-1)
         if self._model is not None and self._ids(self._model) != self._model_ids:
             raise RuntimeError(f"the model's parameters changed after wrapping (a layer added, removed or "
                                f"replaced): the optimizer would train the old ones; {fix}")
@@ -234,6 +243,7 @@ class Optimizer(torch.optim.Optimizer):
             raise
 
     def _welcome(self, w: "pb.Welcome"):
+        self._cache.clear()  # the last session's regions
         self.update_kind = w.update_kind
         self.lr_scale = w.lr_scale if self.scale_updates else 1.0
         self.population = w.population
@@ -251,6 +261,24 @@ class Optimizer(torch.optim.Optimizer):
 
     def _views(self, flat):
         return [flat[o:o + k] for o, k in zip(self._offsets, self._sizes)]
+
+    def _region(self, vec):
+        """The per-parameter views of a float32 numpy vector from the
+        client (a region of the shared file, the same few every step, or a
+        message's bytes), kept by address."""
+        if vec.flags.writeable:
+            t = torch.from_numpy(vec)
+        else:  # a message's bytes: read only, and only read here
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = torch.from_numpy(vec)
+        key = (t.data_ptr(), t.numel())
+        v = self._cache.get(key)
+        if v is None:
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            v = self._cache[key] = self._views(t)
+        return v
 
     def _assign(self, vec):
         """Copies a float32 vector (numpy, from the daemon) into the
@@ -375,15 +403,14 @@ class Optimizer(torch.optim.Optimizer):
 
     def _step(self, closure):
         self._check()
-        olds = self._views(self._old)
+        olds = self._olds
         with self._lock, torch.no_grad():
-            for (_, p), o in zip(self._named, olds):
-                o.copy_(p.view(-1))  # the one copy of the vector the trainer makes
+            for flat, o in zip(self._pf, olds):
+                o.copy_(flat)  # the one copy of the vector the trainer makes
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
             # The step's region of shared memory, when the session has it.
-            ups = self._views(torch.from_numpy(self.client.update_buffer(self.step_count + 1)))
-            for (_, p), o, u in zip(self._named, olds, ups):
-                flat = p.view(-1)
+            ups = self._region(self.client.update_buffer(self.step_count + 1))
+            for flat, o, u in zip(self._pf, olds, ups):
                 if self.update_kind == pb.UPDATE_KIND_MODEL:
                     u.copy_(flat)
                     continue
@@ -408,8 +435,8 @@ class Optimizer(torch.optim.Optimizer):
                 self.step_count += 1
                 if r.merged:
                     with torch.no_grad():
-                        for (_, p), v in zip(self._named, self._views(torch.from_numpy(r.update))):
-                            p.view(-1).add_(v.to(p.device) if self._host else v)
+                        for flat, v in zip(self._pf, self._region(r.update)):
+                            flat.add_(v.to(flat.device) if self._host else v)
         self.population = r.barrier.population
         if self.scale_updates and r.barrier.lr_scale > 0:
             self.lr_scale = r.barrier.lr_scale
@@ -423,8 +450,8 @@ class Optimizer(torch.optim.Optimizer):
             return self.client.step(self.step_count + 1, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock, torch.no_grad():
-                for (_, p), o in zip(self._named, olds):
-                    p.view(-1).copy_(o)
+                for flat, o in zip(self._pf, olds):
+                    flat.copy_(o)
             raise FloatingPointError(
                 f"step {self.step_count + 1}: the daemon refused the update ({e.details}); the parameters are as "
                 "before the step and nothing was sent (lower the learning rate?)") from e

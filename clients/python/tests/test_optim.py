@@ -183,11 +183,13 @@ class TorchOptimizer(unittest.TestCase):
         m = net()
         opt = self.wrap(torch.optim.SGD(m.parameters(), lr=0.1), m, "changed")
         self.train(opt, m, 1)
+        last = m[2]
         cases = [
             ("double", lambda: m.double(), lambda: m.float(), "float32"),
             ("shape", lambda: setattr(m[0].bias, "data", torch.zeros(5)),
              lambda: setattr(m[0].bias, "data", torch.zeros(3)), "changed shape"),
-            ("layer", lambda: m.__setitem__(2, torch.nn.Linear(3, 1)), None, "layer added, removed or replaced"),
+            ("layer", lambda: m.__setitem__(2, torch.nn.Linear(3, 1)), lambda: m.__setitem__(2, last),
+             "layer added, removed or replaced"),
         ]
         for name, change, undo, says in cases:
             with self.subTest(name):
@@ -200,7 +202,14 @@ class TorchOptimizer(unittest.TestCase):
                 if undo:
                     undo()
                     self.train(opt, m, 1)
-        self.assertEqual(opt.step_count, 3)
+        self.assertEqual(opt.step_count, 4)
+        # Data replaced in place of the same shape (p.data = ...) is
+        # followed: the step trains the new tensor.
+        m[0].weight.data = m[0].weight.data.clone()
+        before = m[0].weight.detach().clone()
+        self.train(opt, m, 1)
+        self.assertFalse(torch.equal(m[0].weight.detach(), before))
+        self.assertTrue(torch.equal(opt.params_vector()[:12], m[0].weight.detach().reshape(-1)))
 
     def test_step_from_two_threads(self):
         m = net()
