@@ -52,7 +52,7 @@ func (s *stepper) run(ctx context.Context, t *testing.T) {
 		}
 		s.mu.Lock()
 		if rs := r.Pull.GetReset_(); rs != nil {
-			s.step, s.params = rs.Step, f32s(rs.Params.Data)
+			s.step, s.params = rs.Step, f32s(rs.Params.GetData())
 			s.resets++
 		} else {
 			s.step = next
@@ -105,7 +105,7 @@ func TestOneLaunchOneJob(t *testing.T) {
 					s.mu.Lock()
 					s.tr, s.step = tr, tr.welcome.Step
 					if tr.welcome.HasParams {
-						s.params = f32s(tr.welcome.Params.Data)
+						s.params = f32s(tr.welcome.Params.GetData())
 					}
 					s.mu.Unlock()
 					tr.mu.Lock()

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,9 +18,6 @@ import (
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
-
-var errNoSession = status.Error(codes.FailedPrecondition,
-	"no such session: it ended (the trainer's Session stream closed) or another trainer's is open; open a new Session")
 
 // session is one trainer's connection: from Hello until its stream ends.
 type session struct {
@@ -93,7 +91,7 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 	hello := first.GetHello()
 	if hello == nil {
 		s.m.refused.WithLabelValues("protocol").Inc()
-		return status.Error(codes.InvalidArgument, "the first message of a session must be Hello")
+		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_PROTOCOL, "the first message of a session must be Hello")
 	}
 	if err := s.checkHello(hello); err != nil {
 		s.m.refused.WithLabelValues("hello").Inc()
@@ -126,7 +124,7 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 		if err != nil {
 			if c := context.Cause(ctx); c != nil && ctx.Err() != nil && !errors.Is(c, context.Canceled) {
 				reason = c.Error()
-				return status.Error(codes.Unavailable, c.Error())
+				return failure(codes.Unavailable, pb.ErrorReason_ERROR_REASON_DAEMON_STOPPING, c.Error())
 			}
 			return nil
 		}
@@ -145,36 +143,35 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 			sess.shm.unlink() // mapped by both (or not at all): the name can go
 		default:
 			reason = "protocol error: a second Hello"
-			return status.Error(codes.InvalidArgument, "Hello comes once per session; after it the trainer sends only ParamsReply and SharedMemoryReady")
+			return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_PROTOCOL, "Hello comes once per session; after it the trainer sends only ParamsReply and SharedMemoryReady")
 		}
 	}
 }
 
 // checkHello checks what a trainer says of itself.
 func (s *Server) checkHello(h *pb.Hello) error {
-	bad := func(format string, a ...any) error {
-		return status.Errorf(codes.InvalidArgument, format, a...)
-	}
 	maxParams := uint64(s.cfg.MaxMessageBytes-4096) / 4
 	switch {
-	case h.ApiVersion != pb.ApiVersion_API_VERSION_1:
-		return bad("API version %d: this daemon speaks version 1 (pspnode %s)", h.ApiVersion, node.Version())
+	case h.ApiVersion != pb.ApiVersion_API_VERSION_2:
+		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_API_VERSION,
+			fmt.Sprintf("API version %d: this daemon speaks version 2 (pspnode %s)", h.ApiVersion, node.Version()),
+			"api_version", strconv.Itoa(int(h.ApiVersion)), "supported", "2")
 	case h.Dtype != pb.DType_DTYPE_FLOAT32:
-		return bad("dtype %v: the trainer API exchanges float32 vectors only; convert the model's parameters to float32", h.Dtype)
+		return badHello("dtype", "dtype %v: the trainer API exchanges float32 vectors only; convert the model's parameters to float32", h.Dtype)
 	case h.NumParams == 0:
-		return bad("num_params is 0: a trainer needs a model with parameters")
+		return badHello("num_params", "num_params is 0: a trainer needs a model with parameters")
 	case h.NumParams > maxParams:
-		return bad("num_params %d exceeds what fits in one message (%d; start the daemon with a larger --trainer-max-message)", h.NumParams, maxParams)
+		return badHello("num_params", "num_params %d exceeds what fits in one message (%d; start the daemon with a larger --trainer-max-message)", h.NumParams, maxParams)
 	case h.NumParams > 1<<31-1:
-		return bad("num_params %d: at most 2³¹−1", h.NumParams)
+		return badHello("num_params", "num_params %d: at most 2³¹−1", h.NumParams)
 	case h.ModelId == 0:
-		return bad("model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
+		return badHello("model_id", "model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
 	case h.ModelName == "" || len(h.ModelName) > 256:
-		return bad("model_name must be 1 to 256 bytes")
+		return badHello("model_name", "model_name must be 1 to 256 bytes")
 	case h.Step < 0:
-		return bad("step %d: want the steps the parameters have taken, >= 0", h.Step)
+		return badHello("step", "step %d: want the steps the parameters have taken, >= 0", h.Step)
 	case len(h.Client) > 512:
-		return bad("client must be at most 512 bytes")
+		return badHello("client", "client must be at most 512 bytes")
 	}
 	return nil
 }
@@ -185,11 +182,9 @@ func (s *Server) claim(sess *session) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return status.Error(codes.Unavailable, "the daemon is stopping")
+		return failure(codes.Unavailable, pb.ErrorReason_ERROR_REASON_DAEMON_STOPPING, "the daemon is stopping")
 	case s.sess != nil:
-		return status.Errorf(codes.AlreadyExists,
-			"this daemon already has a trainer (%s, connected %s ago); one trainer per daemon: start another `pspnode run --trainer` for another trainer",
-			s.sess.client, time.Since(s.sess.since).Round(time.Second))
+		return trainerConnected(s.sess.client, time.Since(s.sess.since))
 	}
 	s.sess = sess
 	return nil
@@ -201,37 +196,46 @@ func (sess *session) start() error {
 	s, h, ctx := sess.srv, sess.hello, sess.ctx
 	info := s.drv.Info()
 	epidemic := info.Exchange.Kind == node.ExchangeEpidemic
-	changed, err := s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
-	if err != nil {
-		s.m.refused.WithLabelValues("model").Inc()
-		s.log.Warn("trainer refused", "client", sess.client, "err", err)
-		return status.Error(codes.FailedPrecondition, err.Error())
-	}
-	if err := s.drv.Attach(ctx); err != nil {
-		return status.Errorf(codes.Internal, "setting up the exchange for the model: %v", err)
-	}
-	if changed {
-		s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
-	}
 	report := func(reason string, waited time.Duration) {
 		_ = sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Waiting{Waiting: &pb.Waiting{Reason: reason, WaitedS: waited.Seconds()}}})
 	}
 	if err := s.drv.Ready(); err != nil {
 		report(err.Error(), 0)
 	}
-	st, err := s.drv.Begin(ctx, h.Step, report)
+	var err error
+	if _, _, n := s.task.shape(); n == 0 { // the model is not fixed yet: check it against the job's first (modelcheck.go)
+		err = s.checkJobModel(ctx, h.ModelId, sess.n, report)
+	}
+	changed := false
+	if err == nil {
+		changed, err = s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
+		if err != nil {
+			s.m.refused.WithLabelValues("model").Inc()
+			s.log.Warn("trainer refused", "client", sess.client, "err", err)
+			return s.fixedMismatch(err, h, sess.n)
+		}
+		if err := s.drv.Attach(ctx); err != nil {
+			return failuref(codes.Internal, pb.ErrorReason_ERROR_REASON_INTERNAL, "setting up the exchange for the model: %v", err)
+		}
+		if changed {
+			s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
+		}
+	}
+	var st node.Start
+	if err == nil {
+		st, err = s.drv.Begin(ctx, h.Step, report)
+	}
 	if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
 		s.m.refused.WithLabelValues("model").Inc()
-		msg := fmt.Sprintf("model mismatch: the job's peer %s runs model id %#08x with %d parameters; this trainer runs %q (model id %#08x) with %d float32 parameters: run the job's model, or use another --job",
-			mm.Peer, mm.PeerModel, mm.PeerParams, h.ModelName, h.ModelId, sess.n)
-		s.log.Warn("trainer refused", "client", sess.client, "err", msg)
-		return status.Error(codes.FailedPrecondition, msg)
+		err := jobMismatch(mm, h, sess.n)
+		s.log.Warn("trainer refused", "client", sess.client, "err", status.Convert(err).Message())
+		return err
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return status.Errorf(codes.Unavailable, "%v; try again", err)
+		return failuref(codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_READY, "%v; try again", err)
 	}
 	sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported)
 	var model func() []float64
@@ -250,7 +254,7 @@ func (sess *session) start() error {
 		w.UpdateKind = pb.UpdateKind_UPDATE_KIND_MODEL
 	}
 	if st.Params != nil {
-		w.Params = &pb.Tensor{Data: appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params)}
+		w.Params = dataTensor(appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params))
 	}
 	if sess.shm != nil {
 		w.ShmPath, w.ShmSize = sess.shm.path, uint64(len(sess.shm.mem))
@@ -421,19 +425,23 @@ func (sess *session) vector(t *pb.Tensor, off int, what string) ([]byte, error) 
 	if t == nil {
 		return nil, fmt.Errorf("no %s tensor", what)
 	}
-	if t.Shared {
+	if sh := t.GetShared(); sh != nil {
 		if sess.shm == nil {
 			return nil, fmt.Errorf("%s marked shared, but this session has no shared file", what)
+		}
+		if sh.Offset != uint64(off) {
+			return nil, fmt.Errorf("%s at offset %d of the shared file: its region is at %d", what, sh.Offset, off)
 		}
 		// A trainer that sends a shared tensor has mapped the file, even
 		// if its SharedMemoryReady (on the stream) has not arrived yet.
 		sess.shmOK.Store(true)
 		return sess.shm.mem[off : off+4*sess.n], nil
 	}
-	if len(t.Data) != 4*sess.n {
-		return nil, fmt.Errorf("%s of %d bytes: the model has %d float32 parameters, %d bytes", what, len(t.Data), sess.n, 4*sess.n)
+	data := t.GetData()
+	if len(data) != 4*sess.n {
+		return nil, fmt.Errorf("%s of %d bytes: the model has %d float32 parameters, %d bytes", what, len(data), sess.n, 4*sess.n)
 	}
-	return t.Data, nil
+	return data, nil
 }
 
 // pushLoop hands published deltas (gossip) to the exchange, in order, off
