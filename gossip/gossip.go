@@ -310,7 +310,10 @@ type Gossip struct {
 	mesh   *meshTracer
 
 	pubMu sync.Mutex // serialises Publish (the encoder's residual)
-	enc   *Encoder
+	// used64: Publish has run, so the encoder may hold a residual that
+	// Publish32's direct way would skip.
+	used64 bool
+	enc    *Encoder
 
 	hmu      sync.Mutex
 	handlers []handlerEntry
@@ -461,6 +464,7 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	}
 	g.pubMu.Lock()
 	defer g.pubMu.Unlock()
+	g.used64 = true
 	u, err := g.enc.Encode(delta)
 	if err != nil {
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
@@ -485,6 +489,48 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
 	}
 	g.stats.addSent(len(data), g.enc.Clamped())
+	return nil
+}
+
+// Publish32 is Publish for a float32 delta whose values are finite and
+// within ±MaxAbsValue (the caller checked them: a trainer's update). Under
+// the dense float32 encoding, with nothing held back from earlier deltas,
+// the values go into the message as they are, with no float64 copy;
+// otherwise the delta takes Publish's way.
+func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) error {
+	if g.closed.Load() {
+		return ErrClosed
+	}
+	if step < 0 {
+		return fmt.Errorf("gossip: publish: negative step %d", step)
+	}
+	g.pubMu.Lock()
+	direct := g.cfg.Encoding == EncodingDense32 && !g.used64
+	g.pubMu.Unlock()
+	if !direct {
+		d := make([]float64, len(delta))
+		for i, x := range delta {
+			d[i] = float64(x)
+		}
+		return g.Publish(ctx, step, d)
+	}
+	if len(delta) != g.cfg.ParamCount {
+		return fmt.Errorf("gossip: publish step %d: %d values, want %d", step, len(delta), g.cfg.ParamCount)
+	}
+	data, err := AppendDense32(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
+	if err != nil {
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	for {
+		cur := g.step.Load()
+		if step <= cur || g.step.CompareAndSwap(cur, step) {
+			break
+		}
+	}
+	if err := g.topic.Publish(ctx, data); err != nil {
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	g.stats.addSent(len(data), 0)
 	return nil
 }
 

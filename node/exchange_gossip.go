@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
@@ -70,6 +71,42 @@ func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
 	}
 }
 
+// push32 publishes a driven node's float32 delta of step, which its
+// caller checked, as it is (gossip.Publish32: no float64 copy under the
+// dense32 encoding).
+func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32) {
+	g.gs.SetLocalStep(step)
+	if delta == nil {
+		return
+	}
+	g.mu.Lock()
+	noted := g.norms.noteNorm(f32.Norm(delta))
+	var held [][]float64
+	if noted {
+		held = g.held.take()
+	}
+	g.mu.Unlock()
+	for _, v := range held {
+		if g.withinNorm(v) {
+			g.apply(v, -1)
+		}
+	}
+	if g.n.cfg.faults.Poison != nil {
+		up := make([]float64, len(delta))
+		for i, x := range delta {
+			up[i] = float64(x)
+		}
+		g.publish(ctx, step, up)
+		return
+	}
+	if err := g.gs.Publish32(ctx, step, delta); err != nil && ctx.Err() == nil {
+		g.n.log.Warn("publish failed", "step", step, "err", err)
+	}
+}
+
+// merge32: gossip updates go to the task as they arrive.
+func (g *gossipExchange) merge32([]float32) int { return 0 }
+
 // publish sends the step's update on the gossip topic (or, for a node
 // playing a poisoner, what faults.Poison makes of it).
 func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64) {
@@ -90,6 +127,17 @@ func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64)
 func (g *gossipExchange) merge() {}
 
 func (g *gossipExchange) setStep(step int64) { g.gs.SetLocalStep(step) }
+
+// restart drops the updates held before the first step: they were for
+// the old model.
+func (g *gossipExchange) restart([]float64) {
+	g.mu.Lock()
+	g.held.take()
+	g.mu.Unlock()
+}
+
+// model: a gossip node holds no model of its own beside its task's.
+func (g *gossipExchange) model() []float64 { return nil }
 
 // scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
 func (g *gossipExchange) scalesLR() bool { return true }
@@ -136,8 +184,12 @@ func (g *gossipExchange) close() error              { return g.gs.Close() }
 // onUpdate applies a validated update from the gossip topic.
 func (g *gossipExchange) onUpdate(u gossip.Update) {
 	n := g.n
-	if n.lin.fromYounger(u.Sender, time.Now()) {
-		n.lin.otherUpdates.Inc() // a delta of another model's lineage (genesis.go)
+	if n.lin.fromOther(u.Sender, time.Now()) {
+		n.lin.otherUpdates.Inc() // a delta of another lineage of the job (genesis.go)
+		return
+	}
+	if t32, ok := n.task.(applier32); ok && !u.Encoding.Sparse() {
+		g.onUpdate32(u, t32)
 		return
 	}
 	clear(g.buf)
@@ -149,15 +201,58 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if !g.withinNorm(g.buf) {
 		return
 	}
-	g.apply(g.buf)
+	g.apply(g.buf, u.Step)
 	n.progress.saw(u.Sender, u.Step)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
 }
 
-// apply adds a received update to the model.
-func (g *gossipExchange) apply(v []float64) {
+// applier32 is a task that takes float32 updates as they are: a driven
+// node's (the trainer API's task), whose model is float32 in its trainer.
+// It notes each update's step, so that the node can tell its staleness
+// when the trainer pulls it (Driver.NoteApplied).
+type applier32 interface {
+	Apply32(u []float32, step int64) error
+}
+
+// onUpdate32 applies a dense update to a float32 task: the norm bound on
+// its values, then the task, with no float64 copy. Before the node's
+// first step it takes the float64 path (held, then judged).
+func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
+	n := g.n
+	if n.cfg.NormBound > 0 {
+		g.mu.Lock()
+		med, ok := g.norms.median()
+		g.mu.Unlock()
+		if !ok {
+			v := make([]float64, len(u.Values))
+			for i, x := range u.Values {
+				v[i] = float64(x)
+			}
+			g.withinNorm(v) // holds it
+			return
+		}
+		if f32.Norm(u.Values) > n.cfg.NormBound*med {
+			n.m.normRefused.Inc()
+			return
+		}
+	}
+	if err := t.Apply32(u.Values, u.Step); err != nil {
+		n.m.applyRejected.Inc()
+		n.log.Debug("update refused by the model", "err", err)
+		return
+	}
+	n.m.applied.Inc()
+	n.progress.saw(u.Sender, u.Step)
+	if u.Step <= n.step.Load() {
+		n.poke()
+	}
+}
+
+// apply adds a received update, made at step from (-1: not known), to
+// the model.
+func (g *gossipExchange) apply(v []float64, from int64) {
 	n := g.n
 	if err := n.task.Apply(v); err != nil {
 		n.m.applyRejected.Inc()
@@ -165,6 +260,9 @@ func (g *gossipExchange) apply(v []float64) {
 		return
 	}
 	n.m.applied.Inc()
+	if from >= 0 {
+		n.m.staleness.Observe(float64(n.step.Load() - from))
+	}
 }
 
 // noteOwnNorm records the norm of an update this node computed itself and,
@@ -180,7 +278,7 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 	g.mu.Unlock()
 	for _, v := range held {
 		if g.withinNorm(v) {
-			g.apply(v)
+			g.apply(v, -1)
 		}
 	}
 }
