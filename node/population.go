@@ -122,13 +122,25 @@ func (n *Node) reportedMedian() (float64, bool) {
 }
 
 // reportedPopulation is the median of the population estimates peers
-// reported lately, one vote per peer (Overlay.ReportedMedian), if at least
-// minReports peers reported. One peer, however often it reports, is one
-// vote: the median moves only once liars are half the peers heard from.
+// reported lately, one vote per peer (Overlay.ReportedMedian), if enough
+// peers reported (reportQuorum). One peer, however often it reports, is
+// one vote: the median moves only once liars are half the peers heard
+// from.
 func (n *Node) reportedPopulation() (float64, bool) {
 	med, k := n.ov.ReportedMedian()
-	if k < minReports {
+	if k < reportQuorum(n.ov.PeerCount()) {
 		return 0, false
 	}
 	return med, true
 }
+
+// reportQuorum is how many peers must have reported their estimate for
+// their median to count, for a node that knows known live peers: half of
+// them, and at least minReports. Peers that lie report as often as they
+// like, the honest ones when they happen to ask or be asked: at the start
+// of a run of 100 nodes at one step a second, ten liars sending twenty
+// queries a second were most of the first peers heard from, and a node
+// took their 1e9 for a while (its population's p95 error 29 %). Below the
+// quorum the node keeps its overlay's estimate, which a joiner, whose
+// quorum is small (it knows few peers), does not need to.
+func reportQuorum(known int) int { return max(minReports, (known+1)/2) }

@@ -36,6 +36,16 @@ func TestChoosePopulation(t *testing.T) {
 	}
 }
 
+func TestReportQuorum(t *testing.T) {
+	for _, tc := range []struct{ known, want int }{
+		{0, minReports}, {3, minReports}, {5, minReports}, {6, minReports}, {7, 4}, {99, 50}, {1000, 500},
+	} {
+		if got := reportQuorum(tc.known); got != tc.want {
+			t.Errorf("reportQuorum(%d) = %d, want %d", tc.known, got, tc.want)
+		}
+	}
+}
+
 // The reported population is the median of every peer's latest report,
 // one vote per peer: a peer that reports again and again is one vote, and
 // a report far from the others counts as a hostile message.
