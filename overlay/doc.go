@@ -71,7 +71,9 @@
 //   - Reports from peers (ObserveEstimate), which the node's step replies
 //     carry. The latest report per peer counts for ReportMaxAge; those
 //     within a factor of ReportBand of the reports' median (the local
-//     estimate voting too) count, and their 10 % trimmed mean is averaged
+//     estimate voting too, as many times as half the known peers that
+//     have not reported, so that liars quick to report cannot hold the
+//     median early on) count, and their 10 % trimmed mean is averaged
 //     with the local estimate with weight m : 1 (every node estimates from
 //     a different zone and different lookups, so the errors are roughly
 //     independent), shrinking the error by √(1+m). One report per peer

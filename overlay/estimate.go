@@ -136,15 +136,17 @@ const ReportBand = 4
 
 // inBand returns the reports within a factor of ReportBand of their
 // median, in the order given. The node's own estimate (local, if ok) votes
-// in the median too, so that one liar beside one honest report does not
-// set it.
-func inBand(reports []float64, local float64, ok bool) []float64 {
+// in the median too, votes times, so that liars among the first few peers
+// to report do not set it (localVotes).
+func inBand(reports []float64, local float64, ok bool, votes int) []float64 {
 	if len(reports) == 0 {
 		return reports
 	}
 	s := slices.Clone(reports)
 	if ok {
-		s = append(s, local)
+		for range max(votes, 1) {
+			s = append(s, local)
+		}
 	}
 	slices.Sort(s)
 	med := medianSorted(s)
@@ -277,7 +279,11 @@ func (o *Overlay) estimates() estCache {
 	for i, r := range reps {
 		vals[i] = r.n
 	}
-	c.n, c.se, c.err = fuseReports(ln, lse, lok, vals)
+	known := 0
+	for _, k := range o.confirmedByCPL {
+		known += k
+	}
+	c.n, c.se, c.err = fuseReports(ln, lse, lok, vals, localVotes(len(vals), known))
 	if c.err != nil {
 		c.err = fmt.Errorf("overlay: estimate: %w", c.err)
 	}
@@ -453,17 +459,29 @@ func trimmedMean(xs []float64) (mean, sd float64) {
 	return mean, sd
 }
 
+// localVotes is how many votes the node's own estimate has in the band's
+// median beside m peers' reports, for a node that knows known live peers:
+// as many as half of them that have not reported, and at least one. Peers
+// that lie report as often as they like, the honest ones when they happen
+// to ask or be asked: at the start of a run, ten liars among a hundred
+// nodes sending twenty queries a second were half the first peers heard
+// from. Until half the peers have reported, the own estimate holds the
+// median; after, the reports do. In a run without liars the band leaves
+// out no report either way (honest estimates agree within it).
+func localVotes(m, known int) int { return max(1, (known+1)/2-m) }
+
 // fuseReports combines a local estimate (n, se; ok=false if none) with peer
-// reports. Reports more than a factor of ReportBand from their median are
-// left out (inBand): with a few reports the trimmed mean trims nothing, and
-// one liar among three honest reports moved it a hundred-million-fold.
+// reports. Reports more than a factor of ReportBand from their median (the
+// local estimate voting votes times) are left out (inBand): with a few
+// reports the trimmed mean trims nothing, and one liar among three honest
+// reports moved it a hundred-million-fold.
 // Each report is treated as an independent estimate of similar
 // precision to ours (the same method on another zone), so the reports'
 // trimmed mean gets weight m against our 1; without a local estimate the
 // trimmed mean stands alone with its sample standard error. Needs at least
 // 3 reports to say anything without a local estimate.
-func fuseReports(n, se float64, ok bool, reports []float64) (float64, float64, error) {
-	reports = inBand(reports, n, ok)
+func fuseReports(n, se float64, ok bool, reports []float64, votes int) (float64, float64, error) {
+	reports = inBand(reports, n, ok, votes)
 	m := len(reports)
 	switch {
 	case m == 0 && ok:

@@ -57,15 +57,32 @@ func TestReportsResistLiars(t *testing.T) {
 // The node's own estimate votes in the band's median: one honest report
 // beside one liar's does not let the liar's set it.
 func TestFuseReportsOwnEstimateVotes(t *testing.T) {
-	n, _, err := fuseReports(3, 0.5, true, []float64{3.2, 1e9})
+	n, _, err := fuseReports(3, 0.5, true, []float64{3.2, 1e9}, 1)
 	if err != nil || n > 4 {
 		t.Errorf("fused %v, %v: want about 3", n, err)
 	}
 	// Honest reports a little apart all count.
 	reps := []float64{80, 90, 110, 120, 130}
 	mean, _ := trimmedMean(reps)
-	n, _, err = fuseReports(100, 5, true, reps)
+	n, _, err = fuseReports(100, 5, true, reps, 1)
 	if want := (100 + 5*mean) / 6; err != nil || math.Abs(n-want) > 1e-9 {
 		t.Errorf("fused %v, %v: want %v (every report counts)", n, err, want)
+	}
+}
+
+// Liars that are most of the first peers to report do not set the
+// estimate: until half the peers the node knows have reported, its own
+// estimate holds the band's median. Once they have, the reports do.
+func TestFuseReportsEarlyLiars(t *testing.T) {
+	reps := []float64{1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 98, 103, 101, 99} // 8 liars, 4 honest, of 99 known
+	n, _, err := fuseReports(100, 10, true, reps, localVotes(len(reps), 99))
+	if err != nil || math.Abs(n-100) > 5 {
+		t.Errorf("fused %v, %v: want about 100", n, err)
+	}
+	if got := localVotes(len(reps), 99); got != 38 {
+		t.Errorf("own votes beside 12 of 99 peers' reports: %d, want 38", got)
+	}
+	if got := localVotes(60, 99); got != 1 {
+		t.Errorf("own votes beside 60 of 99 peers' reports: %d, want 1", got)
 	}
 }
