@@ -71,6 +71,7 @@ func (n *Node) trimConns(now time.Time) int {
 		_ = c.c.CloseWithError(network.ConnGarbageCollected)
 	}
 	n.m.connsTrimmed.Add(float64(k))
+	n.m.hostile.WithLabelValues(kindIdleInboundClosed).Add(float64(k))
 	return k
 }
 

@@ -19,9 +19,10 @@ var refusedProtocols = []string{"step", "model", "exchange"}
 const (
 	kindPopulationOutlier = "population_outlier"
 	kindStepStreamEvicted = "step_stream_evicted"
+	kindIdleInboundClosed = "idle_inbound_closed"
 )
 
-var hostileKinds = []string{kindPopulationOutlier, kindStepStreamEvicted}
+var hostileKinds = []string{kindPopulationOutlier, kindStepStreamEvicted, kindIdleInboundClosed}
 
 // metrics are the node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
@@ -118,7 +119,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		knownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
 		hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
-			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one)."}, []string{"kind"}),
+			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
 		waits:  newRing(4096),
 		checkL: newRing(4096),
 		rtts:   newRing(4096),

@@ -126,7 +126,7 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 	if s.unix == "" {
 		s.addr = "tcp:" + s.ln.Addr().String()
 	}
-	s.ln = capConns(s.ln, cfg.MaxConns, s.log)
+	s.ln = capConns(s.ln, cfg.MaxConns, s.log, cfg.Registerer)
 	if cfg.SharedMemory && sharedMemorySupported {
 		if k := removeStaleShared(cfg.SharedDir); k > 0 {
 			s.log.Info("removed shared files left by daemons that are gone", "files", k, "dir", cfg.SharedDir)
@@ -295,17 +295,24 @@ func (s *Server) active(id string) (*session, error) {
 // closes the connections it holds too: gRPC's Stop waited for each
 // connection that had not sent its preface (up to 2 minutes), so a
 // daemon with idle connections on its socket took that long to stop.
-func capConns(ln net.Listener, max int, log *slog.Logger) *cappedListener {
-	return &cappedListener{Listener: ln, slots: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing),
-		live: make(map[*cappedConn]struct{}), log: log}
+func capConns(ln net.Listener, max int, log *slog.Logger, reg prometheus.Registerer) *cappedListener {
+	l := &cappedListener{Listener: ln, slots: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing),
+		live: make(map[*cappedConn]struct{}), log: log,
+		refusedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "trainer", Name: "connections_refused_total",
+			Help: "Connections to the trainer socket refused because it held its cap (Config.MaxConns) of connections."})}
+	if reg != nil {
+		reg.MustRegister(l.refusedTotal)
+	}
+	return l
 }
 
 type cappedListener struct {
 	net.Listener
-	slots    chan struct{} // one per connection held
-	refusing chan struct{} // one per refusal under way
-	wg       sync.WaitGroup
-	log      *slog.Logger
+	slots        chan struct{} // one per connection held
+	refusing     chan struct{} // one per refusal under way
+	wg           sync.WaitGroup
+	log          *slog.Logger
+	refusedTotal prometheus.Counter
 
 	mu       sync.Mutex
 	live     map[*cappedConn]struct{} // the connections held
@@ -379,6 +386,7 @@ func (l *cappedListener) Close() error {
 // connections, and closes it; it logs refusals at most once per 10 s with
 // their count since.
 func (l *cappedListener) refuse(c net.Conn) {
+	l.refusedTotal.Inc()
 	l.mu.Lock()
 	l.refused++
 	now := time.Now()
