@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
@@ -62,6 +63,9 @@ func TestTrainerSocketConnectionsCapped(t *testing.T) {
 	wg.Wait()
 	if max := DefaultConfig().MaxConns; held > max || held == 0 {
 		t.Errorf("%d of %d idle connections held: want the cap, %d", held, idle, max)
+	}
+	if got := testutil.ToFloat64(d.srv.ln.(*cappedListener).refusedTotal); got < float64(idle-held) {
+		t.Errorf("%v refusals counted, want at least %d", got, idle-held)
 	}
 	// A trainer meanwhile is told why.
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
