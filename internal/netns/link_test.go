@@ -1,0 +1,124 @@
+package netns
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+func needLinkTools(t *testing.T) {
+	t.Helper()
+	if err := CheckLinks(); err != nil {
+		t.Fatalf("%v (CI runs as root after scripts/test-deps.sh installs iproute2 and vde2)", err)
+	}
+}
+
+// TestLinkedHosts: two hosts on emulated links of 5 ms each way and 1 MB/s
+// have a TCP round trip of at least 15 ms on every ping (4 × 5 ms asked;
+// delays only add, so no ping may be faster whatever the machine's load),
+// carry a bulk transfer no faster than the rate (shaping only slows), and
+// count what they sent; Close ends the forwarders and leaves nothing.
+func TestLinkedHosts(t *testing.T) {
+	needLinkTools(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	n, err := New(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = n.Close()
+		}
+	}()
+	l := Link{Delay: 5 * time.Millisecond, Rate: 1e6}
+	a, err := n.AddLinkedHost(ctx, 0, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := n.AddLinkedHost(ctx, 1, l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tx0, err := a.TxBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const bulk = 2_000_000
+	st, err := MeasureLink(ctx, a, b, 20, bulk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Log(st)
+	if len(st.RTTs) != 20 {
+		t.Fatalf("%d round trips, want 20", len(st.RTTs))
+	}
+	fast := 0
+	for _, r := range st.RTTs {
+		if r < 15*time.Millisecond {
+			fast++
+		}
+	}
+	if fast > 0 {
+		t.Errorf("%d of %d round trips under 15 ms through links of 5 ms each way (20 ms asked): %v", fast, len(st.RTTs), st.RTTs)
+	}
+	// The second half of the transfer, past the bucket's burst, cannot
+	// beat the rate; allow 25 % for the burst and the timing.
+	if st.Rate > 1.25e6 || st.RateAll > 1.25e6 {
+		t.Errorf("bulk at %.0f B/s (whole transfer %.0f) through a 1 MB/s limit", st.Rate, st.RateAll)
+	}
+	tx1, err := a.TxBytes(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tx1-tx0 < bulk {
+		t.Errorf("the sender's eth0 counted %d bytes sent, want at least the %d of the transfer", tx1-tx0, bulk)
+	}
+	if cpu := n.ForwarderCPU(); cpu <= 0 {
+		t.Errorf("the forwarders used %g CPU seconds carrying %d bytes, want some", cpu, bulk)
+	}
+	var pids []int
+	for _, f := range n.star.fw {
+		pids = append(pids, f.cmd.Process.Pid)
+	}
+	dir := n.star.dir
+	closed = true
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	assertGone(t, n.ID, "")
+	if _, err := os.Stat(dir); err == nil {
+		t.Errorf("the forwarders' sockets %s remain", dir)
+	}
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			if b, _ := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat"); !strings.Contains(string(b), ") Z ") {
+				t.Errorf("forwarder %d still runs", pid)
+			}
+		}
+	}
+}
+
+func TestParseTxBytes(t *testing.T) {
+	tests := []struct {
+		name, in string
+		want     int64
+		ok       bool
+	}{
+		{"iproute2 6", `5: eth0: <BROADCAST,MULTICAST,UP,LOWER_UP> mtu 1500 qdisc tbf state UNKNOWN mode DEFAULT group default qlen 1000\    link/ether 86:4b:73:3a:fc:f1 brd ff:ff:ff:ff:ff:ff\    RX:   bytes packets errors dropped  missed   mcast           \    13885429686 2583484      0       0       0       0 \    TX:   bytes packets errors dropped carrier collsns           \    4200 17      0       0       0       0 `, 4200, true},
+		{"no counters", `5: eth0: <UP> mtu 1500`, 0, false},
+		{"no number", `TX: bytes packets`, 0, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseTxBytes(tt.in)
+			if (err == nil) != tt.ok || got != tt.want {
+				t.Errorf("parseTxBytes = %d, %v; want %d (ok %v)", got, err, tt.want, tt.ok)
+			}
+		})
+	}
+}
