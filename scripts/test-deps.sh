@@ -8,8 +8,6 @@
 #
 #   iproute2, nftables  ip, tc and nft: the netns testnet's tests
 #                       (cmd/pspnode, internal/netns; they run as root)
-#   vde2                vde_switch and wirefilter: emulated wide-area links
-#                       (internal/netns; make compare-ddp runs on them)
 #   prometheus          promtool checks the node's /metrics (TestMetricsLint)
 #   python3, python3-torch, python3-grpcio, python3-protobuf,
 #   python3-numpy, python3-grpc-tools, protobuf-compiler
@@ -28,7 +26,6 @@ export PATH="$PATH:/usr/sbin:/sbin"
 declare -A why=(
   [iproute2]="ip and tc, for the netns testnet's tests"
   [nftables]="nft, for the netns testnet's NAT routers"
-  [vde2]="vde_switch and wirefilter, for the emulated wide-area links' tests"
   [prometheus]="promtool, which checks the node's /metrics"
   [python3]="the PyTorch trainer client"
   [python3-torch]="the PyTorch trainer client"
@@ -39,7 +36,7 @@ declare -A why=(
   [protobuf-compiler]="protoc, for the trainer API's .proto"
   [gcc]="a C compiler: the race detector needs cgo"
 )
-pkgs=(iproute2 nftables vde2 prometheus python3 python3-torch python3-grpcio python3-protobuf
+pkgs=(iproute2 nftables prometheus python3 python3-torch python3-grpcio python3-protobuf
   python3-numpy python3-grpc-tools protobuf-compiler)
 if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1; then
   pkgs+=(gcc)
@@ -83,7 +80,7 @@ fi
 
 # What the packages put on PATH, checked once: a package can be installed
 # while its tool is not where the tests look.
-for t in ip tc nft vde_switch wirefilter promtool protoc python3; do
+for t in ip tc nft promtool protoc python3; do
   command -v "$t" >/dev/null 2>&1 || { say "$t is not on PATH after installing its package"; exit 1; }
 done
 if [ "$(id -u)" -ne 0 ]; then

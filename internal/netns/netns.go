@@ -91,7 +91,7 @@ type Net struct {
 	hosts   []*Host
 	cgroups *cgroups     // nil until a quota is set
 	neigh   *neighLimits // nil unless raised
-	star    *star        // the emulated links' forwarders, nil until used
+	sw      *lswitch     // the emulated links' switch, nil until used
 	closed  bool
 }
 
@@ -457,22 +457,16 @@ func (n *Net) Close() error {
 		return nil
 	}
 	n.closed = true
-	hosts, cg, neigh, st := n.hosts, n.cgroups, n.neigh, n.star
+	hosts, cg, neigh, sw := n.hosts, n.cgroups, n.neigh, n.sw
 	n.mu.Unlock()
 	if neigh != nil {
 		defer neigh.restore()
 	}
+	if sw != nil {
+		sw.close() // the linked hosts' TAPs go with it
+	}
 	ctx := context.Background()
 	var errs []error
-	if st != nil {
-		st.stop()
-		if err := delNS(ctx, st.ns); err != nil {
-			errs = append(errs, err)
-		}
-		if err := os.RemoveAll(st.dir); err != nil {
-			errs = append(errs, err)
-		}
-	}
 	for _, h := range hosts {
 		for _, ns := range []string{h.NS, h.Router} {
 			if ns == "" {

@@ -6,7 +6,6 @@ import (
 	"net"
 	"os"
 	"runtime"
-	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -15,7 +14,7 @@ import (
 // the sockets f opens belong to that namespace and stay in it, whichever
 // thread uses them later. The thread goes back to its own namespace
 // before the scheduler may use it again. It must not end instead: a
-// child started with Pdeathsig (the forwarders, a testnet's nodes) is
+// child started with Pdeathsig (a testnet's nodes, a harness's workers) is
 // killed when the thread that forked it ends, and any thread may have.
 func (h *Host) Do(f func() error) error {
 	errc := make(chan error, 1)
@@ -71,17 +70,4 @@ func (h *Host) Listen(network, addr string) (net.Listener, error) {
 		return err
 	})
 	return l, err
-}
-
-// childAttr makes a forwarder die with the process that started it and
-// keeps it out of the terminal's process group (a SIGINT there is the
-// parent's to handle).
-func childAttr() *syscall.SysProcAttr {
-	if os.Getenv("ONLY") == "pgid" {
-		return &syscall.SysProcAttr{Setpgid: true}
-	}
-	if os.Getenv("ONLY") == "death" {
-		return &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	}
-	return &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 }

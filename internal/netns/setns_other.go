@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"net"
-	"syscall"
 )
 
 var errLinux = errors.New("netns: network namespaces need Linux")
@@ -21,5 +20,3 @@ func (h *Host) DialContext(ctx context.Context, network, addr string) (net.Conn,
 
 // Listen needs Linux.
 func (h *Host) Listen(network, addr string) (net.Listener, error) { return nil, errLinux }
-
-func childAttr() *syscall.SysProcAttr { return nil }

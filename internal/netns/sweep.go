@@ -11,9 +11,8 @@ import (
 )
 
 // Sweep removes what runs whose owning process is gone left behind:
-// their namespaces (and the processes in them, the emulated links'
-// forwarders among them), bridges, stray veths, cgroups and forwarders'
-// sockets. It returns the run IDs it removed. Runs whose owner is alive
+// their namespaces (and the processes in them), bridges, stray veths and
+// cgroups. (The TAPs of linked hosts went with the owner's process.) It returns the run IDs it removed. Runs whose owner is alive
 // are left alone.
 func Sweep(ctx context.Context) ([]string, error) {
 	runs := map[string]bool{}
@@ -104,11 +103,6 @@ func sweepRun(ctx context.Context, id string, names []string, links string) erro
 				errs = append(errs, err)
 			}
 		}
-	}
-	// The emulated links' forwarders ended with their namespace; their
-	// sockets remain.
-	if err := os.RemoveAll(sockDir(id)); err != nil {
-		errs = append(errs, err)
 	}
 	if dir, v2, err := cpuHierarchy(); err == nil {
 		d := filepath.Join(dir, Prefix+id)
