@@ -67,6 +67,9 @@ type LinkCounters struct {
 	// Dropped counts frames dropped at a full queue, Errors failed reads
 	// and writes on the TAPs.
 	Dropped, Errors int64
+	// CPU is the switch's thread's CPU time, the receiving kernels' work
+	// in its writes to the TAPs included.
+	CPU time.Duration
 }
 
 // LinkCounters is what the run's switch has carried so far (zero without
@@ -97,7 +100,12 @@ func (n *Net) AddLinkedHost(ctx context.Context, i int, l Link) (*Host, error) {
 		return nil, errors.New("netns: closed")
 	}
 	if n.sw == nil {
-		n.sw = newSwitch()
+		sw, err := newSwitch()
+		if err != nil {
+			n.mu.Unlock()
+			return nil, err
+		}
+		n.sw = sw
 	}
 	sw := n.sw
 	h := &Host{Index: i, NS: fmt.Sprintf("%s%s-n%d", Prefix, n.ID, i), linked: true}
@@ -115,7 +123,9 @@ func (n *Net) AddLinkedHost(ctx context.Context, i int, l Link) (*Host, error) {
 	}); err != nil {
 		return nil, fmt.Errorf("netns: linked host %d: %w", i, err)
 	}
-	sw.attach(tap, l.Delay)
+	if err := sw.attach(tap, l.Delay); err != nil {
+		return nil, err
+	}
 	h.IP = addrOf(n.subnet, i)
 	h.PublicIP = h.IP
 	for _, args := range [][]string{
