@@ -284,6 +284,21 @@ func (o *ownNorms) noteNorm(nrm float64) bool {
 	return true
 }
 
+// reference is the norm received updates and models are bounded by: the
+// upper quartile (nearest rank) of the recorded norms, so that the bound
+// follows the node's steps as they shrink early in training without
+// refusing a peer's update of a step or two before (the median did, a few
+// dozen times a run), while one outlier step of its own does not lift
+// it; ok is false before the first.
+func (o *ownNorms) reference() (m float64, ok bool) {
+	norms := o.r.values()
+	if len(norms) == 0 {
+		return 0, false
+	}
+	slices.Sort(norms)
+	return norms[(3*len(norms)+3)/4-1], true
+}
+
 // median is the median of the recorded norms; ok is false before the
 // first.
 func (o *ownNorms) median() (m float64, ok bool) {

@@ -487,7 +487,7 @@ func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
 	}
 	n.xm.received.Inc()
 	n.xm.receivedBytes.Add(float64(len(payload)))
-	n.progress.saw(from, u.Step)
+	n.progress.vouch(from, u.Step, time.Now()) // a model of a step counts as an answer (progress.go)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
@@ -567,7 +567,7 @@ func (e *epidemic) releaseHeldLocked() {
 
 // distanceBound is the norm bound's counterpart for models: a received
 // model is refused if its distance to this node's model exceeds
-// NormBound × (1 + S) × the median norm of this node's own recent steps.
+// NormBound × (1 + S) × the upper quartile of the norms of this node's own recent steps.
 // Averaged with k ≈ S others, a model at that distance moves this node's
 // model by about NormBound of its own steps: the most one gossip update
 // may (exchange_gossip.go). Honest peers' models differ from ours by the
@@ -585,7 +585,7 @@ func (e *epidemic) distanceBoundLocked() (bound float64, ok bool) {
 	if nb <= 0 {
 		return 0, true
 	}
-	med, ok := e.norms.median()
+	med, ok := e.norms.reference()
 	if !ok {
 		return 0, false
 	}
