@@ -161,8 +161,9 @@ func (e *epidemic) refFromTask(upd []float64) bool {
 // step that made it (its distance from the reference, which holds the
 // model after the last step and average), and sends it to S peers. The
 // first push judges the models held until then.
-func (e *epidemic) push32(_ context.Context, step int64, model []float32) {
+func (e *epidemic) push32(_ context.Context, step int64, model []float32, copied func()) {
 	if len(model) != e.p {
+		done(copied)
 		return
 	}
 	e.mu.Lock()
@@ -173,6 +174,7 @@ func (e *epidemic) push32(_ context.Context, step int64, model []float32) {
 	}
 	e.releaseHeldLocked()
 	e.mu.Unlock()
+	done(copied)
 	e.sendModel(step)
 }
 

@@ -74,11 +74,13 @@ func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
 }
 
 // push32 publishes a driven node's float32 delta of step, which its
-// caller checked, as it is (gossip.Publish32: no float64 copy under the
-// dense32 encoding).
-func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32) {
+// caller checked, as it is (gossip.Encode32: no float64 copy under the
+// dense32 encoding): the delta is copied into the message, copied is
+// called, and the message is signed and sent.
+func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32, copied func()) {
 	g.gs.SetLocalStep(step)
 	if delta == nil {
+		done(copied)
 		return
 	}
 	g.mu.Lock()
@@ -88,21 +90,27 @@ func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32
 		held = g.held.take()
 	}
 	g.mu.Unlock()
-	for _, v := range held {
-		if g.withinNorm(v) {
-			g.apply(v, -1)
-		}
-	}
 	if g.n.cfg.faults.Poison != nil {
 		up := make([]float64, len(delta))
 		for i, x := range delta {
 			up[i] = float64(x)
 		}
+		done(copied)
 		g.publish(ctx, step, up)
-		return
+	} else {
+		msg, err := g.gs.Encode32(step, delta)
+		done(copied)
+		if err == nil {
+			err = g.gs.PublishEncoded(ctx, step, msg)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.n.log.Warn("publish failed", "step", step, "err", err)
+		}
 	}
-	if err := g.gs.Publish32(ctx, step, delta); err != nil && ctx.Err() == nil {
-		g.n.log.Warn("publish failed", "step", step, "err", err)
+	for _, v := range held {
+		if g.withinNorm(v) {
+			g.apply(v, -1)
+		}
 	}
 }
 
