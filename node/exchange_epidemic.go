@@ -35,9 +35,10 @@ import (
 //     replaces its earlier one (its freshest counts), and it may replace
 //     it maxPerSender times;
 //   - each model's pull on this node's model, y − ref, is clipped to a
-//     radius τ: clipFactor × the median distance of the recent models
-//     received, a reference a minority of senders cannot move; a model
-//     farther than the distance bound (distanceBound) is refused whole;
+//     radius τ: clipFactor × the median distance of the models averaged
+//     in recent rounds (one per sender per round), a reference a
+//     minority of senders cannot move; a model farther than the distance
+//     bound (distanceBound) is refused whole;
 //   - the new model is ref + Σ clip(y_j − ref, τ) / (1 + k), k the
 //     senders: Epidemic Learning's average when no model is clipped.
 type epidemic struct {
@@ -50,7 +51,7 @@ type epidemic struct {
 	mu       sync.Mutex
 	ref      []float32   // the model after the last step and average; nil before the first step
 	norms    ownNorms    // this node's recent step norms: the distance bound's reference
-	dists    ring        // distances to ref of recent models taken: the clip radius's reference
+	dists    ring        // distances to ref of the models of recent averages: the clip radius's reference
 	round    []*inModel  // the models of this round, one per sender
 	free     [][]float32 // model buffers to reuse
 	held     int         // bytes held in round before the first step
@@ -213,6 +214,14 @@ func (e *epidemic) merge32(delta []float32) int {
 	if e.ref == nil || len(e.round) == 0 || len(delta) != e.p {
 		return 0
 	}
+	// The radius comes from this and earlier rounds' distances, one per
+	// sender per round, so a sender that sends many models weighs as one.
+	for _, m := range e.round {
+		if m.dist < 0 {
+			m.dist = f32.Dist(m.v, e.ref)
+		}
+		e.dists.add(m.dist)
+	}
 	tau := e.radiusLocked()
 	k := len(e.round)
 	w := 1 / float64(1+k)
@@ -226,9 +235,6 @@ func (e *epidemic) merge32(delta []float32) int {
 	for j, m := range e.round {
 		c := w
 		d := m.dist
-		if d < 0 {
-			d = f32.Dist(m.v, e.ref)
-		}
 		if tau > 0 && d > tau {
 			c *= tau / d
 			clipped++
@@ -513,7 +519,6 @@ func (e *epidemic) offer(from peer.ID, step int64, y []float32) gossip.Reason {
 		if bound > 0 && d > bound {
 			return ReasonDistance
 		}
-		e.dists.add(d)
 	}
 	e.putLocked(from, step, y, d)
 	return ""
@@ -556,7 +561,6 @@ func (e *epidemic) releaseHeldLocked() {
 			e.free = append(e.free, m.v)
 			continue
 		}
-		e.dists.add(d)
 		m.dist = d
 		kept = append(kept, m)
 	}
