@@ -138,17 +138,23 @@ compare-ddp: build
 	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp $(ARGS)
 
 ## proto: regenerate the trainer API's Go and Python code from
-## proto/pspnode/trainer/v1/trainer.proto (the generated files are
-## committed). Needs protoc (Debian protobuf-compiler) and
-## python3-grpc-tools; the Go plugins are installed at pinned versions
-PROTO     := proto/pspnode/trainer/v1/trainer.proto
+## proto/pspnode/trainer/v2/trainer.proto (the generated files are
+## committed), with the Python client's type stubs (.pyi). Needs protoc
+## (Debian protobuf-compiler), grpc_python_plugin (protobuf-compiler-grpc,
+## the plugin of the grpcio the client runs with) and protoc-gen-mypy_grpc
+## (mypy-protobuf, for the service stub's .pyi); the Go plugins are
+## installed at pinned versions. (Debian's python3-grpc-tools carries
+## libprotoc 3.5, which writes the pre-3.20 layout and no .pyi: not used.)
+PROTO     := proto/pspnode/trainer/v2/trainer.proto
+RPCPROTO  := proto/pspnode/rpc/status.proto
+PYCLIENT  := clients/python
 TOOLS     := $(CURDIR)/bin/tools
 proto:
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/protobuf/cmd/protoc-gen-go@v1.36.12
 	GOBIN=$(TOOLS) $(GO) install google.golang.org/grpc/cmd/protoc-gen-go-grpc@v1.5.1
 	PATH=$(TOOLS):$$PATH protoc -I proto --go_out=. --go_opt=module=github.com/pspnode/pspnode \
 	  --go-grpc_out=. --go-grpc_opt=module=github.com/pspnode/pspnode $(PROTO)
-	/usr/bin/python3 -m grpc_tools.protoc -I proto --python_out=clients/python --grpc_python_out=clients/python $(PROTO)
+	scripts/proto-python.sh $(PYCLIENT)
 
 clean:
 	rm -rf bin dist results

@@ -9,6 +9,8 @@ import (
 	"slices"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/f32"
 )
 
 // The update codec is hand-written rather than protobuf: the message is a
@@ -99,6 +101,10 @@ func ParseEncoding(s string) (Encoding, error) {
 
 func (e Encoding) valid() bool  { return e >= EncodingDense32 && e <= EncodingTopK16 }
 func (e Encoding) sparse() bool { return e == EncodingTopK32 || e == EncodingTopK16 }
+
+// Sparse reports whether updates of this encoding carry some entries
+// only (top-k).
+func (e Encoding) Sparse() bool { return e.sparse() }
 func (e Encoding) half() bool   { return e == EncodingDense16 || e == EncodingTopK16 }
 
 func (e Encoding) valueSize() int {
@@ -280,6 +286,50 @@ func AppendDense(dst []byte, sender peer.ID, step int64, modelID uint32, values 
 		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(v)))
 	}
 	return dst, nil
+}
+
+// AppendDense32 is AppendDense for float32 values, which go into the
+// message as they are (one copy on a little-endian CPU): a trainer's
+// model or update, never widened to float64 on its way.
+func AppendDense32(dst []byte, sender peer.ID, step int64, modelID uint32, values []float32) ([]byte, error) {
+	u := &Update{Sender: sender, Step: step, ModelID: modelID, ParamCount: len(values), Encoding: EncodingDense32}
+	if len(sender) == 0 || len(sender) > MaxPeerIDLen {
+		return dst, fmt.Errorf("gossip: encode: sender ID length %d not in 1..%d", len(sender), MaxPeerIDLen)
+	}
+	if uint64(len(values)) > math.MaxUint32 {
+		return dst, fmt.Errorf("gossip: encode: param count %d out of range", len(values))
+	}
+	dst = appendHeader(slices.Grow(dst, headerSize+len(sender)+4*len(values)), u)
+	return f32.Append(dst, values), nil
+}
+
+// AddTo32 adds scale × the update to dst, a float32 vector of length
+// ParamCount, as AddTo does to a float64 one.
+func (u *Update) AddTo32(dst []float32, scale float32) error {
+	if len(dst) != u.ParamCount {
+		return fmt.Errorf("gossip: AddTo32: vector has %d params, update %d", len(dst), u.ParamCount)
+	}
+	if !u.Encoding.sparse() {
+		if len(u.Values) != len(dst) {
+			return fmt.Errorf("gossip: AddTo32: dense update has %d values, want %d", len(u.Values), len(dst))
+		}
+		for i, v := range u.Values {
+			dst[i] += scale * v
+		}
+		return nil
+	}
+	if len(u.Values) != len(u.Indices) {
+		return fmt.Errorf("gossip: AddTo32: %d indices but %d values", len(u.Indices), len(u.Values))
+	}
+	for _, i := range u.Indices {
+		if int(i) >= len(dst) {
+			return fmt.Errorf("gossip: AddTo32: index %d out of range %d", i, len(dst))
+		}
+	}
+	for j, i := range u.Indices {
+		dst[i] += scale * u.Values[j]
+	}
+	return nil
 }
 
 // sparseSize is the encoded size of a sparse payload (after the header).
@@ -543,8 +593,6 @@ func readValues(b []byte, count int, half bool) []float32 {
 		}
 		return out
 	}
-	for i := range out {
-		out[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*i:]))
-	}
+	f32.Decode(out, b)
 	return out
 }

@@ -33,7 +33,12 @@ func FuzzDecodeUpdate(f *testing.F) {
 
 	lim := Limits{MaxMessageSize: MaxEncodedSize(200), ParamCount: 200, ModelID: 7, MaxAbsValue: 1e4, MaxStepAhead: 1 << 20}
 	f.Fuzz(func(t *testing.T, data []byte) {
-		_, _ = Validate(data, testSender, 0, lim)
+		_, verr := Validate(data, testSender, 0, lim)
+		// ValidateInto, which reads a dense float32 update in place,
+		// agrees with Validate on every input.
+		if _, err := ValidateInto(data, make([]float32, 200), testSender, 0, lim); ReasonOf(err) != ReasonOf(verr) {
+			t.Fatalf("ValidateInto: %v; Validate: %v", err, verr)
+		}
 		u, err := DecodeUpdate(data)
 		if err != nil {
 			return

@@ -310,7 +310,10 @@ type Gossip struct {
 	mesh   *meshTracer
 
 	pubMu sync.Mutex // serialises Publish (the encoder's residual)
-	enc   *Encoder
+	// used64: Publish has run, so the encoder may hold a residual that
+	// Publish32's direct way would skip.
+	used64 bool
+	enc    *Encoder
 
 	hmu      sync.Mutex
 	handlers []handlerEntry
@@ -461,6 +464,7 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	}
 	g.pubMu.Lock()
 	defer g.pubMu.Unlock()
+	g.used64 = true
 	u, err := g.enc.Encode(delta)
 	if err != nil {
 		return fmt.Errorf("gossip: publish step %d: %w", step, err)
@@ -486,6 +490,63 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	}
 	g.stats.addSent(len(data), g.enc.Clamped())
 	return nil
+}
+
+// Encode32 encodes a float32 delta of step, whose values are finite and
+// within ±MaxAbsValue (the caller checked them: a trainer's update), into
+// a message for PublishEncoded. Under the dense float32 encoding, with
+// nothing held back from earlier deltas, the values go into the message
+// as they are (one copy, no float64); otherwise the delta takes Publish's
+// encoder (and data is nil: PublishEncoded then publishes it that way).
+func (g *Gossip) Encode32(step int64, delta []float32) (data []byte, err error) {
+	if g.closed.Load() {
+		return nil, ErrClosed
+	}
+	if step < 0 {
+		return nil, fmt.Errorf("gossip: publish: negative step %d", step)
+	}
+	if len(delta) != g.cfg.ParamCount {
+		return nil, fmt.Errorf("gossip: publish step %d: %d values, want %d", step, len(delta), g.cfg.ParamCount)
+	}
+	g.pubMu.Lock()
+	direct := g.cfg.Encoding == EncodingDense32 && !g.used64
+	g.pubMu.Unlock()
+	if !direct {
+		d := make([]float64, len(delta))
+		for i, x := range delta {
+			d[i] = float64(x)
+		}
+		return nil, g.Publish(context.Background(), step, d)
+	}
+	return AppendDense32(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
+}
+
+// PublishEncoded publishes a message of step that Encode32 made (nil: it
+// published it already).
+func (g *Gossip) PublishEncoded(ctx context.Context, step int64, data []byte) error {
+	if data == nil {
+		return nil
+	}
+	for {
+		cur := g.step.Load()
+		if step <= cur || g.step.CompareAndSwap(cur, step) {
+			break
+		}
+	}
+	if err := g.topic.Publish(ctx, data); err != nil {
+		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	g.stats.addSent(len(data), 0)
+	return nil
+}
+
+// Publish32 is Encode32, then PublishEncoded.
+func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) error {
+	data, err := g.Encode32(step, delta)
+	if err != nil {
+		return err
+	}
+	return g.PublishEncoded(ctx, step, data)
 }
 
 // publishRaw publishes data on the topic as it is, unchecked. It exists for

@@ -6,6 +6,8 @@ import (
 	"math"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/f32"
 )
 
 // Reason names why an incoming update was dropped. Reasons are metric label
@@ -92,38 +94,132 @@ func Validate(data []byte, from peer.ID, localStep int64, lim Limits) (*Update, 
 	}
 	u, err := DecodeUpdate(data)
 	if err != nil {
-		switch {
-		case errors.Is(err, ErrUnsupportedVersion):
-			return nil, &RejectError{Reason: ReasonBadVersion, Err: err}
-		case errors.Is(err, ErrUnknownEncoding):
-			return nil, &RejectError{Reason: ReasonBadEncoding, Err: err}
-		default:
-			return nil, &RejectError{Reason: ReasonMalformed, Err: err}
-		}
+		return nil, decodeReject(err)
 	}
-	if from == "" || u.Sender != from {
-		return nil, reject(ReasonSenderMismatch, "sender field %s, signed origin %s", u.Sender, from)
+	if err := checkHeader(u, from, localStep, lim); err != nil {
+		return nil, err
 	}
-	if u.ModelID != lim.ModelID {
-		return nil, reject(ReasonModelMismatch, "model ID %#x, want %#x", u.ModelID, lim.ModelID)
-	}
-	if u.ParamCount != lim.ParamCount {
-		return nil, reject(ReasonWrongLength, "%d params, want %d", u.ParamCount, lim.ParamCount)
-	}
-	if u.Step < 0 {
-		return nil, reject(ReasonNegativeStep, "step %d", u.Step)
-	}
-	if lim.MaxStepAhead > 0 && localStep <= math.MaxInt64-lim.MaxStepAhead && u.Step > localStep+lim.MaxStepAhead {
-		return nil, reject(ReasonStepTooFarAhead, "step %d, local step %d, max ahead %d", u.Step, localStep, lim.MaxStepAhead)
-	}
-	for j, v := range u.Values {
-		f := float64(v)
-		if math.IsNaN(f) || math.IsInf(f, 0) {
-			return nil, reject(ReasonNonFinite, "value %d is %v", j, v)
-		}
-		if math.Abs(f) > lim.MaxAbsValue {
-			return nil, reject(ReasonValueTooLarge, "value %d is %v, cap %v", j, v, lim.MaxAbsValue)
-		}
+	if err := checkValues(u.Values, lim); err != nil {
+		return nil, err
 	}
 	return u, nil
+}
+
+// ValidateInto is Validate for a model or update whose values are to go
+// into dst, a vector of lim.ParamCount values: a dense float32 update's
+// values are checked where they lie in data and copied into dst, the only
+// copy made of them; u.Values is dst. Other encodings are decoded as
+// Validate does, then copied (sparse: dst holds zeros but at its entries).
+// On error dst may have been written.
+func ValidateInto(data []byte, dst []float32, from peer.ID, localStep int64, lim Limits) (*Update, error) {
+	if len(data) > lim.MaxMessageSize {
+		return nil, reject(ReasonOversize, "%d bytes > cap %d", len(data), lim.MaxMessageSize)
+	}
+	r := &reader{b: data}
+	u, err := decodeHeader(r)
+	if err == nil && u.Encoding != EncodingDense32 {
+		u, err = Validate(data, from, localStep, lim)
+		if err != nil {
+			return nil, err
+		}
+		if len(dst) != u.ParamCount {
+			return nil, reject(ReasonWrongLength, "%d params, want %d", u.ParamCount, len(dst))
+		}
+		clear(dst)
+		if u.Encoding.sparse() {
+			for j, i := range u.Indices {
+				dst[i] = u.Values[j]
+			}
+		} else {
+			copy(dst, u.Values)
+		}
+		u.Values, u.Indices = dst, nil
+		return u, nil
+	}
+	if err != nil {
+		return nil, decodeReject(err)
+	}
+	raw := r.b[r.off:]
+	if uint64(len(raw)) != 4*uint64(u.ParamCount) {
+		return nil, decodeReject(fmt.Errorf("%w: dense payload is %d bytes, want %d", ErrMalformed, len(raw), 4*uint64(u.ParamCount)))
+	}
+	if err := checkHeader(u, from, localStep, lim); err != nil {
+		return nil, err
+	}
+	if len(dst) != u.ParamCount {
+		return nil, reject(ReasonWrongLength, "%d params, want %d", u.ParamCount, len(dst))
+	}
+	if j, v := f32.Beyond(raw, boundOf(lim.MaxAbsValue)); j >= 0 {
+		return nil, valueReject(j, v, lim)
+	}
+	f32.Decode(dst, raw)
+	u.Values = dst
+	u.WireSize = len(data)
+	return u, nil
+}
+
+// decodeReject is the rejection for a decoding error.
+func decodeReject(err error) error {
+	switch {
+	case errors.Is(err, ErrUnsupportedVersion):
+		return &RejectError{Reason: ReasonBadVersion, Err: err}
+	case errors.Is(err, ErrUnknownEncoding):
+		return &RejectError{Reason: ReasonBadEncoding, Err: err}
+	default:
+		return &RejectError{Reason: ReasonMalformed, Err: err}
+	}
+}
+
+// checkHeader checks what an update says of itself against lim: sender,
+// model ID, parameter count, step.
+func checkHeader(u *Update, from peer.ID, localStep int64, lim Limits) error {
+	if from == "" || u.Sender != from {
+		return reject(ReasonSenderMismatch, "sender field %s, signed origin %s", u.Sender, from)
+	}
+	if u.ModelID != lim.ModelID {
+		return reject(ReasonModelMismatch, "model ID %#x, want %#x", u.ModelID, lim.ModelID)
+	}
+	if u.ParamCount != lim.ParamCount {
+		return reject(ReasonWrongLength, "%d params, want %d", u.ParamCount, lim.ParamCount)
+	}
+	if u.Step < 0 {
+		return reject(ReasonNegativeStep, "step %d", u.Step)
+	}
+	if lim.MaxStepAhead > 0 && localStep <= math.MaxInt64-lim.MaxStepAhead && u.Step > localStep+lim.MaxStepAhead {
+		return reject(ReasonStepTooFarAhead, "step %d, local step %d, max ahead %d", u.Step, localStep, lim.MaxStepAhead)
+	}
+	return nil
+}
+
+// checkValues checks that every value is finite and within MaxAbsValue:
+// one comparison per value (package f32), which NaN and ±Inf fail too.
+func checkValues(vs []float32, lim Limits) error {
+	if j, v := f32.BeyondValues(vs, boundOf(lim.MaxAbsValue)); j >= 0 {
+		return valueReject(j, v, lim)
+	}
+	return nil
+}
+
+func valueReject(j int, v float32, lim Limits) error {
+	if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+		return reject(ReasonNonFinite, "value %d is %v", j, v)
+	}
+	return reject(ReasonValueTooLarge, "value %d is %v, cap %v", j, v, lim.MaxAbsValue)
+}
+
+// boundOf is the float32 cap for MaxAbsValue m: the largest float32 not
+// above m (so a value within m as a float64 is within it as a float32),
+// the largest finite float32 for a larger m, and 0 for m ≤ 0 or NaN.
+func boundOf(m float64) float32 {
+	if !(m > 0) {
+		return 0
+	}
+	if m >= math.MaxFloat32 {
+		return math.MaxFloat32
+	}
+	b := float32(m)
+	if float64(b) > m {
+		b = math.Nextafter32(b, 0)
+	}
+	return b
 }

@@ -80,6 +80,27 @@ func TestValidateRejections(t *testing.T) {
 			if c.want != "" && u != nil {
 				t.Fatal("rejected update returned")
 			}
+			// ValidateInto says the same, and puts the values in dst.
+			dst := make([]float32, n)
+			ui, err := ValidateInto(c.data(), dst, from, c.localStep, lim)
+			if got := ReasonOf(err); got != c.want {
+				t.Fatalf("ValidateInto: reason %q (err %v), want %q", got, err, c.want)
+			}
+			if c.want == "" {
+				want := make([]float32, n)
+				if u.Encoding.sparse() {
+					for j, i := range u.Indices {
+						want[i] = u.Values[j]
+					}
+				} else {
+					copy(want, u.Values)
+				}
+				for i := range want {
+					if dst[i] != want[i] || ui.Values[i] != want[i] {
+						t.Fatalf("ValidateInto: value %d is %v (%v), want %v", i, dst[i], ui.Values[i], want[i])
+					}
+				}
+			}
 		})
 	}
 }

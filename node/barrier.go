@@ -30,6 +30,9 @@ type barrierOutcome struct {
 	Failed   psp.Decision // the last failed check's decision; Lagging 0 if none failed
 	Observed int          // how many peers that check observed
 	Isolated bool         // that check heard from no peer (psp.Isolated)
+	// Realigned: the node took the job's step and model instead of
+	// passing (realign.go); its step is not the one the barrier began at.
+	Realigned bool
 }
 
 // barrier blocks until the barrier lets the node start its next step. The
@@ -100,9 +103,17 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			}
 			out.Checks++
 			n.setIsolated(rd.Isolated, time.Now())
-			// A node on a younger fork of the job passes on: Run
-			// converges first thing, adopting the job's step (genesis.go).
-			if rd.Pass || n.convergeDue() || once {
+			// A node that must realign (on another lineage than the job's,
+			// or wedged far ahead of its peers) does so here, and passes
+			// if that moved it: its step is then the job's (realign.go).
+			if !rd.Pass && !once {
+				n.noteWedge(ck.Observations())
+				if n.realignDue() && n.realign(ctx) {
+					out.Waited, out.Realigned = time.Since(start), true
+					return out, nil
+				}
+			}
+			if rd.Pass || once {
 				out.Waited = time.Since(start)
 				return out, nil
 			}

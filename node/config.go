@@ -144,8 +144,8 @@ type Config struct {
 	// by a fresh draw. The zero ScreenConfig turns screening off.
 	Screen psp.ScreenConfig
 	// NormBound bounds the influence of one received update: an update
-	// whose L2 norm exceeds NormBound × the median norm of this node's own
-	// recent updates is refused (0 disables the check).
+	// whose L2 norm exceeds NormBound × the upper quartile of the norms of
+	// this node's own recent updates is refused (0 disables the check).
 	NormBound float64
 	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
 	// step streams from one peer and from all peers; streams over the cap

@@ -41,6 +41,40 @@ type Driver struct {
 
 	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
 	client string     // who drives, for Status
+
+	resetMu sync.Mutex
+	reset   *Reset // the job's state the program must take (TakeReset); nil for none
+}
+
+// Reset is the job's state a driven node hands its program when it moved
+// to it between two steps (realign.go): the node left its lineage for the
+// job's, or found itself far ahead of every peer. The program replaces its
+// parameters by Params and its count of completed steps by Step; its next
+// step is Step+1, whose barrier passes at once.
+type Reset struct {
+	Step    psp.Step
+	Params  []float64
+	Lineage Genesis
+	Reason  string
+}
+
+// setReset records a reset for the program, replacing one it has not
+// taken.
+func (d *Driver) setReset(r Reset) {
+	d.resetMu.Lock()
+	defer d.resetMu.Unlock()
+	d.reset = &r
+}
+
+// TakeReset returns the reset the program must take, once (nil for none).
+// The program takes it before its next step: a Barrier that returns
+// BarrierResult.Reset set one.
+func (d *Driver) TakeReset() *Reset {
+	d.resetMu.Lock()
+	defer d.resetMu.Unlock()
+	r := d.reset
+	d.reset = nil
+	return r
 }
 
 // ErrStepOrder is wrapped by the errors of calls for a step out of order:
@@ -158,9 +192,10 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		}
 	}
 	n.warnModels(js.others)
-	// On a younger fork of the job (genesis.go), the older lineage's step
+	// On another fork of the job (genesis.go), the job's lineage's step
 	// and model are the job's, even below this node's.
-	forked := js.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	mine := n.lin.genesis()
+	forked := !mine.IsZero() && !js.genesis.IsZero() && js.genesis != mine
 	if js.adopt > start.Step || forked {
 		if js.model == nil {
 			return Start{}, fmt.Errorf("node: the job is at step %d but no peer gave its model (%v)", js.adopt, js.fetchErr)
@@ -172,9 +207,11 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		n.screen = screenFor(n.cfg.Screen)
 		n.progress.reset()
 		n.lin.converged.Inc()
-		n.log.Warn("met an older lineage of this job (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
+		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
+	d.TakeReset() // the session starts from the job's state already
 	n.takeGenesis(js.genesis)
+	n.exch().restart(start.Params) // the session's model, or the program's own (nil: at its first push)
 	n.adoptStep(start.Step)
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
@@ -240,6 +277,9 @@ type BarrierResult struct {
 	// Reason is "" when the node did not wait; otherwise what the last
 	// failed check saw.
 	Reason string
+	// Reset: instead of passing, the node took the job's step and model;
+	// the program must take them (TakeReset) before its next step.
+	Reset bool
 }
 
 // Barrier returns when the node may take step, which must be one more
@@ -255,9 +295,15 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 	if step == d.passed {
 		return BarrierResult{}, nil
 	}
+	if n.realignDue() && n.realign(ctx) { // between steps, as Run does
+		return d.realigned(BarrierResult{}), nil
+	}
 	out, err := n.barrier(ctx)
 	if err != nil {
 		return BarrierResult{Waited: out.Waited, Checks: out.Checks}, err
+	}
+	if out.Realigned {
+		return d.realigned(BarrierResult{Waited: out.Waited, Checks: out.Checks}), nil
 	}
 	d.passed, d.computeFrom = step, time.Now()
 	res := BarrierResult{Waited: out.Waited, Checks: out.Checks}
@@ -265,6 +311,19 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 		res.Reason = waitReason(n.cfg.Barrier, step-1, out)
 	}
 	return res, nil
+}
+
+// realigned completes res for a barrier at which the node took the job's
+// step and model (realign.go): the program must take them (TakeReset)
+// before its next step, which is the job's step + 1 and passes at once.
+// d.mu is held.
+func (d *Driver) realigned(res BarrierResult) BarrierResult {
+	now := time.Now()
+	next := d.n.step.Load() + 1
+	d.first, d.passed, d.computeFrom = next, next, now
+	d.n.lastStepAt = now
+	res.Reset = true
+	return res
 }
 
 // waitReason says what the last failed check of a barrier saw.
@@ -309,6 +368,55 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 	}
 	n.exch().push(n.life, step, delta)
 	return nil
+}
+
+// Push32 is Push for a float32 vector that the caller has checked: every
+// value finite and within the exchange's bound (Gossip.MaxAbsValue), the
+// model's length. Under gossip v is the step's delta, published as it is;
+// under epidemic it is the program's model after the step, which becomes
+// the node's model (the base of its averages and the model it sends) —
+// v is copied before Push32 returns, and the call must come before the
+// next Merge32. It is the way a trainer's update goes: no float64 copy,
+// no second check. copied, if not nil, is called once v has been copied
+// (into the node's model, or the message to send): the caller may change
+// v from then on, while Push32 signs and sends (milliseconds for a large
+// model under gossip).
+func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
+	n := d.n
+	if v != nil && len(v) != n.task.NumParams() {
+		done(copied)
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	}
+	n.exch().push32(n.life, step, v, copied)
+	return nil
+}
+
+// Merge32 writes into delta (the model's length) the change the average
+// of the program's model and the models received since the last call
+// makes, and returns how many it averaged; the program adds delta to its
+// parameters (epidemic). Under gossip it returns 0: the peers' updates
+// reach the task as they arrive.
+func (d *Driver) Merge32(delta []float32) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.n.exch().merge32(delta)
+}
+
+// Model returns the node's model as its exchange holds it: under
+// epidemic the program's model after its last step and average (what a
+// peer that fetches the model gets); nil under gossip, or before the
+// program's first step.
+func (d *Driver) Model() []float64 { return d.n.exch().model() }
+
+// NoteApplied records that the program applied updates its peers made at
+// the given steps (under gossip, at its pull): their staleness, the
+// node's step now minus theirs, goes to psp_update_staleness_steps.
+func (d *Driver) NoteApplied(steps []int64) {
+	n := d.n
+	now := n.step.Load()
+	for _, s := range steps {
+		n.m.staleness.Observe(float64(now - s))
+	}
 }
 
 // CheckOrder says whether step may be done now (Done would count it): it

@@ -68,8 +68,8 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
 		}
-		if n.convergeDue() {
-			n.converge(ctx) // this node is on a younger fork of the job (genesis.go)
+		if n.realignDue() {
+			n.realign(ctx) // on another lineage than the job's, or wedged (realign.go)
 		}
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())

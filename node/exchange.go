@@ -127,18 +127,21 @@ const maxExchangeS = 1024
 // Exchange reasons a received model is refused, beside gossip's (see
 // gossip.Reason): the sender runs another exchange; the model is too far
 // from this node's (the norm bound's counterpart); the sender sent more
-// models since this node's last step than maxPerSender.
+// models since this node's last average than maxPerSender; the sender was
+// last heard on another lineage of the job (genesis.go).
 const (
 	ReasonExchangeMismatch gossip.Reason = "exchange_mismatch"
 	ReasonDistance         gossip.Reason = "distance"
 	ReasonRate             gossip.Reason = "rate"
+	ReasonOtherLineage     gossip.Reason = "other_lineage"
 )
 
-// maxPerSender is how many models one sender may contribute to one
-// average. An honest peer sends a given node S/(N−1) models per step of
-// its own; a few more reach a straggler. A flooder's extra models are
-// refused, so it cannot outweigh the rest.
-const maxPerSender = 4
+// maxPerSender is how many models one sender may send a node in one
+// round (between two of its averages). Only the latest counts (one vote
+// per sender); the cap bounds the work a flooder makes: an honest peer
+// sends a given node S/(N−1) models per step of its own, and a few more
+// reach a node that waits at its barrier.
+const maxPerSender = 16
 
 // exchanger is an exchange as the node drives it: gossip
 // (exchange_gossip.go) or epidemic (exchange_epidemic.go). The node calls
@@ -151,12 +154,30 @@ type exchanger interface {
 	// counted (upd nil: the task made none). Run or the Driver calls it
 	// after each step, in step order.
 	push(ctx context.Context, step int64, upd []float64)
+	// push32 is push for a driven node's float32 vector, which its caller
+	// has checked (finite, within MaxAbsValue): under gossip the step's
+	// delta, under epidemic the model after the step. v must stay as it
+	// is until copied is called (if not nil): once, when push32 has copied
+	// it (into the node's model, or the message), before the sending.
+	push32(ctx context.Context, step int64, v []float32, copied func())
 	// merge folds into the model what arrived since the last call. The
 	// stepping goroutine calls it before each step.
 	merge()
+	// merge32 is merge for a driven node: it writes the change the
+	// average makes into delta and returns how many models it averaged
+	// (epidemic); under gossip, where updates go to the task as they
+	// arrive, it returns 0.
+	merge32(delta []float32) int
 	// setStep tells the exchange a step the node took without computing
 	// it (from a checkpoint, or the job's on joining).
 	setStep(step int64)
+	// restart tells the exchange that the node took params, the job's
+	// model, in place of its own (realign.go): what it held for the old
+	// model goes.
+	restart(params []float64)
+	// model is the node's model as the exchange holds it (epidemic: after
+	// the last step and average), nil when it holds none (gossip).
+	model() []float64
 	// scalesLR says whether the learning rate is scaled by 1/N̂ (see the
 	// comment at the top).
 	scalesLR() bool
@@ -212,12 +233,16 @@ func (n *Node) exch() exchanger {
 // receives nothing.
 type noExchange struct{}
 
-func (noExchange) push(context.Context, int64, []float64) {}
-func (noExchange) merge()                                 {}
-func (noExchange) setStep(int64)                          {}
-func (noExchange) scalesLR() bool                         { return true }
-func (noExchange) waitMesh(context.Context)               {}
-func (noExchange) waitSubscribed(context.Context)         {}
+func (noExchange) push(context.Context, int64, []float64)                        {}
+func (noExchange) push32(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
+func (noExchange) merge()                                                        {}
+func (noExchange) merge32([]float32) int                                         { return 0 }
+func (noExchange) setStep(int64)                                                 {}
+func (noExchange) restart([]float64)                                             {}
+func (noExchange) model() []float64                                              { return nil }
+func (noExchange) scalesLR() bool                                                { return true }
+func (noExchange) waitMesh(context.Context)                                      {}
+func (noExchange) waitSubscribed(context.Context)                                {}
 func (noExchange) screen(peer.ID, ExchangeKind) gossip.Reason {
 	return ReasonExchangeMismatch
 }
@@ -247,13 +272,31 @@ func newOwnNorms() ownNorms { return ownNorms{r: newRing(32)} }
 
 // note records the norm of delta, an update this node computed, unless it
 // is zero or not finite; it reports whether it did.
-func (o *ownNorms) note(delta []float64) bool {
-	nrm := l2(delta)
+func (o *ownNorms) note(delta []float64) bool { return o.noteNorm(l2(delta)) }
+
+// noteNorm records nrm, the norm of an update this node computed, unless
+// it is zero or not finite; it reports whether it did.
+func (o *ownNorms) noteNorm(nrm float64) bool {
 	if !(nrm > 0) || math.IsInf(nrm, 0) {
 		return false
 	}
 	o.r.add(nrm)
 	return true
+}
+
+// reference is the norm received updates and models are bounded by: the
+// upper quartile (nearest rank) of the recorded norms, so that the bound
+// follows the node's steps as they shrink early in training without
+// refusing a peer's update of a step or two before (the median did, a few
+// dozen times a run), while one outlier step of its own does not lift
+// it; ok is false before the first.
+func (o *ownNorms) reference() (m float64, ok bool) {
+	norms := o.r.values()
+	if len(norms) == 0 {
+		return 0, false
+	}
+	slices.Sort(norms)
+	return norms[(3*len(norms)+3)/4-1], true
 }
 
 // median is the median of the recorded norms; ok is false before the
@@ -311,4 +354,11 @@ func dist(a, b []float64) float64 {
 		s += d * d
 	}
 	return math.Sqrt(s)
+}
+
+// done calls f if it is not nil.
+func done(f func()) {
+	if f != nil {
+		f()
+	}
 }

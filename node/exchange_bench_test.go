@@ -61,7 +61,16 @@ func BenchmarkEpidemicStep(b *testing.B) {
 	}
 	b.Run("push", func(b *testing.B) {
 		measure(b, func() {}, func() {
-			req, ok := ex.snapshot(1)
+			p := n.task.Params() // as push reads a built-in task's model
+			ex.mu.Lock()
+			if ex.ref == nil {
+				ex.ref = make([]float32, params)
+			}
+			for i, x := range p {
+				ex.ref[i] = float32(x)
+			}
+			ex.mu.Unlock()
+			req, ok := ex.request(1)
 			if !ok {
 				b.Fatal("nothing to send")
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
@@ -24,9 +25,11 @@ type gossipExchange struct {
 	// the receive path allocates nothing per update.
 	buf []float64
 
-	mu    sync.Mutex
-	norms ownNorms // this node's recent updates: the norm bound's reference
-	held  heldVecs // updates received before the first own step
+	mu           sync.Mutex
+	norms        ownNorms  // this node's recent updates: the norm bound's reference
+	held         heldVecs  // updates received before the first own step
+	normRefused  int       // updates refused by the norm bound since the last warning
+	normWarnedAt time.Time // when that warning was
 }
 
 // newGossipExchange is n's gossip exchange before it joins the topic: the
@@ -70,6 +73,50 @@ func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
 	}
 }
 
+// push32 publishes a driven node's float32 delta of step, which its
+// caller checked, as it is (gossip.Encode32: no float64 copy under the
+// dense32 encoding): the delta is copied into the message, copied is
+// called, and the message is signed and sent.
+func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32, copied func()) {
+	g.gs.SetLocalStep(step)
+	if delta == nil {
+		done(copied)
+		return
+	}
+	g.mu.Lock()
+	noted := g.norms.noteNorm(f32.Norm(delta))
+	var held [][]float64
+	if noted {
+		held = g.held.take()
+	}
+	g.mu.Unlock()
+	if g.n.cfg.faults.Poison != nil {
+		up := make([]float64, len(delta))
+		for i, x := range delta {
+			up[i] = float64(x)
+		}
+		done(copied)
+		g.publish(ctx, step, up)
+	} else {
+		msg, err := g.gs.Encode32(step, delta)
+		done(copied)
+		if err == nil {
+			err = g.gs.PublishEncoded(ctx, step, msg)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.n.log.Warn("publish failed", "step", step, "err", err)
+		}
+	}
+	for _, v := range held {
+		if g.withinNorm(v) {
+			g.apply(v, -1)
+		}
+	}
+}
+
+// merge32: gossip updates go to the task as they arrive.
+func (g *gossipExchange) merge32([]float32) int { return 0 }
+
 // publish sends the step's update on the gossip topic (or, for a node
 // playing a poisoner, what faults.Poison makes of it).
 func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64) {
@@ -90,6 +137,17 @@ func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64)
 func (g *gossipExchange) merge() {}
 
 func (g *gossipExchange) setStep(step int64) { g.gs.SetLocalStep(step) }
+
+// restart drops the updates held before the first step: they were for
+// the old model.
+func (g *gossipExchange) restart([]float64) {
+	g.mu.Lock()
+	g.held.take()
+	g.mu.Unlock()
+}
+
+// model: a gossip node holds no model of its own beside its task's.
+func (g *gossipExchange) model() []float64 { return nil }
 
 // scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
 func (g *gossipExchange) scalesLR() bool { return true }
@@ -136,8 +194,12 @@ func (g *gossipExchange) close() error              { return g.gs.Close() }
 // onUpdate applies a validated update from the gossip topic.
 func (g *gossipExchange) onUpdate(u gossip.Update) {
 	n := g.n
-	if n.lin.fromYounger(u.Sender, time.Now()) {
-		n.lin.otherUpdates.Inc() // a delta of another model's lineage (genesis.go)
+	if n.lin.fromOther(u.Sender, time.Now()) {
+		n.lin.otherUpdates.Inc() // a delta of another lineage of the job (genesis.go)
+		return
+	}
+	if t32, ok := n.task.(applier32); ok && !u.Encoding.Sparse() {
+		g.onUpdate32(u, t32)
 		return
 	}
 	clear(g.buf)
@@ -149,15 +211,58 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if !g.withinNorm(g.buf) {
 		return
 	}
-	g.apply(g.buf)
-	n.progress.saw(u.Sender, u.Step)
+	g.apply(g.buf, u.Step)
+	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
 }
 
-// apply adds a received update to the model.
-func (g *gossipExchange) apply(v []float64) {
+// applier32 is a task that takes float32 updates as they are: a driven
+// node's (the trainer API's task), whose model is float32 in its trainer.
+// It notes each update's step, so that the node can tell its staleness
+// when the trainer pulls it (Driver.NoteApplied).
+type applier32 interface {
+	Apply32(u []float32, step int64) error
+}
+
+// onUpdate32 applies a dense update to a float32 task: the norm bound on
+// its values, then the task, with no float64 copy. Before the node's
+// first step it takes the float64 path (held, then judged).
+func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
+	n := g.n
+	if n.cfg.NormBound > 0 {
+		g.mu.Lock()
+		med, ok := g.norms.reference()
+		g.mu.Unlock()
+		if !ok {
+			v := make([]float64, len(u.Values))
+			for i, x := range u.Values {
+				v[i] = float64(x)
+			}
+			g.withinNorm(v) // holds it
+			return
+		}
+		if nrm := f32.Norm(u.Values); nrm > n.cfg.NormBound*med {
+			g.refusedNorm(u.Sender, nrm, n.cfg.NormBound*med)
+			return
+		}
+	}
+	if err := t.Apply32(u.Values, u.Step); err != nil {
+		n.m.applyRejected.Inc()
+		n.log.Debug("update refused by the model", "err", err)
+		return
+	}
+	n.m.applied.Inc()
+	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
+	if u.Step <= n.step.Load() {
+		n.poke()
+	}
+}
+
+// apply adds a received update, made at step from (-1: not known), to
+// the model.
+func (g *gossipExchange) apply(v []float64, from int64) {
 	n := g.n
 	if err := n.task.Apply(v); err != nil {
 		n.m.applyRejected.Inc()
@@ -165,6 +270,9 @@ func (g *gossipExchange) apply(v []float64) {
 		return
 	}
 	n.m.applied.Inc()
+	if from >= 0 {
+		n.m.staleness.Observe(float64(n.step.Load() - from))
+	}
 }
 
 // noteOwnNorm records the norm of an update this node computed itself and,
@@ -180,13 +288,13 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 	g.mu.Unlock()
 	for _, v := range held {
 		if g.withinNorm(v) {
-			g.apply(v)
+			g.apply(v, -1)
 		}
 	}
 }
 
 // withinNorm reports whether a received update v is within NormBound × the
-// median norm of this node's own recent updates, and counts it if not.
+// upper quartile of the norms of this node's own recent updates, and counts it if not.
 // Honest peers train the same model on shards of the same data at the same
 // learning rate, so their updates are of the same size as ours; an update
 // far larger is a poisoner's, or a broken peer's, and is dropped whole:
@@ -203,7 +311,7 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		return true
 	}
 	g.mu.Lock()
-	med, ok := g.norms.median()
+	med, ok := g.norms.reference()
 	if !ok {
 		held := g.held.hold(slices.Clone(v))
 		g.mu.Unlock()
@@ -213,9 +321,33 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		return false
 	}
 	g.mu.Unlock()
-	if l2(v) <= n.cfg.NormBound*med {
-		return true
+	if nrm := l2(v); nrm > n.cfg.NormBound*med {
+		g.refusedNorm("", nrm, n.cfg.NormBound*med)
+		return false
 	}
+	return true
+}
+
+// normWarnEvery is the least time between two warnings of updates refused
+// by the norm bound; the ones between are counted, and the next warning
+// says how many.
+const normWarnEvery = 10 * time.Second
+
+// refusedNorm counts an update refused by the norm bound and says so, at
+// most once per normWarnEvery.
+func (g *gossipExchange) refusedNorm(from peer.ID, nrm, bound float64) {
+	n := g.n
 	n.m.normRefused.Inc()
-	return false
+	g.mu.Lock()
+	g.normRefused++
+	now := time.Now()
+	if now.Sub(g.normWarnedAt) < normWarnEvery {
+		g.mu.Unlock()
+		return
+	}
+	count := g.normRefused
+	g.normRefused, g.normWarnedAt = 0, now
+	g.mu.Unlock()
+	n.log.Warn("received updates refused: their norm is beyond NormBound times this node's own updates' (a poisoner's, or a peer of another learning rate or batch)",
+		"refused", count, "since_last_warning", normWarnEvery, "last_from", from, "last_norm", nrm, "bound", bound)
 }

@@ -3,6 +3,7 @@ package node
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/memnet"
@@ -63,7 +65,7 @@ func exchangeNode(t testing.TB, params int, s int, normBound float64) (*Node, *e
 	cfg.NormBound = normBound
 	reg := prometheus.NewRegistry()
 	n := &Node{cfg: cfg, xm: newExchangeMetrics(reg), m: newMetrics(reg), log: slog.New(slog.DiscardHandler),
-		progress: newProgress(), wake: make(chan struct{}, 1)}
+		progress: newProgress(), wake: make(chan struct{}, 1), lin: newLineage(reg, Genesis{})}
 	ex, err := newEpidemic(n, "self", params, 7)
 	if err != nil {
 		t.Fatal(err)
@@ -75,9 +77,27 @@ func exchangeNode(t testing.TB, params int, s int, normBound float64) (*Node, *e
 
 // noteOwnNorm records delta as a step of the exchange's own, as push does.
 func (e *epidemic) noteOwnNorm(delta []float64) {
-	e.normMu.Lock()
+	e.mu.Lock()
 	e.norms.note(delta)
-	e.normMu.Unlock()
+	e.mu.Unlock()
+}
+
+// setRef sets the exchange's reference, its model after its last step.
+func (e *epidemic) setRef(v ...float32) {
+	e.mu.Lock()
+	e.ref = v
+	e.mu.Unlock()
+}
+
+// roundOf lists the round's models as sender: values, for comparisons.
+func (e *epidemic) roundOf() map[peer.ID][]float32 {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	out := map[peer.ID][]float32{}
+	for _, m := range e.round {
+		out[m.from] = slices.Clone(m.v)
+	}
+	return out
 }
 
 // modelPayload encodes params as a model of sender (model id 7).
@@ -97,12 +117,12 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	n, ex := exchangeNode(t, 3, 2, 4)
 	a, b := peer.ID("peer-a"), peer.ID("peer-b")
 	ex.noteOwnNorm([]float64{0.1, 0, 0}) // own steps of norm 0.1: bound 4·3·0.1 = 1.2
-	ex.ref = []float64{1, 1, 1}
+	ex.setRef(1, 1, 1)
 	good := modelPayload(t, a, 1, []float32{1.5, 1, 1}) // 0.5 away
 	if r := n.takeModel(a, ExchangeEpidemic, good); r != "" {
 		t.Fatalf("a good model was refused: %s", r)
 	}
-	held := append([]float64(nil), ex.sum...)
+	held := ex.roundOf()
 	nan := float32(math.NaN())
 	for _, tc := range []struct {
 		name    string
@@ -135,27 +155,44 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if got := n.takeModel(a, ExchangeEpidemic, otherModel.Bytes()); got != gossip.ReasonModelMismatch {
 		t.Errorf("another model id: reason %q", got)
 	}
-	if ex.k != 1 || !slices.Equal(ex.sum, held) {
-		t.Errorf("refusals changed what the node holds: %d models, sum %v (was %v)", ex.k, ex.sum, held)
+	if got := ex.roundOf(); len(got) != 1 || !slices.Equal(got[a], held[a]) {
+		t.Errorf("refusals changed what the node holds: %v (was %v)", got, held)
 	}
-	// A flooder cannot outweigh the others: maxPerSender models per
-	// average from one sender, then "rate".
+	// A sender has one vote per average: its later models replace its
+	// earlier one, maxPerSender times in all, then "rate".
+	later := modelPayload(t, a, 2, []float32{1.25, 1, 1})
 	for i := 1; i < maxPerSender; i++ {
-		if r := n.takeModel(a, ExchangeEpidemic, good); r != "" {
+		if r := n.takeModel(a, ExchangeEpidemic, later); r != "" {
 			t.Fatalf("model %d of a: %s", i+1, r)
 		}
 	}
 	if r := n.takeModel(a, ExchangeEpidemic, good); r != ReasonRate {
 		t.Errorf("model %d of one sender: reason %q, want rate", maxPerSender+1, r)
 	}
+	if got := ex.roundOf(); len(got) != 1 || got[a][0] != 1.25 {
+		t.Errorf("the round holds %v, want a's latest model alone", got)
+	}
 	if st := n.ExchangeStats(); st.Received != maxPerSender {
 		t.Errorf("received %d, want %d", st.Received, maxPerSender)
 	}
+	// A round takes at most poolSize senders.
+	for i := range ex.poolSize() + 1 {
+		p := peer.ID(fmt.Sprintf("peer-%d", i))
+		r := n.takeModel(p, ExchangeEpidemic, modelPayload(t, p, 1, []float32{1, 1, 1}))
+		if want := gossip.Reason(""); i >= ex.poolSize()-1 {
+			want = ReasonRate
+			if r != want {
+				t.Errorf("sender %d of a full round: %q", i, r)
+			}
+		} else if r != want {
+			t.Errorf("sender %d: %q", i, r)
+		}
+	}
 }
 
-// The average is of the node's model and every model received since the
-// last one, each with the same weight (Epidemic Learning); before the
-// node's first step models are held, then judged.
+// The average is of the node's model and the latest model of each sender
+// of the round, each with the same weight (Epidemic Learning); before
+// the node's first step models are held, then judged.
 func TestMergeAveragesReceived(t *testing.T) {
 	n, ex := exchangeNode(t, 2, 2, 4)
 	tr := newTestTrainer(t, []float64{0, 0})
@@ -172,8 +209,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 		t.Fatalf("held models were averaged before the first step: %v", p)
 	}
 	ex.noteOwnNorm([]float64{1, 0}) // bound 4·3·1 = 12
-	ex.ref = []float64{0, 0}
-	ex.releaseHeld()
+	ex.refFromTask(nil)             // the first step: the reference is the task's model, [0 0]
 	ex.merge()
 	if p := tr.Params(); p[0] != 1.5 || p[1] != 0 { // (0 + 3) / 2; 300 is too far
 		t.Errorf("after averaging: %v, want [1.5 0]", p)
@@ -189,6 +225,73 @@ func TestMergeAveragesReceived(t *testing.T) {
 	if n.lrPopulation() != 1 {
 		t.Errorf("an epidemic node scales its learning rate by 1/%v", n.lrPopulation())
 	}
+	if got := histCount(t, n.m.staleness); got != 1 {
+		t.Errorf("staleness observed %d times, want once per model averaged", got)
+	}
+}
+
+// A sender that pushes models one way, round after round, moves the
+// node's model by at most the clip radius per round (clipFactor × the
+// median distance of recent models), shared with the other senders; an
+// honest model within the radius is averaged as Epidemic Learning does.
+func TestMergeClipsPull(t *testing.T) {
+	n, ex := exchangeNode(t, 2, 2, 100) // a loose distance bound: clipping alone
+	ex.noteOwnNorm([]float64{1, 0})
+	ex.setRef(0, 0)
+	honest := []peer.ID{"h1", "h2", "h3"}
+	evil := peer.ID("evil")
+	delta := make([]float32, 2)
+	drift := float32(0)
+	for round := range 20 {
+		for _, h := range honest {
+			// Honest peers sit about 1 away on either side of the model.
+			y := ex.ref[0] + []float32{1, -1, 0.5}[slices.Index(honest, h)]
+			if r := n.takeModel(h, ExchangeEpidemic, modelPayload(t, h, int64(round), []float32{y, 0})); r != "" {
+				t.Fatal(r)
+			}
+		}
+		if r := n.takeModel(evil, ExchangeEpidemic, modelPayload(t, evil, int64(round), []float32{ex.ref[0] + 150, 0})); r != "" {
+			t.Fatal(r)
+		}
+		before := ex.ref[0]
+		if k := ex.merge32(delta); k != 4 {
+			t.Fatalf("averaged %d models", k)
+		}
+		drift = max(drift, ex.ref[0]-before)
+	}
+	// Unclipped, the pusher would move the model by 150/5 = 30 a round.
+	if drift > 1.5 {
+		t.Errorf("one sender moved the model by %v in a round", drift)
+	}
+	if got := counterValue(n.xm.clipped); got < 20 {
+		t.Errorf("clipped %v models, want the pusher's every round", got)
+	}
+	// Without the pusher nothing is clipped and the average is exact.
+	n2, ex2 := exchangeNode(t, 1, 2, 100)
+	ex2.noteOwnNorm([]float64{1})
+	ex2.setRef(0)
+	ex2.dists.add(1)
+	for i, y := range []float32{1, -1, 0.5} {
+		p := peer.ID(fmt.Sprintf("h%d", i))
+		if r := n2.takeModel(p, ExchangeEpidemic, modelPayload(t, p, 1, []float32{y})); r != "" {
+			t.Fatal(r)
+		}
+	}
+	d := make([]float32, 1)
+	ex2.merge32(d)
+	if want := float32(0.5 / 4); d[0] != want || counterValue(n2.xm.clipped) != 0 {
+		t.Errorf("honest average changed the model by %v, want %v; clipped %v", d[0], want, counterValue(n2.xm.clipped))
+	}
+}
+
+// histCount is how many observations h holds.
+func histCount(t testing.TB, h prometheus.Histogram) uint64 {
+	t.Helper()
+	var m dto.Metric
+	if err := h.Write(&m); err != nil {
+		t.Fatal(err)
+	}
+	return m.GetHistogram().GetSampleCount()
 }
 
 // newTestTrainer is a linreg task over 1-dimensional synthetic data whose
@@ -216,6 +319,7 @@ func TestEpidemicNodesTrain(t *testing.T) {
 		t.Cleanup(func() { _ = mn.Close() })
 		nodes := buildTestNodesWith(t, 6, "pssp:2:2", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
+			c.Genesis = exampleGenesis // one lineage from the start, as a testnet's
 		})
 		start := nodes[0].Task().Params()
 		ctx, cancel := context.WithCancel(t.Context())
@@ -367,14 +471,16 @@ func FuzzTakeModel(f *testing.F) {
 	f.Fuzz(func(t *testing.T, kind byte, payload []byte) {
 		n, ex := exchangeNode(t, 3, 2, 4)
 		ex.noteOwnNorm([]float64{1, 0, 0})
-		ex.ref = []float64{rand.Float64(), 0, 0}
+		ex.setRef(rand.Float32(), 0, 0)
 		r := n.takeModel("p", ExchangeKind(kind), payload)
-		if r != "" && (ex.k != 0 || !slices.Equal(ex.sum, []float64{0, 0, 0})) {
-			t.Fatalf("refused (%s) but held: k %d, sum %v", r, ex.k, ex.sum)
+		if got := ex.roundOf(); r != "" && len(got) != 0 {
+			t.Fatalf("refused (%s) but held: %v", r, got)
 		}
-		for _, v := range ex.sum {
-			if math.IsNaN(v) || math.IsInf(v, 0) {
-				t.Fatalf("sum holds %v", v)
+		for _, v := range ex.roundOf() {
+			for _, x := range v {
+				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+					t.Fatalf("the round holds %v", x)
+				}
 			}
 		}
 	})

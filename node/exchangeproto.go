@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -46,7 +47,7 @@ var exchangeCodes = []gossip.Reason{
 	"", ReasonExchangeMismatch, gossip.ReasonMalformed, gossip.ReasonBadVersion, gossip.ReasonBadEncoding,
 	gossip.ReasonSenderMismatch, gossip.ReasonModelMismatch, gossip.ReasonWrongLength, gossip.ReasonNonFinite,
 	gossip.ReasonValueTooLarge, gossip.ReasonNegativeStep, gossip.ReasonStepTooFarAhead, gossip.ReasonOversize,
-	ReasonDistance, ReasonRate,
+	ReasonDistance, ReasonRate, ReasonOtherLineage,
 }
 
 func exchangeCode(r gossip.Reason) byte {
@@ -137,8 +138,9 @@ func (n *Node) handleExchange(s network.Stream) {
 			_, err = io.CopyN(io.Discard, r, int64(size-len(hdr)))
 		} else {
 			var payload []byte
-			if payload, err = readBody(r, size-len(hdr)); err == nil {
+			if payload, err = n.payloads.read(r, size-len(hdr)); err == nil {
 				reason = n.exch().accept(from, payload)
+				n.payloads.put(payload)
 			}
 		}
 	}
@@ -286,8 +288,8 @@ func (n *Node) warnOnce(p peer.ID, msg string, args ...any) {
 
 // exchangeMetrics are the exchange's Prometheus metrics (psp_exchange_*).
 type exchangeMetrics struct {
-	sent, sentBytes, received, receivedBytes, merged, merges prometheus.Counter
-	rejected, sendFailed                                     *prometheus.CounterVec
+	sent, sentBytes, received, receivedBytes, merged, merges, clipped prometheus.Counter
+	rejected, sendFailed                                              *prometheus.CounterVec
 }
 
 func newExchangeMetrics(reg prometheus.Registerer) *exchangeMetrics {
@@ -301,12 +303,13 @@ func newExchangeMetrics(reg prometheus.Registerer) *exchangeMetrics {
 		receivedBytes: c("received_bytes_total", "Encoded bytes of the models counted in psp_exchange_received_total."),
 		merged:        c("averaged_models_total", "Received models averaged into this node's model."),
 		merges:        c("averages_total", "Times this node averaged its model with received ones."),
+		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (twice the median distance of recent models) when averaged."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
 			Help: "Received exchange requests refused, by reason (gossip's validation reasons, exchange_mismatch, distance, rate)."}, []string{"reason"}),
 		sendFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "send_failed_total",
 			Help: "Models not delivered, by reason: unsupported, exchange_mismatch, refused, error, skipped, invalid."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.sent, m.sentBytes, m.received, m.receivedBytes, m.merged, m.merges, m.rejected, m.sendFailed)
+	reg.MustRegister(m.sent, m.sentBytes, m.received, m.receivedBytes, m.merged, m.merges, m.clipped, m.rejected, m.sendFailed)
 	for _, r := range exchangeCodes[1:] {
 		m.rejected.WithLabelValues(string(r))
 	}
@@ -362,3 +365,40 @@ func (n *Node) ExchangeStats() ExchangeStats {
 // as gossip.Stats: under gossip the topic's counts; under epidemic the
 // models sent (one per peer) and taken, and the refused ones by reason.
 func (n *Node) UpdateStats() gossip.Stats { return n.exch().stats() }
+
+// payloadPool holds the buffers received models are read into: a model
+// is read whole before it is judged, and a pool spares the node a large
+// allocation (and the collector its clearing) per model received.
+type payloadPool struct{ p sync.Pool }
+
+// read reads an n-byte payload from r into a pooled buffer. The first
+// eagerBody bytes go into a small buffer first, so that a peer that
+// announces a large frame and stalls holds no model-sized buffer.
+func (pp *payloadPool) read(r io.Reader, n int) ([]byte, error) {
+	if n <= eagerBody {
+		return readBody(r, n)
+	}
+	var head [eagerBody]byte
+	if _, err := io.ReadFull(r, head[:]); err != nil {
+		return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
+	}
+	var b []byte
+	if v, ok := pp.p.Get().(*[]byte); ok && cap(*v) >= n {
+		b = (*v)[:n]
+	} else {
+		b = make([]byte, n)
+	}
+	copy(b, head[:])
+	if _, err := io.ReadFull(r, b[eagerBody:]); err != nil {
+		pp.put(b)
+		return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
+	}
+	return b, nil
+}
+
+// put gives a buffer read returned back to the pool.
+func (pp *payloadPool) put(b []byte) {
+	if cap(b) > eagerBody {
+		pp.p.Put(&b)
+	}
+}

@@ -2,14 +2,11 @@ package node
 
 import (
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -17,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/wire"
-	"github.com/pspnode/pspnode/psp"
 )
 
 // genesisLen is the length of a Genesis, as step protocol 1.1.0 sends it.
@@ -29,10 +25,12 @@ const genesisLen = wire.GenesisLen
 // joins takes the genesis of the peers it joined, so every node trained
 // from one start shares it. Two groups of nodes of one job that trained
 // apart, such as a first node restarted without a way back to its peers,
-// have different geneses; when they meet, the group with the older
-// genesis (the smaller, compared as 16 big-endian bytes) is the job, and
-// the nodes of the other adopt its step and model. The zero Genesis means
-// none.
+// or nodes that started the job at the same moment, have different
+// geneses; when they meet, the lineage that more of the peers a node
+// hears from are on is the job (the older genesis breaks a tie), and the
+// nodes of the other adopt its step and model. A genesis is a claim, and
+// its age proves nothing: a peer that says its lineage began in 1970
+// moves no node on its own. The zero Genesis means none.
 type Genesis [genesisLen]byte
 
 // NewGenesis makes a genesis at now.
@@ -80,22 +78,27 @@ func (g Genesis) String() string {
 //     held out that later shows this node's model is let back in.
 //   - Another genesis: the peer's step reports do not count at the
 //     barrier (they would stall one side or be quarantined by the other),
-//     its queries wake nothing, and while it is on a younger genesis its
-//     updates are not applied. If its genesis is older, this node is on the
-//     younger fork: Run converges (converge) as a joining node does, asking
-//     the older lineage's peers for their steps, adopting psp.JoinStep of
-//     them even if it is below its own, fetching the model from one, and
-//     taking that genesis. Its peers of the younger fork then hear the
-//     older genesis from it and follow.
+//     its queries wake nothing, and its updates are not applied while it
+//     was last heard on another lineage. Having heard one, the node looks
+//     whether that lineage is the job's (converge): it asks a uniform
+//     sample of its peers for their steps; when more of them are on
+//     another lineage than on its own (counting itself), or as many and
+//     that lineage's genesis is the older, that lineage is the job, and
+//     the node adopts psp.JoinStep of its peers' steps even if it is below
+//     its own, takes the model from a peer at that step and takes the
+//     genesis. Its peers then hear the job's genesis from it and
+//     follow. A driven node hands the job's step and model to its trainer
+//     (Driver.TakeReset). So one peer, whatever genesis it claims, moves
+//     no node whose lineage another peer shares; two nodes alone settle on
+//     the older genesis.
 //   - No genesis on either side, or the same one, or a 1.0.0 peer (nothing
 //     said): the peer counts as before.
 //
-// A node takes its genesis at its join: the oldest among the peers that
-// answered, or a new one (NewGenesis) if none had one. Config.Genesis sets
-// it beforehand (testnets, whose nodes start together, give them all one).
-// A node with none (Config.JoinFetch off and no Config.Genesis) judges no
-// lineage. Converging is for nodes that Run: a driven node takes the
-// older lineage when its trainer begins a session (Driver.Begin).
+// A node takes its genesis at its join: the lineage most of the peers
+// that answered are on, or a new one (NewGenesis) if none had one.
+// Config.Genesis sets it beforehand (testnets, whose nodes start
+// together, give them all one). A node with none (Config.JoinFetch off
+// and no Config.Genesis) judges no lineage.
 
 // kinship is how a step message's sender stands to this node.
 type kinship int
@@ -107,14 +110,14 @@ const (
 )
 
 const (
-	// forkHold is how long a peer last heard on a younger genesis has its
-	// updates dropped: it converges within a step or two, and its later
-	// reports say so.
+	// forkHold is how long a peer last heard on another lineage has its
+	// updates dropped, and how long what a peer said of its lineage counts
+	// towards the job's lineage (lineage.choice).
 	forkHold = 30 * time.Second
 	// convergeRetry is the least time between two attempts to converge.
 	convergeRetry = time.Second
-	// maxYounger bounds the peers remembered on a younger genesis.
-	maxYounger = 8192
+	// maxLineagesHeard bounds the peers whose lineage is remembered.
+	maxLineagesHeard = 8192
 	// maxWarnedModels bounds the peers warned about for another model.
 	maxWarnedModels = 256
 	// quietConverge is the step up to which converging is logged at info
@@ -122,15 +125,21 @@ const (
 	quietConverge = 10
 )
 
+// heardLineage is the lineage a peer last said it was on, and when.
+type heardLineage struct {
+	g  Genesis
+	at time.Time
+}
+
 // lineage is a node's genesis and what it has heard of others. Safe for
 // concurrent use.
 type lineage struct {
 	mu        sync.Mutex
 	own       Genesis
-	older     Genesis   // the oldest genesis heard that is older than own; zero: none
-	olderFrom []peer.ID // peers that reported it (at most psp.JoinSample)
-	younger   map[peer.ID]time.Time
-	retryAt   time.Time // converge no sooner
+	others    map[peer.ID]heardLineage // peers last heard on another lineage
+	lastOther time.Time                // when a peer last said another lineage
+	retryAt   time.Time                // look again no sooner
+	backoff   time.Duration            // the wait after a look that found the node on the job's lineage
 	warned    map[peer.ID]bool
 	mismatch  *ModelMismatchError // the first peer of another model met
 
@@ -146,14 +155,15 @@ func newLineage(reg prometheus.Registerer, g Genesis) *lineage {
 	}
 	l := &lineage{
 		own:     g,
-		younger: make(map[peer.ID]time.Time),
+		others:  make(map[peer.ID]heardLineage),
+		backoff: convergeRetry,
 		warned:  make(map[peer.ID]bool),
 		otherReports: c("step_reports_other_lineage_total",
-			"Step reports and queries not counted because the peer is on another lineage (genesis) of the job: a fork that has not converged yet."),
+			"Step reports and queries not counted because the peer is on another lineage (genesis) of the job: a fork that has not converged yet, or a peer that claims another lineage."),
 		otherUpdates: c("updates_other_lineage_total",
-			"Received updates dropped because their sender was last heard on a younger lineage (genesis) of the job."),
+			"Received updates and models dropped because their sender was last heard on another lineage (genesis) of the job."),
 		converged: c("forks_joined_total",
-			"Times this node left its lineage of the job for an older one it met, adopting that lineage's step and model."),
+			"Times this node left its lineage of the job for the job's (the lineage most of a uniform sample of peers is on), adopting that lineage's step and model."),
 		modelMismatch: c("peers_model_mismatch_total",
 			"Peers held out of samples, population and routing table because they run another model (model id or parameter count)."),
 	}
@@ -168,14 +178,15 @@ func (l *lineage) genesis() Genesis {
 	return l.own
 }
 
-// set makes g the node's genesis; an older genesis heard before that is
-// not older than g is forgotten.
+// set makes g the node's genesis; peers heard on g are no longer others.
 func (l *lineage) set(g Genesis) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.own = g
-	if !l.older.Older(g) {
-		l.older, l.olderFrom = Genesis{}, nil
+	for p, h := range l.others {
+		if h.g == g {
+			delete(l.others, p)
+		}
 	}
 }
 
@@ -184,50 +195,86 @@ func (l *lineage) judge(p peer.ID, g Genesis, now time.Time) kinship {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if g.IsZero() || l.own.IsZero() || g == l.own {
-		delete(l.younger, p)
+		delete(l.others, p)
 		return kin
 	}
-	if g.Older(l.own) {
-		delete(l.younger, p)
-		if g.Older(l.older) {
-			l.older, l.olderFrom = g, nil
-		}
-		if g == l.older && len(l.olderFrom) < psp.JoinSample && !slices.Contains(l.olderFrom, p) {
-			l.olderFrom = append(l.olderFrom, p)
-		}
-	} else {
-		if len(l.younger) >= maxYounger {
-			clear(l.younger)
-		}
-		l.younger[p] = now
+	if _, ok := l.others[p]; !ok && len(l.others) >= maxLineagesHeard {
+		l.pruneLocked(now)
 	}
+	l.others[p] = heardLineage{g, now}
+	l.lastOther = now
 	l.otherReports.Inc()
 	return otherFork
 }
 
-// fromYounger reports whether p was heard on a younger genesis lately.
-func (l *lineage) fromYounger(p peer.ID, now time.Time) bool {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	at, ok := l.younger[p]
-	return ok && now.Sub(at) < forkHold
+// pruneLocked forgets what peers said longer than forkHold ago; if that
+// frees nothing, it forgets everything. l.mu is held.
+func (l *lineage) pruneLocked(now time.Time) {
+	for p, h := range l.others {
+		if now.Sub(h.at) >= forkHold {
+			delete(l.others, p)
+		}
+	}
+	if len(l.others) >= maxLineagesHeard {
+		clear(l.others)
+	}
 }
 
-// due reports whether an older genesis is known and an attempt to converge
-// may start at now.
+// forget drops what p said of its lineage (it left, or is dead).
+func (l *lineage) forget(p peer.ID) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.others, p)
+}
+
+// fromOther reports whether p was last heard, lately, on another lineage
+// than this node's.
+func (l *lineage) fromOther(p peer.ID, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	h, ok := l.others[p]
+	return ok && now.Sub(h.at) < forkHold
+}
+
+// due reports whether a peer said another lineage lately and the node
+// may look now whether that lineage is the job's (converge).
 func (l *lineage) due(now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return !l.older.IsZero() && !now.Before(l.retryAt)
+	return !l.own.IsZero() && !l.lastOther.IsZero() && now.Sub(l.lastOther) < forkHold && !now.Before(l.retryAt)
 }
 
-// target returns the older genesis and the peers that reported it, and
-// holds off the next attempt for convergeRetry.
-func (l *lineage) target(now time.Time) (Genesis, []peer.ID) {
+// looked records a look at now (converge): the next comes convergeRetry
+// later if the node moved (moved) or could not tell, and after a doubling
+// wait, up to forkHold, while the looks find the node on the job's
+// lineage (stayed): a peer that keeps claiming another lineage costs a
+// node one sample's queries per wait.
+func (l *lineage) looked(now time.Time, stayed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.retryAt = now.Add(convergeRetry)
-	return l.older, slices.Clone(l.olderFrom)
+	if !stayed {
+		l.backoff = convergeRetry
+		l.retryAt = now.Add(convergeRetry)
+		return
+	}
+	l.retryAt = now.Add(l.backoff)
+	l.backoff = min(2*l.backoff, forkHold)
+}
+
+// pickLineage is the lineage of counts (peers per genesis) with the most
+// peers; among those with as many, the oldest genesis. Zero for none.
+func pickLineage(counts map[Genesis]int) Genesis {
+	var best Genesis
+	most := 0
+	for g, c := range counts {
+		if g.IsZero() {
+			continue
+		}
+		if c > most || c == most && g.Older(best) {
+			best, most = g, c
+		}
+	}
+	return best
 }
 
 // noteMismatch records a peer of another model; firstMismatch returns the
@@ -338,64 +385,6 @@ func (n *Node) takeGenesis(g Genesis) {
 	}
 	n.lin.set(g)
 	n.log.Debug("genesis", "genesis", g.String(), "new", made)
-}
-
-// convergeDue reports whether Run should try to converge now (only a node
-// that Runs converges; a driven node does at its trainer's next Begin).
-func (n *Node) convergeDue() bool { return n.driver == nil && n.lin.due(time.Now()) }
-
-// converge moves the node onto the older lineage it heard of: it asks the
-// peers that reported it, and a fresh sample, for their steps; adopts
-// psp.JoinStep of the steps of the oldest lineage among the answers (even
-// below its own: the older lineage is the job) and fetches the model from
-// one of its peers; then takes that genesis and forgets what it judged
-// of peers' reports under its old one. On failure it tries again later.
-func (n *Node) converge(ctx context.Context) {
-	target, from := n.lin.target(time.Now())
-	if target.IsZero() {
-		return
-	}
-	peers := from
-	for _, p := range n.sample(ctx, psp.JoinSample) {
-		if !slices.Contains(peers, p) {
-			peers = append(peers, p)
-		}
-	}
-	own := n.lin.genesis()
-	js := n.jobStateOf(ctx, peers, n.step.Load(), false)
-	if ctx.Err() != nil {
-		return
-	}
-	n.warnModels(js.others)
-	if js.genesis.IsZero() || !js.genesis.Older(own) {
-		n.log.Debug("no peer of the older lineage answered; trying again later", "lineage", target.String())
-		return
-	}
-	if n.task.NumParams() > 0 {
-		if js.model == nil {
-			n.log.Warn("met an older lineage of the job but could not fetch its model: trying again", "err", js.fetchErr)
-			return
-		}
-		if err := n.task.SetParams(js.model.Params); err != nil {
-			n.log.Warn("met an older lineage of the job but could not take its model: trying again", "peer", js.from, "err", err)
-			return
-		}
-	}
-	was := n.step.Load()
-	n.lin.set(js.genesis)
-	n.adoptStep(js.adopt)
-	n.screen = screenFor(n.cfg.Screen) // reports judged under the old lineage
-	n.progress.reset()
-	n.lin.converged.Inc()
-	// Nodes that start a job together may each start a lineage and meet
-	// in their first steps: that is no news. Later it is a fork worth a
-	// warning (a node restarted apart from its peers).
-	level := slog.LevelWarn
-	if was <= quietConverge {
-		level = slog.LevelInfo
-	}
-	n.log.Log(ctx, level, "met an older lineage of this job (a fork, or nodes that started it at once): took its step and model",
-		"lineage", js.genesis.String(), "started", js.genesis.Time().UTC().Format(time.RFC3339), "step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
 }
 
 // errModelMismatch returns the *ModelMismatchError in err, if any.

@@ -25,25 +25,71 @@ func TestLineageJudge(t *testing.T) {
 	}
 	l.set(own)
 	for _, g := range []Genesis{{}, own} {
-		if l.judge(p, g, now) != kin {
-			t.Errorf("genesis %q is not kin of %q", g, own)
+		if l.judge(p, g, now) != kin || l.due(now) {
+			t.Errorf("genesis %q is not kin of %q, or makes the node look for the job's lineage", g, own)
 		}
 	}
-	if l.judge(q, younger, now) != otherFork || !l.fromYounger(q, now) || l.fromYounger(q, now.Add(forkHold)) || l.due(now) {
-		t.Error("a younger peer: another fork whose updates are dropped for forkHold, and nothing to converge to")
+	// Another lineage, older or younger: it does not count, its updates
+	// are dropped for forkHold, and the node looks whether it is the job's.
+	for _, g := range []Genesis{younger, older} {
+		if l.judge(q, g, now) != otherFork || !l.fromOther(q, now) || l.fromOther(q, now.Add(forkHold)) {
+			t.Errorf("a peer on %s: another fork whose updates are dropped for forkHold", g)
+		}
+		if !l.due(now) || l.due(now.Add(forkHold)) {
+			t.Errorf("a peer on %s: the node looks within forkHold of hearing it, not after", g)
+		}
 	}
-	if l.judge(r, older, now) != otherFork || !l.due(now) {
-		t.Error("an older peer: another fork to converge to")
+	// Looks that find the node on the job's lineage come less and less
+	// often, up to forkHold; one that moved it comes again soon.
+	l.looked(now, true)
+	if l.due(now) || !l.due(now.Add(convergeRetry)) {
+		t.Error("the next look is not convergeRetry later")
 	}
-	if g, from := l.target(now); g != older || len(from) != 1 || from[0] != r || l.due(now) || !l.due(now.Add(convergeRetry)) {
-		t.Errorf("target %s from %v; the next attempt waits convergeRetry", g, from)
+	l.looked(now, true)
+	if l.due(now.Add(convergeRetry)) || !l.due(now.Add(2*convergeRetry)) {
+		t.Error("the second look that stayed did not double the wait")
 	}
-	if l.judge(q, own, now) != kin || l.fromYounger(q, now) {
+	l.looked(now, false)
+	if !l.due(now.Add(convergeRetry)) {
+		t.Error("after a move the wait is convergeRetry again")
+	}
+	if l.judge(q, own, now) != kin || l.fromOther(q, now) {
 		t.Error("a peer back on this node's lineage is kin again")
 	}
+	l.judge(r, older, now)
 	l.set(older)
-	if l.due(now.Add(time.Hour)) || l.judge(r, older, now) != kin {
-		t.Error("after taking the older genesis there is nothing left to converge to")
+	if l.fromOther(r, now) || l.judge(r, older, now) != kin {
+		t.Error("after taking a peer's genesis the peer is kin")
+	}
+	l.judge(p, own, now)
+	l.forget(p)
+	if l.fromOther(p, now) {
+		t.Error("a forgotten peer is still held on another lineage")
+	}
+}
+
+func TestPickLineage(t *testing.T) {
+	now := time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+	a, b, c := NewGenesis(now.Add(-time.Hour)), NewGenesis(now), NewGenesis(now.Add(time.Hour))
+	cases := []struct {
+		name   string
+		counts map[Genesis]int
+		want   Genesis
+	}{
+		{"none", map[Genesis]int{}, Genesis{}},
+		{"only peers without a genesis", map[Genesis]int{{}: 3}, Genesis{}},
+		{"the most peers", map[Genesis]int{a: 1, b: 3, c: 2}, b},
+		{"a tie goes to the older", map[Genesis]int{c: 2, b: 2, a: 1}, b},
+		{"1970 alone against three", map[Genesis]int{NewGenesis(time.Unix(0, 0)): 1, c: 3}, c},
+		{"two alone: the older", map[Genesis]int{c: 1, a: 1}, a},
+		{"peers without a genesis do not vote", map[Genesis]int{{}: 9, c: 1}, c},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := pickLineage(tc.counts); got != tc.want {
+				t.Errorf("picked %s, want %s", got, tc.want)
+			}
+		})
 	}
 }
 

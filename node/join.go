@@ -1,9 +1,11 @@
 package node
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io/fs"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -159,19 +161,62 @@ type jobView struct {
 // head of a peer's model reply, to check that the job runs this node's
 // model. When no peer that answered runs this node's model, fetchErr is a
 // *ModelMismatchError.
+//
+// A step and a model to adopt are claims: when only one peer of the job
+// answered and its step is beyond soloStep, jobState asks a fresh sample
+// again every joinQuorumPoll, up to joinQuorumWait, for a second answer,
+// so that one peer (the first a joiner met, say) does not set its step
+// alone; after that it takes the one answer (the job may have a single
+// other node), and the barrier's wedge watch corrects a lie (realign.go).
+// A job at soloStep or below has just started (its other nodes are still
+// joining): its one answer is taken at once.
 func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool) jobView {
-	return n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), own, verify)
+	deadline := time.Now().Add(joinQuorumWait)
+	for {
+		v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), own)
+		if v.observed != 1 || !ahead || v.adopt <= soloStep || !time.Now().Before(deadline) || ctx.Err() != nil {
+			if ahead && v.observed == 1 {
+				n.log.Warn("only one peer of the job answered: taking its step and model", "peer", from[0], "step", v.adopt, "waited", joinQuorumWait)
+			}
+			return n.fetchJobModel(ctx, v, from, ahead, verify)
+		}
+		if sleepCtx(ctx, joinQuorumPoll); ctx.Err() != nil {
+			return v
+		}
+	}
 }
 
-// jobStateOf is jobState over the given peers. Of the answers, only those
-// of the oldest genesis among them count (all of them if none said one).
-// If that genesis is older than the node's own, the node is on a younger
-// fork of the job: the lineage's step is adopted and its model fetched
-// even when it is not ahead of own (genesis.go).
+const (
+	// joinQuorumWait bounds how long jobState asks again for a second
+	// peer's answer when one peer alone says the job is ahead.
+	joinQuorumWait = 10 * time.Second
+	// joinQuorumPoll is how often it asks.
+	joinQuorumPoll = time.Second
+	// soloStep is the step up to which one answer is taken at once.
+	soloStep = 64
+)
+
+// jobStateOf is jobState over the given peers, without waiting for a
+// second answer.
 func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, verify bool) jobView {
+	v, from, ahead := n.readJob(ctx, peers, own)
+	return n.fetchJobModel(ctx, v, from, ahead, verify)
+}
+
+// readJob asks peers for their steps. Of the answers, only those of the
+// job's lineage among them count: the genesis most of them are on, with
+// this node counted on its own (the older genesis breaks a tie; all of
+// them if none said one). If that is not the node's own genesis, the node
+// is on another fork of the job: the lineage's step is adopted and its
+// model fetched even when it is not ahead of own (genesis.go). It returns
+// the view, the peers of the job's lineage that answered, those nearest
+// the adopted step first (the model is fetched from them in that order,
+// so a peer that claims a step beyond every other's gives neither), and
+// whether the job is ahead (a step and model are to be adopted).
+func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobView, []peer.ID, bool) {
 	v := jobView{adopt: own}
 	if len(peers) == 0 {
-		return v
+		return v, nil, false
 	}
 	replies := n.ask(ctx, peers)
 	type answered struct {
@@ -200,7 +245,7 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		if len(v.others) > 0 {
 			v.fetchErr = v.others[0]
 		}
-		return v
+		return v, nil, false
 	}
 	genesisOf := func(r wire.StepReply) Genesis {
 		if r.Ext == nil {
@@ -208,25 +253,56 @@ func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, ve
 		}
 		return r.Ext.Genesis
 	}
-	for _, a := range good {
-		if g := genesisOf(a.r); g.Older(v.genesis) {
-			v.genesis = g
-		}
+	mine := n.lin.genesis()
+	counts := map[Genesis]int{}
+	if !mine.IsZero() {
+		counts[mine] = 1
 	}
-	converging := v.genesis.Older(n.lin.genesis()) && !n.lin.genesis().IsZero()
+	for _, a := range good {
+		counts[genesisOf(a.r)]++
+	}
+	v.genesis = pickLineage(counts)
 	var steps []psp.Step
-	var from []peer.ID
+	var on []answered
 	for _, a := range good {
 		if v.genesis.IsZero() || genesisOf(a.r) == v.genesis {
 			steps = append(steps, a.r.Step)
-			from = append(from, a.p)
+			on = append(on, a)
 		}
 	}
 	v.observed = len(steps)
+	if v.observed == 0 { // only this node is on the job's lineage
+		v.genesis = mine
+		return v, nil, false
+	}
+	converging := !mine.IsZero() && v.genesis != mine
 	ahead := psp.JoinStep(steps) > own || converging
 	if ahead {
 		v.adopt = psp.JoinStep(steps)
 	}
+	slices.SortStableFunc(on, func(a, b answered) int {
+		return cmp.Compare(stepGap(a.r.Step, v.adopt), stepGap(b.r.Step, v.adopt))
+	})
+	from := make([]peer.ID, len(on))
+	for i, a := range on {
+		from[i] = a.p
+	}
+	return v, from, ahead
+}
+
+// stepGap is |a − b| without overflow.
+func stepGap(a, b psp.Step) uint64 {
+	if a > b {
+		return uint64(a) - uint64(b)
+	}
+	return uint64(b) - uint64(a)
+}
+
+// fetchJobModel completes v: when the job is ahead, it fetches the model
+// from the first of from that gives it (trying up to three that fail);
+// otherwise, with verify, it reads the head of a peer's model reply to
+// check that the job runs this node's model.
+func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool) jobView {
 	if n.task.NumParams() == 0 {
 		return v
 	}

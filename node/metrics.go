@@ -46,6 +46,8 @@ type metrics struct {
 	pushed        prometheus.Counter
 	cached        prometheus.Counter
 	knownBehind   prometheus.Counter
+	staleness     prometheus.Histogram
+	unwedged      prometheus.Counter
 
 	mu     sync.Mutex
 	waits  ring // recent barrier waits, seconds
@@ -54,6 +56,9 @@ type metrics struct {
 	// rttSmooth is an exponentially weighted mean of the round trips.
 	rttSmooth float64
 }
+
+// stalenessBuckets are psp_update_staleness_steps' upper bounds, in steps.
+var stalenessBuckets = []float64{-2, -1, 0, 1, 2, 3, 4, 5, 6, 8, 10, 15, 20, 50}
 
 func newMetrics(reg prometheus.Registerer) *metrics {
 	f := func(name, help string) prometheus.Opts {
@@ -88,7 +93,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		stepDials:     c("step_dials_total", "Step queries that had to dial: the peer asked held no connection to this node."),
 		screened: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "step_reports_screened_total",
 			Help: "Step reports not counted at the barrier, by verdict: stuck (no progress for many intervals), regressed (lower than before), quarantined (regressed recently)."}, []string{"verdict"}),
-		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		staleness: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "update_staleness_steps",
+			Help:    "For each update (gossip) or model (epidemic) this node applied: its own completed steps when it applied it minus the sender's steps when the sender made it (negative: the sender was ahead). A trainer-driven node applies at its trainer's pull.",
+			Buckets: stalenessBuckets}),
+		unwedged:    c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
+		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
@@ -103,7 +112,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	reg.MustRegister(m.step, m.waiting, m.isolated, m.wait, m.checks, m.check, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened, m.connsTrimmed, m.stepDials,
-		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached, m.knownBehind)
+		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached, m.knownBehind, m.staleness, m.unwedged)
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}

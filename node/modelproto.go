@@ -183,6 +183,11 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, e
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return wire.ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
 		}
+		if bound := n.cfg.Gossip.MaxAbsValue; bound > 0 && math.Abs(v) > bound {
+			// No honest model has it: updates and models beyond the
+			// bound are refused by every receiver.
+			return wire.ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v, beyond the exchange's bound of ±%v", ErrWire, i, v, bound)
+		}
 		snap.Params[i] = v
 	}
 	return snap, nil

@@ -65,6 +65,7 @@ type Node struct {
 	closing   bool // under modelMu: Close has begun, attach no more
 	ex        exchanger
 	xm        *exchangeMetrics
+	payloads  payloadPool // buffers for received models (exchangeproto.go)
 	exID      protocol.ID
 	exLimiter *inboundLimiter
 	warnMu    sync.Mutex
@@ -116,6 +117,11 @@ type Node struct {
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen
+	// wedge watches the barrier's failed checks for the node being far
+	// ahead of every peer (realign.go); wedged is set when it is, and
+	// cleared by the realignment. Only the barrier's goroutine uses wedge.
+	wedge  *psp.Wedge
+	wedged atomic.Bool
 	// joiner keeps the node joined through its bootstrap peers (nil with
 	// none; bootstrap.go).
 	joiner *joiner
@@ -182,6 +188,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.stepExtID = wire.StepProtocolExt(cfg.Job)
 	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
+	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {

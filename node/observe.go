@@ -62,6 +62,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.forget(p)
 	n.steps.drop(p)
+	n.lin.forget(p)
 	ev.dead = append(ev.dead, p)
 }
 

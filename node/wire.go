@@ -72,12 +72,14 @@ type frameError struct {
 func (e *frameError) Error() string   { return ErrWire.Error() + ": " + e.part + ": " + e.err.Error() }
 func (e *frameError) Unwrap() []error { return []error{ErrWire, e.err} }
 
+// eagerBody is the largest body readBody allocates at once.
+const eagerBody = 64 << 10
+
 // readBody reads the n bytes of a frame's body. A large body's buffer grows
 // as its bytes arrive, so a peer that declares a large frame and sends
 // nothing makes this node hold nothing for it.
 func readBody(r io.Reader, n int) ([]byte, error) {
-	const eager = 64 << 10
-	if n <= eager {
+	if n <= eagerBody {
 		b := make([]byte, n)
 		if _, err := io.ReadFull(r, b); err != nil {
 			return nil, fmt.Errorf("%w: body: %w", ErrWire, err)

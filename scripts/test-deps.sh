@@ -10,8 +10,13 @@
 #                       (cmd/pspnode, internal/netns; they run as root)
 #   prometheus          promtool checks the node's /metrics (TestMetricsLint)
 #   python3, python3-torch, python3-grpcio, python3-protobuf,
-#   python3-numpy, python3-grpc-tools, protobuf-compiler
-#                       the PyTorch trainer client and its tests
+#   python3-numpy       the PyTorch trainer client and its tests
+#   python3-venv, python3-pip, python3-setuptools
+#                       the test that pip-installs the client into a venv
+#   protobuf-compiler, protobuf-compiler-grpc, mypy-protobuf
+#                       protoc, grpc_python_plugin and protoc-gen-mypy_grpc:
+#                       the test that the client's generated code is current
+#                       (make proto)
 #   gcc                 only without a C compiler: the race detector needs cgo
 #
 # Node.js (20.19 or later) and npm, for the js-libp2p interop client
@@ -32,12 +37,16 @@ declare -A why=(
   [python3-grpcio]="the trainer client's gRPC"
   [python3-protobuf]="the trainer client's messages"
   [python3-numpy]="the trainer client's tensors"
-  [python3-grpc-tools]="the trainer client's generated stubs"
+  [python3-venv]="a venv to pip-install the trainer client into"
+  [python3-pip]="pip, to install the trainer client"
+  [python3-setuptools]="the trainer client's build backend"
   [protobuf-compiler]="protoc, for the trainer API's .proto"
+  [protobuf-compiler-grpc]="grpc_python_plugin, the trainer client's service stub"
+  [mypy-protobuf]="protoc-gen-mypy_grpc, the trainer client's stub types (.pyi)"
   [gcc]="a C compiler: the race detector needs cgo"
 )
 pkgs=(iproute2 nftables prometheus python3 python3-torch python3-grpcio python3-protobuf
-  python3-numpy python3-grpc-tools protobuf-compiler)
+  python3-numpy python3-venv python3-pip python3-setuptools protobuf-compiler protobuf-compiler-grpc mypy-protobuf)
 if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1; then
   pkgs+=(gcc)
 fi
@@ -80,7 +89,7 @@ fi
 
 # What the packages put on PATH, checked once: a package can be installed
 # while its tool is not where the tests look.
-for t in ip tc nft promtool protoc python3; do
+for t in ip tc nft promtool protoc grpc_python_plugin protoc-gen-mypy_grpc python3; do
   command -v "$t" >/dev/null 2>&1 || { say "$t is not on PATH after installing its package"; exit 1; }
 done
 if [ "$(id -u)" -ne 0 ]; then

@@ -15,26 +15,26 @@ import (
 // Identity keys: --identity's file, or a fresh key.
 
 // loadOrCreateIdentity reads the private key in path, or, if the file does
-// not exist, creates an Ed25519 key and writes it there with mode 0600
-// (atomically: a temporary file renamed into place). The key file holds the
-// libp2p protobuf encoding of the key.
+// not exist, creates an Ed25519 key and writes it there with mode 0600. The
+// key file holds the libp2p protobuf encoding of the key.
+//
+// Two processes may start at once with the same --identity (`pspnode id`
+// beside `pspnode run`): the key is written whole to a temporary file,
+// which is then linked to path, and a link fails if path exists. So one
+// key wins, no reader ever sees a half-written file, and the loser reads
+// the winner's key rather than replacing it (a rename would: each process
+// would then run under its own key, and one's peer ID would not be the
+// file's).
 func loadOrCreateIdentity(path string) (crypto.PrivKey, error) {
-	b, err := os.ReadFile(path)
-	switch {
-	case err == nil:
-		k, err := crypto.UnmarshalPrivateKey(b)
-		if err != nil {
-			return nil, fmt.Errorf("identity %s: not a libp2p private key: %w", path, err)
-		}
-		return k, nil
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, fmt.Errorf("identity: %w", err)
+	k, err := readIdentity(path)
+	if err == nil || !errors.Is(err, fs.ErrNotExist) {
+		return k, err
 	}
-	k, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	k, _, err = crypto.GenerateEd25519Key(rand.Reader)
 	if err != nil {
 		return nil, fmt.Errorf("identity: generate key: %w", err)
 	}
-	b, err = crypto.MarshalPrivateKey(k)
+	b, err := crypto.MarshalPrivateKey(k)
 	if err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
@@ -63,8 +63,24 @@ func loadOrCreateIdentity(path string) (crypto.PrivKey, error) {
 	if err := tmp.Close(); err != nil {
 		return nil, fmt.Errorf("identity: %w", err)
 	}
-	if err := os.Rename(tmp.Name(), path); err != nil {
+	if err := os.Link(tmp.Name(), path); err != nil {
+		if errors.Is(err, fs.ErrExist) { // another process made it first
+			return readIdentity(path)
+		}
 		return nil, fmt.Errorf("identity: %w", err)
+	}
+	return k, nil
+}
+
+// readIdentity reads an existing key file.
+func readIdentity(path string) (crypto.PrivKey, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("identity: %w", err)
+	}
+	k, err := crypto.UnmarshalPrivateKey(b)
+	if err != nil {
+		return nil, fmt.Errorf("identity %s: not a libp2p private key: %w", path, err)
 	}
 	return k, nil
 }

@@ -4,7 +4,10 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
+
+	"github.com/libp2p/go-libp2p/core/crypto"
 )
 
 func TestIdentityCreatedOnceWithMode0600(t *testing.T) {
@@ -32,5 +35,41 @@ func TestIdentityErrors(t *testing.T) {
 	}
 	if b, _ := os.ReadFile(bad); string(b) != "not a key" {
 		t.Error("a corrupt key file must not be overwritten")
+	}
+}
+
+// Processes that start at once with the same new --identity file end with
+// one key: each gets the key the file holds.
+func TestIdentityCreatedOnceUnderRace(t *testing.T) {
+	for round := range 20 {
+		path := filepath.Join(t.TempDir(), "node.key")
+		const n = 8
+		keys := make([]crypto.PrivKey, n)
+		errs := make([]error, n)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range n {
+			wg.Go(func() {
+				<-start
+				keys[i], errs[i] = loadOrCreateIdentity(path)
+			})
+		}
+		close(start)
+		wg.Wait()
+		onDisk, err := loadOrCreateIdentity(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range n {
+			if errs[i] != nil {
+				t.Fatalf("round %d, caller %d: %v", round, i, errs[i])
+			}
+			if !keys[i].Equals(onDisk) {
+				t.Fatalf("round %d: caller %d got a key that is not the file's", round, i)
+			}
+		}
+		if left, _ := filepath.Glob(filepath.Join(filepath.Dir(path), ".identity-*")); len(left) > 0 {
+			t.Fatalf("temporary files left: %v", left)
+		}
 	}
 }

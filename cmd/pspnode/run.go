@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -172,6 +173,11 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 	log, err := newLogger(stderr, *f.logLevel, *f.logFormat)
 	if err != nil {
 		return err
+	}
+	if *f.trainer.owned {
+		var cancel context.CancelFunc
+		ctx, cancel = ownedBy(ctx, os.Stdin, log)
+		defer cancel()
 	}
 	cfg, err := f.config(fs, log)
 	if err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 
@@ -19,6 +20,7 @@ type trainerFlags struct {
 	listen *string
 	maxMsg *int
 	shm    *bool
+	owned  *bool
 }
 
 func addTrainerFlags(fs *flag.FlagSet) trainerFlags {
@@ -27,6 +29,7 @@ func addTrainerFlags(fs *flag.FlagSet) trainerFlags {
 		listen: fs.String("trainer", "", "serve the trainer API here: unix:PATH or tcp:127.0.0.1:PORT. The node then trains nothing itself: a trainer process (e.g. the Python client's pspnode.Optimizer around a PyTorch loop) connects, brings its model, and drives the node's steps; the node keeps membership, the barrier and the exchange. Without a trainer connected, the node stays out of its peers' barriers"),
 		maxMsg: fs.Int("trainer-max-message", def.MaxMessageBytes, "with --trainer: the largest message on the trainer's socket, in bytes (4 per parameter when tensors do not go through shared memory)"),
 		shm:    fs.Bool("trainer-shm", def.SharedMemory, "with --trainer: offer a trainer on this machine a shared file in /dev/shm for its tensors, so that no copy of the model crosses the socket (Linux)"),
+		owned:  fs.Bool("trainer-owned", false, "with --trainer: the process that started this daemon owns it: stop cleanly, as on SIGTERM, when standard input reaches its end, which it does when that process exits however it exits (the Python client's pspnode.Optimizer starts its daemon so, with a pipe on its standard input)"),
 	}
 }
 
@@ -39,7 +42,7 @@ func (t trainerFlags) check(fs *flag.FlagSet) error {
 	if !t.enabled() {
 		var stray []string
 		fs.Visit(func(f *flag.Flag) {
-			if f.Name == "trainer-max-message" || f.Name == "trainer-shm" {
+			if f.Name == "trainer-max-message" || f.Name == "trainer-shm" || f.Name == "trainer-owned" {
 				stray = append(stray, "--"+f.Name)
 			}
 		})
@@ -65,6 +68,21 @@ func (t trainerFlags) check(fs *flag.FlagSet) error {
 		return usagef("--trainer %s: %v", *t.listen, strings.TrimPrefix(err.Error(), "trainer: "))
 	}
 	return nil
+}
+
+// ownedBy returns ctx, ended also when in reaches its end or fails
+// (--trainer-owned: the owner's pipe closed). The reader stops with the
+// process.
+func ownedBy(ctx context.Context, in io.Reader, log *slog.Logger) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(ctx)
+	go func() {
+		_, err := io.Copy(io.Discard, in)
+		if ctx.Err() == nil {
+			log.Info("standard input closed: the owning process is gone; stopping (--trainer-owned)", "err", err)
+		}
+		cancel()
+	}()
+	return ctx, cancel
 }
 
 // newDrivenNode builds a node whose steps a trainer drives, and its

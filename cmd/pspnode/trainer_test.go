@@ -248,3 +248,130 @@ func TestTorchTrainers(t *testing.T) {
 		t.Fatalf("another model: exit %v, stderr:\n%s", werr, msg)
 	}
 }
+
+// A daemon started with --trainer-owned stops cleanly (exit 0) when its
+// standard input closes, as it does when the process that started it
+// exits, however it exits.
+func TestTrainerOwnedStopsWithStdin(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a process")
+	}
+	bin := buildBinary(t)
+	sock := filepath.Join(t.TempDir(), "owned.sock")
+	cmd := exec.Command(bin, "run", "--job", "owned", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:"+sock,
+		"--trainer-owned", "--nat-traversal=false", "--log-level", "info")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := &daemontest.Output{}
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		<-done
+		done <- nil
+	})
+	waitUntil(t, 30*time.Second, "the daemon to serve its trainer API", func() bool { return strings.Contains(out.String(), "trainer: unix:") })
+	select {
+	case err := <-done:
+		t.Fatalf("the daemon exited with its stdin open: %v\n%s", err, out)
+	default:
+	}
+	_ = stdin.Close()
+	select {
+	case err := <-done:
+		done <- err
+		if err != nil || !strings.Contains(out.String(), "standard input closed") {
+			t.Fatalf("exit %v after stdin closed:\n%s", err, out)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the daemon did not stop within 30 s of its stdin closing:\n%s", out)
+	}
+}
+
+// The Python client installs with pip into a virtual environment that
+// sees Debian's packages (no package index: --no-deps
+// --no-build-isolation), and the installed package, run from outside the
+// repository, starts its own daemon and takes a step.
+func TestPythonPackageInstalls(t *testing.T) {
+	needPython(t)
+	bin := buildBinary(t)
+	root := repoRoot(t)
+	dir := t.TempDir()
+	// pip builds in the source tree (build/, *.egg-info): build a copy.
+	src := filepath.Join(dir, "src")
+	if out, err := exec.Command("cp", "-r", filepath.Join(root, "clients", "python"), src).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v: %s", err, out)
+	}
+	venv := filepath.Join(dir, "venv")
+	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+		t.Fatalf("venv (Debian's python3-venv; make test-deps installs it): %v: %s", err, out)
+	}
+	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-deps", "--no-build-isolation", "--no-index", src)
+	pip.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+	if out, err := pip.CombinedOutput(); err != nil {
+		t.Fatalf("pip install (python3-pip, python3-setuptools): %v: %s", err, out)
+	}
+	script := `
+import os, sys, torch, pspnode
+from pspnode.trainer.v2 import trainer_pb2
+here = os.path.dirname(pspnode.__file__)
+assert here.startswith(sys.prefix), (here, sys.prefix)
+assert os.path.exists(os.path.join(here, "trainer", "v2", "trainer_pb2.pyi")), "no .pyi installed"
+assert os.path.exists(os.path.join(here, "py.typed"))
+m = torch.nn.Linear(3, 1)
+opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job="installed", start_timeout=30)
+opt.zero_grad(); m(torch.ones(2, 3)).sum().backward(); opt.step()
+print("installed", here, "step", opt.step_count)
+opt.close()
+`
+	run := exec.Command(filepath.Join(venv, "bin", "python"), "-c", script)
+	run.Dir = dir // not the repository: the import must come from the venv
+	run.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	out, err := run.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "step 1") {
+		t.Fatalf("the installed package: %v\n%s", err, out)
+	}
+	t.Logf("%s", strings.TrimSpace(string(out)))
+}
+
+// The Python client's generated code is what scripts/proto-python.sh
+// (make proto) makes of the .proto files now: a .proto changed without
+// `make proto` fails here.
+func TestPythonStubsCurrent(t *testing.T) {
+	needPython(t)
+	root := repoRoot(t)
+	dir := t.TempDir()
+	if out, err := exec.Command(filepath.Join(root, "scripts", "proto-python.sh"), dir).CombinedOutput(); err != nil {
+		t.Fatalf("scripts/proto-python.sh (protobuf-compiler, protobuf-compiler-grpc, mypy-protobuf; make test-deps installs them): %v: %s", err, out)
+	}
+	n := 0
+	err := filepath.Walk(dir, func(path string, info os.FileInfo, err error) error {
+		if err != nil || info.IsDir() {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, path)
+		want, _ := os.ReadFile(path)
+		got, err := os.ReadFile(filepath.Join(root, "clients", "python", rel))
+		if err != nil {
+			t.Errorf("%s: generated, not committed: run make proto", rel)
+			return nil
+		}
+		if string(got) != string(want) {
+			t.Errorf("clients/python/%s differs from what the .proto files make: run make proto", rel)
+		}
+		n++
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 6 {
+		t.Fatalf("only %d generated files", n)
+	}
+}

@@ -80,7 +80,7 @@ func BenchmarkDaemonCPU(b *testing.B) {
 	if !sharedMemorySupported {
 		b.Skip("no shared memory")
 	}
-	for _, exchange := range []string{"gossip", "epidemic:2"} {
+	for _, exchange := range []string{"epidemic:4", "gossip", "epidemic:2"} {
 		for _, n := range []int{4, 8} {
 			b.Run(fmt.Sprintf("%s/N=%d", exchange, n), func(b *testing.B) {
 				const params = 101770

@@ -9,6 +9,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/trainer"
@@ -19,7 +20,7 @@ import (
 // A daemon whose steps a trainer drives, as `pspnode run --trainer` makes
 // one, and a trainer in Go that takes three steps of a model of four
 // parameters. (A trainer in another language uses the stubs generated
-// from proto/pspnode/trainer/v1/trainer.proto the same way; the Python
+// from proto/pspnode/trainer/v2/trainer.proto the same way; the Python
 // client is in clients/python.)
 func Example() {
 	ctx := context.Background()
@@ -58,7 +59,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	_ = stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Hello{Hello: &pb.Hello{
-		ApiVersion: pb.ApiVersion_API_VERSION_1, ModelName: "tiny", ModelId: 42, NumParams: 4,
+		ApiVersion: pb.ApiVersion_API_VERSION_2, ModelName: "tiny", ModelId: 42, NumParams: 4,
 		Dtype: pb.DType_DTYPE_FLOAT32, Client: "example"}}})
 	var w *pb.Welcome
 	for w == nil {
@@ -70,8 +71,10 @@ func Example() {
 	}
 	fmt.Printf("welcome: start after step %d, barrier %s, exchange %s\n", w.Step, w.Barrier, w.Exchange)
 	delta := make([]byte, 4*4) // four float32 zeros: this trainer's update
+	// Every call of the session names it in its metadata.
+	callCtx := metadata.AppendToOutgoingContext(ctx, trainer.SessionKey, w.Session)
 	for s := w.Step + 1; s <= w.Step+3; s++ {
-		r, err := c.Step(ctx, &pb.StepRequest{Session: w.Session, Step: s, Update: &pb.Tensor{Data: delta}})
+		r, err := c.Step(callCtx, &pb.StepRequest{Step: s, Update: &pb.Tensor{Carrier: &pb.Tensor_Data{Data: delta}}})
 		if err != nil {
 			log.Fatal(err)
 		}

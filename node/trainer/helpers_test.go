@@ -12,7 +12,9 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/metadata"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 	"github.com/pspnode/pspnode/psp"
@@ -102,7 +104,7 @@ func dial(t testing.TB, addr string) *grpc.ClientConn {
 
 // hello is a valid Hello for a model of n parameters.
 func hello(name string, id uint32, n int, step int64) *pb.Hello {
-	return &pb.Hello{ApiVersion: pb.ApiVersion_API_VERSION_1, ModelName: name, ModelId: id, NumParams: uint64(n),
+	return &pb.Hello{ApiVersion: pb.ApiVersion_API_VERSION_2, ModelName: name, ModelId: id, NumParams: uint64(n),
 		Dtype: pb.DType_DTYPE_FLOAT32, Step: step, Client: "go test"}
 }
 
@@ -158,7 +160,7 @@ func (tr *trainer) serve() {
 				continue
 			}
 			step, p := f()
-			_ = tr.stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Params{Params: &pb.ParamsReply{Id: r.Id, Step: step, Params: &pb.Tensor{Data: f32bytes(p)}}}})
+			_ = tr.stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Params{Params: &pb.ParamsReply{Id: r.Id, Step: step, Params: dataTensor(f32bytes(p))}}})
 		}
 	}
 }
@@ -172,9 +174,15 @@ func (tr *trainer) close() {
 
 func (tr *trainer) session() string { return tr.welcome.Session }
 
+// with is ctx carrying the session in its metadata, as every call of a
+// session must.
+func (tr *trainer) with(ctx context.Context) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, SessionKey, tr.session())
+}
+
 // step publishes delta for step s, passes the barrier for s+1 and pulls.
 func (tr *trainer) step(ctx context.Context, s int64, delta []float32) (*pb.StepReply, error) {
-	return tr.c.Step(ctx, &pb.StepRequest{Session: tr.session(), Step: s, Update: &pb.Tensor{Data: f32bytes(delta)}})
+	return tr.c.Step(tr.with(ctx), &pb.StepRequest{Step: s, Update: dataTensor(f32bytes(delta))})
 }
 
 func f32bytes(v []float32) []byte {
@@ -257,8 +265,8 @@ func (tr *trainer) stepShm(ctx context.Context, s int64, delta []float32) (*pb.S
 	if s%2 == 1 {
 		off = int(tr.welcome.ShmUpOddOffset)
 	}
-	copy(tr.shm[off:off+4*len(delta)], f32bytes(delta))
-	return tr.c.Step(ctx, &pb.StepRequest{Session: tr.session(), Step: s, Update: &pb.Tensor{Shared: true}})
+	copy(tr.shm[off:off+4*len(delta)], f32.Bytes(delta)) // as a trainer writes its update in place
+	return tr.c.Step(tr.with(ctx), &pb.StepRequest{Step: s, Update: sharedTensor(off)})
 }
 
 // pulled is the vector of a PullReply, nil when it merges nothing.
@@ -266,9 +274,9 @@ func (tr *trainer) pulled(r *pb.PullReply) []float32 {
 	if r == nil || r.Merged == 0 {
 		return nil
 	}
-	if r.Update.Shared {
-		off := int(r.Update.Offset)
+	if sh := r.Update.GetShared(); sh != nil {
+		off := int(sh.Offset)
 		return f32s(tr.shm[off : off+4*tr.n])
 	}
-	return f32s(r.Update.Data)
+	return f32s(r.Update.GetData())
 }

@@ -11,6 +11,7 @@ type metrics struct {
 	errors         *prometheus.CounterVec
 	refusedUpdates prometheus.Counter
 	merged         prometheus.Counter
+	resets         prometheus.Counter
 	paramsRequests *prometheus.CounterVec
 }
 
@@ -30,11 +31,12 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		refusedUpdates: prometheus.NewCounter(prometheus.CounterOpts(o("updates_refused_total",
 			"Updates a trainer published that were refused (a value not finite or beyond the exchange's bound); nothing of them reached a peer."))),
 		merged: prometheus.NewCounter(prometheus.CounterOpts(o("updates_merged_total", "Peer updates (gossip) or averages (epidemic) handed to the trainer by Pull."))),
+		resets: prometheus.NewCounter(prometheus.CounterOpts(o("resets_total", "Times Pull handed the trainer the job's step and parameters in place of its own: the daemon moved to the job's lineage, or was far ahead of every peer."))),
 		paramsRequests: prometheus.NewCounterVec(prometheus.CounterOpts(o("params_requests_total",
 			"Requests to the trainer for its parameters (a peer fetching the model), by result: ok, timeout, bad, error.")), []string{"result"}),
 	}
 	if reg != nil {
-		reg.MustRegister(m.connected, m.sessions, m.refused, m.calls, m.errors, m.refusedUpdates, m.merged, m.paramsRequests)
+		reg.MustRegister(m.connected, m.sessions, m.refused, m.calls, m.errors, m.refusedUpdates, m.merged, m.resets, m.paramsRequests)
 	}
 	return m
 }

@@ -2,10 +2,10 @@ package trainer
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"time"
 
 	"google.golang.org/grpc/codes"
@@ -53,32 +53,9 @@ func (s *Server) begin(ctx context.Context, id, call string) (sess *session, cct
 	}, nil
 }
 
-// toStatus maps the node's errors to gRPC codes.
-func toStatus(ctx context.Context, err error) error {
-	if err == nil {
-		return nil
-	}
-	if _, ok := status.FromError(err); ok {
-		return err
-	}
-	switch {
-	case errors.Is(err, node.ErrStepOrder):
-		return status.Error(codes.OutOfRange, err.Error())
-	case errors.Is(err, node.ErrBadUpdate):
-		return status.Error(codes.InvalidArgument, err.Error())
-	case errors.Is(err, node.ErrClosed):
-		return status.Error(codes.Unavailable, "the node has left the job or is shutting down")
-	case errors.Is(err, node.ErrNoCheckpoint):
-		return status.Error(codes.FailedPrecondition, "checkpoint: this daemon has no checkpoint file: start it with --checkpoint FILE")
-	case ctx.Err() != nil:
-		return status.FromContextError(ctx.Err()).Err()
-	}
-	return status.Error(codes.Internal, err.Error())
-}
-
 // Barrier returns when the node may take req.Step.
 func (s *Server) Barrier(ctx context.Context, req *pb.BarrierRequest) (*pb.BarrierReply, error) {
-	sess, ctx, end, err := s.begin(ctx, req.Session, "barrier")
+	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "barrier")
 	if err != nil {
 		return nil, err
 	}
@@ -98,7 +75,7 @@ func (sess *session) barrier(ctx context.Context, step int64) (*pb.BarrierReply,
 
 // Publish hands the update of a completed step to the exchange.
 func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.PublishReply, error) {
-	sess, ctx, end, err := s.begin(ctx, req.Session, "publish")
+	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "publish")
 	if err != nil {
 		return nil, err
 	}
@@ -120,7 +97,7 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	}
 	v, err := sess.vector(t, sess.upOff[step&1], "update")
 	if err != nil {
-		return status.Errorf(codes.InvalidArgument, "step %d: %v", step, err)
+		return badTensor(fmt.Errorf("step %d: %w", step, err))
 	}
 	bound := sess.srv.drv.Info().MaxAbsValue
 	if bad := badValue(v, float32(min(bound, maxFloat32))); bad != "" {
@@ -128,7 +105,9 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 		return fmt.Errorf("%w: the update of step %d: %s; nothing was published and the step was not counted", node.ErrBadUpdate, step, bad)
 	}
 	if hasEval && (math.IsNaN(loss) || math.IsInf(loss, 0) || !(acc >= 0 && acc <= 1 || math.IsNaN(acc))) {
-		return status.Errorf(codes.InvalidArgument, "step %d: evaluation loss %v, accuracy %v: want a finite loss and an accuracy in [0, 1] (NaN for none)", step, loss, acc)
+		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_EVALUATION,
+			fmt.Sprintf("step %d: evaluation loss %v, accuracy %v: want a finite loss and an accuracy in [0, 1] (NaN for none)", step, loss, acc),
+			"step", strconv.FormatInt(step, 10))
 	}
 	slot := int(step % 2)
 	select {
@@ -136,23 +115,32 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	// The update stays where it is, the request's own bytes or the
-	// step's region of the shared file, until the push loop has read it:
-	// the trainer writes that region again only after the next step's
-	// call, which waits for the read (below).
-	p := push{step: step, slot: slot, model: sess.srv.task.epidemic, after: sess.callDone}
-	sess.raw[slot] = v
-	if p.model {
-		sess.prepareModel(slot)
-	} else if t.Shared {
-		p.read = make(chan struct{})
-	}
 	if err := drv.Done(step); err != nil { // cannot fail after CheckOrder: calls are serialised
 		sess.free[slot] <- struct{}{}
 		return err
 	}
 	if hasEval {
 		drv.Evaluated(step, loss, acc)
+	}
+	sess.raw[slot] = v
+	if sess.srv.task.epidemic {
+		// The model becomes the node's (one copy, which the pull's
+		// average starts from) and goes to S peers; the region is free
+		// again when the call returns.
+		sess.shmMu.RLock()
+		err := drv.Push32(step, sess.floats(slot), nil)
+		sess.shmMu.RUnlock()
+		sess.raw[slot] = nil
+		sess.free[slot] <- struct{}{}
+		return err
+	}
+	// The delta stays where it is, the request's own bytes or the step's
+	// region of the shared file, until the push loop has read it: the
+	// trainer writes that region again only after the next step's call,
+	// which waits for the read (below).
+	p := push{step: step, slot: slot, after: sess.callDone}
+	if t.GetShared() != nil {
+		p.read = make(chan struct{})
 	}
 	// The last step's update is read out of its region before this call
 	// returns (at once, unless the trainer stepped within a millisecond
@@ -170,32 +158,9 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	return nil
 }
 
-// prepareModel (epidemic) takes the published model in raw[slot]: the
-// change from the last model goes to delta[slot] (the norm reference) and
-// the model becomes the task's, which peers receive and averages start
-// from.
-func (sess *session) prepareModel(slot int) {
-	model := sess.f64[slot]
-	toFloat64(model, sess.raw[slot])
-	if sess.delta[slot] == nil {
-		sess.delta[slot] = make([]float64, sess.n)
-	}
-	task := sess.srv.task
-	task.mu.Lock()
-	if task.own != nil {
-		for i, x := range model {
-			sess.delta[slot][i] = x - task.own[i]
-		}
-	} else {
-		clear(sess.delta[slot])
-	}
-	task.mu.Unlock()
-	task.setOwn(model)
-}
-
 // Pull returns the peers' work to merge.
 func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, error) {
-	sess, ctx, end, err := s.begin(ctx, req.Session, "pull")
+	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "pull")
 	if err != nil {
 		return nil, err
 	}
@@ -203,29 +168,39 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, 
 }
 
 func (sess *session) pull() *pb.PullReply {
-	task := sess.srv.task
-	if task.epidemic {
-		task.mu.Lock()
-		have := task.own != nil
-		task.mu.Unlock()
-		if have { // averaging needs the trainer's model: after its first publish
-			sess.srv.drv.Merge()
-		}
+	task, drv := sess.srv.task, sess.srv.drv
+	if r := drv.TakeReset(); r != nil {
+		// The daemon took the job's step and model (another lineage, or
+		// it was far ahead of every peer): the trainer takes them in
+		// place of its own, and what arrived for its old model goes.
+		task.resetTo()
+		sess.srv.m.resets.Inc()
+		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
+			Params: dataTensor(appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params))}}
 	}
-	buf, idx, merged := task.pull()
+	var buf []float32
+	var idx, merged int
+	if task.epidemic {
+		buf, idx, merged = task.pullAverage(drv.Merge32)
+	} else {
+		var steps []int64
+		buf, idx, merged, steps = task.pull()
+		drv.NoteApplied(steps)
+	}
 	if merged == 0 {
 		return &pb.PullReply{}
 	}
 	sess.srv.m.merged.Add(float64(merged))
 	if sess.shm != nil && sess.shmOK.Load() {
-		return &pb.PullReply{Merged: uint32(merged), Update: &pb.Tensor{Shared: true, Offset: uint64(sess.downOff[idx])}}
+		return &pb.PullReply{Merged: uint32(merged), Update: sharedTensor(sess.downOff[idx])}
 	}
-	return &pb.PullReply{Merged: uint32(merged), Update: &pb.Tensor{Data: appendFloat32(make([]byte, 0, 4*len(buf)), buf)}}
+	return &pb.PullReply{Merged: uint32(merged), Update: dataTensor(appendFloat32(make([]byte, 0, 4*len(buf)), buf))}
 }
 
 // Step is Publish, Barrier for the next step, and Pull.
 func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepReply, error) {
-	sess, ctx, end, err := s.begin(ctx, req.Session, "step")
+	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "step")
 	if err != nil {
 		return nil, err
 	}
@@ -241,19 +216,19 @@ func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepReply, 
 
 // Checkpoint writes the trainer's parameters to the daemon's checkpoint.
 func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointReply, error) {
-	sess, ctx, end, err := s.begin(ctx, req.Session, "checkpoint")
+	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "checkpoint")
 	if err != nil {
 		return nil, err
 	}
-	if req.Params != nil && req.Params.Shared {
-		return nil, end(status.Error(codes.InvalidArgument, "checkpoint: the parameters go in data, not in the shared file"))
+	if req.Params.GetShared() != nil {
+		return nil, end(badTensor(errors.New("checkpoint: the parameters go in data, not in the shared file")))
 	}
 	v, err := sess.vector(req.Params, 0, "parameters")
 	if err != nil {
-		return nil, end(status.Error(codes.InvalidArgument, err.Error()))
+		return nil, end(badTensor(err))
 	}
 	if bad := badValue(v, maxFloat32); bad != "" {
-		return nil, end(status.Errorf(codes.InvalidArgument, "checkpoint: %s", bad))
+		return nil, end(failuref(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_VALUE, "checkpoint: %s", bad))
 	}
 	p := make([]float64, sess.n)
 	toFloat64(p, v)
@@ -267,10 +242,6 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 // Status reports the daemon's state; it needs no session.
 func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusReply, error) {
 	st := s.node.Status()
-	js, err := json.Marshal(st)
-	if err != nil {
-		return nil, status.Error(codes.Internal, err.Error())
-	}
 	name, _, n := s.task.shape()
 	health := ""
 	if err := s.drv.Ready(); err != nil {
@@ -282,6 +253,6 @@ func (s *Server) Status(ctx context.Context, _ *pb.StatusRequest) (*pb.StatusRep
 		KnownPeers: uint32(st.KnownPeers), Waiting: st.Waiting, Health: health,
 		TrainerConnected: st.Trainer != "", TrainerClient: st.Trainer,
 		Barrier: st.Barrier, Exchange: info.Exchange.String(), ModelName: name, NumParams: uint64(n),
-		StatusJson: string(js),
+		Node: nodeStatus(st),
 	}, nil
 }

@@ -56,7 +56,7 @@ func DefaultConfig() Config {
 
 // Server is a driven node's trainer API: a gRPC server on a local socket
 // through which one trainer at a time drives the node (see the package
-// comment and proto/pspnode/trainer/v1/trainer.proto).
+// comment and proto/pspnode/trainer/v2/trainer.proto).
 type Server struct {
 	pb.UnimplementedTrainerServer
 	cfg  Config
@@ -123,6 +123,7 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 		// connection itself is watched by the kernel (a Unix socket, or
 		// loopback TCP, closes when the process ends).
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 5 * time.Second, PermitWithoutStream: true}),
+		grpc.UnknownServiceHandler(unknownService), // a version 1 client is told to upgrade (errors.go)
 	)
 	pb.RegisterTrainerServer(s.gs, s)
 	go func() { s.served <- s.gs.Serve(s.ln) }() // ends at Close (Stop)

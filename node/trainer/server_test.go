@@ -14,7 +14,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
 	"github.com/pspnode/pspnode/node"
@@ -72,7 +74,7 @@ func TestTwoTrainersExchangeUpdates(t *testing.T) {
 				// The last updates may still be on their way.
 				deadline := time.Now().Add(10 * time.Second)
 				for merged < steps && time.Now().Before(deadline) {
-					r, err := tr.c.Pull(ctx, &pb.PullRequest{Session: tr.session()})
+					r, err := tr.c.Pull(tr.with(ctx), &pb.PullRequest{})
 					if err != nil {
 						t.Error(err)
 						break
@@ -108,19 +110,29 @@ func TestHelloRefusals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	const (
+		badHello = pb.ErrorReason_ERROR_REASON_BAD_HELLO
+	)
 	cases := []struct {
-		name  string
-		hello *pb.Hello
-		code  codes.Code
-		says  string
+		name   string
+		hello  *pb.Hello
+		code   codes.Code
+		says   string
+		reason pb.ErrorReason
+		meta   map[string]string // ErrorInfo's metadata must hold these
 	}{
-		{"second trainer", hello("mlp", 11, 100, 0), codes.AlreadyExists, "already has a trainer"},
-		{"api version", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.ApiVersion = 9; return h }(), codes.InvalidArgument, "API version 9"},
-		{"dtype", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.Dtype = 0; return h }(), codes.InvalidArgument, "float32"},
-		{"no params", hello("mlp", 11, 0, 0), codes.InvalidArgument, "num_params is 0"},
-		{"no model id", hello("mlp", 0, 100, 0), codes.InvalidArgument, "model_id is 0"},
-		{"too large", hello("mlp", 11, 1<<40, 0), codes.InvalidArgument, "exceeds what fits"},
-		{"negative step", hello("mlp", 11, 100, -1), codes.InvalidArgument, "step -1"},
+		{"second trainer", hello("mlp", 11, 100, 0), codes.AlreadyExists, "already has a trainer",
+			pb.ErrorReason_ERROR_REASON_TRAINER_CONNECTED, map[string]string{"connected_client": "go test"}},
+		{"api version", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.ApiVersion = 9; return h }(), codes.InvalidArgument, "API version 9",
+			pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": "9", "supported": "2"}},
+		{"api version 1", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.ApiVersion = 1; return h }(), codes.InvalidArgument, "API version 1",
+			pb.ErrorReason_ERROR_REASON_API_VERSION, nil},
+		{"dtype", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.Dtype = 0; return h }(), codes.InvalidArgument, "float32",
+			badHello, map[string]string{"field": "dtype"}},
+		{"no params", hello("mlp", 11, 0, 0), codes.InvalidArgument, "num_params is 0", badHello, map[string]string{"field": "num_params"}},
+		{"no model id", hello("mlp", 0, 100, 0), codes.InvalidArgument, "model_id is 0", badHello, map[string]string{"field": "model_id"}},
+		{"too large", hello("mlp", 11, 1<<40, 0), codes.InvalidArgument, "exceeds what fits", badHello, map[string]string{"field": "num_params"}},
+		{"negative step", hello("mlp", 11, 100, -1), codes.InvalidArgument, "step -1", badHello, map[string]string{"field": "step"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -128,6 +140,7 @@ func TestHelloRefusals(t *testing.T) {
 			if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.says) {
 				t.Fatalf("got %v; want %v saying %q", err, c.code, c.says)
 			}
+			checkInfo(t, err, c.reason, c.meta)
 		})
 	}
 	// Once the first trainer is gone, a trainer of another model is
@@ -140,6 +153,9 @@ func TestHelloRefusals(t *testing.T) {
 		!strings.Contains(msg, "200") || !strings.Contains(msg, "100") {
 		t.Fatalf("another model: %v", err)
 	}
+	checkInfo(t, err, pb.ErrorReason_ERROR_REASON_MODEL_MISMATCH, map[string]string{
+		"model_name": "cnn", "model_id": "0x0000000c", "num_params": "200",
+		"other_model_name": "mlp", "other_model_id": "0x0000000b", "other_num_params": "100"})
 	// The same model again is welcome.
 	if _, err := connect(t, a.addr, hello("mlp", 11, 100, 0), nil); err != nil {
 		t.Fatalf("the same model again: %v", err)
@@ -168,6 +184,14 @@ func TestModelMismatchWithJob(t *testing.T) {
 	if status.Code(err) != codes.FailedPrecondition || !strings.Contains(msg, "model mismatch") ||
 		!strings.Contains(msg, a.node.ID().String()) || !strings.Contains(msg, `"cnn"`) || !strings.Contains(msg, "0x0000000b") {
 		t.Fatalf("got %v", err)
+	}
+	checkInfo(t, err, pb.ErrorReason_ERROR_REASON_MODEL_MISMATCH, map[string]string{
+		"model_name": "cnn", "num_params": "200", "other_model_id": "0x0000000b", "other_num_params": "100",
+		"peer": a.node.ID().String()})
+	// The refused trainer was b's first: its model was not fixed, so the
+	// job's model is welcome there.
+	if _, err := connect(t, b.addr, hello("mlp", 11, 100, 0), nil); err != nil {
+		t.Fatalf("the job's model, after another was refused: %v", err)
 	}
 }
 
@@ -199,7 +223,7 @@ func TestJoinerGetsJobModelFromPeerTrainer(t *testing.T) {
 	if w.Step != 12 || !w.HasParams || !strings.Contains(w.ParamsSource, a.node.ID().String()) {
 		t.Fatalf("welcome: step %d, params %v from %q", w.Step, w.HasParams, w.ParamsSource)
 	}
-	got := f32s(w.Params.Data)
+	got := f32s(w.Params.GetData())
 	for i := range want {
 		if got[i] != want[i] {
 			t.Fatalf("param %d = %v, want %v", i, got[i], want[i])
@@ -227,41 +251,45 @@ func TestBadCalls(t *testing.T) {
 	big := fill(10, 0)
 	big[9] = 2e4
 	cases := []struct {
-		name string
-		call func() error
-		code codes.Code
-		says string
+		name   string
+		call   func() error
+		code   codes.Code
+		says   string
+		reason pb.ErrorReason
 	}{
-		{"nan", func() error { _, err := tr.step(ctx, 1, nan); return err }, codes.InvalidArgument, "value 3 is NaN"},
-		{"too big", func() error { _, err := tr.step(ctx, 1, big); return err }, codes.InvalidArgument, "value 9 is 20000, beyond"},
-		{"length", func() error { _, err := tr.step(ctx, 1, fill(9, 0)); return err }, codes.InvalidArgument, "36 bytes"},
+		{"nan", func() error { _, err := tr.step(ctx, 1, nan); return err }, codes.InvalidArgument, "value 3 is NaN", pb.ErrorReason_ERROR_REASON_BAD_VALUE},
+		{"too big", func() error { _, err := tr.step(ctx, 1, big); return err }, codes.InvalidArgument, "value 9 is 20000, beyond", pb.ErrorReason_ERROR_REASON_BAD_VALUE},
+		{"length", func() error { _, err := tr.step(ctx, 1, fill(9, 0)); return err }, codes.InvalidArgument, "36 bytes", pb.ErrorReason_ERROR_REASON_BAD_TENSOR},
 		{"barrier ahead", func() error {
-			_, err := tr.c.Barrier(ctx, &pb.BarrierRequest{Session: tr.session(), Step: 5})
+			_, err := tr.c.Barrier(tr.with(ctx), &pb.BarrierRequest{Step: 5})
 			return err
-		}, codes.OutOfRange, "the next barrier is for step 1"},
-		{"step ahead", func() error { _, err := tr.step(ctx, 3, fill(10, 0)); return err }, codes.OutOfRange, "the next is step 1"},
+		}, codes.OutOfRange, "the next barrier is for step 1", pb.ErrorReason_ERROR_REASON_STEP_ORDER},
+		{"step ahead", func() error { _, err := tr.step(ctx, 3, fill(10, 0)); return err }, codes.OutOfRange, "the next is step 1", pb.ErrorReason_ERROR_REASON_STEP_ORDER},
 		{"no session", func() error {
-			_, err := tr.c.Pull(ctx, &pb.PullRequest{Session: "nope"})
+			_, err := tr.c.Pull(metadata.AppendToOutgoingContext(ctx, SessionKey, "nope"), &pb.PullRequest{})
 			return err
-		}, codes.FailedPrecondition, "no such session"},
+		}, codes.FailedPrecondition, "no such session", pb.ErrorReason_ERROR_REASON_NO_SESSION},
 		{"shared without shm", func() error {
-			_, err := tr.c.Publish(ctx, &pb.PublishRequest{Session: tr.session(), Step: 1, Update: &pb.Tensor{Shared: true}})
+			_, err := tr.c.Publish(tr.with(ctx), &pb.PublishRequest{Step: 1, Update: sharedTensor(0)})
 			return err
-		}, codes.InvalidArgument, "no shared file"},
+		}, codes.InvalidArgument, "no shared file", pb.ErrorReason_ERROR_REASON_BAD_TENSOR},
 		{"checkpoint without file", func() error {
-			_, err := tr.c.Checkpoint(ctx, &pb.CheckpointRequest{Session: tr.session(), Step: 0, Params: &pb.Tensor{Data: f32bytes(fill(10, 0))}})
+			_, err := tr.c.Checkpoint(tr.with(ctx), &pb.CheckpointRequest{Step: 0, Params: dataTensor(f32bytes(fill(10, 0)))})
 			return err
-		}, codes.FailedPrecondition, "--checkpoint"},
+		}, codes.FailedPrecondition, "--checkpoint", pb.ErrorReason_ERROR_REASON_NO_CHECKPOINT},
 		{"bad eval", func() error {
-			_, err := tr.c.Publish(ctx, &pb.PublishRequest{Session: tr.session(), Step: 1, Update: &pb.Tensor{Data: f32bytes(fill(10, 0))}, HasEval: true, Loss: 1, Accuracy: 3})
+			_, err := tr.c.Publish(tr.with(ctx), &pb.PublishRequest{Step: 1, Update: dataTensor(f32bytes(fill(10, 0))), HasEval: true, Loss: 1, Accuracy: 3})
 			return err
-		}, codes.InvalidArgument, "accuracy"},
+		}, codes.InvalidArgument, "accuracy", pb.ErrorReason_ERROR_REASON_BAD_EVALUATION},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			err := c.call()
 			if status.Code(err) != c.code || !strings.Contains(status.Convert(err).Message(), c.says) {
 				t.Fatalf("got %v; want %v saying %q", err, c.code, c.says)
+			}
+			if info := errorInfo(err); info == nil || info.Reason != ReasonOf(c.reason) || info.Domain != ErrorDomain {
+				t.Fatalf("error details %v; want reason %s", info, ReasonOf(c.reason))
 			}
 			if a.node.Step() != 0 {
 				t.Fatalf("the step moved to %d", a.node.Step())
@@ -270,15 +298,15 @@ func TestBadCalls(t *testing.T) {
 	}
 	// A publish before its barrier: step 1 is the session's first and
 	// needs none; step 2 does.
-	if _, err := tr.c.Publish(ctx, &pb.PublishRequest{Session: tr.session(), Step: 1, Update: &pb.Tensor{Data: f32bytes(fill(10, 0.5))}}); err != nil {
+	if _, err := tr.c.Publish(tr.with(ctx), &pb.PublishRequest{Step: 1, Update: dataTensor(f32bytes(fill(10, 0.5)))}); err != nil {
 		t.Fatal(err)
 	}
-	_, err = tr.c.Publish(ctx, &pb.PublishRequest{Session: tr.session(), Step: 2, Update: &pb.Tensor{Data: f32bytes(fill(10, 0.5))}})
+	_, err = tr.c.Publish(tr.with(ctx), &pb.PublishRequest{Step: 2, Update: dataTensor(f32bytes(fill(10, 0.5)))})
 	if status.Code(err) != codes.OutOfRange || !strings.Contains(err.Error(), "call Barrier(2) first") {
 		t.Fatalf("publish before its barrier: %v", err)
 	}
 	// The session still works.
-	if _, err := tr.c.Barrier(ctx, &pb.BarrierRequest{Session: tr.session(), Step: 2}); err != nil {
+	if _, err := tr.c.Barrier(tr.with(ctx), &pb.BarrierRequest{Step: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := tr.step(ctx, 2, fill(10, 0.5)); err != nil {
@@ -290,6 +318,50 @@ func TestBadCalls(t *testing.T) {
 }
 
 func nanF() float64 { var z float64; return z / z }
+
+// errorInfo is the ErrorInfo in err's status details, nil for none.
+func errorInfo(err error) *errdetails.ErrorInfo {
+	for _, d := range status.Convert(err).Details() {
+		if info, ok := d.(*errdetails.ErrorInfo); ok {
+			return info
+		}
+	}
+	return nil
+}
+
+// checkInfo fails unless err's ErrorInfo has reason, the trainer API's
+// domain, and every entry of meta in its metadata.
+func checkInfo(t *testing.T, err error, reason pb.ErrorReason, meta map[string]string) {
+	t.Helper()
+	info := errorInfo(err)
+	if info == nil || info.Reason != ReasonOf(reason) || info.Domain != ErrorDomain {
+		t.Fatalf("%v: error details %v; want reason %s in domain %s", err, info, ReasonOf(reason), ErrorDomain)
+	}
+	for k, v := range meta {
+		if info.Metadata[k] != v {
+			t.Errorf("ErrorInfo metadata[%q] = %q, want %q (all: %v)", k, info.Metadata[k], v, info.Metadata)
+		}
+	}
+}
+
+// A client of the API's version 1 is told to upgrade, with a reason.
+func TestVersion1ClientTold(t *testing.T) {
+	a := startDaemon(t, "v1", nil, "asp", nil)
+	conn := dial(t, a.addr)
+	err := conn.Invoke(context.Background(), "/pspnode.trainer.v1.Trainer/Status", &pb.StatusRequest{}, &pb.StatusReply{})
+	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "version 2") {
+		t.Fatalf("a version 1 call: %v", err)
+	}
+	checkInfo(t, err, pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": "1", "supported": "2"})
+	// Version 2's Status says what /status does, typed.
+	st, err := pb.NewTrainerClient(conn).Status(context.Background(), &pb.StatusRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Node == nil || !st.Node.Joined || !st.Node.Idle || len(st.Node.Addrs) == 0 || st.PeerId != a.node.ID().String() {
+		t.Fatalf("status: %v", st)
+	}
+}
 
 // A malformed or oversized message on the socket ends that call or
 // connection, and the daemon goes on serving.
@@ -320,7 +392,7 @@ func TestMalformedInputOnSocket(t *testing.T) {
 		t.Fatalf("after junk: %v", err)
 	}
 	// A message over the cap is refused, and the session goes on.
-	_, err = tr.c.Publish(context.Background(), &pb.PublishRequest{Session: tr.session(), Step: 1, Update: &pb.Tensor{Data: make([]byte, 3<<20)}})
+	_, err = tr.c.Publish(tr.with(context.Background()), &pb.PublishRequest{Step: 1, Update: dataTensor(make([]byte, 3<<20))})
 	if status.Code(err) != codes.ResourceExhausted {
 		t.Fatalf("oversized: %v", err)
 	}
@@ -391,7 +463,7 @@ func TestTrainerGoneFreesPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tb2.welcome.Step < 15 || !tb2.welcome.HasParams || f32s(tb2.welcome.Params.Data)[0] != 1 {
+	if tb2.welcome.Step < 15 || !tb2.welcome.HasParams || f32s(tb2.welcome.Params.GetData())[0] != 1 {
 		t.Fatalf("the returning trainer's welcome: step %d, params %v", tb2.welcome.Step, tb2.welcome.HasParams)
 	}
 }
@@ -479,7 +551,7 @@ func TestMetricsDocumented(t *testing.T) {
 	// the collectors' descriptions.
 	descs := make(chan *prometheus.Desc, 64)
 	mm := newMetrics(nil)
-	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.paramsRequests} {
+	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.resets, mm.paramsRequests} {
 		c.Describe(descs)
 	}
 	close(descs)

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -13,12 +14,10 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
-
-var errNoSession = status.Error(codes.FailedPrecondition,
-	"no such session: it ended (the trainer's Session stream closed) or another trainer's is open; open a new Session")
 
 // session is one trainer's connection: from Hello until its stream ends.
 type session struct {
@@ -52,8 +51,7 @@ type session struct {
 	// Publish buffers, two so that a step's push can run while the next
 	// step is published; free[i] holds a token while raw[i] is free.
 	raw      [2][]byte
-	f64      [2][]float64
-	delta    [2][]float64 // epidemic: model minus the last model
+	f32      [2][]float32 // raw[i] as float32 when it cannot be viewed in place
 	free     [2]chan struct{}
 	pushes   chan push
 	pushed   chan struct{} // closed when the push loop has ended
@@ -64,11 +62,10 @@ type session struct {
 	nextID  uint64
 }
 
-// push is one step's update on its way to the exchange.
+// push is one step's delta (gossip) on its way to the exchange.
 type push struct {
 	step  int64
 	slot  int
-	model bool          // epidemic: delta[slot] is ready; else convert raw[slot]
 	after chan struct{} // closed when the call that published it has returned
 	read  chan struct{} // closed once raw[slot] has been read (nil: nothing to signal)
 }
@@ -94,7 +91,7 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 	hello := first.GetHello()
 	if hello == nil {
 		s.m.refused.WithLabelValues("protocol").Inc()
-		return status.Error(codes.InvalidArgument, "the first message of a session must be Hello")
+		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_PROTOCOL, "the first message of a session must be Hello")
 	}
 	if err := s.checkHello(hello); err != nil {
 		s.m.refused.WithLabelValues("hello").Inc()
@@ -127,7 +124,7 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 		if err != nil {
 			if c := context.Cause(ctx); c != nil && ctx.Err() != nil && !errors.Is(c, context.Canceled) {
 				reason = c.Error()
-				return status.Error(codes.Unavailable, c.Error())
+				return failure(codes.Unavailable, pb.ErrorReason_ERROR_REASON_DAEMON_STOPPING, c.Error())
 			}
 			return nil
 		}
@@ -146,36 +143,35 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 			sess.shm.unlink() // mapped by both (or not at all): the name can go
 		default:
 			reason = "protocol error: a second Hello"
-			return status.Error(codes.InvalidArgument, "Hello comes once per session; after it the trainer sends only ParamsReply and SharedMemoryReady")
+			return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_PROTOCOL, "Hello comes once per session; after it the trainer sends only ParamsReply and SharedMemoryReady")
 		}
 	}
 }
 
 // checkHello checks what a trainer says of itself.
 func (s *Server) checkHello(h *pb.Hello) error {
-	bad := func(format string, a ...any) error {
-		return status.Errorf(codes.InvalidArgument, format, a...)
-	}
 	maxParams := uint64(s.cfg.MaxMessageBytes-4096) / 4
 	switch {
-	case h.ApiVersion != pb.ApiVersion_API_VERSION_1:
-		return bad("API version %d: this daemon speaks version 1 (pspnode %s)", h.ApiVersion, node.Version())
+	case h.ApiVersion != pb.ApiVersion_API_VERSION_2:
+		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_API_VERSION,
+			fmt.Sprintf("API version %d: this daemon speaks version 2 (pspnode %s)", h.ApiVersion, node.Version()),
+			"api_version", strconv.Itoa(int(h.ApiVersion)), "supported", "2")
 	case h.Dtype != pb.DType_DTYPE_FLOAT32:
-		return bad("dtype %v: the trainer API exchanges float32 vectors only; convert the model's parameters to float32", h.Dtype)
+		return badHello("dtype", "dtype %v: the trainer API exchanges float32 vectors only; convert the model's parameters to float32", h.Dtype)
 	case h.NumParams == 0:
-		return bad("num_params is 0: a trainer needs a model with parameters")
+		return badHello("num_params", "num_params is 0: a trainer needs a model with parameters")
 	case h.NumParams > maxParams:
-		return bad("num_params %d exceeds what fits in one message (%d; start the daemon with a larger --trainer-max-message)", h.NumParams, maxParams)
+		return badHello("num_params", "num_params %d exceeds what fits in one message (%d; start the daemon with a larger --trainer-max-message)", h.NumParams, maxParams)
 	case h.NumParams > 1<<31-1:
-		return bad("num_params %d: at most 2³¹−1", h.NumParams)
+		return badHello("num_params", "num_params %d: at most 2³¹−1", h.NumParams)
 	case h.ModelId == 0:
-		return bad("model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
+		return badHello("model_id", "model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
 	case h.ModelName == "" || len(h.ModelName) > 256:
-		return bad("model_name must be 1 to 256 bytes")
+		return badHello("model_name", "model_name must be 1 to 256 bytes")
 	case h.Step < 0:
-		return bad("step %d: want the steps the parameters have taken, >= 0", h.Step)
+		return badHello("step", "step %d: want the steps the parameters have taken, >= 0", h.Step)
 	case len(h.Client) > 512:
-		return bad("client must be at most 512 bytes")
+		return badHello("client", "client must be at most 512 bytes")
 	}
 	return nil
 }
@@ -186,11 +182,9 @@ func (s *Server) claim(sess *session) error {
 	defer s.mu.Unlock()
 	switch {
 	case s.closed:
-		return status.Error(codes.Unavailable, "the daemon is stopping")
+		return failure(codes.Unavailable, pb.ErrorReason_ERROR_REASON_DAEMON_STOPPING, "the daemon is stopping")
 	case s.sess != nil:
-		return status.Errorf(codes.AlreadyExists,
-			"this daemon already has a trainer (%s, connected %s ago); one trainer per daemon: start another `pspnode run --trainer` for another trainer",
-			s.sess.client, time.Since(s.sess.since).Round(time.Second))
+		return trainerConnected(s.sess.client, time.Since(s.sess.since))
 	}
 	s.sess = sess
 	return nil
@@ -202,44 +196,53 @@ func (sess *session) start() error {
 	s, h, ctx := sess.srv, sess.hello, sess.ctx
 	info := s.drv.Info()
 	epidemic := info.Exchange.Kind == node.ExchangeEpidemic
-	changed, err := s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
-	if err != nil {
-		s.m.refused.WithLabelValues("model").Inc()
-		s.log.Warn("trainer refused", "client", sess.client, "err", err)
-		return status.Error(codes.FailedPrecondition, err.Error())
-	}
-	if err := s.drv.Attach(ctx); err != nil {
-		return status.Errorf(codes.Internal, "setting up the exchange for the model: %v", err)
-	}
-	if changed {
-		s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
-	}
 	report := func(reason string, waited time.Duration) {
 		_ = sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Waiting{Waiting: &pb.Waiting{Reason: reason, WaitedS: waited.Seconds()}}})
 	}
 	if err := s.drv.Ready(); err != nil {
 		report(err.Error(), 0)
 	}
-	st, err := s.drv.Begin(ctx, h.Step, report)
+	var err error
+	if _, _, n := s.task.shape(); n == 0 { // the model is not fixed yet: check it against the job's first (modelcheck.go)
+		err = s.checkJobModel(ctx, h.ModelId, sess.n, report)
+	}
+	changed := false
+	if err == nil {
+		changed, err = s.task.fix(h.ModelName, h.ModelId, sess.n, epidemic)
+		if err != nil {
+			s.m.refused.WithLabelValues("model").Inc()
+			s.log.Warn("trainer refused", "client", sess.client, "err", err)
+			return s.fixedMismatch(err, h, sess.n)
+		}
+		if err := s.drv.Attach(ctx); err != nil {
+			return failuref(codes.Internal, pb.ErrorReason_ERROR_REASON_INTERNAL, "setting up the exchange for the model: %v", err)
+		}
+		if changed {
+			s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
+		}
+	}
+	var st node.Start
+	if err == nil {
+		st, err = s.drv.Begin(ctx, h.Step, report)
+	}
 	if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
 		s.m.refused.WithLabelValues("model").Inc()
-		msg := fmt.Sprintf("model mismatch: the job's peer %s runs model id %#08x with %d parameters; this trainer runs %q (model id %#08x) with %d float32 parameters: run the job's model, or use another --job",
-			mm.Peer, mm.PeerModel, mm.PeerParams, h.ModelName, h.ModelId, sess.n)
-		s.log.Warn("trainer refused", "client", sess.client, "err", msg)
-		return status.Error(codes.FailedPrecondition, msg)
+		err := jobMismatch(mm, h, sess.n)
+		s.log.Warn("trainer refused", "client", sess.client, "err", status.Convert(err).Message())
+		return err
 	}
 	if err != nil {
 		if ctx.Err() != nil {
 			return status.FromContextError(ctx.Err()).Err()
 		}
-		return status.Errorf(codes.Unavailable, "%v; try again", err)
+		return failuref(codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_READY, "%v; try again", err)
 	}
 	sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported)
-	var own []float64
-	if epidemic && st.Params != nil {
-		own = st.Params
+	var model func() []float64
+	if epidemic {
+		model = s.drv.Model
 	}
-	s.task.begin(sess, sess.accumulators(), own)
+	s.task.begin(sess, sess.accumulators(), model)
 	pop, scale := s.drv.Population()
 	w := &pb.Welcome{
 		Session: sess.id, Step: st.Step, HasParams: st.Params != nil, ParamsSource: st.Source,
@@ -251,7 +254,7 @@ func (sess *session) start() error {
 		w.UpdateKind = pb.UpdateKind_UPDATE_KIND_MODEL
 	}
 	if st.Params != nil {
-		w.Params = &pb.Tensor{Data: appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params)}
+		w.Params = dataTensor(appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params))
 	}
 	if sess.shm != nil {
 		w.ShmPath, w.ShmSize = sess.shm.path, uint64(len(sess.shm.mem))
@@ -283,7 +286,6 @@ func (sess *session) alloc(withShm bool) {
 		}
 	}
 	for i := range 2 {
-		sess.f64[i] = make([]float64, n)
 		sess.free[i] = make(chan struct{}, 1)
 		sess.free[i] <- struct{}{}
 	}
@@ -423,44 +425,67 @@ func (sess *session) vector(t *pb.Tensor, off int, what string) ([]byte, error) 
 	if t == nil {
 		return nil, fmt.Errorf("no %s tensor", what)
 	}
-	if t.Shared {
+	if sh := t.GetShared(); sh != nil {
 		if sess.shm == nil {
 			return nil, fmt.Errorf("%s marked shared, but this session has no shared file", what)
+		}
+		if sh.Offset != uint64(off) {
+			return nil, fmt.Errorf("%s at offset %d of the shared file: its region is at %d", what, sh.Offset, off)
 		}
 		// A trainer that sends a shared tensor has mapped the file, even
 		// if its SharedMemoryReady (on the stream) has not arrived yet.
 		sess.shmOK.Store(true)
 		return sess.shm.mem[off : off+4*sess.n], nil
 	}
-	if len(t.Data) != 4*sess.n {
-		return nil, fmt.Errorf("%s of %d bytes: the model has %d float32 parameters, %d bytes", what, len(t.Data), sess.n, 4*sess.n)
+	data := t.GetData()
+	if len(data) != 4*sess.n {
+		return nil, fmt.Errorf("%s of %d bytes: the model has %d float32 parameters, %d bytes", what, len(data), sess.n, 4*sess.n)
 	}
-	return t.Data, nil
+	return data, nil
 }
 
-// pushLoop hands published updates to the exchange, in order, off the
-// trainer's path: converting, signing and sending a large update takes
+// pushLoop hands published deltas (gossip) to the exchange, in order, off
+// the trainer's path: signing and sending a large update takes
 // milliseconds the trainer need not wait for.
 func (sess *session) pushLoop() {
 	defer close(sess.pushed)
 	for p := range sess.pushes {
 		<-p.after
 		time.Sleep(pushAfterReply)
-		var delta []float64
-		if p.model {
-			delta = sess.delta[p.slot]
-		} else {
-			delta = sess.f64[p.slot]
-			sess.shmMu.RLock() // raw may be a region of the shared file
-			toFloat64(delta, sess.raw[p.slot])
+		// raw may be a region of the shared file: it is read under shmMu,
+		// and released (the trainer may write it again, the session may
+		// unmap it) as soon as the update is copied into its message,
+		// before the signing and sending.
+		sess.shmMu.RLock()
+		released := false
+		release := func() {
+			if released {
+				return
+			}
+			released = true
 			sess.shmMu.RUnlock()
+			if p.read != nil {
+				close(p.read)
+			}
+			sess.free[p.slot] <- struct{}{}
 		}
-		if p.read != nil {
-			close(p.read)
-		}
-		if err := sess.srv.drv.Push(p.step, delta); err != nil {
+		if err := sess.srv.drv.Push32(p.step, sess.floats(p.slot), release); err != nil {
 			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
 		}
-		sess.free[p.slot] <- struct{}{}
+		release()
 	}
+}
+
+// floats is raw[slot] as float32 values: a view of it where it is
+// aligned on a little-endian CPU (the shared file's regions always are),
+// else a copy into the slot's own buffer.
+func (sess *session) floats(slot int) []float32 {
+	if v, ok := f32.View(sess.raw[slot]); ok && len(v) == sess.n {
+		return v
+	}
+	if sess.f32[slot] == nil {
+		sess.f32[slot] = make([]float32, sess.n)
+	}
+	f32.Decode(sess.f32[slot], sess.raw[slot])
+	return sess.f32[slot]
 }

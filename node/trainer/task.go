@@ -14,15 +14,17 @@ import (
 //
 //   - Its shape (name, model ID, parameter count) is fixed by the first
 //     trainer that says Hello; NumParams is 0 until then.
-//   - Under gossip, Apply adds each peer update the node accepted to an
-//     accumulator, which the trainer takes with Pull. Under epidemic, the
-//     node averages through Params (the model the trainer published after
-//     its last step) and SetParams (the average): the difference goes to
-//     the accumulator in the same way. Either way the trainer adds one
-//     vector to its parameters.
+//   - Under gossip, each peer update the node accepts is added (Apply32,
+//     float32 as it travels) to an accumulator, which the trainer takes
+//     with Pull; the steps of the updates in it go with it, for their
+//     staleness. Under epidemic, the node's exchange averages the models
+//     it holds and writes the change into the accumulator at the pull
+//     (node.Driver.Merge32). Either way the trainer adds one vector to its
+//     parameters.
 //   - Params for a peer's model fetch come from the trainer itself
 //     (ParamsContext asks the session), except under epidemic, where the
-//     last published model is the trainer's model.
+//     node's model after the trainer's last step and average is the
+//     trainer's model (model, set by the session).
 //
 // The accumulator is two float32 buffers (with shared memory, two regions
 // of the shared file): updates add into one while the trainer reads the
@@ -36,16 +38,17 @@ type Task struct {
 	mu       sync.Mutex
 	name     string
 	epidemic bool
-	accept   bool          // a session is active: take updates in
-	acc      [2][]float32  // accumulators; acc[cur] takes updates
-	cur      int           // which accumulator takes updates
-	fresh    bool          // acc[cur] holds nothing yet: the first update overwrites
-	merged   int           // updates (or averages) in acc[cur]
-	own      []float64     // epidemic: the trainer's model after its last step
-	sess     *session      // the active session, nil for none
-	cache    []float64     // the last parameters the trainer gave
-	cacheAt  int64         // the step they had taken
-	asking   chan struct{} // closed when the request in flight ends; nil for none
+	accept   bool             // a session is active: take updates in
+	acc      [2][]float32     // accumulators; acc[cur] takes updates
+	cur      int              // which accumulator takes updates
+	fresh    bool             // acc[cur] holds nothing yet: the first update overwrites
+	merged   int              // updates (or averages) in acc[cur]
+	steps    []int64          // the senders' steps of the updates in acc[cur] (gossip)
+	model    func() []float64 // epidemic: the node's model, for peers' fetches
+	sess     *session         // the active session, nil for none
+	cache    []float64        // the last parameters the trainer gave
+	cacheAt  int64            // the step they had taken
+	asking   chan struct{}    // closed when the request in flight ends; nil for none
 	askErr   error
 	stepNow  func() int64 // the node's step (for the cache)
 	received atomic.Uint64
@@ -80,14 +83,13 @@ func (t *Task) shape() (name string, id uint32, n int) {
 }
 
 // begin starts taking updates for sess, into acc (two buffers of
-// NumParams values each), from the model own (nil when the trainer keeps
-// its own and has not published it yet).
-func (t *Task) begin(sess *session, acc [2][]float32, own []float64) {
+// NumParams values each); under epidemic model gives the node's model.
+func (t *Task) begin(sess *session, acc [2][]float32, model func() []float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sess, t.accept = sess, true
-	t.acc, t.cur, t.fresh, t.merged = acc, 0, true, 0
-	t.own = own
+	t.acc, t.cur, t.fresh, t.merged, t.steps = acc, 0, true, 0, t.steps[:0]
+	t.model = model
 	t.cache = nil
 }
 
@@ -99,68 +101,22 @@ func (t *Task) end(sess *session) {
 		return
 	}
 	t.sess, t.accept = nil, false
-	t.acc, t.merged, t.own, t.cache = [2][]float32{}, 0, nil, nil
+	t.acc, t.merged, t.steps, t.model, t.cache = [2][]float32{}, 0, nil, nil, nil
 }
 
-// add adds v (v's own values, or with sub, v - t.own) into the current
-// accumulator. t.mu is held.
-func (t *Task) addLocked(v []float64, sub bool) {
-	a := t.acc[t.cur]
-	switch {
-	case t.fresh && sub:
-		for i, x := range v {
-			a[i] = float32(x - t.own[i])
-		}
-	case t.fresh:
-		for i, x := range v {
-			a[i] = float32(x)
-		}
-	case sub:
-		for i, x := range v {
-			a[i] += float32(x - t.own[i])
-		}
-	default:
-		for i, x := range v {
-			a[i] += float32(x)
-		}
-	}
-	t.fresh = false
-	t.merged++
-}
-
-// pull hands the current accumulator to the trainer: it returns the
-// buffer and its index, and how many updates it merges (0: nothing, and
-// the buffer is nil). The trainer may read it until its next pull.
-func (t *Task) pull() (buf []float32, index, merged int) {
+// resetTo drops what the accumulators hold: the trainer takes the job's
+// parameters in place of its own.
+func (t *Task) resetTo() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if t.merged == 0 || !t.accept {
-		return nil, 0, 0
-	}
-	buf, index, merged = t.acc[t.cur], t.cur, t.merged
-	t.cur ^= 1
-	t.fresh, t.merged = true, 0
-	return buf, index, merged
+	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
+	t.cache = nil
 }
 
-// setOwn records the trainer's model after a step (epidemic), copying v.
-func (t *Task) setOwn(v []float64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if len(t.own) != len(v) {
-		t.own = make([]float64, len(v))
-	}
-	copy(t.own, v)
-}
-
-// Step is not used: a trainer drives the node (node.Driver).
-func (t *Task) Step(context.Context) ([]float64, error) {
-	return nil, errors.New("trainer: a driven node's steps come from its trainer")
-}
-
-// Apply adds a peer's update (gossip) to the accumulator. Without a
-// trainer it is dropped: a new trainer starts from the job's model.
-func (t *Task) Apply(u []float64) error {
+// Apply32 adds a peer's update (gossip), made at step, to the current
+// accumulator. Without a trainer it is dropped: a new trainer starts from
+// the job's model.
+func (t *Task) Apply32(u []float32, step int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept {
@@ -169,8 +125,81 @@ func (t *Task) Apply(u []float64) error {
 	if len(u) != int(t.numParams.Load()) {
 		return fmt.Errorf("update of %d values, the model has %d", len(u), t.numParams.Load())
 	}
-	t.addLocked(u, false)
+	a := t.acc[t.cur]
+	if t.fresh {
+		copy(a, u)
+	} else {
+		for i, x := range u {
+			a[i] += x
+		}
+	}
+	t.fresh = false
+	t.merged++
+	t.steps = append(t.steps, step)
 	t.received.Add(1)
+	return nil
+}
+
+// pullAverage (epidemic) has the node write the change its average makes
+// into the current accumulator, through merge (node.Driver.Merge32), and
+// hands it over as pull does.
+func (t *Task) pullAverage(merge func([]float32) int) (buf []float32, index, merged int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.accept {
+		return nil, 0, 0
+	}
+	k := merge(t.acc[t.cur])
+	if k == 0 {
+		return nil, 0, 0
+	}
+	buf, index = t.acc[t.cur], t.cur
+	t.cur ^= 1
+	t.fresh, t.merged = true, 0
+	return buf, index, k
+}
+
+// pull hands the current accumulator to the trainer: it returns the
+// buffer and its index, how many updates it merges (0: nothing, and the
+// buffer is nil), and their senders' steps (valid until the next pull).
+// The trainer may read the buffer until its next pull.
+func (t *Task) pull() (buf []float32, index, merged int, steps []int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.merged == 0 || !t.accept {
+		return nil, 0, 0, nil
+	}
+	buf, index, merged = t.acc[t.cur], t.cur, t.merged
+	steps = append([]int64(nil), t.steps...)
+	t.cur ^= 1
+	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
+	return buf, index, merged, steps
+}
+
+// Step is not used: a trainer drives the node (node.Driver).
+func (t *Task) Step(context.Context) ([]float64, error) {
+	return nil, errors.New("trainer: a driven node's steps come from its trainer")
+}
+
+// Apply adds a peer's update (gossip, float64: a sparse encoding's) to
+// the accumulator, as Apply32 does; its step is not known.
+func (t *Task) Apply(u []float64) error {
+	v := make([]float32, len(u))
+	for i, x := range u {
+		v[i] = float32(x)
+	}
+	t.mu.Lock()
+	accept := t.accept
+	t.mu.Unlock()
+	if !accept {
+		return nil
+	}
+	if err := t.Apply32(v, -1); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.steps = t.steps[:len(t.steps)-1] // no step to tell its staleness by
+	t.mu.Unlock()
 	return nil
 }
 
@@ -196,10 +225,13 @@ func (t *Task) Params() []float64 {
 // moves on.
 func (t *Task) ParamsContext(ctx context.Context) ([]float64, error) {
 	t.mu.Lock()
-	if t.epidemic && t.own != nil {
-		p := append([]float64(nil), t.own...)
+	if t.epidemic && t.model != nil {
+		model := t.model
 		t.mu.Unlock()
-		return p, nil
+		if p := model(); p != nil {
+			return p, nil
+		}
+		t.mu.Lock()
 	}
 	for {
 		if t.sess == nil {
@@ -248,21 +280,10 @@ func (t *Task) ParamsContext(ctx context.Context) ([]float64, error) {
 	return append([]float64(nil), p...), nil
 }
 
-// SetParams takes the average the node computed of the trainer's model
-// and the models received (epidemic): the difference from the trainer's
-// model goes to the accumulator, and the average becomes its model.
-func (t *Task) SetParams(p []float64) error {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if !t.accept || t.own == nil {
-		return errors.New("no trainer model to average with")
-	}
-	if len(p) != len(t.own) {
-		return fmt.Errorf("%d parameters, the model has %d", len(p), len(t.own))
-	}
-	t.addLocked(p, true)
-	copy(t.own, p)
-	return nil
+// SetParams is not used: a driven node's averages go to its trainer
+// through Merge32, and the job's model at a session's start or a reset.
+func (t *Task) SetParams([]float64) error {
+	return errors.New("trainer: a driven node's model is its trainer's")
 }
 
 // Done is false: the trainer decides when it stops.

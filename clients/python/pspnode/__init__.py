@@ -1,26 +1,39 @@
 """pspnode: drive a pspnode daemon (decentralised data-parallel training
 with probabilistic barriers) from a Python training loop.
 
-- ``pspnode.Optimizer`` wraps a torch.optim optimizer: ``opt.step()`` runs
-  the local step, publishes it, waits at the barrier and merges the peers'
-  updates (needs torch).
+- ``pspnode.Optimizer`` is a torch.optim.Optimizer that wraps the user's
+  own: ``opt.step()`` runs the local step, publishes it, waits at the
+  barrier and merges the peers' updates (needs torch). Given ``job=`` it
+  starts its own daemon (``pspnode run --trainer``) and stops it when it
+  closes; given a daemon address it connects to a daemon started beside it.
 - ``pspnode.Client`` is the low-level client of the trainer API (numpy and
-  grpcio only).
-
-Start a daemon with ``pspnode run --trainer unix:/tmp/pspnode.sock`` and
-point the optimizer or client at "unix:/tmp/pspnode.sock".
+  grpcio only); ``pspnode.Daemon`` starts a daemon as a child process.
+- Errors are ``pspnode.DaemonError`` subclasses, chosen by the reason the
+  daemon gives (``.reason``, ``.metadata``), not by the message's text.
 """
 
-from .client import (BadUpdate, Client, DaemonError, ModelMismatch, SessionLost, StepOrderError,
-                     StepResult, TrainerRefused, model_id_of)
+from .client import Client, PullResult, StepResult, model_id_of
+from .daemon import Daemon, find_binary
+from .errors import (ApiVersionMismatch, BadEvaluation, BadTensor, BadUpdate, DaemonError, DaemonNotReady,
+                     DaemonStartError, DaemonUnavailable, ModelMismatch, NoCheckpoint, SessionLost, StepOrderError,
+                     TrainerBusy, TrainerRefused)
 
-__all__ = ["Client", "Optimizer", "DaemonError", "ModelMismatch", "TrainerRefused", "SessionLost",
-           "StepOrderError", "BadUpdate", "StepResult", "model_id_of"]
+__all__ = ["Optimizer", "Reset", "Client", "Daemon", "find_binary", "StepResult", "PullResult", "model_id_of",
+           "DaemonError", "DaemonUnavailable", "DaemonStartError", "TrainerRefused", "TrainerBusy",
+           "ApiVersionMismatch", "ModelMismatch", "SessionLost", "StepOrderError", "BadUpdate", "BadTensor",
+           "BadEvaluation", "NoCheckpoint", "DaemonNotReady"]
+
+_TORCH = ("Optimizer", "Reset")
 
 
 def __getattr__(name):
     # torch is imported only by those who use the optimizer.
-    if name == "Optimizer":
-        from .optim import Optimizer
-        return Optimizer
-    raise AttributeError(name)
+    if name in _TORCH:
+        from . import optim
+        return getattr(optim, name)
+    raise AttributeError(f"module 'pspnode' has no attribute {name!r}")
+
+
+def __dir__():
+    # dir() and help() list the optimizer too (loading torch when asked).
+    return sorted(set(globals()) | set(_TORCH))

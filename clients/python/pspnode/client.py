@@ -1,4 +1,4 @@
-"""The low-level client of a pspnode daemon's trainer API.
+"""The low-level client of a pspnode daemon's trainer API (version 2).
 
 A daemon started with ``pspnode run --trainer unix:PATH`` keeps the job's
 membership, population estimate, barrier and exchange; this client drives
@@ -15,7 +15,9 @@ python3-numpy, python3-grpcio, python3-protobuf).
         c.update_buffer(step + 1)[:] = delta  # shared memory when available
         r = c.step(step + 1)                  # publish, barrier for the next, pull
         step += 1
-        if r.merged: params += r.update
+        if r.reset is not None:               # the daemon moved to another lineage
+            params[:] = c.reset_params(r.reset); step = r.reset.step
+        elif r.merged: params += r.update
     c.close()
 
 Vectors are float32, in one fixed order of the parameters chosen by the
@@ -35,59 +37,21 @@ from typing import Callable, Optional, Tuple
 import grpc
 import numpy as np
 
-from pspnode.trainer.v1 import trainer_pb2 as pb
-from pspnode.trainer.v1 import trainer_pb2_grpc as pb_grpc
+from pspnode.errors import (DaemonError, DaemonNotReady, DaemonStartError, DaemonUnavailable, SessionLost,
+                            TrainerBusy, from_rpc_error)
+from pspnode.trainer.v2 import trainer_pb2 as pb
+from pspnode.trainer.v2 import trainer_pb2_grpc as pb_grpc
 
 log = logging.getLogger("pspnode")
 
-API_VERSION = pb.API_VERSION_1
-CLIENT_NAME = "pspnode-python/1"
+API_VERSION = pb.API_VERSION_2
+CLIENT_NAME = "pspnode-python/2"
+SESSION_KEY = "pspnode-session"
 
-
-class DaemonError(Exception):
-    """The daemon answered a call with an error. ``code`` is the gRPC
-    status code, ``details`` the daemon's message."""
-
-    def __init__(self, code, details, call=""):
-        self.code, self.details, self.call = code, details, call
-        what = f"{call}: " if call else ""
-        super().__init__(f"{what}{details} ({code.name if code else 'no code'})")
-
-
-class ModelMismatch(DaemonError):
-    """The daemon or its job runs another model than this trainer."""
-
-
-class TrainerRefused(DaemonError):
-    """The daemon refused this trainer: another trainer is connected, or
-    the Hello was wrong (API version, dtype, sizes)."""
-
-
-class SessionLost(DaemonError):
-    """The session ended: the daemon stopped or restarted. Connect again."""
-
-
-class StepOrderError(DaemonError):
-    """A barrier or a step out of order."""
-
-
-class BadUpdate(DaemonError):
-    """The daemon refused an update (a value not finite or beyond its
-    bound, or the wrong length); nothing of it reached a peer."""
-
-
-def _error(e: grpc.RpcError, call: str) -> DaemonError:
-    code, details = e.code(), e.details()
-    cls = {
-        grpc.StatusCode.OUT_OF_RANGE: StepOrderError,
-        grpc.StatusCode.INVALID_ARGUMENT: BadUpdate if call in ("publish", "step") else TrainerRefused,
-        grpc.StatusCode.ALREADY_EXISTS: TrainerRefused,
-    }.get(code, DaemonError)
-    if code == grpc.StatusCode.FAILED_PRECONDITION:
-        cls = ModelMismatch if "model mismatch" in (details or "") else SessionLost
-    if code == grpc.StatusCode.UNAVAILABLE:
-        cls = SessionLost
-    return cls(code, details, call)
+# How often the client repeats the daemon's reason for not being ready: at
+# once, then only when it changes (at most every 10 s) or every 60 s.
+_WAIT_LOG_FIRST, _WAIT_LOG_CHANGED, _WAIT_LOG_SAME = 0.0, 10.0, 60.0
+_REASON_CHARS = 160
 
 
 def model_id_of(name: str, shapes) -> int:
@@ -112,15 +76,58 @@ def grpc_target(address: str) -> str:
     raise ValueError(f"{address!r}: want unix:PATH or tcp:127.0.0.1:PORT")
 
 
+def short_reason(reason: str, limit: int = _REASON_CHARS) -> str:
+    """A daemon's reason cut to one line of at most limit characters (the
+    whole goes to the debug log and into exceptions)."""
+    one = " ".join(reason.split())
+    return one if len(one) <= limit else one[:limit - 1] + "…"
+
+
+class _WaitLog:
+    """Says why the daemon is not ready: at once, then again only when the
+    reason changes (at most every 10 s) or every 60 s, on one short line."""
+
+    def __init__(self, address: str):
+        self.address, self.last, self.at, self.start = address, None, None, time.monotonic()
+
+    def __call__(self, reason: str, waited: float):
+        now = time.monotonic()
+        log.debug("pspnode daemon at %s not ready (waited %.0f s): %s", self.address, waited, reason)
+        key = short_reason(reason, 60)
+        if self.at is not None:
+            since = now - self.at
+            if (key == self.last and since < _WAIT_LOG_SAME) or (key != self.last and since < _WAIT_LOG_CHANGED):
+                return
+        self.last, self.at = key, now
+        log.warning("pspnode daemon at %s not ready after %.0f s: %s", self.address, waited, short_reason(reason))
+        if reason != short_reason(reason):
+            log.info("pspnode: the daemon's whole reason: %s", reason)
+
+
 @dataclass
 class StepResult:
     """What Client.step returns: the barrier for the next step, and what
     to add to the parameters (``update`` is None when ``merged`` is 0).
     ``update`` may be a view of shared memory valid until the next pull
-    or step: add it, do not keep it."""
+    or step: add it, do not keep it. ``reset``, when not None, says the
+    daemon moved to another lineage of the job: take its parameters
+    (``Client.reset_params``) and its step instead (update is then None)."""
     barrier: "pb.BarrierReply"
     merged: int
     update: Optional[np.ndarray]
+    reset: Optional["pb.Reset"] = None
+
+
+@dataclass
+class PullResult:
+    """What Client.pull returns (see StepResult). It unpacks as
+    ``merged, update`` too."""
+    merged: int
+    update: Optional[np.ndarray]
+    reset: Optional["pb.Reset"] = None
+
+    def __iter__(self):
+        return iter((self.merged, self.update))
 
 
 class Client:
@@ -134,26 +141,31 @@ class Client:
     model; returns (steps taken, float32 vector). shared_memory: map the
     daemon's shared file for tensors (same machine). connect_timeout:
     seconds to keep trying to reach the daemon and its job (None: for
-    ever, logging why every few seconds).
+    ever, logging why). alive: called while waiting; it raises to stop the
+    wait (the daemon this process started has exited).
     """
 
     def __init__(self, address: str, *, model_name: str, num_params: int, model_id: int,
                  step: int = 0, params_provider: Optional[Callable[[], Tuple[int, np.ndarray]]] = None,
                  shared_memory: bool = True, connect_timeout: Optional[float] = None,
-                 max_message_bytes: int = 1 << 30, client_name: Optional[str] = None):
+                 max_message_bytes: int = 1 << 30, client_name: Optional[str] = None,
+                 alive: Optional[Callable[[], None]] = None):
         self.address = address
+        grpc_target(address)  # refuse a bad address at once
         self.model_name, self.num_params, self.model_id = model_name, int(num_params), int(model_id)
         self.start_step = int(step)
         self.params_provider = params_provider
         self.shared_memory = shared_memory
         self.connect_timeout = connect_timeout
         self.client_name = client_name or f"{CLIENT_NAME} pid {os.getpid()}"
+        self._alive = alive
         self._opts = [("grpc.max_send_message_length", max_message_bytes),
                       ("grpc.max_receive_message_length", max_message_bytes)]
         self._channel = None
         self._stub = None
         self._welcome = None
         self._session = ""
+        self._md = ()
         self._out = None
         self._reader = None
         self._lost = threading.Event()
@@ -163,38 +175,46 @@ class Client:
         self._params_region = None
         self._own_buf = None
         self._closed = False
+        self.last_waiting = ""  # the daemon's last reason for not being ready
 
     # -- the session -------------------------------------------------------
 
     def connect(self) -> "pb.Welcome":
         """Opens the session: waits until the daemon is there and has
-        joined its job (logging the daemon's reason while it waits),
-        then returns its Welcome. Raises ModelMismatch or TrainerRefused
-        when the daemon refuses this trainer."""
+        joined its job (logging the daemon's reason while it waits), then
+        returns its Welcome. Raises ModelMismatch or TrainerRefused when
+        the daemon refuses this trainer, DaemonUnavailable when no daemon
+        was ready within connect_timeout."""
         deadline = None if self.connect_timeout is None else time.monotonic() + self.connect_timeout
-        backoff, last_log = 0.2, 0.0
+        backoff, waitlog = 0.1, _WaitLog(self.address)
+        started = time.monotonic()
         while True:
             try:
-                return self._open(deadline)
-            except SessionLost as e:
+                return self._open(deadline, waitlog)
+            except (DaemonUnavailable, DaemonNotReady, SessionLost) as e:
+                if isinstance(e, DaemonStartError) or e.reason == "TIMEOUT":
+                    raise
                 why = e.details
-            except grpc.RpcError as e:
-                err = _error(e, "connect")
-                if not isinstance(err, SessionLost):
-                    raise err from None
-                why = err.details
+            except TrainerBusy as e:
+                # After a session of ours, the daemon may still be closing
+                # it: a few seconds' grace. A first connect is refused.
+                if self._welcome is None or time.monotonic() - started > 5:
+                    raise
+                why = e.details
+            if self._alive is not None:
+                self._alive()
+            self.last_waiting = why
             now = time.monotonic()
             if deadline is not None and now >= deadline:
-                raise SessionLost(grpc.StatusCode.UNAVAILABLE,
-                                  f"no pspnode daemon ready at {self.address} within {self.connect_timeout} s: {why}", "connect")
-            if now - last_log >= 5:
-                log.warning("pspnode daemon at %s not reachable (%s); retrying (start it with `pspnode run --trainer %s`)",
-                            self.address, why, self.address)
-                last_log = now
+                raise DaemonUnavailable(grpc.StatusCode.UNAVAILABLE,
+                                        f"no pspnode daemon ready at {self.address} within {self.connect_timeout} s: {why}",
+                                        "connect")
+            waitlog(f"no daemon answers (start one with `pspnode run --trainer {self.address}`, or let "
+                    f"pspnode.Optimizer start one with job=...): {why}", now - started)
             time.sleep(backoff)
-            backoff = min(backoff * 2, 2.0)
+            backoff = min(backoff * 2, 1.0)
 
-    def _open(self, deadline) -> "pb.Welcome":
+    def _open(self, deadline, waitlog) -> "pb.Welcome":
         self._teardown()
         self._channel = grpc.insecure_channel(grpc_target(self.address), options=self._opts)
         self._stub = pb_grpc.TrainerStub(self._channel)
@@ -213,29 +233,35 @@ class Client:
                 yield m
 
         responses = self._stub.Session(messages())
-        last_log = 0.0
         try:
             for msg in responses:
                 kind = msg.WhichOneof("msg")
                 if kind == "waiting":
-                    now = time.monotonic()
-                    if now - last_log >= 5 or last_log == 0:
-                        log.warning("pspnode daemon at %s not ready: %s (waited %.0f s)",
-                                    self.address, msg.waiting.reason, msg.waiting.waited_s)
-                        last_log = now
-                    if deadline is not None and now >= deadline:
+                    self.last_waiting = msg.waiting.reason
+                    waitlog(msg.waiting.reason, msg.waiting.waited_s)
+                    if self._alive is not None:
+                        try:
+                            self._alive()
+                        except BaseException:
+                            responses.cancel()
+                            raise
+                    if deadline is not None and time.monotonic() >= deadline:
                         responses.cancel()
-                        raise SessionLost(grpc.StatusCode.UNAVAILABLE, f"not ready: {msg.waiting.reason}", "connect")
+                        raise DaemonUnavailable(
+                            grpc.StatusCode.DEADLINE_EXCEEDED,
+                            f"the daemon at {self.address} had not joined its job after {msg.waiting.waited_s:.0f} s: "
+                            f"{msg.waiting.reason}", "connect", "TIMEOUT", {"waiting": msg.waiting.reason})
                 elif kind == "welcome":
                     self._start(msg.welcome, responses)
                     return msg.welcome
         except grpc.RpcError as e:
             self._out.put(None)
-            raise _error(e, "connect") from None
+            raise from_rpc_error(e, "connect", in_session=False) from None
         raise SessionLost(grpc.StatusCode.UNAVAILABLE, "the daemon closed the session before its Welcome", "connect")
 
     def _start(self, w, responses):
         self._welcome, self._session = w, w.session
+        self._md = ((SESSION_KEY, w.session),)
         self._mm = self._up = self._params_region = None
         if w.shm_path:
             try:
@@ -245,8 +271,8 @@ class Client:
                 # The updates of even and odd steps have a region each: the
                 # daemon reads a step's after its call returns, while the
                 # trainer computes the next step into the other.
-                self._up = [np.frombuffer(self._mm, dtype="<f4", count=n, offset=off)
-                            for off in (w.shm_up_offset, w.shm_up_odd_offset)]
+                self._up_off = (w.shm_up_offset, w.shm_up_odd_offset)
+                self._up = [np.frombuffer(self._mm, dtype="<f4", count=n, offset=off) for off in self._up_off]
                 self._params_region = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_params_offset)
                 self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=True)))
             except OSError as e:
@@ -280,7 +306,7 @@ class Client:
                 raise ValueError(f"params_provider gave {vec.size} values, the model has {self.num_params}")
             if self._params_region is not None:
                 self._params_region[:] = vec
-                t = pb.Tensor(shared=True)
+                t = pb.Tensor(shared=pb.SharedRegion(offset=self._welcome.shm_params_offset))
             else:
                 t = pb.Tensor(data=vec.tobytes())
             self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), params=t)))
@@ -296,7 +322,14 @@ class Client:
         w = self._welcome
         if w is None or not w.has_params:
             return None
-        return np.frombuffer(w.params.data, dtype="<f4", count=self.num_params)
+        return self._vector(w.params)
+
+    def reset_params(self, reset: "pb.Reset") -> np.ndarray:
+        """The parameters of a Reset (StepResult.reset, PullResult.reset)."""
+        v = self._vector(reset.params)
+        if v is None:
+            raise DaemonError(None, "a reset without parameters", "reset", "BAD_TENSOR")
+        return v
 
     @property
     def shared(self) -> bool:
@@ -312,63 +345,78 @@ class Client:
         return self._own_buf
 
     def _tensor(self, vec, step=None) -> "pb.Tensor":
-        up = self._up[step % 2] if self._up is not None and step is not None else None
+        shared = self._up is not None and step is not None
+        up = self._up[step % 2] if shared else None
         if vec is None:
-            if up is not None:
-                return pb.Tensor(shared=True)
+            if shared:
+                return pb.Tensor(shared=pb.SharedRegion(offset=self._up_off[step % 2]))
             vec = self._own_buf
         vec = np.asarray(vec)
         if vec.dtype != np.float32:
             raise TypeError(f"vectors are float32, got {vec.dtype}")
         if vec.size != self.num_params:
             raise ValueError(f"vector of {vec.size} values, the model has {self.num_params}")
-        if up is not None:
+        if shared:
             if not np.shares_memory(vec, up):
                 up[:] = vec.reshape(-1)
-            return pb.Tensor(shared=True)
+            return pb.Tensor(shared=pb.SharedRegion(offset=self._up_off[step % 2]))
         return pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())
 
     def _vector(self, t) -> Optional[np.ndarray]:
         if t is None:
             return None
-        if t.shared:
-            return np.frombuffer(self._mm, dtype="<f4", count=self.num_params, offset=t.offset)
-        return np.frombuffer(t.data, dtype="<f4", count=self.num_params)
+        kind = t.WhichOneof("carrier")
+        if kind == "shared":
+            return np.frombuffer(self._mm, dtype="<f4", count=self.num_params, offset=t.shared.offset)
+        if kind == "data":
+            if len(t.data) != 4 * self.num_params:
+                raise DaemonError(None, f"the daemon sent {len(t.data)} bytes for {self.num_params} parameters",
+                                  "tensor", "BAD_TENSOR")
+            return np.frombuffer(t.data, dtype="<f4", count=self.num_params)
+        return None
 
     def _call(self, name, fn, req):
         if self._lost.is_set():
             raise SessionLost(grpc.StatusCode.UNAVAILABLE, f"session lost: {self._lost_why}", name)
+        if self._stub is None:
+            raise SessionLost(None, "no session: call connect() first", name)
         try:
-            return fn(req)
+            return fn(req, metadata=self._md)
         except grpc.RpcError as e:
-            raise _error(e, name) from None
+            raise from_rpc_error(e, name) from None
 
     # -- the calls ---------------------------------------------------------
 
     def barrier(self, step: int) -> "pb.BarrierReply":
         """Returns when the node may take ``step`` (completed steps + 1)."""
-        return self._call("barrier", self._stub.Barrier, pb.BarrierRequest(session=self._session, step=step))
+        return self._call("barrier", self._stub.Barrier, pb.BarrierRequest(step=step))
 
     def publish(self, step: int, update=None, loss=None, accuracy=None) -> None:
         """Hands the update of the completed ``step`` (a delta, or under
         epidemic the model) to the exchange; None sends update_buffer(step)."""
-        req = pb.PublishRequest(session=self._session, step=step, update=self._tensor(update, step))
+        req = pb.PublishRequest(step=step, update=self._tensor(update, step))
         self._eval(req, loss, accuracy)
         self._call("publish", self._stub.Publish, req)
 
-    def pull(self) -> Tuple[int, Optional[np.ndarray]]:
-        """(merged, vector): what to add to the parameters, from the
-        peers' updates since the last pull (vector None when merged is 0)."""
-        r = self._call("pull", self._stub.Pull, pb.PullRequest(session=self._session))
-        return r.merged, (self._vector(r.update) if r.merged else None)
+    def _pulled(self, r: "pb.PullReply") -> PullResult:
+        reset = r.reset if r.HasField("reset") else None
+        if reset is not None:
+            return PullResult(0, None, reset)
+        return PullResult(r.merged, self._vector(r.update) if r.merged else None)
+
+    def pull(self) -> PullResult:
+        """What to add to the parameters, from the peers' updates since the
+        last pull: a PullResult (merged, update, reset), which unpacks as
+        (merged, update); update is None when merged is 0."""
+        return self._pulled(self._call("pull", self._stub.Pull, pb.PullRequest()))
 
     def step(self, step: int, update=None, loss=None, accuracy=None) -> StepResult:
         """publish(step), barrier(step + 1) and pull, in one call."""
-        req = pb.StepRequest(session=self._session, step=step, update=self._tensor(update, step))
+        req = pb.StepRequest(step=step, update=self._tensor(update, step))
         self._eval(req, loss, accuracy)
         r = self._call("step", self._stub.Step, req)
-        merged = r.pull.merged
-        return StepResult(barrier=r.barrier, merged=merged, update=self._vector(r.pull.update) if merged else None)
+        p = self._pulled(r.pull)
+        return StepResult(barrier=r.barrier, merged=p.merged, update=p.update, reset=p.reset)
 
     @staticmethod
     def _eval(req, loss, accuracy):
@@ -383,19 +431,18 @@ class Client:
         if vec.dtype != np.float32 or vec.size != self.num_params:
             raise ValueError(f"checkpoint: want {self.num_params} float32 values, got {vec.size} {vec.dtype}")
         r = self._call("checkpoint", self._stub.Checkpoint,
-                       pb.CheckpointRequest(session=self._session, step=step,
-                                            params=pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())))
+                       pb.CheckpointRequest(step=step, params=pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())))
         return r.path
 
-    def status(self) -> "pb.StatusReply":
+    def status(self, timeout: float = 10) -> "pb.StatusReply":
         """The daemon's status (needs no session)."""
         if self._stub is None:
             self._channel = grpc.insecure_channel(grpc_target(self.address), options=self._opts)
             self._stub = pb_grpc.TrainerStub(self._channel)
         try:
-            return self._stub.Status(pb.StatusRequest(), timeout=10)
+            return self._stub.Status(pb.StatusRequest(), timeout=timeout)
         except grpc.RpcError as e:
-            raise _error(e, "status") from None
+            raise from_rpc_error(e, "status", in_session=False) from None
 
     @property
     def lost(self) -> bool:
@@ -411,6 +458,7 @@ class Client:
             self._reader.join(timeout=5)
         self._channel = self._stub = self._reader = self._out = None
         self._up = self._params_region = None
+        self._md = ()
         if self._mm is not None:
             try:
                 self._mm.close()

@@ -1,15 +1,20 @@
-"""pspnode.Optimizer: a torch.optim optimizer that trains with a pspnode job.
+"""pspnode.Optimizer: a torch.optim.Optimizer that trains with a pspnode job.
 
 Wrap the optimizer of a single-process PyTorch loop and it becomes a worker
 of a decentralised job:
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt = pspnode.Optimizer(opt, "unix:/tmp/pspnode.sock", model=model)  # +1 line
+    opt = pspnode.Optimizer(opt, model=model, job="mnist", bootstrap=[ADDR])  # +1 line
     for x, y in batches:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
         opt.step()      # local step, publish, barrier, merge the peers' updates
+
+With ``job=`` (and no daemon address) the optimizer starts its own daemon,
+``pspnode run --trainer``, and stops it when it closes or the process
+exits; with a daemon address (``pspnode.Optimizer(opt, "unix:/tmp/a.sock",
+model=model)``) it connects to a daemon started beside it.
 
 ``step()`` runs the wrapped optimizer's step, hands the change it made to
 the daemon (which publishes it to every peer under the gossip exchange, or
@@ -18,34 +23,60 @@ barrier for the next step, and adds what the peers sent. A worker that
 joins a running job starts from the job's parameters and step, fetched by
 its daemon before its first step.
 
+It is a torch.optim.Optimizer: its ``param_groups``, ``state`` and
+``defaults`` are the wrapped optimizer's, so LR schedulers, gradient
+clipping and GradScaler work on it as on the wrapped one; its
+``state_dict()`` holds the wrapped optimizer's state and the step.
+
 The parameters exchanged are those the optimizer trains (requires_grad),
-all float32, in the order of ``model.named_parameters()`` (which is
-state_dict order) when ``model`` is given, else in the optimizer's
-param_groups order. Buffers (BatchNorm statistics) are not exchanged.
-Every worker of a job must build the same model and start from the same
-parameters, as DDP does by broadcasting rank 0's: seed the initialisation
-alike (torch.manual_seed) or load the same weights. A worker that joins a
-job already under way gets the job's parameters whatever its own.
+all float32 and contiguous, in the order of ``model.named_parameters()``
+(state_dict order) when ``model`` is given, else in the optimizer's
+param_groups order. They stay the model's own tensors. Buffers (BatchNorm
+statistics) are not exchanged. Every worker of a job must build the same
+model and start from the same parameters, as DDP does by broadcasting rank
+0's: seed the initialisation alike (torch.manual_seed) or load the same
+weights. A worker that joins a job already under way gets the job's
+parameters whatever its own.
 """
 
 import logging
 import threading
 import warnings
-from typing import Optional
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence
 
-import numpy as np
 import torch
 
-from .client import BadUpdate, Client, SessionLost, model_id_of
-from pspnode.trainer.v1 import trainer_pb2 as pb
+from pspnode.client import Client, model_id_of
+from pspnode.daemon import Daemon
+from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
+from pspnode.trainer.v2 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
 
-class Optimizer:
+@dataclass
+class Reset:
+    """What ``on_reset`` receives when the daemon moved to another lineage
+    of the job: the step the new parameters have taken (the optimizer's
+    ``step_count`` now), the lineage (its genesis, hex) and why."""
+    step: int
+    lineage: str
+    reason: str
+
+
+class Optimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (any torch.optim.Optimizer) for a pspnode job.
 
-    daemon: the daemon's trainer address, "unix:PATH" or "tcp:127.0.0.1:PORT".
+    daemon: a running daemon's trainer address, "unix:PATH" or
+    "tcp:127.0.0.1:PORT" (pspnode run --trainer). Without it, ``job`` must
+    be given and the optimizer starts a daemon of its own (see
+    pspnode.daemon): job, bootstrap (multiaddrs of peers to join through;
+    none for the job's first worker), listen (multiaddrs; default a free
+    port), identity (a key file), daemon_args (other ``pspnode run``
+    flags, e.g. ["--barrier", "pssp:2:4"]), pspnode_bin (the binary;
+    default $PSPNODE_BIN, PATH, the repository's bin/), start_timeout
+    (seconds to join the job before raising, with the daemon's reason).
     model: the module, for the parameter order and names (recommended).
     model_name: the model's name (default: the module's class name).
     model_id: the job's model ID (default: derived from the name and the
@@ -59,55 +90,85 @@ class Optimizer:
     checkpoint_every: write the parameters to the daemon's checkpoint file
     (pspnode run --checkpoint) every this many steps (0: only when
     checkpoint() is called); a restarted worker resumes from it.
+    on_reset: called with a Reset when the daemon replaced the parameters
+    and the step by the job's (its node moved to another lineage).
     Other keyword arguments go to Client (shared_memory, connect_timeout).
     """
 
-    def __init__(self, optimizer: torch.optim.Optimizer, daemon: str, model: Optional[torch.nn.Module] = None, *,
-                 model_name: Optional[str] = None, model_id: Optional[int] = None, start_step: int = 0,
-                 scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0, **client_args):
+    def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
+                 model: Optional[torch.nn.Module] = None, *, job: Optional[str] = None,
+                 bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
+                 identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
+                 start_timeout: float = 60.0, model_name: Optional[str] = None, model_id: Optional[int] = None,
+                 start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
+                 on_reset: Optional[Callable[[Reset], None]] = None, **client_args):
+        # No torch.optim.Optimizer.__init__: param_groups, state and
+        # defaults are the wrapped optimizer's (properties below).
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError(f"pspnode.Optimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if isinstance(optimizer, Optimizer):
+            raise TypeError("this optimizer is already a pspnode.Optimizer")
         if checkpoint_every < 0:
             raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
-        self.checkpoint_every = checkpoint_every
+        if daemon is None and not job:
+            raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
+                             "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
+        if daemon is not None and (job or bootstrap or listen or identity or daemon_args):
+            raise ValueError("job, bootstrap, listen, identity and daemon_args start a daemon of the optimizer's "
+                             f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
         self.inner = optimizer
+        self.checkpoint_every = checkpoint_every
         self.scale_updates = scale_updates
         self.reconnect = reconnect
-        self._lock = threading.Lock()
+        self.on_reset = on_reset
+        self._lock = threading.Lock()  # the parameters, against the client's thread
+        self._stepping = threading.Lock()  # one step() at a time
+        self._closed = False
         named = self._trained(optimizer, model)
         if not named:
             raise ValueError("the optimizer trains no parameters (none requires grad)")
-        device = named[0][1].device
+        self._device = named[0][1].device
         for name, p in named:
-            if p.dtype != torch.float32:
-                raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() "
-                                "(mixed precision: keep float32 master weights in the optimizer)")
-            if p.device != device:
-                raise ValueError(f"parameter {name!r} is on {p.device}, others on {device}: keep the model on one device")
-            if p.is_sparse:
-                raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
+            self._refuse(name, p)
+        self._model = model
+        self._model_ids = self._ids(model)
+        self._named = named
         self.names = [n for n, _ in named]
         self.shapes = [(n, tuple(p.shape)) for n, p in named]
-        n = sum(p.numel() for _, p in named)
-        # The parameters become views of one flat vector, so that a step's
-        # change is one subtraction and a merge one addition.
-        self._flat = torch.empty(n, dtype=torch.float32, device=device)
-        off = 0
-        with torch.no_grad():
-            for _, p in named:
-                k = p.numel()
-                self._flat[off:off + k].copy_(p.reshape(-1))
-                p.data = self._flat[off:off + k].view_as(p)
-                off += k
-        self._old = torch.empty_like(self._flat)
-        self._host = device.type != "cpu"
+        self._sizes = [p.numel() for _, p in named]
+        self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
+        n = sum(self._sizes)
+        self._old = torch.empty(n, dtype=torch.float32, device=self._device)
+        # Views made once, not at every step (60 tensors' slices cost as
+        # much as their copies): each parameter flat, the snapshot's
+        # pieces, and the pieces of the shared regions, by address.
+        self._pf = [p.view(-1) for _, p in named]
+        self._olds = self._views(self._old)
+        self._cache = {}
+        self._host = self._device.type != "cpu"
         name = model_name or (type(model).__name__ if model is not None else "model")
         self.model_name = name
         self.model_id = model_id if model_id is not None else model_id_of(name, self.shapes)
         self.num_params = n
         self.step_count = int(start_step)
+        self.population, self.lr_scale = 1.0, 1.0
         self._eval = None
+        self.daemon: Optional[Daemon] = None
+        if daemon is None:
+            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
+                                 binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
+            daemon = self.daemon.address
+            client_args.setdefault("connect_timeout", start_timeout)
+            client_args.setdefault("alive", self.daemon.alive)
         self.client = Client(daemon, model_name=name, num_params=n, model_id=self.model_id,
                              step=self.step_count, params_provider=self._params, **client_args)
-        self._welcome(self.client.connect())
+        try:
+            self._welcome(self._connect())
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ------------------------------------------------------------
 
     @staticmethod
     def _trained(optimizer, model):
@@ -126,7 +187,63 @@ class Optimizer:
                     out.append((f"group{gi}.{pi}", p))
         return out
 
+    def _refuse(self, name, p):
+        """Raises if parameter p cannot be exchanged, saying what to do."""
+        if p.is_sparse:
+            raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
+        if p.dtype != torch.float32:
+            raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() before "
+                            "building the optimizers (mixed precision: keep float32 weights and use torch.autocast)")
+        if p.device != self._device:
+            raise ValueError(f"parameter {name!r} is on {p.device}, others on {self._device}: keep the exchanged "
+                             "parameters on one device")
+        if not p.is_contiguous():
+            raise ValueError(f"parameter {name!r} is not contiguous (strides {p.stride()}): make it so before "
+                             "wrapping, e.g. `with torch.no_grad(): p.data = p.data.contiguous()`")
+
+    @staticmethod
+    def _ids(model):
+        return None if model is None else tuple(id(p) for p in model.parameters())
+
+    def _check(self):
+        """Raises at once if the model changed under the optimizer since it
+        was wrapped, naming the fix."""
+        if self._closed:
+            raise RuntimeError("this pspnode.Optimizer is closed")
+        fix = ("build the model completely and move it (model.to(...)) before building the optimizer and "
+               "pspnode.Optimizer, or build new ones after the change")
+        for i, ((name, p), shape) in enumerate(zip(self._named, self.shapes)):
+            if p.device != self._device:
+                raise RuntimeError(f"parameter {name!r} moved from {self._device} to {p.device} after wrapping "
+                                   f"(model.to?): {fix}")
+            if p.dtype != torch.float32:
+                raise RuntimeError(f"parameter {name!r} became {p.dtype} after wrapping (model.half()/double()?): "
+                                   "pspnode exchanges float32; keep float32 weights (torch.autocast for mixed precision)")
+            if tuple(p.shape) != shape[1]:
+                raise RuntimeError(f"parameter {name!r} changed shape from {shape[1]} to {tuple(p.shape)} after "
+                                   f"wrapping: every worker's model must keep its shapes; {fix}")
+            if not p.is_contiguous():
+                raise RuntimeError(f"parameter {name!r} is no longer contiguous: "
+                                   "`with torch.no_grad(): p.data = p.data.contiguous()`")
+            if p.data_ptr() != self._pf[i].data_ptr():  # its data was replaced (p.data = ...): view it anew
+                self._pf[i] = p.view(-1)
+        if self._model is not None and self._ids(self._model) != self._model_ids:
+            raise RuntimeError(f"the model's parameters changed after wrapping (a layer added, removed or "
+                               f"replaced): the optimizer would train the old ones; {fix}")
+
+    def _connect(self):
+        try:
+            return self.client.connect()
+        except DaemonUnavailable as e:
+            if self.daemon is not None and not isinstance(e, DaemonStartError):
+                if self.daemon.running and e.reason == "TIMEOUT":
+                    raise self.daemon.failure(f"had not joined its job within {self.client.connect_timeout:.0f} s",
+                                              waiting=e.metadata.get("waiting", self.client.last_waiting)) from None
+                raise self.daemon.failure("could not be reached", waiting=self.client.last_waiting) from None
+            raise
+
     def _welcome(self, w: "pb.Welcome"):
+        self._cache.clear()  # the last session's regions
         self.update_kind = w.update_kind
         self.lr_scale = w.lr_scale if self.scale_updates else 1.0
         self.population = w.population
@@ -134,35 +251,135 @@ class Optimizer:
         params = self.client.welcome_params()
         with self._lock:
             if params is not None:
-                with torch.no_grad():
-                    self._flat.copy_(torch.from_numpy(params.copy()))
+                self._assign(params)
                 log.info("pspnode: starting from the job's parameters (%s) at step %d", w.params_source, w.step)
             self.step_count = w.step
         log.info("pspnode: job %s, barrier %s, exchange %s, %d parameters, step %d, shared memory %s",
                  w.job, w.barrier, w.exchange, self.num_params, w.step, "on" if self.client.shared else "off")
 
+    # -- the parameters ----------------------------------------------------
+
+    def _views(self, flat):
+        return [flat[o:o + k] for o, k in zip(self._offsets, self._sizes)]
+
+    def _region(self, vec):
+        """The per-parameter views of a float32 numpy vector from the
+        client (a region of the shared file, the same few every step, or a
+        message's bytes), kept by address."""
+        if vec.flags.writeable:
+            t = torch.from_numpy(vec)
+        else:  # a message's bytes: read only, and only read here
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = torch.from_numpy(vec)
+        key = (t.data_ptr(), t.numel())
+        v = self._cache.get(key)
+        if v is None:
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            v = self._cache[key] = self._views(t)
+        return v
+
+    def _assign(self, vec):
+        """Copies a float32 vector (numpy, from the daemon) into the
+        parameters."""
+        src = torch.from_numpy(vec.copy()) if not isinstance(vec, torch.Tensor) else vec
+        with torch.no_grad():
+            for (_, p), v in zip(self._named, self._views(src)):
+                p.view(-1).copy_(v)
+
+    def params_vector(self) -> torch.Tensor:
+        """The exchanged parameters as one float32 vector (a copy, on the
+        CPU), in the exchange's order."""
+        with self._lock, torch.no_grad():
+            return torch.cat([p.detach().reshape(-1).cpu() for _, p in self._named])
+
     def _params(self):
         """The parameters for a peer that joins (from the client's thread)."""
-        with self._lock:
-            return self.step_count, self._flat.detach().cpu().numpy().copy()
+        with self._lock, torch.no_grad():
+            return self.step_count, torch.cat([p.detach().reshape(-1) for _, p in self._named]).cpu().numpy()
 
-    # torch.optim.Optimizer's surface, delegated.
+    # -- torch.optim.Optimizer ---------------------------------------------
+
     @property
     def param_groups(self):
         return self.inner.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        self.inner.param_groups = groups
 
     @property
     def state(self):
         return self.inner.state
 
-    def zero_grad(self, set_to_none: bool = True):
-        self.inner.zero_grad(set_to_none=set_to_none)
+    @state.setter
+    def state(self, state):
+        self.inner.state = state
+
+    @property
+    def defaults(self):
+        return self.inner.defaults
+
+    @defaults.setter
+    def defaults(self, defaults):
+        self.inner.defaults = defaults
+
+    def add_param_group(self, param_group):
+        raise ValueError("pspnode.Optimizer exchanges the parameters it was built with, the same on every worker: "
+                         "add the group to the wrapped optimizer before wrapping it "
+                         "(inner.add_param_group(...), then pspnode.Optimizer(inner, ...))")
+
+    def zero_grad(self, set_to_none: Optional[bool] = None):
+        """The wrapped optimizer's zero_grad (with its own default for
+        set_to_none unless given)."""
+        self._check()
+        if set_to_none is None:
+            self.inner.zero_grad()
+        else:
+            self.inner.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
-        return {"inner": self.inner.state_dict(), "step": self.step_count}
+        """The wrapped optimizer's state_dict, plus "pspnode": the step
+        the parameters have taken and the model they belong to."""
+        sd = self.inner.state_dict()
+        sd["pspnode"] = {"step": self.step_count, "model_id": self.model_id, "model_name": self.model_name,
+                         "num_params": self.num_params}
+        return sd
 
-    def load_state_dict(self, sd):
-        self.inner.load_state_dict(sd["inner"])
+    def load_state_dict(self, state_dict):
+        """Loads the wrapped optimizer's state and the step. A step other
+        than the session's opens a new session at it, whose Welcome may
+        give the job's parameters and step if the job has gone further
+        (load the model's weights first)."""
+        sd = dict(state_dict)
+        ps = sd.pop("pspnode", None)
+        if ps is None and "inner" in sd and "state" not in sd:  # the format before version 2
+            ps, sd = {"step": sd.get("step", self.step_count)}, sd["inner"]
+        if ps is not None and ps.get("model_id") not in (None, self.model_id):
+            raise ValueError(f"this state_dict is of model {ps.get('model_name')!r} (id {ps['model_id']:#010x}), "
+                             f"the optimizer's of {self.model_name!r} (id {self.model_id:#010x})")
+        self.inner.load_state_dict(sd)
+        if ps is not None and int(ps.get("step", self.step_count)) != self.step_count:
+            self._resume(int(ps["step"]))
+
+    def _resume(self, step: int):
+        """Opens a new session whose parameters have taken step steps."""
+        log.info("pspnode: resuming at step %d (was %d): a new session", step, self.step_count)
+        with self._lock:
+            self.step_count = step
+        self.client.start_step = step
+        self._welcome(self._connect())
+
+    def __getstate__(self):
+        raise TypeError("a pspnode.Optimizer holds a session with its daemon and cannot be pickled: "
+                        "save its state_dict() instead")
+
+    def __repr__(self):
+        return (f"pspnode.Optimizer({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
+                f"step {self.step_count}, daemon {self.client.address})")
+
+    # -- training ----------------------------------------------------------
 
     def report(self, loss: float, accuracy: Optional[float] = None):
         """Sends a held-out evaluation with the next step (the daemon shows
@@ -175,71 +392,106 @@ class Optimizer:
 
     def step(self, closure=None):
         """The wrapped optimizer's step, then publish, barrier and merge."""
-        loss = None
+        if not self._stepping.acquire(blocking=False):
+            raise RuntimeError("pspnode.Optimizer.step() called from two threads at once: a worker's steps are one "
+                               "sequence; call step() from the training thread only (one pspnode.Optimizer, and one "
+                               "daemon, per training loop)")
+        try:
+            return self._step(closure)
+        finally:
+            self._stepping.release()
+
+    def _step(self, closure):
+        self._check()
+        olds = self._olds
         with self._lock, torch.no_grad():
-            self._old.copy_(self._flat)  # the one copy of the vector the trainer makes
+            for flat, o in zip(self._pf, olds):
+                o.copy_(flat)  # the one copy of the vector the trainer makes
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
             # The step's region of shared memory, when the session has it.
-            up = torch.from_numpy(self.client.update_buffer(self.step_count + 1))
-            if self.update_kind == pb.UPDATE_KIND_MODEL:
-                up.copy_(self._flat if not self._host else self._flat.cpu())
-            else:
-                if not self._host:
-                    torch.sub(self._flat, self._old, out=up)
+            ups = self._region(self.client.update_buffer(self.step_count + 1))
+            for flat, o, u in zip(self._pf, olds, ups):
+                if self.update_kind == pb.UPDATE_KIND_MODEL:
+                    u.copy_(flat)
+                    continue
+                if self._host:
+                    u.copy_(flat - o)
                 else:
-                    up.copy_(self._flat - self._old)
+                    torch.sub(flat, o, out=u)
                 if self.lr_scale != 1.0:
-                    up.mul_(self.lr_scale)
-                    self._flat.copy_(self._old).add_(up.to(self._flat.device) if self._host else up)
+                    u.mul_(self.lr_scale)
+                    flat.copy_(o).add_(u.to(flat.device) if self._host else u)
             # The daemon checks every value (NaN, ±Inf, beyond its bound)
             # before it counts the step; a refusal restores the parameters
             # (_exchange).
         ev, self._eval = self._eval, None
-        r = self._exchange(ev)
+        r = self._exchange(ev, olds)
         if r is None:
             return loss  # reconnected: the Welcome set the step and parameters
-        with self._lock:
-            self.step_count += 1
-            if r.merged:
-                with torch.no_grad(), warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # a read-only view: added, not kept
-                    self._flat.add_(torch.from_numpy(r.update).to(self._flat.device))
-            self.population = r.barrier.population
-            if self.scale_updates and r.barrier.lr_scale > 0:
-                self.lr_scale = r.barrier.lr_scale
+        if r.reset is not None:
+            self._reset(r.reset)
+        else:
+            with self._lock:
+                self.step_count += 1
+                if r.merged:
+                    with torch.no_grad():
+                        for flat, v in zip(self._pf, self._region(r.update)):
+                            flat.add_(v.to(flat.device) if self._host else v)
+        self.population = r.barrier.population
+        if self.scale_updates and r.barrier.lr_scale > 0:
+            self.lr_scale = r.barrier.lr_scale
         if self.checkpoint_every and self.step_count % self.checkpoint_every == 0:
             self.checkpoint()
         return loss
 
-    def _exchange(self, ev):
+    def _exchange(self, ev, olds):
         loss, acc = ev if ev is not None else (None, None)
         try:
             return self.client.step(self.step_count + 1, loss=loss, accuracy=acc)
         except BadUpdate as e:
-            with self._lock:
-                self._flat.copy_(self._old)
+            with self._lock, torch.no_grad():
+                for flat, o in zip(self._pf, olds):
+                    flat.copy_(o)
             raise FloatingPointError(
                 f"step {self.step_count + 1}: the daemon refused the update ({e.details}); the parameters are as "
                 "before the step and nothing was sent (lower the learning rate?)") from e
         except SessionLost as e:
-            if not self.reconnect:
+            if not self.reconnect or self._closed:
                 raise
             log.warning("pspnode: the daemon went away (%s); connecting again", e.details)
             # This step was taken locally but not published: the parameters
             # have taken one more step than the job knows of.
             self.client.start_step = self.step_count + 1
-            self._welcome(self.client.connect())
+            self._welcome(self._connect())
             return None
+
+    def _reset(self, reset: "pb.Reset"):
+        """The daemon moved to another lineage of the job: its parameters
+        and step replace ours; the wrapped optimizer's state stays."""
+        vec = self.client.reset_params(reset)
+        with self._lock:
+            self._assign(vec)
+            self.step_count = int(reset.step)
+        log.warning("pspnode: the daemon moved to lineage %s of the job (%s): the parameters and the step (%d) are "
+                    "the job's now; the optimizer's state is kept", reset.lineage[:16], reset.reason, reset.step)
+        if self.on_reset is not None:
+            self.on_reset(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
 
     def checkpoint(self) -> str:
         """Writes the parameters to the daemon's checkpoint file (pspnode
         run --checkpoint), which a restarted worker resumes from."""
-        with self._lock:
-            return self.client.checkpoint(self.step_count, self._flat.detach().cpu().numpy())
+        step, vec = self._params()
+        return self.client.checkpoint(step, vec)
 
     def close(self):
-        """Ends the session: the worker leaves its peers' barriers."""
-        self.client.close()
+        """Ends the session (the worker leaves its peers' barriers) and
+        stops the daemon the optimizer started, if any."""
+        self._closed = True
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        if self.daemon is not None:
+            self.daemon.close()
 
     def __enter__(self):
         return self

@@ -114,19 +114,19 @@ class WithDaemons(unittest.TestCase):
             for o in opts:
                 merged, v = o.client.pull()
                 if merged:
-                    o._flat.add_(torch.from_numpy(v.copy()))
-            if torch.allclose(opts[0]._flat, opts[1]._flat, atol=1e-5):
+                    o._assign(o.params_vector() + torch.from_numpy(v.copy()))
+            if torch.allclose(opts[0].params_vector(), opts[1].params_vector(), atol=1e-5):
                 break
             time.sleep(0.05)
-        import json
-        sts = [json.loads(o.client.status().status_json) for o in opts]
-        self.assertTrue(torch.allclose(opts[0]._flat, opts[1]._flat, atol=1e-5),
-                        f"models differ by {float((opts[0]._flat - opts[1]._flat).abs().max())}; "
-                        f"received {[s['updates_received'] for s in sts]}, norm-refused {[s['updates_norm_refused'] for s in sts]}, "
-                        f"rejected {[s['updates_rejected'] for s in sts]}")
-        # The parameters are views of the flat vector: the model trained.
+        sts = [o.client.status().node for o in opts]
+        flat = [o.params_vector() for o in opts]
+        self.assertTrue(torch.allclose(flat[0], flat[1], atol=1e-5),
+                        f"models differ by {float((flat[0] - flat[1]).abs().max())}; "
+                        f"received {[s.updates_received for s in sts]}, norm-refused {[s.updates_norm_refused for s in sts]}, "
+                        f"rejected {[s.updates_rejected for s in sts]}")
+        # The model's own parameters trained: the vector is theirs.
         w = dict(models[0].named_parameters())["0.weight"]
-        self.assertEqual(w.data_ptr(), opts[0]._flat.data_ptr())
+        self.assertTrue(torch.equal(w.detach().reshape(-1), flat[0][:w.numel()]))
         for o in opts:
             o.close()
 
@@ -139,6 +139,9 @@ class WithDaemons(unittest.TestCase):
         with self.assertRaises(pspnode.TrainerRefused) as cm:
             pspnode.Optimizer(torch.optim.SGD(m2.parameters(), lr=0.1), a.address, model=m2, connect_timeout=30)
         self.assertIn("already has a trainer", str(cm.exception))
+        self.assertIsInstance(cm.exception, pspnode.TrainerBusy)
+        self.assertEqual(cm.exception.reason, "TRAINER_CONNECTED")
+        self.assertIn("pspnode-python", cm.exception.metadata["connected_client"])
         opt.close()
         # Another model once the first is gone: both are named.
         other = torch.nn.Linear(5, 2)
@@ -159,6 +162,11 @@ class WithDaemons(unittest.TestCase):
         self.assertIn('"Sequential"', msg)
         self.assertIn("12 float32 parameters", msg)
         self.assertIn("19", msg)
+        # The class comes from the daemon's reason; the facts from its metadata.
+        e = cm.exception
+        self.assertEqual(e.reason, "MODEL_MISMATCH")
+        self.assertEqual((e.metadata["model_name"], e.metadata["num_params"]), ("other", "12"))
+        self.assertEqual((e.metadata["other_model_name"], e.metadata["other_num_params"]), ("Sequential", "19"))
 
     def test_reconnects_when_the_daemon_restarts(self):
         d = Daemon(self.tmp, "restart", "restart")
@@ -176,9 +184,9 @@ class WithDaemons(unittest.TestCase):
         d.stop()
         d2 = Daemon(self.tmp, "restart", "restart")  # the same socket path
         self.addCleanup(d2.stop)
-        before = opt._flat.clone()
+        before = opt.params_vector()
         step()  # the daemon is gone: this step reconnects and keeps its parameters
-        self.assertFalse(torch.equal(opt._flat, before), "the local step was lost")
+        self.assertFalse(torch.equal(opt.params_vector(), before), "the local step was lost")
         self.assertEqual(opt.step_count, 4)
         step()
         self.assertEqual(opt.step_count, 5)
@@ -196,7 +204,7 @@ class WithDaemons(unittest.TestCase):
             opt.zero_grad()
             torch.nn.functional.mse_loss(m(x), y).backward()
             opt.step()
-        saved = opt._flat.clone()
+        saved = opt.params_vector()
         opt.close()
         d.stop()
         # A restarted daemon and a fresh worker resume from step 8.
@@ -205,7 +213,7 @@ class WithDaemons(unittest.TestCase):
         m2 = quadratic(seed=5)
         opt2 = pspnode.Optimizer(torch.optim.SGD(m2.parameters(), lr=0.05), d2.address, model=m2, connect_timeout=30)
         self.assertEqual(opt2.step_count, 8)
-        self.assertTrue(torch.allclose(opt2._flat, saved), "not the checkpointed parameters")
+        self.assertTrue(torch.allclose(opt2.params_vector(), saved), "not the checkpointed parameters")
         opt2.close()
 
     def test_not_float32(self):
@@ -218,22 +226,26 @@ class WithDaemons(unittest.TestCase):
         (a,) = self.daemons("nan", 1)
         m = quadratic()
         opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=1e30), a.address, model=m, connect_timeout=30)
-        before = opt._flat.clone()
+        before = opt.params_vector()
         opt.zero_grad()
         torch.nn.functional.mse_loss(m(torch.ones(2, 4) * 1e3), torch.zeros(2, 1)).backward()
-        with self.assertRaises(FloatingPointError):
+        with self.assertRaises(FloatingPointError) as cm:
             opt.step()
-        self.assertTrue(torch.equal(opt._flat, before), "the parameters changed")
+        self.assertIsInstance(cm.exception.__cause__, pspnode.BadUpdate)
+        self.assertEqual(cm.exception.__cause__.reason, "BAD_VALUE")
+        self.assertTrue(torch.equal(opt.params_vector(), before), "the parameters changed")
         self.assertEqual(opt.step_count, 0)
         st = opt.client.status()
         self.assertEqual(st.step, 0)
         opt.close()
 
     def test_no_daemon(self):
+        # No session existed: not SessionLost, but DaemonUnavailable.
         c = pspnode.Client("unix:" + os.path.join(self.tmp, "nobody.sock"), model_name="m", num_params=3,
                            model_id=5, connect_timeout=1)
-        with self.assertRaises(pspnode.SessionLost) as cm:
+        with self.assertRaises(pspnode.DaemonUnavailable) as cm:
             c.connect()
+        self.assertNotIsInstance(cm.exception, pspnode.SessionLost)
         self.assertIn("no pspnode daemon ready", str(cm.exception))
 
     def test_low_level_client_step_order(self):
@@ -243,8 +255,9 @@ class WithDaemons(unittest.TestCase):
         self.assertEqual(w.step, 0)
         self.assertTrue(c.shared)
         c.update_buffer(1)[:] = [0.1, 0.2, 0.3]
-        with self.assertRaises(pspnode.StepOrderError):
+        with self.assertRaises(pspnode.StepOrderError) as cm:
             c.barrier(5)
+        self.assertEqual(cm.exception.reason, "STEP_ORDER")
         r = c.step(1)
         self.assertEqual(r.barrier.step, 2)
         self.assertEqual(c.status().step, 1)
@@ -252,6 +265,7 @@ class WithDaemons(unittest.TestCase):
         with self.assertRaises(pspnode.BadUpdate) as cm:
             c.step(2)
         self.assertIn("value 0 is NaN", str(cm.exception))
+        self.assertEqual(cm.exception.reason, "BAD_VALUE")
         # A vector passed in goes to the step's region too.
         r = c.step(2, np.array([1, 2, 3], dtype=np.float32))
         self.assertEqual(c.status().step, 2)

@@ -1,0 +1,145 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/pspnode/pspnode/psp"
+)
+
+// Realigning: taking the job's step and model again after the join.
+//
+// A node takes the job's step and model when it joins (join.go). It takes
+// them again, between two steps, when it finds either
+//
+//   - that its lineage is not the job's: more of the peers it hears from
+//     are on another lineage, or as many and that lineage is older
+//     (genesis.go); it converges on that lineage; or
+//   - that it is wedged: far ahead of every peer it samples, check after
+//     check (psp.Wedge), as a node that adopted one liar's step at its join
+//     would be; it takes the job's step and model on its own lineage.
+//
+// Either way the step is psp.JoinStep of several peers' answers and the
+// model comes from a peer at that step, as at a join. A node that Runs
+// sets its task's parameters; a driven node hands the step and model to
+// its trainer (Driver.TakeReset), which replaces its own.
+
+// realignDue reports whether the node should realign before its next step.
+func (n *Node) realignDue() bool {
+	return n.wedged.Load() || n.lin.due(time.Now())
+}
+
+// realign converges on the job's lineage, or unwedges, as due. It reports
+// whether the node's step and model changed.
+func (n *Node) realign(ctx context.Context) bool {
+	moved := false
+	if n.lin.due(time.Now()) {
+		moved = n.converge(ctx)
+	}
+	if n.wedged.Swap(false) && !moved {
+		moved = n.unwedge(ctx)
+	}
+	n.wedge.Reset()
+	return moved
+}
+
+// converge looks whether the job's lineage is another than this node's,
+// and if so moves the node onto it: it asks a uniform sample of its peers
+// for their steps; the lineage most of them are on, with this node counted
+// on its own (the older genesis breaking a tie), is the job's. If that is
+// another lineage, the node adopts psp.JoinStep of the steps of that
+// lineage's peers in the sample (even below its own) and takes the model
+// of one of them at that step; then takes that genesis and forgets what
+// it judged of peers' reports under its old one. Only the sample counts:
+// the peers heard on the other lineage are not asked first, so that a
+// fork that talks a lot weighs no more than its share of the job.
+func (n *Node) converge(ctx context.Context) bool {
+	own := n.lin.genesis()
+	js := n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), n.step.Load(), false)
+	if ctx.Err() != nil {
+		return false
+	}
+	n.warnModels(js.others)
+	if js.genesis.IsZero() || js.genesis == own {
+		n.lin.looked(time.Now(), true)
+		return false
+	}
+	n.lin.looked(time.Now(), false)
+	was := n.step.Load()
+	if !n.rebase(js, "met the job's lineage") {
+		return false
+	}
+	// Nodes that start a job together may each start a lineage and meet
+	// in their first steps: that is no news. Later it is a fork worth a
+	// warning (a node restarted apart from its peers).
+	level := slog.LevelWarn
+	if was <= quietConverge && js.adopt <= quietConverge {
+		level = slog.LevelInfo
+	}
+	n.log.Log(ctx, level, "met the job's lineage (a fork, or nodes that started the job at once): took its step and model",
+		"lineage", js.genesis.String(), "started", js.genesis.Time().UTC().Format(time.RFC3339), "step", js.adopt, "was", was,
+		"model_from", js.from, "observed", js.observed)
+	return true
+}
+
+// unwedge takes the job's step and model again for a node far ahead of
+// every peer it samples (psp.Wedge): psp.JoinStep of a fresh sample's
+// steps, if at least two peers answer and that step is still far behind
+// this node's. It reports whether it did.
+func (n *Node) unwedge(ctx context.Context) bool {
+	was := n.step.Load()
+	js := n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), 0, false)
+	if ctx.Err() != nil {
+		return false
+	}
+	if js.observed < 2 || js.adopt >= was-n.wedge.Gap {
+		n.log.Debug("far ahead of the peers sampled, but the job's step is not clear", "step", was, "job_step", js.adopt, "observed", js.observed)
+		return false
+	}
+	if !n.rebase(js, "far ahead of every peer it asked") {
+		return false
+	}
+	n.m.unwedged.Inc()
+	n.log.Warn("this node was far ahead of every peer it asked (it had taken a step no other peer has): took the job's step and model again",
+		"step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
+	return true
+}
+
+// rebase makes the job's state in js the node's: its model (the task's
+// parameters, or the driven node's trainer's through Driver.TakeReset),
+// its step and its lineage. It reports false, and changes nothing, when no
+// model came with js or the task refused it.
+func (n *Node) rebase(js jobView, why string) bool {
+	if n.task.NumParams() > 0 {
+		if js.model == nil {
+			n.log.Warn("could not fetch the job's model: trying again", "why", why, "err", js.fetchErr)
+			return false
+		}
+		n.exch().restart(js.model.Params)
+		if n.driver != nil {
+			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis,
+				Reason: fmt.Sprintf("%s: took the job's step %d and the model of peer %s", why, js.adopt, js.from)})
+		} else if err := n.task.SetParams(js.model.Params); err != nil {
+			n.log.Warn("could not take the job's model: trying again", "why", why, "peer", js.from, "err", err)
+			return false
+		}
+	}
+	if !js.genesis.IsZero() && js.genesis != n.lin.genesis() {
+		n.lin.set(js.genesis)
+		n.lin.converged.Inc()
+	}
+	n.adoptStep(js.adopt)
+	n.screen = screenFor(n.cfg.Screen) // reports judged under the old step or lineage
+	n.progress.reset()
+	return true
+}
+
+// noteWedge takes a failed barrier check that observed obs: the node is
+// wedged once psp.Wedge says so. Only the barrier's goroutine calls it.
+func (n *Node) noteWedge(obs []psp.Observation) {
+	if n.wedge.Check(n.step.Load(), n.clock(), obs) {
+		n.wedged.Store(true)
+	}
+}

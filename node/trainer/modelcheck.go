@@ -1,0 +1,100 @@
+package trainer
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
+)
+
+// A daemon's model is fixed by its first trainer, and stays until the
+// daemon stops: the node builds its exchange for it. So the first trainer's
+// model is checked against the job before it is fixed: a trainer of
+// another model than the job's must be refused without leaving its model
+// behind, or the job's model would then be refused by this daemon too.
+// The node checks the job's model again in Driver.Begin, once the model is
+// fixed; this check only decides whether to fix it.
+
+// peekTimeout bounds one peer's answer to the model check.
+const peekTimeout = 2 * time.Second
+
+// peekPeers is how many of the job's peers the check asks at most, one
+// after another, for the first that says which model it runs.
+const peekPeers = 4
+
+// checkJobModel waits until the node has joined its job (reporting why
+// not, as Begin does), then asks up to peekPeers of the job's peers which
+// model they run: the head of a model reply. The first that says decides:
+// nil if it runs (id, n), a *node.ModelMismatchError if not. Peers that do
+// not say (a daemon without a trainer resets the stream) are skipped, and
+// nil is returned when none says.
+func (s *Server) checkJobModel(ctx context.Context, id uint32, n int, report func(string, time.Duration)) error {
+	start := time.Now()
+	next := start.Add(2 * time.Second)
+	for s.drv.Ready() != nil {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+		if now := time.Now(); !now.Before(next) {
+			if err := s.drv.Ready(); err != nil {
+				report(err.Error(), now.Sub(start))
+			}
+			next = now.Add(2 * time.Second)
+		}
+	}
+	peers := s.node.Overlay().Peers()
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	for _, p := range peers[:min(len(peers), peekPeers)] {
+		pid, pn, err := s.peekModel(ctx, p)
+		if err != nil {
+			s.log.Debug("model check: the peer did not say", "peer", p, "err", err)
+			continue
+		}
+		if pid != id || pn != int64(n) {
+			return &node.ModelMismatchError{Peer: p.String(), PeerModel: pid, PeerParams: pn, OwnModel: id, OwnParams: int64(n)}
+		}
+		return nil
+	}
+	return ctx.Err()
+}
+
+// peekModel asks p for its model (the model protocol, docs/protocols.md)
+// and reads only the head of the reply: the model ID and the parameter
+// count.
+func (s *Server) peekModel(ctx context.Context, p peer.ID) (id uint32, n int64, err error) {
+	ctx, cancel := context.WithTimeout(ctx, peekTimeout)
+	defer cancel()
+	str, err := s.node.Host().NewStream(ctx, p, wire.ModelProtocol(s.drv.Info().Job))
+	if err != nil {
+		return 0, 0, err
+	}
+	defer str.Reset() // the parameters are not wanted
+	_ = str.SetDeadline(time.Now().Add(peekTimeout))
+	req := binary.AppendUvarint(nil, 1)
+	if _, err := str.Write(append(req, wire.Version)); err != nil {
+		return 0, 0, err
+	}
+	_ = str.CloseWrite()
+	r := bufio.NewReaderSize(str, 32)
+	if _, err := binary.ReadUvarint(r); err != nil {
+		return 0, 0, fmt.Errorf("model reply length: %w", err)
+	}
+	head := make([]byte, wire.ModelHeaderLen)
+	if _, err := io.ReadFull(r, head); err != nil {
+		return 0, 0, fmt.Errorf("model reply head: %w", err)
+	}
+	if head[0] != wire.Version {
+		return 0, 0, fmt.Errorf("model reply version %d, want %d", head[0], wire.Version)
+	}
+	return binary.BigEndian.Uint32(head[9:]), int64(binary.BigEndian.Uint32(head[13:])), nil
+}
