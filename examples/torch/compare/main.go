@@ -317,6 +317,7 @@ func (c *config) runAll(ctx context.Context) error {
 					if r, err = c.one(ctx, cl, sys, seed); err != nil {
 						return fmt.Errorf("%s seed %d %s: %w", cl, seed, sys, err)
 					}
+					r.Wall = time.Since(t0).Seconds()
 					spent += time.Since(t0)
 					made++
 					c.save(r)

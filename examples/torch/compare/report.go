@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"time"
@@ -124,16 +125,18 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 			ddpOf[g.cell] = g
 		}
 	}
-	var cpu, linkCPU float64
+	var cpu, linkCPU, wall float64
 	for _, r := range runs {
 		cpu += r.CPUSeconds
 		linkCPU += r.LinkCPU
+		wall += r.Wall
 	}
+	cost := fmt.Sprintf("%d runs, %s of wall time in all (this invocation: %s); %.0f CPU-s in the workers' processes and %.0f in the link emulation.",
+		len(runs), (time.Duration(wall) * time.Second).Round(time.Second), took.Round(time.Second), cpu, linkCPU)
 	f1 := func(v float64) string { return fmt.Sprintf("%.1f", v) }
 	f2 := func(v float64) string { return fmt.Sprintf("%.2f", v) }
 	f3 := func(v float64) string { return fmt.Sprintf("%.3f", v) }
 	f0 := func(v float64) string { return fmt.Sprintf("%.0f", v) }
-	ratio := func(v float64) string { return fmt.Sprintf("%.2f×", v) }
 	hb := func(v float64) string { return humanBytes(v) }
 	timeF := func(v float64) string { return secs(v) }
 
@@ -147,7 +150,7 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 	for _, g := range gs {
 		rt := "—"
 		if d, ok := ddpOf[g.cell]; ok && g.system != "ddp" {
-			rt = g.ratios(d).format(ratio)
+			rt = ratioCell(g.ratios(d), len(g.runs))
 		}
 		st := g.spread(func(r run) float64 { return r.SlowStepsPerS })
 		slowSteps := "—"
@@ -165,12 +168,11 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 			g.stalenessCell(), g.lineageCell(),
 			g.spread(func(r run) float64 { return r.Load }).format(f1))
 	}
-	fmt.Fprintf(&sb, "\n%s %s\n", c.settingsLine(), fmt.Sprintf("%d runs, %s of wall time, %.0f CPU-s in the workers and %.0f in the link emulation.",
-		len(runs), took.Round(time.Second), cpu, linkCPU))
+	fmt.Fprintf(&sb, "\n%s %s\n", c.settingsLine(), cost)
 	if err := os.WriteFile(filepath.Join(c.out, "table.md"), []byte(sb.String()), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(c.out, "summary.md"), []byte(c.summary(gs, ddpOf, probes, len(runs), took, cpu, linkCPU)), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(c.out, "summary.md"), []byte(c.summary(gs, ddpOf, probes, cost)), 0o644); err != nil {
 		return err
 	}
 	return c.figures(gs)
@@ -198,6 +200,31 @@ func (c *config) settingsLine() string {
 	}
 	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. A run stops %v after the median worker (DDP: rank 0) reached %.0f %%, or after %v of training.%s The slow worker is worker (seed mod %d).",
 		c.scale, c.batch, strings.Join(ms, "; "), c.after, 100*c.target, c.maxDur, slow, c.workers)
+}
+
+// loadRange is the range of the 1-minute load average at the runs' ends.
+func loadRange(gs []*group) string {
+	var ls []float64
+	for _, g := range gs {
+		for _, r := range g.runs {
+			ls = append(ls, r.Load)
+		}
+	}
+	s := spreadOf(ls)
+	return fmt.Sprintf("%.1f–%.1f (median %.1f) on %d cores", s.Min, s.Max, s.Median, runtime.NumCPU())
+}
+
+// ratioCell is a cell's ratios to DDP, saying how many seeds they are
+// over when some run did not reach the target.
+func ratioCell(s spread, seeds int) string {
+	if s.N == 0 {
+		return "—"
+	}
+	out := s.format(func(v float64) string { return fmt.Sprintf("%.2f×", v) })
+	if s.N < seeds {
+		out += fmt.Sprintf(" (%d of %d seeds)", s.N, seeds)
+	}
+	return out
 }
 
 func (g *group) stalenessCell() string {
@@ -249,7 +276,7 @@ func (g *group) lineageCell() string {
 
 // summary is a block for docs/results.md: the links, and per cell DDP's
 // and pspnode's times and their ratio.
-func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, nruns int, took time.Duration, cpu, linkCPU float64) string {
+func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, cost string) string {
 	var sb strings.Builder
 	sb.WriteString("Emulated links (each worker in its own network namespace; measured between two of them before the runs):\n\n")
 	sb.WriteString(probeTable(probes))
@@ -259,7 +286,7 @@ func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, n
 	for _, g := range gs {
 		rt := "—"
 		if d, ok := ddpOf[g.cell]; ok && g.system != "ddp" {
-			rt = g.ratios(d).format(func(v float64) string { return fmt.Sprintf("%.2f×", v) })
+			rt = ratioCell(g.ratios(d), len(g.runs))
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.tier, g.model, c.slowLabel(g.slow), label(g.system),
 			g.times().format(secs), rt, g.spread(func(r run) float64 { return r.StepsPerS }).format(func(v float64) string { return fmt.Sprintf("%.2f", v) }),
@@ -278,8 +305,7 @@ func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, n
 	if len(forked) > 0 {
 		fmt.Fprintf(&sb, "\nRuns whose daemons ended on more than one lineage: %s.\n", strings.Join(forked, "; "))
 	}
-	fmt.Fprintf(&sb, "\n%s\n\nCost: %d runs in %s of wall time on this machine; %.0f CPU-s in the workers' processes and %.0f in the link emulation.\n",
-		c.settingsLine(), nruns, took.Round(time.Second), cpu, linkCPU)
+	fmt.Fprintf(&sb, "\n%s\n\nCost: %s Load average at the runs' ends: %s.\n", c.settingsLine(), cost, loadRange(gs))
 	return sb.String()
 }
 

@@ -62,8 +62,14 @@ type run struct {
 	Forked   bool     `json:"forked"`
 	// StartLate is the most a worker started after the common start time.
 	StartLate float64 `json:"start_late_s"`
-	// Load is the 1-minute load average at the end.
-	Load  float64      `json:"load_average"`
+	// Load is the 1-minute load average at the end; Wall the run's wall
+	// time, set-up and teardown included.
+	Load float64 `json:"load_average"`
+	Wall float64 `json:"wall_s"`
+	// Setup is from the run's start until every trainer was ready; Train
+	// from the common start until every trainer had ended.
+	Setup float64      `json:"setup_s"`
+	Train float64      `json:"train_s"`
 	Curve [][2]float64 `json:"curve"` // (time, median worker's accuracy)
 
 	// JSON forms of the fields that may be NaN.
@@ -187,6 +193,7 @@ type worker struct {
 // namespace per worker, every process started at once, training started
 // at one instant once every trainer is ready.
 func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run, err error) {
+	began := time.Now()
 	dir, err := os.MkdirTemp("", "pspnode-compare-")
 	if err != nil {
 		return r, err
@@ -277,9 +284,11 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 	if err := os.Rename(goFile+".tmp", goFile); err != nil {
 		return r, err
 	}
+	setup := time.Since(began)
 	if err := c.watch(ctx, cl, sys, ws, start, stopFile); err != nil {
 		return r, err
 	}
+	train := time.Since(start)
 	// What the interfaces and forwarders did during training.
 	var sent int64
 	for _, w := range ws {
@@ -297,8 +306,12 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 			w.daemon.stop(syscall.SIGTERM, 10*time.Second)
 		}
 	}
+	if pspnode {
+		c.keepScrapes(cl, sys, seed, ws)
+	}
 	r, err = c.tally(cl, sys, seed, slow, ws, sent)
 	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
+	r.Setup, r.Train = setup.Seconds(), train.Seconds()
 	return r, err
 }
 
@@ -454,6 +467,18 @@ func scrape(h *netns.Host) (metrics, status string) {
 		return string(b)
 	}
 	return get("/metrics"), get("/status")
+}
+
+// keepScrapes saves each daemon's /metrics and /status at the end of the
+// run beside the run's record (runs/NAME.dI.metrics, .dI.status.json), for
+// looking into a figure later.
+func (c *config) keepScrapes(cl cell, sys string, seed int, ws []*worker) {
+	base := strings.TrimSuffix(c.savedPath(cl, sys, seed), ".json")
+	_ = os.MkdirAll(filepath.Dir(base), 0o755)
+	for i, w := range ws {
+		_ = os.WriteFile(fmt.Sprintf("%s.d%d.metrics", base, i), []byte(w.metrics), 0o644)
+		_ = os.WriteFile(fmt.Sprintf("%s.d%d.status.json", base, i), []byte(w.statusBody), 0o644)
+	}
 }
 
 // summary is what mnist.py writes at the end (--summary).

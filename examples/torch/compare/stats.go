@@ -252,7 +252,7 @@ func (s spread) format(f func(float64) string) string {
 	if s.Of == 0 {
 		return "—"
 	}
-	if s.Of == 1 || (s.Min == s.Max && s.N == s.Of) {
+	if s.Of == 1 || (f(s.Min) == f(s.Max) && s.N == s.Of) {
 		return f(s.Median)
 	}
 	return fmt.Sprintf("%s (%s–%s)", f(s.Median), f(s.Min), f(s.Max))
