@@ -81,7 +81,7 @@ const (
 	// radius: an honest model is rarely clipped, and a sender that pushes
 	// one way moves this node's model by at most about that much per
 	// round, shared with the other senders.
-	clipFactor = 2
+	clipFactor = 1
 	// distWindow is how many recent models' distances the radius reads.
 	distWindow = 64
 	// minRoundPool is the least number of senders one average takes.

@@ -303,7 +303,7 @@ func newExchangeMetrics(reg prometheus.Registerer) *exchangeMetrics {
 		receivedBytes: c("received_bytes_total", "Encoded bytes of the models counted in psp_exchange_received_total."),
 		merged:        c("averaged_models_total", "Received models averaged into this node's model."),
 		merges:        c("averages_total", "Times this node averaged its model with received ones."),
-		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (twice the median distance of recent models) when averaged."),
+		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (the median distance of the models of recent averages, one per sender per round) when averaged."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
 			Help: "Received exchange requests refused, by reason (gossip's validation reasons, exchange_mismatch, distance, rate)."}, []string{"reason"}),
 		sendFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "send_failed_total",
