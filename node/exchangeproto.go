@@ -71,6 +71,7 @@ func MaxExchangeFrame(n int) int { return 2 + gossip.MaxEncodedSize(n) }
 type exchangeRequest struct {
 	frame []byte
 	body  int
+	buf   []byte // the buffer frame lies in (for a pool)
 }
 
 // framePrefix is the room startRequest leaves for the length prefix.
@@ -91,7 +92,7 @@ func endRequest(b []byte) exchangeRequest {
 	var pre [framePrefix]byte
 	k := binary.PutUvarint(pre[:], uint64(body))
 	copy(b[framePrefix-k:], pre[:k])
-	return exchangeRequest{frame: b[framePrefix-k:], body: body}
+	return exchangeRequest{frame: b[framePrefix-k:], body: body, buf: b}
 }
 
 // frameRequest frames a whole request body (header bytes and payload).
@@ -371,6 +372,10 @@ func (n *Node) UpdateStats() gossip.Stats { return n.exch().stats() }
 // allocation (and the collector its clearing) per model received.
 type payloadPool struct{ p sync.Pool }
 
+// heads holds the buffers the first eagerBody bytes of a payload are read
+// into.
+var heads = sync.Pool{New: func() any { return new([eagerBody]byte) }}
+
 // read reads an n-byte payload from r into a pooled buffer. The first
 // eagerBody bytes go into a small buffer first, so that a peer that
 // announces a large frame and stalls holds no model-sized buffer.
@@ -378,7 +383,8 @@ func (pp *payloadPool) read(r io.Reader, n int) ([]byte, error) {
 	if n <= eagerBody {
 		return readBody(r, n)
 	}
-	var head [eagerBody]byte
+	head := heads.Get().(*[eagerBody]byte)
+	defer heads.Put(head)
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
 	}
