@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -65,6 +66,9 @@ type epidemic struct {
 	wg     sync.WaitGroup
 	sendMu sync.Mutex
 	closed bool
+	// requests holds the buffers models are encoded into; a step's goes
+	// back once its last send has ended.
+	requests sync.Pool
 }
 
 // inModel is one sender's model in a round: the latest it sent.
@@ -81,7 +85,7 @@ const (
 	// radius: an honest model is rarely clipped, and a sender that pushes
 	// one way moves this node's model by at most about that much per
 	// round, shared with the other senders.
-	clipFactor = 2
+	clipFactor = 1
 	// distWindow is how many recent models' distances the radius reads.
 	distWindow = 64
 	// minRoundPool is the least number of senders one average takes.
@@ -383,6 +387,15 @@ func (e *epidemic) sendModel(step int64) {
 	if e.closed {
 		return
 	}
+	// The request's buffer goes back to the pool when its last send ends.
+	var users atomic.Int32
+	users.Store(1)
+	release := func() {
+		if users.Add(-1) == 0 {
+			e.putRequest(req)
+		}
+	}
+	defer release()
 	for _, p := range n.sample(n.life, e.s) {
 		select {
 		case e.sends <- struct{}{}:
@@ -393,10 +406,29 @@ func (e *epidemic) sendModel(step int64) {
 			n.xm.sendFailed.WithLabelValues(sendSkipped).Inc()
 			continue
 		}
+		users.Add(1)
 		e.wg.Go(func() { // ends within 10 × QueryTimeout, or when the node closes
 			defer func() { <-e.sends }()
+			defer release()
 			n.sendTo(p, step, req)
 		})
+	}
+}
+
+// requestBuffer returns a buffer for a request of up to size payload
+// bytes (startRequest's layout), from the pool when it has one.
+func (e *epidemic) requestBuffer(size int) []byte {
+	if v, ok := e.requests.Get().(*[]byte); ok && cap(*v) >= framePrefix+2+size {
+		b := (*v)[:framePrefix]
+		return append(b, wireVersion, byte(ExchangeEpidemic))
+	}
+	return startRequest(size)
+}
+
+// putRequest gives a request's buffer back to the pool.
+func (e *epidemic) putRequest(req exchangeRequest) {
+	if req.buf != nil {
+		e.requests.Put(&req.buf)
 	}
 }
 
@@ -426,7 +458,7 @@ func (e *epidemic) request(step int64) (req exchangeRequest, ok bool) {
 		n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
 		return exchangeRequest{}, false
 	}
-	b, err := gossip.AppendDense32(startRequest(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
+	b, err := gossip.AppendDense32(e.requestBuffer(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
 	if err != nil {
 		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 		n.log.Warn("model not sent", "step", step, "err", err)
