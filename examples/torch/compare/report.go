@@ -65,6 +65,25 @@ func groups(runs []run) []*group {
 	return out
 }
 
+// label is the system's name, with the barrier and exchange its daemons
+// reported when it ran on their defaults.
+func (g *group) label() string {
+	l := label(g.system)
+	if g.system != "default" {
+		return l
+	}
+	var seen []string
+	for _, r := range g.runs {
+		if r.Settings != "" && !slices.Contains(seen, r.Settings) {
+			seen = append(seen, r.Settings)
+		}
+	}
+	if len(seen) == 0 {
+		return l
+	}
+	return "pspnode (run defaults: " + strings.Join(seen, " | ") + ")"
+}
+
 func (g *group) spread(f func(run) float64) spread {
 	var vs []float64
 	for _, r := range g.runs {
@@ -158,7 +177,7 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 			slowSteps = st.format(f2)
 		}
 		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			g.tier, g.model, c.slowLabel(g.slow), label(g.system), g.times().format(timeF), rt, g.times().N, len(g.runs),
+			g.tier, g.model, c.slowLabel(g.slow), g.label(), g.times().format(timeF), rt, g.times().N, len(g.runs),
 			g.spread(func(r run) float64 { return r.StepsPerS }).format(f2), slowSteps,
 			g.spread(func(r run) float64 { return r.FinalAccuracy }).format(f3),
 			g.spread(func(r run) float64 { return r.BytesPerStep }).format(hb),
@@ -288,7 +307,7 @@ func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, c
 		if d, ok := ddpOf[g.cell]; ok && g.system != "ddp" {
 			rt = ratioCell(g.ratios(d), len(g.runs))
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.tier, g.model, c.slowLabel(g.slow), label(g.system),
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n", g.tier, g.model, c.slowLabel(g.slow), g.label(),
 			g.times().format(secs), rt, g.spread(func(r run) float64 { return r.StepsPerS }).format(func(v float64) string { return fmt.Sprintf("%.2f", v) }),
 			g.spread(func(r run) float64 { return r.BytesPerStep }).format(humanBytes),
 			g.spread(func(r run) float64 { return r.CPUSeconds }).format(func(v float64) string { return fmt.Sprintf("%.0f", v) }),
@@ -320,7 +339,7 @@ func (c *config) figures(gs []*group) error {
 					XLabel: "seconds", YLabel: "held-out accuracy", LegendBottom: true}}
 				for _, g := range gs {
 					if g.tier == t.Name && g.model == m.Name && g.slow == s {
-						p.Series = append(p.Series, seedMedian(label(g.system), g.runs))
+						p.Series = append(p.Series, seedMedian(g.label(), g.runs))
 					}
 				}
 				if len(p.Series) > 0 {

@@ -60,6 +60,10 @@ type run struct {
 	// daemon ("" when unread); Forked says they were not all one.
 	Lineages []string `json:"lineages,omitempty"`
 	Forked   bool     `json:"forked"`
+	// Settings is the barrier and exchange the daemons reported in
+	// /status ("pssp:10:4, epidemic:4"): what a system of the daemon's
+	// defaults ran.
+	Settings string `json:"daemon_settings,omitempty"`
 	// StartLate is the most a worker started after the common start time.
 	StartLate float64 `json:"start_late_s"`
 	// Load is the 1-minute load average at the end; Wall the run's wall
@@ -541,6 +545,9 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 				hs = append(hs, h)
 			}
 			r.Lineages = append(r.Lineages, lineageOf(w.statusBody))
+			if st := settingsOf(w.statusBody); st != "" && !strings.Contains(r.Settings, st) {
+				r.Settings = strings.TrimPrefix(r.Settings+"; "+st, "; ")
+			}
 		}
 		r.Staleness = summarise(hs)
 		r.Forked = distinct(r.Lineages) > 1
@@ -568,6 +575,25 @@ func lineageOf(status string) string {
 	}
 	_ = json.NewDecoder(bufio.NewReader(strings.NewReader(status))).Decode(&s)
 	return s.Lineage
+}
+
+// settingsOf is the barrier and exchange of a /status body ("" when
+// absent).
+func settingsOf(status string) string {
+	var s struct {
+		Barrier  string `json:"barrier"`
+		Exchange struct {
+			Exchange string `json:"exchange"`
+		} `json:"exchange"`
+	}
+	_ = json.NewDecoder(strings.NewReader(status)).Decode(&s)
+	if s.Barrier == "" {
+		return ""
+	}
+	if s.Exchange.Exchange == "" {
+		return s.Barrier
+	}
+	return s.Barrier + ", " + s.Exchange.Exchange
 }
 
 // distinct counts the different non-empty lineages.

@@ -186,3 +186,15 @@ func TestLineages(t *testing.T) {
 		t.Errorf("distinct = %d, want 2", n)
 	}
 }
+
+func TestSettingsOf(t *testing.T) {
+	for body, want := range map[string]string{
+		`{"barrier":"pssp:auto:4","exchange":{"exchange":"epidemic:4","models_sent":3}}`: "pssp:auto:4, epidemic:4",
+		`{"barrier":"asp"}`: "asp",
+		``:                  "",
+	} {
+		if got := settingsOf(body); got != want {
+			t.Errorf("settingsOf(%q) = %q, want %q", body, got, want)
+		}
+	}
+}
