@@ -23,7 +23,8 @@ cnn is two strided 5×5 convolutions (8 and 16 channels) and a linear layer
 (--init-seed), as DDP broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
 time to every step, a sleep of (Exp(1)+1)·X seconds, times --slow-factor
 for a slow worker. The worker evaluates on the held-out images every
---eval-every seconds and writes a CSV line per evaluation (--out).
+--eval-every seconds (0: only at the end) and writes a CSV line per
+evaluation (--out).
 
 A harness that starts many workers at once gives each --ready-file and
 --go-file: a worker writes its ready file once set up (DDP: after the
@@ -136,7 +137,8 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0, help="stop once a held-out evaluation reaches this accuracy (0: never)")
     ap.add_argument("--time-scale", type=float, default=0, help="add a sleep of (Exp(1)+1)·X s to every step")
     ap.add_argument("--slow-factor", type=float, default=1, help="multiply the sleep (a slow worker)")
-    ap.add_argument("--eval-every", type=float, default=1.0, help="evaluate every this many seconds")
+    ap.add_argument("--eval-every", type=float, default=1.0,
+                    help="evaluate every this many seconds (0: only once, at the end)")
     ap.add_argument("--out", help="CSV of evaluations: time_s,step,loss,accuracy")
     ap.add_argument("--summary", help="write a JSON summary here at the end")
     ap.add_argument("--start-at", type=float, default=0,
@@ -241,7 +243,7 @@ def main(argv=None):
         # A DDP rank's parameters are every rank's after each step, so rank 0
         # alone evaluates (as a DDP user does): an evaluation on every rank
         # would stall all of them once per rank.
-        if now >= next_eval and not (a.ddp and a.rank != 0):
+        if a.eval_every > 0 and now >= next_eval and not (a.ddp and a.rank != 0):
             c0 = time.thread_time()
             loss, acc = evaluate(model, xte, yte)
             phase["eval"] += time.thread_time() - c0

@@ -31,8 +31,8 @@ type run struct {
 	// SlowWorker is the slowed worker's index (-1: none).
 	SlowWorker int     `json:"slow_worker"`
 	Duration   float64 `json:"duration_s"`
-	// TimeToTarget is when the median worker reached the target (DDP:
-	// rank 0, whose parameters are every rank's); NaN when it did not.
+	// TimeToTarget is when the evaluations that count (curves) reached
+	// the target; NaN when they did not.
 	TimeToTarget float64 `json:"-"`
 	// StepsPerS is steps per second per worker; SlowStepsPerS the slowed
 	// worker's own (NaN without one).
@@ -96,7 +96,7 @@ type run struct {
 	// from the common start until every trainer had ended.
 	Setup float64      `json:"setup_s"`
 	Train float64      `json:"train_s"`
-	Curve [][2]float64 `json:"curve"` // (time, median worker's accuracy)
+	Curve [][2]float64 `json:"curve"` // (time, the accuracy that counts: worker 0's, or the median worker's)
 
 	// JSON forms of the fields that may be NaN.
 	TimeToTargetJ  *float64 `json:"time_to_target_s"`
@@ -382,10 +382,14 @@ func (c *config) daemonArgs(dir, sys string, i int, ws []*worker, ids []string) 
 // trainerArgs is worker i's mnist.py.
 func (c *config) trainerArgs(cl cell, dir, sys string, seed, i int, slow bool, ws []*worker, goFile, stopFile string) []string {
 	w := ws[i]
+	evalEvery := c.evalEvery.Seconds()
+	if i > 0 && (sys == "ddp" || !c.evalAll) {
+		evalEvery = 0 // worker 0 alone evaluates during training; every worker once at the end
+	}
 	args := []string{filepath.Join("examples", "torch", "mnist.py"), "--model", cl.Model.Name,
 		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(len(ws)), "--batch", strconv.Itoa(c.batch),
 		"--lr", fmt.Sprint(cl.Model.LR), "--momentum", fmt.Sprint(cl.Model.Momentum), "--time-scale", fmt.Sprint(c.scale),
-		"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint((c.maxDur + 10*time.Second).Seconds()),
+		"--eval-every", fmt.Sprint(evalEvery), "--duration", fmt.Sprint((c.maxDur + 10*time.Second).Seconds()),
 		"--init-seed", strconv.Itoa(seed), "--seed", strconv.Itoa(1000*seed + i),
 		"--out", w.csv, "--summary", w.summary, "--log", "warning",
 		"--ready-file", w.ready, "--go-file", goFile, "--stop-file", stopFile}
@@ -479,7 +483,7 @@ func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, s
 			if len(curve) > 0 {
 				acc = curve[len(curve)-1][1]
 			}
-			fmt.Printf("    %3.0f s: accuracy %.3f (median worker), load %.1f\n", now, acc, loadAverage())
+			fmt.Printf("    %3.0f s: accuracy %.3f, load %.1f\n", now, acc, loadAverage())
 		}
 		select {
 		case <-ctx.Done():
@@ -530,13 +534,13 @@ func cpuAt(curve [][2]float64, t float64) float64 {
 	return math.NaN()
 }
 
-// curves are the evaluations that count: every pspnode worker's, DDP's
-// rank 0 alone (its ranks hold the same parameters, and rank 0 alone
-// evaluates during training).
+// curves are the evaluations that count: worker 0's, or with
+// --eval-workers all every pspnode worker's (DDP's rank 0 alone: its ranks
+// hold the same parameters).
 func (c *config) curves(sys string, ws []*worker) [][]evals.Eval {
 	var out [][]evals.Eval
 	for i, w := range ws {
-		if sys == "ddp" && i > 0 {
+		if i > 0 && (sys == "ddp" || !c.evalAll) {
 			break
 		}
 		ev, _ := evals.Read(w.csv)
