@@ -110,6 +110,17 @@ def written():
     return 0
 
 
+def run_delay():
+    """Seconds this thread has waited on a run queue for a CPU (Linux
+    /proc/thread-self/schedstat; 0 where it is missing): what a busy
+    machine costs the training loop."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def evaluate(model, x, y):
     with torch.no_grad():
         out = model(x)
@@ -237,16 +248,17 @@ def main(argv=None):
     # the evaluations), the wall time of the optimizer's step, and the
     # process's CPU (its other threads: gloo's, gRPC's).
     phase = {"compute": 0.0, "step": 0.0, "eval": 0.0}
-    step_wall, evals, cpu0, thr0 = 0.0, 0, time.process_time(), time.thread_time()
+    step_wall, eval_wall, evals, cpu0, thr0, rq0 = 0.0, 0.0, 0, time.process_time(), time.thread_time(), run_delay()
     while True:
         now = time.monotonic() - start
         # A DDP rank's parameters are every rank's after each step, so rank 0
         # alone evaluates (as a DDP user does): an evaluation on every rank
         # would stall all of them once per rank.
         if a.eval_every > 0 and now >= next_eval and not (a.ddp and a.rank != 0):
-            c0 = time.thread_time()
+            c0, w0 = time.thread_time(), time.perf_counter()
             loss, acc = evaluate(model, xte, yte)
             phase["eval"] += time.thread_time() - c0
+            eval_wall += time.perf_counter() - w0
             evals += 1
             best = max(best, acc)
             if out:
@@ -285,6 +297,7 @@ def main(argv=None):
         steps += 1
     cpu = time.process_time() - cpu0
     main_cpu = time.thread_time() - thr0
+    runq = run_delay() - rq0
     elapsed = time.monotonic() - start
     loss, acc = evaluate(model, xte, yte)
     if out:
@@ -295,7 +308,8 @@ def main(argv=None):
                "bytes_written": written() - wchar0, "start_late_s": max(0.0, late),
                "model": model_name, "parameters": sum(p.numel() for p in model.parameters()),
                "cpu_s": cpu, "cpu_main_s": main_cpu, "cpu_compute_s": phase["compute"], "cpu_step_s": phase["step"],
-               "cpu_eval_s": phase["eval"], "evaluations": evals, "step_wall_s": step_wall}
+               "cpu_eval_s": phase["eval"], "evaluations": evals, "step_wall_s": step_wall, "eval_wall_s": eval_wall,
+               "run_queue_s": runq}
     if a.daemon:
         summary["population"] = opt.population
         opt.close()

@@ -61,7 +61,9 @@ type run struct {
 	// StepCPU the optimizer's step (pspnode.Optimizer.step: the training
 	// thread's part), EvalCPU the evaluations, of which there were
 	// Evaluations; StepWall the optimizer steps' wall time (waiting at the
-	// barrier, DDP's all-reduce). Steps is every worker's steps; CPUToTarget
+	// barrier, DDP's all-reduce), EvalWall the evaluations'; RunQueue the
+	// time the training threads waited for a CPU (a busy machine). Steps
+	// is every worker's steps; CPUToTarget
 	// every worker process's CPU from the start of training until the
 	// target was reached (NaN when it was not).
 	TrainerCPU     float64 `json:"trainer_cpu_s"`
@@ -73,6 +75,8 @@ type run struct {
 	EvalCPU        float64 `json:"eval_cpu_s"`
 	Evaluations    int64   `json:"evaluations"`
 	StepWall       float64 `json:"step_wall_s"`
+	EvalWall       float64 `json:"eval_wall_s"`
+	RunQueue       float64 `json:"run_queue_s"`
 	Steps          int64   `json:"steps"`
 	CPUToTarget    float64 `json:"-"`
 	// Staleness is psp_update_staleness_steps over every daemon; nil when
@@ -353,6 +357,7 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 		c.keepScrapes(cl, sys, seed, ws)
 	}
 	r, err = c.tally(cl, sys, seed, slow, ws, sent)
+	c.keepWorkerFiles(cl, sys, seed, ws)
 	r.CPUToTarget = cpuAt(cpuCurve, r.TimeToTarget)
 	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
 	r.Setup, r.Train = setup.Seconds(), train.Seconds()
@@ -580,6 +585,20 @@ func (c *config) keepScrapes(cl cell, sys string, seed int, ws []*worker) {
 	}
 }
 
+// keepWorkerFiles saves each worker's evaluations and summary beside the
+// run's record (runs/NAME.wI.csv, .wI.json).
+func (c *config) keepWorkerFiles(cl cell, sys string, seed int, ws []*worker) {
+	base := strings.TrimSuffix(c.savedPath(cl, sys, seed), ".json")
+	_ = os.MkdirAll(filepath.Dir(base), 0o755)
+	for i, w := range ws {
+		for ext, from := range map[string]string{"csv": w.csv, "json": w.summary} {
+			if b, err := os.ReadFile(from); err == nil {
+				_ = os.WriteFile(fmt.Sprintf("%s.w%d.%s", base, i, ext), b, 0o644)
+			}
+		}
+	}
+}
+
 // summary is what mnist.py writes at the end (--summary).
 type summary struct {
 	Steps       int64   `json:"steps"`
@@ -592,6 +611,8 @@ type summary struct {
 	EvalCPU     float64 `json:"cpu_eval_s"`
 	Evaluations int64   `json:"evaluations"`
 	StepWall    float64 `json:"step_wall_s"`
+	EvalWall    float64 `json:"eval_wall_s"`
+	RunQueue    float64 `json:"run_queue_s"`
 }
 
 // tally is the run from its workers' files and processes; sent is what
@@ -624,6 +645,8 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 		r.EvalCPU += s.EvalCPU
 		r.Evaluations += s.Evaluations
 		r.StepWall += s.StepWall
+		r.EvalWall += s.EvalWall
+		r.RunQueue += s.RunQueue
 		c1, p1 := usage(w.trainer)
 		c2, p2 := usage(w.daemon)
 		r.CPUSeconds += c1 + c2
