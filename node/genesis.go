@@ -385,6 +385,33 @@ func (n *Node) takeGenesis(g Genesis) {
 	}
 	n.lin.set(g)
 	n.log.Debug("genesis", "genesis", g.String(), "new", made)
+	n.checkClock(g)
+}
+
+// clockSlack is how far in the future a genesis this node takes may lie
+// before it says that a clock is off.
+const clockSlack = time.Minute
+
+// clockOff reports how far ahead of now g was made, by its maker's clock,
+// when that is more than clockSlack: the maker's clock or this node's is
+// off.
+func clockOff(g Genesis, now time.Time) (time.Duration, bool) {
+	if g.IsZero() {
+		return 0, false
+	}
+	ahead := g.Time().Sub(now)
+	return ahead, ahead > clockSlack
+}
+
+// checkClock warns when the genesis this node takes was made in its
+// future: a clock is off. Lineages do not depend on clocks (genesis.go:
+// the job's lineage is the one most peers are on), so the job goes on;
+// but the logs' times and a lineage's "started" disagree.
+func (n *Node) checkClock(g Genesis) {
+	if ahead, off := clockOff(g, time.Now()); off {
+		n.log.Warn("this node's clock is behind the clock of the node that started the job's lineage (or that one is ahead): the job goes on, lineages do not depend on clocks, but check the machines' time (NTP)",
+			"lineage", g.String(), "started", g.Time().UTC().Format(time.RFC3339), "ahead_of_this_clock", ahead.Round(time.Second))
+	}
 }
 
 // errModelMismatch returns the *ModelMismatchError in err, if any.

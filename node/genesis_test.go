@@ -237,3 +237,23 @@ func TestGenesisOrder(t *testing.T) {
 		t.Errorf("String: %q %q", Genesis{}.String(), a.String())
 	}
 }
+
+func TestClockOff(t *testing.T) {
+	now := time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		made time.Time
+		off  bool
+	}{
+		{now.Add(-time.Hour), false},
+		{now, false},
+		{now.Add(30 * time.Second), false},
+		{now.Add(5 * time.Minute), true},
+	} {
+		if _, off := clockOff(NewGenesis(tc.made), now); off != tc.off {
+			t.Errorf("a genesis made at %v, seen at %v: off %v, want %v", tc.made, now, off, tc.off)
+		}
+	}
+	if _, off := clockOff(Genesis{}, now); off {
+		t.Error("no genesis is off")
+	}
+}

@@ -129,6 +129,7 @@ func (n *Node) rebase(js jobView, why string) bool {
 	if !js.genesis.IsZero() && js.genesis != n.lin.genesis() {
 		n.lin.set(js.genesis)
 		n.lin.converged.Inc()
+		n.checkClock(js.genesis)
 	}
 	n.adoptStep(js.adopt)
 	n.screen = screenFor(n.cfg.Screen) // reports judged under the old step or lineage

@@ -73,3 +73,26 @@ func TestIdentityCreatedOnceUnderRace(t *testing.T) {
 		}
 	}
 }
+
+// Two nodes of one machine with one identity file: the second is refused
+// with a message that says so, and the file is free again once the first
+// lets it go (its process ends).
+func TestIdentityInUse(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "k")
+	if _, err := loadIdentity(path); err != nil {
+		t.Fatal(err)
+	}
+	release, err := lockIdentity(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lockIdentity(path); err == nil || !strings.Contains(err.Error(), "in use by another pspnode") {
+		t.Errorf("a second lock of one identity: %v", err)
+	}
+	release()
+	again, err := lockIdentity(path)
+	if err != nil {
+		t.Fatalf("after the first let it go: %v", err)
+	}
+	again()
+}

@@ -266,6 +266,9 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		if err != nil {
 			return cfg, err
 		}
+		if _, err := lockIdentity(*f.identity); err != nil { // held until the process ends
+			return cfg, usageError{err}
+		}
 		cfg.Identity = key
 		cfg.PeersFile = *f.identity + ".peers"
 	} else {
