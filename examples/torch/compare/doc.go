@@ -34,11 +34,11 @@
 // are every rank's; pspnode's worker 0, whose model is what a user of that
 // worker gets), every --eval-every, and its accuracy is the one that
 // counts; every worker evaluates once at the end (the final accuracy is
-// their mean). An evaluation of the MLP costs as much CPU as about 25 of
-// its training steps here, so when every pspnode worker evaluated
-// (--eval-workers all, where the median worker's accuracy counts) the
-// evaluations were most of pspnode's CPU, four times DDP's, on the
-// machine that ran both.
+// their mean). An evaluation of the MLP costs as much CPU as the forward
+// and backward passes of about 25 training steps, so when every pspnode
+// worker evaluated (--eval-workers all, where the median worker's
+// accuracy counts) the evaluations were half of pspnode's CPU, four times
+// DDP's evaluation work, on the machine that ran both.
 //
 // Per run: the time to the target, steps per second per
 // worker, final accuracy, CPU seconds of all worker processes (trainers

@@ -217,9 +217,9 @@ func (c *config) settingsLine() string {
 			slow += fmt.Sprintf(" CPU-slowed: one worker's processes limited to %.3g core (cgroup cpu quota).", c.slowCores)
 		}
 	}
-	who := "worker 0 (never the slow one) evaluates every %v during training, in either system, and its accuracy counts"
+	who := "Worker 0 (never the slow one) evaluates every %v during training, in either system, and its accuracy counts"
 	if c.evalAll {
-		who = "every pspnode worker evaluates every %v during training and the median worker's accuracy counts (DDP: rank 0's)"
+		who = "Every pspnode worker evaluates every %v during training and the median worker's accuracy counts (DDP: rank 0's)"
 	}
 	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s The slow worker is worker (seed mod %d).",
 		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, c.workers)
