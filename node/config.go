@@ -33,7 +33,9 @@ type Config struct {
 	// with WithHost.
 	Identity crypto.PrivKey
 	// ConnLow and ConnHigh are the connection manager's watermarks (of a
-	// host the node builds).
+	// host the node builds; each at most a quarter of its inbound
+	// connection limit, which the node raises to 1024 where the file
+	// descriptors allow: limits.go).
 	ConnLow, ConnHigh int
 	// BoundConns makes the node itself hold at most ConnHigh connections
 	// (any host, its own or WithHost's): once over, it closes unprotected

@@ -71,5 +71,65 @@ func (n *Node) trimConns(now time.Time) int {
 		_ = c.c.CloseWithError(network.ConnGarbageCollected)
 	}
 	n.m.connsTrimmed.Add(float64(k))
+	n.m.hostile.WithLabelValues(kindIdleInboundClosed).Add(float64(k))
+	return k
+}
+
+// The inbound guard keeps the last quarter of a built host's inbound
+// connection limit free (limits.go): when a connection comes in and the
+// host holds more than three quarters of the limit inbound, it closes
+// inbound connections that carry no stream, are older than connMinAge and
+// that the connection manager does not protect (the overlay protects the
+// peers it needs: its sampler pool, the peers whose pools hold this node,
+// its zone), oldest first, down to half the limit; at most once per
+// guardPause. Idle peers that hold connections only to fill the limit
+// are closed as they pile up, long before it refuses a new peer.
+const guardPause = 100 * time.Millisecond
+
+// guardInbound starts the inbound guard of a host the node built; it ends
+// with the node's life.
+func (n *Node) guardInbound() {
+	if n.inboundLimit <= 0 {
+		return
+	}
+	go func() {
+		for {
+			select {
+			case <-n.life.Done():
+				return
+			case <-n.guardKick:
+			}
+			n.trimInbound(time.Now(), n.inboundLimit)
+			sleepCtx(n.life, guardPause)
+		}
+	}()
+}
+
+// trimInbound closes idle unprotected inbound connections down to half
+// the inbound limit if the host holds more than three quarters of it, and
+// returns how many it closed.
+func (n *Node) trimInbound(now time.Time, limit int) int {
+	var in []network.Conn
+	for _, c := range n.h.Network().Conns() {
+		if c.Stat().Direction == network.DirInbound {
+			in = append(in, c)
+		}
+	}
+	if 4*len(in) <= 3*limit {
+		return 0
+	}
+	cm := n.h.ConnManager()
+	var cands []network.Conn
+	for _, c := range in {
+		if len(c.GetStreams()) == 0 && now.Sub(c.Stat().Opened) >= connMinAge && !cm.IsProtected(c.RemotePeer(), "") {
+			cands = append(cands, c)
+		}
+	}
+	slices.SortFunc(cands, func(a, b network.Conn) int { return a.Stat().Opened.Compare(b.Stat().Opened) })
+	k := min(len(in)-limit/2, len(cands))
+	for _, c := range cands[:k] {
+		_ = c.CloseWithError(network.ConnGarbageCollected)
+	}
+	n.m.connsTrimmed.Add(float64(k))
 	return k
 }

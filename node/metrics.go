@@ -15,6 +15,15 @@ import (
 // inbound stream caps.
 var refusedProtocols = []string{"step", "model", "exchange"}
 
+// hostileKinds label psp_hostile_messages_total.
+const (
+	kindPopulationOutlier = "population_outlier"
+	kindStepStreamEvicted = "step_stream_evicted"
+	kindIdleInboundClosed = "idle_inbound_closed"
+)
+
+var hostileKinds = []string{kindPopulationOutlier, kindStepStreamEvicted, kindIdleInboundClosed}
+
 // metrics are the node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
 type metrics struct {
@@ -48,6 +57,9 @@ type metrics struct {
 	knownBehind   prometheus.Counter
 	staleness     prometheus.Histogram
 	unwedged      prometheus.Counter
+	// hostile counts messages a defence judged hostile, by kind
+	// (hostileKinds).
+	hostile *prometheus.CounterVec
 
 	mu     sync.Mutex
 	waits  ring // recent barrier waits, seconds
@@ -106,13 +118,18 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		knownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
-		waits:        newRing(4096),
-		checkL:       newRing(4096),
-		rtts:         newRing(4096),
+		hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
+			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
+		waits:  newRing(4096),
+		checkL: newRing(4096),
+		rtts:   newRing(4096),
 	}
 	reg.MustRegister(m.step, m.waiting, m.isolated, m.wait, m.checks, m.check, m.rtt, m.timeouts,
 		m.queryErrors, m.malformed, m.modelBad, m.modelNone, m.applied, m.applyRejected, m.loss, m.accuracy, m.connsOpened, m.connsTrimmed, m.stepDials,
-		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached, m.knownBehind, m.staleness, m.unwedged)
+		m.screened, m.normRefused, m.refused, m.hedged, m.earlyFail, m.staleStreams, m.pushed, m.cached, m.knownBehind, m.staleness, m.unwedged, m.hostile)
+	for _, k := range hostileKinds {
+		m.hostile.WithLabelValues(k)
+	}
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.screened.WithLabelValues(v.String()) // export zeros
 	}

@@ -98,13 +98,22 @@ type Node struct {
 	estMu      sync.Mutex // guards estAt and estVal
 	estAt      time.Time
 	estVal     float64
-	repMu      sync.Mutex // guards reports
-	reports    ring       // population estimates peers reported lately (population)
+	// repMu guards reportedMedian's cache of the peers' reported
+	// population: repMed (ok: repOK), computed at repAt.
+	repMu  sync.Mutex
+	repMed float64
+	repOK  bool
+	repAt  time.Time
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
+	// inboundLimit is the resource manager's inbound connection limit of
+	// a host the node built (0 with WithHost); guardKick wakes the
+	// inbound guard (connbound.go) when a connection comes in.
+	inboundLimit int
+	guardKick    chan struct{}
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress
@@ -183,7 +192,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
 		steps:        newStepStreams(cfg.StepStreams),
 		screen:       screenFor(cfg.Screen),
-		reports:      newRing(32),
 		progress:     newProgress(),
 	}
 	n.stepExtID = wire.StepProtocolExt(cfg.Job)
@@ -207,15 +215,16 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.Attach(d.host)
 		n.h = n.meter.wrapHost(d.host)
 	} else {
-		cm, err := connmgr.NewConnManager(cfg.ConnLow, cfg.ConnHigh, connmgr.WithGracePeriod(time.Minute))
+		rm, cl, err := resourceManager(cfg)
 		if err != nil {
-			return nil, fmt.Errorf("node: connection manager: %w", err)
-		}
-		rm, err := resourceManager(cfg)
-		if err != nil {
-			_ = cm.Close()
 			return nil, fmt.Errorf("node: resource manager: %w", err)
 		}
+		cm, err := connmgr.NewConnManager(cl.low, cl.high, connmgr.WithGracePeriod(time.Minute))
+		if err != nil {
+			_ = rm.Close()
+			return nil, fmt.Errorf("node: connection manager: %w", err)
+		}
+		n.inboundLimit = cl.inbound
 		opts := []libp2p.Option{
 			libp2p.ListenAddrStrings(cfg.Listen...),
 			libp2p.ConnectionManager(cm),
@@ -263,10 +272,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.closeParts()
 		return nil, err
 	}
+	n.guardKick = make(chan struct{}, 1)
 	n.conns = &network.NotifyBundle{
-		ConnectedF: func(network.Network, network.Conn) {
+		ConnectedF: func(_ network.Network, c network.Conn) {
 			n.opened.Add(1)
 			n.m.connsOpened.Inc()
+			if n.inboundLimit > 0 && c.Stat().Direction == network.DirInbound {
+				select {
+				case n.guardKick <- struct{}{}:
+				default:
+				}
+			}
 		},
 		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
 	}
@@ -280,6 +296,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
+	n.limiter.setKnown(n.ov.Knows) // idle step streams of unknown peers make room (limits.go)
 	n.registerGaugeFuncs()
 	if n.task.NumParams() > 0 {
 		if err := n.attachModel(ctx); err != nil {
@@ -289,6 +306,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.startJoiner(joinErr, seed)
 	n.keepPeers()
 	n.boundConns()
+	n.guardInbound()
 	n.up.Store(true)
 	close(n.ready)
 	return n, nil
@@ -461,11 +479,25 @@ func guard(ctx context.Context, s network.Stream) (stop func() bool) {
 	return context.AfterFunc(ctx, func() { _ = s.Reset() })
 }
 
-// limited wraps a stream handler in the step protocol's inbound stream
-// caps: a stream over its peer's or the node's cap is reset at once and
-// counted.
-func (n *Node) limited(handle network.StreamHandler) network.StreamHandler {
-	return n.limitedBy(n.limiter, "step", handle)
+// limited wraps a step stream handler in the step protocol's inbound
+// stream caps: a stream over its peer's cap, or over the node's that may
+// evict no idle stream (limits.go), is reset at once and counted.
+func (n *Node) limited(handle func(network.Stream, *stepSlot)) network.StreamHandler {
+	l := n.limiter
+	evicted := func() { n.m.hostile.WithLabelValues(kindStepStreamEvicted).Inc() }
+	return func(s network.Stream) {
+		sl, ok := l.enter(s.Conn().RemotePeer(), s, evicted)
+		if !ok {
+			n.m.refused.WithLabelValues("step").Inc()
+			_ = s.Reset()
+			return
+		}
+		defer l.leave(sl)
+		if !n.awaitReady(s, "step") {
+			return
+		}
+		handle(s, sl)
+	}
 }
 
 // limitedBy is limited with the caps of l, and waits, as every handler

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 )
@@ -34,23 +36,54 @@ func TestChoosePopulation(t *testing.T) {
 	}
 }
 
+func TestReportQuorum(t *testing.T) {
+	for _, tc := range []struct{ known, want int }{
+		{0, minReports}, {3, minReports}, {5, minReports}, {6, minReports}, {7, 4}, {99, 50}, {1000, 500},
+	} {
+		if got := reportQuorum(tc.known); got != tc.want {
+			t.Errorf("reportQuorum(%d) = %d, want %d", tc.known, got, tc.want)
+		}
+	}
+}
+
+// The reported population is the median of every peer's latest report,
+// one vote per peer: a peer that reports again and again is one vote, and
+// a report far from the others counts as a hostile message.
 func TestReportedPopulation(t *testing.T) {
-	n := &Node{reports: newRing(32)}
-	n.notePeerEstimate(50)
-	n.notePeerEstimate(52)
-	if _, ok := n.reportedPopulation(); ok {
-		t.Fatal("a median from two reports")
-	}
-	for _, v := range []float64{0, -3, 2e9} { // nonsense is ignored
-		n.notePeerEstimate(v)
-	}
-	if _, ok := n.reportedPopulation(); ok {
-		t.Fatal("nonsense reports counted")
-	}
-	n.notePeerEstimate(1e6) // a liar does not move the median
-	if got, ok := n.reportedPopulation(); !ok || got != 52 {
-		t.Errorf("median of 50, 52, 1e6 = %v, %v; want 52", got, ok)
-	}
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		n := buildTestNodes(t, 1, "asp", 0, memHosts(t, mn))[0]
+		note := func(p peer.ID, v float64) {
+			n.ov.ObserveEstimate(p, v)
+			n.notePeerEstimate(v)
+		}
+		a, b, liar := peer.ID("a"), peer.ID("b"), peer.ID("liar")
+		note(a, 50)
+		note(b, 52)
+		if _, ok := n.reportedPopulation(); ok {
+			t.Fatal("a median from two peers")
+		}
+		for range 100 { // one peer, many reports: one vote
+			note(liar, 1e6)
+		}
+		if got, ok := n.reportedPopulation(); !ok || got != 52 {
+			t.Errorf("median of 50, 52, 1e6 = %v, %v; want 52", got, ok)
+		}
+		for _, v := range []float64{0, -3, 2e9} { // nonsense is ignored
+			note(peer.ID("c"), v)
+		}
+		if got, _ := n.reportedPopulation(); got != 52 {
+			t.Errorf("nonsense moved the median to %v", got)
+		}
+		time.Sleep(reportedMedianTTL) // the cached median is the one above
+		note(liar, 1e6)
+		// Three nonsense reports, and at least the last lie (the median
+		// was cached before the lies began).
+		if got := counterValue(n.m.hostile.WithLabelValues(kindPopulationOutlier)); got < 4 {
+			t.Errorf("%v reports counted as outliers, want at least 4", got)
+		}
+	})
 }
 
 // A joiner's first update must pass its peers' norm bound. Its overlay knows

@@ -302,13 +302,15 @@ func (n *Node) exchange(ctx context.Context, st *stepStream, req wire.StepReques
 
 // handleStep answers step queries on one stream until the asker closes it,
 // it idles, or the node is over half its inbound cap (see stepStreams).
-func (n *Node) handleStep(s network.Stream) {
+// sl is the stream's slot under the step limiter: idle while the stream
+// waits for a request, when a new stream may take it (limits.go).
+func (n *Node) handleStep(s network.Stream, sl *stepSlot) {
 	from := s.Conn().RemotePeer()
 	defer s.Close()
 	defer guard(n.life, s)() // the node's closing cuts the stream
 	st := newStepStream(s, s.Protocol() == n.stepExtID)
 	first := true
-	for n.serveStep(s, st, from, first) && n.limiter.roomy() {
+	for n.serveStep(s, st, from, first, sl) && n.limiter.roomy() {
 		first = false
 	}
 }
@@ -343,7 +345,7 @@ func (w *watchdog) disarm() (ranOut bool) { return !w.t.Stop() }
 // serveStep reads one request (the first of a stream within the query
 // timeout, a later one within stepIdleAnswerer) and answers it within the
 // query timeout; it reports whether the stream may carry another.
-func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first bool) bool {
+func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first bool, sl *stepSlot) bool {
 	w := st.w
 	wait := n.cfg.QueryTimeout
 	if !first {
@@ -357,6 +359,8 @@ func (n *Node) serveStep(s network.Stream, st *stepStream, from peer.ID, first b
 	// stream waits until its asker or its connection closes it.
 	_ = s.SetReadDeadline(time.Now().Add(wait))
 	body, err := readFrame(st.r, stepFrameCap(st.ext))
+	n.limiter.busy(sl, true) // a request (or the stream's end) came: not idle
+	defer n.limiter.busy(sl, false)
 	idled := isTimeout(err)
 	if idled {
 		_ = s.Reset()

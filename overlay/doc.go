@@ -69,10 +69,16 @@
 //     that names made-up IDs near the key would otherwise fill the
 //     closest and read the network many times too large.
 //   - Reports from peers (ObserveEstimate), which the node's step replies
-//     carry. The latest report per peer counts for ReportMaxAge; their 10 %
-//     trimmed mean is averaged with the local estimate with weight m : 1
-//     (every node estimates from a different zone and different lookups, so
-//     the errors are roughly independent), shrinking the error by √(1+m).
+//     carry. The latest report per peer counts for ReportMaxAge; those
+//     within a factor of ReportBand of the reports' median (the local
+//     estimate voting too, as many times as half the known peers that
+//     have not reported, so that liars quick to report cannot hold the
+//     median early on) count, and their 10 % trimmed mean is averaged
+//     with the local estimate with weight m : 1 (every node estimates from
+//     a different zone and different lookups, so the errors are roughly
+//     independent), shrinking the error by √(1+m). One report per peer
+//     and the band keep liars that report often and far off from moving
+//     it; ReportedMedian is the reports' median alone, one vote per peer.
 //
 // LocalEstimate is the first two fused by inverse variance; peers should
 // report LocalEstimate, not Estimate, to keep reports independent.

@@ -87,6 +87,78 @@ func (o *Overlay) Estimate() (n float64, stderr float64, err error) {
 	return c.n, c.se, c.err
 }
 
+// ReportedMedian returns the median of the population estimates peers
+// reported (ObserveEstimate), one vote per peer: its latest report, if it
+// is younger than ReportMaxAge and the peer is not known dead; and how
+// many peers voted (0: no median). Unlike Estimate it is computed afresh
+// at each call, so a report counts at once (a joiner asks its first peers
+// for their estimates and uses them right away).
+//
+// One vote per peer is what keeps a liar from moving it: a peer that
+// reports twenty times a second has one vote, like a peer asked once; the
+// median moves only once liars are half of the peers heard from.
+func (o *Overlay) ReportedMedian() (median float64, peers int) {
+	cut := time.Now().Add(-o.cfg.ReportMaxAge)
+	o.mu.Lock()
+	vals := make([]float64, 0, len(o.reports))
+	for p, r := range o.reports {
+		if r.at.Before(cut) {
+			continue
+		}
+		if m, ok := o.members[p]; ok && m.dead {
+			continue
+		}
+		vals = append(vals, r.n)
+	}
+	o.mu.Unlock()
+	if len(vals) == 0 {
+		return 0, 0
+	}
+	slices.Sort(vals)
+	return medianSorted(vals), len(vals)
+}
+
+// medianSorted is the median of sorted, non-empty xs.
+func medianSorted(xs []float64) float64 {
+	k := len(xs)
+	if k%2 == 1 {
+		return xs[k/2]
+	}
+	return (xs[k/2-1] + xs[k/2]) / 2
+}
+
+// ReportBand bounds the peer reports that count in Estimate: within a
+// factor of ReportBand of their median. Honest estimates of one network
+// agree within tens of per cent (each has a relative error of about
+// 1/√n_c); a report four times off is a liar's, or a joiner's that has
+// not seen the network yet.
+const ReportBand = 4
+
+// inBand returns the reports within a factor of ReportBand of their
+// median, in the order given. The node's own estimate (local, if ok) votes
+// in the median too, votes times, so that liars among the first few peers
+// to report do not set it (localVotes).
+func inBand(reports []float64, local float64, ok bool, votes int) []float64 {
+	if len(reports) == 0 {
+		return reports
+	}
+	s := slices.Clone(reports)
+	if ok {
+		for range max(votes, 1) {
+			s = append(s, local)
+		}
+	}
+	slices.Sort(s)
+	med := medianSorted(s)
+	out := reports[:0:0]
+	for _, v := range reports {
+		if v >= med/ReportBand && v <= med*ReportBand {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
 // EstimateDetail is the breakdown behind Estimate, for diagnostics.
 type EstimateDetail struct {
 	ZoneN, ZoneSE   float64 // zone density (0 if unavailable)
@@ -207,7 +279,11 @@ func (o *Overlay) estimates() estCache {
 	for i, r := range reps {
 		vals[i] = r.n
 	}
-	c.n, c.se, c.err = fuseReports(ln, lse, lok, vals)
+	known := 0
+	for _, k := range o.confirmedByCPL {
+		known += k
+	}
+	c.n, c.se, c.err = fuseReports(ln, lse, lok, vals, localVotes(len(vals), known))
 	if c.err != nil {
 		c.err = fmt.Errorf("overlay: estimate: %w", c.err)
 	}
@@ -383,13 +459,29 @@ func trimmedMean(xs []float64) (mean, sd float64) {
 	return mean, sd
 }
 
+// localVotes is how many votes the node's own estimate has in the band's
+// median beside m peers' reports, for a node that knows known live peers:
+// as many as half of them that have not reported, and at least one. Peers
+// that lie report as often as they like, the honest ones when they happen
+// to ask or be asked: at the start of a run, ten liars among a hundred
+// nodes sending twenty queries a second were half the first peers heard
+// from. Until half the peers have reported, the own estimate holds the
+// median; after, the reports do. In a run without liars the band leaves
+// out no report either way (honest estimates agree within it).
+func localVotes(m, known int) int { return max(1, (known+1)/2-m) }
+
 // fuseReports combines a local estimate (n, se; ok=false if none) with peer
-// reports. Each report is treated as an independent estimate of similar
+// reports. Reports more than a factor of ReportBand from their median (the
+// local estimate voting votes times) are left out (inBand): with a few
+// reports the trimmed mean trims nothing, and one liar among three honest
+// reports moved it a hundred-million-fold.
+// Each report is treated as an independent estimate of similar
 // precision to ours (the same method on another zone), so the reports'
 // trimmed mean gets weight m against our 1; without a local estimate the
 // trimmed mean stands alone with its sample standard error. Needs at least
 // 3 reports to say anything without a local estimate.
-func fuseReports(n, se float64, ok bool, reports []float64) (float64, float64, error) {
+func fuseReports(n, se float64, ok bool, reports []float64, votes int) (float64, float64, error) {
+	reports = inBand(reports, n, ok, votes)
 	m := len(reports)
 	switch {
 	case m == 0 && ok:

@@ -218,17 +218,17 @@ func TestFuse(t *testing.T) {
 
 	// Reports: a hostile extreme report is trimmed.
 	reps := []float64{1000, 1010, 990, 1005, 995, 1002, 998, 1e9, 1001, 999}
-	f, fse, err := fuseReports(1000, 100, true, reps)
+	f, fse, err := fuseReports(1000, 100, true, reps, 1)
 	if err != nil || math.Abs(f-1000) > 5 {
 		t.Fatalf("fuseReports = %v ± %v, %v; want ≈1000", f, fse, err)
 	}
 	if fse >= 100 {
 		t.Errorf("fused SE %v did not shrink below local 100", fse)
 	}
-	if _, _, err := fuseReports(0, 0, false, []float64{5, 6}); !errors.Is(err, ErrTooFewPeers) {
+	if _, _, err := fuseReports(0, 0, false, []float64{5, 6}, 1); !errors.Is(err, ErrTooFewPeers) {
 		t.Errorf("two reports and no local: err = %v", err)
 	}
-	if f, _, err := fuseReports(0, 0, false, []float64{500, 510, 490}); err != nil || math.Abs(f-500) > 1 {
+	if f, _, err := fuseReports(0, 0, false, []float64{500, 510, 490}, 1); err != nil || math.Abs(f-500) > 1 {
 		t.Errorf("reports only = %v, %v", f, err)
 	}
 }
@@ -261,7 +261,7 @@ func TestFusedNetworkEstimate(t *testing.T) {
 				reps = append(reps, local[j])
 			}
 		}
-		f, _, err := fuseReports(local[i], lse[i], true, reps)
+		f, _, err := fuseReports(local[i], lse[i], true, reps, 1)
 		if err != nil {
 			t.Fatal(err)
 		}

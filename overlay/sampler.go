@@ -178,6 +178,17 @@ func (o *Overlay) PeerCount() int {
 	return n
 }
 
+// Knows reports whether p is a live member heard from first-hand: it
+// answered, connected speaking the overlay's protocol, or asked this node
+// something of its job. A peer that only opened streams, or that others
+// named, is not known.
+func (o *Overlay) Knows(p peer.ID) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	m, ok := o.members[p]
+	return ok && !m.dead && !m.confirmed.IsZero()
+}
+
 // MarkDead records that p did not answer (e.g. a step query timed out). p
 // leaves the sampler pool and the routing table at once; it returns only on
 // first-hand evidence of life (it connects or answers again, or MarkAlive).

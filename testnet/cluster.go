@@ -2,6 +2,7 @@ package testnet
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"slices"
 	"sync"
@@ -10,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
@@ -51,6 +53,9 @@ type member struct {
 	// nd is then nil, so that a long run with churn does not keep every
 	// departed node's host, overlay and model in memory.
 	gone *goneNode
+	// probe marks a joiner started through a joiner-wedge node: honest,
+	// but reported apart (Hostility.Wedge), not among the honest nodes.
+	probe bool
 }
 
 // goneNode is what the report reads of a departed node.
@@ -80,7 +85,7 @@ func (m *member) updateStats() gossip.Stats {
 // the report reads. Hostile nodes and the flood target are kept: their
 // goroutines and figures refer to them to the end. t.mu must be held.
 func (t *testnet) release(m *member) {
-	if m.role != Honest || m == t.target || m.gone != nil {
+	if m.role != Honest || m.probe || m == t.target || m.gone != nil {
 		return
 	}
 	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
@@ -122,6 +127,12 @@ func testnetGenesis(seed uint64) node.Genesis {
 	return g
 }
 
+// testnetPSK is the swarm key of a private testnet: a function of the seed.
+func testnetPSK(seed uint64) pnet.PSK {
+	sum := sha256.Sum256(binary.BigEndian.AppendUint64([]byte("testnet swarm key"), seed))
+	return pnet.PSK(sum[:])
+}
+
 // nodeConfig is what every node of the testnet is configured with before
 // its own parts (bootstrap peers, host or identity, seed, task, faults):
 // node.DefaultLocalConfig with the testnet's settings. A joining node
@@ -141,6 +152,9 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	}
 	cfg.Gossip.Encoding = enc
 	cfg.PollShare = t.cfg.PollShare
+	if t.cfg.Private {
+		cfg.PSK = testnetPSK(t.cfg.Seed)
+	}
 	cfg.Exchange = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
@@ -186,7 +200,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 	if err != nil {
 		return nil, err
 	}
-	idx, key, err := t.reserve(&cfg, joining)
+	idx, key, err := t.reserve(&cfg, joining, id.via)
 	if err != nil {
 		return nil, err
 	}
@@ -217,7 +231,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	self = nd.ID()
-	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{})}
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{}), probe: id.via != nil}
 	if joining {
 		m.joinedAt = time.Since(t.start)
 	}
@@ -226,9 +240,9 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 }
 
 // reserve gives a new node its number (its seed and shard), logs a join,
-// adds up to three live nodes to cfg's bootstrap list, and draws a host key
-// when the node builds its own host (tcp).
-func (t *testnet) reserve(cfg *node.Config, joining bool) (idx int, key crypto.PrivKey, err error) {
+// adds up to three live nodes to cfg's bootstrap list (via alone, if set),
+// and draws a host key when the node builds its own host (tcp).
+func (t *testnet) reserve(cfg *node.Config, joining bool, via *member) (idx int, key crypto.PrivKey, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx = t.nextIdx
@@ -236,11 +250,18 @@ func (t *testnet) reserve(cfg *node.Config, joining bool) (idx int, key crypto.P
 	if joining {
 		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
 	}
-	live := t.liveLocked()
-	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
-		for _, a := range live[j].nd.Addrs() {
+	if via != nil {
+		for _, a := range via.nd.Addrs() {
 			cfg.Bootstrap = append(cfg.Bootstrap, a.String())
 			break
+		}
+	} else {
+		live := t.liveLocked()
+		for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
+			for _, a := range live[j].nd.Addrs() {
+				cfg.Bootstrap = append(cfg.Bootstrap, a.String())
+				break
+			}
 		}
 	}
 	if t.net == nil {
@@ -317,6 +338,7 @@ func (t *testnet) register(m *member, seed uint64) {
 	if m.role == FakePeers {
 		t.serveFakePeers(m, seed)
 	}
+	t.startImpostor(m)
 	t.mu.Unlock()
 }
 
@@ -378,6 +400,29 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 	if m.role == SlowModel && t.target != nil {
 		target := t.target.nd.ID()
 		t.wg.Go(func() { asNode(m.idx, func() { t.slowModel(c, m, target) }) })
+	}
+	switch m.role {
+	case LineageHijack:
+		t.wg.Go(func() { asNode(m.idx, func() { t.hijack(c, m) }) })
+	case JoinerWedge:
+		t.wg.Go(func() { asNode(m.idx, func() { t.wedgeJoin(c, m) }) })
+	case DriftPoison:
+		t.wg.Go(func() { asNode(m.idx, func() { t.drift(c, m) }) })
+	case EstimateLiar:
+		t.wg.Go(func() { asNode(m.idx, func() { t.lie(c, m) }) })
+	case StreamHog, ConnHog, LogFlood:
+		if t.target == nil {
+			break
+		}
+		switch m.role {
+		case StreamHog:
+			t.wg.Go(func() { asNode(m.idx, func() { t.streamHog(c, m) }) })
+		case ConnHog:
+			t.wg.Go(func() { asNode(m.idx, func() { t.connHog(c, m) }) })
+		default:
+			t.wg.Go(func() { asNode(m.idx, func() { t.logFlood(c, m) }) })
+		}
+		t.freshOnce.Do(func() { t.wg.Go(func() { asNode(m.idx, func() { t.freshPeers(c, m) }) }) })
 	}
 }
 

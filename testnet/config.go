@@ -180,6 +180,9 @@ type Config struct {
 	PollShare float64
 
 	Transport string // mem (in-process network), tcp (loopback) or netns (a process per node)
+	// Private gives every node one swarm key (tcp transport only), as
+	// pspnode run --swarm-key does: a private job.
+	Private bool
 	// NAT puts this many nodes (never node 0, the bootstrap node) behind a
 	// NAT router each, and CPUQuota limits a share of the nodes' CPU
 	// (netns transport only).
@@ -335,6 +338,9 @@ func (c Config) Validate() error {
 	if !(c.Bandwidth >= 0) || math.IsInf(c.Bandwidth, 0) {
 		bad("bandwidth %v must be a finite number of bytes per second >= 0", c.Bandwidth)
 	}
+	if c.Private && c.Transport != "tcp" {
+		bad("a private job (swarm key) needs --transport tcp")
+	}
 	if (c.Latency.Max > 0 || c.Loss > 0 || c.Bandwidth > 0) && c.Transport == "tcp" {
 		bad("latency, bandwidth and loss need the mem transport (bandwidth also the netns transport)")
 	}
@@ -344,6 +350,12 @@ func (c Config) Validate() error {
 			bad("role %q with share %v: want a known role and a share in (0, 1)", r.Role, r.Fraction)
 		}
 		total += r.Fraction
+		if r.Role == LogFlood && (!c.Private || c.Transport != "tcp") {
+			bad("role %q floods a private job with junk connections: it needs --transport tcp and --private", r.Role)
+		}
+		if r.Role == DriftPoison && (c.Exchange.Kind != node.ExchangeEpidemic || c.Model == "none") {
+			bad("role %q pushes models over the epidemic exchange: it needs a model and --exchange epidemic:S", r.Role)
+		}
 		if r.Role.poisoner() && c.Exchange.Kind == node.ExchangeEpidemic {
 			bad("role %q: poisoned updates are counted on the gossip topic only; add --exchange gossip (under %s the distance bound refuses such models, counted as exchange.rejected.distance)", r.Role, c.Exchange)
 		}

@@ -42,15 +42,19 @@ type fakeDHT struct {
 func (t *testnet) serveFakePeers(m *member, seed uint64) {
 	f := &fakeDHT{rng: rand.New(rand.NewPCG(seed, 0xfa6e))}
 	t.fakes = append(t.fakes, f)
-	m.nd.Host().SetStreamHandler(m.nd.Overlay().Protocol(), f.handle)
+	m.nd.Host().SetStreamHandler(m.nd.Overlay().Protocol(), func(s network.Stream) {
+		serveDHT(s, func(peer.ID, []byte) []*pb.Message_Peer { return f.madeUp(FakePeersPerReply) })
+	})
 }
 
 // fakeStreamTimeout bounds one fake DHT stream (the honest askers close
 // theirs after one reply).
 const fakeStreamTimeout = 10 * time.Second
 
-// handle answers each request on s with made-up closer peers.
-func (f *fakeDHT) handle(s network.Stream) {
+// serveDHT answers each DHT request on s with the closer peers closer
+// gives for its asker and key, and nothing else.
+func serveDHT(s network.Stream, closer func(from peer.ID, key []byte) []*pb.Message_Peer) {
+	from := s.Conn().RemotePeer()
 	defer func() { _ = s.Close() }()
 	_ = s.SetDeadline(time.Now().Add(fakeStreamTimeout))
 	stop := time.AfterFunc(fakeStreamTimeout, func() { _ = s.Reset() })
@@ -72,7 +76,7 @@ func (f *fakeDHT) handle(s network.Stream) {
 			return
 		}
 		resp := pb.NewMessage(req.GetType(), req.GetKey(), 0)
-		resp.CloserPeers = f.madeUp(FakePeersPerReply)
+		resp.CloserPeers = closer(from, req.GetKey())
 		body, err := proto.Marshal(resp)
 		if err != nil {
 			_ = s.Reset()

@@ -49,6 +49,9 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	var rel []float64
 	sec := now.Seconds()
 	for _, m := range live {
+		if m.probe {
+			continue // reported apart (Hostility.Wedge)
+		}
 		s := m.nd.Step()
 		if s != m.lastStep {
 			m.lastStep, m.freeSince, m.progressAt = s, -1, now
@@ -66,6 +69,11 @@ func (t *testnet) record(now time.Duration) Snapshot {
 		if t.syb != nil && t.syb.victims[m.nd.ID()] {
 			t.recordVictim(m, rel[len(rel)-1], truth)
 		}
+		if m.role == Honest {
+			used := m.nd.Population()
+			t.usedErr = append(t.usedErr, math.Abs(used-truth)/truth)
+			t.usedMax = max(t.usedMax, used)
+		}
 	}
 	// Stalled: no progress for StallWindow while the node was free to go
 	// on: its barrier, evaluated on the true live population, would have
@@ -76,6 +84,9 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	minStep := slices.Min(append(steps, math.MaxInt64))
 	s := t.cfg.Barrier.BaseStaleness()
 	for _, m := range live {
+		if m.probe {
+			continue
+		}
 		allowed := s < 0 || minStep >= m.lastStep-int64(s)
 		free := stallFree(allowed, m.nd.Computing(), now-m.progressAt, t.longestStep(m))
 		if m.noteFree(now, free, t.cfg.StallWindow) {
@@ -176,24 +187,23 @@ func (t *testnet) metric() string {
 	return "accuracy"
 }
 
-// evaluate scores the models of up to three random live nodes on the
-// held-out data and records their mean.
+// evaluate scores the models of up to three random honest live nodes on
+// the held-out data and records their mean.
 func (t *testnet) evaluate(now time.Duration) {
 	t.mu.Lock()
-	live := t.liveLocked()
+	var honest []*member
+	for _, m := range t.liveLocked() {
+		if m.role == Honest && !m.probe {
+			honest = append(honest, m)
+		}
+	}
 	var pick []*member
-	for _, j := range t.rng.Perm(len(live))[:min(3, len(live))] {
-		pick = append(pick, live[j])
+	for _, j := range t.rng.Perm(len(honest))[:min(3, len(honest))] {
+		pick = append(pick, honest[j])
 	}
 	var updates float64
 	for _, m := range t.members {
 		updates += float64(m.updateStats().Sent)
-	}
-	var honest []*member
-	for _, m := range live {
-		if m.role == Honest {
-			honest = append(honest, m)
-		}
 	}
 	inBytes := meanInBytes(honest)
 	t.mu.Unlock()

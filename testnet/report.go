@@ -60,6 +60,11 @@ type Result struct {
 	Population struct {
 		MedianRelError float64 `json:"median_rel_error"`
 		P95RelError    float64 `json:"p95_rel_error"`
+		// Used is the population the honest nodes use (node.Population:
+		// the overlay's estimate checked against the peers' reports, as
+		// their learning rate and /status see it), over every record of
+		// the training, not only the last.
+		Used *UsedPopulation `json:"used,omitempty"`
 	} `json:"population"`
 	Sampling struct {
 		MaxOverMean float64 `json:"max_over_mean"`
@@ -104,7 +109,16 @@ type Result struct {
 		ReportsScreened    uint64 `json:"reports_screened"`
 		UpdatesNormRefused uint64 `json:"updates_norm_refused"`
 		StreamsRefused     uint64 `json:"streams_refused"`
+		// StepQueriesFailed counts the honest live nodes' step queries
+		// that failed or timed out (psp_samples_timed_out_total).
+		StepQueriesFailed uint64 `json:"step_queries_failed"`
 	} `json:"defences"`
+	// LogWarnings counts the records at warn level and above every node
+	// logged, and their size as text lines.
+	LogWarnings struct {
+		Lines uint64 `json:"lines"`
+		Bytes uint64 `json:"bytes"`
+	} `json:"log_warnings"`
 	Hostile *Hostility `json:"hostile,omitempty"`
 	// Membership is what the honest live nodes' overlays hold at the end
 	// (in-process transports only).
@@ -145,6 +159,16 @@ type Hostility struct {
 	// FakePeersNamed counts the made-up peers fake-peers nodes named in
 	// their DHT replies (see Result.Membership for what honest nodes kept).
 	FakePeersNamed int `json:"fake_peers_named,omitempty"`
+	// Lineage, Wedge and Drift are present with the lineage-hijack,
+	// joiner-wedge and drift-poison roles (attacks.go).
+	Lineage *LineageFigures `json:"lineage,omitempty"`
+	Wedge   *WedgeFigures   `json:"joiner_wedge,omitempty"`
+	Drift   *DriftFigures   `json:"drift_poison,omitempty"`
+	// Hogs is present with stream-hog, conn-hog and log-flood nodes.
+	Hogs *HogFigures `json:"hogs,omitempty"`
+	// LiarQueries counts the estimate-liars' step queries that were
+	// answered (see Result.Population.Used for what they did).
+	LiarQueries uint64 `json:"estimate_liar_queries,omitempty"`
 	// SybilFigures are present with Sybil roles.
 	*SybilFigures
 }
@@ -166,6 +190,15 @@ type FloodTarget struct {
 	HeldLiveBy  int  `json:"held_live_by"`
 	HonestPeers int  `json:"honest_peers"`
 	Live        bool `json:"live"`
+}
+
+// UsedPopulation summarises the population the honest nodes used, read
+// every RecordEvery over the training: |N̂ − N| / N's median and p95 over
+// every node and record, and the largest N̂ any node used.
+type UsedPopulation struct {
+	MedianRelError float64 `json:"median_rel_error"`
+	P95RelError    float64 `json:"p95_rel_error"`
+	Max            float64 `json:"max"`
 }
 
 // Accuracy is how well the trained models do on held-out data: accuracy
@@ -216,6 +249,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	for _, m := range t.members {
 		live := m.leftAt < 0
 		r.finals = append(r.finals, finalRow{m.idx, m.factor, m.step(), live})
+		if m.probe {
+			continue // Hostility.Wedge
+		}
 		if m.role != Honest {
 			if m.joinedAt == 0 {
 				r.Hostile.Nodes[string(m.role)]++
@@ -246,6 +282,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.ReportsScreened += st.ReportsScreened
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
+		r.Defences.StepQueriesFailed += uint64(counterOf(m.nd.Registry(), "psp_samples_timed_out_total", "", ""))
 		held += float64(st.ConnectedPeers)
 		r.Connections.HeldMax = max(r.Connections.HeldMax, st.ConnectedPeers)
 		dials += float64(st.StepDials)
@@ -274,6 +311,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		}
 	}
 	r.LiveNodes = len(all)
+	r.LogWarnings.Lines, r.LogWarnings.Bytes = t.warnLines.Load(), t.warnBytes.Load()
 	r.Traffic = traffic.report()
 	if len(all) > 0 {
 		r.Connections.HeldMean = held / float64(len(all))
@@ -287,9 +325,11 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
-		if t.target != nil && slices.ContainsFunc(c.Roles, func(s RoleShare) bool { return s.Role == Flooder || s.Role == SlowModel }) {
+		if t.target != nil && t.hasRole(Flooder, SlowModel, StreamHog, ConnHog, LogFlood) {
 			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
+		t.impostorFigures(r.Hostile)
+		r.Hostile.Hogs = t.hogFigures()
 	}
 	if len(slow) > 0 && len(fast) > 0 {
 		f, s := sim.Summarize(fast), sim.Summarize(slow)
@@ -298,6 +338,11 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	rel := slices.Clone(t.relErr)
 	slices.Sort(rel)
 	r.Population.MedianRelError, r.Population.P95RelError = sim.Percentile(rel, 50), sim.Percentile(rel, 95)
+	if len(t.usedErr) > 0 {
+		used := slices.Clone(t.usedErr)
+		slices.Sort(used)
+		r.Population.Used = &UsedPopulation{MedianRelError: sim.Percentile(used, 50), P95RelError: sim.Percentile(used, 95), Max: t.usedMax}
+	}
 	r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws = uniformity(counts)
 	r.Sampling.Peers = len(counts)
 	ms := func(xs []float64) Percentiles {
@@ -402,6 +447,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	}
 	row("stalled nodes", "%d", r.StalledNodes)
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
+	if u := r.Population.Used; u != nil {
+		row("  used", "median %.1f %%, p95 %.1f %% over the run; largest %.4g (what the nodes' learning rates and /status use)", 100*u.MedianRelError, 100*u.P95RelError, u.Max)
+	}
 	if r.Sampling.Peers > 0 {
 		row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)
 	}
@@ -424,7 +472,8 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("traffic", "per node %.0f B/s in, %.0f B/s out; %.0f B in per step%s", tr.InBytesPerNodeS, tr.OutBytesPerNodeS, tr.InBytesPerStep, amp)
 	}
 	row("connections", "%.1f held per node (at most %d), %.1f opened per node per minute, %.2f step dials per check", r.Connections.HeldMean, r.Connections.HeldMax, r.Connections.OpenedPerNodeMin, r.Connections.DialsPerCheck)
-	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused)
+	row("defences", "%d step reports screened, %d updates refused by norm, %d streams refused, %d step queries failed", r.Defences.ReportsScreened, r.Defences.UpdatesNormRefused, r.Defences.StreamsRefused, r.Defences.StepQueriesFailed)
+	row("log", "%d warnings (%.1f KiB as text lines)", r.LogWarnings.Lines, float64(r.LogWarnings.Bytes)/1024)
 	if h := r.Hostile; h != nil {
 		row("hostile", "%s; figures above are of the %d honest live nodes", h.Roles, h.HonestNodes)
 		row("  poison", "%d invalid updates applied, %d large-norm updates delivered (then refused by norm)", h.PoisonApplied, h.NormPoisonDelivered)
@@ -437,6 +486,10 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		}
 		if h.FakePeersNamed > 0 {
 			row("  fake peers", "%d made-up peers named in DHT replies", h.FakePeersNamed)
+		}
+		h.printImpostors(row)
+		if h.Hogs != nil {
+			h.Hogs.print(row)
 		}
 	}
 	if mb := r.Membership; mb != nil {

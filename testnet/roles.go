@@ -53,7 +53,8 @@ const (
 )
 
 // Roles lists every hostile or faulty role.
-var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost, FakePeers}
+var Roles = []Role{LiarAhead, LiarZero, LiarRandom, PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm, Flooder, Slow, SlowModel, SybilZone, SybilHost, FakePeers,
+	LineageHijack, JoinerWedge, DriftPoison, EstimateLiar, StreamHog, ConnHog, LogFlood}
 
 // invalidPoison reports whether r's updates must never be applied by an
 // honest node (they fail validation).
@@ -164,6 +165,9 @@ func (t *testnet) faults(r Role, seed uint64, self *peer.ID, params int, modelID
 		}
 	case Slow:
 		f.ReplyDelay = t.cfg.SlowDelay
+	case DriftPoison:
+		// Its own models are not sent: only the poisoned ones (drift).
+		f.Poison = func(int64, []float64) []byte { return nil }
 	case PoisonNaN, PoisonHuge, PoisonLength, PoisonNorm:
 		f.Poison = func(step int64, delta []float64) []byte {
 			u := &gossip.Update{Sender: *self, Step: step, ModelID: modelID, ParamCount: params, Encoding: gossip.EncodingDense32}

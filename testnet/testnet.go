@@ -75,15 +75,24 @@ type testnet struct {
 	ests   []estRow
 	accs   []accRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
+	// usedErr is |N̂-N|/N of the population every honest live node used,
+	// at every record; usedMax the largest N̂ among them.
+	usedErr []float64
+	usedMax float64
 	// quarter is the process's resources at a quarter of the training
 	// time (set by the recorder; read after it stopped).
 	quarter *resourceSample
 	wg      sync.WaitGroup
 
-	roleOf        sync.Map    // peer.ID -> Role, hostile nodes only
-	syb           *sybilState // nil without Sybil roles
-	target        *member     // the honest node flooders attack
-	fakes         []*fakeDHT  // the fake-peers nodes' DHT servers
+	roleOf        sync.Map      // peer.ID -> Role, hostile nodes only
+	syb           *sybilState   // nil without Sybil roles
+	target        *member       // the honest node flooders attack
+	fakes         []*fakeDHT    // the fake-peers nodes' DHT servers
+	hostile       hostileCounts // what the impostor roles sent (attacks.go)
+	hogs          hogCounts     // what the hogs did (hogs.go)
+	freshOnce     sync.Once     // starts the fresh peers against the flood target
+	warnLines     atomic.Uint64 // warnings the nodes logged (warnCounter)
+	warnBytes     atomic.Uint64
 	poisonApplied atomic.Uint64
 	normDelivered atomic.Uint64
 }
@@ -129,6 +138,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	if t.log == nil {
 		t.log = slog.New(slog.DiscardHandler)
 	}
+	t.log = slog.New(warnCounter{next: t.log.Handler(), lines: &t.warnLines, bytes: &t.warnBytes})
 	if slices.ContainsFunc(cfg.Roles, func(r RoleShare) bool { return r.Role.sybil() }) {
 		t.syb = &sybilState{
 			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),

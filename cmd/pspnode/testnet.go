@@ -67,7 +67,7 @@ type testnetFlags struct {
 	cpuProf, memProf, hostile, latency, bandwidth       *string
 	nodes, nat, victims, prefix                         *int
 	connLow, connHigh, poolSize, gcPercent, stepStreams *int
-	force, churnReplace                                 *bool
+	force, churnReplace, private                        *bool
 	duration, warmup, evalEvery, slowDelay, connGrace   *time.Duration
 	churn, lr, target, loss, normBound                  *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
@@ -97,6 +97,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.encoding = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")
 	f.lr = fs.Float64("lr", 0, "initial learning rate (0: the model's default)")
 	f.transport = fs.String("transport", def.Transport, "mem (in-process network, for large N), tcp (loopback sockets, up to 300 nodes; real clock only) or netns (one pspnode run process per node, each in its own network namespace on a bridge; real clock; needs root, iproute2, and nftables for --nat)")
+	f.private = fs.Bool("private", false, "give every node one swarm key, as pspnode run --swarm-key does (--transport tcp only); the log-flood role needs it")
 	f.nat = fs.Int("nat", 0, "netns transport: put this many nodes behind a NAT router each (nftables masquerade; no port forward)")
 	f.cpuQuota = fs.String("cpu-quota", "", "netns transport: FRACTION:CORES gives that fraction of the nodes that many CPUs each (a cgroup quota), e.g. 0.25:0.1")
 	f.cleanup = fs.Bool("cleanup", false, "remove the namespaces, links and cgroups that netns runs whose process is gone left behind, then exit")
@@ -111,7 +112,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.logLevel = fs.String("log-level", "error", "node log level: debug, info, warn or error")
 	f.cpuProf = fs.String("cpu-profile", "", "write a CPU profile to this file (go tool pprof), from the end of the first warm-up to the end")
 	f.memProf = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
-	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: liar-ahead, liar-zero, liar-random, poison-nan, poison-huge, poison-length, poison-norm, flooder, slow, slow-model, sybil-zone, sybil-host (e.g. liar-zero:5%)")
+	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: "+roleNames()+" (e.g. liar-zero:5%; see docs/reliability.md)")
 	f.sybilDef = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
 	f.victims = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
 	f.prefix = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
@@ -252,6 +253,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	}
 	cfg.Churn, cfg.Model, cfg.Data, cfg.Encoding, cfg.LR = *f.churn, *f.modelName, *f.data, *f.encoding, *f.lr
 	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
+	cfg.Private = *f.private
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
 	cfg.Force, cfg.ChurnReplace = *f.force, *f.churnReplace
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
@@ -628,4 +630,13 @@ func netnsCleanup(ctx context.Context, stderr io.Writer) error {
 	swept, err := netns.Sweep(ctx)
 	fmt.Fprintf(stderr, "testnet: removed what %d stale netns run(s) left behind %v\n", len(swept), swept)
 	return err
+}
+
+// roleNames lists the testnet's hostile roles for --hostile's help.
+func roleNames() string {
+	names := make([]string, len(testnet.Roles))
+	for i, r := range testnet.Roles {
+		names[i] = string(r)
+	}
+	return strings.Join(names, ", ")
 }

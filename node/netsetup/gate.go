@@ -2,8 +2,11 @@ package netsetup
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/control"
@@ -36,6 +39,17 @@ import (
 // tell it from a wrong key, which often shows as a handshake that hangs
 // until the dialler gives up.
 
+// Refused connections are logged at most RefusedLogBurst times per
+// RefusedLogEvery; the others in that interval are counted and said in one
+// summary line, with their count, at the first refusal after it ends (the
+// metric counts every one at once). Anyone can open TCP connections to a
+// private job's node that fail its handshake: 108 000 junk connections in
+// 10 s wrote 73 377 warning lines (14 MB) when each wrote one.
+const (
+	RefusedLogEvery = 10 * time.Second
+	RefusedLogBurst = 5
+)
+
 // Reasons a connection is refused (the reason label).
 const (
 	refusedHandshake  = "handshake"   // security handshake failed: another swarm key, or none
@@ -51,6 +65,13 @@ type gate struct {
 	natted  bool
 	log     *slog.Logger
 	refused *prometheus.CounterVec
+
+	// The warnings' rate limit: the current interval's start, the
+	// warnings logged in it, and the refusals not logged, by reason.
+	logMu      sync.Mutex
+	logStart   time.Time
+	logged     int
+	suppressed map[string]int
 }
 
 func newGate(allow []peer.ID, log *slog.Logger, reg prometheus.Registerer) *gate {
@@ -114,16 +135,59 @@ func (g *gate) refuse(reason string, dir network.Direction, p peer.ID, addr ma.M
 	if err != nil {
 		args = append(args, "err", err)
 	}
-	switch {
-	case reason == refusedNotAllowed:
-		g.log.Warn("refused a connection: peer not in the allowlist", args...)
-	case g.private:
-		g.log.Warn("refused a connection: security handshake failed (another swarm key, or none?)", args...)
-	default:
+	if reason != refusedNotAllowed && !g.private {
 		// An open job: port scans and abandoned dials fail handshakes too,
 		// and say nothing about keys. Counted; logged only for debugging.
 		g.log.Debug("a connection's security handshake failed", args...)
+		return
 	}
+	if !g.mayWarn(reason, time.Now()) {
+		return
+	}
+	if reason == refusedNotAllowed {
+		g.log.Warn("refused a connection: peer not in the allowlist", args...)
+	} else {
+		g.log.Warn("refused a connection: security handshake failed (another swarm key, or none?)", args...)
+	}
+}
+
+// mayWarn reports whether a refusal for reason at now may be logged on its
+// own (see RefusedLogEvery); if not, it is counted for the summary. The
+// first refusal after an interval in which some were not logged logs
+// their summary.
+func (g *gate) mayWarn(reason string, now time.Time) bool {
+	g.logMu.Lock()
+	var summary map[string]int
+	var since time.Duration
+	if now.Sub(g.logStart) >= RefusedLogEvery {
+		if len(g.suppressed) > 0 {
+			summary, since = g.suppressed, now.Sub(g.logStart)
+		}
+		g.logStart, g.logged, g.suppressed = now, 0, nil
+	}
+	ok := g.logged < RefusedLogBurst
+	if ok {
+		g.logged++
+	} else {
+		if g.suppressed == nil {
+			g.suppressed = make(map[string]int)
+		}
+		g.suppressed[reason]++
+	}
+	g.logMu.Unlock()
+	if summary != nil {
+		total := 0
+		args := []any{}
+		for _, r := range []string{refusedHandshake, refusedNotAllowed} {
+			if k := summary[r]; k > 0 {
+				total += k
+				args = append(args, r, k)
+			}
+		}
+		g.log.Warn(fmt.Sprintf("refused %d more connections in the last %s, not logged one by one (psp_handshakes_refused_total counts every one)",
+			total, since.Round(time.Second)), args...)
+	}
+	return ok
 }
 
 // InterceptPeerDial refuses to dial peers outside the allowlist.

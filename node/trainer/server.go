@@ -1,18 +1,24 @@
 package trainer
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/net/http2"
+	"golang.org/x/net/http2/hpack"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/pspnode/pspnode/node"
@@ -38,6 +44,11 @@ type Config struct {
 	// ParamsTimeout bounds the wait for the trainer's parameters when a
 	// peer fetches the model.
 	ParamsTimeout time.Duration
+	// MaxConns caps the connections the socket holds at once (one trainer
+	// drives the node; others may wait for it to go). A connection over
+	// the cap is told why, in an HTTP/2 GOAWAY that a gRPC client reports,
+	// and closed.
+	MaxConns int
 	// Logger receives the server's logs; nil discards them.
 	Logger *slog.Logger
 	// Registerer receives the server's metrics; nil registers none.
@@ -51,6 +62,7 @@ func DefaultConfig() Config {
 		MaxMessageBytes: 256 << 20,
 		SharedMemory:    true,
 		ParamsTimeout:   5 * time.Second,
+		MaxConns:        16,
 	}
 }
 
@@ -94,6 +106,9 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 	if cfg.ParamsTimeout <= 0 {
 		return nil, fmt.Errorf("trainer: ParamsTimeout must be positive (got %v)", cfg.ParamsTimeout)
 	}
+	if cfg.MaxConns <= 0 {
+		return nil, fmt.Errorf("trainer: MaxConns must be positive (got %d)", cfg.MaxConns)
+	}
 	if cfg.SharedDir == "" {
 		cfg.SharedDir = defaultSharedDir()
 	}
@@ -111,6 +126,7 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 	if s.unix == "" {
 		s.addr = "tcp:" + s.ln.Addr().String()
 	}
+	s.ln = capConns(s.ln, cfg.MaxConns, s.log, cfg.Registerer)
 	if cfg.SharedMemory && sharedMemorySupported {
 		if k := removeStaleShared(cfg.SharedDir); k > 0 {
 			s.log.Info("removed shared files left by daemons that are gone", "files", k, "dir", cfg.SharedDir)
@@ -271,4 +287,195 @@ func (s *Server) active(id string) (*session, error) {
 		return nil, errNoSession
 	}
 	return s.sess, nil
+}
+
+// capConns wraps ln so that it holds at most max connections at once:
+// Accept tells each one over the cap why (refuse) and closes it. Idle
+// connections to the socket were held without bound: 2 000 were. Close
+// closes the connections it holds too: gRPC's Stop waited for each
+// connection that had not sent its preface (up to 2 minutes), so a
+// daemon with idle connections on its socket took that long to stop.
+func capConns(ln net.Listener, max int, log *slog.Logger, reg prometheus.Registerer) *cappedListener {
+	l := &cappedListener{Listener: ln, slots: make(chan struct{}, max), refusing: make(chan struct{}, maxRefusing),
+		live: make(map[*cappedConn]struct{}), log: log,
+		refusedTotal: prometheus.NewCounter(prometheus.CounterOpts{Namespace: "psp", Subsystem: "trainer", Name: "connections_refused_total",
+			Help: "Connections to the trainer socket refused because it held its cap (Config.MaxConns) of connections."})}
+	if reg != nil {
+		reg.MustRegister(l.refusedTotal)
+	}
+	return l
+}
+
+type cappedListener struct {
+	net.Listener
+	slots        chan struct{} // one per connection held
+	refusing     chan struct{} // one per refusal under way
+	wg           sync.WaitGroup
+	log          *slog.Logger
+	refusedTotal prometheus.Counter
+
+	mu       sync.Mutex
+	live     map[*cappedConn]struct{} // the connections held
+	closed   bool
+	refused  int       // connections refused since lastWarn
+	lastWarn time.Time // when a refusal was last logged
+}
+
+const (
+	// refuseLinger bounds a refusal: the write of the GOAWAY, then the
+	// wait for the client to read it and close.
+	refuseLinger = time.Second
+	// maxRefusing bounds the refusals under way; a connection over both
+	// caps is closed without a word.
+	maxRefusing = 64
+)
+
+func (l *cappedListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			return nil, err
+		}
+		select {
+		case l.slots <- struct{}{}:
+		default:
+			l.refuse(c)
+			continue
+		}
+		cc := &cappedConn{Conn: c}
+		cc.release = sync.OnceFunc(func() {
+			l.mu.Lock()
+			delete(l.live, cc)
+			l.mu.Unlock()
+			<-l.slots
+		})
+		l.mu.Lock()
+		closed := l.closed
+		if !closed {
+			l.live[cc] = struct{}{}
+		}
+		l.mu.Unlock()
+		if closed {
+			_ = c.Close()
+			<-l.slots
+			return nil, net.ErrClosed
+		}
+		return cc, nil
+	}
+}
+
+// Close closes the listener and the connections it holds, and waits for
+// the refusals under way (at most refuseLinger).
+func (l *cappedListener) Close() error {
+	err := l.Listener.Close()
+	l.mu.Lock()
+	l.closed = true
+	live := make([]*cappedConn, 0, len(l.live))
+	for c := range l.live {
+		live = append(live, c)
+	}
+	l.mu.Unlock()
+	for _, c := range live {
+		_ = c.Close()
+	}
+	l.wg.Wait()
+	return err
+}
+
+// refuse tells c, in the background, that the socket holds too many
+// connections, and closes it; it logs refusals at most once per 10 s with
+// their count since.
+func (l *cappedListener) refuse(c net.Conn) {
+	l.refusedTotal.Inc()
+	l.mu.Lock()
+	l.refused++
+	now := time.Now()
+	warn := now.Sub(l.lastWarn) >= 10*time.Second
+	k := l.refused
+	if warn {
+		l.lastWarn, l.refused = now, 0
+	}
+	l.mu.Unlock()
+	if warn {
+		l.log.Warn("refused connections to the trainer socket: it holds its cap of connections", "refused", k, "cap", cap(l.slots))
+	}
+	select {
+	case l.refusing <- struct{}{}:
+	default:
+		_ = c.Close()
+		return
+	}
+	msg := fmt.Sprintf("pspnode trainer API: too many connections (the socket holds its cap of %d): close idle connections to it, "+
+		"or start another `pspnode run --trainer` for another trainer", cap(l.slots))
+	l.wg.Go(func() {
+		defer func() { <-l.refusing }()
+		tellAndClose(c, msg)
+	})
+}
+
+// tellAndClose answers a gRPC client on c, within refuseLinger, with
+// msg: the first call it opens ends at once with status
+// RESOURCE_EXHAUSTED and msg (a trailers-only response, which every gRPC
+// client reports as the call's error), then a GOAWAY carrying msg too
+// (what a client that is not gRPC can read). A connection that sends no
+// HTTP/2 preface in that time gets the GOAWAY alone. Then c is closed.
+func tellAndClose(c net.Conn, msg string) {
+	defer c.Close()
+	_ = c.SetDeadline(time.Now().Add(refuseLinger))
+	fr := http2.NewFramer(c, c)
+	goAway := func(lastStream uint32) {
+		_ = fr.WriteGoAway(lastStream, http2.ErrCodeEnhanceYourCalm, []byte(msg))
+		if cw, ok := c.(interface{ CloseWrite() error }); ok {
+			_ = cw.CloseWrite()
+		}
+		_, _ = io.Copy(io.Discard, c) // until the client closes, or the deadline
+	}
+	preface := make([]byte, len(http2.ClientPreface))
+	if _, err := io.ReadFull(c, preface); err != nil || string(preface) != http2.ClientPreface {
+		if fr.WriteSettings() == nil {
+			goAway(0)
+		}
+		return
+	}
+	if fr.WriteSettings() != nil {
+		return
+	}
+	for {
+		f, err := fr.ReadFrame()
+		if err != nil {
+			return
+		}
+		switch f := f.(type) {
+		case *http2.SettingsFrame:
+			if !f.IsAck() && fr.WriteSettingsAck() != nil {
+				return
+			}
+		case *http2.HeadersFrame:
+			var block bytes.Buffer
+			enc := hpack.NewEncoder(&block)
+			for _, hf := range []hpack.HeaderField{
+				{Name: ":status", Value: "200"},
+				{Name: "content-type", Value: "application/grpc"},
+				{Name: "grpc-status", Value: strconv.Itoa(int(codes.ResourceExhausted))},
+				{Name: "grpc-message", Value: msg}, // printable ASCII without '%': no escaping
+			} {
+				_ = enc.WriteField(hf)
+			}
+			if fr.WriteHeaders(http2.HeadersFrameParam{StreamID: f.StreamID, BlockFragment: block.Bytes(), EndStream: true, EndHeaders: true}) == nil {
+				goAway(f.StreamID)
+			}
+			return
+		}
+	}
+}
+
+// cappedConn frees its slot when closed.
+type cappedConn struct {
+	net.Conn
+	release func()
+}
+
+func (c *cappedConn) Close() error {
+	c.release()
+	return c.Conn.Close()
 }

@@ -1,0 +1,677 @@
+package testnet
+
+import (
+	"bufio"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
+	kbucket "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
+)
+
+// Impostors: roles that speak the job's protocols as an outside peer
+// would, from the bytes docs/protocols.md specifies, in place of (or
+// beside) their own node. Each is one node of the testnet whose step and
+// model handlers the role replaces; the node itself still runs (it trains,
+// and its overlay is what makes the impostor known to the honest nodes).
+const (
+	// LineageHijack claims the oldest lineage there can be (a genesis of
+	// the Unix epoch and 1), step HijackStep and a model of every
+	// parameter HijackValue: in its answers to step queries, in step
+	// queries it sends every peer it knows each hijackEvery, and in its
+	// answers to model requests. A node that follows the oldest lineage it
+	// hears of on one peer's word moves onto it, takes its step and model,
+	// and tells its own peers.
+	LineageHijack Role = "lineage-hijack"
+	// JoinerWedge copies the testnet's lineage, answers step queries with
+	// step WedgeStep and model requests with every parameter WedgeValue.
+	// A quarter into training (at most wedgeJoinAfter) the testnet starts
+	// one fresh joiner per wedge node that bootstraps through it alone:
+	// a joiner that adopts the step of the one peer it asked can never
+	// pass its barrier again. Its DHT answers a peer with no closer peers
+	// for wedgeEclipse after that peer's first request, then with the
+	// closest its routing table holds: a joiner through it then knows it
+	// alone when it asks for the job's step, as a joiner through a real
+	// node's first peer usually does (in-process, the joiner's first
+	// lookup was often done before it asked), and meets the job soon after.
+	JoinerWedge Role = "joiner-wedge"
+	// DriftPoison (epidemic exchange only) sends none of its own models;
+	// instead it sends every honest peer it knows, as fast as the per-sender
+	// cap lets it, that peer's own model moved in one fixed direction (all
+	// parameters up) by a distance it fits to the peer's distance bound
+	// from the peer's replies: ×1.5 after a model taken, ×0.6 after one
+	// refused for distance. Values are clamped to 0.9 × MaxAbsValue.
+	DriftPoison Role = "drift-poison"
+	// EstimateLiar sends every honest peer it knows LiarQueryRate step
+	// queries a second, on one stream each, on the job's lineage and with
+	// its true step, each reporting a population of LiarEstimate (the
+	// largest a node accepts): a node that keeps the last reports it heard
+	// rather than one per peer hears mostly the liar.
+	EstimateLiar Role = "estimate-liar"
+)
+
+// The impostors' claims.
+const (
+	HijackStep  int64   = 5_000_000
+	HijackValue float64 = 50
+	WedgeStep   int64   = math.MaxInt64 - 50 // 2^63 − 51
+	WedgeValue  float64 = 1e6
+	// LiarEstimate and LiarQueryRate are an estimate-liar's report and
+	// its queries per second to each peer.
+	LiarEstimate  = 1e9
+	LiarQueryRate = 20
+)
+
+// hijackGenesis is the oldest genesis there is: a clock of the Unix epoch
+// and 1. Every lineage a node makes, and the testnet's, is younger.
+var hijackGenesis = func() (g node.Genesis) { g[len(g)-1] = 1; return }()
+
+const (
+	// hijackEvery is how often a lineage-hijack node queries every peer
+	// it knows.
+	hijackEvery = time.Second
+	// wedgeEclipse is how long a joiner-wedge node's DHT names no peers
+	// to a peer that just asked it for the first time.
+	wedgeEclipse = 5 * time.Second
+	// wedgeJoinAfter bounds how long into training the joiners through
+	// joiner-wedge nodes start (a quarter of the run if shorter).
+	wedgeJoinAfter = 20 * time.Second
+	// impostorStreamTimeout bounds one stream an impostor serves or opens.
+	impostorStreamTimeout = 10 * time.Second
+)
+
+// hostileCounts counts what the impostor roles sent and how it was
+// answered, by kind: what an honest node receives from them.
+type hostileCounts struct {
+	hijackQueries      atomic.Uint64 // step queries sent claiming the old lineage
+	hijackReplies      atomic.Uint64 // step replies sent claiming it
+	hijackModels       atomic.Uint64 // models of HijackValue served
+	wedgeReplies       atomic.Uint64
+	wedgeModels        atomic.Uint64
+	driftPushes        atomic.Uint64 // models pushed
+	driftTaken         atomic.Uint64 // answered status 0
+	driftDistance      atomic.Uint64 // refused for distance
+	driftRate          atomic.Uint64 // refused for rate
+	driftOther         atomic.Uint64 // refused otherwise, or failed
+	driftModelsFetched atomic.Uint64 // victims' models fetched
+	liarQueries        atomic.Uint64 // step queries answered that reported LiarEstimate
+}
+
+// impostor is what an impostor claims in its step and model answers.
+type impostor struct {
+	job     string
+	step    int64
+	genesis node.Genesis
+	modelID uint32
+	value   float64 // every parameter
+	n       int     // parameter count
+	replies *atomic.Uint64
+	models  *atomic.Uint64
+}
+
+// ext is the impostor's step protocol 1.1.0 fields.
+func (im *impostor) ext() wire.StepExt {
+	return wire.StepExt{Genesis: im.genesis, HasModel: true, ModelID: im.modelID, Params: uint32(im.n)}
+}
+
+// serve replaces m's step and model handlers with the impostor's.
+func (im *impostor) serve(m *member) {
+	h := m.nd.Host()
+	h.SetStreamHandler(wire.StepProtocol(im.job), im.handleStep)
+	h.SetStreamHandler(wire.StepProtocolExt(im.job), im.handleStep)
+	h.SetStreamHandler(wire.ModelProtocol(im.job), im.handleModel)
+}
+
+// bound gives s a deadline of impostorStreamTimeout, also on transports
+// that ignore deadlines; call the result when done.
+func bound(s network.Stream) func() bool {
+	_ = s.SetDeadline(time.Now().Add(impostorStreamTimeout))
+	return time.AfterFunc(impostorStreamTimeout, func() { _ = s.Reset() }).Stop
+}
+
+// handleStep answers every step query on s with the impostor's step and
+// fields, until the asker closes the stream.
+func (im *impostor) handleStep(s network.Stream) {
+	defer s.Close()
+	defer bound(s)()
+	ext := s.Protocol() == wire.StepProtocolExt(im.job)
+	r := bufio.NewReader(s)
+	for {
+		body, err := readFrameT(r, wire.MaxStepFrameExt)
+		if err != nil {
+			return
+		}
+		var q wire.StepRequest
+		if ext {
+			q, err = wire.UnmarshalStepRequestExt(body)
+		} else {
+			q, err = wire.UnmarshalStepRequest(body)
+		}
+		if err != nil || q.Leaving {
+			return
+		}
+		rep := wire.StepReply{Step: im.step}
+		var out []byte
+		if ext {
+			out = wire.MarshalStepReplyExt(rep, im.ext())
+		} else {
+			out = wire.MarshalStepReply(rep)
+		}
+		if writeFrameT(s, out) != nil {
+			return
+		}
+		im.replies.Add(1)
+	}
+}
+
+// handleModel answers a model request with the impostor's model.
+func (im *impostor) handleModel(s network.Stream) {
+	defer s.Close()
+	defer bound(s)()
+	if _, err := readFrameT(bufio.NewReader(s), 8); err != nil {
+		_ = s.Reset()
+		return
+	}
+	params := make([]float64, im.n)
+	for i := range params {
+		params[i] = im.value
+	}
+	if writeFrameT(s, wire.MarshalModel(wire.ModelSnapshot{Step: im.step, ModelID: im.modelID, Params: params})) == nil {
+		im.models.Add(1)
+	}
+}
+
+// startImpostor installs the impostor of a lineage-hijack or joiner-wedge
+// node. t.mu is held.
+func (t *testnet) startImpostor(m *member) {
+	task := m.nd.Task()
+	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams()}
+	switch m.role {
+	case LineageHijack:
+		im.step, im.genesis, im.value = HijackStep, hijackGenesis, HijackValue
+		im.replies, im.models = &t.hostile.hijackReplies, &t.hostile.hijackModels
+	case JoinerWedge:
+		im.step, im.genesis, im.value = WedgeStep, testnetGenesis(t.cfg.Seed), WedgeValue
+		im.replies, im.models = &t.hostile.wedgeReplies, &t.hostile.wedgeModels
+		eclipseDHT(m)
+	default:
+		return
+	}
+	im.serve(m)
+}
+
+// eclipseDHT makes m's DHT answer a peer with no closer peers for
+// wedgeEclipse after its first request, then with the closest peers m's
+// routing table holds (see JoinerWedge).
+func eclipseDHT(m *member) {
+	h, rt := m.nd.Host(), m.nd.Overlay().DHT().RoutingTable()
+	var mu sync.Mutex
+	first := make(map[peer.ID]time.Time)
+	h.SetStreamHandler(m.nd.Overlay().Protocol(), func(s network.Stream) {
+		serveDHT(s, func(from peer.ID, key []byte) []*pb.Message_Peer {
+			now := time.Now()
+			mu.Lock()
+			at, ok := first[from]
+			if !ok {
+				first[from], at = now, now
+			}
+			mu.Unlock()
+			if now.Sub(at) < wedgeEclipse {
+				return nil
+			}
+			var infos []peer.AddrInfo
+			for _, p := range rt.NearestPeers(kbucket.ConvertKey(string(key)), 20) {
+				if p != from {
+					infos = append(infos, peer.AddrInfo{ID: p, Addrs: h.Peerstore().Addrs(p)})
+				}
+			}
+			return pb.PeerInfosToPBPeers(h.Network(), infos)
+		})
+	})
+}
+
+// hijack is a lineage-hijack node's campaign, until ctx ends: every
+// hijackEvery it sends each peer its overlay knows a step query that
+// claims the old lineage and HijackStep.
+func (t *testnet) hijack(ctx context.Context, m *member) {
+	task := m.nd.Task()
+	ext := wire.StepExt{Genesis: hijackGenesis, HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
+	body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, ext)
+	proto := wire.StepProtocolExt("testnet")
+	h := m.nd.Host()
+	tick := time.NewTicker(hijackEvery)
+	defer tick.Stop()
+	for {
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for _, p := range m.nd.Overlay().Peers() {
+			if _, hostile := t.roleOf.Load(p); hostile {
+				continue
+			}
+			sem <- struct{}{}
+			wg.Go(func() {
+				defer func() { <-sem }()
+				if askOnce(ctx, h, p, proto, body) == nil {
+					t.hostile.hijackQueries.Add(1)
+				}
+			})
+		}
+		wg.Wait()
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+	}
+}
+
+// askOnce sends one step request body to p on a fresh stream and reads
+// the reply.
+func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, body []byte) error {
+	sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	s, err := h.NewStream(sctx, p, proto)
+	if err != nil {
+		return err
+	}
+	defer bound(s)()
+	if err := writeFrameT(s, body); err != nil {
+		_ = s.Reset()
+		return err
+	}
+	if _, err := readFrameT(bufio.NewReader(s), wire.MaxStepFrameExt); err != nil {
+		_ = s.Reset()
+		return err
+	}
+	return s.Close()
+}
+
+// wedgeJoin starts, a quarter into training (at most wedgeJoinAfter), a
+// fresh joiner that bootstraps through the joiner-wedge node m alone.
+func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
+	sleepCtx(ctx, min(t.cfg.Duration/4, wedgeJoinAfter))
+	if ctx.Err() != nil {
+		return
+	}
+	j, err := t.addNode(ctx, 1, true, Honest, identity{via: m})
+	if err != nil {
+		if ctx.Err() == nil {
+			t.log.Warn("join through a joiner-wedge node failed", "err", err)
+		}
+		return
+	}
+	t.mu.Lock()
+	t.launch(ctx, j)
+	t.mu.Unlock()
+}
+
+// driftFactor and driftMaxAbs shape a drift-poison node's pushes: the
+// distance grows by driftGrow after a model taken and shrinks by
+// driftShrink after one refused for distance; values stay within
+// driftMaxAbs × the receivers' MaxAbsValue.
+const (
+	driftGrow   = 1.5
+	driftShrink = 0.6
+	driftMaxAbs = 0.9
+	// driftStart is the first distance tried, per unit of parameter count's
+	// square root.
+	driftStart = 1e-3
+	// driftBackoffMin and driftBackoffMax bound the wait after a refusal
+	// for rate (the peer has taken its share until its next average).
+	driftBackoffMin = 20 * time.Millisecond
+	driftBackoffMax = time.Second
+)
+
+// drift is a drift-poison node's campaign, until ctx ends: one worker for
+// each honest peer its overlay knows when training starts.
+func (t *testnet) drift(ctx context.Context, m *member) {
+	var wg sync.WaitGroup
+	for _, p := range m.nd.Overlay().Peers() {
+		if _, hostile := t.roleOf.Load(p); hostile {
+			continue
+		}
+		wg.Go(func() { t.driftAt(ctx, m, p) })
+	}
+	wg.Wait()
+}
+
+// driftAt pushes poisoned models at one victim: fetch its model, push it
+// moved by dist along (1, …, 1)/√n, and fit dist to what the victim takes.
+func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
+	task := m.nd.Task()
+	n, modelID := task.NumParams(), task.ModelID()
+	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
+	dist := driftStart * math.Sqrt(float64(n))
+	backoff := driftBackoffMin
+	h, self := m.nd.Host(), m.nd.ID()
+	for ctx.Err() == nil {
+		snap, err := fetchModelT(ctx, h, victim, modelID, n)
+		if err != nil {
+			t.hostile.driftOther.Add(1)
+			sleepCtx(ctx, driftBackoffMax)
+			continue
+		}
+		t.hostile.driftModelsFetched.Add(1)
+		shift := dist / math.Sqrt(float64(n))
+		for i, v := range snap.Params {
+			snap.Params[i] = max(-maxAbs, min(maxAbs, v+shift))
+		}
+		status, err := pushModelT(ctx, h, victim, self, snap.Step, modelID, snap.Params)
+		t.hostile.driftPushes.Add(1)
+		switch {
+		case err != nil:
+			t.hostile.driftOther.Add(1)
+			sleepCtx(ctx, driftBackoffMax)
+		case status == exchangeTaken:
+			t.hostile.driftTaken.Add(1)
+			dist *= driftGrow
+			backoff = driftBackoffMin
+			sleepCtx(ctx, floodPause)
+		case status == exchangeDistance:
+			t.hostile.driftDistance.Add(1)
+			dist *= driftShrink
+			sleepCtx(ctx, floodPause)
+		case status == exchangeRate:
+			t.hostile.driftRate.Add(1)
+			sleepCtx(ctx, backoff)
+			backoff = min(2*backoff, driftBackoffMax)
+		default:
+			t.hostile.driftOther.Add(1)
+			sleepCtx(ctx, driftBackoffMax)
+		}
+	}
+}
+
+// Exchange reply statuses (docs/protocols.md, 10a.3).
+const (
+	exchangeTaken    = 0
+	exchangeDistance = 13
+	exchangeRate     = 14
+)
+
+// fetchModelT asks p for its model over the model protocol.
+func fetchModelT(ctx context.Context, h streamOpener, p peer.ID, modelID uint32, n int) (wire.ModelSnapshot, error) {
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := h.NewStream(sctx, p, wire.ModelProtocol("testnet"))
+	if err != nil {
+		return wire.ModelSnapshot{}, err
+	}
+	defer bound(s)()
+	if err := writeFrameT(s, []byte{wire.Version}); err != nil {
+		_ = s.Reset()
+		return wire.ModelSnapshot{}, err
+	}
+	_ = s.CloseWrite()
+	body, err := readFrameT(bufio.NewReader(s), wire.MaxModelFrame(n))
+	if err != nil {
+		_ = s.Reset()
+		return wire.ModelSnapshot{}, err
+	}
+	_ = s.Close()
+	return wire.UnmarshalModel(body, modelID, n)
+}
+
+// pushModelT sends params as p's epidemic exchange request (sender self,
+// at step) and returns the reply's status.
+func pushModelT(ctx context.Context, h streamOpener, p, self peer.ID, step int64, modelID uint32, params []float64) (byte, error) {
+	payload, err := gossip.AppendDense([]byte{wire.Version, byte(node.ExchangeEpidemic)}, self, step, modelID, params)
+	if err != nil {
+		return 0, err
+	}
+	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	s, err := h.NewStream(sctx, p, node.ExchangeProtocol("testnet"))
+	if err != nil {
+		return 0, err
+	}
+	defer bound(s)()
+	if err := writeFrameT(s, payload); err != nil {
+		_ = s.Reset()
+		return 0, err
+	}
+	_ = s.CloseWrite()
+	reply, err := readFrameT(bufio.NewReader(s), 16)
+	if err != nil || len(reply) != 3 {
+		_ = s.Reset()
+		return 0, fmt.Errorf("exchange reply: %d bytes, %w", len(reply), err)
+	}
+	_ = s.Close()
+	return reply[1], nil
+}
+
+// streamOpener opens streams: a host.
+type streamOpener interface {
+	NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error)
+}
+
+// writeFrameT writes body as one frame: a uvarint length, then the body.
+func writeFrameT(w io.Writer, body []byte) error {
+	_, err := w.Write(append(binary.AppendUvarint(nil, uint64(len(body))), body...))
+	return err
+}
+
+// readFrameT reads one frame of at most limit bytes.
+func readFrameT(r *bufio.Reader, limit int) ([]byte, error) {
+	size, err := binary.ReadUvarint(r)
+	if err != nil {
+		return nil, err
+	}
+	if size > uint64(limit) {
+		return nil, errors.New("frame over its cap")
+	}
+	b := make([]byte, size)
+	_, err = io.ReadFull(r, b)
+	return b, err
+}
+
+// LineageFigures is what a run with lineage-hijack nodes measured: the
+// lineage the honest live nodes are on at the end.
+type LineageFigures struct {
+	// OnJob, Hijacked and Other count honest live nodes on the testnet's
+	// lineage, on the hijackers', and on another (or none).
+	OnJob    int `json:"honest_on_job_lineage"`
+	Hijacked int `json:"honest_on_hijack_lineage"`
+	Other    int `json:"honest_on_other_lineage"`
+	// ForksJoined sums the honest live nodes' psp_forks_joined_total.
+	ForksJoined uint64 `json:"forks_joined"`
+	// QueriesSent, RepliesSent and ModelsServed count what the hijackers
+	// said: step queries answered, step replies and models sent.
+	QueriesSent  uint64 `json:"queries_sent"`
+	RepliesSent  uint64 `json:"replies_sent"`
+	ModelsServed uint64 `json:"models_served"`
+}
+
+// WedgeFigures is what a run with joiner-wedge nodes measured: the
+// joiners started through them.
+type WedgeFigures struct {
+	Joiners int `json:"joiners"`
+	// Wedged counts joiners that took the wedge's step (or one past it):
+	// no peer of the job is within any staleness bound of them, so they
+	// pass their barrier only when a sample holds no honest peer (in a
+	// job of 100, 48 passes in 39 428 checks).
+	Wedged       int           `json:"wedged"`
+	RepliesSent  uint64        `json:"replies_sent"`
+	ModelsServed uint64        `json:"models_served"`
+	Probes       []WedgeJoiner `json:"probes"`
+}
+
+// WedgeJoiner is one joiner through a joiner-wedge node, at the end.
+type WedgeJoiner struct {
+	Step          int64    `json:"step"`
+	BarrierChecks uint64   `json:"barrier_checks"`
+	BarrierPasses uint64   `json:"barrier_passes"`
+	Live          bool     `json:"live"`
+	Loss          *float64 `json:"loss,omitempty"` // of its model on the held-out data
+}
+
+// DriftFigures counts the drift-poison nodes' pushes and how the honest
+// nodes answered them.
+type DriftFigures struct {
+	Pushes        uint64 `json:"pushes"`
+	Taken         uint64 `json:"taken"`
+	Distance      uint64 `json:"refused_distance"`
+	Rate          uint64 `json:"refused_rate"`
+	Other         uint64 `json:"refused_other_or_failed"`
+	ModelsFetched uint64 `json:"victim_models_fetched"`
+}
+
+// impostorFigures fills h's figures of the impostor roles in the run.
+// t.mu is held.
+func (t *testnet) impostorFigures(h *Hostility) {
+	has := func(r Role) bool {
+		for _, s := range t.cfg.Roles {
+			if s.Role == r {
+				return true
+			}
+		}
+		return false
+	}
+	c := &t.hostile
+	if has(LineageHijack) {
+		lf := &LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
+		job, hj := testnetGenesis(t.cfg.Seed).String(), hijackGenesis.String()
+		for _, m := range t.liveLocked() {
+			if m.role != Honest || m.probe {
+				continue
+			}
+			st := m.nd.Status()
+			switch st.Lineage {
+			case job:
+				lf.OnJob++
+			case hj:
+				lf.Hijacked++
+			default:
+				lf.Other++
+			}
+			lf.ForksJoined += st.ForksJoined
+		}
+		h.Lineage = lf
+	}
+	if has(JoinerWedge) {
+		wf := &WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
+		for _, m := range t.members {
+			if !m.probe || m.nd == nil {
+				continue
+			}
+			st := m.nd.Status()
+			j := WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
+			if ev, ok := m.nd.Task().(node.Evaluator); ok {
+				if r, err := ev.Evaluate(); err == nil {
+					j.Loss = &r.Loss
+				}
+			}
+			wf.Joiners++
+			if j.Step >= WedgeStep {
+				wf.Wedged++
+			}
+			wf.Probes = append(wf.Probes, j)
+		}
+		h.Wedge = wf
+	}
+	if has(EstimateLiar) {
+		h.LiarQueries = c.liarQueries.Load()
+	}
+	if has(DriftPoison) {
+		h.Drift = &DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
+			Rate: c.driftRate.Load(), Other: c.driftOther.Load(), ModelsFetched: c.driftModelsFetched.Load()}
+	}
+}
+
+// printImpostors writes the impostor roles' summary rows.
+func (h *Hostility) printImpostors(row func(k, format string, a ...any)) {
+	if l := h.Lineage; l != nil {
+		row("  lineage hijack", "honest live nodes on the job's lineage %d, on the hijackers' %d, other %d (%d forks joined); hijackers sent %d queries, %d replies, %d models",
+			l.OnJob, l.Hijacked, l.Other, l.ForksJoined, l.QueriesSent, l.RepliesSent, l.ModelsServed)
+	}
+	if w := h.Wedge; w != nil {
+		row("  joiner wedge", "%d of %d joiners through a wedge node took its step; wedge nodes sent %d step replies, %d models",
+			w.Wedged, w.Joiners, w.RepliesSent, w.ModelsServed)
+		for i, j := range w.Probes {
+			loss := "n/a"
+			if j.Loss != nil {
+				loss = fmt.Sprintf("%.4g", *j.Loss)
+			}
+			row(fmt.Sprintf("    joiner %d", i), "step %d, %d barrier checks, %d passes, loss %s, live %v", j.Step, j.BarrierChecks, j.BarrierPasses, loss, j.Live)
+		}
+	}
+	if h.LiarQueries > 0 {
+		row("  estimate liars", "%d step queries answered that reported a population of %.0g (see population used)", h.LiarQueries, float64(LiarEstimate))
+	}
+	if d := h.Drift; d != nil {
+		row("  drift poison", "%d models pushed: %d taken, %d refused for distance, %d for rate, %d other; %d victims' models fetched",
+			d.Pushes, d.Taken, d.Distance, d.Rate, d.Other, d.ModelsFetched)
+	}
+}
+
+// lie is an estimate-liar node's campaign, until ctx ends: one worker for
+// each honest peer its overlay knows when training starts.
+func (t *testnet) lie(ctx context.Context, m *member) {
+	var wg sync.WaitGroup
+	for _, p := range m.nd.Overlay().Peers() {
+		if _, hostile := t.roleOf.Load(p); hostile {
+			continue
+		}
+		wg.Go(func() { t.lieTo(ctx, m, p) })
+	}
+	wg.Wait()
+}
+
+// lieTo sends p LiarQueryRate step queries a second reporting
+// LiarEstimate, on one stream as long as it lasts (as an honest asker
+// reuses its streams), on a new one after a second when it fails.
+func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
+	task := m.nd.Task()
+	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
+	h := m.nd.Host()
+	tick := time.NewTicker(time.Second / LiarQueryRate)
+	defer tick.Stop()
+	for ctx.Err() == nil {
+		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		s, err := h.NewStream(sctx, p, wire.StepProtocolExt("testnet"))
+		cancel()
+		if err != nil {
+			sleepCtx(ctx, time.Second)
+			continue
+		}
+		stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
+		r := bufio.NewReader(s)
+		first := true
+		for ctx.Err() == nil {
+			q := wire.StepRequest{Step: m.nd.Step(), Estimate: LiarEstimate}
+			e := wire.StepExt{}
+			if first { // the fields go in a stream's first message (wire/stepext.go)
+				e, first = ext, false
+			}
+			_ = s.SetDeadline(time.Now().Add(2 * time.Second))
+			if writeFrameT(s, wire.MarshalStepRequestExt(q, e)) != nil {
+				break
+			}
+			if _, err := readFrameT(r, wire.MaxStepFrameExt); err != nil {
+				break
+			}
+			t.hostile.liarQueries.Add(1)
+			select {
+			case <-ctx.Done():
+			case <-tick.C:
+			}
+		}
+		stop()
+		_ = s.Reset()
+		sleepCtx(ctx, time.Second)
+	}
+}
