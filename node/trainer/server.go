@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/keepalive"
@@ -70,6 +71,9 @@ type Server struct {
 	gs   *grpc.Server
 	unix string // the socket's path, removed at Close
 
+	stm        *stateMetrics // the trainer-state protocol (state.go)
+	stateProto protocol.ID
+
 	mu     sync.Mutex
 	sess   *session // the connected trainer's, nil for none
 	closed bool
@@ -116,6 +120,7 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 			s.log.Info("removed shared files left by daemons that are gone", "files", k, "dir", cfg.SharedDir)
 		}
 	}
+	s.startState(cfg.Registerer)
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -252,6 +257,7 @@ func (s *Server) Close() error {
 		if sess != nil {
 			sess.cancel(errors.New("the daemon is stopping"))
 		}
+		s.stopState()
 		s.gs.Stop()
 		if serr := <-s.served; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
 			err = serr
