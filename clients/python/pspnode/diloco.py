@@ -192,6 +192,9 @@ class DiLoCo(torch.optim.Optimizer):
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
         self.population, self.lr_scale = 1.0, 1.0
         self.last_merged = 0
+        # Where the last session's θ_outer came from: "own", "job
+        # parameters" (a fresh outer optimizer) or "peer state".
+        self.started_from = "own"
         self._eval = None
         self._cache = {}
         log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id, self.num_params,
@@ -301,6 +304,7 @@ class DiLoCo(torch.optim.Optimizer):
                 log.warning("pspnode.DiLoCo: starting from the job's parameters (%s) at outer step %d, with a fresh "
                             "outer optimizer: %s", w.params_source, w.step,
                             "its state was not usable" if state is not None else "no peer gave its outer state")
+            self.started_from = "peer state" if took else "job parameters" if params is not None else "own"
             if took or params is not None:
                 for (_, p), o in zip(self._named, self.outer_params):
                     p.copy_(o)
