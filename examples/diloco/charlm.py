@@ -253,7 +253,9 @@ def main():
         dist.init_process_group("gloo", init_method=f"tcp://{host}:{port}", rank=a.rank, world_size=a.world,
                                 timeout=datetime.timedelta(seconds=600))
         if a.system == "ddp":
-            model = nn.parallel.DistributedDataParallel(model)
+            # The causal mask is the only buffer, and constant: no broadcast
+            # (which would also make rank 0's evaluations collectives).
+            model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         else:
             opt = AllReduceDiLoCo(inner, model, a.H, a.outer_lr, a.outer_momentum)
         net_pid = "self"
@@ -285,9 +287,11 @@ def main():
     t0 = time.time()
     curve, step, evaluating = [], 0, a.system != "ddp" or a.rank == 0
 
+    plain = model.module if a.system == "ddp" else model  # evaluations make no collective call
+
     def record():
         if evaluating:
-            curve.append([round(time.time() - t0, 3), step, evaluate(model, val)])
+            curve.append([round(time.time() - t0, 3), step, evaluate(plain, val)])
         if a.progress_file:
             with open(a.progress_file + ".tmp", "w") as f:
                 f.write(f"{step} {getattr(opt, 'outer_step_count', 0)}")

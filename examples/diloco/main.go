@@ -81,7 +81,10 @@ type run struct {
 	PeakRSS    int64     `json:"peak_rss_bytes_per_worker"`
 	Steps      []int     `json:"steps"`
 	Load       float64   `json:"load_average"`
-	Curve      [][2]float64
+	// StepAtTarget is worker 0's step when it reached the target.
+	StepAtTarget int `json:"step_at_target"`
+	// Curve is worker 0's held-out loss over time.
+	Curve [][2]float64
 }
 
 func main() {
@@ -191,11 +194,13 @@ func (c *config) runAll() error {
 	}
 	var runs []run
 	began := time.Now()
+	// The systems of one seed run one after the other, so that the
+	// machine's other work weighs on each alike.
 	for _, tier := range c.tiers {
 		for _, sl := range c.slow {
 			var curves []figure.Series
-			for _, sys := range c.systems {
-				for _, seed := range c.seeds {
+			for _, seed := range c.seeds {
+				for _, sys := range c.systems {
 					fmt.Printf("%s, %s, %d slow, seed %d ...\n", tier, sys, sl, seed)
 					r, ok := saved[key(tier, sys, sl, seed)]
 					if !ok {
@@ -225,7 +230,7 @@ func (c *config) runAll() error {
 			name := fmt.Sprintf("loss_%s_slow%d.png", tier, sl)
 			title := fmt.Sprintf("%s, %d workers, %d slowed ×%g (seed %d)", tier, c.workers, sl, c.factor, c.seeds[0])
 			if err := figure.Lines(filepath.Join(c.out, name), figure.Options{Title: title, XLabel: "seconds",
-				YLabel: "held-out loss (nats/char, median worker)"}, curves...); err != nil {
+				YLabel: "held-out loss of worker 0 (nats/char)"}, curves...); err != nil {
 				return err
 			}
 		}
@@ -482,34 +487,18 @@ func (c *config) tally(tier, sys, kind string, sl, seed int, ws []*worker) (run,
 		t := reached[half-1]
 		r.TimeToTarget = &t
 	}
-	r.Curve = medianCurve(curves)
-	return r, nil
-}
-
-// medianCurve is the median loss over the workers' curves at each of the
-// first worker's evaluation times (each worker's latest evaluation then).
-func medianCurve(curves [][][3]float64) [][2]float64 {
-	if len(curves) == 0 {
-		return nil
-	}
-	var out [][2]float64
-	for _, p := range curves[0] {
-		var at []float64
-		for _, cv := range curves {
-			last := math.NaN()
-			for _, q := range cv {
-				if q[0] > p[0] {
-					break
-				}
-				last = q[2]
-			}
-			if !math.IsNaN(last) {
-				at = append(at, last)
+	if len(curves) > 0 { // worker 0's (never a slow one; DDP's rank 0 holds every rank's parameters)
+		for _, p := range curves[0] {
+			r.Curve = append(r.Curve, [2]float64{p[0], p[2]})
+			if r.TimeToTarget != nil && r.StepAtTarget == 0 && p[2] <= c.target {
+				r.StepAtTarget = int(p[1])
 			}
 		}
-		out = append(out, [2]float64{p[0], median(at)})
+		if r.TimeToTarget != nil && r.StepAtTarget == 0 { // worker 0 was not among the first half
+			r.StepAtTarget = int(curves[0][len(curves[0])-1][1])
+		}
 	}
-	return out
+	return r, nil
 }
 
 func median(v []float64) float64 {
@@ -532,8 +521,8 @@ func (c *config) writeTable(runs []run, took time.Duration) error {
 	fmt.Fprintf(&sb, "`go run ./examples/diloco %s` (%s). %d workers, %d steps each, H = %d, batch %d, sleep %g s per step, "+
 		"a fast worker's CPU quota %g cores, a slow one slowed ×%g; AdamW at %g (DiLoCo's inner) and %g (DDP, psp); medians over seeds %v. Target: held-out loss %.2f.\n\n",
 		strings.Join(os.Args[1:], " "), took.Round(time.Second), c.workers, c.steps, c.h, c.batch, c.sleep, c.quota, c.factor, c.lr, c.ddpLR, c.seeds, c.target)
-	fmt.Fprintf(&sb, "| tier | slow | system | bytes per sample | vs DDP | time to target | vs DDP | vs all-reduce | final loss | CPU s | peak RSS per worker | load |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| tier | slow | system | bytes per sample | vs DDP | sent per worker to target | time to target | vs DDP | vs all-reduce | final loss | CPU s | peak RSS per worker | load |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type cell struct {
 		tier, sys string
 		slow      int
@@ -578,12 +567,13 @@ func (c *config) writeTable(runs []run, took time.Duration) error {
 			}
 			return fmt.Sprintf("%.2f×", x/y)
 		}
-		tt := "not reached"
+		tt, toTarget := "not reached", "—"
 		if !math.IsInf(t, 1) {
 			tt = fmt.Sprintf("%.0f s", t)
+			toTarget = human(med(rs, func(r run) float64 { return r.BytesPerSample * float64(r.StepAtTarget*c.batch) }))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %.3f | %.0f | %s | %.1f |\n", k.tier, k.slow, k.sys,
-			human(bps), ratio("ddp", func(r run) float64 { return r.BytesPerSample }, bps, true), tt,
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.0f | %s | %.1f |\n", k.tier, k.slow, k.sys,
+			human(bps), ratio("ddp", func(r run) float64 { return r.BytesPerSample }, bps, true), toTarget, tt,
 			ratio("ddp", ttt, t, false), ratio("allreduce", ttt, t, false), fl, cpu, human(rss), load)
 	}
 	return os.WriteFile(filepath.Join(c.out, "table.md"), []byte(sb.String()), 0o644)
