@@ -127,10 +127,13 @@ torch-example: build
 bench-trainer: build
 	/usr/bin/python3 examples/torch/bench_bridge.py --bin $(BIN)
 
-## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (pSSP
-## and ASP over gossip, pSSP over epidemic), 4 and 8 workers, with and
-## without slow workers; writes a table and figures to results/ddp (about
-## 35 minutes; add ARGS=--resume to go on after an interruption)
+## compare-ddp: the MNIST example under torch DDP (gloo) and pspnode (the
+## daemon's defaults), 4 workers, each in its own network namespace behind
+## an emulated link: tiers lan (0.2 ms round trip) and continent (70 ms),
+## with no slow worker and one slowed ×4, 3 seeds; writes tables, runs and a
+## figure per tier to results/ddp (about 25 minutes; root; ARGS=--resume
+## goes on after an interruption, ARGS=--all runs every tier, model and slow
+## mode, several hours). See docs/trainer.md, "Beside torch DDP"
 compare-ddp: build
 	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp $(ARGS)
 

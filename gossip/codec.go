@@ -159,7 +159,9 @@ func (u *Update) Dense() []float64 {
 
 // AddTo adds scale × the update to dst, which must have length ParamCount.
 // A sparse update touches only its entries.
-func (u *Update) AddTo(dst []float64, scale float64) error {
+func (u *Update) AddTo(dst []float64, scale float64) error { return addTo(u, dst, scale) }
+
+func addTo[T float32 | float64](u *Update, dst []T, scale T) error {
 	if len(dst) != u.ParamCount {
 		return fmt.Errorf("gossip: AddTo: vector has %d params, update %d", len(dst), u.ParamCount)
 	}
@@ -168,7 +170,7 @@ func (u *Update) AddTo(dst []float64, scale float64) error {
 			return fmt.Errorf("gossip: AddTo: dense update has %d values, want %d", len(u.Values), len(dst))
 		}
 		for i, v := range u.Values {
-			dst[i] += scale * float64(v)
+			dst[i] += scale * T(v)
 		}
 		return nil
 	}
@@ -181,7 +183,7 @@ func (u *Update) AddTo(dst []float64, scale float64) error {
 		}
 	}
 	for j, i := range u.Indices {
-		dst[i] += scale * float64(u.Values[j])
+		dst[i] += scale * T(u.Values[j])
 	}
 	return nil
 }
@@ -301,35 +303,6 @@ func AppendDense32(dst []byte, sender peer.ID, step int64, modelID uint32, value
 	}
 	dst = appendHeader(slices.Grow(dst, headerSize+len(sender)+4*len(values)), u)
 	return f32.Append(dst, values), nil
-}
-
-// AddTo32 adds scale × the update to dst, a float32 vector of length
-// ParamCount, as AddTo does to a float64 one.
-func (u *Update) AddTo32(dst []float32, scale float32) error {
-	if len(dst) != u.ParamCount {
-		return fmt.Errorf("gossip: AddTo32: vector has %d params, update %d", len(dst), u.ParamCount)
-	}
-	if !u.Encoding.sparse() {
-		if len(u.Values) != len(dst) {
-			return fmt.Errorf("gossip: AddTo32: dense update has %d values, want %d", len(u.Values), len(dst))
-		}
-		for i, v := range u.Values {
-			dst[i] += scale * v
-		}
-		return nil
-	}
-	if len(u.Values) != len(u.Indices) {
-		return fmt.Errorf("gossip: AddTo32: %d indices but %d values", len(u.Indices), len(u.Values))
-	}
-	for _, i := range u.Indices {
-		if int(i) >= len(dst) {
-			return fmt.Errorf("gossip: AddTo32: index %d out of range %d", i, len(dst))
-		}
-	}
-	for j, i := range u.Indices {
-		dst[i] += scale * u.Values[j]
-	}
-	return nil
 }
 
 // sparseSize is the encoded size of a sparse payload (after the header).

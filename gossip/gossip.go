@@ -492,17 +492,21 @@ func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error
 	return nil
 }
 
-// Publish32 is Publish for a float32 delta whose values are finite and
-// within ±MaxAbsValue (the caller checked them: a trainer's update). Under
-// the dense float32 encoding, with nothing held back from earlier deltas,
-// the values go into the message as they are, with no float64 copy;
-// otherwise the delta takes Publish's way.
-func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) error {
+// Encode32 encodes a float32 delta of step, whose values are finite and
+// within ±MaxAbsValue (the caller checked them: a trainer's update), into
+// a message for PublishEncoded. Under the dense float32 encoding, with
+// nothing held back from earlier deltas, the values go into the message
+// as they are (one copy, no float64); otherwise the delta takes Publish's
+// encoder (and data is nil: PublishEncoded then publishes it that way).
+func (g *Gossip) Encode32(step int64, delta []float32) (data []byte, err error) {
 	if g.closed.Load() {
-		return ErrClosed
+		return nil, ErrClosed
 	}
 	if step < 0 {
-		return fmt.Errorf("gossip: publish: negative step %d", step)
+		return nil, fmt.Errorf("gossip: publish: negative step %d", step)
+	}
+	if len(delta) != g.cfg.ParamCount {
+		return nil, fmt.Errorf("gossip: publish step %d: %d values, want %d", step, len(delta), g.cfg.ParamCount)
 	}
 	g.pubMu.Lock()
 	direct := g.cfg.Encoding == EncodingDense32 && !g.used64
@@ -512,14 +516,16 @@ func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) err
 		for i, x := range delta {
 			d[i] = float64(x)
 		}
-		return g.Publish(ctx, step, d)
+		return nil, g.Publish(context.Background(), step, d)
 	}
-	if len(delta) != g.cfg.ParamCount {
-		return fmt.Errorf("gossip: publish step %d: %d values, want %d", step, len(delta), g.cfg.ParamCount)
-	}
-	data, err := AppendDense32(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
-	if err != nil {
-		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	return AppendDense32(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
+}
+
+// PublishEncoded publishes a message of step that Encode32 made (nil: it
+// published it already).
+func (g *Gossip) PublishEncoded(ctx context.Context, step int64, data []byte) error {
+	if data == nil {
+		return nil
 	}
 	for {
 		cur := g.step.Load()
@@ -532,6 +538,15 @@ func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) err
 	}
 	g.stats.addSent(len(data), 0)
 	return nil
+}
+
+// Publish32 is Encode32, then PublishEncoded.
+func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) error {
+	data, err := g.Encode32(step, delta)
+	if err != nil {
+		return err
+	}
+	return g.PublishEncoded(ctx, step, data)
 }
 
 // publishRaw publishes data on the topic as it is, unchecked. It exists for

@@ -377,13 +377,17 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 // the node's model (the base of its averages and the model it sends) —
 // v is copied before Push32 returns, and the call must come before the
 // next Merge32. It is the way a trainer's update goes: no float64 copy,
-// no second check.
-func (d *Driver) Push32(step psp.Step, v []float32) error {
+// no second check. copied, if not nil, is called once v has been copied
+// (into the node's model, or the message to send): the caller may change
+// v from then on, while Push32 signs and sends (milliseconds for a large
+// model under gossip).
+func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 	n := d.n
 	if v != nil && len(v) != n.task.NumParams() {
+		done(copied)
 		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
 	}
-	n.exch().push32(n.life, step, v)
+	n.exch().push32(n.life, step, v, copied)
 	return nil
 }
 

@@ -156,10 +156,10 @@ type exchanger interface {
 	push(ctx context.Context, step int64, upd []float64)
 	// push32 is push for a driven node's float32 vector, which its caller
 	// has checked (finite, within MaxAbsValue): under gossip the step's
-	// delta, under epidemic the model after the step. v is read before
-	// push32 returns under epidemic; under gossip it must stay as it is
-	// until push32 returns.
-	push32(ctx context.Context, step int64, v []float32)
+	// delta, under epidemic the model after the step. v must stay as it
+	// is until copied is called (if not nil): once, when push32 has copied
+	// it (into the node's model, or the message), before the sending.
+	push32(ctx context.Context, step int64, v []float32, copied func())
 	// merge folds into the model what arrived since the last call. The
 	// stepping goroutine calls it before each step.
 	merge()
@@ -233,16 +233,16 @@ func (n *Node) exch() exchanger {
 // receives nothing.
 type noExchange struct{}
 
-func (noExchange) push(context.Context, int64, []float64)   {}
-func (noExchange) push32(context.Context, int64, []float32) {}
-func (noExchange) merge()                                   {}
-func (noExchange) merge32([]float32) int                    { return 0 }
-func (noExchange) setStep(int64)                            {}
-func (noExchange) restart([]float64)                        {}
-func (noExchange) model() []float64                         { return nil }
-func (noExchange) scalesLR() bool                           { return true }
-func (noExchange) waitMesh(context.Context)                 {}
-func (noExchange) waitSubscribed(context.Context)           {}
+func (noExchange) push(context.Context, int64, []float64)                        {}
+func (noExchange) push32(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
+func (noExchange) merge()                                                        {}
+func (noExchange) merge32([]float32) int                                         { return 0 }
+func (noExchange) setStep(int64)                                                 {}
+func (noExchange) restart([]float64)                                             {}
+func (noExchange) model() []float64                                              { return nil }
+func (noExchange) scalesLR() bool                                                { return true }
+func (noExchange) waitMesh(context.Context)                                      {}
+func (noExchange) waitSubscribed(context.Context)                                {}
 func (noExchange) screen(peer.ID, ExchangeKind) gossip.Reason {
 	return ReasonExchangeMismatch
 }
@@ -282,6 +282,21 @@ func (o *ownNorms) noteNorm(nrm float64) bool {
 	}
 	o.r.add(nrm)
 	return true
+}
+
+// reference is the norm received updates and models are bounded by: the
+// upper quartile (nearest rank) of the recorded norms, so that the bound
+// follows the node's steps as they shrink early in training without
+// refusing a peer's update of a step or two before (the median did, a few
+// dozen times a run), while one outlier step of its own does not lift
+// it; ok is false before the first.
+func (o *ownNorms) reference() (m float64, ok bool) {
+	norms := o.r.values()
+	if len(norms) == 0 {
+		return 0, false
+	}
+	slices.Sort(norms)
+	return norms[(3*len(norms)+3)/4-1], true
 }
 
 // median is the median of the recorded norms; ok is false before the
@@ -339,4 +354,11 @@ func dist(a, b []float64) float64 {
 		s += d * d
 	}
 	return math.Sqrt(s)
+}
+
+// done calls f if it is not nil.
+func done(f func()) {
+	if f != nil {
+		f()
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -35,9 +36,10 @@ import (
 //     replaces its earlier one (its freshest counts), and it may replace
 //     it maxPerSender times;
 //   - each model's pull on this node's model, y − ref, is clipped to a
-//     radius τ: clipFactor × the median distance of the recent models
-//     received, a reference a minority of senders cannot move; a model
-//     farther than the distance bound (distanceBound) is refused whole;
+//     radius τ: clipFactor × the median distance of the models averaged
+//     in recent rounds (one per sender per round), a reference a
+//     minority of senders cannot move; a model farther than the distance
+//     bound (distanceBound) is refused whole;
 //   - the new model is ref + Σ clip(y_j − ref, τ) / (1 + k), k the
 //     senders: Epidemic Learning's average when no model is clipped.
 type epidemic struct {
@@ -50,7 +52,7 @@ type epidemic struct {
 	mu       sync.Mutex
 	ref      []float32   // the model after the last step and average; nil before the first step
 	norms    ownNorms    // this node's recent step norms: the distance bound's reference
-	dists    ring        // distances to ref of recent models taken: the clip radius's reference
+	dists    ring        // distances to ref of the models of recent averages: the clip radius's reference
 	round    []*inModel  // the models of this round, one per sender
 	free     [][]float32 // model buffers to reuse
 	held     int         // bytes held in round before the first step
@@ -64,6 +66,9 @@ type epidemic struct {
 	wg     sync.WaitGroup
 	sendMu sync.Mutex
 	closed bool
+	// requests holds the buffers models are encoded into; a step's goes
+	// back once its last send has ended.
+	requests sync.Pool
 }
 
 // inModel is one sender's model in a round: the latest it sent.
@@ -80,7 +85,7 @@ const (
 	// radius: an honest model is rarely clipped, and a sender that pushes
 	// one way moves this node's model by at most about that much per
 	// round, shared with the other senders.
-	clipFactor = 2
+	clipFactor = 1
 	// distWindow is how many recent models' distances the radius reads.
 	distWindow = 64
 	// minRoundPool is the least number of senders one average takes.
@@ -161,8 +166,9 @@ func (e *epidemic) refFromTask(upd []float64) bool {
 // step that made it (its distance from the reference, which holds the
 // model after the last step and average), and sends it to S peers. The
 // first push judges the models held until then.
-func (e *epidemic) push32(_ context.Context, step int64, model []float32) {
+func (e *epidemic) push32(_ context.Context, step int64, model []float32, copied func()) {
 	if len(model) != e.p {
+		done(copied)
 		return
 	}
 	e.mu.Lock()
@@ -173,6 +179,7 @@ func (e *epidemic) push32(_ context.Context, step int64, model []float32) {
 	}
 	e.releaseHeldLocked()
 	e.mu.Unlock()
+	done(copied)
 	e.sendModel(step)
 }
 
@@ -211,6 +218,14 @@ func (e *epidemic) merge32(delta []float32) int {
 	if e.ref == nil || len(e.round) == 0 || len(delta) != e.p {
 		return 0
 	}
+	// The radius comes from this and earlier rounds' distances, one per
+	// sender per round, so a sender that sends many models weighs as one.
+	for _, m := range e.round {
+		if m.dist < 0 {
+			m.dist = f32.Dist(m.v, e.ref)
+		}
+		e.dists.add(m.dist)
+	}
 	tau := e.radiusLocked()
 	k := len(e.round)
 	w := 1 / float64(1+k)
@@ -224,9 +239,6 @@ func (e *epidemic) merge32(delta []float32) int {
 	for j, m := range e.round {
 		c := w
 		d := m.dist
-		if d < 0 {
-			d = f32.Dist(m.v, e.ref)
-		}
 		if tau > 0 && d > tau {
 			c *= tau / d
 			clipped++
@@ -375,6 +387,15 @@ func (e *epidemic) sendModel(step int64) {
 	if e.closed {
 		return
 	}
+	// The request's buffer goes back to the pool when its last send ends.
+	var users atomic.Int32
+	users.Store(1)
+	release := func() {
+		if users.Add(-1) == 0 {
+			e.putRequest(req)
+		}
+	}
+	defer release()
 	for _, p := range n.sample(n.life, e.s) {
 		select {
 		case e.sends <- struct{}{}:
@@ -385,10 +406,29 @@ func (e *epidemic) sendModel(step int64) {
 			n.xm.sendFailed.WithLabelValues(sendSkipped).Inc()
 			continue
 		}
+		users.Add(1)
 		e.wg.Go(func() { // ends within 10 × QueryTimeout, or when the node closes
 			defer func() { <-e.sends }()
+			defer release()
 			n.sendTo(p, step, req)
 		})
+	}
+}
+
+// requestBuffer returns a buffer for a request of up to size payload
+// bytes (startRequest's layout), from the pool when it has one.
+func (e *epidemic) requestBuffer(size int) []byte {
+	if v, ok := e.requests.Get().(*[]byte); ok && cap(*v) >= framePrefix+2+size {
+		b := (*v)[:framePrefix]
+		return append(b, wireVersion, byte(ExchangeEpidemic))
+	}
+	return startRequest(size)
+}
+
+// putRequest gives a request's buffer back to the pool.
+func (e *epidemic) putRequest(req exchangeRequest) {
+	if req.buf != nil {
+		e.requests.Put(&req.buf)
 	}
 }
 
@@ -418,7 +458,7 @@ func (e *epidemic) request(step int64) (req exchangeRequest, ok bool) {
 		n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
 		return exchangeRequest{}, false
 	}
-	b, err := gossip.AppendDense32(startRequest(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
+	b, err := gossip.AppendDense32(e.requestBuffer(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
 	if err != nil {
 		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 		n.log.Warn("model not sent", "step", step, "err", err)
@@ -487,7 +527,7 @@ func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
 	}
 	n.xm.received.Inc()
 	n.xm.receivedBytes.Add(float64(len(payload)))
-	n.progress.saw(from, u.Step)
+	n.progress.vouch(from, u.Step, time.Now()) // a model of a step counts as an answer (progress.go)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
@@ -511,7 +551,6 @@ func (e *epidemic) offer(from peer.ID, step int64, y []float32) gossip.Reason {
 		if bound > 0 && d > bound {
 			return ReasonDistance
 		}
-		e.dists.add(d)
 	}
 	e.putLocked(from, step, y, d)
 	return ""
@@ -554,7 +593,6 @@ func (e *epidemic) releaseHeldLocked() {
 			e.free = append(e.free, m.v)
 			continue
 		}
-		e.dists.add(d)
 		m.dist = d
 		kept = append(kept, m)
 	}
@@ -567,7 +605,7 @@ func (e *epidemic) releaseHeldLocked() {
 
 // distanceBound is the norm bound's counterpart for models: a received
 // model is refused if its distance to this node's model exceeds
-// NormBound × (1 + S) × the median norm of this node's own recent steps.
+// NormBound × (1 + S) × the upper quartile of the norms of this node's own recent steps.
 // Averaged with k ≈ S others, a model at that distance moves this node's
 // model by about NormBound of its own steps: the most one gossip update
 // may (exchange_gossip.go). Honest peers' models differ from ours by the
@@ -585,7 +623,7 @@ func (e *epidemic) distanceBoundLocked() (bound float64, ok bool) {
 	if nb <= 0 {
 		return 0, true
 	}
-	med, ok := e.norms.median()
+	med, ok := e.norms.reference()
 	if !ok {
 		return 0, false
 	}

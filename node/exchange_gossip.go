@@ -25,9 +25,11 @@ type gossipExchange struct {
 	// the receive path allocates nothing per update.
 	buf []float64
 
-	mu    sync.Mutex
-	norms ownNorms // this node's recent updates: the norm bound's reference
-	held  heldVecs // updates received before the first own step
+	mu           sync.Mutex
+	norms        ownNorms  // this node's recent updates: the norm bound's reference
+	held         heldVecs  // updates received before the first own step
+	normRefused  int       // updates refused by the norm bound since the last warning
+	normWarnedAt time.Time // when that warning was
 }
 
 // newGossipExchange is n's gossip exchange before it joins the topic: the
@@ -72,11 +74,13 @@ func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
 }
 
 // push32 publishes a driven node's float32 delta of step, which its
-// caller checked, as it is (gossip.Publish32: no float64 copy under the
-// dense32 encoding).
-func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32) {
+// caller checked, as it is (gossip.Encode32: no float64 copy under the
+// dense32 encoding): the delta is copied into the message, copied is
+// called, and the message is signed and sent.
+func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32, copied func()) {
 	g.gs.SetLocalStep(step)
 	if delta == nil {
+		done(copied)
 		return
 	}
 	g.mu.Lock()
@@ -86,21 +90,27 @@ func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32
 		held = g.held.take()
 	}
 	g.mu.Unlock()
-	for _, v := range held {
-		if g.withinNorm(v) {
-			g.apply(v, -1)
-		}
-	}
 	if g.n.cfg.faults.Poison != nil {
 		up := make([]float64, len(delta))
 		for i, x := range delta {
 			up[i] = float64(x)
 		}
+		done(copied)
 		g.publish(ctx, step, up)
-		return
+	} else {
+		msg, err := g.gs.Encode32(step, delta)
+		done(copied)
+		if err == nil {
+			err = g.gs.PublishEncoded(ctx, step, msg)
+		}
+		if err != nil && ctx.Err() == nil {
+			g.n.log.Warn("publish failed", "step", step, "err", err)
+		}
 	}
-	if err := g.gs.Publish32(ctx, step, delta); err != nil && ctx.Err() == nil {
-		g.n.log.Warn("publish failed", "step", step, "err", err)
+	for _, v := range held {
+		if g.withinNorm(v) {
+			g.apply(v, -1)
+		}
 	}
 }
 
@@ -202,7 +212,7 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 		return
 	}
 	g.apply(g.buf, u.Step)
-	n.progress.saw(u.Sender, u.Step)
+	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
 	if u.Step <= n.step.Load() {
 		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
 	}
@@ -223,7 +233,7 @@ func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
 	n := g.n
 	if n.cfg.NormBound > 0 {
 		g.mu.Lock()
-		med, ok := g.norms.median()
+		med, ok := g.norms.reference()
 		g.mu.Unlock()
 		if !ok {
 			v := make([]float64, len(u.Values))
@@ -233,8 +243,8 @@ func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
 			g.withinNorm(v) // holds it
 			return
 		}
-		if f32.Norm(u.Values) > n.cfg.NormBound*med {
-			n.m.normRefused.Inc()
+		if nrm := f32.Norm(u.Values); nrm > n.cfg.NormBound*med {
+			g.refusedNorm(u.Sender, nrm, n.cfg.NormBound*med)
 			return
 		}
 	}
@@ -244,7 +254,7 @@ func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
 		return
 	}
 	n.m.applied.Inc()
-	n.progress.saw(u.Sender, u.Step)
+	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
 	if u.Step <= n.step.Load() {
 		n.poke()
 	}
@@ -284,7 +294,7 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 }
 
 // withinNorm reports whether a received update v is within NormBound × the
-// median norm of this node's own recent updates, and counts it if not.
+// upper quartile of the norms of this node's own recent updates, and counts it if not.
 // Honest peers train the same model on shards of the same data at the same
 // learning rate, so their updates are of the same size as ours; an update
 // far larger is a poisoner's, or a broken peer's, and is dropped whole:
@@ -301,7 +311,7 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		return true
 	}
 	g.mu.Lock()
-	med, ok := g.norms.median()
+	med, ok := g.norms.reference()
 	if !ok {
 		held := g.held.hold(slices.Clone(v))
 		g.mu.Unlock()
@@ -311,9 +321,33 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		return false
 	}
 	g.mu.Unlock()
-	if l2(v) <= n.cfg.NormBound*med {
-		return true
+	if nrm := l2(v); nrm > n.cfg.NormBound*med {
+		g.refusedNorm("", nrm, n.cfg.NormBound*med)
+		return false
 	}
+	return true
+}
+
+// normWarnEvery is the least time between two warnings of updates refused
+// by the norm bound; the ones between are counted, and the next warning
+// says how many.
+const normWarnEvery = 10 * time.Second
+
+// refusedNorm counts an update refused by the norm bound and says so, at
+// most once per normWarnEvery.
+func (g *gossipExchange) refusedNorm(from peer.ID, nrm, bound float64) {
+	n := g.n
 	n.m.normRefused.Inc()
-	return false
+	g.mu.Lock()
+	g.normRefused++
+	now := time.Now()
+	if now.Sub(g.normWarnedAt) < normWarnEvery {
+		g.mu.Unlock()
+		return
+	}
+	count := g.normRefused
+	g.normRefused, g.normWarnedAt = 0, now
+	g.mu.Unlock()
+	n.log.Warn("received updates refused: their norm is beyond NormBound times this node's own updates' (a poisoner's, or a peer of another learning rate or batch)",
+		"refused", count, "since_last_warning", normWarnEvery, "last_from", from, "last_norm", nrm, "bound", bound)
 }

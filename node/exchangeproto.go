@@ -71,6 +71,7 @@ func MaxExchangeFrame(n int) int { return 2 + gossip.MaxEncodedSize(n) }
 type exchangeRequest struct {
 	frame []byte
 	body  int
+	buf   []byte // the buffer frame lies in (for a pool)
 }
 
 // framePrefix is the room startRequest leaves for the length prefix.
@@ -91,7 +92,7 @@ func endRequest(b []byte) exchangeRequest {
 	var pre [framePrefix]byte
 	k := binary.PutUvarint(pre[:], uint64(body))
 	copy(b[framePrefix-k:], pre[:k])
-	return exchangeRequest{frame: b[framePrefix-k:], body: body}
+	return exchangeRequest{frame: b[framePrefix-k:], body: body, buf: b}
 }
 
 // frameRequest frames a whole request body (header bytes and payload).
@@ -303,7 +304,7 @@ func newExchangeMetrics(reg prometheus.Registerer) *exchangeMetrics {
 		receivedBytes: c("received_bytes_total", "Encoded bytes of the models counted in psp_exchange_received_total."),
 		merged:        c("averaged_models_total", "Received models averaged into this node's model."),
 		merges:        c("averages_total", "Times this node averaged its model with received ones."),
-		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (twice the median distance of recent models) when averaged."),
+		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (the median distance of the models of recent averages, one per sender per round) when averaged."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
 			Help: "Received exchange requests refused, by reason (gossip's validation reasons, exchange_mismatch, distance, rate)."}, []string{"reason"}),
 		sendFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "send_failed_total",
@@ -371,6 +372,10 @@ func (n *Node) UpdateStats() gossip.Stats { return n.exch().stats() }
 // allocation (and the collector its clearing) per model received.
 type payloadPool struct{ p sync.Pool }
 
+// heads holds the buffers the first eagerBody bytes of a payload are read
+// into.
+var heads = sync.Pool{New: func() any { return new([eagerBody]byte) }}
+
 // read reads an n-byte payload from r into a pooled buffer. The first
 // eagerBody bytes go into a small buffer first, so that a peer that
 // announces a large frame and stalls holds no model-sized buffer.
@@ -378,7 +383,8 @@ func (pp *payloadPool) read(r io.Reader, n int) ([]byte, error) {
 	if n <= eagerBody {
 		return readBody(r, n)
 	}
-	var head [eagerBody]byte
+	head := heads.Get().(*[eagerBody]byte)
+	defer heads.Put(head)
 	if _, err := io.ReadFull(r, head[:]); err != nil {
 		return nil, fmt.Errorf("%w: body: %w", ErrWire, err)
 	}

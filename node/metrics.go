@@ -97,7 +97,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help:    "For each update (gossip) or model (epidemic) this node applied: its own completed steps when it applied it minus the sender's steps when the sender made it (negative: the sender was ahead). A trainer-driven node applies at its trainer's pull.",
 			Buckets: stalenessBuckets}),
 		unwedged:    c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
-		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the median norm of this node's own updates."),
+		normRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
 		refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),

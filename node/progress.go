@@ -26,10 +26,14 @@ import (
 //     check's threshold (most checks end at their first answer behind,
 //     and the other answers still come in). Those count without asking
 //     too, but only on steps the peer gave in answer to this node's own
-//     queries (vouch), and not while the node's screen holds the peer's
-//     reports refused (distrust: it went backwards). A step a peer claims
-//     in a query of its own is no answer, and counts for the global
-//     barriers only, as before.
+//     queries, or carried in an update or model of that step that this
+//     node took in (vouch: the peer made that step, and this node holds
+//     its work), and not while the node's screen holds the peer's reports
+//     refused (distrust: it went backwards). A step a peer claims in a
+//     query of its own is no answer, and counts for the global barriers
+//     only, as before. So where peers push their updates to this node
+//     every step (gossip, or epidemic with S at least the job's size),
+//     a check on a long link usually passes with no round trip at all.
 //   - A peer known to be below a check's threshold (a drawn one, for a
 //     sampled barrier) fails it without asking, under every static
 //     barrier (promise): its last answer was below, and it

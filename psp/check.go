@@ -47,6 +47,7 @@ type Checker struct {
 	decider Decider
 
 	self    Step
+	beta    int // the sample size of this barrier (Spec.BetaFor the population at Start)
 	timing  Timing
 	phase   phase
 	checks  int     // checks so far in this barrier
@@ -274,6 +275,7 @@ func (c *Checker) start(in CheckStart) CheckOut {
 	sp := c.cfg.Spec
 	c.self = in.Self
 	c.timing = BarrierTiming(c.cfg.Timing, sp.Probabilistic(), in.Compute, in.RTT, in.Population)
+	c.beta = sp.BetaFor(in.Population)
 	c.checks, c.backoff, c.wokenUp = 0, 0, false
 	c.ready = CheckOut{Ask: c.ready.Ask[:0]}
 	return c.begin(in.Now)
@@ -300,10 +302,10 @@ func (c *Checker) begin(now float64) CheckOut {
 	case sp.Global():
 		c.phase = drawing
 		return c.current(now)
-	case sp.Beta <= 0:
+	case c.beta <= 0:
 		return c.decide(now, false, false)
 	}
-	c.phase, c.draw = drawing, sp.Beta
+	c.phase, c.draw = drawing, c.beta
 	return c.current(now)
 }
 

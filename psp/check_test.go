@@ -410,3 +410,18 @@ func TestCheckerKnownBehindStats(t *testing.T) {
 		t.Fatalf("next check asks %v (done %v)", r.Ask, r.Done)
 	}
 }
+
+// An auto sample size follows the population given at Start: one peer
+// drawn in a job of four, ten in a job of two hundred.
+func TestCheckerAutoBeta(t *testing.T) {
+	for _, tc := range []struct {
+		population float64
+		draw       int
+	}{{4, 1}, {10, 3}, {200, 10}} {
+		c := NewChecker(CheckConfig{Spec: MustParse("pssp:auto:4"), Replacements: 2, Timing: testTiming}, nil)
+		c.Start(CheckStart{Self: 10, Population: tc.population})
+		if rd := c.Ready(); rd.Draw != tc.draw {
+			t.Errorf("population %v: draws %d, want %d", tc.population, rd.Draw, tc.draw)
+		}
+	}
+}

@@ -30,7 +30,7 @@ func ExampleParse_error() {
 	_, err := psp.Parse("ssp:04")
 	fmt.Println(err)
 	// Output:
-	// invalid barrier spec "ssp:04": parameter S: "04" has a leading zero (grammar: asp | bsp | ssp:S | pbsp:B | pssp:B:S | dssp:SL:SU | pdssp:B:SL:SU (B = sample size β, S = staleness, SL..SU = DSSP staleness range))
+	// invalid barrier spec "ssp:04": parameter S: "04" has a leading zero (grammar: asp | bsp | ssp:S | pbsp:B | pssp:B:S | dssp:SL:SU | pdssp:B:SL:SU (B = sample size β, or auto: a third of the other nodes, 1 to 10; S = staleness, SL..SU = DSSP staleness range))
 }
 
 // A node at step 10 checks a pSSP(3, 2) barrier: it samples three of the

@@ -48,16 +48,28 @@ const (
 // Beta is the sample size β of the probabilistic kinds (PBSP, PSSP, PDSSP).
 // Staleness is s for SSP and PSSP, and S_L for DSSP and PDSSP. Upper is S_U
 // for DSSP and PDSSP. Fields a kind does not use are zero.
+//
+// Auto (written "auto" in place of β: "pssp:auto:4") sizes the sample to
+// the job: a third of the other nodes, at least 1 and at most Beta
+// (AutoBetaCap, 10): see BetaFor. A sampled barrier whose β reaches the
+// job's size is the global one (β ≥ N − 1 is SSP), and a job of a few
+// machines then runs at the pace of its slowest; a third keeps a slow
+// machine out of two checks in three, while a large job samples the PSP
+// paper's 10.
 type Spec struct {
 	Kind      Kind
 	Beta      int
 	Staleness int
 	Upper     int
+	Auto      bool
 }
+
+// AutoBetaCap is the largest β an auto spec draws.
+const AutoBetaCap = 10
 
 // Grammar is the barrier spec grammar, for help texts.
 const Grammar = "asp | bsp | ssp:S | pbsp:B | pssp:B:S | dssp:SL:SU | pdssp:B:SL:SU " +
-	"(B = sample size β, S = staleness, SL..SU = DSSP staleness range)"
+	"(B = sample size β, or auto: a third of the other nodes, 1 to 10; S = staleness, SL..SU = DSSP staleness range)"
 
 // ErrSpec is wrapped by every error Parse returns.
 var ErrSpec = errors.New("invalid barrier spec")
@@ -100,10 +112,15 @@ func Parse(s string) (Spec, error) {
 		return fail("%s takes %d parameter(s), got %d: write %s", name, len(want), len(args), form)
 	}
 	vals := make([]int, len(args))
+	auto := false
 	for i, a := range args {
 		limit := MaxStaleness
 		if want[i] == "B" {
 			limit = MaxBeta
+			if a == "auto" {
+				vals[i], auto = AutoBetaCap, true
+				continue
+			}
 		}
 		v, err := parseNat(a, limit)
 		if err != nil {
@@ -111,7 +128,7 @@ func Parse(s string) (Spec, error) {
 		}
 		vals[i] = v
 	}
-	sp := Spec{Kind: kind}
+	sp := Spec{Kind: kind, Auto: auto}
 	switch kind {
 	case SSP:
 		sp.Staleness = vals[0]
@@ -184,7 +201,29 @@ func (s Spec) Validate() error {
 	if uses[2] && s.Upper < s.Staleness {
 		return bad("S_L=%d is above S_U=%d", s.Staleness, s.Upper)
 	}
+	if s.Auto && (!uses[0] || s.Beta != AutoBetaCap) {
+		return bad("an auto sample size is for pbsp, pssp and pdssp, with Beta %d", AutoBetaCap)
+	}
 	return nil
+}
+
+// BetaFor is the sample size for a job of population nodes (this one
+// included): Beta, or for an auto spec a third of the others, at least 1
+// and at most Beta.
+func (s Spec) BetaFor(population float64) int {
+	if !s.Auto {
+		return s.Beta
+	}
+	others := int(population+0.5) - 1
+	return min(s.Beta, max(1, others/3))
+}
+
+// betaText is β as a spec writes it.
+func (s Spec) betaText() string {
+	if s.Auto {
+		return "auto"
+	}
+	return strconv.Itoa(s.Beta)
 }
 
 // String returns the canonical spec ("pssp:10:4").
@@ -193,13 +232,13 @@ func (s Spec) String() string {
 	case SSP:
 		return fmt.Sprintf("ssp:%d", s.Staleness)
 	case PBSP:
-		return fmt.Sprintf("pbsp:%d", s.Beta)
+		return fmt.Sprintf("pbsp:%s", s.betaText())
 	case PSSP:
-		return fmt.Sprintf("pssp:%d:%d", s.Beta, s.Staleness)
+		return fmt.Sprintf("pssp:%s:%d", s.betaText(), s.Staleness)
 	case DSSP:
 		return fmt.Sprintf("dssp:%d:%d", s.Staleness, s.Upper)
 	case PDSSP:
-		return fmt.Sprintf("pdssp:%d:%d:%d", s.Beta, s.Staleness, s.Upper)
+		return fmt.Sprintf("pdssp:%s:%d:%d", s.betaText(), s.Staleness, s.Upper)
 	}
 	return s.Kind.String()
 }
@@ -231,7 +270,7 @@ func (s Spec) Dynamic() bool { return s.Kind == DSSP || s.Kind == PDSSP }
 
 // SampleSize returns how many of the other nodes a node must observe to
 // decide: 0 for ASP, all of them for the global barriers, and min(β, others)
-// for the probabilistic ones.
+// for the probabilistic ones (β as BetaFor a job of others + 1).
 func (s Spec) SampleSize(others int) int {
 	if others < 0 {
 		others = 0
@@ -242,7 +281,7 @@ func (s Spec) SampleSize(others int) int {
 	case s.Global():
 		return others
 	default:
-		return min(s.Beta, others)
+		return min(s.BetaFor(float64(others+1)), others)
 	}
 }
 

@@ -317,3 +317,37 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+func TestAutoBeta(t *testing.T) {
+	for _, s := range []string{"pssp:auto:4", "pbsp:auto", "pdssp:auto:2:6"} {
+		sp, err := Parse(s)
+		if err != nil || !sp.Auto || sp.Beta != AutoBetaCap || sp.String() != s {
+			t.Errorf("Parse(%q) = %+v, %v (prints %q)", s, sp, err, sp.String())
+		}
+	}
+	for _, s := range []string{"ssp:auto", "dssp:auto:2", "pssp:4:auto", "pssp:Auto:4"} {
+		if _, err := Parse(s); err == nil {
+			t.Errorf("Parse(%q) accepted", s)
+		}
+	}
+	if err := (Spec{Kind: SSP, Staleness: 4, Auto: true}).Validate(); err == nil {
+		t.Error("an auto SSP validated")
+	}
+	sp := MustParse("pssp:auto:4")
+	for _, tc := range []struct {
+		population float64
+		beta, of   int
+	}{
+		{0, 1, 0}, {1, 1, 0}, {2, 1, 1}, {4, 1, 1}, {7, 2, 2}, {10, 3, 3}, {31, 10, 10}, {200, 10, 10}, {1e6, 10, 10},
+	} {
+		if got := sp.BetaFor(tc.population); got != tc.beta {
+			t.Errorf("BetaFor(%v) = %d, want %d", tc.population, got, tc.beta)
+		}
+		if others := max(0, int(tc.population)-1); sp.SampleSize(others) != tc.of {
+			t.Errorf("SampleSize(%d) = %d, want %d", others, sp.SampleSize(others), tc.of)
+		}
+	}
+	if fixed := MustParse("pssp:10:4"); fixed.BetaFor(4) != 10 || fixed.SampleSize(3) != 3 {
+		t.Error("a fixed β changed with the population")
+	}
+}

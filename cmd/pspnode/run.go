@@ -130,7 +130,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	f := addRunFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
-		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:10:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
+		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:auto:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
 		ShortHelp:  "run a node: join the job, train, obey the barrier",
 		LongHelp: `Starts a node. It prints its peer ID and dialable multiaddrs on stdout, so a
 second node can join with --bootstrap <one of them>. It trains its shard of

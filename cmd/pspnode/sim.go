@@ -103,7 +103,7 @@ Examples:
 				specs = nil
 				for _, b := range sweep {
 					sp := base
-					sp.Beta = b
+					sp.Beta, sp.Auto = b, false
 					if err := sp.Validate(); err != nil {
 						return usageError{err}
 					}

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
-"""A small PyTorch model on MNIST, trained as one worker of a pspnode job, as
-one rank of torch DDP, or alone: the same model, data, batch, learning rate
-and task time in each, so that they can be compared.
+"""A small PyTorch model on MNIST (an MLP, or a small CNN), trained as one
+worker of a pspnode job, as one rank of torch DDP, or alone: the same
+model, data, batch, learning rate and task time in each, so that they can
+be compared.
 
     # a pspnode worker (its daemon: pspnode run --trainer unix:/tmp/a.sock ...)
     /usr/bin/python3 examples/torch/mnist.py --daemon unix:/tmp/a.sock --shard 0 --shards 3
@@ -15,11 +16,20 @@ official test set, 10 000 images), split as pspnode's built-in models split
 them: the first 8 000 images train, the last 2 000 are held out. Worker i of
 n trains on every n-th training image from i.
 
-Every worker builds the model from the same seed (--init-seed), as DDP
-broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
+--model mlp is 784 → --hidden → 10 (101 770 parameters at 128); --model
+cnn is two strided 5×5 convolutions (8 and 16 channels) and a linear layer
+(5 994 parameters), more compute per parameter; train it with
+--momentum 0.9. Every worker builds the model from the same seed
+(--init-seed), as DDP broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
 time to every step, a sleep of (Exp(1)+1)·X seconds, times --slow-factor
 for a slow worker. The worker evaluates on the held-out images every
 --eval-every seconds and writes a CSV line per evaluation (--out).
+
+A harness that starts many workers at once gives each --ready-file and
+--go-file: a worker writes its ready file once set up (DDP: after the
+ranks met), then waits for the go file, which holds the Unix time at which
+every worker starts. --stop-file ends training once the file exists (DDP
+ranks agree on it every --ddp-stop-every steps, with one all-reduce).
 """
 
 import argparse
@@ -55,6 +65,23 @@ def load_mnist(directory):
     x = x.reshape(len(x), -1)
     return (torch.from_numpy(x[:8000]), torch.from_numpy(y[:8000]),
             torch.from_numpy(x[8000:]), torch.from_numpy(y[8000:]))
+
+
+class CNN(nn.Module):
+    """Two strided 5×5 convolutions (1 → 8 → 16 channels, 28 → 12 → 4
+    pixels) and a linear layer to 10 classes, ReLU."""
+
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 8, 5, stride=2)
+        self.conv2 = nn.Conv2d(8, 16, 5, stride=2)
+        self.fc = nn.Linear(16 * 4 * 4, 10)
+
+    def forward(self, x):
+        x = x.view(-1, 1, 28, 28)
+        x = F.relu(self.conv1(x))
+        x = F.relu(self.conv2(x))
+        return self.fc(x.flatten(1))
 
 
 class MLP(nn.Module):
@@ -97,9 +124,11 @@ def main(argv=None):
     ap.add_argument("--shard", type=int, default=0, help="this worker's shard of the training images")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--data", default=os.path.join(REPO, "model", "mnist"))
-    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
+    ap.add_argument("--hidden", type=int, default=128, help="--model mlp: hidden units")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.1)
+    ap.add_argument("--momentum", type=float, default=0, help="SGD momentum")
     ap.add_argument("--init-seed", type=int, default=1, help="the model's initialisation: the same on every worker")
     ap.add_argument("--seed", type=int, default=None, help="batch order and task times (default: from the shard)")
     ap.add_argument("--steps", type=int, default=0, help="stop after this many steps (0: no limit)")
@@ -112,6 +141,9 @@ def main(argv=None):
     ap.add_argument("--summary", help="write a JSON summary here at the end")
     ap.add_argument("--start-at", type=float, default=0,
                     help="after setting up, wait until this Unix time to start training (so that workers start together)")
+    ap.add_argument("--ready-file", help="write this file once set up (a harness waits for every worker's)")
+    ap.add_argument("--go-file", help="once set up, wait for this file, which holds the Unix time to start training at")
+    ap.add_argument("--stop-file", help="stop training once this file exists")
     ap.add_argument("--no-shm", action="store_true", help="pspnode: tensors through the socket, not shared memory")
     ap.add_argument("--log", default="info")
     a = ap.parse_args(argv)
@@ -121,12 +153,15 @@ def main(argv=None):
     xtr, ytr, xte, yte = load_mnist(a.data)
     xtr, ytr = xtr[a.shard::a.shards], ytr[a.shard::a.shards]
     torch.manual_seed(a.init_seed)
-    model = MLP(a.hidden)
+    if a.model == "cnn":
+        model, model_name = CNN(), "mnist-cnn"
+    else:
+        model, model_name = MLP(a.hidden), f"mnist-mlp-{a.hidden}"
     rng = random.Random(a.seed if a.seed is not None else 1000 + a.shard)
     gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
 
     # --- the single-process loop, plus the lines marked for pspnode ----------
-    opt = torch.optim.SGD(model.parameters(), lr=a.lr)
+    opt = torch.optim.SGD(model.parameters(), lr=a.lr, momentum=a.momentum)
     if a.ddp and a.target:
         ap.error("--target stops one rank only; with --ddp the others would wait for it forever (use --duration or --steps)")
     if a.ddp:
@@ -134,22 +169,54 @@ def main(argv=None):
         from torch.nn.parallel import DistributedDataParallel as DDP
         dist.init_process_group("gloo", rank=a.rank, world_size=a.world)
         net = DDP(model)
-        opt = torch.optim.SGD(net.parameters(), lr=a.lr)
+        opt = torch.optim.SGD(net.parameters(), lr=a.lr, momentum=a.momentum)
+        # The ranks must stop at the same step: a rank that steps on alone
+        # waits for the others' gradients forever. Each rank's wish to stop
+        # rides in the gradients' all-reduce as one more number, so the
+        # ranks agree after every step at no cost in round trips (a
+        # separate all-reduce would cost one more per step, a lot on a
+        # wide-area link).
+        stopping = {"wish": 0.0, "agreed": False}
+
+        def allreduce_with_stop(state, bucket):
+            buf = bucket.buffer()
+            t = torch.cat([buf, torch.tensor([state["wish"]], dtype=buf.dtype)])
+            fut = dist.all_reduce(t, async_op=True).get_future()
+
+            def averaged(f):
+                out = f.value()[0]
+                state["agreed"] = state["agreed"] or out[-1].item() > 0
+                return out[:-1].div_(a.world)
+            return fut.then(averaged)
+
+        net.register_comm_hook(stopping, allreduce_with_stop)
     else:
         net = model
     if a.daemon:
         import pspnode                                                # pspnode
         try:
             opt = pspnode.Optimizer(opt, a.daemon, model=model,       # pspnode
-                                    model_name=f"mnist-mlp-{a.hidden}", shared_memory=not a.no_shm)
+                                    model_name=model_name, shared_memory=not a.no_shm)
         except pspnode.DaemonError as e:
             print(f"mnist.py: {e}", file=sys.stderr)
             sys.exit(2)
 
+    if a.ready_file:
+        with open(a.ready_file, "w") as f:
+            f.write(f"{time.time():.3f}\n")
+    if a.go_file:
+        while True:
+            try:
+                with open(a.go_file) as f:
+                    a.start_at = float(f.read())
+                break
+            except (OSError, ValueError):  # not there yet, or being written
+                time.sleep(0.01)
+    late = 0.0
     if a.start_at:
         late = time.time() - a.start_at
         if late > 0:
-            logging.warning("set-up ended %.1f s after --start-at: starting at once", late)
+            logging.warning("set-up ended %.1f s after the start time: starting at once", late)
         else:
             time.sleep(-late)
     wchar0 = written()
@@ -179,15 +246,13 @@ def main(argv=None):
             next_eval = now + a.eval_every
             if a.target and acc >= a.target:
                 break
-        stop = bool((a.steps and steps >= a.steps) or (a.duration and now >= a.duration))
+        stop = bool((a.steps and steps >= a.steps) or (a.duration and now >= a.duration)
+                    or (a.stop_file and os.path.exists(a.stop_file)))
         if a.ddp:
-            # The ranks must stop at the same step: a rank that steps on
-            # alone waits for the others' gradients forever (or fails when
-            # they close). The flag costs one all-reduce of one number.
-            flag = torch.tensor([1.0 if stop else 0.0])
-            dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-            stop = flag.item() > 0
-        if stop:
+            if stopping["agreed"]:  # every rank learnt it from the same all-reduce
+                break
+            stopping["wish"] = 1.0 if stop else 0.0
+        elif stop:
             break
         idx = torch.randint(len(xtr), (a.batch,), generator=gen)
         opt.zero_grad()
@@ -206,7 +271,8 @@ def main(argv=None):
         out.close()
     summary = {"steps": steps, "elapsed_s": elapsed, "final_accuracy": acc, "final_loss": loss,
                "best_accuracy": best, "sleep_s": sleeping, "first_step": step0,
-               "bytes_written": written() - wchar0}
+               "bytes_written": written() - wchar0, "start_late_s": max(0.0, late),
+               "model": model_name, "parameters": sum(p.numel() for p in model.parameters())}
     if a.daemon:
         summary["population"] = opt.population
         opt.close()

@@ -40,6 +40,21 @@ type Options struct {
 
 // Lines saves a PNG with one line per series.
 func Lines(path string, o Options, series ...Series) error {
+	p, err := linePlot(o, series)
+	if err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
+		return fmt.Errorf("figure %s: %w", path, err)
+	}
+	return nil
+}
+
+// linePlot is the plot of Lines: one line per series.
+func linePlot(o Options, series []Series) (*plot.Plot, error) {
 	p := plot.New()
 	p.Title.Text, p.X.Label.Text, p.Y.Label.Text = o.Title, o.XLabel, o.YLabel
 	p.Legend.Top = !o.LegendBottom
@@ -61,7 +76,7 @@ func Lines(path string, o Options, series ...Series) error {
 		}
 		l, err := plotter.NewLine(xys)
 		if err != nil {
-			return fmt.Errorf("figure %s: series %s: %w", path, s.Name, err)
+			return nil, fmt.Errorf("series %s: %w", s.Name, err)
 		}
 		l.Color = palette[i%len(palette)]
 		l.Dashes = plotutil.Dashes(i / len(palette))
@@ -77,13 +92,7 @@ func Lines(path string, o Options, series ...Series) error {
 			}
 		}
 	}
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return fmt.Errorf("figure %s: %w", path, err)
-	}
-	if err := p.Save(8*vg.Inch, 5*vg.Inch, path); err != nil {
-		return fmt.Errorf("figure %s: %w", path, err)
-	}
-	return nil
+	return p, nil
 }
 
 // Distribution turns samples into the points of a histogram outline with

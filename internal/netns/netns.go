@@ -74,6 +74,7 @@ type Host struct {
 	hostVeth string // host-side end on the bridge
 	nodeVeth string // the node's end (eth0) lives in NS
 	lanVeth  string // the router's end towards the node, in Router
+	linked   bool   // on an emulated link (AddLinkedHost), not the bridge
 }
 
 // Net is one run's network: a bridge in the host namespace with an
@@ -90,6 +91,7 @@ type Net struct {
 	hosts   []*Host
 	cgroups *cgroups     // nil until a quota is set
 	neigh   *neighLimits // nil unless raised
+	sw      *lswitch     // the emulated links' switch, nil until used
 	closed  bool
 }
 
@@ -404,7 +406,8 @@ func nftIn(ctx context.Context, ns, rules string) error {
 
 // Limit caps host h's traffic to rate bytes per second each way with tc
 // tbf: its uplink on the node's own veth end, its downlink on the other
-// end (the bridge side, or the router's LAN leg when NATed).
+// end (the bridge side, or the router's LAN leg when NATed; for a linked
+// host, eth0's ingress through an ifb device).
 func (n *Net) Limit(ctx context.Context, h *Host, rate float64) error {
 	bits := strconv.FormatInt(int64(rate*8), 10) + "bit"
 	// Burst: at least 10 ms at the rate, and enough for a 64 KiB GSO frame.
@@ -423,7 +426,9 @@ func (n *Net) Limit(ctx context.Context, h *Host, rate float64) error {
 		return fmt.Errorf("netns: uplink limit of node %d: %w", h.Index, err)
 	}
 	var err error
-	if h.NATed {
+	if h.linked {
+		err = limitIngress(ctx, h, tbf)
+	} else if h.NATed {
 		err = set(h.Router, h.lanVeth)
 	} else {
 		err = set("", h.hostVeth)
@@ -452,10 +457,13 @@ func (n *Net) Close() error {
 		return nil
 	}
 	n.closed = true
-	hosts, cg, neigh := n.hosts, n.cgroups, n.neigh
+	hosts, cg, neigh, sw := n.hosts, n.cgroups, n.neigh, n.sw
 	n.mu.Unlock()
 	if neigh != nil {
 		defer neigh.restore()
+	}
+	if sw != nil {
+		sw.close() // the linked hosts' TAPs go with it
 	}
 	ctx := context.Background()
 	var errs []error

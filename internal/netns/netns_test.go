@@ -201,9 +201,11 @@ func assertGone(t *testing.T, id, cgroupDir string) {
 }
 
 // TestNetnsSweep: a run whose owner is gone (here: a bridge whose alias
-// names no live process) is swept; the sweep leaves a live run alone.
+// names no live process) is swept, a linked host's namespace with it; the
+// sweep leaves a live run alone.
 func TestNetnsSweep(t *testing.T) {
 	needTools(t)
+	needLinkTools(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	live, err := New(ctx)
@@ -220,6 +222,10 @@ func TestNetnsSweep(t *testing.T) {
 	}
 	defer dead.Close()
 	if _, err := dead.AddHost(ctx, 0, true, 9090); err != nil {
+		t.Fatal(err)
+	}
+	// A linked host's namespace goes too.
+	if _, err := dead.AddLinkedHost(ctx, 1, Link{Delay: time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	// pid 0x3fffffff does not exist (above pid_max).

@@ -12,7 +12,7 @@ import (
 
 // Sweep removes what runs whose owning process is gone left behind:
 // their namespaces (and the processes in them), bridges, stray veths and
-// cgroups. It returns the run IDs it removed. Runs whose owner is alive
+// cgroups. (The TAPs of linked hosts went with the owner's process.) It returns the run IDs it removed. Runs whose owner is alive
 // are left alone.
 func Sweep(ctx context.Context) ([]string, error) {
 	runs := map[string]bool{}

@@ -128,7 +128,7 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 		// average starts from) and goes to S peers; the region is free
 		// again when the call returns.
 		sess.shmMu.RLock()
-		err := drv.Push32(step, sess.floats(slot))
+		err := drv.Push32(step, sess.floats(slot), nil)
 		sess.shmMu.RUnlock()
 		sess.raw[slot] = nil
 		sess.free[slot] <- struct{}{}

@@ -468,16 +468,27 @@ func (sess *session) pushLoop() {
 	for p := range sess.pushes {
 		<-p.after
 		time.Sleep(pushAfterReply)
-		sess.shmMu.RLock() // raw may be a region of the shared file
-		v := sess.floats(p.slot)
-		if err := sess.srv.drv.Push32(p.step, v); err != nil {
+		// raw may be a region of the shared file: it is read under shmMu,
+		// and released (the trainer may write it again, the session may
+		// unmap it) as soon as the update is copied into its message,
+		// before the signing and sending.
+		sess.shmMu.RLock()
+		released := false
+		release := func() {
+			if released {
+				return
+			}
+			released = true
+			sess.shmMu.RUnlock()
+			if p.read != nil {
+				close(p.read)
+			}
+			sess.free[p.slot] <- struct{}{}
+		}
+		if err := sess.srv.drv.Push32(p.step, sess.floats(p.slot), release); err != nil {
 			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
 		}
-		sess.shmMu.RUnlock()
-		if p.read != nil {
-			close(p.read)
-		}
-		sess.free[p.slot] <- struct{}{}
+		release()
 	}
 }
 

@@ -623,8 +623,8 @@ func (s *sim) lag() Lag {
 	l.Mean /= float64(T)
 	l.MeanSq /= float64(T)
 	sp := s.cfg.Barrier
-	if sp.Probabilistic() && sp.Beta >= 1 && T > s.lagR {
-		if b, err := psp.Bound(l.F, sp.Beta, s.lagR, T); err == nil {
+	if beta := sp.BetaFor(float64(len(s.live))); sp.Probabilistic() && beta >= 1 && T > s.lagR {
+		if b, err := psp.Bound(l.F, beta, s.lagR, T); err == nil {
 			l.BoundOK, l.BoundMu, l.BoundVar = true, b.Mean, b.Variance
 		}
 	}

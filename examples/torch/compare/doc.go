@@ -1,26 +1,44 @@
 // Command compare runs one PyTorch model under torch DDP and under pspnode
-// trainers, side by side on this machine, and writes a table and figures.
+// trainers, side by side, each worker in a network namespace of its own
+// behind an emulated wide-area link, and writes tables and figures.
 //
-// The same model (examples/torch/mnist.py: an MLP on the MNIST files the
-// repository ships), data split, batch size, learning rate and task time
-// (a sleep of (Exp(1)+1)·X s per step, a share of workers slowed by a
-// factor) run under
+// The same model (examples/torch/mnist.py: an MLP, or a small CNN trained
+// with momentum, on the MNIST files the repository ships), data split,
+// batch size, learning rate and task time (a sleep of (Exp(1)+1)·X s per
+// step) run under
 //
-//   - ddp: torch.distributed DDP with the gloo backend on localhost, one
-//     process per rank (gradients averaged every step: every rank waits
-//     for the slowest);
-//   - a pspnode barrier, with an optional exchange (pssp:2:4,
-//     asp/epidemic:2, ...): pspnode trainers, one `pspnode run --trainer`
-//     daemon each.
+//   - ddp: torch.distributed DDP with the gloo backend, one process per
+//     rank (gradients averaged every step: every rank waits for the
+//     slowest);
+//   - default: pspnode trainers, each with its `pspnode run --trainer`
+//     daemon on the daemon's own barrier and exchange; or BARRIER[/EXCHANGE]
+//     (pssp:2:4, asp/gossip, ...) to pass --barrier and --exchange.
 //
-// Workers start together (--start-at), evaluate on the 2 000 held-out
-// images every second (under DDP rank 0 alone: the ranks hold the same
-// parameters, and an evaluation stalls every rank), and run for a fixed
-// time. Reported per run: the time until half the workers (DDP: rank 0)
-// have reached the target accuracy, steps per
-// second per worker, the workers' mean final accuracy, and bytes sent per
-// worker per step (what the worker's network process wrote to its
-// sockets: the DDP rank, or the pspnode daemon; /proc/PID/io).
+// Links (tiers.go, internal/netns): every worker's namespace has one
+// interface, a TAP on a switch in this process that delays each frame by
+// the sender's link delay plus the receiver's, and a tbf rate limit each
+// way. The tiers: lan (0.2 ms round trip, 1 Gbit/s), region (20 ms,
+// 1 Gbit/s), continent (70 ms, 400 Mbit/s), consumer (30 ms, 100 Mbit/s).
+// Before the runs of a tier, two namespaces measure its round trip and
+// rate with TCP, and links.md records them.
+//
+// A cell is a tier, a model and a slow mode: none, sleep (one worker's
+// task time ×--slow-factor) or cpu (its processes in a cgroup with a CPU
+// quota). Every cell runs each seed under each system. A run starts every
+// process at once (no worker has a head start), starts training at one
+// instant once every trainer is set up, and stops a few seconds after the
+// median worker (DDP: rank 0) reached the target accuracy, or at
+// --max-duration. Per run: the time to the target, steps per second per
+// worker, final accuracy, CPU seconds of all worker processes and of the
+// link emulation, bytes each worker's interface sent per step, peak RSS
+// per worker, and for pspnode the daemons' update staleness (their
+// psp_update_staleness_steps histogram; n/a where they do not serve it)
+// and the lineage each daemon ended on (a run whose daemons ended on more
+// than one is flagged). Per cell: the median over seeds and the range.
+//
+// Needs Linux, root, iproute2 and /usr/bin/python3 with torch, grpc and
+// numpy; it says what is missing. SIGINT stops the run in progress and
+// removes its namespaces; --resume reuses finished runs.
 //
 //	make build && go run ./examples/torch/compare --out results/ddp
 package main

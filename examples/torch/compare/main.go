@@ -1,617 +1,413 @@
 package main
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"math"
-	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
-	"slices"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/pspnode/pspnode/examples/torch/evals"
-	"github.com/pspnode/pspnode/internal/figure"
+	"github.com/pspnode/pspnode/internal/netns"
 )
 
 const python = "/usr/bin/python3"
 
-type config struct {
-	bin, out               string
-	workers                []int
-	slow                   []float64
-	systems                []string
-	factor, scale, target  float64
-	lr                     float64
-	batch                  int
-	fast, slowD, evalEvery time.Duration
-	seed                   int
-	resume                 bool
+// Slow modes of a cell: no slow worker, one whose task time (the sleep)
+// is factor times longer, or one whose processes get a CPU quota.
+const (
+	slowNone  = "none"
+	slowSleep = "sleep"
+	slowCPU   = "cpu"
+)
+
+// modelSpec is one model of mnist.py and how it is trained, the same
+// under every system.
+type modelSpec struct {
+	Name     string  // mnist.py --model
+	LR       float64 // --lr
+	Momentum float64 // --momentum
 }
 
-// run is one system at one size and slow share.
-type run struct {
-	System   string  `json:"system"`
-	Workers  int     `json:"workers"`
-	Slow     float64 `json:"slow_share"`
-	Duration float64 `json:"duration_s"`
-	// TimeToTarget is when half the workers had reached the target
-	// (NaN, null in JSON: not within the run).
-	TimeToTarget  float64  `json:"-"`
-	TimeToTargetJ *float64 `json:"time_to_target_s"`
-	StepsPerS     float64  `json:"steps_per_s_per_worker"`
-	FinalAccuracy float64  `json:"final_accuracy"`
-	BytesPerStep  float64  `json:"bytes_per_worker_step"`
-	CPUSeconds    float64  `json:"cpu_s"`
-	// PeakRSS is the largest resident set of one worker: its trainer
-	// process plus, for pspnode, its daemon.
-	PeakRSS int64 `json:"peak_rss_bytes_per_worker"`
-	// Load is the machine's 1-minute load average when the run ended:
-	// other work on the machine slows pspnode's daemons and the trainers.
-	Load  float64      `json:"load_average"`
-	Curve [][2]float64 `json:"-"` // (time, median accuracy)
+type config struct {
+	bin, out  string
+	tiers     []tier
+	models    []modelSpec
+	slows     []string
+	systems   []string
+	seeds     []int
+	workers   int
+	factor    float64 // how much slower the slow worker is
+	slowCores float64 // its CPU quota in the cpu mode
+	scale     float64 // task time per step: (Exp(1)+1) × scale s
+	target    float64
+	batch     int
+	maxDur    time.Duration // a run ends after this long whatever its accuracy
+	after     time.Duration // and this long after it reached the target
+	evalEvery time.Duration
+	resume    bool
+	probeOnly bool
 }
+
+// cell is one setting the systems are compared in.
+type cell struct {
+	Tier  tier
+	Model modelSpec
+	Slow  string
+}
+
+func (c cell) String() string { return c.Tier.Name + " " + c.Model.Name + " slow=" + c.Slow }
 
 func main() {
-	var c config
-	var workers, slow, systems string
-	flag.StringVar(&c.bin, "bin", "bin/pspnode", "the pspnode binary (make build)")
-	flag.StringVar(&c.out, "out", "results/ddp", "where the table, the CSV files and the figures go")
-	flag.StringVar(&workers, "workers", "4,8", "worker counts")
-	flag.StringVar(&slow, "slow", "0,0.25", "shares of slow workers")
-	flag.StringVar(&systems, "systems", "ddp,pssp:2:4,asp,pssp:2:4/epidemic:2", "systems to run: ddp, or a pspnode barrier spec with an optional /EXCHANGE (e.g. pssp:2:4/epidemic:2)")
-	flag.Float64Var(&c.factor, "slow-factor", 4, "how much slower a slow worker's task time is")
-	flag.Float64Var(&c.scale, "time-scale", 0.05, "task time per step: (Exp(1)+1) × this seconds")
-	flag.Float64Var(&c.target, "target", 0.9, "the held-out accuracy to reach")
-	flag.Float64Var(&c.lr, "lr", 0.1, "learning rate (DDP averages the gradients; pspnode scales each update by 1/N)")
-	flag.IntVar(&c.batch, "batch", 32, "batch size per worker")
-	flag.DurationVar(&c.fast, "duration", 75*time.Second, "run length without slow workers")
-	flag.DurationVar(&c.slowD, "duration-slow", 120*time.Second, "run length with slow workers")
-	flag.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval of each worker")
-	flag.IntVar(&c.seed, "seed", 1, "seed of the batch orders and task times")
-	flag.BoolVar(&c.resume, "resume", false, "reuse the runs an earlier, interrupted invocation with the same settings saved in --out")
-	flag.Parse()
-	var err error
-	if c.workers, err = ints(workers); err == nil {
-		c.slow, err = floats(slow)
-	}
-	c.systems = strings.Split(systems, ",")
-	if err == nil {
-		err = c.check()
-	}
+	c, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(2)
 	}
-	if err := c.runAll(); err != nil {
+	if err := c.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "compare:", err)
+		os.Exit(2)
+	}
+	// SIGINT or SIGTERM cancels the run in progress: its processes are
+	// stopped and its namespaces removed before the harness exits.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if swept, err := netns.Sweep(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "compare: removing what earlier runs left:", err)
+	} else if len(swept) > 0 {
+		fmt.Printf("removed what %d earlier, ended runs left behind: %s\n", len(swept), strings.Join(swept, ", "))
+	}
+	if err := c.runAll(ctx); err != nil {
+		if errors.Is(err, context.Canceled) {
+			fmt.Fprintln(os.Stderr, "compare: interrupted; finished runs are kept in", c.out, "(go on with --resume)")
+			os.Exit(130)
+		}
 		fmt.Fprintln(os.Stderr, "compare:", err)
 		os.Exit(1)
 	}
 }
 
-func (c *config) check() error {
-	if _, err := os.Stat(c.bin); err != nil {
-		return fmt.Errorf("--bin %s: %w (run make build)", c.bin, err)
+// parseFlags reads the command line into a config.
+func parseFlags(args []string) (*config, error) {
+	c := &config{}
+	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
+	var tiersF, models, slows, systems, seeds string
+	var all bool
+	var lrMLP, lrCNN, momCNN float64
+	fs.StringVar(&c.bin, "bin", "bin/pspnode", "the pspnode binary (make build)")
+	fs.StringVar(&c.out, "out", "results/ddp", "where the tables, the runs and the figures go")
+	fs.StringVar(&tiersF, "tiers", "lan,continent", "link tiers to run ("+tierNames()+")")
+	fs.StringVar(&models, "models", "mlp", "models (mlp, cnn)")
+	fs.StringVar(&slows, "slow", "none,sleep", "slow modes: none, sleep (one worker's task time ×--slow-factor), cpu (one worker's processes get --slow-cores)")
+	fs.StringVar(&systems, "systems", "ddp,default", "systems: ddp (torch DDP, gloo), default (pspnode run's own barrier and exchange), or BARRIER[/EXCHANGE] (e.g. pssp:2:4/epidemic:2)")
+	fs.StringVar(&seeds, "seeds", "1,2,3", "seeds: each sets the batch order, the task times, the initial model and which worker is slow")
+	fs.BoolVar(&all, "all", false, "every cell: all four tiers, both models, slow modes none, sleep and cpu, seeds 1,2,3 (overrides those flags; about "+fmt.Sprint(len(tiers))+"×2×3×3 cells per system)")
+	fs.IntVar(&c.workers, "workers", 4, "workers per run")
+	fs.Float64Var(&c.factor, "slow-factor", 4, "how much slower the slow worker's task time is (sleep mode)")
+	fs.Float64Var(&c.slowCores, "slow-cores", 0, "the slow worker's CPU quota in cores (cpu mode; 0: this machine's cores / workers / --slow-factor)")
+	fs.Float64Var(&c.scale, "time-scale", 0.05, "task time per step: a sleep of (Exp(1)+1) × this seconds")
+	fs.Float64Var(&c.target, "target", 0.9, "the held-out accuracy to reach")
+	fs.IntVar(&c.batch, "batch", 32, "batch size per worker")
+	fs.Float64Var(&lrMLP, "lr-mlp", 0.2, "the MLP's learning rate (plain SGD)")
+	fs.Float64Var(&lrCNN, "lr-cnn", 0.05, "the CNN's learning rate")
+	fs.Float64Var(&momCNN, "momentum-cnn", 0.9, "the CNN's SGD momentum")
+	fs.DurationVar(&c.maxDur, "max-duration", 90*time.Second, "a run stops after this long of training")
+	fs.DurationVar(&c.after, "after-target", 3*time.Second, "a run stops this long after it reached the target")
+	fs.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval (every pspnode worker; DDP's rank 0)")
+	fs.BoolVar(&c.resume, "resume", false, "reuse the runs an earlier invocation with the same settings saved in --out")
+	fs.BoolVar(&c.probeOnly, "probe-only", false, "measure every tier's round trip and rate, write links.md, and stop")
+	if err := fs.Parse(args); err != nil {
+		return nil, err
 	}
-	if out, err := exec.Command(python, "-c", "import torch, grpc, numpy").CombinedOutput(); err != nil {
-		return fmt.Errorf("%s cannot import torch, grpc and numpy: %s (install python3-torch python3-grpcio python3-numpy)", python, strings.TrimSpace(string(out)))
+	if fs.NArg() > 0 {
+		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
 	}
-	for _, s := range c.systems {
-		if s == "" {
-			return fmt.Errorf("--systems: an empty name")
+	if all {
+		tiersF, models, slows, seeds = tierNames(), "mlp,cnn", "none,sleep,cpu", "1,2,3"
+	}
+	for _, name := range split(tiersF) {
+		t, ok := tierNamed(name)
+		if !ok {
+			return nil, fmt.Errorf("--tiers: no tier %q (have %s)", name, tierNames())
 		}
+		c.tiers = append(c.tiers, t)
+	}
+	for _, m := range split(models) {
+		switch m {
+		case "mlp":
+			c.models = append(c.models, modelSpec{Name: "mlp", LR: lrMLP})
+		case "cnn":
+			c.models = append(c.models, modelSpec{Name: "cnn", LR: lrCNN, Momentum: momCNN})
+		default:
+			return nil, fmt.Errorf("--models: no model %q (mlp, cnn)", m)
+		}
+	}
+	for _, s := range split(slows) {
+		if s != slowNone && s != slowSleep && s != slowCPU {
+			return nil, fmt.Errorf("--slow: no mode %q (none, sleep, cpu)", s)
+		}
+		c.slows = append(c.slows, s)
+	}
+	c.systems = split(systems)
+	for _, s := range c.systems {
+		if _, _, err := systemFlags(s); err != nil {
+			return nil, err
+		}
+	}
+	for _, s := range split(seeds) {
+		v, err := strconv.Atoi(s)
+		if err != nil || v < 0 {
+			return nil, fmt.Errorf("--seeds: %q is not a seed", s)
+		}
+		c.seeds = append(c.seeds, v)
+	}
+	switch {
+	case len(c.tiers) == 0 || len(c.models) == 0 || len(c.slows) == 0 || len(c.systems) == 0 || len(c.seeds) == 0:
+		return nil, errors.New("nothing to run: --tiers, --models, --slow, --systems and --seeds each need one value")
+	case c.workers < 2:
+		return nil, fmt.Errorf("--workers %d: want 2 or more", c.workers)
+	case c.factor < 1:
+		return nil, fmt.Errorf("--slow-factor %g: want 1 or more", c.factor)
+	case c.target <= 0 || c.target >= 1:
+		return nil, fmt.Errorf("--target %g: want an accuracy in (0, 1)", c.target)
+	case c.maxDur <= 0 || c.after < 0 || c.evalEvery <= 0:
+		return nil, errors.New("--max-duration and --eval-every must be positive, --after-target not negative")
+	}
+	if c.slowCores == 0 {
+		c.slowCores = float64(runtime.NumCPU()) / float64(c.workers) / c.factor
+	}
+	return c, nil
+}
+
+func split(s string) []string {
+	var out []string
+	for _, f := range strings.Split(s, ",") {
+		if f = strings.TrimSpace(f); f != "" {
+			out = append(out, f)
+		}
+	}
+	return out
+}
+
+// systemFlags is a system's `pspnode run` flags: none for ddp and default
+// (the daemon's own), --barrier and --exchange for BARRIER[/EXCHANGE].
+func systemFlags(sys string) (barrier, exchange string, err error) {
+	switch sys {
+	case "ddp", "default":
+		return "", "", nil
+	case "":
+		return "", "", errors.New("--systems: an empty name")
+	}
+	barrier, exchange, _ = strings.Cut(sys, "/")
+	if barrier == "" || strings.ContainsAny(sys, " \t") {
+		return "", "", fmt.Errorf("--systems: %q is not ddp, default or BARRIER[/EXCHANGE]", sys)
+	}
+	return barrier, exchange, nil
+}
+
+// check says what this machine lacks to run the comparison.
+func (c *config) check() error {
+	var missing []string
+	if err := netns.CheckLinks(); err != nil {
+		missing = append(missing, err.Error())
+	}
+	if _, err := os.Stat(c.bin); err != nil && !c.probeOnly {
+		missing = append(missing, fmt.Sprintf("the pspnode binary %s (run make build)", c.bin))
+	}
+	if !c.probeOnly {
+		if out, err := exec.Command(python, "-c", "import torch, grpc, numpy").CombinedOutput(); err != nil {
+			missing = append(missing, fmt.Sprintf("%s with torch, grpc and numpy (Debian: python3-torch python3-grpcio python3-numpy python3-protobuf; %s)",
+				python, strings.TrimSpace(lastLine(string(out)))))
+		}
+	}
+	for _, m := range c.slows {
+		if m == slowCPU {
+			if err := cgroupCPU(); err != nil {
+				missing = append(missing, err.Error())
+			}
+			break
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("this machine cannot run the comparison: it needs\n  - %s\n(scripts/test-deps.sh installs the Debian packages: make test-deps)", strings.Join(missing, "\n  - "))
 	}
 	return os.MkdirAll(c.out, 0o755)
 }
 
-func (c *config) runAll() error {
-	var runs []run
-	began := time.Now()
-	for _, w := range c.workers {
-		for _, sl := range c.slow {
-			var curves []figure.Series
-			for _, sys := range c.systems {
-				fmt.Printf("%s, %d workers, %.0f %% slow ...\n", sys, w, 100*sl)
-				r, ok := c.saved(sys, w, sl)
-				if !ok {
-					var err error
-					if r, err = c.one(sys, w, sl); err != nil {
-						return fmt.Errorf("%s with %d workers: %w", sys, w, err)
-					}
-					c.save(r)
-				} else {
-					fmt.Println("  (saved by an earlier invocation)")
-				}
-				fmt.Printf("  to %.0f %%: %s, %.2f steps/s per worker, final %.3f, %.0f bytes/step, %.0f CPU-s\n",
-					100*c.target, secs(r.TimeToTarget), r.StepsPerS, r.FinalAccuracy, r.BytesPerStep, r.CPUSeconds)
-				runs = append(runs, r)
-				s := figure.Series{Name: label(sys)}
-				for _, p := range r.Curve {
-					s.X, s.Y = append(s.X, p[0]), append(s.Y, p[1])
-				}
-				curves = append(curves, s)
-			}
-			name := fmt.Sprintf("accuracy_%dw_slow%.0f.png", w, 100*sl)
-			title := fmt.Sprintf("%d workers, %.0f %% slowed ×%g", w, 100*sl, c.factor)
-			if err := figure.Lines(filepath.Join(c.out, name), figure.Options{Title: title, XLabel: "seconds",
-				YLabel: "held-out accuracy (median worker)", LegendBottom: true}, curves...); err != nil {
-				return err
+// cgroupCPU says whether CPU quotas can be set.
+func cgroupCPU() error {
+	for _, f := range []string{"/sys/fs/cgroup/cgroup.controllers", "/sys/fs/cgroup/cpu/cpu.cfs_quota_us", "/sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us"} {
+		if _, err := os.Stat(f); err == nil {
+			return nil
+		}
+	}
+	return errors.New("a cgroup cpu controller for --slow cpu (v1 cpu.cfs_quota_us or v2 cpu.max under /sys/fs/cgroup)")
+}
+
+func lastLine(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	return lines[len(lines)-1]
+}
+
+// cells lists what runAll runs, in order: tiers, then models, then slow
+// modes.
+func (c *config) cells() []cell {
+	var out []cell
+	for _, t := range c.tiers {
+		for _, m := range c.models {
+			for _, s := range c.slows {
+				out = append(out, cell{Tier: t, Model: m, Slow: s})
 			}
 		}
 	}
-	if err := c.write(runs, time.Since(began)); err != nil {
+	return out
+}
+
+// runAll measures each tier's link, runs every cell's seeds and systems
+// (a seed's systems one after the other, so that a change in the
+// machine's load falls on both), and writes the tables and figures.
+func (c *config) runAll(ctx context.Context) error {
+	began := time.Now()
+	var probes []probe
+	for _, t := range c.tiers {
+		p, err := measure(ctx, t)
+		if err != nil {
+			return err
+		}
+		fmt.Println("link", p)
+		probes = append(probes, p)
+	}
+	if err := writeProbes(c.out, probes); err != nil {
 		return err
 	}
-	fmt.Printf("wrote %s (%s in all)\n", filepath.Join(c.out, "table.md"), time.Since(began).Round(time.Second))
+	if c.probeOnly {
+		return nil
+	}
+	cells := c.cells()
+	total := len(cells) * len(c.seeds) * len(c.systems)
+	var runs []run
+	k := 0
+	var spent time.Duration // on runs made here, for the estimate
+	made := 0
+	for _, cl := range cells {
+		for _, seed := range c.seeds {
+			for _, sys := range c.systems {
+				k++
+				head := fmt.Sprintf("[%d/%d] %s seed %d %s", k, total, cl, seed, label(sys))
+				r, ok := c.saved(cl, sys, seed)
+				if ok {
+					fmt.Println(head, "(saved by an earlier invocation)")
+				} else {
+					eta := ""
+					if made > 0 {
+						eta = fmt.Sprintf(", about %s to go", (spent / time.Duration(made) * time.Duration(total-k+1)).Round(time.Minute))
+					}
+					fmt.Printf("%s (%s so far%s)\n", head, time.Since(began).Round(time.Second), eta)
+					t0 := time.Now()
+					var err error
+					if r, err = c.one(ctx, cl, sys, seed); err != nil {
+						return fmt.Errorf("%s seed %d %s: %w", cl, seed, sys, err)
+					}
+					r.Wall = time.Since(t0).Seconds()
+					spent += time.Since(t0)
+					made++
+					c.save(r)
+				}
+				fmt.Println("  " + r.line(c.target))
+				runs = append(runs, r)
+			}
+		}
+	}
+	took := time.Since(began)
+	if err := c.report(runs, probes, took); err != nil {
+		return err
+	}
+	fmt.Printf("wrote %s and %s (%s in all)\n", filepath.Join(c.out, "table.md"), filepath.Join(c.out, "summary.md"), took.Round(time.Second))
 	return nil
 }
 
 func label(sys string) string {
-	if sys == "ddp" {
+	switch sys {
+	case "ddp":
 		return "torch DDP (gloo)"
+	case "default":
+		return "pspnode (run defaults)"
 	}
 	barrier, exchange, ok := strings.Cut(sys, "/")
 	if !ok {
-		exchange = "gossip"
+		return "pspnode " + barrier
 	}
 	return "pspnode " + barrier + ", " + exchange
 }
 
-func secs(s float64) string {
-	if math.IsNaN(s) {
-		return "not reached"
-	}
-	return fmt.Sprintf("%.1f s", s)
+// settings names what a run's figures depend on besides its cell, system
+// and seed: a saved run is reused only under the same settings.
+func (c *config) settings(cl cell) string {
+	return fmt.Sprintf("v3 workers=%d factor=%g cores=%g scale=%g target=%g batch=%d lr=%g momentum=%g max=%v after=%v eval=%v link=%v/%g",
+		c.workers, c.factor, c.slowCores, c.scale, c.target, c.batch, cl.Model.LR, cl.Model.Momentum, c.maxDur, c.after, c.evalEvery,
+		cl.Tier.Link.Delay, cl.Tier.Link.Rate)
 }
 
-// worker is one training process and, for pspnode, its daemon.
-type worker struct {
-	cmd     *exec.Cmd
-	daemon  *exec.Cmd
-	csv     string
-	summary string
-	done    chan error
+func (c *config) savedPath(cl cell, sys string, seed int) string {
+	name := fmt.Sprintf("run_%s_%s_%s_%s_seed%d.json", cl.Tier.Name, cl.Model.Name, cl.Slow, fileName(sys), seed)
+	return filepath.Join(c.out, "runs", name)
 }
 
-// one runs one system with w workers, a share sl of them slow.
-func (c *config) one(sys string, w int, sl float64) (run, error) {
-	dur := c.fast
-	if sl > 0 {
-		dur = c.slowD
-	}
-	dir, err := os.MkdirTemp("", "pspnode-compare-")
-	if err != nil {
-		return run{}, err
-	}
-	defer os.RemoveAll(dir)
-	nslow := int(math.Round(sl * float64(w)))
-	var ws []*worker
-	defer func() {
-		for _, wk := range ws {
-			for _, p := range []*exec.Cmd{wk.cmd, wk.daemon} {
-				if p != nil && p.Process != nil {
-					_ = p.Process.Kill()
-				}
-			}
-		}
-		for _, wk := range ws {
-			<-wk.done
-			if wk.daemon != nil && wk.daemon.ProcessState == nil {
-				_ = wk.daemon.Wait()
-			}
-		}
-	}()
-	var port int
-	if sys == "ddp" {
-		if port, err = freePort(); err != nil {
-			return run{}, err
-		}
-	}
-	var boot string
-	startAt := time.Now().Add(time.Duration(10+4*w) * time.Second)
-	for i := range w {
-		wk, addr, err := c.startWorker(dir, sys, i, w, i < nslow, port, startAt, dur, boot)
-		if err != nil {
-			return run{}, err
-		}
-		if boot == "" {
-			boot = addr
-		}
-		ws = append(ws, wk)
-	}
-	// Bytes the daemons write, from when training starts.
-	time.Sleep(time.Until(startAt))
-	var daemonW0 []int64
-	for _, wk := range ws {
-		if wk.daemon != nil {
-			daemonW0 = append(daemonW0, wchar(wk.daemon.Process.Pid))
-		}
-	}
-	for i, wk := range ws {
-		select {
-		case err := <-wk.done:
-			wk.done <- err
-			if err != nil {
-				log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
-				return run{}, fmt.Errorf("worker %d: %v\n%s", i, err, log)
-			}
-		case <-time.After(dur + 2*time.Minute):
-			return run{}, fmt.Errorf("worker %d did not end", i)
-		}
-	}
-	var daemonBytes int64
-	for i, wk := range ws {
-		if wk.daemon != nil {
-			daemonBytes += wchar(wk.daemon.Process.Pid) - daemonW0[i]
-			_ = wk.daemon.Process.Signal(syscall.SIGTERM)
-			_ = wk.daemon.Wait()
-		}
-	}
-	return c.tally(sys, w, sl, dur, ws, daemonBytes)
-}
-
-// startWorker starts worker i of w (slowed if slow), and for pspnode its
-// daemon, joined through boot (none: it is the first) and returned addr.
-// Workers wait until startAt and train for dur.
-func (c *config) startWorker(dir, sys string, i, w int, slow bool, port int, startAt time.Time, dur time.Duration, boot string) (*worker, string, error) {
-	var addr string
-	wk := &worker{csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)), summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), done: make(chan error, 1)}
-	args := []string{filepath.Join("examples", "torch", "mnist.py"), "--shard", strconv.Itoa(i), "--shards", strconv.Itoa(w),
-		"--batch", strconv.Itoa(c.batch), "--lr", fmt.Sprint(c.lr), "--time-scale", fmt.Sprint(c.scale),
-		"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint(dur.Seconds()),
-		"--seed", strconv.Itoa(1000*c.seed + i), "--out", wk.csv, "--summary", wk.summary, "--log", "warning",
-		"--start-at", fmt.Sprint(float64(startAt.UnixNano()) / 1e9)}
-	if slow {
-		args = append(args, "--slow-factor", fmt.Sprint(c.factor))
-	}
-	env := append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
-	switch sys {
-	case "ddp":
-		args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(w))
-		env = append(env, "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port))
-	default:
-		barrier, exchange, ok := strings.Cut(sys, "/")
-		if !ok {
-			exchange = "gossip"
-		}
-		sock := filepath.Join(dir, fmt.Sprintf("d%d.sock", i))
-		d, a, err := c.daemon(dir, i, sock, barrier, exchange, boot)
-		if err != nil {
-			return nil, "", err
-		}
-		wk.daemon, addr = d, a
-		args = append(args, "--daemon", "unix:"+sock)
-	}
-	wk.cmd = exec.Command(python, args...)
-	wk.cmd.Env = env
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("w%d.log", i)))
-	if err != nil {
-		return nil, "", err
-	}
-	wk.cmd.Stdout, wk.cmd.Stderr = logf, logf
-	if err := wk.cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	go func() { wk.done <- wk.cmd.Wait(); logf.Close() }()
-	return wk, addr, nil
-}
-
-// tally is the run of sys from its workers' summaries and evaluation
-// files, and the processes' resource use; daemonBytes is what the
-// daemons wrote during training.
-func (c *config) tally(sys string, w int, sl float64, dur time.Duration, ws []*worker, daemonBytes int64) (run, error) {
-	var cpu float64
-	var peak int64
-	for _, wk := range ws {
-		c1, p1 := usage(wk.cmd)
-		c2, p2 := usage(wk.daemon)
-		cpu += c1 + c2
-		peak = max(peak, p1+p2)
-	}
-	r := run{System: sys, Workers: w, Slow: sl, Duration: dur.Seconds(), TimeToTarget: math.NaN()}
-	var curves [][]evals.Eval
-	var steps, bytes int64
-	var elapsed, final float64
-	for i, wk := range ws {
-		var s struct {
-			Steps   int64   `json:"steps"`
-			Elapsed float64 `json:"elapsed_s"`
-			Final   float64 `json:"final_accuracy"`
-			Bytes   int64   `json:"bytes_written"`
-		}
-		b, err := os.ReadFile(wk.summary)
-		if err == nil {
-			err = json.Unmarshal(b, &s)
-		}
-		if err != nil {
-			return run{}, fmt.Errorf("worker %d summary: %w", i, err)
-		}
-		steps += s.Steps
-		bytes += s.Bytes
-		elapsed += s.Elapsed
-		final += s.Final
-		// DDP ranks hold the same parameters: rank 0 alone evaluates
-		// during the run (mnist.py), and its curve is every rank's.
-		if sys == "ddp" && i > 0 {
-			continue
-		}
-		ev, err := readEvals(wk.csv)
-		if err != nil {
-			return run{}, err
-		}
-		curves = append(curves, ev)
-	}
-	if sys != "ddp" {
-		bytes = daemonBytes
-	}
-	r.StepsPerS = float64(steps) / elapsed
-	r.FinalAccuracy = final / float64(w)
-	r.BytesPerStep = float64(bytes) / float64(max(steps, 1))
-	r.CPUSeconds, r.PeakRSS = cpu, peak
-	r.Load = loadAverage()
-	r.Curve, r.TimeToTarget = medianCurve(curves, c.target, dur.Seconds())
-	c.saveCurve(r)
-	return r, nil
-}
-
-// daemon starts `pspnode run --trainer` for worker i.
-func (c *config) daemon(dir string, i int, sock, barrier, exchange, boot string) (*exec.Cmd, string, error) {
-	args := []string{"run", "--job", "compare", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
-		"--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"}
-	if boot != "" {
-		args = append(args, "--bootstrap", boot)
-	}
-	cmd := exec.Command(c.bin, args...)
-	logf, err := os.Create(filepath.Join(dir, fmt.Sprintf("d%d.log", i)))
-	if err != nil {
-		return nil, "", err
-	}
-	cmd.Stderr = logf
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, "", err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, "", err
-	}
-	sc := bufio.NewScanner(out)
-	addr := ""
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(l, "listening: ") && addr == "" {
-			addr = strings.TrimPrefix(l, "listening: ")
-		}
-		if strings.HasPrefix(l, "trainer: ") {
-			go func() { _, _ = bufio.NewReader(out).WriteTo(discard{}) }()
-			return cmd, addr, nil
-		}
-	}
-	_ = cmd.Process.Kill()
-	_ = cmd.Wait()
-	log, _ := os.ReadFile(filepath.Join(dir, fmt.Sprintf("d%d.log", i)))
-	return nil, "", fmt.Errorf("daemon %d did not start:\n%s", i, log)
-}
-
-type discard struct{}
-
-func (discard) Write(p []byte) (int, error) { return len(p), nil }
-
-// medianCurve is the median accuracy over workers at each second, each
-// worker at its latest evaluation, and the first time it reaches target.
-func medianCurve(curves [][]evals.Eval, target, dur float64) ([][2]float64, float64) {
-	var curve [][2]float64
-	reached := math.NaN()
-	for t := 0.0; t <= dur+1e-9; t += 0.5 {
-		var accs []float64
-		for _, ev := range curves {
-			acc := math.NaN()
-			for _, e := range ev {
-				if e.Time <= t {
-					acc = e.Accuracy
-				}
-			}
-			if !math.IsNaN(acc) {
-				accs = append(accs, acc)
-			}
-		}
-		if len(accs) < len(curves) {
-			continue
-		}
-		slices.Sort(accs)
-		// The lower median: half the workers are at least this good.
-		m := accs[(len(accs)-1)/2]
-		if len(accs)%2 == 0 {
-			m = accs[len(accs)/2]
-		}
-		curve = append(curve, [2]float64{t, m})
-		if math.IsNaN(reached) && m >= target {
-			reached = t
-		}
-	}
-	return curve, reached
-}
-
-// readEvals reads a worker's evaluations; a worker without any failed.
-func readEvals(path string) ([]evals.Eval, error) {
-	ev, err := evals.Read(path)
-	if err == nil && len(ev) == 0 {
-		err = errors.New(path + ": no evaluations")
-	}
-	return ev, err
-}
-
-func (c *config) saveCurve(r run) {
-	rows := [][]string{}
-	for _, p := range r.Curve {
-		rows = append(rows, []string{fmt.Sprint(p[0]), fmt.Sprintf("%.4f", p[1])})
-	}
-	_ = figure.CSV(filepath.Join(c.out, fmt.Sprintf("curve_%s_%dw_slow%.0f.csv", strings.NewReplacer(":", "-", "/", "_").Replace(r.System), r.Workers, 100*r.Slow)),
-		[]string{"time_s", "median_accuracy"}, rows)
-}
-
-// settings names what a run's figures depend on besides its system, size
-// and slow share: a saved run is reused only under the same settings.
-func (c *config) settings() string {
-	return fmt.Sprintf("factor=%g scale=%g target=%g lr=%g batch=%d fast=%v slow=%v eval=%v seed=%d",
-		c.factor, c.scale, c.target, c.lr, c.batch, c.fast, c.slowD, c.evalEvery, c.seed)
-}
+func fileName(s string) string { return strings.NewReplacer(":", "-", "/", "_").Replace(s) }
 
 type savedRun struct {
-	Settings string       `json:"settings"`
-	Run      run          `json:"run"`
-	Time     *float64     `json:"time_to_target_s"`
-	Curve    [][2]float64 `json:"curve"`
+	Settings string `json:"settings"`
+	Run      run    `json:"run"`
 }
 
-func (c *config) savedPath(sys string, w int, sl float64) string {
-	return filepath.Join(c.out, fmt.Sprintf("run_%s_%dw_slow%.0f.json", strings.NewReplacer(":", "-", "/", "_").Replace(sys), w, 100*sl))
-}
-
-// save keeps one finished run in --out, so that an interrupted invocation
-// can be resumed (--resume).
+// save keeps a finished run in --out/runs, for --resume and the tables.
 func (c *config) save(r run) {
-	s := savedRun{Settings: c.settings(), Run: r, Curve: r.Curve}
-	if !math.IsNaN(r.TimeToTarget) {
-		s.Time = &r.TimeToTarget
+	cl := cell{Tier: mustTier(r.Tier), Model: c.model(r.Model), Slow: r.Slow}
+	b, err := json.MarshalIndent(savedRun{Settings: c.settings(cl), Run: r.forJSON()}, "", " ")
+	if err == nil {
+		_ = os.MkdirAll(filepath.Join(c.out, "runs"), 0o755)
+		err = os.WriteFile(c.savedPath(cl, r.System, r.Seed), b, 0o644)
 	}
-	if b, err := json.Marshal(s); err == nil {
-		_ = os.WriteFile(c.savedPath(r.System, r.Workers, r.Slow), b, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "compare: saving the run:", err)
 	}
 }
 
 // saved returns the run an earlier invocation saved, with --resume and the
 // same settings.
-func (c *config) saved(sys string, w int, sl float64) (run, bool) {
+func (c *config) saved(cl cell, sys string, seed int) (run, bool) {
 	if !c.resume {
 		return run{}, false
 	}
-	b, err := os.ReadFile(c.savedPath(sys, w, sl))
+	b, err := os.ReadFile(c.savedPath(cl, sys, seed))
 	var s savedRun
-	if err != nil || json.Unmarshal(b, &s) != nil || s.Settings != c.settings() {
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Settings != c.settings(cl) {
 		return run{}, false
 	}
-	r := s.Run
-	r.Curve, r.TimeToTarget = s.Curve, math.NaN()
-	if s.Time != nil {
-		r.TimeToTarget = *s.Time
-	}
-	return r, true
+	return s.Run.fromJSON(), true
 }
 
-func (c *config) write(runs []run, took time.Duration) error {
-	for i := range runs {
-		if t := runs[i].TimeToTarget; !math.IsNaN(t) {
-			runs[i].TimeToTargetJ = &t
-		}
-	}
-	b, err := json.MarshalIndent(runs, "", "  ")
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(c.out, "runs.json"), b, 0o644); err != nil {
-		return err
-	}
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "| workers | slow | system | time to %.0f %% | vs DDP | steps/s per worker | final accuracy | bytes sent per worker per step | CPU s | peak RSS per worker | load |\n", 100*c.target)
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|\n")
-	ddp := map[[2]float64]float64{}
-	for _, r := range runs {
-		if r.System == "ddp" {
-			ddp[[2]float64{float64(r.Workers), r.Slow}] = r.TimeToTarget
-		}
-	}
-	for _, r := range runs {
-		ratio := "—"
-		if d, ok := ddp[[2]float64{float64(r.Workers), r.Slow}]; ok && r.System != "ddp" && !math.IsNaN(d) && !math.IsNaN(r.TimeToTarget) {
-			ratio = fmt.Sprintf("%.2f×", r.TimeToTarget/d)
-		}
-		slow := "none"
-		if r.Slow > 0 {
-			slow = fmt.Sprintf("%.0f %% ×%g", 100*r.Slow, c.factor)
-		}
-		fmt.Fprintf(&sb, "| %d | %s | %s | %s | %s | %.2f | %.3f | %s | %.0f | %s | %.1f |\n", r.Workers, slow, label(r.System),
-			secs(r.TimeToTarget), ratio, r.StepsPerS, r.FinalAccuracy, humanBytes(r.BytesPerStep), r.CPUSeconds, humanBytes(float64(r.PeakRSS)), r.Load)
-	}
-	fmt.Fprintf(&sb, "\nTask time (Exp(1)+1)·%g s per step, batch %d, learning rate %g, runs of %v (%v with slow workers); %v in all.\n",
-		c.scale, c.batch, c.lr, c.fast, c.slowD, took.Round(time.Second))
-	return os.WriteFile(filepath.Join(c.out, "table.md"), []byte(sb.String()), 0o644)
+func mustTier(name string) tier {
+	t, _ := tierNamed(name)
+	return t
 }
 
-func humanBytes(b float64) string {
-	switch {
-	case b >= 1<<20:
-		return fmt.Sprintf("%.2f MB", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.0f kB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
-}
-
-// wchar is what process pid has written (to files and sockets).
-func wchar(pid int) int64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/io", pid))
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(l, "wchar: "); ok {
-			n, _ := strconv.ParseInt(v, 10, 64)
-			return n
+func (c *config) model(name string) modelSpec {
+	for _, m := range c.models {
+		if m.Name == name {
+			return m
 		}
 	}
-	return 0
-}
-
-// usage is the CPU seconds and peak resident bytes of an ended process.
-func usage(p *exec.Cmd) (cpu float64, peak int64) {
-	if p == nil || p.ProcessState == nil {
-		return 0, 0
-	}
-	cpu = (p.ProcessState.UserTime() + p.ProcessState.SystemTime()).Seconds()
-	if ru, ok := p.ProcessState.SysUsage().(*syscall.Rusage); ok {
-		peak = ru.Maxrss * 1024
-	}
-	return cpu, peak
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func ints(s string) ([]int, error) {
-	var out []int
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.Atoi(strings.TrimSpace(f))
-		if err != nil || v < 2 {
-			return nil, fmt.Errorf("%q: want whole numbers >= 2", s)
-		}
-		out = append(out, v)
-	}
-	return out, nil
-}
-
-func floats(s string) ([]float64, error) {
-	var out []float64
-	for _, f := range strings.Split(s, ",") {
-		v, err := strconv.ParseFloat(strings.TrimSpace(f), 64)
-		if err != nil || v < 0 || v >= 1 {
-			return nil, fmt.Errorf("%q: want shares in [0, 1)", s)
-		}
-		out = append(out, v)
-	}
-	return out, nil
+	return modelSpec{Name: name}
 }
 
 // loadAverage is the machine's 1-minute load average (0 where /proc is
@@ -627,4 +423,11 @@ func loadAverage() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+func secs(s float64) string {
+	if math.IsNaN(s) || math.IsInf(s, 0) {
+		return "not reached"
+	}
+	return fmt.Sprintf("%.1f s", s)
 }

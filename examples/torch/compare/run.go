@@ -1,0 +1,618 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pspnode/pspnode/examples/torch/evals"
+	"github.com/pspnode/pspnode/internal/netns"
+)
+
+// run is one system on one cell with one seed.
+type run struct {
+	Tier   string `json:"tier"`
+	Model  string `json:"model"`
+	Slow   string `json:"slow"`
+	System string `json:"system"`
+	Seed   int    `json:"seed"`
+	// SlowWorker is the slowed worker's index (-1: none).
+	SlowWorker int     `json:"slow_worker"`
+	Duration   float64 `json:"duration_s"`
+	// TimeToTarget is when the median worker reached the target (DDP:
+	// rank 0, whose parameters are every rank's); NaN when it did not.
+	TimeToTarget float64 `json:"-"`
+	// StepsPerS is steps per second per worker; SlowStepsPerS the slowed
+	// worker's own (NaN without one).
+	StepsPerS     float64 `json:"steps_per_s_per_worker"`
+	SlowStepsPerS float64 `json:"-"`
+	FinalAccuracy float64 `json:"final_accuracy"`
+	// BytesPerStep is what the workers' network interfaces sent (headers
+	// included), per worker and step.
+	BytesPerStep float64 `json:"bytes_per_worker_step"`
+	// CPUSeconds is every worker process's CPU (trainers, daemons);
+	// LinkCPU the link emulation's during training (this process's: the
+	// switch runs in it), SwitchCPU the switch thread's alone;
+	// LinkDropped the frames its full queues dropped.
+	CPUSeconds  float64 `json:"cpu_s"`
+	LinkCPU     float64 `json:"link_cpu_s"`
+	SwitchCPU   float64 `json:"switch_cpu_s"`
+	LinkDropped int64   `json:"link_dropped_frames"`
+	// PeakRSS is the largest of the workers' peak resident sets (trainer
+	// plus daemon).
+	PeakRSS int64 `json:"peak_rss_bytes_per_worker"`
+	// Staleness is psp_update_staleness_steps over every daemon; nil when
+	// no daemon serves it (DDP, or a daemon without the metric).
+	Staleness *staleness `json:"staleness,omitempty"`
+	// Lineages are the daemons' /status lineages at the end, one per
+	// daemon ("" when unread); Forked says they were not all one.
+	Lineages []string `json:"lineages,omitempty"`
+	Forked   bool     `json:"forked"`
+	// Settings is the barrier and exchange the daemons reported in
+	// /status ("pssp:10:4, epidemic:4"): what a system of the daemon's
+	// defaults ran.
+	Settings string `json:"daemon_settings,omitempty"`
+	// StartLate is the most a worker started after the common start time.
+	StartLate float64 `json:"start_late_s"`
+	// Load is the 1-minute load average at the end; Wall the run's wall
+	// time, set-up and teardown included.
+	Load float64 `json:"load_average"`
+	Wall float64 `json:"wall_s"`
+	// Setup is from the run's start until every trainer was ready; Train
+	// from the common start until every trainer had ended.
+	Setup float64      `json:"setup_s"`
+	Train float64      `json:"train_s"`
+	Curve [][2]float64 `json:"curve"` // (time, median worker's accuracy)
+
+	// JSON forms of the fields that may be NaN.
+	TimeToTargetJ  *float64 `json:"time_to_target_s"`
+	SlowStepsPerSJ *float64 `json:"slow_worker_steps_per_s,omitempty"`
+}
+
+func nanPtr(v float64) *float64 {
+	if math.IsNaN(v) {
+		return nil
+	}
+	return &v
+}
+
+func ptrNaN(p *float64) float64 {
+	if p == nil {
+		return math.NaN()
+	}
+	return *p
+}
+
+func (r run) forJSON() run {
+	r.TimeToTargetJ, r.SlowStepsPerSJ = nanPtr(r.TimeToTarget), nanPtr(r.SlowStepsPerS)
+	return r
+}
+
+func (r run) fromJSON() run {
+	r.TimeToTarget, r.SlowStepsPerS = ptrNaN(r.TimeToTargetJ), ptrNaN(r.SlowStepsPerSJ)
+	return r
+}
+
+// line is a run's figures for the progress log.
+func (r run) line(target float64) string {
+	s := fmt.Sprintf("to %.0f %%: %s, %.2f steps/s per worker", 100*target, secs(r.TimeToTarget), r.StepsPerS)
+	if !math.IsNaN(r.SlowStepsPerS) {
+		s += fmt.Sprintf(" (slow worker %.2f)", r.SlowStepsPerS)
+	}
+	s += fmt.Sprintf(", final %.3f, %s/step, %.0f CPU-s (+%.0f link), RSS %s", r.FinalAccuracy, humanBytes(r.BytesPerStep),
+		r.CPUSeconds, r.LinkCPU, humanBytes(float64(r.PeakRSS)))
+	if r.Staleness != nil {
+		s += ", staleness " + r.Staleness.String()
+	}
+	if r.Forked {
+		s += fmt.Sprintf(", FORKED: daemons ended on %d lineages", distinct(r.Lineages))
+	}
+	if r.StartLate > 0.5 {
+		s += fmt.Sprintf(", a worker started %.1f s late", r.StartLate)
+	}
+	return s
+}
+
+// proc is a process of a run: a trainer or a daemon.
+type proc struct {
+	cmd  *exec.Cmd
+	log  string
+	done chan struct{} // closed once reaped
+	err  error         // set before done closes
+}
+
+func (p *proc) start() error {
+	f, err := os.Create(p.log)
+	if err != nil {
+		return err
+	}
+	p.cmd.Stdout, p.cmd.Stderr = f, f
+	p.cmd.SysProcAttr = childAttr()
+	p.done = make(chan struct{})
+	if err := p.cmd.Start(); err != nil {
+		f.Close()
+		return err
+	}
+	go func() { p.err = p.cmd.Wait(); f.Close(); close(p.done) }() // ends with the process
+	return nil
+}
+
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// stop sends sig, waits up to wait, then kills.
+func (p *proc) stop(sig syscall.Signal, wait time.Duration) {
+	if p == nil || p.cmd.Process == nil {
+		return
+	}
+	if !p.exited() {
+		_ = p.cmd.Process.Signal(sig)
+	}
+	select {
+	case <-p.done:
+	case <-time.After(wait):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+func (p *proc) tail() string {
+	b, _ := os.ReadFile(p.log)
+	if len(b) > 3000 {
+		b = b[len(b)-3000:]
+	}
+	return strings.TrimSpace(string(b))
+}
+
+// worker is one worker of a run: its namespace, trainer and (pspnode)
+// daemon, and its files.
+type worker struct {
+	host                *netns.Host
+	trainer, daemon     *proc
+	csv, summary        string
+	ready               string
+	tx0                 int64
+	metrics, statusBody string
+}
+
+// one runs system sys on cell cl with seed: a fresh network, one
+// namespace per worker, every process started at once, training started
+// at one instant once every trainer is ready.
+func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run, err error) {
+	began := time.Now()
+	dir, err := os.MkdirTemp("", "pspnode-compare-")
+	if err != nil {
+		return r, err
+	}
+	defer os.RemoveAll(dir)
+	n, err := netns.New(ctx)
+	if err != nil {
+		return r, err
+	}
+	var ws []*worker
+	defer func() {
+		// Teardown ignores ctx: it runs after a SIGINT too.
+		for _, w := range ws {
+			for _, p := range []*proc{w.trainer, w.daemon} {
+				if p != nil && p.cmd.Process != nil {
+					p.stop(syscall.SIGTERM, 5*time.Second)
+				}
+			}
+		}
+		if cerr := n.Close(); cerr != nil {
+			err = errors.Join(err, cerr)
+		}
+	}()
+	slow := -1
+	if cl.Slow != slowNone {
+		slow = seed % c.workers
+	}
+	for i := range c.workers {
+		h, err := n.AddLinkedHost(ctx, i, cl.Tier.Link)
+		if err != nil {
+			return r, err
+		}
+		ws = append(ws, &worker{host: h, csv: filepath.Join(dir, fmt.Sprintf("w%d.csv", i)),
+			summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), ready: filepath.Join(dir, fmt.Sprintf("w%d.ready", i))})
+	}
+	pspnode := sys != "ddp"
+	var ids []string
+	if pspnode {
+		for i := range ws {
+			out, err := exec.CommandContext(ctx, c.bin, "id", "--identity", filepath.Join(dir, fmt.Sprintf("k%d", i))).Output()
+			if err != nil {
+				return r, fmt.Errorf("pspnode id: %w", err)
+			}
+			ids = append(ids, strings.TrimSpace(string(out)))
+		}
+	}
+	goFile, stopFile := filepath.Join(dir, "go"), filepath.Join(dir, "stop")
+	// Every process starts here, together: no worker has a head start.
+	for i, w := range ws {
+		if pspnode {
+			w.daemon = &proc{cmd: w.host.Command(c.bin, c.daemonArgs(dir, sys, i, ws, ids)...), log: filepath.Join(dir, fmt.Sprintf("d%d.log", i))}
+			if err := w.daemon.start(); err != nil {
+				return r, err
+			}
+		}
+		w.trainer = &proc{cmd: w.host.Command(python, c.trainerArgs(cl, dir, sys, seed, i, i == slow, ws, goFile, stopFile)...),
+			log: filepath.Join(dir, fmt.Sprintf("w%d.log", i))}
+		w.trainer.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
+		if !pspnode {
+			w.trainer.cmd.Env = append(w.trainer.cmd.Env, "MASTER_ADDR="+ws[0].host.IP.String(), "MASTER_PORT=29500", "GLOO_SOCKET_IFNAME=eth0")
+		}
+		if err := w.trainer.start(); err != nil {
+			return r, err
+		}
+	}
+	if cl.Slow == slowCPU {
+		for _, p := range []*proc{ws[slow].trainer, ws[slow].daemon} {
+			if p != nil {
+				if err := n.LimitCPU(ws[slow].host, p.cmd.Process.Pid, c.slowCores); err != nil {
+					return r, err
+				}
+			}
+		}
+	}
+	if err := c.waitReady(ctx, ws); err != nil {
+		return r, err
+	}
+	for _, w := range ws {
+		if w.tx0, err = w.host.TxBytes(ctx); err != nil {
+			return r, err
+		}
+	}
+	cpu0, sw0 := selfCPU(), n.LinkCounters()
+	start := time.Now().Add(300 * time.Millisecond)
+	if err := os.WriteFile(goFile+".tmp", []byte(fmt.Sprintf("%.3f", float64(start.UnixNano())/1e9)), 0o644); err != nil {
+		return r, err
+	}
+	if err := os.Rename(goFile+".tmp", goFile); err != nil {
+		return r, err
+	}
+	setup := time.Since(began)
+	if err := c.watch(ctx, cl, sys, ws, start, stopFile); err != nil {
+		return r, err
+	}
+	train := time.Since(start)
+	// What the interfaces and forwarders did during training.
+	var sent int64
+	for _, w := range ws {
+		tx, err := w.host.TxBytes(ctx)
+		if err != nil {
+			return r, err
+		}
+		sent += tx - w.tx0
+	}
+	sw1 := n.LinkCounters()
+	linkCPU, switchCPU, dropped := selfCPU()-cpu0, (sw1.CPU - sw0.CPU).Seconds(), sw1.Dropped-sw0.Dropped
+	if pspnode {
+		for _, w := range ws {
+			w.metrics, w.statusBody = scrape(w.host)
+			w.daemon.stop(syscall.SIGTERM, 10*time.Second)
+		}
+	}
+	if pspnode {
+		c.keepScrapes(cl, sys, seed, ws)
+	}
+	r, err = c.tally(cl, sys, seed, slow, ws, sent)
+	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
+	r.Setup, r.Train = setup.Seconds(), train.Seconds()
+	return r, err
+}
+
+// daemonArgs is worker i's `pspnode run`: the system's barrier and
+// exchange (none: the daemon's defaults), TCP on its own address, HTTP on
+// its namespace's loopback, worker 0 as everyone's bootstrap peer.
+func (c *config) daemonArgs(dir, sys string, i int, ws []*worker, ids []string) []string {
+	args := []string{"run", "--job", "compare", "--identity", filepath.Join(dir, fmt.Sprintf("k%d", i)),
+		"--listen", fmt.Sprintf("/ip4/%s/tcp/4001", ws[i].host.IP), "--trainer", "unix:" + filepath.Join(dir, fmt.Sprintf("d%d.sock", i)),
+		"--http", "127.0.0.1:9090", "--nat-traversal=false", "--log-level", "warn"}
+	barrier, exchange, _ := systemFlags(sys)
+	if barrier != "" {
+		args = append(args, "--barrier", barrier)
+	}
+	if exchange != "" {
+		args = append(args, "--exchange", exchange)
+	}
+	if i > 0 {
+		args = append(args, "--bootstrap", fmt.Sprintf("/ip4/%s/tcp/4001/p2p/%s", ws[0].host.IP, ids[0]))
+	}
+	return args
+}
+
+// trainerArgs is worker i's mnist.py.
+func (c *config) trainerArgs(cl cell, dir, sys string, seed, i int, slow bool, ws []*worker, goFile, stopFile string) []string {
+	w := ws[i]
+	args := []string{filepath.Join("examples", "torch", "mnist.py"), "--model", cl.Model.Name,
+		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(len(ws)), "--batch", strconv.Itoa(c.batch),
+		"--lr", fmt.Sprint(cl.Model.LR), "--momentum", fmt.Sprint(cl.Model.Momentum), "--time-scale", fmt.Sprint(c.scale),
+		"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint((c.maxDur + 10*time.Second).Seconds()),
+		"--init-seed", strconv.Itoa(seed), "--seed", strconv.Itoa(1000*seed + i),
+		"--out", w.csv, "--summary", w.summary, "--log", "warning",
+		"--ready-file", w.ready, "--go-file", goFile, "--stop-file", stopFile}
+	if slow && cl.Slow == slowSleep {
+		args = append(args, "--slow-factor", fmt.Sprint(c.factor))
+	}
+	if sys == "ddp" {
+		args = append(args, "--ddp", "--rank", strconv.Itoa(i), "--world", strconv.Itoa(len(ws)))
+	} else {
+		args = append(args, "--daemon", "unix:"+filepath.Join(dir, fmt.Sprintf("d%d.sock", i)))
+	}
+	return args
+}
+
+// waitReady waits until every trainer has written its ready file (it is
+// set up: its daemon answered, or the DDP ranks met), at most 2 minutes.
+func (c *config) waitReady(ctx context.Context, ws []*worker) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		ready := 0
+		for i, w := range ws {
+			if _, err := os.Stat(w.ready); err == nil {
+				ready++
+			}
+			for what, p := range map[string]*proc{"trainer": w.trainer, "daemon": w.daemon} {
+				if p != nil && p.exited() {
+					return fmt.Errorf("worker %d's %s ended before training (%v):\n%s", i, what, p.err, p.tail())
+				}
+			}
+		}
+		if ready == len(ws) {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d of %d trainers set up after 2 minutes", ready, len(ws))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// watch follows training: every second it reads the evaluations, prints
+// progress every 15 s, and creates the stop file once the run has reached
+// the target and gone on for --after-target more, or has lasted
+// --max-duration. It returns once every trainer has ended.
+func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, start time.Time, stopFile string) error {
+	stopped := false
+	stopAt := time.Time{}
+	lastLog := start
+	for {
+		allDone := true
+		for i, w := range ws {
+			if !w.trainer.exited() {
+				allDone = false
+				continue
+			}
+			if w.trainer.err != nil {
+				return fmt.Errorf("worker %d's trainer: %v:\n%s", i, w.trainer.err, w.trainer.tail())
+			}
+		}
+		if allDone {
+			return nil
+		}
+		now := time.Since(start).Seconds()
+		curve, reached := medianCurve(c.curves(sys, ws), c.target, now)
+		if !stopped && ((!math.IsNaN(reached) && now >= reached+c.after.Seconds()) || now >= c.maxDur.Seconds()) {
+			if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
+				return err
+			}
+			stopped, stopAt = true, time.Now()
+		}
+		if stopped && time.Since(stopAt) > time.Minute {
+			return errors.New("the trainers did not stop within a minute of the stop file")
+		}
+		if time.Since(lastLog) >= 15*time.Second {
+			lastLog = time.Now()
+			acc := math.NaN()
+			if len(curve) > 0 {
+				acc = curve[len(curve)-1][1]
+			}
+			fmt.Printf("    %3.0f s: accuracy %.3f (median worker), load %.1f\n", now, acc, loadAverage())
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+// curves are the evaluations that count: every pspnode worker's, DDP's
+// rank 0 alone (its ranks hold the same parameters, and rank 0 alone
+// evaluates during training).
+func (c *config) curves(sys string, ws []*worker) [][]evals.Eval {
+	var out [][]evals.Eval
+	for i, w := range ws {
+		if sys == "ddp" && i > 0 {
+			break
+		}
+		ev, _ := evals.Read(w.csv)
+		out = append(out, ev)
+	}
+	return out
+}
+
+// scrape reads a daemon's /metrics and /status from inside its namespace
+// ("" for what could not be read).
+func scrape(h *netns.Host) (metrics, status string) {
+	cl := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{DialContext: h.DialContext, DisableKeepAlives: true}}
+	get := func(path string) string {
+		resp, err := cl.Get("http://127.0.0.1:9090" + path)
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+		if err != nil || resp.StatusCode != http.StatusOK {
+			return ""
+		}
+		return string(b)
+	}
+	return get("/metrics"), get("/status")
+}
+
+// keepScrapes saves each daemon's /metrics and /status at the end of the
+// run beside the run's record (runs/NAME.dI.metrics, .dI.status.json), for
+// looking into a figure later.
+func (c *config) keepScrapes(cl cell, sys string, seed int, ws []*worker) {
+	base := strings.TrimSuffix(c.savedPath(cl, sys, seed), ".json")
+	_ = os.MkdirAll(filepath.Dir(base), 0o755)
+	for i, w := range ws {
+		_ = os.WriteFile(fmt.Sprintf("%s.d%d.metrics", base, i), []byte(w.metrics), 0o644)
+		_ = os.WriteFile(fmt.Sprintf("%s.d%d.status.json", base, i), []byte(w.statusBody), 0o644)
+	}
+}
+
+// summary is what mnist.py writes at the end (--summary).
+type summary struct {
+	Steps     int64   `json:"steps"`
+	Elapsed   float64 `json:"elapsed_s"`
+	Final     float64 `json:"final_accuracy"`
+	StartLate float64 `json:"start_late_s"`
+}
+
+// tally is the run from its workers' files and processes; sent is what
+// their interfaces sent during training.
+func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent int64) (run, error) {
+	r := run{Tier: cl.Tier.Name, Model: cl.Model.Name, Slow: cl.Slow, System: sys, Seed: seed, SlowWorker: slow,
+		SlowStepsPerS: math.NaN(), Load: loadAverage()}
+	var steps int64
+	var elapsed, final float64
+	for i, w := range ws {
+		var s summary
+		b, err := os.ReadFile(w.summary)
+		if err == nil {
+			err = json.Unmarshal(b, &s)
+		}
+		if err != nil {
+			return r, fmt.Errorf("worker %d's summary: %w\n%s", i, err, w.trainer.tail())
+		}
+		steps += s.Steps
+		elapsed += s.Elapsed
+		final += s.Final
+		r.StartLate = max(r.StartLate, s.StartLate)
+		r.Duration = max(r.Duration, s.Elapsed)
+		if i == slow && s.Elapsed > 0 {
+			r.SlowStepsPerS = float64(s.Steps) / s.Elapsed
+		}
+		c1, p1 := usage(w.trainer)
+		c2, p2 := usage(w.daemon)
+		r.CPUSeconds += c1 + c2
+		r.PeakRSS = max(r.PeakRSS, p1+p2)
+	}
+	if elapsed > 0 {
+		r.StepsPerS = float64(steps) / elapsed
+	}
+	r.FinalAccuracy = final / float64(len(ws))
+	r.BytesPerStep = float64(sent) / float64(max(steps, 1))
+	curves := c.curves(sys, ws)
+	for i, ev := range curves {
+		if len(ev) == 0 {
+			return r, fmt.Errorf("worker %d wrote no evaluation", i)
+		}
+	}
+	r.Curve, r.TimeToTarget = medianCurve(curves, c.target, r.Duration)
+	if sys != "ddp" {
+		var hs []hist
+		for _, w := range ws {
+			h, ok, err := stalenessOf(w.metrics)
+			if err != nil {
+				fmt.Fprintln(os.Stderr, "compare: a daemon's /metrics:", err)
+			}
+			if ok {
+				hs = append(hs, h)
+			}
+			r.Lineages = append(r.Lineages, lineageOf(w.statusBody))
+			if st := settingsOf(w.statusBody); st != "" && !strings.Contains(r.Settings, st) {
+				r.Settings = strings.TrimPrefix(r.Settings+"; "+st, "; ")
+			}
+		}
+		r.Staleness = summarise(hs)
+		r.Forked = distinct(r.Lineages) > 1
+	}
+	return r, nil
+}
+
+// usage is the CPU seconds and peak resident bytes of an ended process.
+func usage(p *proc) (cpu float64, peak int64) {
+	if p == nil || p.cmd.ProcessState == nil {
+		return 0, 0
+	}
+	st := p.cmd.ProcessState
+	cpu = (st.UserTime() + st.SystemTime()).Seconds()
+	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
+		peak = ru.Maxrss * 1024
+	}
+	return cpu, peak
+}
+
+// lineageOf is the "lineage" of a /status body ("" when absent).
+func lineageOf(status string) string {
+	var s struct {
+		Lineage string `json:"lineage"`
+	}
+	_ = json.NewDecoder(bufio.NewReader(strings.NewReader(status))).Decode(&s)
+	return s.Lineage
+}
+
+// settingsOf is the barrier and exchange of a /status body ("" when
+// absent).
+func settingsOf(status string) string {
+	var s struct {
+		Barrier  string `json:"barrier"`
+		Exchange struct {
+			Exchange string `json:"exchange"`
+		} `json:"exchange"`
+	}
+	_ = json.NewDecoder(strings.NewReader(status)).Decode(&s)
+	if s.Barrier == "" {
+		return ""
+	}
+	if s.Exchange.Exchange == "" {
+		return s.Barrier
+	}
+	return s.Barrier + ", " + s.Exchange.Exchange
+}
+
+// distinct counts the different non-empty lineages.
+func distinct(ls []string) int {
+	seen := map[string]bool{}
+	for _, l := range ls {
+		if l != "" {
+			seen[l] = true
+		}
+	}
+	return len(seen)
+}
+
+func humanBytes(b float64) string {
+	switch {
+	case b >= 1<<20:
+		return fmt.Sprintf("%.2f MB", b/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.0f kB", b/(1<<10))
+	}
+	return fmt.Sprintf("%.0f B", b)
+}
