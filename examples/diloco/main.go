@@ -21,6 +21,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -29,6 +30,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -67,6 +69,10 @@ type run struct {
 	// BytesPerSample is what the workers' network processes wrote over
 	// the samples they trained, all workers together.
 	BytesPerSample float64 `json:"bytes_per_sample"`
+	// WireBytes is what the workers' interfaces sent during the run
+	// (emulated links; -1 on loopback): TCP/IP headers, retransmissions,
+	// and every protocol of the daemon included.
+	WireBytes int64 `json:"wire_bytes"`
 	// TimeToTarget is when half the evaluating workers' held-out loss had
 	// reached the target (null: not within the run).
 	TimeToTarget *float64 `json:"time_to_target_s"`
@@ -123,7 +129,9 @@ func main() {
 		fmt.Fprintln(os.Stderr, "diloco:", err)
 		os.Exit(2)
 	}
-	if err := c.runAll(); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := c.runAll(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "diloco:", err)
 		os.Exit(1)
 	}
@@ -179,7 +187,7 @@ func parseSystem(s string) (kind string, daemonArgs []string, err error) {
 	return "", nil, fmt.Errorf("system %q: want diloco/B/X, allreduce, ddp, psp/B/X or local", s)
 }
 
-func (c *config) runAll() error {
+func (c *config) runAll(ctx context.Context) error {
 	saved := map[string]run{}
 	if c.resume {
 		if b, err := os.ReadFile(filepath.Join(c.out, "runs.json")); err == nil {
@@ -194,6 +202,19 @@ func (c *config) runAll() error {
 	}
 	var runs []run
 	began := time.Now()
+	var links []string
+	for _, t := range c.tiers {
+		spec, _ := tierOf(t)
+		p, err := spec.probe(ctx)
+		if err != nil {
+			return fmt.Errorf("probing tier %s: %w", t, err)
+		}
+		fmt.Println(p)
+		links = append(links, p)
+	}
+	if err := os.WriteFile(filepath.Join(c.out, "links.md"), []byte(strings.Join(links, "\n")+"\n"), 0o644); err != nil {
+		return err
+	}
 	// The systems of one seed run one after the other, so that the
 	// machine's other work weighs on each alike.
 	for _, tier := range c.tiers {
@@ -205,7 +226,7 @@ func (c *config) runAll() error {
 					r, ok := saved[key(tier, sys, sl, seed)]
 					if !ok {
 						var err error
-						if r, err = c.one(tier, sys, sl, seed); err != nil {
+						if r, err = c.one(ctx, tier, sys, sl, seed); err != nil {
 							return fmt.Errorf("%s on %s, %d slow, seed %d: %w", sys, tier, sl, seed, err)
 						}
 						runs = append(runs, r)
@@ -307,15 +328,16 @@ type summary struct {
 
 // worker is one charlm.py process.
 type worker struct {
-	cmd     *exec.Cmd
-	summary string
-	logPath string
-	slow    bool
-	done    chan error
+	cmd                     *exec.Cmd
+	summary, logPath, ready string
+	slow                    bool
+	done                    chan error
 }
 
-// one runs sys on tier with sl slow workers and seed.
-func (c *config) one(tierName, sys string, sl, seed int) (run, error) {
+// one runs sys on tier with sl slow workers and seed: a fresh network,
+// every worker started at once, training started at one instant once every
+// worker is ready (connected to its daemon's job, or to gloo's group).
+func (c *config) one(ctx context.Context, tierName, sys string, sl, seed int) (r run, err error) {
 	kind, dargs, _ := parseSystem(sys)
 	tier, _ := tierOf(tierName)
 	dir, err := os.MkdirTemp("", "pspnode-diloco-")
@@ -323,65 +345,72 @@ func (c *config) one(tierName, sys string, sl, seed int) (run, error) {
 		return run{}, err
 	}
 	defer os.RemoveAll(dir)
-	cg, err := newCgroups()
-	if err != nil && c.quota > 0 {
-		return run{}, err
-	}
-	defer cg.remove()
 	n := c.workers
 	if kind == "local" {
 		n = 1
+	}
+	nw, err := tier.open(ctx, n)
+	if err != nil {
+		return run{}, err
 	}
 	var ws []*worker
 	defer func() {
 		for _, w := range ws {
 			if w.cmd.ProcessState == nil {
-				_ = w.cmd.Process.Kill()
+				_ = w.cmd.Process.Signal(syscall.SIGTERM)
 			}
 		}
 		for _, w := range ws {
-			<-w.done
+			select {
+			case <-w.done:
+			case <-time.After(15 * time.Second):
+				_ = w.cmd.Process.Kill()
+				<-w.done
+			}
 			w.done <- nil
 		}
+		err = errors.Join(err, nw.close())
 	}()
-	port := 0
-	if kind == "ddp" || kind == "allreduce" {
-		if port, err = freePort(); err != nil {
-			return run{}, err
-		}
-	}
-	startAt := time.Now().Add(time.Duration(15+5*n) * time.Second)
-	boot := ""
 	lr := c.lr
 	if kind == "ddp" || kind == "psp" {
 		lr = c.ddpLR
 	}
+	pspnode := kind == "diloco" || kind == "psp"
+	goFile, addrFile := filepath.Join(dir, "go"), filepath.Join(dir, "addr")
+	port := 29500 // gloo's rendezvous, on worker 0's address
+	if tier.Link == nil {
+		if port, err = freePort(); err != nil {
+			return run{}, err
+		}
+	}
+	boot := ""
 	for i := range n {
 		slow := i >= n-sl // the last sl workers are slow
+		w := &worker{summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), logPath: filepath.Join(dir, fmt.Sprintf("w%d.log", i)),
+			ready: filepath.Join(dir, fmt.Sprintf("w%d.ready", i)), slow: slow, done: make(chan error, 1)}
 		args := []string{c.script, "--system", kind, "--rank", strconv.Itoa(i), "--world", strconv.Itoa(n),
 			"--steps", strconv.Itoa(c.steps), "--H", strconv.Itoa(c.h), "--batch", strconv.Itoa(c.batch),
 			"--lr", fmt.Sprint(lr), "--sleep", fmt.Sprint(c.sleep), "--slow-factor", fmt.Sprint(c.factor),
 			"--seed", strconv.Itoa(seed), "--deadline", fmt.Sprint(c.deadline.Seconds()), "--bin", c.bin,
-			"--start-at", fmt.Sprintf("%.3f", float64(startAt.UnixNano())/1e9), "--job", fmt.Sprintf("diloco-%d", os.Getpid()),
-			"--master", fmt.Sprintf("%s:%d", tier.addr(0), port), "--listen", fmt.Sprintf("/ip4/%s/tcp/0", tier.addr(i))}
+			"--job", fmt.Sprintf("diloco-%d", os.Getpid()), "--master", fmt.Sprintf("%s:%d", nw.addr(0), port),
+			"--listen", fmt.Sprintf("/ip4/%s/tcp/0", nw.addr(i)), "--ready-file", w.ready, "--go-file", goFile,
+			"--out", w.summary}
 		if slow {
 			args = append(args, "--slow")
 		}
 		if len(dargs) > 0 {
 			args = append(args, "--daemon-args", strings.Join(dargs, " "))
 		}
-		addrFile := filepath.Join(dir, "addr")
-		if (kind == "diloco" || kind == "psp") && i == 0 {
+		if pspnode && i == 0 {
 			args = append(args, "--addr-file", addrFile)
 		}
 		if boot != "" {
 			args = append(args, "--bootstrap", boot)
 		}
 		args = append(args, strings.Fields(c.extra)...)
-		w := &worker{summary: filepath.Join(dir, fmt.Sprintf("w%d.json", i)), logPath: filepath.Join(dir, fmt.Sprintf("w%d.log", i)), slow: slow, done: make(chan error, 1)}
-		args = append(args, "--out", w.summary)
-		w.cmd = tier.command(i, python, args...)
-		w.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
+		w.cmd = nw.command(i, python, args...)
+		w.cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"), nw.env()...)
+		w.cmd.SysProcAttr = childAttr()
 		logf, err := os.Create(w.logPath)
 		if err != nil {
 			return run{}, err
@@ -398,23 +427,35 @@ func (c *config) one(tierName, sys string, sl, seed int) (run, error) {
 			if slow {
 				q /= c.factor
 			}
-			if err := cg.limit(i, w.cmd.Process.Pid, q); err != nil {
+			if err := nw.limit(i, w.cmd.Process.Pid, q); err != nil {
 				return run{}, err
 			}
 		}
-		if (kind == "diloco" || kind == "psp") && i == 0 {
-			if boot, err = waitFile(addrFile, w, 90*time.Second); err != nil {
+		if pspnode && i == 0 {
+			if boot, err = waitFile(ctx, addrFile, w, 2*time.Minute); err != nil {
 				return run{}, fmt.Errorf("worker 0's daemon address: %w\n%s", err, tail(w.logPath))
 			}
 		}
 	}
+	for i, w := range ws {
+		if _, err := waitFile(ctx, w.ready, w, 3*time.Minute); err != nil {
+			return run{}, fmt.Errorf("worker %d was not ready: %w\n%s", i, err, tail(w.logPath))
+		}
+	}
+	tx0 := make([]int64, n)
+	for i := range ws {
+		tx0[i] = nw.txBytes(ctx, i)
+	}
+	if err := os.WriteFile(goFile, nil, 0o644); err != nil {
+		return run{}, err
+	}
 	// A pspnode job's fast workers end on their own; its slow ones are
 	// told to stop then (they have no step count to share). Gloo's ranks
 	// end together.
-	limit := time.Until(startAt) + c.deadline + 3*time.Minute
+	limit := c.deadline + 3*time.Minute
 	timeout := time.After(limit)
 	for i, w := range ws {
-		if w.slow && (kind == "diloco" || kind == "psp") {
+		if w.slow && pspnode {
 			continue
 		}
 		select {
@@ -425,10 +466,12 @@ func (c *config) one(tierName, sys string, sl, seed int) (run, error) {
 			}
 		case <-timeout:
 			return run{}, fmt.Errorf("worker %d did not end within %v\n%s", i, limit, tail(w.logPath))
+		case <-ctx.Done():
+			return run{}, ctx.Err()
 		}
 	}
 	for i, w := range ws {
-		if !w.slow || (kind != "diloco" && kind != "psp") {
+		if !w.slow || !pspnode {
 			continue
 		}
 		_ = w.cmd.Process.Signal(syscall.SIGTERM)
@@ -442,11 +485,22 @@ func (c *config) one(tierName, sys string, sl, seed int) (run, error) {
 			return run{}, fmt.Errorf("slow worker %d did not stop\n%s", i, tail(w.logPath))
 		}
 	}
-	return c.tally(tierName, sys, kind, sl, seed, ws)
+	r, err = c.tally(tierName, sys, sl, seed, ws)
+	if err != nil {
+		return run{}, err
+	}
+	r.WireBytes = -1
+	if tx0[0] >= 0 {
+		r.WireBytes = 0
+		for i := range ws {
+			r.WireBytes += nw.txBytes(ctx, i) - tx0[i]
+		}
+	}
+	return r, nil
 }
 
 // tally makes the run of its workers' summaries.
-func (c *config) tally(tier, sys, kind string, sl, seed int, ws []*worker) (run, error) {
+func (c *config) tally(tier, sys string, sl, seed int, ws []*worker) (run, error) {
 	r := run{Tier: tier, System: sys, Slow: sl, Seed: seed, Load: loadAverage()}
 	var reached []float64
 	evaluating := 0
@@ -521,8 +575,8 @@ func (c *config) writeTable(runs []run, took time.Duration) error {
 	fmt.Fprintf(&sb, "`go run ./examples/diloco %s` (%s). %d workers, %d steps each, H = %d, batch %d, sleep %g s per step, "+
 		"a fast worker's CPU quota %g cores, a slow one slowed ×%g; AdamW at %g (DiLoCo's inner) and %g (DDP, psp); medians over seeds %v. Target: held-out loss %.2f.\n\n",
 		strings.Join(os.Args[1:], " "), took.Round(time.Second), c.workers, c.steps, c.h, c.batch, c.sleep, c.quota, c.factor, c.lr, c.ddpLR, c.seeds, c.target)
-	fmt.Fprintf(&sb, "| tier | slow | system | bytes per sample | vs DDP | sent per worker to target | time to target | vs DDP | vs all-reduce | final loss | CPU s | peak RSS per worker | load |\n")
-	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "| tier | slow | system | bytes per sample | vs DDP | on the wire | sent per worker to target | time to target | vs DDP | vs all-reduce | final loss | CPU s | peak RSS per worker | load |\n")
+	fmt.Fprintf(&sb, "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	type cell struct {
 		tier, sys string
 		slow      int
@@ -572,8 +626,12 @@ func (c *config) writeTable(runs []run, took time.Duration) error {
 			tt = fmt.Sprintf("%.0f s", t)
 			toTarget = human(med(rs, func(r run) float64 { return r.BytesPerSample * float64(r.StepAtTarget*c.batch) }))
 		}
-		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %.3f | %.0f | %s | %.1f |\n", k.tier, k.slow, k.sys,
-			human(bps), ratio("ddp", func(r run) float64 { return r.BytesPerSample }, bps, true), toTarget, tt,
+		wire := "—"
+		if w := med(rs, func(r run) float64 { return float64(r.WireBytes) / float64(max(r.Samples, 1)) }); w >= 0 {
+			wire = human(w)
+		}
+		fmt.Fprintf(&sb, "| %s | %d | %s | %s | %s | %s | %s | %s | %s | %s | %.3f | %.0f | %s | %.1f |\n", k.tier, k.slow, k.sys,
+			human(bps), ratio("ddp", func(r run) float64 { return r.BytesPerSample }, bps, true), wire, toTarget, tt,
 			ratio("ddp", ttt, t, false), ratio("allreduce", ttt, t, false), fl, cpu, human(rss), load)
 	}
 	return os.WriteFile(filepath.Join(c.out, "table.md"), []byte(sb.String()), 0o644)
@@ -592,16 +650,18 @@ func human(b float64) string {
 }
 
 // waitFile waits for a file that w writes, and returns its contents.
-func waitFile(path string, w *worker, timeout time.Duration) (string, error) {
+func waitFile(ctx context.Context, path string, w *worker, timeout time.Duration) (string, error) {
 	deadline := time.Now().Add(timeout)
 	for time.Now().Before(deadline) {
-		if b, err := os.ReadFile(path); err == nil && len(b) > 0 {
+		if b, err := os.ReadFile(path); err == nil {
 			return strings.TrimSpace(string(b)), nil
 		}
 		select {
 		case err := <-w.done:
 			w.done <- err
 			return "", fmt.Errorf("the worker ended: %v", err)
+		case <-ctx.Done():
+			return "", ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
