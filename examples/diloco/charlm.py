@@ -56,6 +56,7 @@ LICENSES = "/usr/share/common-licenses"
 CORPUS = ["Apache-2.0", "Artistic", "BSD", "CC0-1.0", "GFDL-1.2", "GFDL-1.3", "GPL-1", "GPL-2", "GPL-3", "LGPL-2",
           "LGPL-2.1", "LGPL-3", "MPL-1.1", "MPL-2.0"]
 BLOCK, HOLD_OUT = 1024, 10
+STOP_EVERY = 20  # DDP's ranks vote on stopping every this many steps
 
 log = logging.getLogger("charlm")
 
@@ -161,7 +162,7 @@ class AllReduceDiLoCo:
     world size, and the outer SGD (Nesterov) takes the mean as θ_outer's
     gradient: the same outer step as pspnode.DiLoCo's."""
 
-    def __init__(self, inner, model, H, outer_lr, outer_momentum):
+    def __init__(self, inner, model, H, outer_lr, outer_momentum, stop_wanted):
         import torch.distributed as dist
         self.dist, self.inner, self.H = dist, inner, H
         self.params = [p for p in model.parameters() if p.requires_grad]
@@ -169,6 +170,7 @@ class AllReduceDiLoCo:
         self.outer = torch.optim.SGD(self.outer_params, lr=outer_lr, momentum=outer_momentum, nesterov=True)
         self.inner_step_count = self.outer_step_count = 0
         self.world = dist.get_world_size()
+        self.stop_wanted, self.stop = stop_wanted, False
 
     def zero_grad(self):
         self.inner.zero_grad()
@@ -179,9 +181,13 @@ class AllReduceDiLoCo:
         if self.inner_step_count < self.H:
             return
         with torch.no_grad():
-            flat = torch.cat([(o - p).reshape(-1) for o, p in zip(self.outer_params, self.params)])
+            # The last value is a vote to stop, so that the ranks agree on
+            # when to stop at no extra round trip.
+            flat = torch.cat([(o - p).reshape(-1) for o, p in zip(self.outer_params, self.params)] +
+                             [torch.tensor([1.0 if self.stop_wanted() else 0.0])])
             self.dist.all_reduce(flat)  # blocks until every worker has taken its H steps
-            flat /= self.world
+            self.stop = bool(flat[-1] > 0)
+            flat = flat[:-1] / self.world
             off = 0
             for o in self.outer_params:
                 o.grad = flat[off:off + o.numel()].view_as(o).clone()
@@ -216,6 +222,8 @@ def main():
     ap.add_argument("--H", type=int, default=100, help="inner steps per outer step (diloco, allreduce)")
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-momentum", type=float, default=0.9)
+    ap.add_argument("--merge-wait", type=float, default=1.0, help="pspnode.DiLoCo's merge_wait (seconds)")
+    ap.add_argument("--no-drop-stale", action="store_true", help="pspnode.DiLoCo's drop_stale=False")
     ap.add_argument("--steps", type=int, default=800, help="steps to take (inner steps under DiLoCo)")
     ap.add_argument("--deadline", type=float, default=0, help="stop after this many seconds of training (0: none)")
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds each step sleeps beside its compute")
@@ -257,7 +265,7 @@ def main():
             # (which would also make rank 0's evaluations collectives).
             model = nn.parallel.DistributedDataParallel(model, broadcast_buffers=False)
         else:
-            opt = AllReduceDiLoCo(inner, model, a.H, a.outer_lr, a.outer_momentum)
+            opt = AllReduceDiLoCo(inner, model, a.H, a.outer_lr, a.outer_momentum, lambda: past_deadline())
         net_pid = "self"
     elif a.system in ("diloco", "psp"):
         import pspnode
@@ -266,7 +274,8 @@ def main():
                   pspnode_bin=a.bin, start_timeout=120)
         if a.system == "diloco":
             opt = daemon_opt = pspnode.DiLoCo(inner, model=model, H=a.H, outer_lr=a.outer_lr,
-                                              outer_momentum=a.outer_momentum, **kw)
+                                              outer_momentum=a.outer_momentum, merge_wait=a.merge_wait,
+                                              drop_stale=not a.no_drop_stale, **kw)
         else:
             opt = daemon_opt = pspnode.Optimizer(inner, model=model, **kw)
         net_pid = daemon_opt.daemon.proc.pid
@@ -275,6 +284,9 @@ def main():
             with open(a.addr_file + ".tmp", "w") as f:
                 f.write(addr)
             os.replace(a.addr_file + ".tmp", a.addr_file)
+
+    def past_deadline():
+        return bool(a.deadline) and time.time() - t0 > a.deadline
 
     sleep = a.sleep * (a.slow_factor if a.slow else 1.0)
     if a.ready_file:
@@ -298,7 +310,8 @@ def main():
             os.replace(a.progress_file + ".tmp", a.progress_file)
 
     record()
-    while step < a.steps and not stop["now"] and not (a.deadline and time.time() - t0 > a.deadline):
+    gloo = a.system in ("ddp", "allreduce")
+    while step < a.steps and not stop["now"] and not (not gloo and past_deadline()):
         x, y = data.next()
         opt.zero_grad()
         loss_of(model, x, y).backward()
@@ -314,6 +327,15 @@ def main():
                     daemon_opt.report(curve[-1][2])
         elif step % eval_every == 0:
             record()
+        if a.system == "allreduce" and opt.stop:
+            break
+        if a.system == "ddp" and step % STOP_EVERY == 0:
+            # The ranks agree to stop (the deadline), else one would wait
+            # in an all-reduce its peers never make.
+            vote = torch.tensor([1.0 if past_deadline() else 0.0])
+            torch.distributed.all_reduce(vote)
+            if vote.item() > 0:
+                break
     elapsed = time.time() - t0
     written = (wchar(net_pid) - w0) if net_pid is not None else 0
 
@@ -346,7 +368,10 @@ def main():
                "bytes_written": written, "cpu_s": cpu + daemon_cpu, "trainer_cpu_s": cpu, "daemon_cpu_s": daemon_cpu,
                "peak_rss": peak + daemon_peak, "params": n_params, "corpus_sha256": digest, "vocab": len(vocab),
                "outer_steps": getattr(opt, "outer_step_count", 0), "H": a.H,
-               "started_from": getattr(daemon_opt, "started_from", ""), **extra}
+               "started_from": getattr(daemon_opt, "started_from", ""),
+               "merged_total": getattr(daemon_opt, "merged_total", 0),
+               "dropped_total": getattr(daemon_opt, "dropped_total", 0), **extra}
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the runner's stop may come while this worker closes
     if a.out:
         with open(a.out + ".tmp", "w") as f:
             json.dump(summary, f)

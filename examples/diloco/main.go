@@ -87,6 +87,10 @@ type run struct {
 	PeakRSS    int64     `json:"peak_rss_bytes_per_worker"`
 	Steps      []int     `json:"steps"`
 	Load       float64   `json:"load_average"`
+	// Merged and Dropped are the peers' models (or deltas) the workers'
+	// outer steps merged, and the stale ones they dropped (DiLoCo).
+	Merged  int `json:"merged"`
+	Dropped int `json:"dropped"`
 	// StepAtTarget is worker 0's step when it reached the target.
 	StepAtTarget int `json:"step_at_target"`
 	// Curve is worker 0's held-out loss over time.
@@ -324,6 +328,8 @@ type summary struct {
 	Corpus   string       `json:"corpus_sha256"`
 	OuterSt  int          `json:"outer_steps"`
 	OutBytes int64        `json:"daemon_out_bytes"`
+	Merged   int          `json:"merged_total"`
+	Dropped  int          `json:"dropped_total"`
 }
 
 // worker is one charlm.py process.
@@ -478,7 +484,7 @@ func (c *config) one(ctx context.Context, tierName, sys string, sl, seed int) (r
 		select {
 		case err := <-w.done:
 			w.done <- err
-			if err != nil {
+			if _, serr := os.Stat(w.summary); err != nil && serr != nil { // ended by the signal before its summary
 				return run{}, fmt.Errorf("slow worker %d: %v\n%s", i, err, tail(w.logPath))
 			}
 		case <-time.After(2 * time.Minute):
@@ -520,6 +526,8 @@ func (c *config) tally(tier, sys string, sl, seed int, ws []*worker) (run, error
 		r.PeakRSS = max(r.PeakRSS, s.PeakRSS)
 		r.Duration = max(r.Duration, s.Elapsed)
 		r.Steps = append(r.Steps, s.Steps)
+		r.Merged += s.Merged
+		r.Dropped += s.Dropped
 		r.Losses = append(r.Losses, s.Final)
 		if len(s.Curve) == 0 {
 			continue // a DDP rank other than 0: rank 0's curve is every rank's

@@ -66,7 +66,8 @@ class Refusals(unittest.TestCase):
                          ({"H": 2.5}, "positive integer"), ({"H": True}, "positive integer"),
                          ({"H": 5, "outer_lr": 0}, "outer_lr"), ({"H": 5, "outer_lr": float("nan")}, "outer_lr"),
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
-                         ({"H": 5, "outer_momentum": 1.0}, "outer_momentum")]:
+                         ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
+                         ({"H": 5, "merge_wait": -1}, "merge_wait")]:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
@@ -278,6 +279,111 @@ class GossipFake(FakeDaemon):
         reply.pull.merged = 1
         reply.pull.update.data = self.peer.tobytes()
         return reply
+
+
+class EpidemicFake(FakeDaemon):
+    """The fake daemon under epidemic:1 with N̂ = 2: it counts the models
+    it has taken (Status), takes `arriving` more when a step is published,
+    and each Pull hands back `change` when models came since the last."""
+
+    def __init__(self, n, change, came_in_round, arriving=1):
+        super().__init__(n)
+        self.change, self.came_in_round, self.arriving = change, came_in_round, arriving
+        self.received, self.pulled_at, self.calls = 0, 0, []
+
+    def Session(self, request_iterator, context):
+        hello = next(request_iterator).hello
+        yield pb.DaemonMessage(welcome=pb.Welcome(
+            session="s1", step=0, job="fake", exchange="epidemic:1", update_kind=pb.UPDATE_KIND_MODEL,
+            population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
+        for _ in request_iterator:
+            pass
+
+    def Status(self, request, context):
+        return pb.StatusReply(node=pb.NodeStatus(updates_received=self.received))
+
+    def inner_steps_done(self):
+        self.received += self.came_in_round  # what came during the round
+
+    def Publish(self, request, context):
+        self.calls.append("publish")
+        self.received += self.arriving
+        return pb.PublishReply(step=request.step)
+
+    def Barrier(self, request, context):
+        self.calls.append("barrier")
+        return pb.BarrierReply(step=request.step, population=2, lr_scale=1)
+
+    def Pull(self, request, context):
+        k = self.received - self.pulled_at
+        self.pulled_at = self.received
+        self.calls.append(f"pull:{k}")
+        reply = pb.PullReply()
+        if k:
+            reply.merged = k
+            reply.update.data = self.change.tobytes()
+        return reply
+
+
+class FreshMerge(unittest.TestCase):
+    """What an outer step merges under epidemic: the round's models, not
+    those of the round before."""
+
+    def run_round(self, came_in_round, arriving=1, **kw):
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        change = np.full(n, 0.25, dtype="<f4")
+        fake = EpidemicFake(n, change, came_in_round, arriving)
+        addr = serve_fake(self, fake)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
+                             connect_timeout=10, outer_lr=1.0, outer_momentum=0.0, **kw)
+        self.addCleanup(opt.close)
+        start = flat(opt.outer_parameters())
+        data = batches(16, 2)
+        train(opt, m, data[:1])
+        fake.inner_steps_done()
+        train(opt, m, data[1:])
+        return opt, fake, start
+
+    def test_in_step_drops_the_rounds_before(self):
+        # One model came during the round (a peer's previous round's): it
+        # is pulled and dropped before publishing; the one that comes after
+        # the barrier is merged, and the outer step (lr 1) lands on θ_i +
+        # its change.
+        opt, fake, start = self.run_round(came_in_round=1)
+        self.assertEqual(fake.calls, ["pull:1", "publish", "barrier", "pull:1"])
+        self.assertEqual((opt.last_dropped, opt.last_merged), (1, 1))
+        twin = net()
+        train(torch.optim.SGD(twin.parameters(), lr=0.1), twin, batches(16, 2))
+        want = flat(twin.parameters()) + 0.25  # θ_i + the change of the one merge, not of the dropped one too
+        self.assertTrue(torch.allclose(flat(opt.outer_parameters()), want, atol=1e-6))
+
+    def test_a_slow_worker_keeps_newer_models(self):
+        # Five came during the round (the peers step faster): they are
+        # newer than this worker's, and merged with the round's.
+        opt, fake, _ = self.run_round(came_in_round=5)
+        self.assertEqual(fake.calls, ["publish", "barrier", "pull:6"])
+        self.assertEqual((opt.last_dropped, opt.last_merged), (0, 6))
+
+    def test_waits_for_the_rounds_model_at_most_merge_wait(self):
+        # Nothing arrives: the outer step waits merge_wait, then goes on
+        # with its own pseudo-gradient.
+        opt, fake, start = self.run_round(came_in_round=0, arriving=0, merge_wait=0.3)
+        self.assertEqual(fake.calls, ["publish", "barrier", "pull:0"])
+        self.assertEqual(opt.last_merged, 0)
+
+    def test_plain_step_when_asked(self):
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = EpidemicFake(n, np.zeros(n, "<f4"), 1)
+        fake.Step = lambda request, context: (fake.calls.append("step"), pb.StepReply(
+            barrier=pb.BarrierReply(step=request.step + 1, population=2, lr_scale=1)))[1]
+        addr = serve_fake(self, fake)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=1, shared_memory=False,
+                             connect_timeout=10, merge_wait=0, drop_stale=False)
+        self.addCleanup(opt.close)
+        train(opt, m, batches(17, 1))
+        self.assertEqual(fake.calls, ["step"])
 
 
 class WithGossipFake(unittest.TestCase):
