@@ -223,7 +223,6 @@ def main():
     ap.add_argument("--outer-lr", type=float, default=0.7)
     ap.add_argument("--outer-momentum", type=float, default=0.9)
     ap.add_argument("--merge-wait", type=float, default=1.0, help="pspnode.DiLoCo's merge_wait (seconds)")
-    ap.add_argument("--no-drop-stale", action="store_true", help="pspnode.DiLoCo's drop_stale=False")
     ap.add_argument("--steps", type=int, default=800, help="steps to take (inner steps under DiLoCo)")
     ap.add_argument("--deadline", type=float, default=0, help="stop after this many seconds of training (0: none)")
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds each step sleeps beside its compute")
@@ -274,8 +273,7 @@ def main():
                   pspnode_bin=a.bin, start_timeout=120)
         if a.system == "diloco":
             opt = daemon_opt = pspnode.DiLoCo(inner, model=model, H=a.H, outer_lr=a.outer_lr,
-                                              outer_momentum=a.outer_momentum, merge_wait=a.merge_wait,
-                                              drop_stale=not a.no_drop_stale, **kw)
+                                              outer_momentum=a.outer_momentum, merge_wait=a.merge_wait, **kw)
         else:
             opt = daemon_opt = pspnode.Optimizer(inner, model=model, **kw)
         net_pid = daemon_opt.daemon.proc.pid
@@ -369,8 +367,7 @@ def main():
                "peak_rss": peak + daemon_peak, "params": n_params, "corpus_sha256": digest, "vocab": len(vocab),
                "outer_steps": getattr(opt, "outer_step_count", 0), "H": a.H,
                "started_from": getattr(daemon_opt, "started_from", ""),
-               "merged_total": getattr(daemon_opt, "merged_total", 0),
-               "dropped_total": getattr(daemon_opt, "dropped_total", 0), **extra}
+               "merged_total": getattr(daemon_opt, "merged_total", 0), **extra}
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # the runner's stop may come while this worker closes
     if a.out:
         with open(a.out + ".tmp", "w") as f:

@@ -87,10 +87,9 @@ type run struct {
 	PeakRSS    int64     `json:"peak_rss_bytes_per_worker"`
 	Steps      []int     `json:"steps"`
 	Load       float64   `json:"load_average"`
-	// Merged and Dropped are the peers' models (or deltas) the workers'
-	// outer steps merged, and the stale ones they dropped (DiLoCo).
-	Merged  int `json:"merged"`
-	Dropped int `json:"dropped"`
+	// Merged is how many peers' models (or deltas) the workers' outer
+	// steps merged (pspnode.DiLoCo).
+	Merged int `json:"merged"`
 	// StepAtTarget is worker 0's step when it reached the target.
 	StepAtTarget int `json:"step_at_target"`
 	// Curve is worker 0's held-out loss over time.
@@ -329,7 +328,6 @@ type summary struct {
 	OuterSt  int          `json:"outer_steps"`
 	OutBytes int64        `json:"daemon_out_bytes"`
 	Merged   int          `json:"merged_total"`
-	Dropped  int          `json:"dropped_total"`
 }
 
 // worker is one charlm.py process.
@@ -527,7 +525,6 @@ func (c *config) tally(tier, sys string, sl, seed int, ws []*worker) (run, error
 		r.Duration = max(r.Duration, s.Elapsed)
 		r.Steps = append(r.Steps, s.Steps)
 		r.Merged += s.Merged
-		r.Dropped += s.Dropped
 		r.Losses = append(r.Losses, s.Final)
 		if len(s.Curve) == 0 {
 			continue // a DDP rank other than 0: rank 0's curve is every rank's

@@ -38,17 +38,16 @@ step of a pspnode daemon:
   over the job, each worker's applied once by every worker whenever it
   arrives (a stale one late, as in asynchronous Local-SGD), with no
   consensus term.
-- **Fresh models only** (epidemic): a pull made right after publishing
-  would average in what came during the round, the peers' models of the
-  round before (they finish their rounds when this worker does), and
-  their consensus term would pull θ_outer back toward where the job was
-  a round ago. So the outer step first drops what came during the round
-  (when no more came than a worker in step with its peers gets: a slow
-  worker keeps the newer models it received), then publishes, passes the
-  barrier, and waits up to ``merge_wait`` seconds (default 1) for the
-  round's models (S under epidemic:S; N̂ − 1 deltas under gossip, which
-  drops nothing: a late delta is still a pseudo-gradient, applied late).
-  ``merge_wait=0, drop_stale=False`` is the plain Step.
+- **The round's models:** after the barrier the outer step waits up to
+  ``merge_wait`` seconds (default 1) for the round's models to arrive (S
+  under epidemic:S, N̂ − 1 deltas under gossip) before it pulls, so that a
+  peer in step with this worker is merged this round, not the next.
+  Whatever else came since the last outer step is merged too (the
+  daemon keeps each sender's latest): a worker that ran ahead or behind
+  contributes its latest model. (Dropping what came during the round, as
+  the previous round's, was measured worse: workers under pSSP drift
+  apart by seconds, and the dropped models were most of the merges.)
+  ``merge_wait=0`` is the daemon's plain Step.
 - **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
   outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
   or what ``outer_optimizer`` builds.
@@ -138,9 +137,8 @@ class DiLoCo(torch.optim.Optimizer):
     steps are dropped) or raise SessionLost. on_outer_step: called after
     each outer step with (outer step, merged, barrier reply). merge_wait:
     seconds an outer step waits after the barrier for the round's models
-    (or deltas) to arrive; drop_stale: under epidemic, drop the models of
-    earlier rounds before publishing (see the module comment). Other
-    keyword arguments go to Client (shared_memory, connect_timeout).
+    (or deltas) to arrive (see the module comment). Other keyword
+    arguments go to Client (shared_memory, connect_timeout).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
@@ -150,8 +148,7 @@ class DiLoCo(torch.optim.Optimizer):
                  job: Optional[str] = None, bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
-                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, drop_stale: bool = True,
-                 **client_args):
+                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, **client_args):
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
             raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -174,8 +171,8 @@ class DiLoCo(torch.optim.Optimizer):
         self.on_outer_step = on_outer_step
         if not (merge_wait >= 0 and math.isfinite(merge_wait)):
             raise ValueError(f"merge_wait={merge_wait!r}: want seconds >= 0")
-        self.merge_wait, self.drop_stale = float(merge_wait), bool(drop_stale)
-        self._recv_mark, self.last_dropped, self.dropped_total, self.merged_total = 0, 0, 0, 0
+        self.merge_wait = float(merge_wait)
+        self.merged_total = 0
         self._fanout = 1
         self._lock = threading.Lock()  # θ_outer and the outer state, against the client's thread
         self._stepping = threading.Lock()
@@ -336,7 +333,6 @@ class DiLoCo(torch.optim.Optimizer):
                     p.copy_(o)
                 self.inner_step_count = 0
             self.outer_step_count = int(w.step)
-        self._recv_mark = self._received() or 0
         log.info("pspnode.DiLoCo: job %s, barrier %s (on outer steps), exchange %s, H=%d, outer step %d",
                  w.job, w.barrier, w.exchange, self.H, w.step)
 
@@ -616,8 +612,8 @@ class DiLoCo(torch.optim.Optimizer):
         ev, self._eval = self._eval, None
         loss, acc = ev if ev is not None else (None, None)
         try:
-            if self.merge_wait > 0 or self.drop_stale:
-                r = self._exchange_fresh(n, loss, acc)
+            if self.merge_wait > 0:
+                r = self._exchange_waiting(n, loss, acc)
             else:
                 r = self.client.step(n, loss=loss, accuracy=acc)
         except BadUpdate as e:
@@ -702,34 +698,19 @@ class DiLoCo(torch.optim.Optimizer):
         except Exception:  # a daemon without Status: merge as Step does
             return None
 
-    def _exchange_fresh(self, n, loss, acc) -> StepResult:
-        """Publish, barrier, then merge this round's models (see
-        merge_wait and drop_stale in the class comment)."""
+    def _exchange_waiting(self, n, loss, acc) -> StepResult:
+        """Publish, barrier, then wait up to merge_wait for the round's
+        models before the pull."""
         c = self.client
-        expected = self._expected()
         now = self._received()
-        if now is None:
+        if now is None:  # no status to tell arrivals by
             return c.step(n, loss=loss, accuracy=acc)
-        came = now - self._recv_mark  # taken since this worker's last merge
-        self.last_dropped = 0
-        if (self.drop_stale and self.update_kind == pb.UPDATE_KIND_MODEL and came > 0
-                and came <= 2 * max(1, expected)):
-            # In step with the peers: what came during the round are their
-            # previous round's models. Averaged into the daemon's model
-            # (which this step's publish replaces) and dropped here.
-            p = c.pull()
-            if p.reset is not None:
-                return StepResult(barrier=None, merged=0, update=None, reset=p.reset)
-            self.last_dropped = p.merged
-            self.dropped_total += p.merged
-            now = self._received() or now
         c.publish(n, None, loss=loss, accuracy=acc)
         b = c.barrier(n + 1)
-        deadline = time.monotonic() + self.merge_wait
+        expected, deadline = self._expected(), time.monotonic() + self.merge_wait
         while (self._received() or now) - now < expected and time.monotonic() < deadline:
             time.sleep(0.01)
         p = c.pull()
-        self._recv_mark = self._received() or now
         return StepResult(barrier=b, merged=p.merged, update=p.update, reset=p.reset)
 
     def _outer_lr(self):
