@@ -16,7 +16,7 @@ import (
 // The barrier is psp.Checker's policy (what to ask, hedging, early exit,
 // what a failed query or a silent check means, when to check again) with
 // this file's I/O around it: draws from the overlay's sampler, step
-// queries (stepconn.go), timers and the wake of progress reports
+// queries (steps.go), timers and the wake of progress reports
 // (progress.go). Judging an answer (leaving peers, other lineages, the
 // screen) is in observe.go. What a check learns of its peers' liveness
 // goes to the overlay in one call when the check ends.
@@ -212,7 +212,7 @@ func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.St
 	run.inflight++
 	results := run.results
 	go func() {
-		r, err := n.queryStepWithin(ctx, p, req, timeout)
+		r, err := n.asker.Ask(ctx, p, req, timeout)
 		results <- peerAnswer{p: p, a: answer{r, err}, stopped: err != nil && ctx.Err() != nil, asked: req.Step} // read by the check, or by drain
 	}()
 }

@@ -157,7 +157,7 @@ type Config struct {
 	// go-libp2p's resource manager.
 	MaxStreamsPerPeer, MaxInboundStreams int
 	// StepStreams is how many idle step streams a node keeps open for
-	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
+	// reuse, at most one per peer (0: a stream per query). See wire.Asker.
 	StepStreams int
 
 	// Exchange is how nodes combine their work: epidemic:S (DefaultConfig:

@@ -105,16 +105,16 @@ func freshQuery(t *testing.T, target *Node, ai peer.AddrInfo, while string) {
 	if err := fresh.Connect(ctx, ai); err != nil {
 		t.Fatalf("a fresh peer could not connect %s: %v", while, err)
 	}
-	s, err := fresh.NewStream(ctx, target.ID(), target.stepID)
+	s, err := fresh.NewStream(ctx, target.ID(), wire.StepProtocol(target.cfg.Job))
 	if err != nil {
 		t.Fatalf("a fresh peer could not open a step stream %s: %v", while, err)
 	}
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := writeFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 1})); err != nil {
+	if err := wire.WriteFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 1})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readFrame(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
+	if _, err := wire.ReadFrame(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
 		t.Fatalf("a fresh peer's step query went unanswered %s: %v", while, err)
 	}
 }
@@ -136,7 +136,7 @@ func TestInboundGuard(t *testing.T) {
 	}
 	protected, busy := peers[0].ID(), peers[1]
 	target.Host().ConnManager().Protect(protected, "test")
-	s, err := busy.NewStream(t.Context(), target.ID(), target.stepID)
+	s, err := busy.NewStream(t.Context(), target.ID(), wire.StepProtocol(target.cfg.Job))
 	if err != nil {
 		t.Fatal(err)
 	}

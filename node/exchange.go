@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // The exchange is how the nodes of a job combine their work.
@@ -124,18 +125,6 @@ func (e Exchange) validateGossip(g gossip.Config, job string) error {
 // maxExchangeS bounds S: a node sends S models per step.
 const maxExchangeS = 1024
 
-// Exchange reasons a received model is refused, beside gossip's (see
-// gossip.Reason): the sender runs another exchange; the model is too far
-// from this node's (the norm bound's counterpart); the sender sent more
-// models since this node's last average than maxPerSender; the sender was
-// last heard on another lineage of the job (genesis.go).
-const (
-	ReasonExchangeMismatch gossip.Reason = "exchange_mismatch"
-	ReasonDistance         gossip.Reason = "distance"
-	ReasonRate             gossip.Reason = "rate"
-	ReasonOtherLineage     gossip.Reason = "other_lineage"
-)
-
 // maxPerSender is how many models one sender may send a node in one
 // round (between two of its averages). Only the latest counts (one vote
 // per sender); the cap bounds the work a flooder makes: an honest peer
@@ -188,7 +177,7 @@ type exchanger interface {
 	// what push sends; the Driver calls it when a trainer begins.
 	waitSubscribed(ctx context.Context)
 	// screen and accept judge a request of the exchange protocol
-	// (exchangeproto.go): screen from its header alone, accept its
+	// (wire.ExchangeServer): screen from its header alone, accept its
 	// payload once screen passed it. Each returns the reason for a
 	// refusal, "" when the model is taken.
 	screen(from peer.ID, kind ExchangeKind) gossip.Reason
@@ -244,9 +233,9 @@ func (noExchange) scalesLR() bool                                               
 func (noExchange) waitMesh(context.Context)                                      {}
 func (noExchange) waitSubscribed(context.Context)                                {}
 func (noExchange) screen(peer.ID, ExchangeKind) gossip.Reason {
-	return ReasonExchangeMismatch
+	return wire.ReasonExchangeMismatch
 }
-func (noExchange) accept(peer.ID, []byte) gossip.Reason { return ReasonExchangeMismatch }
+func (noExchange) accept(peer.ID, []byte) gossip.Reason { return wire.ReasonExchangeMismatch }
 func (noExchange) stats() gossip.Stats {
 	return gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
 }

@@ -75,7 +75,7 @@ func BenchmarkEpidemicStep(b *testing.B) {
 				b.Fatal("nothing to send")
 			}
 			for range s {
-				_, _ = io.Discard.Write(req.frame)
+				_, _ = io.Discard.Write(req.Frame)
 			}
 		})
 	})

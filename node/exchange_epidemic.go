@@ -13,11 +13,12 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // epidemic is the epidemic exchange, Epidemic Learning (see the comment at
 // the top of exchange.go): after each step the node's model goes to S
-// sampled peers over the exchange protocol (exchangeproto.go), and before
+// sampled peers over the exchange protocol (package wire), and before
 // each step the node averages its model with the models received since.
 //
 // Everything here is float32, as the models travel: the node's model
@@ -374,7 +375,7 @@ func (e *epidemic) close() error {
 }
 
 // sendModel sends the reference, the node's model after step, to S peers
-// drawn from the barrier's sampler, in the background (exchangeproto.go).
+// drawn from the barrier's sampler, in the background (sendTo).
 // It is encoded once into the request every peer's stream carries.
 func (e *epidemic) sendModel(step int64) {
 	n := e.n
@@ -416,31 +417,31 @@ func (e *epidemic) sendModel(step int64) {
 }
 
 // requestBuffer returns a buffer for a request of up to size payload
-// bytes (startRequest's layout), from the pool when it has one.
+// bytes (wire.StartExchange's layout), from the pool when it has one.
 func (e *epidemic) requestBuffer(size int) []byte {
-	if v, ok := e.requests.Get().(*[]byte); ok && cap(*v) >= framePrefix+2+size {
-		b := (*v)[:framePrefix]
-		return append(b, wireVersion, byte(ExchangeEpidemic))
+	var buf []byte
+	if v, ok := e.requests.Get().(*[]byte); ok {
+		buf = *v
 	}
-	return startRequest(size)
+	return wire.StartExchange(buf, byte(ExchangeEpidemic), size)
 }
 
 // putRequest gives a request's buffer back to the pool.
-func (e *epidemic) putRequest(req exchangeRequest) {
-	if req.buf != nil {
-		e.requests.Put(&req.buf)
+func (e *epidemic) putRequest(req wire.ExchangeRequest) {
+	if req.Buf != nil {
+		e.requests.Put(&req.Buf)
 	}
 }
 
 // request is the exchange request that carries the reference, the node's
 // model after step (or, for a node playing a poisoner, what faults.Poison
 // makes of it). ok is false when there is nothing to send.
-func (e *epidemic) request(step int64) (req exchangeRequest, ok bool) {
+func (e *epidemic) request(step int64) (req wire.ExchangeRequest, ok bool) {
 	n := e.n
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ref == nil {
-		return exchangeRequest{}, false
+		return wire.ExchangeRequest{}, false
 	}
 	if poison := n.cfg.faults.Poison; poison != nil {
 		params := make([]float64, len(e.ref))
@@ -449,22 +450,22 @@ func (e *epidemic) request(step int64) (req exchangeRequest, ok bool) {
 		}
 		payload := poison(step, params)
 		if payload == nil {
-			return exchangeRequest{}, false
+			return wire.ExchangeRequest{}, false
 		}
-		return endRequest(append(startRequest(len(payload)), payload...)), true
+		return wire.EndExchange(append(wire.StartExchange(nil, byte(ExchangeEpidemic), len(payload)), payload...)), true
 	}
 	if i, v := f32.BeyondValues(e.ref, float32(min(e.lim.MaxAbsValue, math.MaxFloat32))); i >= 0 {
 		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 		n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
-		return exchangeRequest{}, false
+		return wire.ExchangeRequest{}, false
 	}
 	b, err := gossip.AppendDense32(e.requestBuffer(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
 	if err != nil {
 		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
 		n.log.Warn("model not sent", "step", step, "err", err)
-		return exchangeRequest{}, false
+		return wire.ExchangeRequest{}, false
 	}
-	return endRequest(b), true
+	return wire.EndExchange(b), true
 }
 
 // screen says, from a request's header alone, whether this node refuses
@@ -485,16 +486,16 @@ func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
 	for _, m := range e.round {
 		if m.from == from {
 			if m.replaced >= maxPerSender-1 {
-				return ReasonRate
+				return wire.ReasonRate
 			}
 			return ""
 		}
 	}
 	if len(e.round) >= e.poolSize() {
-		return ReasonRate
+		return wire.ReasonRate
 	}
 	if e.ref == nil && e.held+4*e.p > maxHeldBytes {
-		return ReasonRate
+		return wire.ReasonRate
 	}
 	return ""
 }
@@ -509,7 +510,7 @@ func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
 	}
 	if n.lin.fromOther(from, time.Now()) {
 		n.lin.otherUpdates.Inc() // a model of another lineage of the job (genesis.go)
-		return ReasonOtherLineage
+		return wire.ReasonOtherLineage
 	}
 	// The values are checked where they lie in the payload and copied
 	// once, into the buffer the round keeps.
@@ -549,7 +550,7 @@ func (e *epidemic) offer(from peer.ID, step int64, y []float32) gossip.Reason {
 	if ok && e.ref != nil {
 		d = f32.Dist(y, e.ref)
 		if bound > 0 && d > bound {
-			return ReasonDistance
+			return wire.ReasonDistance
 		}
 	}
 	e.putLocked(from, step, y, d)
@@ -599,7 +600,7 @@ func (e *epidemic) releaseHeldLocked() {
 	clear(e.round[len(kept):])
 	e.round = kept
 	if refused > 0 {
-		e.n.xm.rejected.WithLabelValues(string(ReasonDistance)).Add(float64(refused))
+		e.n.xm.rejected.WithLabelValues(string(wire.ReasonDistance)).Add(float64(refused))
 	}
 }
 

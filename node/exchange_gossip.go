@@ -11,6 +11,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // gossipExchange is the gossip exchange (see the comment at the top of
@@ -184,7 +185,7 @@ func (g *gossipExchange) screen(from peer.ID, kind ExchangeKind) gossip.Reason {
 	return g.n.otherExchange(from, kind)
 }
 
-func (g *gossipExchange) accept(peer.ID, []byte) gossip.Reason { return ReasonExchangeMismatch }
+func (g *gossipExchange) accept(peer.ID, []byte) gossip.Reason { return wire.ReasonExchangeMismatch }
 
 func (g *gossipExchange) stats() gossip.Stats       { return g.gs.Stats() }
 func (g *gossipExchange) topic() *gossip.Gossip     { return g.gs }

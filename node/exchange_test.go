@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/pspnode/pspnode/internal/wire"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -131,8 +132,8 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 		payload []byte
 		want    gossip.Reason
 	}{
-		{"gossip kind", b, ExchangeGossip, good, ReasonExchangeMismatch},
-		{"unknown kind", b, 9, good, ReasonExchangeMismatch},
+		{"gossip kind", b, ExchangeGossip, good, wire.ReasonExchangeMismatch},
+		{"unknown kind", b, 9, good, wire.ReasonExchangeMismatch},
 		{"empty", b, ExchangeEpidemic, nil, gossip.ReasonMalformed},
 		{"truncated", b, ExchangeEpidemic, good[:len(good)-1], gossip.ReasonMalformed},
 		{"bad version", b, ExchangeEpidemic, append([]byte{9}, good[1:]...), gossip.ReasonBadVersion},
@@ -143,7 +144,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 		{"huge", b, ExchangeEpidemic, modelPayload(t, b, 1, []float32{1e30, 1, 1}), gossip.ReasonValueTooLarge},
 		{"wrong length", b, ExchangeEpidemic, modelPayload(t, b, 1, []float32{1, 1}), gossip.ReasonWrongLength},
 		{"negative step", b, ExchangeEpidemic, modelPayload(t, b, -1, []float32{1, 1, 1}), gossip.ReasonNegativeStep},
-		{"far away", b, ExchangeEpidemic, modelPayload(t, b, 1, []float32{1, 1, 3}), ReasonDistance},
+		{"far away", b, ExchangeEpidemic, modelPayload(t, b, 1, []float32{1, 1, 3}), wire.ReasonDistance},
 	} {
 		if got := n.takeModel(tc.from, tc.kind, tc.payload); got != tc.want {
 			t.Errorf("%s: reason %q, want %q", tc.name, got, tc.want)
@@ -166,7 +167,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 			t.Fatalf("model %d of a: %s", i+1, r)
 		}
 	}
-	if r := n.takeModel(a, ExchangeEpidemic, good); r != ReasonRate {
+	if r := n.takeModel(a, ExchangeEpidemic, good); r != wire.ReasonRate {
 		t.Errorf("model %d of one sender: reason %q, want rate", maxPerSender+1, r)
 	}
 	if got := ex.roundOf(); len(got) != 1 || got[a][0] != 1.25 {
@@ -180,7 +181,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 		p := peer.ID(fmt.Sprintf("peer-%d", i))
 		r := n.takeModel(p, ExchangeEpidemic, modelPayload(t, p, 1, []float32{1, 1, 1}))
 		if want := gossip.Reason(""); i >= ex.poolSize()-1 {
-			want = ReasonRate
+			want = wire.ReasonRate
 			if r != want {
 				t.Errorf("sender %d of a full round: %q", i, r)
 			}
@@ -215,7 +216,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 		t.Errorf("after averaging: %v, want [1.5 0]", p)
 	}
 	st := n.ExchangeStats()
-	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(ReasonDistance)] != 1 {
+	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(wire.ReasonDistance)] != 1 {
 		t.Errorf("stats %+v", st)
 	}
 	ex.merge() // nothing new: no change
@@ -380,7 +381,7 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		ok := waitFor(10*time.Second, func() bool {
-			return epi.ExchangeStats().SendFailed[sendMismatch] > 0 && gos.ExchangeStats().Rejected[string(ReasonExchangeMismatch)] > 0
+			return epi.ExchangeStats().SendFailed[sendMismatch] > 0 && gos.ExchangeStats().Rejected[string(wire.ReasonExchangeMismatch)] > 0
 		})
 		cancel()
 		wait()
@@ -402,12 +403,12 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 func TestExchangeUnsupportedPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := epidemicPair(t)
-		nodes[1].Host().RemoveStreamHandler(nodes[1].exID)
+		nodes[1].Host().RemoveStreamHandler(wire.ExchangeProtocol(nodes[1].cfg.Job))
 		// identify pushes the change: wait until node 0 knows it.
 		if !waitFor(10*time.Second, func() bool { return nodes[0].lacksExchange(nodes[1].ID()) }) {
 			t.Fatal("node 0 never learned that node 1 dropped the exchange protocol")
 		}
-		nodes[0].sendTo(nodes[1].ID(), 1, frameRequest([]byte{wireVersion, byte(ExchangeEpidemic)}))
+		nodes[0].sendTo(nodes[1].ID(), 1, wire.FrameExchange([]byte{wire.Version, byte(ExchangeEpidemic)}))
 		if st := nodes[0].ExchangeStats(); st.SendFailed[sendUnsupported] != 1 {
 			t.Errorf("send to a peer without the protocol: %+v", st)
 		}
@@ -420,9 +421,9 @@ func TestExchangeFrameOverCap(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := epidemicPair(t)
 		a, b := nodes[0], nodes[1]
-		body := make([]byte, MaxExchangeFrame(b.task.NumParams())+1)
-		body[0], body[1] = wireVersion, byte(ExchangeEpidemic)
-		_, _, err := a.exchangeWith(t.Context(), b.ID(), frameRequest(body))
+		body := make([]byte, wire.MaxExchangeFrame(b.task.NumParams())+1)
+		body[0], body[1] = wire.Version, byte(ExchangeEpidemic)
+		_, _, err := wire.SendExchange(t.Context(), a.h, b.ID(), a.cfg.Job, wire.FrameExchange(body))
 		if err == nil {
 			t.Error("an oversized request was answered")
 		}

@@ -66,7 +66,7 @@ func (g Genesis) String() string {
 // Lineages and models at first contact.
 //
 // Every step message of protocol 1.1.0 says which genesis (lineage of the
-// job) and which model its sender has (internal/wire/stepext.go). A node
+// job) and which model its sender has (wire.StepExt). A node
 // judges each one it receives, query or reply (admit):
 //
 //   - Another model (both sides' models fixed; ids or parameter counts
@@ -354,7 +354,7 @@ func (n *Node) holdOut(p peer.ID, e *wire.StepExt, quiet bool) {
 	}
 	n.ov.HoldOut(p)
 	n.progress.forget(p)
-	n.steps.drop(p)
+	n.asker.Drop(p)
 	n.lin.modelMismatch.Inc()
 	mm := n.mismatchOf(p, e)
 	n.lin.noteMismatch(mm)

@@ -180,16 +180,16 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 		if _, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 1}); err != nil {
 			t.Fatal(err)
 		}
-		st := a.steps.idle[b.ID()]
-		if st == nil || !st.ext {
-			t.Fatalf("no idle 1.1.0 stream after a query: %+v", st)
+		st := stepStreamsTo(a, b)
+		if len(st) != 1 || st[0].Protocol() != wire.StepProtocolExt(a.cfg.Job) {
+			t.Fatalf("not one open 1.1.0 stream after a query: %v", st)
 		}
 		before := a.Traffic()
 		r, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
-		if a.steps.idle[b.ID()] != st {
+		if again := stepStreamsTo(a, b); len(again) != 1 || again[0].ID() != st[0].ID() {
 			t.Fatal("the second query did not reuse the stream")
 		}
 		d := a.Traffic().Sub(before).Class("step")

@@ -88,10 +88,10 @@ func lieAbout(ctx context.Context, h host.Host, nd *Node, estimate float64, rate
 		}
 		r := bufio.NewReader(s)
 		for ctx.Err() == nil {
-			if writeFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: nd.Step(), Estimate: estimate})) != nil {
+			if wire.WriteFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: nd.Step(), Estimate: estimate})) != nil {
 				break
 			}
-			if _, err := readFrame(r, wire.MaxStepFrame); err != nil {
+			if _, err := wire.ReadFrame(r, wire.MaxStepFrame); err != nil {
 				break
 			}
 			answered++

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"github.com/pspnode/pspnode/internal/wire"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -169,11 +170,11 @@ func TestModelRequestMalformedCounted(t *testing.T) {
 		a, b := nodes[0], nodes[1]
 		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
 		defer cancel()
-		s, err := a.Host().NewStream(ctx, b.ID(), a.modelID)
+		s, err := a.Host().NewStream(ctx, b.ID(), wire.ModelProtocol(a.cfg.Job))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := writeFrame(s, []byte{wireVersion + 1}); err != nil {
+		if err := wire.WriteFrame(s, []byte{wire.Version + 1}); err != nil {
 			t.Fatal(err)
 		}
 		_ = s.CloseWrite()

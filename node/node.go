@@ -65,9 +65,8 @@ type Node struct {
 	closing   bool // under modelMu: Close has begun, attach no more
 	ex        exchanger
 	xm        *exchangeMetrics
-	payloads  payloadPool // buffers for received models (exchangeproto.go)
-	exID      protocol.ID
-	exLimiter *inboundLimiter
+	exServer  *wire.ExchangeServer
+	exIn      *wire.Inbound
 	warnMu    sync.Mutex
 	warned    map[peer.ID]bool // peers warned about (warnOnce)
 	task      Task
@@ -75,9 +74,7 @@ type Node struct {
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
 	m         *metrics
-	stepID    protocol.ID
-	stepExtID protocol.ID // step protocol 1.1.0 (internal/wire/stepext.go)
-	modelID   protocol.ID
+	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
 	wake      chan struct{}
 	rngMu     sync.Mutex
@@ -117,12 +114,13 @@ type Node struct {
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress
-	// limiter caps concurrent inbound step streams, modelLimiter model
-	// streams (apart: slow model streams must not crowd out step queries).
-	limiter      *inboundLimiter
-	modelLimiter *inboundLimiter
-	// steps holds idle step streams for reuse (stepconn.go).
-	steps *stepStreams
+	// The step protocol (steps.go): asker keeps idle streams for reuse;
+	// stepIn caps concurrent inbound step streams, modelIn model streams
+	// (apart: slow model streams must not crowd out step queries).
+	asker      *wire.Asker
+	stepServer *wire.StepServer
+	stepIn     *wire.Inbound
+	modelIn    *wire.Inbound
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen
@@ -178,23 +176,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		return nil, fmt.Errorf("node: %w", err)
 	}
 	n := &Node{
-		cfg:          cfg,
-		log:          d.log,
-		reg:          d.reg,
-		givenHost:    d.host != nil,
-		stepID:       wire.StepProtocol(cfg.Job),
-		modelID:      wire.ModelProtocol(cfg.Job),
-		exID:         ExchangeProtocol(cfg.Job),
-		started:      time.Now(),
-		wake:         make(chan struct{}, 1),
-		decider:      psp.NewDecider(cfg.Barrier),
-		limiter:      newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
-		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
-		steps:        newStepStreams(cfg.StepStreams),
-		screen:       screenFor(cfg.Screen),
-		progress:     newProgress(),
+		cfg:       cfg,
+		log:       d.log,
+		reg:       d.reg,
+		givenHost: d.host != nil,
+		started:   time.Now(),
+		wake:      make(chan struct{}, 1),
+		decider:   psp.NewDecider(cfg.Barrier),
+		modelIn:   wire.NewInbound(wire.ModelStreamsPerPeer, wire.ModelStreamsTotal),
+		screen:    screenFor(cfg.Screen),
+		progress:  newProgress(),
 	}
-	n.stepExtID = wire.StepProtocolExt(cfg.Job)
 	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
 	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
 	n.life, n.endLife = context.WithCancel(context.Background())
@@ -287,16 +279,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
 	}
 	n.h.Network().Notify(n.conns)
-	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.modelID, n.limitedBy(n.modelLimiter, "model", n.handleModel))
+	n.newStepParts()
+	n.h.SetStreamHandler(wire.StepProtocol(cfg.Job), n.serveStep)
+	n.h.SetStreamHandler(n.stepExtID, n.serveStep)
+	n.h.SetStreamHandler(wire.ModelProtocol(cfg.Job), n.limitedBy(n.modelIn, "model", n.serveModel))
 
 	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
 	joinErr, err := n.newOverlay(ctx)
 	if err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
-	n.limiter.setKnown(n.ov.Knows) // idle step streams of unknown peers make room (limits.go)
+	n.stepIn.SetKnown(n.ov.Knows) // idle step streams of unknown peers make room (wire.Inbound)
 	n.registerGaugeFuncs()
 	if n.task.NumParams() > 0 {
 		if err := n.attachModel(ctx); err != nil {
@@ -329,14 +322,16 @@ func (n *Node) attachModel(ctx context.Context) error {
 		return ErrClosed
 	}
 	n.xm = newExchangeMetrics(n.reg)
-	n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
+	n.exIn = wire.NewInbound(wire.ExchangeStreamsPerPeer, wire.ExchangeStreamsTotal)
 	ex, err := n.newExchanger(ctx)
 	if err != nil {
 		return err
 	}
 	n.ex = ex
+	n.exServer = &wire.ExchangeServer{Life: n.life, Timeout: 10 * n.cfg.QueryTimeout, MaxFrame: wire.MaxExchangeFrame(n.task.NumParams()),
+		Kind: byte(n.cfg.Exchange.Kind), Judge: exJudge{ex}, Rejected: n.xm.rejected, Log: n.log}
 	n.modelUp.Store(true) // before the handler: every request it serves finds ex
-	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
+	n.h.SetStreamHandler(wire.ExchangeProtocol(n.cfg.Job), n.limitedBy(n.exIn, "exchange", n.serveExchange))
 	return nil
 }
 
@@ -472,46 +467,19 @@ func (n *Node) estimate() float64 {
 	return est
 }
 
-// guard resets s when ctx ends. Every wait on a stream then has a deadline
-// even on transports whose SetDeadline does nothing (go-libp2p's mocknet),
-// and whatever the remote does. Call the returned stop when done.
-func guard(ctx context.Context, s network.Stream) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { _ = s.Reset() })
-}
-
-// limited wraps a step stream handler in the step protocol's inbound
-// stream caps: a stream over its peer's cap, or over the node's that may
-// evict no idle stream (limits.go), is reset at once and counted.
-func (n *Node) limited(handle func(network.Stream, *stepSlot)) network.StreamHandler {
-	l := n.limiter
-	evicted := func() { n.m.hostile.WithLabelValues(kindStepStreamEvicted).Inc() }
-	return func(s network.Stream) {
-		sl, ok := l.enter(s.Conn().RemotePeer(), s, evicted)
-		if !ok {
-			n.m.refused.WithLabelValues("step").Inc()
-			_ = s.Reset()
-			return
-		}
-		defer l.leave(sl)
-		if !n.awaitReady(s, "step") {
-			return
-		}
-		handle(s, sl)
-	}
-}
-
-// limitedBy is limited with the caps of l, and waits, as every handler
-// must, until the node is assembled. proto labels the streams it refuses
+// limitedBy wraps a stream handler in the caps of l (a stream over its
+// peer's cap or the node's is reset at once and counted) and waits, as
+// every handler must, until the node is assembled. proto labels the streams it refuses
 // (psp_streams_refused_total).
-func (n *Node) limitedBy(l *inboundLimiter, proto string, handle network.StreamHandler) network.StreamHandler {
+func (n *Node) limitedBy(l *wire.Inbound, proto string, handle network.StreamHandler) network.StreamHandler {
 	return func(s network.Stream) {
 		from := s.Conn().RemotePeer()
-		if !l.acquire(from) {
+		if !l.Acquire(from) {
 			n.m.refused.WithLabelValues(proto).Inc()
 			_ = s.Reset()
 			return
 		}
-		defer l.release(from)
+		defer l.Release(from)
 		if !n.awaitReady(s, proto) {
 			return
 		}
@@ -605,14 +573,13 @@ func (n *Node) closeParts() error {
 	if n.ov != nil {
 		errs = append(errs, n.ov.Close())
 	}
-	if n.steps != nil {
-		n.steps.close()
+	if n.asker != nil {
+		n.asker.Close()
 	}
 	if n.h != nil {
-		n.h.RemoveStreamHandler(n.stepID)
-		n.h.RemoveStreamHandler(n.stepExtID)
-		n.h.RemoveStreamHandler(n.modelID)
-		n.h.RemoveStreamHandler(n.exID)
+		for _, id := range []protocol.ID{wire.StepProtocol(n.cfg.Job), wire.StepProtocolExt(n.cfg.Job), wire.ModelProtocol(n.cfg.Job), wire.ExchangeProtocol(n.cfg.Job)} {
+			n.h.RemoveStreamHandler(id)
+		}
 		if n.conns != nil {
 			n.h.Network().StopNotify(n.conns)
 		}

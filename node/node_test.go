@@ -283,7 +283,7 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 			_, _ = io.Copy(io.Discard, s) // until the asker gives up and resets it
 			_ = s.Reset()
 		}
-		b.Host().SetStreamHandler(b.stepID, silent)
+		b.Host().SetStreamHandler(wire.StepProtocol(b.cfg.Job), silent)
 		b.Host().SetStreamHandler(b.stepExtID, silent)
 		a.cfg.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()

@@ -61,7 +61,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 // stream go now, and the overlay holds it dead once the check ends.
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.forget(p)
-	n.steps.drop(p)
+	n.asker.Drop(p)
 	n.lin.forget(p)
 	ev.dead = append(ev.dead, p)
 }

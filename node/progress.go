@@ -323,7 +323,7 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 func (n *Node) dropPeer(p peer.ID) {
 	n.ov.MarkDead(p)
 	n.progress.forget(p)
-	n.steps.drop(p)
+	n.asker.Drop(p)
 }
 
 // queryFailed handles a step query that failed while the node runs.

@@ -23,111 +23,12 @@ func stepStreamsTo(a, b *Node) []network.Stream {
 	var out []network.Stream
 	for _, c := range a.Host().Network().ConnsToPeer(b.ID()) {
 		for _, s := range c.GetStreams() {
-			if s.Protocol() == a.stepID || s.Protocol() == a.stepExtID {
+			if s.Protocol() == wire.StepProtocol(a.cfg.Job) || s.Protocol() == wire.StepProtocolExt(a.cfg.Job) {
 				out = append(out, s)
 			}
 		}
 	}
 	return out
-}
-
-// Step queries to one peer reuse one stream; a stream the answerer closed
-// costs a retry on a fresh one, not a failed query; a leave notice and
-// StepStreams = 0 do not keep streams.
-func TestStepStreamReuse(t *testing.T) {
-	vclock.Test(t, testStepStreamReuse)
-}
-
-func testStepStreamReuse(t *testing.T) {
-	nodes := memNodes(t, 2, "pssp:1:1", 0.001)
-	a, b := nodes[0], nodes[1]
-	ctx := t.Context()
-	query := func() {
-		t.Helper()
-		if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1}); err != nil {
-			t.Fatalf("query: %v", err)
-		}
-	}
-
-	query()
-	first := a.steps.idle[b.ID()]
-	if first == nil {
-		t.Fatal("no idle stream kept after a query")
-	}
-	for range 5 {
-		query()
-	}
-	if got := a.steps.idle[b.ID()]; got == nil || got.s.ID() != first.s.ID() {
-		t.Fatalf("the idle stream changed over five queries")
-	}
-	if got := len(stepStreamsTo(a, b)); got != 1 {
-		t.Errorf("a holds %d step streams to b, want 1", got)
-	}
-
-	// b closes its end (as at its idle timeout): the next query retries.
-	for _, s := range stepStreamsTo(b, a) {
-		_ = s.Close()
-	}
-	synctest.Wait() // the close has reached a's end
-	stale := counterValue(a.m.staleStreams)
-	query()
-	if got := counterValue(a.m.staleStreams) - stale; got != 1 {
-		t.Errorf("stale-stream retries %v, want 1", got)
-	}
-	if counterValue(a.m.timeouts) != 0 {
-		t.Errorf("a closed idle stream counted as a failed query")
-	}
-
-	// A leave notice neither takes nor keeps a stream.
-	kept := a.steps.idle[b.ID()]
-	if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1, Leaving: true}); err != nil {
-		t.Fatalf("leave notice: %v", err)
-	}
-	if a.steps.idle[b.ID()] != kept {
-		t.Error("the leave notice used or replaced the idle stream")
-	}
-
-	// With StepStreams = 0 every query has its own stream.
-	a.steps.close()
-	a.steps = newStepStreams(0)
-	query()
-	if got := len(a.steps.idle); got != 0 {
-		t.Errorf("StepStreams 0 kept %d idle streams", got)
-	}
-}
-
-// A malformed request later on a reused stream is counted and the stream
-// reset, like a malformed first request; the answerer goes on serving.
-func TestStepStreamMalformedLaterRequest(t *testing.T) {
-	vclock.Test(t, testStepStreamMalformedLaterRequest)
-}
-
-func testStepStreamMalformedLaterRequest(t *testing.T) {
-	nodes := memNodes(t, 2, "pssp:1:1", 0.001)
-	a, b := nodes[0], nodes[1]
-	ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
-	defer cancel()
-	s, err := a.Host().NewStream(ctx, b.ID(), a.stepID)
-	if err != nil {
-		t.Fatal(err)
-	}
-	st := newStepStream(s, false)
-	if _, err := a.exchange(ctx, st, wire.StepRequest{Step: 1}, time.Now().Add(5*time.Second)); err != nil {
-		t.Fatalf("first exchange: %v", err)
-	}
-	before := counterValue(b.m.malformed)
-	if err := writeFrame(s, []byte{0xff, 0xff, 0xff}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := readFrame(st.r, wire.MaxStepFrame); err == nil {
-		t.Fatal("a malformed request got a reply")
-	}
-	if got := counterValue(b.m.malformed) - before; got != 1 {
-		t.Errorf("malformed requests counted %v, want 1", got)
-	}
-	if _, err := a.queryStep(ctx, b.ID(), wire.StepRequest{Step: 1}); err != nil {
-		t.Errorf("b stopped answering after a malformed request: %v", err)
-	}
 }
 
 // gatedHost holds every Connect (the dial to the bootstrap peers, inside
@@ -210,7 +111,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	defer func() { _ = s.Reset() }()
-	if err := writeFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 3})); err != nil {
+	if err := wire.WriteFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 3})); err != nil {
 		t.Fatal(err)
 	}
 	synctest.Wait() // the query has reached the handler, which waits for New
@@ -221,7 +122,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	}
 	close(joiner.open)
 
-	body, err := readFrame(bufio.NewReader(s), wire.MaxStepFrame)
+	body, err := wire.ReadFrame(bufio.NewReader(s), wire.MaxStepFrame)
 	r := <-done
 	if r.nd != nil {
 		t.Cleanup(func() { r.nd.Close() })

@@ -1,4 +1,4 @@
-package node
+package wire
 
 import (
 	"bufio"
@@ -10,24 +10,22 @@ import (
 	"runtime"
 	"testing"
 	"testing/iotest"
-
-	"github.com/pspnode/pspnode/internal/wire"
 )
 
 func TestFrameCap(t *testing.T) {
 	var buf bytes.Buffer
-	if err := writeFrame(&buf, make([]byte, 100)); err != nil {
+	if err := WriteFrame(&buf, make([]byte, 100)); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readFrame(bufio.NewReader(&buf), 64); !errors.Is(err, ErrWire) {
+	if _, err := ReadFrame(bufio.NewReader(&buf), 64); !errors.Is(err, ErrMalformed) {
 		t.Errorf("an oversized frame must be refused before reading it, got %v", err)
 	}
 	buf.Reset()
-	_ = writeFrame(&buf, []byte{1, 2, 3})
-	if b, err := readFrame(bufio.NewReader(&buf), 64); err != nil || len(b) != 3 {
+	_ = WriteFrame(&buf, []byte{1, 2, 3})
+	if b, err := ReadFrame(bufio.NewReader(&buf), 64); err != nil || len(b) != 3 {
 		t.Errorf("frame: %v %v", b, err)
 	}
-	if _, err := readFrame(bufio.NewReader(bytes.NewReader([]byte{10, 1})), 64); !errors.Is(err, ErrWire) {
+	if _, err := ReadFrame(bufio.NewReader(bytes.NewReader([]byte{10, 1})), 64); !errors.Is(err, ErrMalformed) {
 		t.Errorf("truncated frame: %v", err)
 	}
 }
@@ -46,16 +44,16 @@ func TestFrameLengthErrorWraps(t *testing.T) {
 		{"deadline", iotest.ErrReader(os.ErrDeadlineExceeded), os.ErrDeadlineExceeded},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := readFrame(bufio.NewReader(tc.r), 64)
-			if !errors.Is(err, ErrWire) || !errors.Is(err, tc.want) {
-				t.Fatalf("got %v, want it to wrap ErrWire and %v", err, tc.want)
+			_, err := ReadFrame(bufio.NewReader(tc.r), 64)
+			if !errors.Is(err, ErrMalformed) || !errors.Is(err, tc.want) {
+				t.Fatalf("got %v, want it to wrap ErrMalformed and %v", err, tc.want)
 			}
-			if want := ErrWire.Error() + ": length: " + tc.want.Error(); err.Error() != want {
+			if want := ErrMalformed.Error() + ": length: " + tc.want.Error(); err.Error() != want {
 				t.Errorf("text %q, want %q", err.Error(), want)
 			}
 		})
 	}
-	if _, err := readFrame(bufio.NewReader(iotest.ErrReader(os.ErrDeadlineExceeded)), 64); !isTimeout(err) {
+	if _, err := ReadFrame(bufio.NewReader(iotest.ErrReader(os.ErrDeadlineExceeded)), 64); !IsTimeout(err) {
 		t.Errorf("a deadline must read as a timeout: %v", err)
 	}
 }
@@ -69,9 +67,9 @@ func TestReadFrameGrowsAsBytesArrive(t *testing.T) {
 	in.WriteString("only these bytes")
 	var before, after runtime.MemStats
 	runtime.ReadMemStats(&before)
-	_, err := readFrame(bufio.NewReader(&in), 2*declared)
+	_, err := ReadFrame(bufio.NewReader(&in), 2*declared)
 	runtime.ReadMemStats(&after)
-	if !errors.Is(err, ErrWire) || !errors.Is(err, io.ErrUnexpectedEOF) {
+	if !errors.Is(err, ErrMalformed) || !errors.Is(err, io.ErrUnexpectedEOF) {
 		t.Fatalf("err %v, want a wire error for the short body", err)
 	}
 	if got := after.TotalAlloc - before.TotalAlloc; got > declared/8 {
@@ -80,16 +78,16 @@ func TestReadFrameGrowsAsBytesArrive(t *testing.T) {
 }
 
 // Any bytes read as a step frame, under either version's cap, are a frame
-// or an ErrWire, never a panic or a frame over the cap.
+// or an ErrMalformed, never a panic or a frame over the cap.
 func FuzzReadFrame(f *testing.F) {
 	f.Add([]byte{18, 1, 1, 0, 0, 0, 0, 0, 0, 0, 5, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		for _, limit := range []int{wire.MaxStepFrame, wire.MaxStepFrameExt} {
-			body, err := readFrame(bufio.NewReader(bytes.NewReader(b)), limit)
-			if err != nil && !errors.Is(err, ErrWire) {
-				t.Fatalf("error %v is not an ErrWire", err)
+		for _, limit := range []int{MaxStepFrame, MaxStepFrameExt} {
+			body, err := ReadFrame(bufio.NewReader(bytes.NewReader(b)), limit)
+			if err != nil && !errors.Is(err, ErrMalformed) {
+				t.Fatalf("error %v is not an ErrMalformed", err)
 			}
 			if err == nil && len(body) > limit {
 				t.Fatalf("a frame of %d bytes over the cap of %d", len(body), limit)
