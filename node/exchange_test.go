@@ -496,3 +496,44 @@ func (n *Node) takeModel(from peer.ID, kind ExchangeKind, payload []byte) gossip
 	}
 	return n.ex.accept(from, payload)
 }
+
+// A sender counts at most once in spacingFor averages: as often as an
+// honest peer, which sends to S of its N − 1 peers a step, could come. A
+// poisoner that pushes to every node every round is taken that rarely.
+func TestEpidemicSpacing(t *testing.T) {
+	for _, tc := range []struct {
+		population float64
+		s          int
+		want       uint64
+	}{{0, 4, 1}, {4, 4, 1}, {8, 4, 1}, {20, 4, 1}, {40, 4, 2}, {100, 4, 6}, {100, 1, 24}, {1000, 4, 62}} {
+		if got := spacingFor(tc.population, tc.s); got != tc.want {
+			t.Errorf("spacingFor(%v, %d) = %d, want %d", tc.population, tc.s, got, tc.want)
+		}
+	}
+	n, ex := exchangeNode(t, 1, 4, 100)
+	ex.noteOwnNorm([]float64{1})
+	ex.setRef(0)
+	ex.mu.Lock()
+	ex.spacing = 3
+	ex.mu.Unlock()
+	evil, honest := peer.ID("evil"), peer.ID("honest")
+	taken := 0
+	d := make([]float32, 1)
+	for round := range 12 {
+		if n.takeModel(evil, ExchangeEpidemic, modelPayload(t, evil, int64(round), []float32{1})) == "" {
+			taken++
+		}
+		if round%6 == 0 { // an honest sender, as rare as its sampling makes it
+			if r := n.takeModel(honest, ExchangeEpidemic, modelPayload(t, honest, int64(round), []float32{0.5})); r != "" {
+				t.Fatalf("round %d: the honest sender refused: %s", round, r)
+			}
+		}
+		ex.merge32(d)
+		ex.mu.Lock()
+		ex.spacing = 3 // merge32 sets it from the population; this node has none
+		ex.mu.Unlock()
+	}
+	if taken != 4 {
+		t.Errorf("a sender pushing every round was taken %d times in 12 rounds, want 4", taken)
+	}
+}

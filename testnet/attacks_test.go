@@ -1,6 +1,7 @@
 package testnet
 
 import (
+	"github.com/pspnode/pspnode/node"
 	"strings"
 	"testing"
 	"time"
@@ -179,4 +180,38 @@ func TestConnAndLogHogRoles(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The defences against the three attacks that take a job through claims
+// (each failed on the code the attacks were found on: every honest node
+// on the hijacker's lineage at step 5 000 009; the joiner at step
+// 2^63 − 51, passing no barrier; R² −1.4e9 under the drift poisoner).
+func TestOnePeerCannotTakeTheJob(t *testing.T) {
+	t.Run("lineage hijack", func(t *testing.T) {
+		res := runLogged(t, attackConfig(LineageHijack, 10*time.Second))
+		l := res.Hostile.Lineage
+		if l == nil || l.Hijacked != 0 || l.OnJob != res.Hostile.HonestNodes || res.Steps.Max > 1e6 {
+			t.Errorf("honest nodes on the hijacker's lineage: %+v; steps %+v", l, res.Steps)
+		}
+	})
+	t.Run("joiner wedge", func(t *testing.T) {
+		res := runLogged(t, attackConfig(JoinerWedge, 20*time.Second))
+		w := res.Hostile.Wedge
+		if w == nil || len(w.Probes) != 1 {
+			t.Fatalf("wedge figures %+v", w)
+		}
+		j := w.Probes[0]
+		if float64(j.Step) > res.Steps.Max+100 || j.BarrierPasses == 0 {
+			t.Errorf("the joiner through the wedge node: step %d (honest at most %.0f), %d passes in %d checks",
+				j.Step, res.Steps.Max, j.BarrierPasses, j.BarrierChecks)
+		}
+	})
+	t.Run("drift poison", func(t *testing.T) {
+		cfg := attackConfig(DriftPoison, 20*time.Second)
+		cfg.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 4}
+		res := runLogged(t, cfg)
+		if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
+			t.Errorf("under a drift poisoner the honest fit is %+v, want R² above 0.9 (clean about 0.98)", res.Accuracy)
+		}
+	})
 }
