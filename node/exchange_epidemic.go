@@ -524,7 +524,7 @@ func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
 		}
 	}
 	if last, ok := e.lastIn[from]; ok && e.rounds-last < e.spacing {
-		return ReasonRate // sooner than a sender that samples its peers would come again
+		return wire.ReasonRate // sooner than a sender that samples its peers would come again
 	}
 	if len(e.round) >= e.poolSize() {
 		return wire.ReasonRate

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"fmt"
-	"github.com/pspnode/pspnode/internal/wire"
 	"log/slog"
 	"math"
 	"math/rand/v2"
@@ -21,6 +20,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 )
 

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"github.com/pspnode/pspnode/internal/wire"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -18,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // scrapedNode builds two nodes on TCP loopback, each with a host of its

@@ -1,10 +1,11 @@
 package testnet
 
 import (
-	"github.com/pspnode/pspnode/node"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/node"
 )
 
 // attackConfig is a small run of linear regression over the epidemic
