@@ -9,6 +9,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -145,10 +146,6 @@ type Config struct {
 	// node's step intervals, does not count at the barrier and is replaced
 	// by a fresh draw. The zero ScreenConfig turns screening off.
 	Screen psp.ScreenConfig
-	// NormBound bounds the influence of one received update: an update
-	// whose L2 norm exceeds NormBound × the upper quartile of the norms of
-	// this node's own recent updates is refused (0 disables the check).
-	NormBound float64
 	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
 	// step streams from one peer and from all peers; streams over the cap
 	// are reset at once. (Model streams have caps of their own, 2 per peer
@@ -160,21 +157,16 @@ type Config struct {
 	// reuse, at most one per peer (0: a stream per query). See wire.Asker.
 	StepStreams int
 
-	// Exchange is how nodes combine their work: epidemic:S (DefaultConfig:
-	// epidemic:4; each step's model to S sampled peers, which average what
-	// they receive) or gossip (the zero value: every delta to every node
-	// over GossipSub); see exchange.go. Nodes of one job must agree on the
-	// kind.
-	//
-	// Why epidemic by default: what a node receives per step is S models
-	// whatever N, where under gossip it is N−1 updates times GossipSub's
-	// amplification, and grows with the job. Gossip's models are a little
-	// less noisy early on (every node sees every gradient), which pays in
-	// small jobs on good links; choose it there.
-	Exchange Exchange
+	// Exchange is how nodes combine their work, and the limits of what a
+	// node takes from its peers (package exchange): epidemic:4 by
+	// default (each step's model to 4 sampled peers, which average what
+	// they receive), or gossip (every delta to every node over
+	// GossipSub). Nodes of one job must agree on the kind.
+	Exchange exchange.Config
 
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
-	// peers are filled in from the fields above.
+	// peers are filled in from the fields above, and the gossip topic's
+	// limits from Exchange.
 	Overlay overlay.Config
 	Gossip  gossip.Config
 
@@ -224,11 +216,10 @@ func DefaultConfig() Config {
 		CheckpointEvery:   10,
 		ScaleLR:           true,
 		Screen:            psp.DefaultScreenConfig(),
-		NormBound:         4,
 		MaxStreamsPerPeer: 8,
 		MaxInboundStreams: 512,
 		StepStreams:       64,
-		Exchange:          Exchange{Kind: ExchangeEpidemic, S: 4},
+		Exchange:          exchange.DefaultConfig(),
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
 		Join:              defaultJoinConfig(),

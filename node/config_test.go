@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -83,25 +84,27 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"conn low above high", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "ConnLow 10, ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
 		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
 		{"join retry min above max", func(c *Config) { c.Join.RetryMin, c.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
-		{"infinite norm bound", func(c *Config) { c.NormBound = math.Inf(1) }, "NormBound +Inf"},
+		{"infinite norm bound", func(c *Config) { c.Exchange.NormBound = math.Inf(1) }, "Exchange.NormBound +Inf"},
 		{"NaN time scale", func(c *Config) { c.TimeModel.Scale = math.NaN() }, "TimeModel.Scale NaN"},
 		{"negative straggle factor", func(c *Config) { c.TimeModel.Factor = -1 }, "TimeModel.Factor -1"},
 		{"screen off", func(c *Config) { c.Screen = psp.ScreenConfig{} }, ""},
 		{"negative quarantine", func(c *Config) { c.Screen.Quarantine = -1 }, "Screen.Quarantine -1"},
 		{"negative screen records", func(c *Config) { c.Screen.MaxPeers = -1 }, "Screen.MaxPeers must not be negative"},
 		{"relay without traversal", func(c *Config) { c.NAT.Traversal = false }, "NAT.RelayService: "},
-		{"epidemic:0", func(c *Config) { c.Exchange = Exchange{Kind: ExchangeEpidemic} }, "Exchange epidemic"},
+		{"epidemic:0", func(c *Config) { c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic} }, "Exchange epidemic"},
 		{"overlay bucket size", func(c *Config) { c.Overlay.BucketSize = 1 }, "BucketSize 1 < 2"},
 		{"overlay lookups crossed", func(c *Config) { c.Overlay.MinLookups, c.Overlay.MaxLookups = 9, 8 }, "MaxLookups 8 < MinLookups 9"},
 		{"overlay job left for the node", func(c *Config) { c.Overlay.Job = "" }, ""},
 		{"gossip top-k fraction", func(c *Config) {
-			c.Exchange, c.Gossip.Encoding, c.Gossip.TopKFraction = Exchange{}, gossip.EncodingTopK32, 2
+			c.Exchange.Spec, c.Gossip.Encoding, c.Gossip.TopKFraction = exchange.Spec{}, gossip.EncodingTopK32, 2
 		}, "TopKFraction must be in (0, 1]"},
 		{"gossip unused under epidemic", func(c *Config) {
-			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
-			c.Gossip.MaxAbsValue = 0
+			c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic, S: 2}
+			c.Gossip.MaxMessageSize = -1
 		}, ""},
-		{"gossip max value", func(c *Config) { c.Exchange, c.Gossip.MaxAbsValue = Exchange{}, 0 }, "MaxAbsValue must be positive"},
+		{"gossip message size", func(c *Config) { c.Exchange.Spec, c.Gossip.MaxMessageSize = exchange.Spec{}, -1 }, "MaxMessageSize must be >= 0"},
+		{"epidemic sends whole models", func(c *Config) { c.Gossip.Encoding = gossip.EncodingTopK16 }, "Gossip.Encoding: exchange epidemic:4 sends whole models"},
+		{"exchange max value", func(c *Config) { c.Exchange.MaxAbsValue = 0 }, "Exchange.MaxAbsValue 0 must be positive"},
 		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/tcp/1"} }, "Bootstrap: bootstrap address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

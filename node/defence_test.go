@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -10,52 +9,12 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
-
-func TestNormBound(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	task := &countTask{}
-	n := &Node{cfg: Config{NormBound: 4}, m: newMetrics(reg), task: task, log: slog.New(slog.DiscardHandler)}
-	g := newGossipExchange(n) // no topic: the norm bound alone
-	// Before the node's first step, updates are held, then checked.
-	if g.withinNorm([]float64{0.5}) || g.withinNorm([]float64{50}) {
-		t.Fatal("accepted an update before the node has a reference norm")
-	}
-	g.noteOwnNorm([]float64{1})
-	if task.applied != 1 {
-		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", task.applied)
-	}
-	for _, nrm := range []float64{1, 2, 1, 100} { // upper quartile 2; one outlier of our own
-		g.noteOwnNorm([]float64{nrm})
-	}
-	tests := []struct {
-		in   []float64
-		want bool
-	}{
-		{[]float64{3, 0}, true},
-		{[]float64{0, -8}, true}, // exactly at the bound
-		{[]float64{300, 400}, false},
-		{[]float64{0, -8.01}, false},
-	}
-	for _, tt := range tests {
-		if got := g.withinNorm(tt.in); got != tt.want {
-			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-	if got := counterValue(n.m.normRefused); got != 3 {
-		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
-	}
-	n.cfg.NormBound = 0
-	if !g.withinNorm([]float64{1e9}) {
-		t.Error("NormBound 0 should disable the check")
-	}
-}
 
 // A peer that opens many step streams at once and never writes (a
 // flooder) gets the streams over its cap reset, and an honest peer's query
@@ -105,14 +64,6 @@ func testStreamFloodIsCapped(t *testing.T) {
 	cancel()
 	wg.Wait()
 }
-
-// countTask is a Task that counts applied updates.
-type countTask struct {
-	SleepTask
-	applied int
-}
-
-func (c *countTask) Apply([]float64) error { c.applied++; return nil }
 
 // A sampled barrier check does not wait for a slow peer: after the hedge
 // delay it asks a fresh draw beside it and ends with the first β answers.

@@ -36,17 +36,13 @@
 //	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
 //	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
 //	state.go       the peers file: a restarted node rejoins through the peers it knew
-//	exchange.go    the exchanges: Exchange, the exchanger interface the node drives, what gossip and epidemic share (own norms, held vectors)
-//	exchange_gossip.go    the gossip exchange: publishing updates, applying received ones, the norm bound, held updates
-//	exchange_epidemic.go  the epidemic exchange: sending the model, Epidemic Learning's averaging, the distance bound, held models
-//	exchangeproto.go  the exchange protocol: models framed once and sent, taken in, and what it counts
+//	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
 //	progress.go    peers' known steps, and waking the peers this node held back
-//	stepconn.go    the step protocol: queries, replies, stream reuse
-//	modelproto.go  the model protocol: a joiner fetches the current model
-//	wire.go        frames: the length prefix, reading a frame within a cap (the bodies of the step and model protocols are in internal/wire)
+//	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
+//	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
 //	task.go        Task and the built-in SleepTask and ModelTask
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
-//	limits.go      inbound stream caps and the resource manager
+//	limits.go      the resource manager's connection and stream limits
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
 //	traffic.go     bytes the node's streams carry, by protocol class
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences

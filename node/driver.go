@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -174,7 +175,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 			return Start{}, ctx.Err()
 		}
 	}
-	n.exch().waitSubscribed(ctx) // gossip: a peer knows of this node's subscription
+	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
 	start := Start{Step: own}
 	if c, ok := d.readCheckpoint(); ok && c.Step > own {
 		start = Start{Step: c.Step, Params: c.Params, Source: "checkpoint " + n.cfg.Checkpoint}
@@ -211,7 +212,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	}
 	d.TakeReset() // the session starts from the job's state already
 	n.takeGenesis(js.genesis)
-	n.exch().restart(start.Params) // the session's model, or the program's own (nil: at its first push)
+	n.exch().Restart(start.Params) // the session's model, or the program's own (nil: at its first push)
 	n.adoptStep(start.Step)
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
@@ -357,7 +358,7 @@ func (d *Driver) Done(step psp.Step) error {
 // under gossip; under epidemic it is the node's norm reference, and the
 // model sent to peers is the task's Params. delta must have the model's
 // length and every value must be finite and within the exchange's bound
-// (Gossip.MaxAbsValue); otherwise nothing is sent. Push may run on
+// (Exchange.MaxAbsValue); otherwise nothing is sent. Push may run on
 // another goroutine than the other calls (it signs and sends the update,
 // milliseconds for a large model), but pushes must come in the order of
 // their steps.
@@ -366,12 +367,12 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 	if err := n.checkUpdate(delta); err != nil {
 		return err
 	}
-	n.exch().push(n.life, step, delta)
+	n.exch().Push(n.life, step, delta)
 	return nil
 }
 
 // Push32 is Push for a float32 vector that the caller has checked: every
-// value finite and within the exchange's bound (Gossip.MaxAbsValue), the
+// value finite and within the exchange's bound (Exchange.MaxAbsValue), the
 // model's length. Under gossip v is the step's delta, published as it is;
 // under epidemic it is the program's model after the step, which becomes
 // the node's model (the base of its averages and the model it sends) —
@@ -384,10 +385,12 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 	n := d.n
 	if v != nil && len(v) != n.task.NumParams() {
-		done(copied)
+		if copied != nil {
+			copied()
+		}
 		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
 	}
-	n.exch().push32(n.life, step, v, copied)
+	n.exch().Push32(n.life, step, v, copied)
 	return nil
 }
 
@@ -399,14 +402,14 @@ func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 func (d *Driver) Merge32(delta []float32) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.n.exch().merge32(delta)
+	return d.n.exch().Merge32(delta)
 }
 
 // Model returns the node's model as its exchange holds it: under
 // epidemic the program's model after its last step and average (what a
 // peer that fetches the model gets); nil under gossip, or before the
 // program's first step.
-func (d *Driver) Model() []float64 { return d.n.exch().model() }
+func (d *Driver) Model() []float64 { return d.n.exch().Model() }
 
 // NoteApplied records that the program applied updates its peers made at
 // the given steps (under gossip, at its pull): their staleness, the
@@ -446,7 +449,7 @@ func (n *Node) checkUpdate(v []float64) error {
 	if len(v) != n.task.NumParams() {
 		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
 	}
-	bound := n.cfg.Gossip.MaxAbsValue
+	bound := n.cfg.Exchange.MaxAbsValue
 	for i, x := range v {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
@@ -465,7 +468,7 @@ func (n *Node) checkUpdate(v []float64) error {
 func (d *Driver) Merge() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.n.exch().merge()
+	d.n.exch().Merge()
 }
 
 // Population returns the population estimate and the factor a step's
@@ -533,13 +536,13 @@ type DriverInfo struct {
 	Job      string
 	PeerID   string
 	Barrier  psp.Spec
-	Exchange Exchange
-	// MaxAbsValue bounds every value of an update (Gossip.MaxAbsValue).
+	Exchange exchange.Spec
+	// MaxAbsValue bounds every value of an update (Exchange.MaxAbsValue).
 	MaxAbsValue float64
 }
 
 // Info describes the node's job.
 func (d *Driver) Info() DriverInfo {
 	n := d.n
-	return DriverInfo{Job: n.cfg.Job, PeerID: n.ID().String(), Barrier: n.cfg.Barrier, Exchange: n.cfg.Exchange, MaxAbsValue: n.cfg.Gossip.MaxAbsValue}
+	return DriverInfo{Job: n.cfg.Job, PeerID: n.ID().String(), Barrier: n.cfg.Barrier, Exchange: n.cfg.Exchange.Spec, MaxAbsValue: n.cfg.Exchange.MaxAbsValue}
 }

@@ -58,7 +58,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	n.exch().waitMesh(ctx)
+	n.exch().WaitMesh(ctx)
 	defer n.checkpoint()
 	n.lastStepAt = time.Now()
 	for {
@@ -74,7 +74,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
 		}
-		n.exch().merge() // epidemic: average in the models received
+		n.exch().Merge() // epidemic: average in the models received
 		n.busy.Store(true)
 		t0 := time.Now()
 		upd, err := n.task.Step(ctx)
@@ -86,7 +86,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
 		}
 		step := n.countStep(ctx, time.Since(t0))
-		n.exch().push(ctx, step, upd)
+		n.exch().Push(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
 		}
@@ -113,7 +113,7 @@ func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFun
 // countStep counts a completed step whose task compute took compute and
 // tells the peers this node was holding back. It returns the new step.
 // Run and a Driver call it, one at a time; then the step's update goes to
-// the exchange (exchanger.push).
+// the exchange (exchange.Exchange.Push).
 func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
 	step := n.step.Add(1)

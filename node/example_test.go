@@ -11,6 +11,7 @@ import (
 
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // tally is a Task of one parameter: each step adds 1 to its own copy and
@@ -82,7 +83,7 @@ func Example() {
 		cfg.JoinFetch = false // all start together: nobody joins a running job
 		// Gossip: every update reaches every node, so each tally counts
 		// every step. (The default, epidemic:4, averages models instead.)
-		cfg.Exchange = node.Exchange{}
+		cfg.Exchange.Spec = exchange.Spec{Kind: exchange.Gossip}
 		// The settings are data (cfg); what the node runs with are options.
 		nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithTask(tasks[i]))
 		if err != nil {
@@ -130,22 +131,4 @@ func waitUntil(ctx context.Context, cond func() bool) {
 	for !cond() && ctx.Err() == nil {
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// ParseExchange reads --exchange. Bad input is an error the CLI reports as
-// a usage error.
-func ExampleParseExchange() {
-	for _, s := range []string{"gossip", "epidemic:4", "epidemic:0", "epidemic:four"} {
-		ex, err := node.ParseExchange(s)
-		if err != nil {
-			fmt.Println("error:", err)
-			continue
-		}
-		fmt.Println(ex)
-	}
-	// Output:
-	// gossip
-	// epidemic:4
-	// error: "epidemic:0": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
-	// error: "epidemic:four": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -69,10 +70,10 @@ type Status struct {
 	// Updates counts what the exchange carried: under gossip, updates
 	// published and received on the topic; under epidemic, models sent to
 	// peers (one per peer) and taken from them. Exchange details it.
-	UpdatesSent     uint64         `json:"updates_sent"`
-	UpdatesReceived uint64         `json:"updates_received"`
-	UpdatesRejected uint64         `json:"updates_rejected"`
-	Exchange        *ExchangeStats `json:"exchange,omitempty"`
+	UpdatesSent     uint64          `json:"updates_sent"`
+	UpdatesReceived uint64          `json:"updates_received"`
+	UpdatesRejected uint64          `json:"updates_rejected"`
+	Exchange        *exchange.Stats `json:"exchange,omitempty"`
 	// Defences at work: step reports not counted at the barrier (stuck or
 	// lying peers), received updates refused by the norm bound, inbound
 	// streams reset at the per-peer cap.
@@ -146,7 +147,7 @@ func (n *Node) Status() Status {
 	if n.modelUp.Load() {
 		us := n.UpdateStats()
 		st.UpdatesSent, st.UpdatesReceived, st.UpdatesRejected = us.Sent, us.Received, us.TotalRejected()
-		x := n.ExchangeStats()
+		x := n.exchangeStats()
 		st.Exchange = &x
 	}
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {

@@ -5,6 +5,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // A node that joins a running job adopts the job's step, its model, and
@@ -14,16 +15,16 @@ import (
 func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
 	// Under either exchange a joiner fetches the model: averaging alone
 	// would take many rounds to pull a fresh model to the job's.
-	for _, ex := range []Exchange{{}, {Kind: ExchangeEpidemic, S: 2}} {
+	for _, ex := range []exchange.Spec{{}, {Kind: exchange.Epidemic, S: 2}} {
 		t.Run(ex.String(), func(t *testing.T) { testJoinAdopts(t, ex) })
 	}
 }
 
-func testJoinAdopts(t *testing.T, ex Exchange) {
+func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange = ex })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange.Spec = ex })
 		running, joiner := nodes[0], nodes[1]
 		running.step.Store(100)
 		params := running.task.Params()
@@ -40,7 +41,7 @@ func testJoinAdopts(t *testing.T, ex Exchange) {
 		if got := joiner.task.(*ModelTask).Trainer().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
-		if g := joiner.Gossip(); (g == nil) != (ex.Kind == ExchangeEpidemic) {
+		if g := joiner.Gossip(); (g == nil) != (ex.Kind == exchange.Epidemic) {
 			t.Errorf("exchange %s: gossip topic joined: %v", ex, g != nil)
 		} else if g != nil && g.LocalStep() != 100 {
 			t.Errorf("joiner's gossip validator at step %d, want 100", g.LocalStep())

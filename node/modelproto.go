@@ -55,7 +55,7 @@ func (n *Node) shape() wire.ModelShape {
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
 	defer cancel()
-	m, err := wire.FetchModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape(), n.cfg.Gossip.MaxAbsValue)
+	m, err := wire.FetchModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape(), n.cfg.Exchange.MaxAbsValue)
 	return m, n.mismatch(p, err)
 }
 

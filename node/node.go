@@ -24,6 +24,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -63,12 +64,8 @@ type Node struct {
 	modelMu   sync.Mutex
 	modelUp   atomic.Bool
 	closing   bool // under modelMu: Close has begun, attach no more
-	ex        exchanger
-	xm        *exchangeMetrics
-	exServer  *wire.ExchangeServer
+	ex        exchange.Exchange
 	exIn      *wire.Inbound
-	warnMu    sync.Mutex
-	warned    map[peer.ID]bool // peers warned about (warnOnce)
 	task      Task
 	decider   psp.Decider
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
@@ -321,17 +318,13 @@ func (n *Node) attachModel(ctx context.Context) error {
 	if n.closing {
 		return ErrClosed
 	}
-	n.xm = newExchangeMetrics(n.reg)
-	n.exIn = wire.NewInbound(wire.ExchangeStreamsPerPeer, wire.ExchangeStreamsTotal)
-	ex, err := n.newExchanger(ctx)
+	ex, err := n.newExchange(ctx)
 	if err != nil {
 		return err
 	}
 	n.ex = ex
-	n.exServer = &wire.ExchangeServer{Life: n.life, Timeout: 10 * n.cfg.QueryTimeout, MaxFrame: wire.MaxExchangeFrame(n.task.NumParams()),
-		Kind: byte(n.cfg.Exchange.Kind), Judge: exJudge{ex}, Rejected: n.xm.rejected, Log: n.log}
 	n.modelUp.Store(true) // before the handler: every request it serves finds ex
-	n.h.SetStreamHandler(wire.ExchangeProtocol(n.cfg.Job), n.limitedBy(n.exIn, "exchange", n.serveExchange))
+	n.h.SetStreamHandler(wire.ExchangeProtocol(n.cfg.Job), n.limitedBy(n.exIn, "exchange", ex.Serve))
 	return nil
 }
 
@@ -401,7 +394,7 @@ func (n *Node) Overlay() *overlay.Overlay { return n.ov }
 
 // Gossip is the node's update topic, nil for a task without a model and
 // under the epidemic exchange.
-func (n *Node) Gossip() *gossip.Gossip { return n.exch().topic() }
+func (n *Node) Gossip() *gossip.Gossip { return n.exch().Topic() }
 
 // Task is the node's task.
 func (n *Node) Task() Task { return n.task }
@@ -569,7 +562,7 @@ func (n *Node) closeParts() error {
 		n.joiner.wait()
 	}
 	var errs []error
-	errs = append(errs, n.exch().close()) // its sends end with n.life
+	errs = append(errs, n.exch().Close()) // its sends end with n.life
 	if n.ov != nil {
 		errs = append(errs, n.ov.Close())
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -80,7 +81,7 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		cfg := &s.Config
 		// Gossip: the tests of this harness check its deltas; those of
 		// the epidemic exchange set it in edit.
-		cfg.Exchange = Exchange{}
+		cfg.Exchange.Spec = exchange.Spec{}
 		cfg.Job = "nodetest"
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 		var opts []Option

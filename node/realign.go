@@ -117,7 +117,7 @@ func (n *Node) rebase(js jobView, why string) bool {
 			n.log.Warn("could not fetch the job's model: trying again", "why", why, "err", js.fetchErr)
 			return false
 		}
-		n.exch().restart(js.model.Params)
+		n.exch().Restart(js.model.Params)
 		if n.driver != nil {
 			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis,
 				Reason: fmt.Sprintf("%s: took the job's step %d and the model of peer %s", why, js.adopt, js.from)})

@@ -217,7 +217,7 @@ func (n *Node) Traffic() Traffic {
 	if s := n.step.Load(); s > 0 {
 		t.InBytesPerStep = float64(t.InBytes) / float64(s)
 	}
-	t.GossipPayloadBytes = n.exch().topicPayloadBytes()
+	t.GossipPayloadBytes = n.topicPayloadBytes()
 	if t.GossipPayloadBytes > 0 {
 		t.GossipAmplification = float64(in[classGossip]) / float64(t.GossipPayloadBytes)
 	}
@@ -250,7 +250,7 @@ func (c *trafficCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.bytes, prometheus.CounterValue, float64(out[i]), "out", name)
 	}
 	amp := 0.0
-	if p := c.n.exch().topicPayloadBytes(); p > 0 {
+	if p := c.n.topicPayloadBytes(); p > 0 {
 		amp = float64(in[classGossip]) / float64(p)
 	}
 	ch <- prometheus.MustNewConstMetric(c.amp, prometheus.GaugeValue, amp)

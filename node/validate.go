@@ -6,7 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/jobname"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // Validate checks the configuration before New builds anything (New also
@@ -85,9 +87,6 @@ func (c Config) Validate() error {
 		bad("MaxStreamsPerPeer %d, MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
 			c.MaxStreamsPerPeer, c.MaxInboundStreams)
 	}
-	if !finiteNonNegative(c.NormBound) {
-		bad("NormBound %v must be a finite number >= 0", c.NormBound)
-	}
 	if !finiteNonNegative(c.TimeModel.Scale) || !finiteNonNegative(c.TimeModel.Factor) {
 		bad("TimeModel.Scale %v and TimeModel.Factor %v must be finite numbers >= 0", c.TimeModel.Scale, c.TimeModel.Factor)
 	}
@@ -97,7 +96,7 @@ func (c Config) Validate() error {
 	if err := c.NAT.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Exchange.validate(); err != nil {
+	if err := c.Exchange.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateSubsystems()...)
@@ -125,11 +124,8 @@ func (c Config) validateScreen() error {
 	return nil
 }
 
-// validateSubsystems checks Overlay and, when the node would use it,
-// Gossip, as New hands them over: Job and the bootstrap peers are filled in
-// from Config (overlayConfig), and gossip's ParamCount, which the task
-// sets, stands in as 1. The epidemic exchange never builds a gossip topic,
-// so its Gossip is not checked.
+// validateSubsystems checks Overlay and Gossip as New hands them over:
+// Job and the bootstrap peers are filled in from Config (overlayConfig).
 func (c Config) validateSubsystems() []error {
 	job := c.Job
 	if jobname.Validate(job) != nil {
@@ -141,10 +137,35 @@ func (c Config) validateSubsystems() []error {
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Exchange.validateGossip(c.Gossip, job); err != nil {
+	if err := c.validateGossip(job); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
 }
 
 func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }
+
+// validateGossip checks Gossip, the update topic's configuration for job,
+// if the exchange is gossip, as the exchange hands it over: with the
+// exchange's limits, and gossip's ParamCount, which the task sets, as 1.
+// An epidemic node has no topic; of Gossip it uses only the encoding,
+// which must carry a whole model: dense32.
+func (c Config) validateGossip(job string) error {
+	g := c.Gossip
+	if c.Exchange.Kind == exchange.Epidemic {
+		if g.Encoding != 0 && g.Encoding != gossip.EncodingDense32 {
+			// Sparse encodings carry deltas, not models; float16 would
+			// round away every change smaller than about 1e-3 of a
+			// parameter (gossip's float16 keeps the residual for the next
+			// delta; a whole model has no next delta to carry it).
+			return fmt.Errorf("Gossip.Encoding: exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or the gossip exchange", c.Exchange.Spec, g.Encoding)
+		}
+		return nil
+	}
+	g.Job, g.ParamCount = job, 1
+	g.MaxAbsValue, g.MaxStepAhead = c.Exchange.MaxAbsValue, c.Exchange.MaxStepAhead
+	if !(g.MaxAbsValue > 0) {
+		g.MaxAbsValue = 1 // reported once, as Exchange.MaxAbsValue
+	}
+	return g.Validate()
+}

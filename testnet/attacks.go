@@ -19,6 +19,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // Impostors: roles that speak the job's protocols as an outside peer
@@ -404,7 +405,7 @@ func fetchModelT(ctx context.Context, h host.Host, p peer.ID, modelID uint32, n 
 // pushModelT sends params as p's epidemic exchange request (sender self,
 // at step) and returns why p refused it ("" when it took it).
 func pushModelT(ctx context.Context, h host.Host, p, self peer.ID, step int64, modelID uint32, params []float64) (gossip.Reason, error) {
-	payload, err := gossip.AppendDense([]byte{wire.Version, byte(node.ExchangeEpidemic)}, self, step, modelID, params)
+	payload, err := gossip.AppendDense([]byte{wire.Version, byte(exchange.Epidemic)}, self, step, modelID, params)
 	if err != nil {
 		return "", err
 	}

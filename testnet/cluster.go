@@ -155,15 +155,15 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	if t.cfg.Private {
 		cfg.PSK = testnetPSK(t.cfg.Seed)
 	}
-	cfg.Exchange = t.cfg.Exchange
+	cfg.Exchange.Spec = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
 	switch {
 	case t.cfg.NormBound > 0:
-		cfg.NormBound = t.cfg.NormBound
+		cfg.Exchange.NormBound = t.cfg.NormBound
 	case t.cfg.NormBound < 0:
-		cfg.NormBound = 0
+		cfg.Exchange.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
 	cfg.StepStreams = stepStreams(cfg)

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -34,15 +35,15 @@ func handConfig(t *testnet, joining bool) node.Config {
 	cfg.Gossip.Encoding = enc
 	cfg.Gossip.PeerScoring = true
 	cfg.PollShare = t.cfg.PollShare
-	cfg.Exchange = t.cfg.Exchange
+	cfg.Exchange.Spec = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
 	switch {
 	case t.cfg.NormBound > 0:
-		cfg.NormBound = t.cfg.NormBound
+		cfg.Exchange.NormBound = t.cfg.NormBound
 	case t.cfg.NormBound < 0:
-		cfg.NormBound = 0
+		cfg.Exchange.NormBound = 0
 	}
 	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
 	cfg.StepStreams = max(64, min(cfg.ConnHigh, 256))
@@ -77,8 +78,8 @@ func TestNodeConfigAsByHand(t *testing.T) {
 		{"no screen, no sybil defence", func(c *Config) { c.NoScreen, c.NoSybilDefence = true, true }},
 		{"norm bound set", func(c *Config) { c.NormBound = 2.5 }},
 		{"norm bound off", func(c *Config) { c.NormBound = -1 }},
-		{"top-k, poll share", func(c *Config) { c.Encoding, c.PollShare = "topk16", 0.25 }},
-		{"epidemic", func(c *Config) { c.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 3} }},
+		{"top-k, poll share", func(c *Config) { c.Encoding, c.PollShare, c.Exchange = "topk16", 0.25, exchange.Spec{} }},
+		{"epidemic", func(c *Config) { c.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 3} }},
 		{"seed", func(c *Config) { c.Seed = 42 }},
 		{"step streams set", func(c *Config) { c.StepStreams = 8 }},
 		{"1000 nodes, step streams set", func(c *Config) { c.Nodes, c.StepStreams = 1000, 100 }},

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/psp"
@@ -71,7 +72,7 @@ type runFlags struct {
 	listen, bootstrap                                 stringList
 	barrier                                           specFlag
 	pollShare                                         floatFlag
-	exchange                                          node.Exchange
+	exchange                                          exchange.Spec
 	trainer                                           trainerFlags
 	identity, job, modelName, data, httpAddr          *string
 	ckpt, logLevel, logFormat, swarmKey, allow, reach *string
@@ -86,7 +87,7 @@ type runFlags struct {
 // addRunFlags defines the run command's flags on fs.
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	def := node.DefaultConfig()
-	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.PollShare), exchange: def.Exchange}
+	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.PollShare), exchange: def.Exchange.Spec}
 	f.identity = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 	f.job = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 	f.modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
@@ -254,7 +255,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 	}
 	cfg.Overlay.PerAddress = *f.perAddr
 	cfg.PollMax, cfg.QueryTimeout = *f.pollMax, *f.queryTime
-	cfg.Exchange = f.exchange
+	cfg.Exchange.Spec = f.exchange
 	if *f.scale < 0 || *f.factor <= 0 {
 		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 	}

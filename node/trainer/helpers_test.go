@@ -16,6 +16,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -39,7 +40,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	cfg.Barrier = psp.MustParse(barrier)
 	cfg.Driven = true
 	cfg.QueryTimeout = time.Second
-	cfg.Exchange = node.Exchange{} // gossip: most tests here check its deltas
+	cfg.Exchange.Spec = exchange.Spec{} // gossip: most tests here check its deltas
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.node.Addrs()[0].String()}
 	}

@@ -1,4 +1,4 @@
-package node
+package exchange
 
 import (
 	"context"
@@ -14,12 +14,11 @@ import (
 	"github.com/pspnode/pspnode/internal/wire"
 )
 
-// gossipExchange is the gossip exchange (see the comment at the top of
-// exchange.go): each step's delta is published on the job's GossipSub
+// gossipExchange is the gossip exchange (see the package comment): each step's delta is published on the job's GossipSub
 // topic, and every delta received is added to the model, if its norm is
 // within the norm bound.
 type gossipExchange struct {
-	n  *Node
+	*base
 	gs *gossip.Gossip
 	// buf receives each decoded update before the task applies it.
 	// Gossip handlers run one at a time, so one buffer serves them all and
@@ -35,29 +34,31 @@ type gossipExchange struct {
 
 // newGossipExchange is n's gossip exchange before it joins the topic: the
 // norm bound and the held updates, with nothing to publish on.
-func newGossipExchange(n *Node) *gossipExchange {
-	return &gossipExchange{n: n, buf: make([]float64, n.task.NumParams()), norms: newOwnNorms()}
+func newGossip(b *base) *gossipExchange {
+	g := &gossipExchange{base: b, buf: make([]float64, b.d.Model.NumParams()), norms: newOwnNorms()}
+	b.serveWith(g)
+	return g
 }
 
 // joinGossip is n's gossip exchange on the job's update topic.
-func joinGossip(ctx context.Context, n *Node) (*gossipExchange, error) {
-	g := newGossipExchange(n)
-	cfg := n.cfg
-	gcfg := cfg.Gossip
-	gcfg.Job = cfg.Job
-	gcfg.ParamCount = n.task.NumParams()
-	gcfg.ModelID = n.task.ModelID()
+func joinGossip(ctx context.Context, b *base) (*gossipExchange, error) {
+	g := newGossip(b)
+	gcfg := b.d.Gossip
+	gcfg.Job = b.d.Job
+	gcfg.ParamCount = b.d.Model.NumParams()
+	gcfg.ModelID = b.d.Model.ModelID()
+	gcfg.MaxAbsValue, gcfg.MaxStepAhead = b.cfg.MaxAbsValue, b.cfg.MaxStepAhead
 	gcfg.Handler = g.onUpdate
-	if cfg.faults.Loss > 0 {
-		faults.SetGossipDrop(&gcfg, n.lost)
+	if b.d.Faults.Loss > 0 {
+		faults.SetGossipDrop(&gcfg, b.d.Lost)
 	}
 	if gcfg.Logger == nil {
-		gcfg.Logger = n.log
+		gcfg.Logger = b.d.Log
 	}
 	if gcfg.Registerer == nil {
-		gcfg.Registerer = n.reg
+		gcfg.Registerer = b.d.Registry
 	}
-	gs, err := gossip.New(ctx, n.h, gcfg)
+	gs, err := gossip.New(ctx, b.d.Host, gcfg)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +66,8 @@ func joinGossip(ctx context.Context, n *Node) (*gossipExchange, error) {
 	return g, nil
 }
 
-// push publishes the step's update on the topic.
-func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
+// Push publishes the step's update on the topic.
+func (g *gossipExchange) Push(ctx context.Context, step int64, upd []float64) {
 	g.gs.SetLocalStep(step)
 	if upd != nil {
 		g.noteOwnNorm(upd)
@@ -74,11 +75,11 @@ func (g *gossipExchange) push(ctx context.Context, step int64, upd []float64) {
 	}
 }
 
-// push32 publishes a driven node's float32 delta of step, which its
+// Push32 publishes a driven node's float32 delta of step, which its
 // caller checked, as it is (gossip.Encode32: no float64 copy under the
 // dense32 encoding): the delta is copied into the message, copied is
 // called, and the message is signed and sent.
-func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32, copied func()) {
+func (g *gossipExchange) Push32(ctx context.Context, step int64, delta []float32, copied func()) {
 	g.gs.SetLocalStep(step)
 	if delta == nil {
 		done(copied)
@@ -91,7 +92,7 @@ func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32
 		held = g.held.take()
 	}
 	g.mu.Unlock()
-	if g.n.cfg.faults.Poison != nil {
+	if g.d.Faults.Poison != nil {
 		up := make([]float64, len(delta))
 		for i, x := range delta {
 			up[i] = float64(x)
@@ -105,7 +106,7 @@ func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32
 			err = g.gs.PublishEncoded(ctx, step, msg)
 		}
 		if err != nil && ctx.Err() == nil {
-			g.n.log.Warn("publish failed", "step", step, "err", err)
+			g.d.Log.Warn("publish failed", "step", step, "err", err)
 		}
 	}
 	for _, v := range held {
@@ -116,13 +117,13 @@ func (g *gossipExchange) push32(ctx context.Context, step int64, delta []float32
 }
 
 // merge32: gossip updates go to the task as they arrive.
-func (g *gossipExchange) merge32([]float32) int { return 0 }
+func (g *gossipExchange) Merge32([]float32) int { return 0 }
 
 // publish sends the step's update on the gossip topic (or, for a node
 // playing a poisoner, what faults.Poison makes of it).
 func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64) {
 	var err error
-	if poison := g.n.cfg.faults.Poison; poison != nil {
+	if poison := g.d.Faults.Poison; poison != nil {
 		if raw := poison(step, upd); raw != nil {
 			err = faults.PublishRaw(g.gs, ctx, raw)
 		}
@@ -130,32 +131,32 @@ func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64)
 		err = g.gs.Publish(ctx, step, upd)
 	}
 	if err != nil && ctx.Err() == nil {
-		g.n.log.Warn("publish failed", "step", step, "err", err)
+		g.d.Log.Warn("publish failed", "step", step, "err", err)
 	}
 }
 
-// merge does nothing: updates are applied as they arrive (onUpdate).
-func (g *gossipExchange) merge() {}
+// Merge does nothing: updates are applied as they arrive (onUpdate).
+func (g *gossipExchange) Merge() {}
 
-func (g *gossipExchange) setStep(step int64) { g.gs.SetLocalStep(step) }
+func (g *gossipExchange) SetStep(step int64) { g.gs.SetLocalStep(step) }
 
-// restart drops the updates held before the first step: they were for
+// Restart drops the updates held before the first step: they were for
 // the old model.
-func (g *gossipExchange) restart([]float64) {
+func (g *gossipExchange) Restart([]float64) {
 	g.mu.Lock()
 	g.held.take()
 	g.mu.Unlock()
 }
 
 // model: a gossip node holds no model of its own beside its task's.
-func (g *gossipExchange) model() []float64 { return nil }
+func (g *gossipExchange) Model() []float64 { return nil }
 
 // scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
-func (g *gossipExchange) scalesLR() bool { return true }
+func (g *gossipExchange) ScalesLR() bool { return true }
 
-func (g *gossipExchange) waitMesh(ctx context.Context) {
+func (g *gossipExchange) WaitMesh(ctx context.Context) {
 	if !g.gs.WaitMesh(ctx) && ctx.Err() == nil {
-		g.n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+		g.d.Log.Debug("no gossip mesh peer yet: the first updates may reach no one")
 	}
 }
 
@@ -163,14 +164,14 @@ func (g *gossipExchange) waitMesh(ctx context.Context) {
 // list a peer.
 const topicWait = 2 * time.Second
 
-// waitSubscribed waits, up to topicWait, until the gossip topic lists a
+// WaitSubscribed waits, up to topicWait, until the gossip topic lists a
 // peer, when the node knows any: peers send their updates only to the
 // subscribers they know of, and an update sent between the fetch of the
 // job's model and the moment peers learn of this node's subscription
 // would be missed for good. (Peers without a trainer are not subscribed:
 // a node whose known peers have none waits the whole bound.)
-func (g *gossipExchange) waitSubscribed(ctx context.Context) {
-	if g.n.ov.PeerCount() == 0 {
+func (g *gossipExchange) WaitSubscribed(ctx context.Context) {
+	if g.d.Node.PeerCount() == 0 {
 		return
 	}
 	deadline := time.Now().Add(topicWait)
@@ -179,60 +180,45 @@ func (g *gossipExchange) waitSubscribed(ctx context.Context) {
 	}
 }
 
-// screen refuses every model of the exchange protocol: a gossip node
+// Screen refuses every model of the exchange protocol: a gossip node
 // serves it only to say it runs another exchange.
-func (g *gossipExchange) screen(from peer.ID, kind ExchangeKind) gossip.Reason {
-	return g.n.otherExchange(from, kind)
+func (g *gossipExchange) Screen(from peer.ID, kind byte) gossip.Reason {
+	return g.otherExchange(from, Kind(kind))
 }
 
-func (g *gossipExchange) accept(peer.ID, []byte) gossip.Reason { return wire.ReasonExchangeMismatch }
+func (g *gossipExchange) Accept(peer.ID, []byte) gossip.Reason { return wire.ReasonExchangeMismatch }
 
-func (g *gossipExchange) stats() gossip.Stats       { return g.gs.Stats() }
-func (g *gossipExchange) topic() *gossip.Gossip     { return g.gs }
-func (g *gossipExchange) topicPayloadBytes() uint64 { return g.gs.Stats().ReceivedBytes }
-func (g *gossipExchange) close() error              { return g.gs.Close() }
+func (g *gossipExchange) Updates() gossip.Stats { return g.gs.Stats() }
+func (g *gossipExchange) Topic() *gossip.Gossip { return g.gs }
+func (g *gossipExchange) Close() error          { return g.gs.Close() }
 
 // onUpdate applies a validated update from the gossip topic.
 func (g *gossipExchange) onUpdate(u gossip.Update) {
-	n := g.n
-	if n.lin.fromOther(u.Sender, time.Now()) {
-		n.lin.otherUpdates.Inc() // a delta of another lineage of the job (genesis.go)
-		return
+	if g.d.Node.OtherLineage(u.Sender) {
+		return // a delta of another lineage of the job
 	}
-	if t32, ok := n.task.(applier32); ok && !u.Encoding.Sparse() {
+	if t32, ok := g.d.Model.(applier32); ok && !u.Encoding.Sparse() {
 		g.onUpdate32(u, t32)
 		return
 	}
 	clear(g.buf)
 	if err := u.AddTo(g.buf, 1); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
+		add(g.d.Counters.ApplyRejected, 1)
+		g.d.Log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
 		return
 	}
 	if !g.withinNorm(g.buf) {
 		return
 	}
 	g.apply(g.buf, u.Step)
-	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
-	if u.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
-	}
-}
-
-// applier32 is a task that takes float32 updates as they are: a driven
-// node's (the trainer API's task), whose model is float32 in its trainer.
-// It notes each update's step, so that the node can tell its staleness
-// when the trainer pulls it (Driver.NoteApplied).
-type applier32 interface {
-	Apply32(u []float32, step int64) error
+	g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
 }
 
 // onUpdate32 applies a dense update to a float32 task: the norm bound on
 // its values, then the task, with no float64 copy. Before the node's
 // first step it takes the float64 path (held, then judged).
 func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
-	n := g.n
-	if n.cfg.NormBound > 0 {
+	if g.cfg.NormBound > 0 {
 		g.mu.Lock()
 		med, ok := g.norms.reference()
 		g.mu.Unlock()
@@ -244,35 +230,31 @@ func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
 			g.withinNorm(v) // holds it
 			return
 		}
-		if nrm := f32.Norm(u.Values); nrm > n.cfg.NormBound*med {
-			g.refusedNorm(u.Sender, nrm, n.cfg.NormBound*med)
+		if nrm := f32.Norm(u.Values); nrm > g.cfg.NormBound*med {
+			g.refusedNorm(u.Sender, nrm, g.cfg.NormBound*med)
 			return
 		}
 	}
 	if err := t.Apply32(u.Values, u.Step); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Debug("update refused by the model", "err", err)
+		add(g.d.Counters.ApplyRejected, 1)
+		g.d.Log.Debug("update refused by the model", "err", err)
 		return
 	}
-	n.m.applied.Inc()
-	n.progress.vouch(u.Sender, u.Step, time.Now()) // an update of a step counts as an answer (progress.go)
-	if u.Step <= n.step.Load() {
-		n.poke()
-	}
+	add(g.d.Counters.Applied, 1)
+	g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
 }
 
 // apply adds a received update, made at step from (-1: not known), to
 // the model.
 func (g *gossipExchange) apply(v []float64, from int64) {
-	n := g.n
-	if err := n.task.Apply(v); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Debug("update refused by the model", "err", err)
+	if err := g.d.Model.Apply(v); err != nil {
+		add(g.d.Counters.ApplyRejected, 1)
+		g.d.Log.Debug("update refused by the model", "err", err)
 		return
 	}
-	n.m.applied.Inc()
+	add(g.d.Counters.Applied, 1)
 	if from >= 0 {
-		n.m.staleness.Observe(float64(n.step.Load() - from))
+		observe(g.d.Counters.Staleness, float64(g.d.Node.Step()-from))
 	}
 }
 
@@ -307,8 +289,7 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 // update is then held (up to maxHeldBytes; beyond, refused) and checked
 // after the first step, and withinNorm returns false. v is copied.
 func (g *gossipExchange) withinNorm(v []float64) bool {
-	n := g.n
-	if n.cfg.NormBound <= 0 {
+	if g.cfg.NormBound <= 0 {
 		return true
 	}
 	g.mu.Lock()
@@ -317,13 +298,13 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		held := g.held.hold(slices.Clone(v))
 		g.mu.Unlock()
 		if !held {
-			n.m.normRefused.Inc()
+			add(g.d.Counters.NormRefused, 1)
 		}
 		return false
 	}
 	g.mu.Unlock()
-	if nrm := l2(v); nrm > n.cfg.NormBound*med {
-		g.refusedNorm("", nrm, n.cfg.NormBound*med)
+	if nrm := l2(v); nrm > g.cfg.NormBound*med {
+		g.refusedNorm("", nrm, g.cfg.NormBound*med)
 		return false
 	}
 	return true
@@ -337,8 +318,7 @@ const normWarnEvery = 10 * time.Second
 // refusedNorm counts an update refused by the norm bound and says so, at
 // most once per normWarnEvery.
 func (g *gossipExchange) refusedNorm(from peer.ID, nrm, bound float64) {
-	n := g.n
-	n.m.normRefused.Inc()
+	add(g.d.Counters.NormRefused, 1)
 	g.mu.Lock()
 	g.normRefused++
 	now := time.Now()
@@ -349,6 +329,6 @@ func (g *gossipExchange) refusedNorm(from peer.ID, nrm, bound float64) {
 	count := g.normRefused
 	g.normRefused, g.normWarnedAt = 0, now
 	g.mu.Unlock()
-	n.log.Warn("received updates refused: their norm is beyond NormBound times this node's own updates' (a poisoner's, or a peer of another learning rate or batch)",
+	g.d.Log.Warn("received updates refused: their norm is beyond NormBound times this node's own updates' (a poisoner's, or a peer of another learning rate or batch)",
 		"refused", count, "since_last_warning", normWarnEvery, "last_from", from, "last_norm", nrm, "bound", bound)
 }

@@ -1,4 +1,4 @@
-package node
+package exchange
 
 import (
 	"fmt"
@@ -15,7 +15,7 @@ import (
 //
 //   - push: after the step, the model is read, kept as the distance
 //     reference and encoded into the request, which is then written to
-//     each of the S peers' streams (io.Discard here; exchangeWith writes
+//     each of the S peers' streams (io.Discard here; wire.SendExchange writes
 //     the same frame to a stream);
 //   - merge: before the step, the S models received are averaged in;
 //   - receive: one model taken in (validated, added to the sum).
@@ -24,11 +24,10 @@ import (
 // model's size in float64 (8 bytes a parameter: a float32 copy counts one
 // half).
 //
-//	go test -run '^$' -bench '^BenchmarkEpidemicStep$' -benchmem ./node/
+//	go test -run '^$' -bench '^BenchmarkEpidemicStep$' -benchmem ./node/exchange/
 func BenchmarkEpidemicStep(b *testing.B) {
 	const params, s = 1 << 16, 2
-	n, ex := exchangeNode(b, params, s, 0)
-	n.task = &paramsTask{p: make([]float64, params)}
+	ex, node := exchangeFor(b, params, s, 0)
 	senders := make([]peer.ID, s)
 	payloads := make([][]byte, s)
 	for i := range senders {
@@ -40,7 +39,7 @@ func BenchmarkEpidemicStep(b *testing.B) {
 		payloads[i] = modelPayload(b, senders[i], 1, values)
 	}
 	receive := func(i int) {
-		if r := ex.accept(senders[i], payloads[i]); r != "" {
+		if r := ex.Accept(senders[i], payloads[i]); r != "" {
 			b.Fatal(r)
 		}
 	}
@@ -61,7 +60,7 @@ func BenchmarkEpidemicStep(b *testing.B) {
 	}
 	b.Run("push", func(b *testing.B) {
 		measure(b, func() {}, func() {
-			p := n.task.Params() // as push reads a built-in task's model
+			p := node.model.Params() // as push reads a built-in task's model
 			ex.mu.Lock()
 			if ex.ref == nil {
 				ex.ref = make([]float32, params)
@@ -84,20 +83,9 @@ func BenchmarkEpidemicStep(b *testing.B) {
 			for i := range senders {
 				receive(i)
 			}
-		}, ex.merge)
+		}, ex.Merge)
 	})
 	b.Run("receive", func(b *testing.B) {
-		measure(b, ex.merge, func() { receive(0) })
+		measure(b, ex.Merge, func() { receive(0) })
 	})
 }
-
-// paramsTask is a model of its parameters alone, read and written as
-// ModelTask's trainer does (Params copies out, SetParams copies in).
-type paramsTask struct {
-	SleepTask
-	p []float64
-}
-
-func (t *paramsTask) NumParams() int              { return len(t.p) }
-func (t *paramsTask) Params() []float64           { return append([]float64(nil), t.p...) }
-func (t *paramsTask) SetParams(p []float64) error { copy(t.p, p); return nil }

@@ -1,24 +1,23 @@
-package node
+package exchange
 
 import (
 	"context"
-	"fmt"
 	"math"
 	"slices"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
+	"github.com/pspnode/pspnode/internal/ring"
 	"github.com/pspnode/pspnode/internal/wire"
 )
 
-// epidemic is the epidemic exchange, Epidemic Learning (see the comment at
-// the top of exchange.go): after each step the node's model goes to S
-// sampled peers over the exchange protocol (package wire), and before
+// epidemic is the epidemic exchange, Epidemic Learning (see the package
+// comment): after each step the node's model goes to S
+// sampled peers over the exchange protocol (send.go), and before
 // each step the node averages its model with the models received since.
 //
 // Everything here is float32, as the models travel: the node's model
@@ -47,7 +46,7 @@ import (
 //   - the new model is ref + Σ clip(y_j − ref, τ) / (1 + k), k the
 //     senders: Epidemic Learning's average when no model is clipped.
 type epidemic struct {
-	n    *Node
+	*base
 	self peer.ID
 	s    int
 	lim  gossip.Limits
@@ -56,7 +55,7 @@ type epidemic struct {
 	mu       sync.Mutex
 	ref      []float32          // the model after the last step and average; nil before the first step
 	norms    ownNorms           // this node's recent step norms: the distance bound's reference
-	dists    ring               // distances to ref of the models of recent averages: the clip radius's reference
+	dists    ring.Ring          // distances to ref of the models of recent averages: the clip radius's reference
 	round    []*inModel         // the models of this round, one per sender
 	free     [][]float32        // model buffers to reuse
 	held     int                // bytes held in round before the first step
@@ -97,48 +96,34 @@ const (
 	distWindow = 64
 	// minRoundPool is the least number of senders one average takes.
 	minRoundPool = 8
+	// maxSenders bounds the senders whose last average is remembered.
+	maxSenders = 8192
 )
 
-// newEpidemic is n's epidemic exchange, whose peer ID is self, for a model
-// of params parameters whose architecture is modelID.
-func newEpidemic(n *Node, self peer.ID, params int, modelID uint32) (*epidemic, error) {
-	cfg := n.cfg
-	if enc := cfg.Gossip.Encoding; enc != 0 && enc != gossip.EncodingDense32 {
-		// Sparse encodings carry deltas, not models; float16 would round
-		// away every change smaller than about 1e-3 of a parameter (gossip's
-		// float16 keeps the residual for the next delta; a whole model has
-		// no next delta to carry it).
-		return nil, fmt.Errorf("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or the gossip exchange", cfg.Exchange, enc)
-	}
-	maxAbs := cfg.Gossip.MaxAbsValue
-	if !(maxAbs > 0) {
-		maxAbs = gossip.DefaultConfig().MaxAbsValue
-	}
-	return &epidemic{
-		n:    n,
-		self: self,
-		s:    cfg.Exchange.S,
-		p:    params,
-		lim: gossip.Limits{
-			MaxMessageSize: gossip.MaxEncodedSize(params),
-			ParamCount:     params,
-			ModelID:        modelID,
-			MaxAbsValue:    maxAbs,
-			MaxStepAhead:   cfg.Gossip.MaxStepAhead,
-		},
+// newEpidemic is the epidemic exchange of b's node.
+func newEpidemic(b *base) *epidemic {
+	params := b.d.Model.NumParams()
+	e := &epidemic{
+		base:    b,
+		self:    b.d.Host.ID(),
+		s:       b.cfg.S,
+		p:       params,
+		lim:     b.cfg.limits(params, b.d.Model.ModelID()),
 		norms:   newOwnNorms(),
-		dists:   newRing(distWindow),
+		dists:   ring.New(distWindow),
 		lastIn:  make(map[peer.ID]uint64),
 		spacing: 1,
-		sends:   make(chan struct{}, 2*cfg.Exchange.S),
-	}, nil
+		sends:   make(chan struct{}, 2*b.cfg.S),
+	}
+	b.serveWith(e)
+	return e
 }
 
 // spacingFor is how many averages must pass before a sender's model is
 // taken again, in a job of population nodes where each sends its model to
 // s sampled peers: a quarter of the averages between two of an honest
 // sender's models to this node, (N − 1)/s, and at least 1 (an honest
-// model comes sooner, and is refused, about one time in five: in a clean
+// Model comes sooner, and is refused, about one time in five: in a clean
 // run of 100 nodes, 18 % of the models were, and the fit was as before). A peer that samples its
 // peers, as every honest one does, comes about once in (N − 1)/s of its
 // steps; one that pushes to every node every step (a poisoner) would
@@ -154,11 +139,11 @@ func spacingFor(population float64, s int) uint64 {
 // poolSize is how many senders one average takes.
 func (e *epidemic) poolSize() int { return max(minRoundPool, 2*e.s) }
 
-// push takes the model of a built-in task after step (its float64
+// Push takes the model of a built-in task after step (its float64
 // parameters, converted once) as the reference and sends it to S peers;
 // upd, the step's delta, is a norm of the node's own steps. The first push
 // judges the models held until then.
-func (e *epidemic) push(_ context.Context, step int64, upd []float64) {
+func (e *epidemic) Push(_ context.Context, step int64, upd []float64) {
 	if e.refFromTask(upd) {
 		e.sendModel(step)
 	}
@@ -166,9 +151,9 @@ func (e *epidemic) push(_ context.Context, step int64, upd []float64) {
 
 // refFromTask makes the built-in task's model the reference, notes upd's
 // norm and judges the models held until then; false when the task has no
-// model of the exchange's size.
+// Model of the exchange's size.
 func (e *epidemic) refFromTask(upd []float64) bool {
-	params := e.n.task.Params()
+	params := e.d.Model.Params()
 	if len(params) != e.p {
 		return false
 	}
@@ -187,12 +172,12 @@ func (e *epidemic) refFromTask(upd []float64) bool {
 	return true
 }
 
-// push32 takes a trainer's model after step: it copies model (the
+// Push32 takes a trainer's model after step: it copies model (the
 // caller's buffer, not kept) into the reference, notes the norm of the
 // step that made it (its distance from the reference, which holds the
-// model after the last step and average), and sends it to S peers. The
+// Model after the last step and average), and sends it to S peers. The
 // first push judges the models held until then.
-func (e *epidemic) push32(_ context.Context, step int64, model []float32, copied func()) {
+func (e *epidemic) Push32(_ context.Context, step int64, model []float32, copied func()) {
 	if len(model) != e.p {
 		done(copied)
 		return
@@ -209,36 +194,34 @@ func (e *epidemic) push32(_ context.Context, step int64, model []float32, copied
 	e.sendModel(step)
 }
 
-// merge averages a built-in task's model with the models received since
+// Merge averages a built-in task's model with the models received since
 // the last call (Epidemic Learning's aggregation, clipped). Only the
 // stepping goroutine calls it, between steps, so nothing else writes the
-// model meanwhile (an epidemic node applies no gossip updates).
-func (e *epidemic) merge() {
-	n := e.n
+// Model meanwhile (an epidemic node applies no gossip updates).
+func (e *epidemic) Merge() {
 	if e.scratch == nil {
 		e.scratch = make([]float32, e.p)
 	}
-	k := e.merge32(e.scratch)
+	k := e.Merge32(e.scratch)
 	if k == 0 {
 		return
 	}
-	e.scratch2 = n.task.Params()
+	e.scratch2 = e.d.Model.Params()
 	for i, d := range e.scratch {
 		e.scratch2[i] += float64(d)
 	}
-	if err := n.task.SetParams(e.scratch2); err != nil {
-		n.m.applyRejected.Inc()
-		n.log.Warn("averaging received models failed; keeping this node's model", "models", k, "err", err)
+	if err := e.d.Model.SetParams(e.scratch2); err != nil {
+		add(e.d.Counters.ApplyRejected, 1)
+		e.d.Log.Warn("averaging received models failed; keeping this node's model", "models", k, "err", err)
 	}
 }
 
-// merge32 computes the change the average of this node's model and the
+// Merge32 computes the change the average of this node's model and the
 // models of the round makes, into delta (NumParams values), and takes it
 // into the reference; it returns how many models it averaged (0: none,
 // and delta is untouched). The stepping goroutine (the trainer's call)
 // calls it between steps.
-func (e *epidemic) merge32(delta []float32) int {
-	n := e.n
+func (e *epidemic) Merge32(delta []float32) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ref == nil || len(delta) != e.p {
@@ -254,12 +237,12 @@ func (e *epidemic) merge32(delta []float32) int {
 		if m.dist < 0 {
 			m.dist = f32.Dist(m.v, e.ref)
 		}
-		e.dists.add(m.dist)
+		e.dists.Add(m.dist)
 	}
 	tau := e.radiusLocked()
 	k := len(e.round)
 	w := 1 / float64(1+k)
-	now := n.step.Load()
+	now := e.d.Node.Step()
 	clipped := 0
 	// delta = Σ c_j (y_j − ref) = Σ c_j y_j − (Σ c_j) ref: one pass per
 	// model, one to finish. The distance is the one measured when the
@@ -279,17 +262,15 @@ func (e *epidemic) merge32(delta []float32) int {
 		} else {
 			f32.AddScaled(delta, m.v, float32(c))
 		}
-		n.m.staleness.Observe(float64(now - m.step))
+		observe(e.d.Counters.Staleness, float64(now-m.step))
 	}
 	f32.AddScaledAndAdd(delta, e.ref, -float32(sumC))
 	e.recycleLocked()
-	if n.ov != nil { // (an exchange under test has no overlay: spacing 1)
-		e.spacing = spacingFor(n.population(), e.s)
-	}
-	n.xm.merged.Add(float64(k))
-	n.xm.merges.Inc()
+	e.spacing = spacingFor(e.d.Node.Population(), e.s)
+	e.m.merged.Add(float64(k))
+	e.m.merges.Inc()
 	if clipped > 0 {
-		n.xm.clipped.Add(float64(clipped))
+		e.m.clipped.Add(float64(clipped))
 	}
 	return k
 }
@@ -297,7 +278,7 @@ func (e *epidemic) merge32(delta []float32) int {
 // radiusLocked is the clip radius: clipFactor × the median distance of
 // recent models taken (0, no clipping, before there is one). e.mu is held.
 func (e *epidemic) radiusLocked() float64 {
-	ds := e.dists.values()
+	ds := e.dists.Values()
 	if len(ds) == 0 {
 		return 0
 	}
@@ -336,13 +317,13 @@ func (e *epidemic) release(v []float32) {
 	}
 }
 
-// setStep does nothing: a model carries its sender's step, and a received
+// SetStep does nothing: a model carries its sender's step, and a received
 // one is judged against the node's step as it is then.
-func (e *epidemic) setStep(int64) {}
+func (e *epidemic) SetStep(int64) {}
 
-// restart makes params the reference (nil: none until the next push) and
+// Restart makes params the reference (nil: none until the next push) and
 // drops the round: its models were for the old model.
-func (e *epidemic) restart(params []float64) {
+func (e *epidemic) Restart(params []float64) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if params == nil {
@@ -358,9 +339,9 @@ func (e *epidemic) restart(params []float64) {
 	e.recycleLocked()
 }
 
-// model is the reference as float64: the node's model after its last
+// Model is the reference as float64: the node's model after its last
 // step and average (nil before its first step).
-func (e *epidemic) model() []float64 {
+func (e *epidemic) Model() []float64 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ref == nil {
@@ -374,21 +355,20 @@ func (e *epidemic) model() []float64 {
 }
 
 // scalesLR: averaging does not add, so the rate is the schedule's.
-func (e *epidemic) scalesLR() bool { return false }
+func (e *epidemic) ScalesLR() bool { return false }
 
-// waitMesh and waitSubscribed do nothing: models go to peers sampled when
+// WaitMesh and WaitSubscribed do nothing: models go to peers sampled when
 // they are sent, over streams of their own.
-func (e *epidemic) waitMesh(context.Context)       {}
-func (e *epidemic) waitSubscribed(context.Context) {}
+func (e *epidemic) WaitMesh(context.Context)       {}
+func (e *epidemic) WaitSubscribed(context.Context) {}
 
-func (e *epidemic) topic() *gossip.Gossip     { return nil }
-func (e *epidemic) topicPayloadBytes() uint64 { return 0 }
+func (e *epidemic) Topic() *gossip.Gossip { return nil }
 
-// stats are the models sent (one per peer) and taken, and the refused ones
-// by reason.
-func (e *epidemic) stats() gossip.Stats {
+// Updates are the models sent (one per peer) and taken, and the refused
+// ones by reason.
+func (e *epidemic) Updates() gossip.Stats {
 	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
-	x := e.n.ExchangeStats()
+	x := e.Stats()
 	st.Sent, st.SentBytes, st.Received, st.ReceivedBytes = x.Sent, x.SentBytes, x.Received, x.ReceivedBytes
 	for r, c := range x.Rejected {
 		st.Rejected[gossip.Reason(r)] = c
@@ -396,9 +376,9 @@ func (e *epidemic) stats() gossip.Stats {
 	return st
 }
 
-// close waits for the sends in flight; n.life has ended, so they are
+// Close waits for the sends in flight; Deps.Life has ended, so they are
 // ending.
-func (e *epidemic) close() error {
+func (e *epidemic) Close() error {
 	e.sendMu.Lock()
 	e.closed = true
 	e.sendMu.Unlock()
@@ -410,7 +390,6 @@ func (e *epidemic) close() error {
 // drawn from the barrier's sampler, in the background (sendTo).
 // It is encoded once into the request every peer's stream carries.
 func (e *epidemic) sendModel(step int64) {
-	n := e.n
 	req, ok := e.request(step)
 	if !ok {
 		return
@@ -429,21 +408,21 @@ func (e *epidemic) sendModel(step int64) {
 		}
 	}
 	defer release()
-	for _, p := range n.sample(n.life, e.s) {
+	for _, p := range e.d.Node.Sample(e.d.Life, e.s) {
 		select {
 		case e.sends <- struct{}{}:
 		default:
 			// As many sends as two rounds' worth are still in flight:
 			// the peers are slower than this node's steps. Skip rather
 			// than queue.
-			n.xm.sendFailed.WithLabelValues(sendSkipped).Inc()
+			e.m.sendFailed.WithLabelValues(sendSkipped).Inc()
 			continue
 		}
 		users.Add(1)
 		e.wg.Go(func() { // ends within 10 × QueryTimeout, or when the node closes
 			defer func() { <-e.sends }()
 			defer release()
-			n.sendTo(p, step, req)
+			e.sendTo(p, step, req)
 		})
 	}
 }
@@ -455,7 +434,7 @@ func (e *epidemic) requestBuffer(size int) []byte {
 	if v, ok := e.requests.Get().(*[]byte); ok {
 		buf = *v
 	}
-	return wire.StartExchange(buf, byte(ExchangeEpidemic), size)
+	return wire.StartExchange(buf, byte(Epidemic), size)
 }
 
 // putRequest gives a request's buffer back to the pool.
@@ -466,16 +445,15 @@ func (e *epidemic) putRequest(req wire.ExchangeRequest) {
 }
 
 // request is the exchange request that carries the reference, the node's
-// model after step (or, for a node playing a poisoner, what faults.Poison
+// Model after step (or, for a node playing a poisoner, what faults.Poison
 // makes of it). ok is false when there is nothing to send.
 func (e *epidemic) request(step int64) (req wire.ExchangeRequest, ok bool) {
-	n := e.n
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.ref == nil {
 		return wire.ExchangeRequest{}, false
 	}
-	if poison := n.cfg.faults.Poison; poison != nil {
+	if poison := e.d.Faults.Poison; poison != nil {
 		params := make([]float64, len(e.ref))
 		for i, x := range e.ref {
 			params[i] = float64(x)
@@ -484,28 +462,28 @@ func (e *epidemic) request(step int64) (req wire.ExchangeRequest, ok bool) {
 		if payload == nil {
 			return wire.ExchangeRequest{}, false
 		}
-		return wire.EndExchange(append(wire.StartExchange(nil, byte(ExchangeEpidemic), len(payload)), payload...)), true
+		return wire.EndExchange(append(wire.StartExchange(nil, byte(Epidemic), len(payload)), payload...)), true
 	}
 	if i, v := f32.BeyondValues(e.ref, float32(min(e.lim.MaxAbsValue, math.MaxFloat32))); i >= 0 {
-		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
-		n.log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
+		e.m.sendFailed.WithLabelValues(sendInvalid).Inc()
+		e.d.Log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
 		return wire.ExchangeRequest{}, false
 	}
 	b, err := gossip.AppendDense32(e.requestBuffer(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
 	if err != nil {
-		n.xm.sendFailed.WithLabelValues(sendInvalid).Inc()
-		n.log.Warn("model not sent", "step", step, "err", err)
+		e.m.sendFailed.WithLabelValues(sendInvalid).Inc()
+		e.d.Log.Warn("model not sent", "step", step, "err", err)
 		return wire.ExchangeRequest{}, false
 	}
 	return wire.EndExchange(b), true
 }
 
-// screen says, from a request's header alone, whether this node refuses
+// Screen says, from a request's header alone, whether this node refuses
 // the model that follows: the sender runs another exchange, or has sent
 // its share since this node's last average, or the round is full.
-func (e *epidemic) screen(from peer.ID, kind ExchangeKind) gossip.Reason {
-	if kind != ExchangeEpidemic {
-		return e.n.otherExchange(from, kind)
+func (e *epidemic) Screen(from peer.ID, kind byte) gossip.Reason {
+	if Kind(kind) != Epidemic {
+		return e.otherExchange(from, Kind(kind))
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -535,38 +513,33 @@ func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
 	return ""
 }
 
-// accept checks a received model's payload once its header passed
+// Accept checks a received model's payload once its header passed
 // screen: the sender's lineage, validation, the distance bound; a model
 // taken joins the round, replacing its sender's earlier one.
-func (e *epidemic) accept(from peer.ID, payload []byte) gossip.Reason {
-	n := e.n
-	if n.cfg.faults.Loss > 0 && n.lost() {
+func (e *epidemic) Accept(from peer.ID, payload []byte) gossip.Reason {
+	if e.d.Faults.Loss > 0 && e.d.Lost() {
 		return ""
 	}
-	if n.lin.fromOther(from, time.Now()) {
-		n.lin.otherUpdates.Inc() // a model of another lineage of the job (genesis.go)
-		return wire.ReasonOtherLineage
+	if e.d.Node.OtherLineage(from) {
+		return wire.ReasonOtherLineage // a model of another lineage of the job
 	}
 	// The values are checked where they lie in the payload and copied
 	// once, into the buffer the round keeps.
 	buf := e.buffer()
-	u, err := gossip.ValidateInto(payload, buf, from, n.step.Load(), e.lim)
+	u, err := gossip.ValidateInto(payload, buf, from, e.d.Node.Step(), e.lim)
 	if err != nil {
 		e.release(buf)
-		n.log.Debug("model refused", "from", from, "err", err)
+		e.d.Log.Debug("model refused", "from", from, "err", err)
 		return gossip.ReasonOf(err)
 	}
 	if r := e.offer(from, u.Step, buf); r != "" {
 		e.release(buf)
-		n.log.Debug("model refused", "from", from, "step", u.Step, "reason", string(r))
+		e.d.Log.Debug("model refused", "from", from, "step", u.Step, "reason", string(r))
 		return r
 	}
-	n.xm.received.Inc()
-	n.xm.receivedBytes.Add(float64(len(payload)))
-	n.progress.vouch(from, u.Step, time.Now()) // a model of a step counts as an answer (progress.go)
-	if u.Step <= n.step.Load() {
-		n.poke() // a peer at or behind us progressed: a waiting barrier may pass now
-	}
+	e.m.received.Inc()
+	e.m.receivedBytes.Add(float64(len(payload)))
+	e.heard(from, u.Step) // a model of a step counts as an answer, and may wake the barrier
 	return ""
 }
 
@@ -604,7 +577,7 @@ func (e *epidemic) putLocked(from peer.ID, step int64, y []float32, dist float64
 		}
 	}
 	e.round = append(e.round, &inModel{from: from, step: step, v: y, dist: dist})
-	if len(e.lastIn) >= maxSeen {
+	if len(e.lastIn) >= maxSenders {
 		clear(e.lastIn) // rare: a very large or churny job
 	}
 	e.lastIn[from] = e.rounds
@@ -639,16 +612,16 @@ func (e *epidemic) releaseHeldLocked() {
 	clear(e.round[len(kept):])
 	e.round = kept
 	if refused > 0 {
-		e.n.xm.rejected.WithLabelValues(string(wire.ReasonDistance)).Add(float64(refused))
+		e.m.rejected.WithLabelValues(string(wire.ReasonDistance)).Add(float64(refused))
 	}
 }
 
 // distanceBound is the norm bound's counterpart for models: a received
-// model is refused if its distance to this node's model exceeds
+// Model is refused if its distance to this node's model exceeds
 // NormBound × (1 + S) × the upper quartile of the norms of this node's own recent steps.
 // Averaged with k ≈ S others, a model at that distance moves this node's
-// model by about NormBound of its own steps: the most one gossip update
-// may (exchange_gossip.go). Honest peers' models differ from ours by the
+// Model by about NormBound of its own steps: the most one gossip update
+// may (gossip.go). Honest peers' models differ from ours by the
 // consensus distance and the steps they are ahead or behind, a few steps'
 // worth. ok is false until the node has made a step; bound is 0 when the
 // check is off (NormBound 0).
@@ -659,7 +632,7 @@ func (e *epidemic) distanceBound() (bound float64, ok bool) {
 }
 
 func (e *epidemic) distanceBoundLocked() (bound float64, ok bool) {
-	nb := e.n.cfg.NormBound
+	nb := e.cfg.NormBound
 	if nb <= 0 {
 		return 0, true
 	}
