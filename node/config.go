@@ -52,12 +52,6 @@ type Config struct {
 	// host the node builds (not WithHost).
 	PSK        pnet.PSK
 	AllowPeers []peer.ID
-	// Join sets the retries of the join and the split check (bootstrap.go).
-	Join JoinConfig
-	// PeersFile, if set, is a file where the node keeps the peers it
-	// knows, and through which, restarted, it rejoins its job besides
-	// Bootstrap (state.go). pspnode run keeps it beside the identity file.
-	PeersFile string
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (package netsetup).
@@ -222,7 +216,6 @@ func DefaultConfig() Config {
 		Exchange:          exchange.DefaultConfig(),
 		Overlay:           overlay.DefaultConfig(),
 		Gossip:            gossip.DefaultConfig(),
-		Join:              defaultJoinConfig(),
 		NAT:               netsetup.DefaultNATConfig(),
 	}
 }

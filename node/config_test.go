@@ -83,7 +83,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"query timeout under its min", func(c *Config) { c.QueryTimeout = c.QueryTimeoutMin / 2 }, ""},
 		{"conn low above high", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "ConnLow 10, ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
 		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
-		{"join retry min above max", func(c *Config) { c.Join.RetryMin, c.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
+		{"join retry min above max", func(c *Config) { c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
 		{"infinite norm bound", func(c *Config) { c.Exchange.NormBound = math.Inf(1) }, "Exchange.NormBound +Inf"},
 		{"NaN time scale", func(c *Config) { c.TimeModel.Scale = math.NaN() }, "TimeModel.Scale NaN"},
 		{"negative straggle factor", func(c *Config) { c.TimeModel.Factor = -1 }, "TimeModel.Factor -1"},

@@ -133,3 +133,18 @@ func (n *Node) trimInbound(now time.Time, limit int) int {
 	n.m.connsTrimmed.Add(float64(k))
 	return k
 }
+
+// every calls fn every period until the node's life ends: the loop of the
+// node's periodic background chores, run on a goroutine of its own.
+func (n *Node) every(period time.Duration, fn func()) {
+	t := time.NewTicker(period)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.life.Done():
+			return
+		case <-t.C:
+			fn()
+		}
+	}
+}

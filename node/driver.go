@@ -104,7 +104,7 @@ func (n *Node) Driver() (*Driver, error) {
 // as /health, while the node has not joined; then while it knows no peer
 // of its job.
 func (n *Node) notReady() string {
-	st := n.joinStatus()
+	st := n.ov.JoinStatus()
 	if !st.Joined {
 		why := st.JoinError
 		if why == "" {
@@ -112,10 +112,8 @@ func (n *Node) notReady() string {
 		}
 		return "not joined: " + why
 	}
-	if n.ov.PeerCount() == 0 {
-		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-			return "joined, but no peer of job " + n.cfg.Job + " known yet"
-		}
+	if n.ov.PeerCount() == 0 && n.hasBootstrap() {
+		return "joined, but no peer of job " + n.cfg.Job + " known yet"
 	}
 	return ""
 }
@@ -170,10 +168,8 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if !n.modelUp.Load() {
 		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
 	}
-	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-		if !n.awaitFirstPeer(ctx, report) {
-			return Start{}, ctx.Err()
-		}
+	if n.hasBootstrap() && !n.awaitFirstPeer(ctx, report) {
+		return Start{}, ctx.Err()
 	}
 	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
 	start := Start{Step: own}
@@ -187,10 +183,8 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 {
-		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-			return Start{}, mm // every peer it met runs another model
-		}
+	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
+		return Start{}, mm // every peer it met runs another model
 	}
 	n.warnModels(js.others)
 	// On another fork of the job (genesis.go), the job's lineage's step

@@ -10,8 +10,8 @@ import (
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
 	"github.com/pspnode/pspnode/node"
-	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/node/exchange"
+	"github.com/pspnode/pspnode/psp"
 )
 
 // tally is a Task of one parameter: each step adds 1 to its own copy and

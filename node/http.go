@@ -14,6 +14,7 @@ import (
 
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -91,7 +92,7 @@ type Status struct {
 	ForksJoined  uint64 `json:"forks_joined"`
 	PeersHeldOut int    `json:"peers_held_out"`
 	// JoinStatus says whether the node has joined, and if not why.
-	JoinStatus
+	overlay.JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.
 	Traffic Traffic `json:"traffic"`
 	// NAT is the node's reachability, relay addresses and connections by
@@ -112,7 +113,7 @@ func (n *Node) Status() Status {
 		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),
-		JoinStatus:        n.joinStatus(),
+		JoinStatus:        n.ov.JoinStatus(),
 	}
 	for _, a := range n.Addrs() {
 		st.Addrs = append(st.Addrs, a.String())
@@ -243,4 +244,19 @@ func (s *HTTPServer) Close() error {
 		s.closeErr = err
 	})
 	return s.closeErr
+}
+
+// serveHealth answers 200 once the node has joined, 503 with the reason
+// before, and while it is isolated (isolation.go): a readiness probe.
+func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
+	st := n.ov.JoinStatus()
+	if !st.Joined {
+		http.Error(w, "not joined: "+st.JoinError, http.StatusServiceUnavailable)
+		return
+	}
+	if why := n.isolatedReason(); why != "" {
+		http.Error(w, why, http.StatusServiceUnavailable)
+		return
+	}
+	fmt.Fprintln(w, "joined")
 }

@@ -89,7 +89,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // join adopts a step and the model of a running job. A node given
 // bootstrap peers first waits, however long it takes, until its overlay
 // knows a peer of the job (the join keeps retrying meanwhile, see
-// bootstrap.go): a node that trained alone until its bootstrap came up
+// package overlay): a node that trained alone until its bootstrap came up
 // would bring a model of its own into the job. Then it asks up to
 // psp.JoinSample peers for their steps; if the job has started (the median
 // is above this node's step), it adopts psp.JoinStep and fetches the model
@@ -101,8 +101,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // without them starts the job: peers of another model that reach it are
 // held out, and it goes on.)
 func (n *Node) join(ctx context.Context) error {
-	boot, err := n.cfg.bootstrapPeers(n.ID())
-	joining := err == nil && len(boot) > 0 // (a node whose only bootstrap address is its own starts the job)
+	joining := n.hasBootstrap() // (a node whose only bootstrap address is its own starts the job)
 	if joining && !n.awaitFirstPeer(ctx, nil) {
 		return nil
 	}
@@ -381,7 +380,7 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 				report(n.notReady(), now.Sub(start))
 			} else {
 				n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
-					"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
+					"waited", now.Sub(start).Round(time.Second), "last_error", n.ov.JoinStatus().JoinError)
 			}
 			next = now.Add(every)
 		}

@@ -126,9 +126,6 @@ type Node struct {
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
 	wedge  *psp.Wedge
 	wedged atomic.Bool
-	// joiner keeps the node joined through its bootstrap peers (nil with
-	// none; bootstrap.go).
-	joiner *joiner
 	// nat follows reachability, relays and hole punches (package netsetup).
 	nat *netsetup.NAT
 	// iso is the isolation policy's state (isolation.go).
@@ -136,8 +133,6 @@ type Node struct {
 	// lin is the node's lineage of the job and what it heard of its
 	// peers' (genesis.go).
 	lin *lineage
-	// state keeps the peers file (state.go); nil without one.
-	state *peerState
 
 	leaveOnce sync.Once
 	closeOnce sync.Once
@@ -281,9 +276,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.h.SetStreamHandler(n.stepExtID, n.serveStep)
 	n.h.SetStreamHandler(wire.ModelProtocol(cfg.Job), n.limitedBy(n.modelIn, "model", n.serveModel))
 
-	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
-	joinErr, err := n.newOverlay(ctx)
-	if err != nil {
+	if err := n.newOverlay(ctx); err != nil {
 		return fail(fmt.Errorf("node: %w", err))
 	}
 	n.stepIn.SetKnown(n.ov.Knows) // idle step streams of unknown peers make room (wire.Inbound)
@@ -293,8 +286,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			return fail(fmt.Errorf("node: %w", err))
 		}
 	}
-	n.startJoiner(joinErr, seed)
-	n.keepPeers()
 	n.boundConns()
 	n.guardInbound()
 	n.up.Store(true)
@@ -331,7 +322,7 @@ func (n *Node) attachModel(ctx context.Context) error {
 // overlayConfig is the overlay's configuration for a node: cfg.Overlay with
 // the job, the bootstrap peers and the logger filled in, KeepJoining on (a
 // node whose bootstrap peers do not answer at first starts alone and keeps
-// joining, bootstrap.go), and, when the node is seeded (cfg.Seed != 0) and
+// joining), the join's hint on swarm keys, and, when the node is seeded (cfg.Seed != 0) and
 // cfg.Overlay.Seed is not set, a seed derived from the node's, so that a
 // seeded node samples reproducibly. The overlay
 // gets a stream of its own (overlaySeed), not the node's seed itself. An
@@ -348,8 +339,34 @@ func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
 	if ocfg.Seed == 0 && cfg.Seed != 0 {
 		ocfg.Seed = overlaySeed(cfg.Seed)
 	}
+	if ocfg.JoinHint == nil {
+		private := len(cfg.PSK) > 0
+		ocfg.JoinHint = func(err string) string { return netsetup.HandshakeHint(err, private) }
+	}
 	return ocfg
 }
+
+// newOverlay builds the overlay, joining through the bootstrap peers. If
+// none answers, the overlay starts alone but keeps them (KeepJoining), and
+// keeps trying; the one overlay joins through the first that answers.
+func (n *Node) newOverlay(ctx context.Context) error {
+	ocfg := overlayConfig(n.cfg, n.log)
+	ocfg.Registerer = n.reg
+	ov, err := overlay.New(ctx, n.h, ocfg)
+	if err != nil {
+		return err
+	}
+	if err := ov.JoinError(); err != nil {
+		n.log.Warn("no bootstrap peer answered: starting alone and retrying in the background", "err", err)
+	}
+	n.ov = ov
+	return nil
+}
+
+// hasBootstrap reports whether the node joins through bootstrap peers
+// (configured, or remembered from its last run); a node without starts
+// the job.
+func (n *Node) hasBootstrap() bool { return len(n.ov.BootstrapPeers()) > 0 }
 
 // overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
 // label and the seed, so it is unrelated to the node's own streams (which
@@ -487,7 +504,7 @@ const leaveBudget = 300 * time.Millisecond
 // the node answers every step query as leaving (its peers drop it from
 // their samples and population), Run returns ErrClosed (abandoning the
 // step in progress) and the Driver's Barrier refuses, the peers file
-// (Config.PeersFile) gets the peers the node knows, and up to 32
+// (Config.Overlay.PeersFile) gets the peers the node knows, and up to 32
 // connected peers are told at once, in parallel, within timeout. It keeps
 // the host and every protocol running, so that peers that ask meanwhile
 // are told too: call Shutdown next (Close does both). A second Leave does
@@ -499,7 +516,9 @@ func (n *Node) Leave(timeout time.Duration) error {
 	n.leaveOnce.Do(func() {
 		n.leaving.Store(true)
 		n.endActive()
-		n.savePeers(true) // while the node still knows them (state.go)
+		if n.ov != nil {
+			n.ov.SavePeers() // while the node still knows them
+		}
 		n.announceLeave(timeout)
 	})
 	return nil
@@ -557,9 +576,6 @@ func (n *Node) closeParts() error {
 	n.modelMu.Unlock()
 	if n.endLife != nil {
 		n.endLife()
-	}
-	if n.joiner != nil {
-		n.joiner.wait()
 	}
 	var errs []error
 	errs = append(errs, n.exch().Close()) // its sends end with n.life

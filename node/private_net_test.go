@@ -27,7 +27,7 @@ func tcpConfig() Config {
 	cfg.Job = "jointest"
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	cfg.Overlay.JoinTimeout = 2 * time.Second
-	cfg.Join.RetryMin, cfg.Join.RetryMax, cfg.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
+	cfg.Overlay.Join.RetryMin, cfg.Overlay.Join.RetryMax, cfg.Overlay.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
 	return cfg
 }
 

@@ -55,7 +55,7 @@ func (h *gatedHost) Connect(ctx context.Context, ai peer.AddrInfo) error {
 // joining the overlay: peers can find a joining node in the DHT and query it
 // before New returns. The query must wait for the node and get a proper
 // answer, also when the join fails (New then starts the node alone and
-// keeps trying; see bootstrap.go); before the handlers waited, it reached
+// keeps trying; see overlay.Config.KeepJoining); before the handlers waited, it reached
 // a node without an overlay and crashed the process (a 200-node churn
 // testnet, 2026-11-22).
 func TestStepQueryWhileJoining(t *testing.T) {

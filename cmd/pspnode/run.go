@@ -21,6 +21,7 @@ import (
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/trainer"
+	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -271,7 +272,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 			return cfg, usageError{err}
 		}
 		cfg.Identity = key
-		cfg.PeersFile = *f.identity + ".peers"
+		cfg.Overlay.PeersFile = *f.identity + ".peers"
 	} else {
 		log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
 	}
@@ -368,7 +369,7 @@ func logNAT(log *slog.Logger, cfg node.Config) {
 	if len(cfg.PSK) > 0 {
 		transports = "TCP (private job: relayed connections carry the swarm key too)"
 	}
-	relays, _ := node.ParseBootstrap(cfg.Bootstrap) // validated already
+	relays, _ := overlay.ParseBootstrap(cfg.Bootstrap) // validated already
 	reach := "auto (AutoNAT)"
 	switch cfg.NAT.Reachability {
 	case network.ReachabilityPublic:

@@ -486,7 +486,7 @@ func TestWaitingSaysWhy(t *testing.T) {
 	late := "/ip4/127.0.0.1/tcp/" + itoa(port) + "/p2p/" + id.String()
 	d := startDaemon(t, "wait", nil, "asp", func(c *node.Config, _ *Config) {
 		c.Bootstrap = []string{late}
-		c.Join.RetryMin, c.Join.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+		c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = 50*time.Millisecond, 200*time.Millisecond
 	})
 	type result struct {
 		tr  *trainer

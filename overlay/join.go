@@ -1,11 +1,10 @@
-package node
+package overlay
 
 import (
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,16 +15,14 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/swarm"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/pspnode/pspnode/overlay"
 )
 
 // Joining through the bootstrap peers, and staying joined.
 //
-// New first lets the overlay join as it always has (dialling every
-// bootstrap peer in parallel, up to Overlay.JoinTimeout). If none answers,
-// the node does not fail: its overlay starts alone but keeps the
-// bootstrap peers (overlay.Config.KeepJoining), and a joiner goroutine
+// New first joins as it always has (dialling every bootstrap peer in
+// parallel, up to JoinTimeout). With KeepJoining, if none answers, the
+// overlay does not fail: it starts alone but keeps the bootstrap peers,
+// and a joiner goroutine
 // dials them again with exponential backoff and jitter, logging each
 // failure, until one answers; then it refreshes the routing table through
 // it. There is one overlay either way, with the same bootstrap peers: the
@@ -35,8 +32,8 @@ import (
 // hold as a live member: two halves of a job that each kept one bootstrap
 // peer meet again that way.
 
-// JoinConfig sets how a node joins through its bootstrap peers and stays
-// joined.
+// JoinConfig sets how an overlay with KeepJoining joins through its
+// bootstrap peers and stays joined.
 type JoinConfig struct {
 	// RetryMin and RetryMax bound the wait between two join attempts: it
 	// starts at RetryMin, doubles after every failure up to RetryMax, and
@@ -52,9 +49,9 @@ type JoinConfig struct {
 	SplitCheck time.Duration
 }
 
-// defaultJoinConfig retries from 1 s up to 1 min, checks the routing table
+// DefaultJoinConfig retries from 1 s up to 1 min, checks the routing table
 // every 5 s and for a split every minute.
-func defaultJoinConfig() JoinConfig {
+func DefaultJoinConfig() JoinConfig {
 	return JoinConfig{RetryMin: time.Second, RetryMax: time.Minute, Check: 5 * time.Second, SplitCheck: time.Minute}
 }
 
@@ -99,7 +96,7 @@ func addInfo(infos []peer.AddrInfo, ai peer.AddrInfo) []peer.AddrInfo {
 	return infos
 }
 
-// JoinStatus is the join's part of /status.
+// JoinStatus is how the join goes: a node's /status reports it.
 type JoinStatus struct {
 	// Joined: the routing table holds a peer (always true for a node with
 	// no bootstrap peers: it starts the job). JoinError says why not: the
@@ -115,14 +112,13 @@ type JoinStatus struct {
 	BootstrapRediscovered uint64 `json:"bootstrap_rediscovered"`
 }
 
-// joiner keeps a node joined (see the top of this file). Its goroutine
-// runs from start until its context ends; wait blocks until it has.
+// joiner keeps an overlay joined (see the top of this file). Its
+// goroutine runs from start until its context ends (Close).
 type joiner struct {
-	n     *Node
+	o     *Overlay
 	cfg   JoinConfig
 	boot  []peer.AddrInfo
 	rng   *rand.Rand // used by the goroutine only
-	done  chan struct{}
 	tries *prometheus.CounterVec
 	found prometheus.Counter
 
@@ -134,11 +130,10 @@ type joiner struct {
 	met      uint64
 }
 
-func newJoiner(n *Node, boot []peer.AddrInfo, seed uint64) *joiner {
+func newJoiner(o *Overlay, boot []peer.AddrInfo) *joiner {
 	j := &joiner{
-		n: n, cfg: n.cfg.Join, boot: boot,
-		rng:  rand.New(rand.NewPCG(seed, 0x701e)),
-		done: make(chan struct{}),
+		o: o, cfg: o.cfg.Join, boot: boot,
+		rng: newStream(o.cfg.Seed, streamJoin),
 		tries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "psp", Name: "join_attempts_total",
 			Help: "Attempts to join through the bootstrap peers after New, by result (ok, failed).",
@@ -148,7 +143,11 @@ func newJoiner(n *Node, boot []peer.AddrInfo, seed uint64) *joiner {
 			Help: "Bootstrap peers the split check reached that the overlay did not hold as live members: a sign the job had split in two.",
 		}),
 	}
-	n.reg.MustRegister(j.tries, j.found, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+	reg := o.cfg.Registerer
+	if reg == nil {
+		reg = prometheus.NewRegistry() // counted, but not exported
+	}
+	reg.MustRegister(j.tries, j.found, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Namespace: "psp", Name: "joined", Help: "1 when the node has joined the job's network (/status joined).",
 	}, func() float64 {
 		if j.status().Joined {
@@ -162,8 +161,9 @@ func newJoiner(n *Node, boot []peer.AddrInfo, seed uint64) *joiner {
 	return j
 }
 
-// start runs the joiner until ctx ends. joinErr is New's failure to join
-// (nil if the overlay joined): the first retry then comes at once.
+// start runs the joiner, on the overlay's wait group, until ctx ends.
+// joinErr is New's failure to join (nil if the overlay joined): the first
+// retry then comes at once.
 func (j *joiner) start(ctx context.Context, joinErr error) {
 	j.mu.Lock()
 	j.joined = joinErr == nil
@@ -171,13 +171,8 @@ func (j *joiner) start(ctx context.Context, joinErr error) {
 		j.err, j.attempts, j.last = j.explain(joinErr), 1, time.Now()
 	}
 	j.mu.Unlock()
-	go func() {
-		defer close(j.done)
-		j.run(ctx, joinErr != nil)
-	}()
+	j.o.wg.Go(func() { j.run(ctx, joinErr != nil) })
 }
-
-func (j *joiner) wait() { <-j.done }
 
 func (j *joiner) run(ctx context.Context, retrying bool) {
 	backoff := j.cfg.RetryMin
@@ -222,16 +217,19 @@ func (j *joiner) run(ctx context.Context, retrying bool) {
 		j.err = why
 		n := j.attempts
 		j.mu.Unlock()
-		j.n.log.Warn("could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", why)
+		j.o.log.Warn("could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", why)
 		backoff = min(2*backoff, j.cfg.RetryMax)
 	}
 }
 
 // explain is the text of a failed join for the log, /status and /health:
-// on one line, with a hint when the failure looks like a swarm key
-// missing or wrong.
+// on one line, with Config.JoinHint's hint.
 func (j *joiner) explain(err error) string {
-	return oneLine(err.Error()) + handshakeHint(err.Error(), len(j.n.cfg.PSK) > 0)
+	why := oneLine(err.Error())
+	if h := j.o.cfg.JoinHint; h != nil {
+		why += h(why)
+	}
+	return why
 }
 
 // oneLine puts an error text on one line: go-libp2p's dial errors list
@@ -249,40 +247,19 @@ func oneLine(s string) string {
 	return strings.Join(parts, "; ")
 }
 
-// negotiationFailed is how go-libp2p reports a connection whose first
-// bytes were not the multistream-select negotiation of a security
-// protocol: what a node without a swarm key reads from one with a key
-// (its bytes are encrypted), and what two nodes with different keys read
-// from each other.
-const negotiationFailed = "failed to negotiate security protocol"
-
-// handshakeHint says what a join failure's text suggests about swarm keys
-// ("" for nothing), for a node with a key (private) or without.
-func handshakeHint(err string, private bool) string {
-	switch {
-	case strings.Contains(err, negotiationFailed) && !private:
-		return " (the connection was made but the security handshake failed: a private job's nodes answer so to a node without its swarm key; is --swarm-key missing?)"
-	case strings.Contains(err, negotiationFailed):
-		return " (the connection was made but the security handshake failed: does the bootstrap peer hold the same swarm key (--swarm-key)? a node with another key, or none, fails so)"
-	case private && strings.Contains(err, "deadline exceeded"):
-		return " (with a swarm key, a handshake with a node that has none hangs until the dial gives up: does the bootstrap peer run with the same --swarm-key?)"
-	}
-	return ""
-}
-
 // spread draws a wait uniformly from [d/2, d].
 func (j *joiner) spread(d time.Duration) time.Duration {
 	return d/2 + time.Duration(j.rng.Int64N(int64(d/2)+1))
 }
 
 // inNetwork reports whether the routing table holds a peer.
-func (j *joiner) inNetwork() bool { return j.n.ov.DHT().RoutingTable().Size() > 0 }
+func (j *joiner) inNetwork() bool { return j.o.dht.RoutingTable().Size() > 0 }
 
 func (j *joiner) setJoined() {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if !j.joined {
-		j.n.log.Info("joined the job's network", "attempts", j.attempts)
+		j.o.log.Info("joined the job's network", "attempts", j.attempts)
 	}
 	j.joined, j.err, j.attempts = true, "", 0
 }
@@ -293,12 +270,12 @@ func (j *joiner) setJoined() {
 func (j *joiner) attempt(ctx context.Context) error {
 	j.mu.Lock()
 	if j.joined {
-		j.n.log.Warn("routing table empty: joining again through the bootstrap peers")
+		j.o.log.Warn("routing table empty: joining again through the bootstrap peers")
 	}
 	j.joined, j.last = false, time.Now()
 	j.attempts++
 	j.mu.Unlock()
-	timeout := j.n.cfg.Overlay.JoinTimeout
+	timeout := j.o.cfg.JoinTimeout
 	ok, err := j.dial(ctx, j.boot, timeout)
 	if len(ok) == 0 {
 		return err
@@ -322,7 +299,7 @@ func (j *joiner) attempt(ctx context.Context) error {
 // or ctx ends.
 func (j *joiner) refresh(ctx context.Context) {
 	select {
-	case <-j.n.ov.DHT().ForceRefresh():
+	case <-j.o.dht.ForceRefresh():
 	case <-ctx.Done():
 	}
 }
@@ -330,12 +307,12 @@ func (j *joiner) refresh(ctx context.Context) {
 // whyNotInNetwork explains why bootstrap peers that accepted a connection
 // did not enter the routing table.
 func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
-	proto := j.n.ov.Protocol()
+	proto := j.o.proto
 	for _, p := range ok {
-		if j.n.h.Network().Connectedness(p) != network.Connected {
+		if j.o.h.Network().Connectedness(p) != network.Connected {
 			return fmt.Errorf("bootstrap peer %s closed the connection before identifying itself: is this node in its allowlist (--allow-peers)?", p)
 		}
-		if has, _ := j.n.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
+		if has, _ := j.o.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
 			return fmt.Errorf("bootstrap peer %s does not speak %s: a node of another job (--job)?", p, proto)
 		}
 	}
@@ -351,7 +328,7 @@ func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
 func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration) ([]peer.ID, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if b, ok := j.n.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
+	if b, ok := j.o.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
 		for _, ai := range peers {
 			b.Backoff().Clear(ai.ID)
 		}
@@ -359,7 +336,7 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 	errs := make([]error, len(peers))
 	var wg sync.WaitGroup
 	for i, ai := range peers {
-		wg.Go(func() { errs[i] = j.n.h.Connect(dctx, ai) })
+		wg.Go(func() { errs[i] = j.o.h.Connect(dctx, ai) })
 	}
 	wg.Wait()
 	var ok []peer.ID
@@ -382,12 +359,12 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 // the two were apart: the node refreshes its routing table through it.
 func (j *joiner) checkSplit(ctx context.Context) {
 	live := make(map[peer.ID]bool)
-	for _, p := range j.n.ov.Peers() {
+	for _, p := range j.o.Peers() {
 		live[p] = true
 	}
 	var apart []peer.AddrInfo
 	for _, ai := range j.boot {
-		if !live[ai.ID] && j.n.h.Network().Connectedness(ai.ID) != network.Connected {
+		if !live[ai.ID] && j.o.h.Network().Connectedness(ai.ID) != network.Connected {
 			apart = append(apart, ai)
 		}
 	}
@@ -395,15 +372,15 @@ func (j *joiner) checkSplit(ctx context.Context) {
 		return
 	}
 	ai := apart[j.rng.IntN(len(apart))]
-	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.n.cfg.Overlay.JoinTimeout); len(ok) == 0 {
+	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.o.cfg.JoinTimeout); len(ok) == 0 {
 		return
 	}
 	j.found.Inc()
 	j.mu.Lock()
 	j.met++
 	j.mu.Unlock()
-	j.n.log.Warn("reached a bootstrap peer this node's overlay did not know: the job had split; merging", "peer", ai.ID)
-	rctx, cancel := context.WithTimeout(ctx, j.n.cfg.Overlay.JoinTimeout)
+	j.o.log.Warn("reached a bootstrap peer this node's overlay did not know: the job had split; merging", "peer", ai.ID)
+	rctx, cancel := context.WithTimeout(ctx, j.o.cfg.JoinTimeout)
 	defer cancel()
 	j.refresh(rctx)
 }
@@ -426,64 +403,11 @@ func (j *joiner) status() JoinStatus {
 	return st
 }
 
-// bootstrapPeers are the node's bootstrap peers: Bootstrap and the
-// overlay's own, one AddrInfo per peer, without the node itself.
-func (c Config) bootstrapPeers(self peer.ID) ([]peer.AddrInfo, error) {
-	boot, err := ParseBootstrap(append(append([]string(nil), c.Bootstrap...), c.Overlay.BootstrapAddrs...))
-	if err != nil {
-		return nil, err
-	}
-	for _, ai := range c.Overlay.BootstrapPeers {
-		boot = addInfo(boot, peer.AddrInfo{ID: ai.ID, Addrs: slices.Clone(ai.Addrs)})
-	}
-	return slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == self }), nil
-}
-
-// newOverlay builds the overlay, joining through the bootstrap peers. If
-// none answers, the overlay starts alone but keeps them (KeepJoining):
-// newOverlay returns why, and the joiner keeps trying; the one overlay
-// joins through the first that answers. err is any other failure.
-func (n *Node) newOverlay(ctx context.Context) (joinErr, err error) {
-	ov, err := overlay.New(ctx, n.h, overlayConfig(n.cfg, n.log))
-	if err != nil {
-		return nil, err
-	}
-	if joinErr = ov.JoinError(); joinErr != nil {
-		n.log.Warn("no bootstrap peer answered: starting alone and retrying in the background", "err", joinErr)
-	}
-	n.ov = ov
-	return joinErr, nil
-}
-
-// startJoiner starts the joiner of a node with bootstrap peers.
-func (n *Node) startJoiner(joinErr error, seed uint64) {
-	boot, err := n.cfg.bootstrapPeers(n.h.ID())
-	if err != nil || len(boot) == 0 { // Validate parsed them
-		return
-	}
-	n.joiner = newJoiner(n, boot, seed)
-	n.joiner.start(n.life, joinErr)
-}
-
-// joinStatus is the join's part of /status.
-func (n *Node) joinStatus() JoinStatus {
-	if n.joiner == nil {
+// JoinStatus says how the join goes: joined (always, for an overlay with
+// no bootstrap peers: it starts the job), and if not, why.
+func (o *Overlay) JoinStatus() JoinStatus {
+	if o.joiner == nil {
 		return JoinStatus{Joined: true}
 	}
-	return n.joiner.status()
-}
-
-// serveHealth answers 200 once the node has joined, 503 with the reason
-// before, and while it is isolated (isolation.go): a readiness probe.
-func (n *Node) serveHealth(w http.ResponseWriter, _ *http.Request) {
-	st := n.joinStatus()
-	if !st.Joined {
-		http.Error(w, "not joined: "+st.JoinError, http.StatusServiceUnavailable)
-		return
-	}
-	if why := n.isolatedReason(); why != "" {
-		http.Error(w, why, http.StatusServiceUnavailable)
-		return
-	}
-	fmt.Fprintln(w, "joined")
+	return o.joiner.status()
 }

@@ -1,4 +1,4 @@
-package node
+package overlay
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	ma "github.com/multiformats/go-multiaddr"
@@ -20,8 +21,8 @@ import (
 
 // Remembered peers.
 //
-// A node with Config.PeersFile keeps there the peers it knows, so that,
-// restarted, it rejoins its job through them even when it has no
+// An overlay with Config.PeersFile keeps there the peers it knows, so
+// that, restarted, it rejoins its job through them even when it has no
 // bootstrap peer of its own (the job's first node), or in addition to
 // those it has. pspnode run keeps the file beside the identity file
 // (FILE.peers for --identity FILE). The file is JSON:
@@ -32,16 +33,16 @@ import (
 // At most 32 peers, connected ones first, each with at most 8 addresses
 // from the peerstore. It is written atomically (a temporary file in the
 // same directory, renamed over the old one), mode 0600, every
-// peersSaveEvery when the set of peers changed, and at Close; a node that
-// knows no peer then leaves the file as it was.
+// peersSaveEvery when the set of peers changed, and by SavePeers (a
+// node's leave); an overlay that knows no peer then leaves the file as it
+// was.
 //
-// At start (New) the node reads the file, if it is of this job, and dials
-// the peers in parallel within Overlay.JoinTimeout. Those that answer are
-// this run's bootstrap peers besides Config.Bootstrap: the overlay joins
-// through them, and Run's join waits for a peer and adopts the job's step,
-// model and lineage from them. If none answers the node starts as it
-// would have without the file: a first node then starts a new lineage,
-// which converges on the job's if the two meet later (genesis.go).
+// At start (New) the overlay reads the file, if it is of this job, and
+// dials the peers in parallel within JoinTimeout. Those that answer are
+// this run's bootstrap peers besides the configured ones: the overlay
+// joins through them (and a node's join adopts the job's step, model and
+// lineage from them). If none answers it starts as it would have without
+// the file.
 
 const (
 	peersSaveEvery = 30 * time.Second
@@ -124,7 +125,7 @@ func writePeersFile(path string, pf peersFile) error {
 	return os.Rename(tmp.Name(), path)
 }
 
-// peerState keeps a node's peers file.
+// peerState keeps an overlay's peers file.
 type peerState struct {
 	path string
 
@@ -134,36 +135,33 @@ type peerState struct {
 	failed bool      // a write failed (warned once)
 }
 
-// rejoinRemembered reads the peers file and dials its peers; those that
-// answer become bootstrap peers of this run (n.cfg.Overlay.BootstrapPeers).
-// New calls it before it builds the overlay.
-func (n *Node) rejoinRemembered(ctx context.Context) {
-	path := n.cfg.PeersFile
-	if path == "" {
-		return
-	}
-	n.state = &peerState{path: path}
+// rememberedPeers reads cfg's peers file and dials its peers over h; it
+// returns those that answer, to join through besides the bootstrap peers.
+// New calls it before it joins.
+func rememberedPeers(ctx context.Context, h host.Host, cfg Config) []peer.AddrInfo {
+	path := cfg.PeersFile
+	log := cfg.logger().With("component", "overlay", "self", h.ID().ShortString())
 	job, peers, err := readPeersFile(path)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return
+		return nil
 	case err != nil:
-		n.log.Warn("ignoring the peers file", "file", path, "err", err)
-		return
-	case job != n.cfg.Job:
-		n.log.Info("the peers file is of another job: not rejoining through it", "file", path, "job", job)
-		return
+		log.Warn("ignoring the peers file", "file", path, "err", err)
+		return nil
+	case job != cfg.Job:
+		log.Info("the peers file is of another job: not rejoining through it", "file", path, "job", job)
+		return nil
 	}
-	peers = slices.DeleteFunc(peers, func(ai peer.AddrInfo) bool { return ai.ID == n.h.ID() })
+	peers = slices.DeleteFunc(peers, func(ai peer.AddrInfo) bool { return ai.ID == h.ID() })
 	if len(peers) == 0 {
-		return
+		return nil
 	}
-	dctx, cancel := context.WithTimeout(ctx, n.cfg.Overlay.JoinTimeout)
+	dctx, cancel := context.WithTimeout(ctx, cfg.JoinTimeout)
 	defer cancel()
 	ok := make([]bool, len(peers))
 	var wg sync.WaitGroup
 	for i, ai := range peers {
-		wg.Go(func() { ok[i] = n.h.Connect(dctx, ai) == nil })
+		wg.Go(func() { ok[i] = h.Connect(dctx, ai) == nil })
 	}
 	wg.Wait()
 	var back []peer.AddrInfo
@@ -173,44 +171,47 @@ func (n *Node) rejoinRemembered(ctx context.Context) {
 		}
 	}
 	if len(back) == 0 {
-		n.log.Warn("no peer remembered from the last run answered: starting without them", "file", path, "remembered", len(peers))
-		return
+		log.Warn("no peer remembered from the last run answered: starting without them", "file", path, "remembered", len(peers))
+		return nil
 	}
-	n.log.Info("rejoining the job through peers remembered from the last run", "file", path, "answered", len(back), "remembered", len(peers))
-	n.cfg.Overlay.BootstrapPeers = append(slices.Clip(n.cfg.Overlay.BootstrapPeers), back...)
+	log.Info("rejoining the job through peers remembered from the last run", "file", path, "answered", len(back), "remembered", len(peers))
+	return back
 }
 
-// keepPeers writes the peers file every peersSaveEvery while the node
-// lives, when its peers changed.
-func (n *Node) keepPeers() {
-	if n.state == nil {
+// keepPeers writes the peers file every peersSaveEvery until Close, when
+// the peers changed.
+func (o *Overlay) keepPeers() {
+	if o.cfg.PeersFile == "" {
 		return
 	}
-	go n.every(peersSaveEvery, func() { n.savePeers(false) })
-}
-
-// every calls fn every period until the node's life ends: the loop of the
-// node's periodic background chores, run on a goroutine of its own.
-func (n *Node) every(period time.Duration, fn func()) {
-	t := time.NewTicker(period)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.life.Done():
-			return
-		case <-t.C:
-			fn()
+	o.state = &peerState{path: o.cfg.PeersFile}
+	o.wg.Go(func() {
+		t := time.NewTicker(peersSaveEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-o.ctx.Done():
+				return
+			case <-t.C:
+				o.savePeers(false)
+			}
 		}
-	}
+	})
 }
 
-// savePeers writes the peers the node knows to its peers file, if they
-// changed since the last write (or, final, whatever they are); a node
-// that knows none leaves the file as it was. After the final write (at
-// Close) it writes no more.
-func (n *Node) savePeers(final bool) {
-	st := n.state
-	if st == nil || n.ov == nil {
+// SavePeers writes the peers the overlay knows to its peers file
+// (Config.PeersFile), whatever they are, for the last time: a node calls
+// it as it leaves, while it still knows them. A crash leaves the file of
+// the last periodic save.
+func (o *Overlay) SavePeers() { o.savePeers(true) }
+
+// savePeers writes the peers the overlay knows to its peers file, if
+// they changed since the last write (or, final, whatever they are); an
+// overlay that knows none leaves the file as it was. After the final
+// write it writes no more.
+func (o *Overlay) savePeers(final bool) {
+	st := o.state
+	if st == nil {
 		return
 	}
 	st.mu.Lock()
@@ -219,8 +220,8 @@ func (n *Node) savePeers(final bool) {
 		return
 	}
 	st.closed = final
-	net, ps := n.h.Network(), n.h.Peerstore()
-	known := n.ov.Peers()
+	net, ps := o.h.Network(), o.h.Peerstore()
+	known := o.Peers()
 	// Connected peers first: they are the likeliest to be there next time.
 	slices.SortStableFunc(known, func(a, b peer.ID) int {
 		ca, cb := net.Connectedness(a) == network.Connected, net.Connectedness(b) == network.Connected
@@ -232,7 +233,7 @@ func (n *Node) savePeers(final bool) {
 		}
 		return 1
 	})
-	pf := peersFile{Job: n.cfg.Job, Saved: time.Now().UTC().Format(time.RFC3339)}
+	pf := peersFile{Job: o.cfg.Job, Saved: time.Now().UTC().Format(time.RFC3339)}
 	var ids []peer.ID
 	for _, p := range known {
 		if len(pf.Peers) == maxSavedPeers {
@@ -256,7 +257,7 @@ func (n *Node) savePeers(final bool) {
 	}
 	if err := writePeersFile(st.path, pf); err != nil {
 		if !st.failed {
-			n.log.Warn("could not write the peers file: a restart will not rejoin through the peers this node knew", "file", st.path, "err", err)
+			o.log.Warn("could not write the peers file: a restart will not rejoin through the peers this node knew", "file", st.path, "err", err)
 		}
 		st.failed = true
 		return
