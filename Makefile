@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp
+.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp compare-diloco
 
 all: build
 
@@ -136,6 +136,18 @@ bench-trainer: build
 ## mode, several hours). See docs/trainer.md, "Beside torch DDP"
 compare-ddp: build
 	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp $(ARGS)
+
+## compare-diloco: pspnode.DiLoCo (pSSP, epidemic:3 and epidemic:1) beside
+## DiLoCo over a blocking gloo all-reduce and torch DDP, on the
+## character-level model of examples/diloco: 4 workers behind emulated
+## 70 ms / 400 Mbit/s links, none slow and one slowed x4, seeds 1-3; writes
+## a table and figures to results/diloco (root; about 2 hours; add
+## ARGS=--resume to go on after an interruption)
+compare-diloco: build
+	$(GO) run ./examples/diloco --bin $(BIN) --out results/diloco --tiers continent \
+	  --systems diloco/pssp:2:4/epidemic:3,diloco/pssp:2:4/epidemic:1,allreduce,ddp --slow 0,1 --seeds 1,2,3 \
+	  --steps 1200 --H 100 --lr 1e-2 --ddp-lr 1e-2 --quota 0.5 --sleep 0.03 --target 2.0 --deadline 400s \
+	  --extra "--context 32" $(ARGS)
 
 ## proto: regenerate the trainer API's Go and Python code from
 ## proto/pspnode/trainer/v2/trainer.proto (the generated files are

@@ -4,10 +4,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -84,10 +86,14 @@ type Result struct {
 	BarrierCheckMs Percentiles `json:"barrier_check_ms"` // one decision: sample, query, decide
 	SampleRTTMs    Percentiles `json:"sample_rtt_ms"`
 	Updates        struct {
-		Sent           uint64  `json:"sent"`
-		Received       uint64  `json:"received"`
-		Rejected       uint64  `json:"rejected"`
-		BytesPerUpdate float64 `json:"bytes_per_update"`
+		Sent     uint64 `json:"sent"`
+		Received uint64 `json:"received"`
+		Rejected uint64 `json:"rejected"`
+		// ByReason splits Rejected. Under the epidemic exchange an honest
+		// run refuses some models for "rate": a sender's model that came
+		// sooner than one that samples its peers would come again.
+		ByReason       map[string]uint64 `json:"rejected_by_reason,omitempty"`
+		BytesPerUpdate float64           `json:"bytes_per_update"`
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
 	// Traffic is what the honest live nodes' streams carried in training.
@@ -305,6 +311,14 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 			r.Updates.Sent += st.Sent
 			r.Updates.Received += st.Received
 			r.Updates.Rejected += st.TotalRejected()
+			for k, c := range st.Rejected {
+				if c > 0 {
+					if r.Updates.ByReason == nil {
+						r.Updates.ByReason = map[string]uint64{}
+					}
+					r.Updates.ByReason[string(k)] += c
+				}
+			}
 			if st.Sent > 0 {
 				r.Updates.BytesPerUpdate = st.MeanSentBytes()
 			}
@@ -456,7 +470,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
 	row("barrier check", "p50 %.2f ms, p99 %.1f ms (one decision: sample, query, decide)", r.BarrierCheckMs.P50, r.BarrierCheckMs.P99)
 	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
-	row("updates", "%d sent, %d received, %d rejected, %.0f bytes each", r.Updates.Sent, r.Updates.Received, r.Updates.Rejected, r.Updates.BytesPerUpdate)
+	row("updates", "%d sent, %d received, %d rejected%s, %.0f bytes each", r.Updates.Sent, r.Updates.Received, r.Updates.Rejected, reasonList(r.Updates.ByReason), r.Updates.BytesPerUpdate)
 	if a := r.Accuracy; a != nil {
 		tt := "not reached"
 		if a.TimeToTarget != nil {
@@ -718,4 +732,18 @@ func PrintComparison(w io.Writer, results []*Result) {
 			fmt.Fprintln(w, w2)
 		}
 	}
+}
+
+// reasonList is " (rate 12, distance 3)" for the reasons counted, in name
+// order, or "" when there are none.
+func reasonList(by map[string]uint64) string {
+	if len(by) == 0 {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(by))
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s %d", k, by[k])
+	}
+	return " (" + strings.Join(parts, ", ") + ")"
 }

@@ -23,7 +23,8 @@ cnn is two strided 5×5 convolutions (8 and 16 channels) and a linear layer
 (--init-seed), as DDP broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
 time to every step, a sleep of (Exp(1)+1)·X seconds, times --slow-factor
 for a slow worker. The worker evaluates on the held-out images every
---eval-every seconds and writes a CSV line per evaluation (--out).
+--eval-every seconds (0: only at the end) and writes a CSV line per
+evaluation (--out).
 
 A harness that starts many workers at once gives each --ready-file and
 --go-file: a worker writes its ready file once set up (DDP: after the
@@ -109,6 +110,17 @@ def written():
     return 0
 
 
+def run_delay():
+    """Seconds this thread has waited on a run queue for a CPU (Linux
+    /proc/thread-self/schedstat; 0 where it is missing): what a busy
+    machine costs the training loop."""
+    try:
+        with open("/proc/thread-self/schedstat") as f:
+            return int(f.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
 def evaluate(model, x, y):
     with torch.no_grad():
         out = model(x)
@@ -136,7 +148,8 @@ def main(argv=None):
     ap.add_argument("--target", type=float, default=0, help="stop once a held-out evaluation reaches this accuracy (0: never)")
     ap.add_argument("--time-scale", type=float, default=0, help="add a sleep of (Exp(1)+1)·X s to every step")
     ap.add_argument("--slow-factor", type=float, default=1, help="multiply the sleep (a slow worker)")
-    ap.add_argument("--eval-every", type=float, default=1.0, help="evaluate every this many seconds")
+    ap.add_argument("--eval-every", type=float, default=1.0,
+                    help="evaluate every this many seconds (0: only once, at the end)")
     ap.add_argument("--out", help="CSV of evaluations: time_s,step,loss,accuracy")
     ap.add_argument("--summary", help="write a JSON summary here at the end")
     ap.add_argument("--start-at", type=float, default=0,
@@ -230,13 +243,23 @@ def main(argv=None):
         start -= max(0.0, time.time() - a.start_at)
     next_eval, steps, sleeping, best = 0.0, 0, 0.0, 0.0
     step0 = getattr(opt, "step_count", 0)
+    # Where the process's CPU goes: the training thread's CPU by phase
+    # (thread_time: the batch's forward and backward, the optimizer's step,
+    # the evaluations), the wall time of the optimizer's step, and the
+    # process's CPU (its other threads: gloo's, gRPC's).
+    phase = {"compute": 0.0, "step": 0.0, "eval": 0.0}
+    step_wall, eval_wall, evals, cpu0, thr0, rq0 = 0.0, 0.0, 0, time.process_time(), time.thread_time(), run_delay()
     while True:
         now = time.monotonic() - start
         # A DDP rank's parameters are every rank's after each step, so rank 0
         # alone evaluates (as a DDP user does): an evaluation on every rank
         # would stall all of them once per rank.
-        if now >= next_eval and not (a.ddp and a.rank != 0):
+        if a.eval_every > 0 and now >= next_eval and not (a.ddp and a.rank != 0):
+            c0, w0 = time.thread_time(), time.perf_counter()
             loss, acc = evaluate(model, xte, yte)
+            phase["eval"] += time.thread_time() - c0
+            eval_wall += time.perf_counter() - w0
+            evals += 1
             best = max(best, acc)
             if out:
                 out.write(f"{now:.3f},{step0 + steps},{loss:.5f},{acc:.5f}\n")
@@ -254,16 +277,27 @@ def main(argv=None):
             stopping["wish"] = 1.0 if stop else 0.0
         elif stop:
             break
+        c0 = time.thread_time()
         idx = torch.randint(len(xtr), (a.batch,), generator=gen)
         opt.zero_grad()
         loss = F.cross_entropy(net(xtr[idx]), ytr[idx])
+        c1 = time.thread_time()
         if a.time_scale > 0:
             d = (rng.expovariate(1.0) + 1.0) * a.time_scale * a.slow_factor
             time.sleep(d)
             sleeping += d
+        c2 = time.thread_time()
         loss.backward()
+        c3, w3 = time.thread_time(), time.perf_counter()
         opt.step()
+        c4 = time.thread_time()
+        step_wall += time.perf_counter() - w3
+        phase["compute"] += (c1 - c0) + (c3 - c2)
+        phase["step"] += c4 - c3
         steps += 1
+    cpu = time.process_time() - cpu0
+    main_cpu = time.thread_time() - thr0
+    runq = run_delay() - rq0
     elapsed = time.monotonic() - start
     loss, acc = evaluate(model, xte, yte)
     if out:
@@ -272,7 +306,10 @@ def main(argv=None):
     summary = {"steps": steps, "elapsed_s": elapsed, "final_accuracy": acc, "final_loss": loss,
                "best_accuracy": best, "sleep_s": sleeping, "first_step": step0,
                "bytes_written": written() - wchar0, "start_late_s": max(0.0, late),
-               "model": model_name, "parameters": sum(p.numel() for p in model.parameters())}
+               "model": model_name, "parameters": sum(p.numel() for p in model.parameters()),
+               "cpu_s": cpu, "cpu_main_s": main_cpu, "cpu_compute_s": phase["compute"], "cpu_step_s": phase["step"],
+               "cpu_eval_s": phase["eval"], "evaluations": evals, "step_wall_s": step_wall, "eval_wall_s": eval_wall,
+               "run_queue_s": runq}
     if a.daemon:
         summary["population"] = opt.population
         opt.close()

@@ -82,7 +82,9 @@ type trainer struct {
 
 	mu     sync.Mutex
 	params func() (int64, []float32)
+	state  func() *pb.TrainerState // answers ParamsRequest.want_state (state_test.go)
 	asked  int
+	stated int // want_state requests answered
 	ended  chan struct{}
 }
 
@@ -152,7 +154,15 @@ func (tr *trainer) serve() {
 		if err != nil {
 			return
 		}
-		if r := m.GetParamsRequest(); r != nil {
+		if r := m.GetParamsRequest(); r != nil && r.WantState {
+			tr.mu.Lock()
+			f := tr.state
+			tr.stated++
+			tr.mu.Unlock()
+			if f != nil {
+				_ = tr.stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Params{Params: &pb.ParamsReply{Id: r.Id, State: f()}}})
+			}
+		} else if r != nil {
 			tr.mu.Lock()
 			tr.asked++
 			f := tr.params

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/net/http2"
 	"golang.org/x/net/http2/hpack"
@@ -82,6 +83,9 @@ type Server struct {
 	gs   *grpc.Server
 	unix string // the socket's path, removed at Close
 
+	stm        *stateMetrics // the trainer-state protocol (state.go)
+	stateProto protocol.ID
+
 	mu     sync.Mutex
 	sess   *session // the connected trainer's, nil for none
 	closed bool
@@ -132,6 +136,7 @@ func New(nd *node.Node, task *Task, cfg Config) (*Server, error) {
 			s.log.Info("removed shared files left by daemons that are gone", "files", k, "dir", cfg.SharedDir)
 		}
 	}
+	s.startState(cfg.Registerer)
 	s.gs = grpc.NewServer(
 		grpc.MaxRecvMsgSize(cfg.MaxMessageBytes),
 		grpc.MaxSendMsgSize(cfg.MaxMessageBytes),
@@ -268,6 +273,7 @@ func (s *Server) Close() error {
 		if sess != nil {
 			sess.cancel(errors.New("the daemon is stopping"))
 		}
+		s.stopState()
 		s.gs.Stop()
 		if serr := <-s.served; serr != nil && !errors.Is(serr, grpc.ErrServerStopped) {
 			err = serr

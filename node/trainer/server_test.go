@@ -550,8 +550,8 @@ func TestMetricsDocumented(t *testing.T) {
 	// Vectors without a series are not gathered: name the families from
 	// the collectors' descriptions.
 	descs := make(chan *prometheus.Desc, 64)
-	mm := newMetrics(nil)
-	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.resets, mm.paramsRequests} {
+	mm, sm := newMetrics(nil), newStateMetrics(nil)
+	for _, c := range []prometheus.Collector{mm.connected, mm.sessions, mm.refused, mm.calls, mm.errors, mm.refusedUpdates, mm.merged, mm.resets, mm.paramsRequests, sm.served, sm.fetched} {
 		c.Describe(descs)
 	}
 	close(descs)

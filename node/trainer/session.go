@@ -173,6 +173,8 @@ func (s *Server) checkHello(h *pb.Hello) error {
 		return badHello("step", "step %d: want the steps the parameters have taken, >= 0", h.Step)
 	case len(h.Client) > 512:
 		return badHello("client", "client must be at most 512 bytes")
+	case len(h.StateKind) > maxStateKind:
+		return badHello("state_kind", "state_kind must be at most %d bytes", maxStateKind)
 	}
 	return nil
 }
@@ -256,6 +258,9 @@ func (sess *session) start() error {
 	}
 	if st.Params != nil {
 		w.Params = dataTensor(appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params))
+		if h.StateKind != "" { // the job's state beside its parameters (state.go)
+			w.State, w.StateSource = s.fetchState(ctx, h.StateKind)
+		}
 	}
 	if sess.shm != nil {
 		w.ShmPath, w.ShmSize = sess.shm.path, uint64(len(sess.shm.mem))
@@ -344,6 +349,23 @@ func (s *Server) release(sess *session, why string) {
 // requestParams asks the trainer for its parameters and the steps they
 // have taken, within ParamsTimeout.
 func (sess *session) requestParams(ctx context.Context) ([]float64, int64, error) {
+	r, err := sess.ask(ctx, false)
+	if err != nil {
+		return nil, 0, err
+	}
+	p, err := sess.readParams(r)
+	if err != nil {
+		sess.srv.m.paramsRequests.WithLabelValues("bad").Inc()
+		sess.srv.log.Warn("the trainer's parameters were refused", "err", err)
+		return nil, 0, err
+	}
+	sess.srv.m.paramsRequests.WithLabelValues("ok").Inc()
+	return p, r.Step, nil
+}
+
+// ask sends the trainer a ParamsRequest (for its state too when
+// wantState) and returns its answer, within ParamsTimeout.
+func (sess *session) ask(ctx context.Context, wantState bool) (*pb.ParamsReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, sess.srv.cfg.ParamsTimeout)
 	defer cancel()
 	sess.pmu.Lock()
@@ -357,25 +379,19 @@ func (sess *session) requestParams(ctx context.Context) ([]float64, int64, error
 		delete(sess.waiters, id)
 		sess.pmu.Unlock()
 	}()
-	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_ParamsRequest{ParamsRequest: &pb.ParamsRequest{Id: id}}}); err != nil {
+	req := &pb.ParamsRequest{Id: id, WantState: wantState}
+	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_ParamsRequest{ParamsRequest: req}}); err != nil {
 		sess.srv.m.paramsRequests.WithLabelValues("error").Inc()
-		return nil, 0, fmt.Errorf("asking the trainer for its parameters: %w", err)
+		return nil, fmt.Errorf("asking the trainer for its parameters: %w", err)
 	}
 	select {
 	case r := <-ch:
-		p, err := sess.readParams(r)
-		if err != nil {
-			sess.srv.m.paramsRequests.WithLabelValues("bad").Inc()
-			sess.srv.log.Warn("the trainer's parameters were refused", "err", err)
-			return nil, 0, err
-		}
-		sess.srv.m.paramsRequests.WithLabelValues("ok").Inc()
-		return p, r.Step, nil
+		return r, nil
 	case <-ctx.Done():
 		sess.srv.m.paramsRequests.WithLabelValues("timeout").Inc()
-		return nil, 0, fmt.Errorf("the trainer did not send its parameters within %v", sess.srv.cfg.ParamsTimeout)
+		return nil, fmt.Errorf("the trainer did not send its parameters within %v", sess.srv.cfg.ParamsTimeout)
 	case <-sess.ctx.Done():
-		return nil, 0, errors.New("the trainer disconnected")
+		return nil, errors.New("the trainer disconnected")
 	}
 }
 

@@ -142,19 +142,26 @@ class Client:
     daemon's shared file for tensors (same machine). connect_timeout:
     seconds to keep trying to reach the daemon and its job (None: for
     ever, logging why). alive: called while waiting; it raises to stop the
-    wait (the daemon this process started has exited).
+    wait (the daemon this process started has exited). state_kind: the
+    kind of state the trainer keeps beside its parameters (e.g.
+    "pspnode.DiLoCo/1"; "" for none), and state_provider, called from a
+    background thread when a peer's daemon asks for it (a worker joining
+    the job): returns (steps taken, bytes). A session that starts from the
+    job's parameters then gets a peer's state too (welcome_state()).
     """
 
     def __init__(self, address: str, *, model_name: str, num_params: int, model_id: int,
                  step: int = 0, params_provider: Optional[Callable[[], Tuple[int, np.ndarray]]] = None,
                  shared_memory: bool = True, connect_timeout: Optional[float] = None,
                  max_message_bytes: int = 1 << 30, client_name: Optional[str] = None,
-                 alive: Optional[Callable[[], None]] = None):
+                 alive: Optional[Callable[[], None]] = None, state_kind: str = "",
+                 state_provider: Optional[Callable[[], Tuple[int, bytes]]] = None):
         self.address = address
         grpc_target(address)  # refuse a bad address at once
         self.model_name, self.num_params, self.model_id = model_name, int(num_params), int(model_id)
         self.start_step = int(step)
         self.params_provider = params_provider
+        self.state_kind, self.state_provider = state_kind, state_provider
         self.shared_memory = shared_memory
         self.connect_timeout = connect_timeout
         self.client_name = client_name or f"{CLIENT_NAME} pid {os.getpid()}"
@@ -222,7 +229,7 @@ class Client:
         self._lost.clear()
         hello = pb.Hello(api_version=API_VERSION, model_name=self.model_name, model_id=self.model_id,
                          num_params=self.num_params, dtype=pb.DTYPE_FLOAT32, step=self.start_step,
-                         client=self.client_name, shared_memory=self.shared_memory)
+                         client=self.client_name, shared_memory=self.shared_memory, state_kind=self.state_kind)
 
         def messages(out=self._out):
             yield pb.TrainerMessage(hello=hello)
@@ -289,7 +296,10 @@ class Client:
         try:
             for msg in responses:
                 if msg.WhichOneof("msg") == "params_request":
-                    self._serve_params(msg.params_request.id)
+                    if msg.params_request.want_state:
+                        self._serve_state(msg.params_request.id)
+                    else:
+                        self._serve_params(msg.params_request.id)
             self._lost_why = "the daemon closed the session"
         except grpc.RpcError as e:
             self._lost_why = f"{e.details()} ({e.code().name})"
@@ -312,6 +322,28 @@ class Client:
             self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), params=t)))
         except Exception:  # a failing provider must not kill the session
             log.exception("pspnode: could not give the daemon this trainer's parameters")
+
+    def _serve_state(self, rid):
+        # Only the state: the parameters region may be in use by a
+        # ParamsReply of the model protocol's.
+        if self.state_provider is None or not self.state_kind:
+            return
+        try:
+            step, data = self.state_provider()
+            st = pb.TrainerState(kind=self.state_kind, step=int(step), data=bytes(data))
+            self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), state=st)))
+        except Exception:  # a failing provider must not kill the session
+            log.exception("pspnode: could not give the daemon this trainer's state")
+
+    def welcome_state(self) -> Optional["pb.TrainerState"]:
+        """The state a peer's trainer keeps beside the job's parameters
+        (of this client's state_kind), when the session starts from them
+        and a peer gave it; None otherwise. It comes from a peer: check it
+        before use. Welcome.state_source says which peer."""
+        w = self._welcome
+        if w is None or not w.has_params or not w.HasField("state") or w.state.kind != self.state_kind:
+            return None
+        return w.state
 
     @property
     def welcome(self) -> "pb.Welcome":

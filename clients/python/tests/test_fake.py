@@ -70,17 +70,23 @@ class FakeDaemon(pb_grpc.TrainerServicer):
         return reply
 
 
+def serve_fake(test, fake):
+    """Serves fake on a Unix socket for the length of test; returns the
+    address."""
+    tmp = tempfile.mkdtemp(prefix="pspnode-fake-")
+    test.addCleanup(shutil.rmtree, tmp, True)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    pb_grpc.add_TrainerServicer_to_server(fake, server)
+    sock = os.path.join(tmp, "fake.sock")
+    server.add_insecure_port("unix:" + sock)
+    server.start()
+    test.addCleanup(server.stop, None)
+    return "unix:" + sock
+
+
 class WithFake(unittest.TestCase):
     def serve(self, fake):
-        tmp = tempfile.mkdtemp(prefix="pspnode-fake-")
-        self.addCleanup(shutil.rmtree, tmp, True)
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-        pb_grpc.add_TrainerServicer_to_server(fake, server)
-        sock = os.path.join(tmp, "fake.sock")
-        server.add_insecure_port("unix:" + sock)
-        server.start()
-        self.addCleanup(server.stop, None)
-        return "unix:" + sock
+        return serve_fake(self, fake)
 
     def test_reset_replaces_parameters_and_step(self):
         torch.manual_seed(0)

@@ -26,10 +26,24 @@
 // task time ×--slow-factor) or cpu (its processes in a cgroup with a CPU
 // quota). Every cell runs each seed under each system. A run starts every
 // process at once (no worker has a head start), starts training at one
-// instant once every trainer is set up, and stops a few seconds after the
-// median worker (DDP: rank 0) reached the target accuracy, or at
-// --max-duration. Per run: the time to the target, steps per second per
-// worker, final accuracy, CPU seconds of all worker processes and of the
+// instant once every trainer is set up, and stops a few seconds after
+// the target accuracy was reached, or at --max-duration.
+//
+// Evaluation is the same work in either system: worker 0 alone evaluates
+// on the held-out images during training (DDP's rank 0, whose parameters
+// are every rank's; pspnode's worker 0, whose model is what a user of that
+// worker gets), every --eval-every, and its accuracy is the one that
+// counts; every worker evaluates once at the end (the final accuracy is
+// their mean). An evaluation of the MLP costs as much CPU as the forward
+// and backward passes of about 25 training steps, so when every pspnode
+// worker evaluated (--eval-workers all, where the median worker's
+// accuracy counts) the evaluations were half of pspnode's CPU, four times
+// DDP's evaluation work, on the machine that ran both.
+//
+// Per run: the time to the target, steps per second per
+// worker, final accuracy, CPU seconds of all worker processes (trainers
+// and daemons apart; the trainers' compute, optimizer step and
+// evaluations apart; until the target) and of the
 // link emulation, bytes each worker's interface sent per step, peak RSS
 // per worker, and for pspnode the daemons' update staleness (their
 // psp_update_staleness_steps histogram; n/a where they do not serve it)

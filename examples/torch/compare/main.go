@@ -54,6 +54,7 @@ type config struct {
 	maxDur    time.Duration // a run ends after this long whatever its accuracy
 	after     time.Duration // and this long after it reached the target
 	evalEvery time.Duration
+	evalAll   bool // every pspnode worker evaluates during training, not worker 0 alone
 	resume    bool
 	probeOnly bool
 }
@@ -122,7 +123,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.Float64Var(&momCNN, "momentum-cnn", 0.9, "the CNN's SGD momentum")
 	fs.DurationVar(&c.maxDur, "max-duration", 90*time.Second, "a run stops after this long of training")
 	fs.DurationVar(&c.after, "after-target", 3*time.Second, "a run stops this long after it reached the target")
-	fs.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval (every pspnode worker; DDP's rank 0)")
+	fs.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval (worker 0 of either system; see --eval-workers)")
+	var evalWorkers string
+	fs.StringVar(&evalWorkers, "eval-workers", "one", "which workers evaluate during training: one (worker 0 of either system: the same evaluation work for both) or all (every pspnode worker, and the median worker's accuracy counts; DDP's rank 0 alone, its parameters being every rank's)")
 	fs.BoolVar(&c.resume, "resume", false, "reuse the runs an earlier invocation with the same settings saved in --out")
 	fs.BoolVar(&c.probeOnly, "probe-only", false, "measure every tier's round trip and rate, write links.md, and stop")
 	if err := fs.Parse(args); err != nil {
@@ -133,6 +136,13 @@ func parseFlags(args []string) (*config, error) {
 	}
 	if all {
 		tiersF, models, slows, seeds = tierNames(), "mlp,cnn", "none,sleep,cpu", "1,2,3"
+	}
+	switch evalWorkers {
+	case "one":
+	case "all":
+		c.evalAll = true
+	default:
+		return nil, fmt.Errorf("--eval-workers %q: want one or all", evalWorkers)
 	}
 	for _, name := range split(tiersF) {
 		t, ok := tierNamed(name)
@@ -352,9 +362,9 @@ func label(sys string) string {
 // settings names what a run's figures depend on besides its cell, system
 // and seed: a saved run is reused only under the same settings.
 func (c *config) settings(cl cell) string {
-	return fmt.Sprintf("v3 workers=%d factor=%g cores=%g scale=%g target=%g batch=%d lr=%g momentum=%g max=%v after=%v eval=%v link=%v/%g",
+	return fmt.Sprintf("v4 workers=%d factor=%g cores=%g scale=%g target=%g batch=%d lr=%g momentum=%g max=%v after=%v eval=%v evalall=%v link=%v/%g",
 		c.workers, c.factor, c.slowCores, c.scale, c.target, c.batch, cl.Model.LR, cl.Model.Momentum, c.maxDur, c.after, c.evalEvery,
-		cl.Tier.Link.Delay, cl.Tier.Link.Rate)
+		c.evalAll, cl.Tier.Link.Delay, cl.Tier.Link.Rate)
 }
 
 func (c *config) savedPath(cl cell, sys string, seed int) string {

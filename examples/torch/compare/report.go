@@ -217,8 +217,12 @@ func (c *config) settingsLine() string {
 			slow += fmt.Sprintf(" CPU-slowed: one worker's processes limited to %.3g core (cgroup cpu quota).", c.slowCores)
 		}
 	}
-	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. A run stops %v after the median worker (DDP: rank 0) reached %.0f %%, or after %v of training.%s The slow worker is worker (seed mod %d).",
-		c.scale, c.batch, strings.Join(ms, "; "), c.after, 100*c.target, c.maxDur, slow, c.workers)
+	who := "Worker 0 (never the slow one) evaluates every %v during training, in either system, and its accuracy counts"
+	if c.evalAll {
+		who = "Every pspnode worker evaluates every %v during training and the median worker's accuracy counts (DDP: rank 0's)"
+	}
+	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s The slow worker is worker (seed mod %d).",
+		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, c.workers)
 }
 
 // loadRange is the range of the 1-minute load average at the runs' ends.
@@ -329,7 +333,7 @@ func (c *config) summary(gs []*group, ddpOf map[string]*group, probes []probe, c
 }
 
 // figures draws one PNG per tier: a panel per model and slow mode, a line
-// per system (the median over seeds of the median worker's accuracy).
+// per system (the median over seeds of the accuracy that counts).
 func (c *config) figures(gs []*group) error {
 	for _, t := range c.tiers {
 		var panels []figure.Panel

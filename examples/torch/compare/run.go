@@ -31,8 +31,8 @@ type run struct {
 	// SlowWorker is the slowed worker's index (-1: none).
 	SlowWorker int     `json:"slow_worker"`
 	Duration   float64 `json:"duration_s"`
-	// TimeToTarget is when the median worker reached the target (DDP:
-	// rank 0, whose parameters are every rank's); NaN when it did not.
+	// TimeToTarget is when the evaluations that count (curves) reached
+	// the target; NaN when they did not.
 	TimeToTarget float64 `json:"-"`
 	// StepsPerS is steps per second per worker; SlowStepsPerS the slowed
 	// worker's own (NaN without one).
@@ -53,6 +53,32 @@ type run struct {
 	// PeakRSS is the largest of the workers' peak resident sets (trainer
 	// plus daemon).
 	PeakRSS int64 `json:"peak_rss_bytes_per_worker"`
+	// Where CPUSeconds went (summed over the workers, CPU seconds):
+	// TrainerCPU and DaemonCPU are the trainers' and the daemons' whole
+	// lives (set-up included); DaemonTrainCPU the daemons' during
+	// training. From the trainers' summaries, during training: TrainCPU
+	// their processes' CPU, ComputeCPU the batches' forward and backward,
+	// StepCPU the optimizer's step (pspnode.Optimizer.step: the training
+	// thread's part), EvalCPU the evaluations, of which there were
+	// Evaluations; StepWall the optimizer steps' wall time (waiting at the
+	// barrier, DDP's all-reduce), EvalWall the evaluations'; RunQueue the
+	// time the training threads waited for a CPU (a busy machine). Steps
+	// is every worker's steps; CPUToTarget
+	// every worker process's CPU from the start of training until the
+	// target was reached (NaN when it was not).
+	TrainerCPU     float64 `json:"trainer_cpu_s"`
+	DaemonCPU      float64 `json:"daemon_cpu_s"`
+	DaemonTrainCPU float64 `json:"daemon_train_cpu_s"`
+	TrainCPU       float64 `json:"trainer_train_cpu_s"`
+	ComputeCPU     float64 `json:"compute_cpu_s"`
+	StepCPU        float64 `json:"step_cpu_s"`
+	EvalCPU        float64 `json:"eval_cpu_s"`
+	Evaluations    int64   `json:"evaluations"`
+	StepWall       float64 `json:"step_wall_s"`
+	EvalWall       float64 `json:"eval_wall_s"`
+	RunQueue       float64 `json:"run_queue_s"`
+	Steps          int64   `json:"steps"`
+	CPUToTarget    float64 `json:"-"`
 	// Staleness is psp_update_staleness_steps over every daemon; nil when
 	// no daemon serves it (DDP, or a daemon without the metric).
 	Staleness *staleness `json:"staleness,omitempty"`
@@ -74,11 +100,12 @@ type run struct {
 	// from the common start until every trainer had ended.
 	Setup float64      `json:"setup_s"`
 	Train float64      `json:"train_s"`
-	Curve [][2]float64 `json:"curve"` // (time, median worker's accuracy)
+	Curve [][2]float64 `json:"curve"` // (time, the accuracy that counts: worker 0's, or the median worker's)
 
 	// JSON forms of the fields that may be NaN.
 	TimeToTargetJ  *float64 `json:"time_to_target_s"`
 	SlowStepsPerSJ *float64 `json:"slow_worker_steps_per_s,omitempty"`
+	CPUToTargetJ   *float64 `json:"cpu_to_target_s,omitempty"`
 }
 
 func nanPtr(v float64) *float64 {
@@ -96,12 +123,12 @@ func ptrNaN(p *float64) float64 {
 }
 
 func (r run) forJSON() run {
-	r.TimeToTargetJ, r.SlowStepsPerSJ = nanPtr(r.TimeToTarget), nanPtr(r.SlowStepsPerS)
+	r.TimeToTargetJ, r.SlowStepsPerSJ, r.CPUToTargetJ = nanPtr(r.TimeToTarget), nanPtr(r.SlowStepsPerS), nanPtr(r.CPUToTarget)
 	return r
 }
 
 func (r run) fromJSON() run {
-	r.TimeToTarget, r.SlowStepsPerS = ptrNaN(r.TimeToTargetJ), ptrNaN(r.SlowStepsPerSJ)
+	r.TimeToTarget, r.SlowStepsPerS, r.CPUToTarget = ptrNaN(r.TimeToTargetJ), ptrNaN(r.SlowStepsPerSJ), ptrNaN(r.CPUToTargetJ)
 	return r
 }
 
@@ -113,6 +140,9 @@ func (r run) line(target float64) string {
 	}
 	s += fmt.Sprintf(", final %.3f, %s/step, %.0f CPU-s (+%.0f link), RSS %s", r.FinalAccuracy, humanBytes(r.BytesPerStep),
 		r.CPUSeconds, r.LinkCPU, humanBytes(float64(r.PeakRSS)))
+	s += fmt.Sprintf(" [CPU: trainers %.1f (in training %.1f: compute %.1f, step %.1f, eval %.1f in %d), daemons %.1f (in training %.1f); %.1f CPU-ms/step; to target %.1f]",
+		r.TrainerCPU, r.TrainCPU, r.ComputeCPU, r.StepCPU, r.EvalCPU, r.Evaluations, r.DaemonCPU, r.DaemonTrainCPU,
+		1000*(r.TrainCPU+r.DaemonTrainCPU)/float64(max(r.Steps, 1)), r.CPUToTarget)
 	if r.Staleness != nil {
 		s += ", staleness " + r.Staleness.String()
 	}
@@ -191,6 +221,8 @@ type worker struct {
 	ready               string
 	tx0                 int64
 	metrics, statusBody string
+	daemonCPU0          float64 // the daemon's CPU seconds when training started
+	daemonCPU1          float64 // and when every trainer had ended
 }
 
 // one runs system sys on cell cl with seed: a fresh network, one
@@ -280,6 +312,11 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 			return r, err
 		}
 	}
+	for _, w := range ws {
+		if w.daemon != nil {
+			w.daemonCPU0 = procCPU(w.daemon.cmd.Process.Pid)
+		}
+	}
 	cpu0, sw0 := selfCPU(), n.LinkCounters()
 	start := time.Now().Add(300 * time.Millisecond)
 	if err := os.WriteFile(goFile+".tmp", []byte(fmt.Sprintf("%.3f", float64(start.UnixNano())/1e9)), 0o644); err != nil {
@@ -289,10 +326,16 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 		return r, err
 	}
 	setup := time.Since(began)
-	if err := c.watch(ctx, cl, sys, ws, start, stopFile); err != nil {
+	cpuCurve, err := c.watch(ctx, cl, sys, ws, start, stopFile)
+	if err != nil {
 		return r, err
 	}
 	train := time.Since(start)
+	for _, w := range ws {
+		if w.daemon != nil {
+			w.daemonCPU1 = procCPU(w.daemon.cmd.Process.Pid)
+		}
+	}
 	// What the interfaces and forwarders did during training.
 	var sent int64
 	for _, w := range ws {
@@ -314,6 +357,8 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 		c.keepScrapes(cl, sys, seed, ws)
 	}
 	r, err = c.tally(cl, sys, seed, slow, ws, sent)
+	c.keepWorkerFiles(cl, sys, seed, ws)
+	r.CPUToTarget = cpuAt(cpuCurve, r.TimeToTarget)
 	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
 	r.Setup, r.Train = setup.Seconds(), train.Seconds()
 	return r, err
@@ -342,10 +387,14 @@ func (c *config) daemonArgs(dir, sys string, i int, ws []*worker, ids []string) 
 // trainerArgs is worker i's mnist.py.
 func (c *config) trainerArgs(cl cell, dir, sys string, seed, i int, slow bool, ws []*worker, goFile, stopFile string) []string {
 	w := ws[i]
+	evalEvery := c.evalEvery.Seconds()
+	if i > 0 && (sys == "ddp" || !c.evalAll) {
+		evalEvery = 0 // worker 0 alone evaluates during training; every worker once at the end
+	}
 	args := []string{filepath.Join("examples", "torch", "mnist.py"), "--model", cl.Model.Name,
 		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(len(ws)), "--batch", strconv.Itoa(c.batch),
 		"--lr", fmt.Sprint(cl.Model.LR), "--momentum", fmt.Sprint(cl.Model.Momentum), "--time-scale", fmt.Sprint(c.scale),
-		"--eval-every", fmt.Sprint(c.evalEvery.Seconds()), "--duration", fmt.Sprint((c.maxDur + 10*time.Second).Seconds()),
+		"--eval-every", fmt.Sprint(evalEvery), "--duration", fmt.Sprint((c.maxDur + 10*time.Second).Seconds()),
 		"--init-seed", strconv.Itoa(seed), "--seed", strconv.Itoa(1000*seed + i),
 		"--out", w.csv, "--summary", w.summary, "--log", "warning",
 		"--ready-file", w.ready, "--go-file", goFile, "--stop-file", stopFile}
@@ -393,11 +442,15 @@ func (c *config) waitReady(ctx context.Context, ws []*worker) error {
 // watch follows training: every second it reads the evaluations, prints
 // progress every 15 s, and creates the stop file once the run has reached
 // the target and gone on for --after-target more, or has lasted
-// --max-duration. It returns once every trainer has ended.
-func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, start time.Time, stopFile string) error {
+// --max-duration. It returns once every trainer has ended, with the
+// workers' processes' CPU seconds since the start of training, sampled
+// every second while every trainer ran (time, CPU).
+func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, start time.Time, stopFile string) ([][2]float64, error) {
 	stopped := false
 	stopAt := time.Time{}
 	lastLog := start
+	cpu0, running := workersCPU(ws), true
+	curve := [][2]float64{{time.Since(start).Seconds(), 0}}
 	for {
 		allDone := true
 		for i, w := range ws {
@@ -406,22 +459,28 @@ func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, s
 				continue
 			}
 			if w.trainer.err != nil {
-				return fmt.Errorf("worker %d's trainer: %v:\n%s", i, w.trainer.err, w.trainer.tail())
+				return nil, fmt.Errorf("worker %d's trainer: %v:\n%s", i, w.trainer.err, w.trainer.tail())
 			}
 		}
 		if allDone {
-			return nil
+			return curve, nil
 		}
 		now := time.Since(start).Seconds()
+		if running {
+			cpu := workersCPU(ws)
+			if running = cpu >= 0; running {
+				curve = append(curve, [2]float64{now, cpu - cpu0})
+			}
+		}
 		curve, reached := medianCurve(c.curves(sys, ws), c.target, now)
 		if !stopped && ((!math.IsNaN(reached) && now >= reached+c.after.Seconds()) || now >= c.maxDur.Seconds()) {
 			if err := os.WriteFile(stopFile, nil, 0o644); err != nil {
-				return err
+				return nil, err
 			}
 			stopped, stopAt = true, time.Now()
 		}
 		if stopped && time.Since(stopAt) > time.Minute {
-			return errors.New("the trainers did not stop within a minute of the stop file")
+			return nil, errors.New("the trainers did not stop within a minute of the stop file")
 		}
 		if time.Since(lastLog) >= 15*time.Second {
 			lastLog = time.Now()
@@ -429,23 +488,64 @@ func (c *config) watch(ctx context.Context, cl cell, sys string, ws []*worker, s
 			if len(curve) > 0 {
 				acc = curve[len(curve)-1][1]
 			}
-			fmt.Printf("    %3.0f s: accuracy %.3f (median worker), load %.1f\n", now, acc, loadAverage())
+			fmt.Printf("    %3.0f s: accuracy %.3f, load %.1f\n", now, acc, loadAverage())
 		}
 		select {
 		case <-ctx.Done():
-			return ctx.Err()
+			return nil, ctx.Err()
 		case <-time.After(time.Second):
 		}
 	}
 }
 
-// curves are the evaluations that count: every pspnode worker's, DDP's
-// rank 0 alone (its ranks hold the same parameters, and rank 0 alone
-// evaluates during training).
+// workersCPU is the CPU seconds of every worker's processes so far; -1
+// once one has ended (its /proc entry is gone or reaped).
+func workersCPU(ws []*worker) float64 {
+	var sum float64
+	for _, w := range ws {
+		for _, p := range []*proc{w.trainer, w.daemon} {
+			if p == nil {
+				continue
+			}
+			if p.exited() {
+				return -1
+			}
+			v := procCPU(p.cmd.Process.Pid)
+			if v < 0 {
+				return -1
+			}
+			sum += v
+		}
+	}
+	return sum
+}
+
+// cpuAt is the CPU of a (time, CPU) curve at time t, by linear
+// interpolation; NaN when t is NaN or beyond the curve.
+func cpuAt(curve [][2]float64, t float64) float64 {
+	if math.IsNaN(t) || len(curve) == 0 {
+		return math.NaN()
+	}
+	for i := 1; i < len(curve); i++ {
+		a, b := curve[i-1], curve[i]
+		if t <= b[0] {
+			if b[0] <= a[0] {
+				return b[1]
+			}
+			f := max(0, (t-a[0])/(b[0]-a[0]))
+			return a[1] + f*(b[1]-a[1])
+		}
+	}
+	return math.NaN()
+}
+
+// curves are the evaluations that count: worker 0's, or with
+// --eval-workers all every pspnode worker's (DDP's rank 0 alone: its ranks
+// hold the same parameters).
 func (c *config) curves(sys string, ws []*worker) [][]evals.Eval {
 	var out [][]evals.Eval
 	for i, w := range ws {
-		if sys == "ddp" && i > 0 {
+		if i > 0 && (sys == "ddp" || !c.evalAll) {
 			break
 		}
 		ev, _ := evals.Read(w.csv)
@@ -485,12 +585,34 @@ func (c *config) keepScrapes(cl cell, sys string, seed int, ws []*worker) {
 	}
 }
 
+// keepWorkerFiles saves each worker's evaluations and summary beside the
+// run's record (runs/NAME.wI.csv, .wI.json).
+func (c *config) keepWorkerFiles(cl cell, sys string, seed int, ws []*worker) {
+	base := strings.TrimSuffix(c.savedPath(cl, sys, seed), ".json")
+	_ = os.MkdirAll(filepath.Dir(base), 0o755)
+	for i, w := range ws {
+		for ext, from := range map[string]string{"csv": w.csv, "json": w.summary} {
+			if b, err := os.ReadFile(from); err == nil {
+				_ = os.WriteFile(fmt.Sprintf("%s.w%d.%s", base, i, ext), b, 0o644)
+			}
+		}
+	}
+}
+
 // summary is what mnist.py writes at the end (--summary).
 type summary struct {
-	Steps     int64   `json:"steps"`
-	Elapsed   float64 `json:"elapsed_s"`
-	Final     float64 `json:"final_accuracy"`
-	StartLate float64 `json:"start_late_s"`
+	Steps       int64   `json:"steps"`
+	Elapsed     float64 `json:"elapsed_s"`
+	Final       float64 `json:"final_accuracy"`
+	StartLate   float64 `json:"start_late_s"`
+	CPU         float64 `json:"cpu_s"`
+	ComputeCPU  float64 `json:"cpu_compute_s"`
+	StepCPU     float64 `json:"cpu_step_s"`
+	EvalCPU     float64 `json:"cpu_eval_s"`
+	Evaluations int64   `json:"evaluations"`
+	StepWall    float64 `json:"step_wall_s"`
+	EvalWall    float64 `json:"eval_wall_s"`
+	RunQueue    float64 `json:"run_queue_s"`
 }
 
 // tally is the run from its workers' files and processes; sent is what
@@ -517,14 +639,26 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 		if i == slow && s.Elapsed > 0 {
 			r.SlowStepsPerS = float64(s.Steps) / s.Elapsed
 		}
+		r.TrainCPU += s.CPU
+		r.ComputeCPU += s.ComputeCPU
+		r.StepCPU += s.StepCPU
+		r.EvalCPU += s.EvalCPU
+		r.Evaluations += s.Evaluations
+		r.StepWall += s.StepWall
+		r.EvalWall += s.EvalWall
+		r.RunQueue += s.RunQueue
 		c1, p1 := usage(w.trainer)
 		c2, p2 := usage(w.daemon)
 		r.CPUSeconds += c1 + c2
+		r.TrainerCPU += c1
+		r.DaemonCPU += c2
+		r.DaemonTrainCPU += w.daemonCPU1 - w.daemonCPU0
 		r.PeakRSS = max(r.PeakRSS, p1+p2)
 	}
 	if elapsed > 0 {
 		r.StepsPerS = float64(steps) / elapsed
 	}
+	r.Steps = steps
 	r.FinalAccuracy = final / float64(len(ws))
 	r.BytesPerStep = float64(sent) / float64(max(steps, 1))
 	curves := c.curves(sys, ws)

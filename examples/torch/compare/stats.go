@@ -18,7 +18,8 @@ import (
 // update or model a daemon applies, its own step minus the sender's.
 const stalenessMetric = "psp_update_staleness_steps"
 
-// medianCurve is the median worker's accuracy every half second from 0
+// medianCurve is the median worker's accuracy (of those curves gives:
+// worker 0 alone, or every worker) every half second from 0
 // to dur (each worker at its latest evaluation; points before every worker
 // has one are left out), and the first time it reaches target (NaN:
 // never). With an even number of workers the median is the upper one: half

@@ -198,3 +198,26 @@ func TestSettingsOf(t *testing.T) {
 		}
 	}
 }
+
+func TestCPUAt(t *testing.T) {
+	curve := [][2]float64{{0.2, 0}, {1.2, 2}, {2.2, 3}}
+	tests := []struct {
+		at, want float64
+	}{
+		{0.1, 0},        // before the first sample: its value
+		{0.7, 1},        // halfway between the first two
+		{1.2, 2},        // on a sample
+		{2.2, 3},        // the last sample
+		{3, math.NaN()}, // beyond the curve: unknown
+		{math.NaN(), math.NaN()},
+	}
+	for _, tt := range tests {
+		got := cpuAt(curve, tt.at)
+		if !(math.Abs(got-tt.want) < 1e-9 || math.IsNaN(got) && math.IsNaN(tt.want)) {
+			t.Errorf("cpuAt(%v) = %v, want %v", tt.at, got, tt.want)
+		}
+	}
+	if got := cpuAt(nil, 1); !math.IsNaN(got) {
+		t.Errorf("cpuAt(nil) = %v, want NaN", got)
+	}
+}

@@ -494,7 +494,13 @@ type Hello struct {
 	// torch/1.13 pid 4242").
 	Client string `protobuf:"bytes,7,opt,name=client,proto3" json:"client,omitempty"`
 	// The trainer can map a file the daemon creates (same machine).
-	SharedMemory  bool `protobuf:"varint,8,opt,name=shared_memory,json=sharedMemory,proto3" json:"shared_memory,omitempty"`
+	SharedMemory bool `protobuf:"varint,8,opt,name=shared_memory,json=sharedMemory,proto3" json:"shared_memory,omitempty"`
+	// The kind of state the trainer keeps beside its parameters (see
+	// TrainerState), e.g. "pspnode.DiLoCo/1"; "" for none. A trainer that
+	// names one answers a ParamsRequest with want_state with its state, and
+	// when its session starts from the job's parameters, Welcome carries a
+	// peer's state of the same kind.
+	StateKind     string `protobuf:"bytes,9,opt,name=state_kind,json=stateKind,proto3" json:"state_kind,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -583,6 +589,13 @@ func (x *Hello) GetSharedMemory() bool {
 		return x.SharedMemory
 	}
 	return false
+}
+
+func (x *Hello) GetStateKind() string {
+	if x != nil {
+		return x.StateKind
+	}
+	return ""
 }
 
 // The daemon is not ready for a trainer yet.
@@ -683,8 +696,14 @@ type Welcome struct {
 	ShmParamsOffset uint64 `protobuf:"varint,17,opt,name=shm_params_offset,json=shmParamsOffset,proto3" json:"shm_params_offset,omitempty"`
 	ModelId         uint32 `protobuf:"varint,18,opt,name=model_id,json=modelId,proto3" json:"model_id,omitempty"`
 	ShmUpOddOffset  uint64 `protobuf:"varint,19,opt,name=shm_up_odd_offset,json=shmUpOddOffset,proto3" json:"shm_up_odd_offset,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// When Hello named a state_kind and the session starts from the job's
+	// parameters (has_params): the state of that kind a peer's trainer
+	// keeps, fetched from the peer, and which peer ("peer <id>"). Absent
+	// when no peer gave one.
+	State         *TrainerState `protobuf:"bytes,20,opt,name=state,proto3" json:"state,omitempty"`
+	StateSource   string        `protobuf:"bytes,21,opt,name=state_source,json=stateSource,proto3" json:"state_source,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Welcome) Reset() {
@@ -850,18 +869,103 @@ func (x *Welcome) GetShmUpOddOffset() uint64 {
 	return 0
 }
 
+func (x *Welcome) GetState() *TrainerState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
+func (x *Welcome) GetStateSource() string {
+	if x != nil {
+		return x.StateSource
+	}
+	return ""
+}
+
+// State a trainer keeps beside its parameters that a joining worker's
+// trainer needs as well: a DiLoCo trainer's outer parameters and its outer
+// optimizer's momentum, say. The daemons carry it from a peer's trainer to
+// a joining one without reading it (a peer's daemon asks its trainer for
+// it over the job's trainer-state protocol, /psp/<job>/trainer-state/1.0.0).
+type TrainerState struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// What the state is, as Hello.state_kind names it. At most 256 bytes.
+	Kind string `protobuf:"bytes,1,opt,name=kind,proto3" json:"kind,omitempty"`
+	// The steps the state has taken (the trainer's count, e.g. outer steps).
+	Step int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	// The state, in the kind's own encoding (the receiving trainer checks
+	// it: it comes from a peer). At most the daemon's message bound.
+	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TrainerState) Reset() {
+	*x = TrainerState{}
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TrainerState) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TrainerState) ProtoMessage() {}
+
+func (x *TrainerState) ProtoReflect() protoreflect.Message {
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TrainerState.ProtoReflect.Descriptor instead.
+func (*TrainerState) Descriptor() ([]byte, []int) {
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *TrainerState) GetKind() string {
+	if x != nil {
+		return x.Kind
+	}
+	return ""
+}
+
+func (x *TrainerState) GetStep() int64 {
+	if x != nil {
+		return x.Step
+	}
+	return 0
+}
+
+func (x *TrainerState) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
 // The daemon needs the trainer's current parameters (a peer fetches the
 // model to join the job).
 type ParamsRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Id            uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
+	// Send the trainer's state (Hello.state_kind) too, in ParamsReply.state.
+	WantState     bool `protobuf:"varint,2,opt,name=want_state,json=wantState,proto3" json:"want_state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParamsRequest) Reset() {
 	*x = ParamsRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[5]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -873,7 +977,7 @@ func (x *ParamsRequest) String() string {
 func (*ParamsRequest) ProtoMessage() {}
 
 func (x *ParamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[5]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -886,7 +990,7 @@ func (x *ParamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParamsRequest.ProtoReflect.Descriptor instead.
 func (*ParamsRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{5}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ParamsRequest) GetId() uint64 {
@@ -896,19 +1000,28 @@ func (x *ParamsRequest) GetId() uint64 {
 	return 0
 }
 
+func (x *ParamsRequest) GetWantState() bool {
+	if x != nil {
+		return x.WantState
+	}
+	return false
+}
+
 type ParamsReply struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
 	// The steps the parameters have taken.
-	Step          int64   `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
-	Params        *Tensor `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	Step   int64   `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
+	Params *Tensor `protobuf:"bytes,3,opt,name=params,proto3" json:"params,omitempty"`
+	// The trainer's state, when the request wanted it (absent for none).
+	State         *TrainerState `protobuf:"bytes,4,opt,name=state,proto3" json:"state,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParamsReply) Reset() {
 	*x = ParamsReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[6]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -920,7 +1033,7 @@ func (x *ParamsReply) String() string {
 func (*ParamsReply) ProtoMessage() {}
 
 func (x *ParamsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[6]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -933,7 +1046,7 @@ func (x *ParamsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParamsReply.ProtoReflect.Descriptor instead.
 func (*ParamsReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{6}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ParamsReply) GetId() uint64 {
@@ -957,6 +1070,13 @@ func (x *ParamsReply) GetParams() *Tensor {
 	return nil
 }
 
+func (x *ParamsReply) GetState() *TrainerState {
+	if x != nil {
+		return x.State
+	}
+	return nil
+}
+
 // The trainer mapped the shared file (ok) or could not (error says why;
 // the session then carries tensors in data).
 type SharedMemoryReady struct {
@@ -969,7 +1089,7 @@ type SharedMemoryReady struct {
 
 func (x *SharedMemoryReady) Reset() {
 	*x = SharedMemoryReady{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[7]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -981,7 +1101,7 @@ func (x *SharedMemoryReady) String() string {
 func (*SharedMemoryReady) ProtoMessage() {}
 
 func (x *SharedMemoryReady) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[7]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -994,7 +1114,7 @@ func (x *SharedMemoryReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharedMemoryReady.ProtoReflect.Descriptor instead.
 func (*SharedMemoryReady) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{7}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *SharedMemoryReady) GetOk() bool {
@@ -1025,7 +1145,7 @@ type TrainerMessage struct {
 
 func (x *TrainerMessage) Reset() {
 	*x = TrainerMessage{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[8]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1037,7 +1157,7 @@ func (x *TrainerMessage) String() string {
 func (*TrainerMessage) ProtoMessage() {}
 
 func (x *TrainerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[8]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1050,7 +1170,7 @@ func (x *TrainerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainerMessage.ProtoReflect.Descriptor instead.
 func (*TrainerMessage) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{8}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *TrainerMessage) GetMsg() isTrainerMessage_Msg {
@@ -1123,7 +1243,7 @@ type DaemonMessage struct {
 
 func (x *DaemonMessage) Reset() {
 	*x = DaemonMessage{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[9]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1135,7 +1255,7 @@ func (x *DaemonMessage) String() string {
 func (*DaemonMessage) ProtoMessage() {}
 
 func (x *DaemonMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[9]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1148,7 +1268,7 @@ func (x *DaemonMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonMessage.ProtoReflect.Descriptor instead.
 func (*DaemonMessage) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{9}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *DaemonMessage) GetMsg() isDaemonMessage_Msg {
@@ -1217,7 +1337,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[10]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1229,7 +1349,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[10]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1242,7 +1362,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{10}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *BarrierRequest) GetStep() int64 {
@@ -1269,7 +1389,7 @@ type BarrierReply struct {
 
 func (x *BarrierReply) Reset() {
 	*x = BarrierReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[11]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1281,7 +1401,7 @@ func (x *BarrierReply) String() string {
 func (*BarrierReply) ProtoMessage() {}
 
 func (x *BarrierReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[11]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1294,7 +1414,7 @@ func (x *BarrierReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierReply.ProtoReflect.Descriptor instead.
 func (*BarrierReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{11}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BarrierReply) GetStep() int64 {
@@ -1356,7 +1476,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[12]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1368,7 +1488,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[12]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1381,7 +1501,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{12}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *PublishRequest) GetStep() int64 {
@@ -1428,7 +1548,7 @@ type PublishReply struct {
 
 func (x *PublishReply) Reset() {
 	*x = PublishReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[13]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1440,7 +1560,7 @@ func (x *PublishReply) String() string {
 func (*PublishReply) ProtoMessage() {}
 
 func (x *PublishReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[13]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1453,7 +1573,7 @@ func (x *PublishReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishReply.ProtoReflect.Descriptor instead.
 func (*PublishReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{13}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PublishReply) GetStep() int64 {
@@ -1471,7 +1591,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[14]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1483,7 +1603,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[14]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1496,7 +1616,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{14}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{15}
 }
 
 type PullReply struct {
@@ -1517,7 +1637,7 @@ type PullReply struct {
 
 func (x *PullReply) Reset() {
 	*x = PullReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1529,7 +1649,7 @@ func (x *PullReply) String() string {
 func (*PullReply) ProtoMessage() {}
 
 func (x *PullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1542,7 +1662,7 @@ func (x *PullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullReply.ProtoReflect.Descriptor instead.
 func (*PullReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{15}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *PullReply) GetMerged() uint32 {
@@ -1583,7 +1703,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1595,7 +1715,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1608,7 +1728,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{16}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Reset) GetStep() int64 {
@@ -1652,7 +1772,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1664,7 +1784,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1677,7 +1797,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{17}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *StepRequest) GetStep() int64 {
@@ -1726,7 +1846,7 @@ type StepReply struct {
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1738,7 +1858,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1751,7 +1871,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{18}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StepReply) GetBarrier() *BarrierReply {
@@ -1779,7 +1899,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1791,7 +1911,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1804,7 +1924,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{19}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *CheckpointRequest) GetStep() int64 {
@@ -1831,7 +1951,7 @@ type CheckpointReply struct {
 
 func (x *CheckpointReply) Reset() {
 	*x = CheckpointReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1843,7 +1963,7 @@ func (x *CheckpointReply) String() string {
 func (*CheckpointReply) ProtoMessage() {}
 
 func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1856,7 +1976,7 @@ func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointReply.ProtoReflect.Descriptor instead.
 func (*CheckpointReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{20}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointReply) GetPath() string {
@@ -1881,7 +2001,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[21]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1893,7 +2013,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[21]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1906,7 +2026,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{21}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{22}
 }
 
 type StatusReply struct {
@@ -1933,7 +2053,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[22]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1945,7 +2065,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[22]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1958,7 +2078,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{22}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *StatusReply) GetPeerId() string {
@@ -2115,7 +2235,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[23]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2127,7 +2247,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[23]
+	mi := &file_pspnode_trainer_v2_trainer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2140,7 +2260,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{23}
+	return file_pspnode_trainer_v2_trainer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *NodeStatus) GetAddrs() []string {
@@ -2349,7 +2469,7 @@ const file_pspnode_trainer_v2_trainer_proto_rawDesc = "" +
 	"\x06shared\x18\x02 \x01(\v2 .pspnode.trainer.v2.SharedRegionH\x00R\x06sharedB\t\n" +
 	"\acarrier\"&\n" +
 	"\fSharedRegion\x12\x16\n" +
-	"\x06offset\x18\x01 \x01(\x04R\x06offset\"\xa3\x02\n" +
+	"\x06offset\x18\x01 \x01(\x04R\x06offset\"\xc2\x02\n" +
 	"\x05Hello\x12?\n" +
 	"\vapi_version\x18\x01 \x01(\x0e2\x1e.pspnode.trainer.v2.ApiVersionR\n" +
 	"apiVersion\x12\x1d\n" +
@@ -2361,10 +2481,12 @@ const file_pspnode_trainer_v2_trainer_proto_rawDesc = "" +
 	"\x05dtype\x18\x05 \x01(\x0e2\x19.pspnode.trainer.v2.DTypeR\x05dtype\x12\x12\n" +
 	"\x04step\x18\x06 \x01(\x03R\x04step\x12\x16\n" +
 	"\x06client\x18\a \x01(\tR\x06client\x12#\n" +
-	"\rshared_memory\x18\b \x01(\bR\fsharedMemory\"<\n" +
+	"\rshared_memory\x18\b \x01(\bR\fsharedMemory\x12\x1d\n" +
+	"\n" +
+	"state_kind\x18\t \x01(\tR\tstateKind\"<\n" +
 	"\aWaiting\x12\x16\n" +
 	"\x06reason\x18\x01 \x01(\tR\x06reason\x12\x19\n" +
-	"\bwaited_s\x18\x02 \x01(\x01R\awaitedS\"\xfc\x04\n" +
+	"\bwaited_s\x18\x02 \x01(\x01R\awaitedS\"\xd7\x05\n" +
 	"\aWelcome\x12\x18\n" +
 	"\asession\x18\x01 \x01(\tR\asession\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x1d\n" +
@@ -2389,13 +2511,22 @@ const file_pspnode_trainer_v2_trainer_proto_rawDesc = "" +
 	"\rshm_up_offset\x18\x10 \x01(\x04R\vshmUpOffset\x12*\n" +
 	"\x11shm_params_offset\x18\x11 \x01(\x04R\x0fshmParamsOffset\x12\x19\n" +
 	"\bmodel_id\x18\x12 \x01(\rR\amodelId\x12)\n" +
-	"\x11shm_up_odd_offset\x18\x13 \x01(\x04R\x0eshmUpOddOffset\"\x1f\n" +
+	"\x11shm_up_odd_offset\x18\x13 \x01(\x04R\x0eshmUpOddOffset\x126\n" +
+	"\x05state\x18\x14 \x01(\v2 .pspnode.trainer.v2.TrainerStateR\x05state\x12!\n" +
+	"\fstate_source\x18\x15 \x01(\tR\vstateSource\"J\n" +
+	"\fTrainerState\x12\x12\n" +
+	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
+	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\">\n" +
 	"\rParamsRequest\x12\x0e\n" +
-	"\x02id\x18\x01 \x01(\x04R\x02id\"e\n" +
+	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
+	"\n" +
+	"want_state\x18\x02 \x01(\bR\twantState\"\x9d\x01\n" +
 	"\vParamsReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x122\n" +
-	"\x06params\x18\x03 \x01(\v2\x1a.pspnode.trainer.v2.TensorR\x06params\"9\n" +
+	"\x06params\x18\x03 \x01(\v2\x1a.pspnode.trainer.v2.TensorR\x06params\x126\n" +
+	"\x05state\x18\x04 \x01(\v2 .pspnode.trainer.v2.TrainerStateR\x05state\"9\n" +
 	"\x11SharedMemoryReady\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x14\n" +
 	"\x05error\x18\x02 \x01(\tR\x05error\"\xcb\x01\n" +
@@ -2562,7 +2693,7 @@ func file_pspnode_trainer_v2_trainer_proto_rawDescGZIP() []byte {
 }
 
 var file_pspnode_trainer_v2_trainer_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pspnode_trainer_v2_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_pspnode_trainer_v2_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_pspnode_trainer_v2_trainer_proto_goTypes = []any{
 	(ApiVersion)(0),           // 0: pspnode.trainer.v2.ApiVersion
 	(ErrorReason)(0),          // 1: pspnode.trainer.v2.ErrorReason
@@ -2573,25 +2704,26 @@ var file_pspnode_trainer_v2_trainer_proto_goTypes = []any{
 	(*Hello)(nil),             // 6: pspnode.trainer.v2.Hello
 	(*Waiting)(nil),           // 7: pspnode.trainer.v2.Waiting
 	(*Welcome)(nil),           // 8: pspnode.trainer.v2.Welcome
-	(*ParamsRequest)(nil),     // 9: pspnode.trainer.v2.ParamsRequest
-	(*ParamsReply)(nil),       // 10: pspnode.trainer.v2.ParamsReply
-	(*SharedMemoryReady)(nil), // 11: pspnode.trainer.v2.SharedMemoryReady
-	(*TrainerMessage)(nil),    // 12: pspnode.trainer.v2.TrainerMessage
-	(*DaemonMessage)(nil),     // 13: pspnode.trainer.v2.DaemonMessage
-	(*BarrierRequest)(nil),    // 14: pspnode.trainer.v2.BarrierRequest
-	(*BarrierReply)(nil),      // 15: pspnode.trainer.v2.BarrierReply
-	(*PublishRequest)(nil),    // 16: pspnode.trainer.v2.PublishRequest
-	(*PublishReply)(nil),      // 17: pspnode.trainer.v2.PublishReply
-	(*PullRequest)(nil),       // 18: pspnode.trainer.v2.PullRequest
-	(*PullReply)(nil),         // 19: pspnode.trainer.v2.PullReply
-	(*Reset)(nil),             // 20: pspnode.trainer.v2.Reset
-	(*StepRequest)(nil),       // 21: pspnode.trainer.v2.StepRequest
-	(*StepReply)(nil),         // 22: pspnode.trainer.v2.StepReply
-	(*CheckpointRequest)(nil), // 23: pspnode.trainer.v2.CheckpointRequest
-	(*CheckpointReply)(nil),   // 24: pspnode.trainer.v2.CheckpointReply
-	(*StatusRequest)(nil),     // 25: pspnode.trainer.v2.StatusRequest
-	(*StatusReply)(nil),       // 26: pspnode.trainer.v2.StatusReply
-	(*NodeStatus)(nil),        // 27: pspnode.trainer.v2.NodeStatus
+	(*TrainerState)(nil),      // 9: pspnode.trainer.v2.TrainerState
+	(*ParamsRequest)(nil),     // 10: pspnode.trainer.v2.ParamsRequest
+	(*ParamsReply)(nil),       // 11: pspnode.trainer.v2.ParamsReply
+	(*SharedMemoryReady)(nil), // 12: pspnode.trainer.v2.SharedMemoryReady
+	(*TrainerMessage)(nil),    // 13: pspnode.trainer.v2.TrainerMessage
+	(*DaemonMessage)(nil),     // 14: pspnode.trainer.v2.DaemonMessage
+	(*BarrierRequest)(nil),    // 15: pspnode.trainer.v2.BarrierRequest
+	(*BarrierReply)(nil),      // 16: pspnode.trainer.v2.BarrierReply
+	(*PublishRequest)(nil),    // 17: pspnode.trainer.v2.PublishRequest
+	(*PublishReply)(nil),      // 18: pspnode.trainer.v2.PublishReply
+	(*PullRequest)(nil),       // 19: pspnode.trainer.v2.PullRequest
+	(*PullReply)(nil),         // 20: pspnode.trainer.v2.PullReply
+	(*Reset)(nil),             // 21: pspnode.trainer.v2.Reset
+	(*StepRequest)(nil),       // 22: pspnode.trainer.v2.StepRequest
+	(*StepReply)(nil),         // 23: pspnode.trainer.v2.StepReply
+	(*CheckpointRequest)(nil), // 24: pspnode.trainer.v2.CheckpointRequest
+	(*CheckpointReply)(nil),   // 25: pspnode.trainer.v2.CheckpointReply
+	(*StatusRequest)(nil),     // 26: pspnode.trainer.v2.StatusRequest
+	(*StatusReply)(nil),       // 27: pspnode.trainer.v2.StatusReply
+	(*NodeStatus)(nil),        // 28: pspnode.trainer.v2.NodeStatus
 }
 var file_pspnode_trainer_v2_trainer_proto_depIdxs = []int32{
 	5,  // 0: pspnode.trainer.v2.Tensor.shared:type_name -> pspnode.trainer.v2.SharedRegion
@@ -2599,41 +2731,43 @@ var file_pspnode_trainer_v2_trainer_proto_depIdxs = []int32{
 	2,  // 2: pspnode.trainer.v2.Hello.dtype:type_name -> pspnode.trainer.v2.DType
 	4,  // 3: pspnode.trainer.v2.Welcome.params:type_name -> pspnode.trainer.v2.Tensor
 	3,  // 4: pspnode.trainer.v2.Welcome.update_kind:type_name -> pspnode.trainer.v2.UpdateKind
-	4,  // 5: pspnode.trainer.v2.ParamsReply.params:type_name -> pspnode.trainer.v2.Tensor
-	6,  // 6: pspnode.trainer.v2.TrainerMessage.hello:type_name -> pspnode.trainer.v2.Hello
-	10, // 7: pspnode.trainer.v2.TrainerMessage.params:type_name -> pspnode.trainer.v2.ParamsReply
-	11, // 8: pspnode.trainer.v2.TrainerMessage.shm_ready:type_name -> pspnode.trainer.v2.SharedMemoryReady
-	7,  // 9: pspnode.trainer.v2.DaemonMessage.waiting:type_name -> pspnode.trainer.v2.Waiting
-	8,  // 10: pspnode.trainer.v2.DaemonMessage.welcome:type_name -> pspnode.trainer.v2.Welcome
-	9,  // 11: pspnode.trainer.v2.DaemonMessage.params_request:type_name -> pspnode.trainer.v2.ParamsRequest
-	4,  // 12: pspnode.trainer.v2.PublishRequest.update:type_name -> pspnode.trainer.v2.Tensor
-	4,  // 13: pspnode.trainer.v2.PullReply.update:type_name -> pspnode.trainer.v2.Tensor
-	20, // 14: pspnode.trainer.v2.PullReply.reset:type_name -> pspnode.trainer.v2.Reset
-	4,  // 15: pspnode.trainer.v2.Reset.params:type_name -> pspnode.trainer.v2.Tensor
-	4,  // 16: pspnode.trainer.v2.StepRequest.update:type_name -> pspnode.trainer.v2.Tensor
-	15, // 17: pspnode.trainer.v2.StepReply.barrier:type_name -> pspnode.trainer.v2.BarrierReply
-	19, // 18: pspnode.trainer.v2.StepReply.pull:type_name -> pspnode.trainer.v2.PullReply
-	4,  // 19: pspnode.trainer.v2.CheckpointRequest.params:type_name -> pspnode.trainer.v2.Tensor
-	27, // 20: pspnode.trainer.v2.StatusReply.node:type_name -> pspnode.trainer.v2.NodeStatus
-	12, // 21: pspnode.trainer.v2.Trainer.Session:input_type -> pspnode.trainer.v2.TrainerMessage
-	14, // 22: pspnode.trainer.v2.Trainer.Barrier:input_type -> pspnode.trainer.v2.BarrierRequest
-	16, // 23: pspnode.trainer.v2.Trainer.Publish:input_type -> pspnode.trainer.v2.PublishRequest
-	18, // 24: pspnode.trainer.v2.Trainer.Pull:input_type -> pspnode.trainer.v2.PullRequest
-	21, // 25: pspnode.trainer.v2.Trainer.Step:input_type -> pspnode.trainer.v2.StepRequest
-	23, // 26: pspnode.trainer.v2.Trainer.Checkpoint:input_type -> pspnode.trainer.v2.CheckpointRequest
-	25, // 27: pspnode.trainer.v2.Trainer.Status:input_type -> pspnode.trainer.v2.StatusRequest
-	13, // 28: pspnode.trainer.v2.Trainer.Session:output_type -> pspnode.trainer.v2.DaemonMessage
-	15, // 29: pspnode.trainer.v2.Trainer.Barrier:output_type -> pspnode.trainer.v2.BarrierReply
-	17, // 30: pspnode.trainer.v2.Trainer.Publish:output_type -> pspnode.trainer.v2.PublishReply
-	19, // 31: pspnode.trainer.v2.Trainer.Pull:output_type -> pspnode.trainer.v2.PullReply
-	22, // 32: pspnode.trainer.v2.Trainer.Step:output_type -> pspnode.trainer.v2.StepReply
-	24, // 33: pspnode.trainer.v2.Trainer.Checkpoint:output_type -> pspnode.trainer.v2.CheckpointReply
-	26, // 34: pspnode.trainer.v2.Trainer.Status:output_type -> pspnode.trainer.v2.StatusReply
-	28, // [28:35] is the sub-list for method output_type
-	21, // [21:28] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	9,  // 5: pspnode.trainer.v2.Welcome.state:type_name -> pspnode.trainer.v2.TrainerState
+	4,  // 6: pspnode.trainer.v2.ParamsReply.params:type_name -> pspnode.trainer.v2.Tensor
+	9,  // 7: pspnode.trainer.v2.ParamsReply.state:type_name -> pspnode.trainer.v2.TrainerState
+	6,  // 8: pspnode.trainer.v2.TrainerMessage.hello:type_name -> pspnode.trainer.v2.Hello
+	11, // 9: pspnode.trainer.v2.TrainerMessage.params:type_name -> pspnode.trainer.v2.ParamsReply
+	12, // 10: pspnode.trainer.v2.TrainerMessage.shm_ready:type_name -> pspnode.trainer.v2.SharedMemoryReady
+	7,  // 11: pspnode.trainer.v2.DaemonMessage.waiting:type_name -> pspnode.trainer.v2.Waiting
+	8,  // 12: pspnode.trainer.v2.DaemonMessage.welcome:type_name -> pspnode.trainer.v2.Welcome
+	10, // 13: pspnode.trainer.v2.DaemonMessage.params_request:type_name -> pspnode.trainer.v2.ParamsRequest
+	4,  // 14: pspnode.trainer.v2.PublishRequest.update:type_name -> pspnode.trainer.v2.Tensor
+	4,  // 15: pspnode.trainer.v2.PullReply.update:type_name -> pspnode.trainer.v2.Tensor
+	21, // 16: pspnode.trainer.v2.PullReply.reset:type_name -> pspnode.trainer.v2.Reset
+	4,  // 17: pspnode.trainer.v2.Reset.params:type_name -> pspnode.trainer.v2.Tensor
+	4,  // 18: pspnode.trainer.v2.StepRequest.update:type_name -> pspnode.trainer.v2.Tensor
+	16, // 19: pspnode.trainer.v2.StepReply.barrier:type_name -> pspnode.trainer.v2.BarrierReply
+	20, // 20: pspnode.trainer.v2.StepReply.pull:type_name -> pspnode.trainer.v2.PullReply
+	4,  // 21: pspnode.trainer.v2.CheckpointRequest.params:type_name -> pspnode.trainer.v2.Tensor
+	28, // 22: pspnode.trainer.v2.StatusReply.node:type_name -> pspnode.trainer.v2.NodeStatus
+	13, // 23: pspnode.trainer.v2.Trainer.Session:input_type -> pspnode.trainer.v2.TrainerMessage
+	15, // 24: pspnode.trainer.v2.Trainer.Barrier:input_type -> pspnode.trainer.v2.BarrierRequest
+	17, // 25: pspnode.trainer.v2.Trainer.Publish:input_type -> pspnode.trainer.v2.PublishRequest
+	19, // 26: pspnode.trainer.v2.Trainer.Pull:input_type -> pspnode.trainer.v2.PullRequest
+	22, // 27: pspnode.trainer.v2.Trainer.Step:input_type -> pspnode.trainer.v2.StepRequest
+	24, // 28: pspnode.trainer.v2.Trainer.Checkpoint:input_type -> pspnode.trainer.v2.CheckpointRequest
+	26, // 29: pspnode.trainer.v2.Trainer.Status:input_type -> pspnode.trainer.v2.StatusRequest
+	14, // 30: pspnode.trainer.v2.Trainer.Session:output_type -> pspnode.trainer.v2.DaemonMessage
+	16, // 31: pspnode.trainer.v2.Trainer.Barrier:output_type -> pspnode.trainer.v2.BarrierReply
+	18, // 32: pspnode.trainer.v2.Trainer.Publish:output_type -> pspnode.trainer.v2.PublishReply
+	20, // 33: pspnode.trainer.v2.Trainer.Pull:output_type -> pspnode.trainer.v2.PullReply
+	23, // 34: pspnode.trainer.v2.Trainer.Step:output_type -> pspnode.trainer.v2.StepReply
+	25, // 35: pspnode.trainer.v2.Trainer.Checkpoint:output_type -> pspnode.trainer.v2.CheckpointReply
+	27, // 36: pspnode.trainer.v2.Trainer.Status:output_type -> pspnode.trainer.v2.StatusReply
+	30, // [30:37] is the sub-list for method output_type
+	23, // [23:30] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_pspnode_trainer_v2_trainer_proto_init() }
@@ -2645,24 +2779,24 @@ func file_pspnode_trainer_v2_trainer_proto_init() {
 		(*Tensor_Data)(nil),
 		(*Tensor_Shared)(nil),
 	}
-	file_pspnode_trainer_v2_trainer_proto_msgTypes[8].OneofWrappers = []any{
+	file_pspnode_trainer_v2_trainer_proto_msgTypes[9].OneofWrappers = []any{
 		(*TrainerMessage_Hello)(nil),
 		(*TrainerMessage_Params)(nil),
 		(*TrainerMessage_ShmReady)(nil),
 	}
-	file_pspnode_trainer_v2_trainer_proto_msgTypes[9].OneofWrappers = []any{
+	file_pspnode_trainer_v2_trainer_proto_msgTypes[10].OneofWrappers = []any{
 		(*DaemonMessage_Waiting)(nil),
 		(*DaemonMessage_Welcome)(nil),
 		(*DaemonMessage_ParamsRequest)(nil),
 	}
-	file_pspnode_trainer_v2_trainer_proto_msgTypes[23].OneofWrappers = []any{}
+	file_pspnode_trainer_v2_trainer_proto_msgTypes[24].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pspnode_trainer_v2_trainer_proto_rawDesc), len(file_pspnode_trainer_v2_trainer_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

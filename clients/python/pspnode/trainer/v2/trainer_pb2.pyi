@@ -78,7 +78,7 @@ class DaemonMessage(_message.Message):
     def __init__(self, waiting: _Optional[_Union[Waiting, _Mapping]] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., params_request: _Optional[_Union[ParamsRequest, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
-    __slots__ = ["api_version", "client", "dtype", "model_id", "model_name", "num_params", "shared_memory", "step"]
+    __slots__ = ["api_version", "client", "dtype", "model_id", "model_name", "num_params", "shared_memory", "state_kind", "step"]
     API_VERSION_FIELD_NUMBER: _ClassVar[int]
     CLIENT_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,7 @@ class Hello(_message.Message):
     MODEL_NAME_FIELD_NUMBER: _ClassVar[int]
     NUM_PARAMS_FIELD_NUMBER: _ClassVar[int]
     SHARED_MEMORY_FIELD_NUMBER: _ClassVar[int]
+    STATE_KIND_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     api_version: ApiVersion
     client: str
@@ -94,8 +95,9 @@ class Hello(_message.Message):
     model_name: str
     num_params: int
     shared_memory: bool
+    state_kind: str
     step: int
-    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., model_name: _Optional[str] = ..., model_id: _Optional[int] = ..., num_params: _Optional[int] = ..., dtype: _Optional[_Union[DType, str]] = ..., step: _Optional[int] = ..., client: _Optional[str] = ..., shared_memory: bool = ...) -> None: ...
+    def __init__(self, api_version: _Optional[_Union[ApiVersion, str]] = ..., model_name: _Optional[str] = ..., model_id: _Optional[int] = ..., num_params: _Optional[int] = ..., dtype: _Optional[_Union[DType, str]] = ..., step: _Optional[int] = ..., client: _Optional[str] = ..., shared_memory: bool = ..., state_kind: _Optional[str] = ...) -> None: ...
 
 class NodeStatus(_message.Message):
     __slots__ = ["accuracy", "addrs", "averages", "barrier_checks", "barrier_passes", "barrier_wait_s", "connected_peers", "forks_joined", "idle", "in_bytes", "isolated", "isolated_since", "join_error", "joined", "lineage", "loss", "models_averaged", "out_bytes", "peers_held_out", "population_error", "population_stderr", "reports_screened", "step_interval_s", "updates_norm_refused", "updates_received", "updates_rejected", "updates_sent", "uptime_s"]
@@ -158,20 +160,24 @@ class NodeStatus(_message.Message):
     def __init__(self, addrs: _Optional[_Iterable[str]] = ..., connected_peers: _Optional[int] = ..., population_stderr: _Optional[float] = ..., population_error: _Optional[str] = ..., isolated: bool = ..., isolated_since: _Optional[str] = ..., idle: bool = ..., uptime_s: _Optional[float] = ..., step_interval_s: _Optional[float] = ..., barrier_checks: _Optional[int] = ..., barrier_passes: _Optional[int] = ..., barrier_wait_s: _Optional[float] = ..., loss: _Optional[float] = ..., accuracy: _Optional[float] = ..., updates_sent: _Optional[int] = ..., updates_received: _Optional[int] = ..., updates_rejected: _Optional[int] = ..., updates_norm_refused: _Optional[int] = ..., models_averaged: _Optional[int] = ..., averages: _Optional[int] = ..., reports_screened: _Optional[int] = ..., joined: bool = ..., join_error: _Optional[str] = ..., lineage: _Optional[str] = ..., forks_joined: _Optional[int] = ..., peers_held_out: _Optional[int] = ..., in_bytes: _Optional[int] = ..., out_bytes: _Optional[int] = ...) -> None: ...
 
 class ParamsReply(_message.Message):
-    __slots__ = ["id", "params", "step"]
+    __slots__ = ["id", "params", "state", "step"]
     ID_FIELD_NUMBER: _ClassVar[int]
     PARAMS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     id: int
     params: Tensor
+    state: TrainerState
     step: int
-    def __init__(self, id: _Optional[int] = ..., step: _Optional[int] = ..., params: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., step: _Optional[int] = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., state: _Optional[_Union[TrainerState, _Mapping]] = ...) -> None: ...
 
 class ParamsRequest(_message.Message):
-    __slots__ = ["id"]
+    __slots__ = ["id", "want_state"]
     ID_FIELD_NUMBER: _ClassVar[int]
+    WANT_STATE_FIELD_NUMBER: _ClassVar[int]
     id: int
-    def __init__(self, id: _Optional[int] = ...) -> None: ...
+    want_state: bool
+    def __init__(self, id: _Optional[int] = ..., want_state: bool = ...) -> None: ...
 
 class PublishReply(_message.Message):
     __slots__ = ["step"]
@@ -309,6 +315,16 @@ class TrainerMessage(_message.Message):
     shm_ready: SharedMemoryReady
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., params: _Optional[_Union[ParamsReply, _Mapping]] = ..., shm_ready: _Optional[_Union[SharedMemoryReady, _Mapping]] = ...) -> None: ...
 
+class TrainerState(_message.Message):
+    __slots__ = ["data", "kind", "step"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    STEP_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    kind: str
+    step: int
+    def __init__(self, kind: _Optional[str] = ..., step: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
 class Waiting(_message.Message):
     __slots__ = ["reason", "waited_s"]
     REASON_FIELD_NUMBER: _ClassVar[int]
@@ -318,7 +334,7 @@ class Waiting(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., waited_s: _Optional[float] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ["barrier", "exchange", "has_params", "job", "lr_scale", "max_abs_value", "model_id", "params", "params_source", "peer_id", "population", "session", "shm_params_offset", "shm_path", "shm_size", "shm_up_odd_offset", "shm_up_offset", "step", "update_kind"]
+    __slots__ = ["barrier", "exchange", "has_params", "job", "lr_scale", "max_abs_value", "model_id", "params", "params_source", "peer_id", "population", "session", "shm_params_offset", "shm_path", "shm_size", "shm_up_odd_offset", "shm_up_offset", "state", "state_source", "step", "update_kind"]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
     EXCHANGE_FIELD_NUMBER: _ClassVar[int]
     HAS_PARAMS_FIELD_NUMBER: _ClassVar[int]
@@ -336,6 +352,8 @@ class Welcome(_message.Message):
     SHM_SIZE_FIELD_NUMBER: _ClassVar[int]
     SHM_UP_ODD_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SHM_UP_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    STATE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
     UPDATE_KIND_FIELD_NUMBER: _ClassVar[int]
     barrier: str
@@ -355,9 +373,11 @@ class Welcome(_message.Message):
     shm_size: int
     shm_up_odd_offset: int
     shm_up_offset: int
+    state: TrainerState
+    state_source: str
     step: int
     update_kind: UpdateKind
-    def __init__(self, session: _Optional[str] = ..., step: _Optional[int] = ..., has_params: bool = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., params_source: _Optional[str] = ..., job: _Optional[str] = ..., peer_id: _Optional[str] = ..., barrier: _Optional[str] = ..., exchange: _Optional[str] = ..., update_kind: _Optional[_Union[UpdateKind, str]] = ..., population: _Optional[float] = ..., lr_scale: _Optional[float] = ..., max_abs_value: _Optional[float] = ..., shm_path: _Optional[str] = ..., shm_size: _Optional[int] = ..., shm_up_offset: _Optional[int] = ..., shm_params_offset: _Optional[int] = ..., model_id: _Optional[int] = ..., shm_up_odd_offset: _Optional[int] = ...) -> None: ...
+    def __init__(self, session: _Optional[str] = ..., step: _Optional[int] = ..., has_params: bool = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., params_source: _Optional[str] = ..., job: _Optional[str] = ..., peer_id: _Optional[str] = ..., barrier: _Optional[str] = ..., exchange: _Optional[str] = ..., update_kind: _Optional[_Union[UpdateKind, str]] = ..., population: _Optional[float] = ..., lr_scale: _Optional[float] = ..., max_abs_value: _Optional[float] = ..., shm_path: _Optional[str] = ..., shm_size: _Optional[int] = ..., shm_up_offset: _Optional[int] = ..., shm_params_offset: _Optional[int] = ..., model_id: _Optional[int] = ..., shm_up_odd_offset: _Optional[int] = ..., state: _Optional[_Union[TrainerState, _Mapping]] = ..., state_source: _Optional[str] = ...) -> None: ...
 
 class ApiVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

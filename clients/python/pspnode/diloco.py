@@ -1,0 +1,751 @@
+"""pspnode.DiLoCo: DiLoCo outer steps under a pspnode job's barrier.
+
+DiLoCo (Douillard et al., 2023) trains with rare communication: each
+worker takes H steps of its own inner optimizer (AdamW, say) from the outer
+parameters θ_outer, then the workers average their pseudo-gradients
+Δ_i = θ_outer − θ_i and an outer optimizer (SGD with Nesterov momentum, lr
+0.7, momentum 0.9) takes Δ̄ as the gradient of θ_outer. Published systems
+end each outer step with a blocking all-reduce; here the outer step is one
+step of a pspnode daemon:
+
+    model = Net()
+    inner = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = pspnode.DiLoCo(inner, model=model, H=100, job="lm", bootstrap=[ADDR])
+    for x, y in batches:
+        opt.zero_grad()
+        loss_fn(model(x), y).backward()
+        opt.step()          # an inner step; every H-th, the outer step too
+
+- **The barrier counts outer steps.** The daemon's Step is called once per
+  outer step, so pSSP(β, s) bounds how many outer steps a worker runs ahead
+  of the peers it samples; the inner steps make no daemon call.
+- **The exchange averages.** Under the epidemic exchange (the default) the
+  worker publishes its inner-trained parameters θ_i; the daemon averages
+  them with the models S sampled peers sent, and Δ̄ = θ_outer − that
+  average. When the workers share θ_outer this is the mean of their
+  pseudo-gradients. When they do not (under epidemic no step is global:
+  each worker averages with its own sample, and some models are outer steps
+  old), Δ̄_i = mean_j(θ_outer_j − θ_j) + (θ_outer_i − mean_j θ_outer_j):
+  the sampled peers' mean pseudo-gradient plus this worker's distance from
+  their mean outer parameters, so the outer step also pulls θ_outer_i
+  toward its peers' (gossip averaging at the outer learning rate, through
+  the momentum: a linear recurrence that is stable for Nesterov's lr <
+  2(1+μ)/(1+2μ) = 1.36 at μ = 0.9); a model that is k outer steps stale
+  contributes its pseudo-gradient and, through the consensus term, pulls
+  back toward where its sender was, which the daemon's clipping bounds.
+  Under the gossip exchange the worker publishes Δ_i × 1/N̂ (the daemon's
+  lr_scale) and the daemon sums the peers': Δ̄ is the mean pseudo-gradient
+  over the job, each worker's applied once by every worker whenever it
+  arrives (a stale one late, as in asynchronous Local-SGD), with no
+  consensus term.
+- **The round's models:** after the barrier the outer step waits up to
+  ``merge_wait`` seconds (default 1) for the round's models to arrive (S
+  under epidemic:S, N̂ − 1 deltas under gossip) before it pulls, so that a
+  peer in step with this worker is merged this round, not the next.
+  Whatever else came since the last outer step is merged too (the
+  daemon keeps each sender's latest): a worker that ran ahead or behind
+  contributes its latest model. (Dropping what came during the round, as
+  the previous round's, was measured worse: workers under pSSP drift
+  apart by seconds, and the dropped models were most of the merges.)
+  ``merge_wait=0`` is the daemon's plain Step.
+- **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
+  outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
+  or what ``outer_optimizer`` builds.
+- **A joining worker** takes the job's outer parameters and outer optimizer
+  state: its daemon fetches them from a peer's trainer (the trainer API's
+  TrainerState, kind "pspnode.DiLoCo/1"); without them (no peer gave
+  them) it takes the job's parameters and a fresh outer optimizer, and
+  says so.
+- **Every worker of a job must run the same configuration:** the model ID
+  the daemon checks covers the model's parameter names and shapes, H, the
+  inner optimizer's class and constructor hyperparameters, and the outer
+  optimizer's, so a worker with another is refused (DiLoCoMismatch) before
+  it publishes anything.
+
+It is a torch.optim.Optimizer: ``param_groups``, ``state`` and
+``defaults`` are the inner optimizer's (schedulers set the inner rates),
+and ``state_dict()`` holds the inner state, the outer optimizer's, θ_outer
+and the counts.
+"""
+
+import copy
+import json
+import logging
+import math
+import struct
+import threading
+import time
+import warnings
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import torch
+
+from pspnode.client import Client, StepResult, model_id_of
+from pspnode.daemon import Daemon
+from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
+from pspnode.trainer.v2 import trainer_pb2 as pb
+
+log = logging.getLogger("pspnode")
+
+STATE_KIND = "pspnode.DiLoCo/1"
+_MAGIC = b"PSPD"
+_MAX_HEADER = 4 << 20
+# Constructor arguments of torch optimizers that choose an implementation,
+# not the mathematics: not part of the configuration workers must share.
+_IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
+
+
+class DiLoCoMismatch(ModelMismatch):
+    """The daemon refused this worker: its model or its DiLoCo
+    configuration (H, the inner or the outer optimizer) is not the job's."""
+
+
+def describe_optimizer(opt: torch.optim.Optimizer) -> str:
+    """An optimizer's class and constructor hyperparameters, as workers of
+    one job must share them: "AdamW(amsgrad=False, betas=(0.9, 0.95), ...)"
+    (flags that choose an implementation, such as foreach, are left out).
+    Schedulers change param_groups, not these."""
+    parts = []
+    for k in sorted(opt.defaults):
+        v = opt.defaults[k]
+        if k in _IMPLEMENTATION or k == "params":
+            continue
+        if isinstance(v, torch.Tensor) and v.numel() == 1:
+            v = v.item()
+        if isinstance(v, (bool, int, float, str)) or v is None:
+            parts.append(f"{k}={v!r}")
+        elif isinstance(v, (tuple, list)) and all(isinstance(x, (bool, int, float)) for x in v):
+            parts.append(f"{k}={tuple(v)!r}")
+    return f"{type(opt).__name__}({', '.join(parts)})"
+
+
+class DiLoCo(torch.optim.Optimizer):
+    """DiLoCo over a pspnode job: ``optimizer`` is the inner optimizer (any
+    torch.optim.Optimizer over the model's parameters), H the inner steps
+    per outer step.
+
+    daemon: a running daemon's trainer address ("unix:PATH"); without it,
+    ``job`` starts a daemon of the optimizer's own, as pspnode.Optimizer
+    does (bootstrap, listen, identity, daemon_args, pspnode_bin,
+    start_timeout). model: the module (recommended: parameter names and
+    order). outer_lr, outer_momentum, outer_nesterov: the outer SGD's
+    (DiLoCo's 0.7, 0.9, True); outer_optimizer: instead, a function of the
+    list of outer parameters that returns the outer optimizer. model_name:
+    the model's name (default its class name). reconnect: when the daemon
+    goes away, connect again at the next outer step (the round's inner
+    steps are dropped) or raise SessionLost. on_outer_step: called after
+    each outer step with (outer step, merged, barrier reply). merge_wait:
+    seconds an outer step waits after the barrier for the round's models
+    (or deltas) to arrive (see the module comment). Other keyword
+    arguments go to Client (shared_memory, connect_timeout).
+    """
+
+    def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
+                 model: Optional[torch.nn.Module] = None, *, H: int, outer_lr: float = 0.7,
+                 outer_momentum: float = 0.9, outer_nesterov: bool = True,
+                 outer_optimizer: Optional[Callable[[list], torch.optim.Optimizer]] = None,
+                 job: Optional[str] = None, bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
+                 identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
+                 start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
+                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, **client_args):
+        if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
+            raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
+        if isinstance(H, bool) or not isinstance(H, int) or H < 1:
+            raise ValueError(f"H={H!r}: H is the number of inner steps between outer steps, a positive integer "
+                             "(DiLoCo used 500 for language models; small models 20 to 100)")
+        if outer_optimizer is None:
+            if not (isinstance(outer_lr, (int, float)) and math.isfinite(outer_lr) and outer_lr > 0):
+                raise ValueError(f"outer_lr={outer_lr!r}: want a finite rate > 0 (DiLoCo's is 0.7)")
+            if not (isinstance(outer_momentum, (int, float)) and 0 <= outer_momentum < 1):
+                raise ValueError(f"outer_momentum={outer_momentum!r}: want 0 <= momentum < 1 (DiLoCo's is 0.9)")
+        if daemon is None and not job:
+            raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
+                             "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
+        if daemon is not None and (job or bootstrap or listen or identity or daemon_args):
+            raise ValueError("job, bootstrap, listen, identity and daemon_args start a daemon of the optimizer's "
+                             f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
+        self.inner = optimizer
+        self.H = H
+        self.reconnect = reconnect
+        self.on_outer_step = on_outer_step
+        if not (merge_wait >= 0 and math.isfinite(merge_wait)):
+            raise ValueError(f"merge_wait={merge_wait!r}: want seconds >= 0")
+        self.merge_wait = float(merge_wait)
+        self.merged_total = 0
+        self._fanout = 1
+        self._lock = threading.Lock()  # θ_outer and the outer state, against the client's thread
+        self._stepping = threading.Lock()
+        self._closed = False
+        named = self._trained(optimizer, model)
+        if not named:
+            raise ValueError("the inner optimizer trains no parameters (none requires grad)")
+        self._device = named[0][1].device
+        for name, p in named:
+            self._refuse(name, p)
+        self._model = model
+        self._model_ids = None if model is None else tuple(id(p) for p in model.parameters())
+        self._named = named
+        self.names = [n for n, _ in named]
+        self.shapes = [(n, tuple(p.shape)) for n, p in named]
+        self._sizes = [p.numel() for _, p in named]
+        self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
+        self.num_params = sum(self._sizes)
+        # θ_outer: a copy of the parameters, which the outer optimizer steps.
+        with torch.no_grad():
+            self.outer_params = [p.detach().clone() for _, p in named]
+        if outer_optimizer is None:
+            self.outer = torch.optim.SGD(self.outer_params, lr=outer_lr, momentum=outer_momentum,
+                                         nesterov=outer_nesterov and outer_momentum > 0)
+        else:
+            self.outer = outer_optimizer(self.outer_params)
+            if not isinstance(self.outer, torch.optim.Optimizer):
+                raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
+        name = model_name or (type(model).__name__ if model is not None else "model")
+        self.config = f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}"
+        self.model_name = f"{name}/diloco"
+        self.model_id = model_id_of(f"{name}|{STATE_KIND}|{self.config}", self.shapes)
+        self.plain_model_id = model_id_of(name, self.shapes)
+        self.outer_step_count = 0
+        self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
+        self.population, self.lr_scale = 1.0, 1.0
+        self.last_merged = 0
+        # Where the last session's θ_outer came from: "own", "job
+        # parameters" (a fresh outer optimizer) or "peer state".
+        self.started_from = "own"
+        self._eval = None
+        self._cache = {}
+        log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id, self.num_params,
+                 self.config)
+        self.daemon: Optional[Daemon] = None
+        if daemon is None:
+            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
+                                 binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
+            daemon = self.daemon.address
+            client_args.setdefault("connect_timeout", start_timeout)
+            client_args.setdefault("alive", self.daemon.alive)
+        self.client = Client(daemon, model_name=self.model_name, num_params=self.num_params, model_id=self.model_id,
+                             step=0, params_provider=self._params, state_kind=STATE_KIND,
+                             state_provider=self._state, **client_args)
+        try:
+            self._welcome(self._connect())
+        except BaseException:
+            self.close()
+            raise
+
+    # -- set-up ------------------------------------------------------------
+
+    @staticmethod
+    def _trained(optimizer, model):
+        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"] if p.requires_grad}
+        if model is not None:
+            named = [(n, p) for n, p in model.named_parameters() if id(p) in in_opt]
+            if len(in_opt) != len(named):
+                raise ValueError(f"the inner optimizer trains {len(in_opt) - len(named)} parameter(s) that are not "
+                                 "the model's")
+            return named
+        out, seen = [], set()
+        for gi, g in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(g["params"]):
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    out.append((f"group{gi}.{pi}", p))
+        return out
+
+    def _refuse(self, name, p):
+        if p.is_sparse:
+            raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
+        if p.dtype != torch.float32:
+            raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() before "
+                            "building the optimizers (mixed precision: keep float32 weights and use torch.autocast)")
+        if p.device != self._device:
+            raise ValueError(f"parameter {name!r} is on {p.device}, others on {self._device}: keep the exchanged "
+                             "parameters on one device")
+        if not p.is_contiguous():
+            raise ValueError(f"parameter {name!r} is not contiguous: make it so before wrapping")
+
+    def _check(self):
+        if self._closed:
+            raise RuntimeError("this pspnode.DiLoCo is closed")
+        fix = "build the model completely and move it before building the optimizers"
+        for (name, p), (_, shape) in zip(self._named, self.shapes):
+            if p.device != self._device or p.dtype != torch.float32 or tuple(p.shape) != shape:
+                raise RuntimeError(f"parameter {name!r} changed after wrapping (now {p.dtype} {tuple(p.shape)} on "
+                                   f"{p.device}): {fix}")
+        if self._model is not None and tuple(id(p) for p in self._model.parameters()) != self._model_ids:
+            raise RuntimeError(f"the model's parameters changed after wrapping (a layer added, removed or "
+                               f"replaced): {fix}")
+
+    def _connect(self):
+        try:
+            return self.client.connect()
+        except ModelMismatch as e:
+            raise DiLoCoMismatch(e.code, self._mismatch_message(e.details), e.call, e.reason, e.metadata) from None
+        except DaemonUnavailable as e:
+            if self.daemon is not None and not isinstance(e, DaemonStartError):
+                if self.daemon.running and e.reason == "TIMEOUT":
+                    raise self.daemon.failure(f"had not joined its job within {self.client.connect_timeout:.0f} s",
+                                              waiting=e.metadata.get("waiting", self.client.last_waiting)) from None
+                raise self.daemon.failure("could not be reached", waiting=self.client.last_waiting) from None
+            raise
+
+    def _mismatch_message(self, details: str) -> str:
+        return (f"this DiLoCo worker was refused: its model or its DiLoCo configuration is not the job's "
+                f"({details}). Its model ID {self.model_id:#010x} covers the model's parameter names and shapes "
+                f"(alone: {self.plain_model_id:#010x}) and this configuration: {self.config}. Every worker of a job "
+                "must build the same model with the same H, the same inner optimizer (class and constructor "
+                "arguments; schedulers may differ) and the same outer optimizer. Nothing was published, and "
+                "the job's parameters are as they were.")
+
+    def _welcome(self, w: "pb.Welcome"):
+        self._cache.clear()
+        self.update_kind = w.update_kind
+        self.lr_scale = w.lr_scale if w.lr_scale > 0 else 1.0
+        self.population = w.population
+        self.max_abs = w.max_abs_value if w.max_abs_value > 0 else float("inf")
+        if w.exchange.startswith("epidemic:"):
+            try:
+                self._fanout = max(1, int(w.exchange.split(":", 1)[1]))
+            except ValueError:
+                self._fanout = 1
+        params = self.client.welcome_params()
+        state = self.client.welcome_state()
+        with self._lock, torch.no_grad():
+            took = False
+            if state is not None:
+                try:
+                    self._load_wire_state(state.data)
+                    took = True
+                    log.info("pspnode.DiLoCo: starting from the job's outer parameters and outer optimizer state "
+                             "(%s, outer step %d) at outer step %d", w.state_source, state.step, w.step)
+                except ValueError as e:
+                    log.warning("pspnode.DiLoCo: the outer state %s gave is not usable (%s): taking the job's "
+                                "parameters with a fresh outer optimizer", w.state_source, e)
+            if not took and params is not None:
+                self._assign(self.outer_params, torch.from_numpy(params.copy()))
+                self.outer.state.clear()
+                log.warning("pspnode.DiLoCo: starting from the job's parameters (%s) at outer step %d, with a fresh "
+                            "outer optimizer: %s", w.params_source, w.step,
+                            "its state was not usable" if state is not None else "no peer gave its outer state")
+            self.started_from = "peer state" if took else "job parameters" if params is not None else "own"
+            if took or params is not None:
+                for (_, p), o in zip(self._named, self.outer_params):
+                    p.copy_(o)
+                self.inner_step_count = 0
+            self.outer_step_count = int(w.step)
+        log.info("pspnode.DiLoCo: job %s, barrier %s (on outer steps), exchange %s, H=%d, outer step %d",
+                 w.job, w.barrier, w.exchange, self.H, w.step)
+
+    # -- vectors -----------------------------------------------------------
+
+    def _views(self, flat):
+        return [flat[o:o + k].view(s) for o, k, (_, s) in zip(self._offsets, self._sizes, self.shapes)]
+
+    def _region(self, vec):
+        """Per-parameter views of a float32 numpy vector from the client."""
+        if vec.flags.writeable:
+            t = torch.from_numpy(vec)
+        else:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                t = torch.from_numpy(vec)
+        key = (t.data_ptr(), t.numel())
+        v = self._cache.get(key)
+        if v is None:
+            if len(self._cache) >= 8:
+                self._cache.clear()
+            v = self._cache[key] = self._views(t)
+        return v
+
+    def _assign(self, tensors, flat):
+        for t, v in zip(tensors, self._views(flat)):
+            t.copy_(v.to(t.device))
+
+    def _flat_outer(self) -> torch.Tensor:
+        return torch.cat([o.detach().reshape(-1).cpu() for o in self.outer_params])
+
+    def _params(self):
+        """θ_outer, for a peer's model fetch (the client's thread)."""
+        with self._lock, torch.no_grad():
+            return self.outer_step_count, self._flat_outer().numpy()
+
+    def _state(self):
+        """The outer parameters and optimizer state, for a joining peer."""
+        with self._lock, torch.no_grad():
+            return self.outer_step_count, self._wire_state()
+
+    def _wire_state(self) -> bytes:
+        """θ_outer and the outer optimizer's state as bytes: "PSPD", the
+        header's length (uint32 LE), a JSON header, then float32 LE values
+        (θ_outer, then each tensor of the outer state the header names).
+        No pickle: the bytes go to other machines."""
+        sd = self.outer.state_dict()["state"]
+        tensors, scalars, vecs = [], [], [self._flat_outer()]
+        for idx in sorted(sd):
+            for key in sorted(sd[idx]):
+                v = sd[idx][key]
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    tensors.append([int(idx), key, list(v.shape)])
+                    vecs.append(v.detach().reshape(-1).float().cpu())
+                elif isinstance(v, torch.Tensor):
+                    scalars.append([int(idx), key, float(v.item()), True])
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    scalars.append([int(idx), key, float(v), False])
+        header = json.dumps({"config": self.config, "outer_step": self.outer_step_count, "n": self.num_params,
+                             "tensors": tensors, "scalars": scalars}).encode()
+        body = torch.cat(vecs).numpy().astype("<f4", copy=False).tobytes()
+        return _MAGIC + struct.pack("<I", len(header)) + header + body
+
+    def _load_wire_state(self, data: bytes):
+        """Takes θ_outer and the outer state from a peer's bytes
+        (_wire_state), checking everything; ValueError if unusable, with
+        nothing changed."""
+        if len(data) < 8 or data[:4] != _MAGIC:
+            raise ValueError("not a pspnode.DiLoCo state")
+        (hl,) = struct.unpack("<I", data[4:8])
+        if hl > _MAX_HEADER or 8 + hl > len(data):
+            raise ValueError(f"a header of {hl} bytes")
+        try:
+            h = json.loads(data[8:8 + hl])
+            config, n, tensors, scalars = h["config"], h["n"], h["tensors"], h["scalars"]
+        except (ValueError, KeyError, TypeError) as e:
+            raise ValueError(f"a bad header: {e}") from None
+        if config != self.config:
+            raise ValueError(f"the peer's configuration is {config!r}, this worker's {self.config!r}")
+        if n != self.num_params or not isinstance(tensors, list) or not isinstance(scalars, list):
+            raise ValueError(f"{n} parameters, this model has {self.num_params}")
+        shapes, total = [], self.num_params
+        for t in tensors:
+            if (not isinstance(t, list) or len(t) != 3 or not isinstance(t[0], int) or not isinstance(t[1], str)
+                    or not 0 <= t[0] < len(self.outer_params) or not isinstance(t[2], list)
+                    or not all(isinstance(d, int) and d >= 0 for d in t[2])):
+                raise ValueError(f"a bad tensor entry {t!r}")
+            k = int(np.prod(t[2], dtype=np.int64)) if t[2] else 1
+            shapes.append(k)
+            total += k
+        body = data[8 + hl:]
+        if len(body) != 4 * total:
+            raise ValueError(f"{len(body)} bytes of values, the header says {4 * total}")
+        vals = np.frombuffer(body, dtype="<f4")
+        if not np.isfinite(vals).all():
+            raise ValueError("values that are not finite")
+        flat = torch.from_numpy(vals.copy())
+        state = {}
+        off = self.num_params
+        for (idx, key, shape), k in zip(tensors, shapes):
+            state.setdefault(idx, {})[key] = flat[off:off + k].view(shape).to(self._device)
+            off += k
+        for s in scalars:
+            if (not isinstance(s, list) or len(s) != 4 or not isinstance(s[0], int) or not isinstance(s[1], str)
+                    or not 0 <= s[0] < len(self.outer_params) or not isinstance(s[2], (int, float))
+                    or not math.isfinite(s[2])):
+                raise ValueError(f"a bad scalar entry {s!r}")
+            state.setdefault(s[0], {})[s[1]] = torch.tensor(float(s[2])) if s[3] else s[2]
+        sd = self.outer.state_dict()
+        sd["state"] = state
+        self.outer.load_state_dict(sd)  # checks the groups; casts to the parameters' device
+        self._assign(self.outer_params, flat[:self.num_params])
+
+    # -- torch.optim.Optimizer ---------------------------------------------
+
+    @property
+    def param_groups(self):
+        return self.inner.param_groups
+
+    @param_groups.setter
+    def param_groups(self, groups):
+        self.inner.param_groups = groups
+
+    @property
+    def state(self):
+        return self.inner.state
+
+    @state.setter
+    def state(self, state):
+        self.inner.state = state
+
+    @property
+    def defaults(self):
+        return self.inner.defaults
+
+    @defaults.setter
+    def defaults(self, defaults):
+        self.inner.defaults = defaults
+
+    def add_param_group(self, param_group):
+        raise ValueError("pspnode.DiLoCo exchanges the parameters it was built with, the same on every worker: "
+                         "add the group to the inner optimizer before wrapping it")
+
+    def zero_grad(self, set_to_none: Optional[bool] = None):
+        """The inner optimizer's zero_grad."""
+        self._check()
+        if set_to_none is None:
+            self.inner.zero_grad()
+        else:
+            self.inner.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        """The inner optimizer's state_dict, plus "diloco": the outer
+        optimizer's state_dict, θ_outer, the outer steps, the inner steps of
+        the current round, and the model and configuration they belong to.
+        Save it with the model's state_dict (θ_i, mid-round)."""
+        sd = self.inner.state_dict()
+        with self._lock:
+            sd["diloco"] = {"outer": copy.deepcopy(self.outer.state_dict()),
+                            "outer_params": [o.detach().clone() for o in self.outer_params],
+                            "outer_step": self.outer_step_count, "inner_step": self.inner_step_count,
+                            "H": self.H, "model_id": self.model_id, "model_name": self.model_name,
+                            "config": self.config}
+        return sd
+
+    def load_state_dict(self, state_dict):
+        """Loads what state_dict() saved (load the model's weights too). An
+        outer step other than the session's opens a new session at it,
+        whose Welcome may give the job's state instead if the job has gone
+        further."""
+        sd = dict(state_dict)
+        d = sd.pop("diloco", None)
+        if d is None:
+            raise ValueError("not a pspnode.DiLoCo state_dict (no 'diloco' entry)")
+        if d.get("model_id") != self.model_id:
+            raise ValueError(f"this state_dict is of model {d.get('model_name')!r} with configuration "
+                             f"{d.get('config')!r} (id {d.get('model_id', 0):#010x}); this optimizer's is "
+                             f"{self.model_name!r}, {self.config!r} (id {self.model_id:#010x})")
+        outer_params = d["outer_params"]
+        if [tuple(t.shape) for t in outer_params] != [s for _, s in self.shapes]:
+            raise ValueError("the state_dict's outer parameters have other shapes than the model's")
+        self.inner.load_state_dict(sd)
+        with self._lock, torch.no_grad():
+            self.outer.load_state_dict(d["outer"])
+            for o, t in zip(self.outer_params, outer_params):
+                o.copy_(t)
+            self.inner_step_count = int(d["inner_step"])
+            step = int(d["outer_step"])
+        if step != self.outer_step_count:
+            log.info("pspnode.DiLoCo: resuming at outer step %d (was %d): a new session", step, self.outer_step_count)
+            self.outer_step_count = step
+            self.client.start_step = step
+            inner_step = self.inner_step_count
+            self._welcome(self._connect())
+            if self.client.welcome_params() is None:
+                self.inner_step_count = inner_step  # our own state: mid-round as saved
+
+    def __getstate__(self):
+        raise TypeError("a pspnode.DiLoCo holds a session with its daemon and cannot be pickled: save its "
+                        "state_dict() instead")
+
+    def __repr__(self):
+        return (f"pspnode.DiLoCo({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
+                f"{self.config}, outer step {self.outer_step_count}, daemon {self.client.address})")
+
+    # -- training ----------------------------------------------------------
+
+    def report(self, loss: float, accuracy: Optional[float] = None):
+        """Sends a held-out evaluation with the next outer step."""
+        self._eval = (loss, accuracy)
+
+    def outer_parameters(self):
+        """θ_outer, one tensor per parameter (the outer optimizer's)."""
+        return self.outer_params
+
+    def step(self, closure=None):
+        """An inner step; after every H-th, the outer step: publish, barrier
+        (on outer steps), merge, outer optimizer step. Returns the inner
+        step's loss (the closure's)."""
+        if not self._stepping.acquire(blocking=False):
+            raise RuntimeError("pspnode.DiLoCo.step() called from two threads at once: call it from the training "
+                               "thread only")
+        try:
+            self._check()
+            loss = self.inner.step(closure) if closure is not None else self.inner.step()
+            self.inner_step_count += 1
+            if self.inner_step_count >= self.H:
+                self._outer_step()
+            return loss
+        finally:
+            self._stepping.release()
+
+    def _restore_round(self):
+        """Back to θ_outer: the round's inner steps are dropped."""
+        with torch.no_grad():
+            for (_, p), o in zip(self._named, self.outer_params):
+                p.copy_(o)
+        self.inner_step_count = 0
+
+    def _first_bad(self, tensors, bound=float("inf")):
+        """(name, index, value) of the first value not finite or beyond
+        bound, None if none."""
+        for (name, _), t in zip(self._named, tensors):
+            ok = torch.isfinite(t) if math.isinf(bound) else (t.abs() <= bound)
+            if not bool(ok.all()):
+                i = int((~ok).reshape(-1).nonzero()[0])
+                return name, i, float(t.reshape(-1)[i])
+        return None
+
+    def _outer_step(self):
+        n = self.outer_step_count + 1
+        with self._lock, torch.no_grad():
+            params = [p for _, p in self._named]
+            bad = self._first_bad(params)
+            if bad is not None:
+                big = max(float(o.abs().max()) for o in self.outer_params)
+                self._restore_round()
+                raise FloatingPointError(
+                    f"outer step {n}: after {self.H} inner steps parameter {bad[0]!r}[{bad[1]}] is {bad[2]}, so the "
+                    f"pseudo-gradient is not finite: the inner training diverged from θ_outer (largest magnitude "
+                    f"{big:.3g}; a diverging outer learning rate, {self._outer_lr()}, or the inner one?). Nothing "
+                    "was published; the model is back at θ_outer of outer step "
+                    f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
+            scale = self.lr_scale
+            model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
+            ups = self._region(self.client.update_buffer(n))
+            for p, o, u in zip(params, self.outer_params, ups):
+                if model_kind:
+                    u.copy_(p)
+                    continue
+                if u.device == p.device:
+                    torch.sub(p, o, out=u)
+                else:
+                    u.copy_(p - o)
+                if scale != 1.0:
+                    u.mul_(scale)
+        ev, self._eval = self._eval, None
+        loss, acc = ev if ev is not None else (None, None)
+        try:
+            if self.merge_wait > 0:
+                r = self._exchange_waiting(n, loss, acc)
+            else:
+                r = self.client.step(n, loss=loss, accuracy=acc)
+        except BadUpdate as e:
+            with self._lock:
+                self._restore_round()
+            raise FloatingPointError(
+                f"outer step {n}: the daemon refused the update ({e.details}): after {self.H} inner steps the "
+                f"parameters are beyond the job's bound (a diverging outer learning rate, {self._outer_lr()}, or "
+                f"inner one?). Nothing was published; the model is back at θ_outer of outer step "
+                f"{self.outer_step_count}") from e
+        except SessionLost as e:
+            if not self.reconnect or self._closed:
+                raise
+            log.warning("pspnode.DiLoCo: the daemon went away (%s): this round's inner steps are dropped; "
+                        "connecting again", e.details)
+            with self._lock:
+                self._restore_round()
+            self.client.start_step = self.outer_step_count
+            self._welcome(self._connect())
+            return
+        if r.reset is not None:
+            self._reset(r.reset)
+            return
+        if r.barrier is not None:
+            self.population = r.barrier.population
+            if r.barrier.lr_scale > 0:
+                self.lr_scale = r.barrier.lr_scale
+        self.last_merged = r.merged
+        self.merged_total += r.merged
+        with self._lock, torch.no_grad():
+            merged = self._region(r.update) if r.merged else None
+            saved_outer = [o.clone() for o in self.outer_params]
+            saved_state = copy.deepcopy(self.outer.state_dict())
+            for i, (p, o) in enumerate(zip(params, self.outer_params)):
+                if model_kind:
+                    # Δ̄ = θ_outer − (θ_i + the average's change)
+                    g = o - p
+                    if merged is not None:
+                        g.sub_(merged[i].to(o.device).view(o.shape))
+                else:
+                    # Δ̄ = −(own delta × scale + Σ peers' deltas)
+                    g = (o - p).mul_(scale)
+                    if merged is not None:
+                        g.sub_(merged[i].to(o.device).view(o.shape))
+                o.grad = g
+            self.outer.step()
+            for o in self.outer_params:
+                o.grad = None
+            bad = self._first_bad(self.outer_params, self.max_abs)
+            if bad is not None:
+                for o, s in zip(self.outer_params, saved_outer):
+                    o.copy_(s)
+                self.outer.load_state_dict(saved_state)
+                self._restore_round()
+                self.outer_step_count = n
+                raise FloatingPointError(
+                    f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
+                    f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
+                    f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
+                    f"step and the model is back at θ_outer; what was published (the inner-trained parameters) "
+                    "was finite, so the job's parameters are untouched")
+            for p, o in zip(params, self.outer_params):
+                p.copy_(o)
+            self.outer_step_count = n
+            self.inner_step_count = 0
+        if self.on_outer_step is not None:
+            self.on_outer_step(n, r.merged, r.barrier)
+
+    def _expected(self) -> int:
+        """How many peers' updates one outer step should bring: S under
+        epidemic:S, every peer's under gossip (N̂ − 1)."""
+        peers = max(0, int(round(self.population)) - 1)
+        if self.update_kind == pb.UPDATE_KIND_MODEL:
+            return min(self._fanout, peers)
+        return peers
+
+    def _received(self):
+        """The peers' updates the daemon has taken in so far (None when
+        its status cannot be read)."""
+        try:
+            return int(self.client.status(timeout=5).node.updates_received)
+        except Exception:  # a daemon without Status: merge as Step does
+            return None
+
+    def _exchange_waiting(self, n, loss, acc) -> StepResult:
+        """Publish, barrier, then wait up to merge_wait for the round's
+        models before the pull."""
+        c = self.client
+        now = self._received()
+        if now is None:  # no status to tell arrivals by
+            return c.step(n, loss=loss, accuracy=acc)
+        c.publish(n, None, loss=loss, accuracy=acc)
+        b = c.barrier(n + 1)
+        expected, deadline = self._expected(), time.monotonic() + self.merge_wait
+        while (self._received() or now) - now < expected and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p = c.pull()
+        return StepResult(barrier=b, merged=p.merged, update=p.update, reset=p.reset)
+
+    def _outer_lr(self):
+        lrs = sorted({float(g.get("lr", float("nan"))) for g in self.outer.param_groups})
+        return "outer lr " + ", ".join(f"{lr:g}" for lr in lrs)
+
+    def _reset(self, reset: "pb.Reset"):
+        """The daemon moved to another lineage of the job: its parameters
+        and step become θ_outer's; the outer and inner states stay."""
+        vec = self.client.reset_params(reset)
+        with self._lock, torch.no_grad():
+            self._assign(self.outer_params, torch.from_numpy(vec.copy()))
+            self._restore_round()
+            self.outer_step_count = int(reset.step)
+        log.warning("pspnode.DiLoCo: the daemon moved to lineage %s of the job (%s): θ_outer and the outer step "
+                    "(%d) are the job's now", reset.lineage[:16], reset.reason, reset.step)
+
+    def checkpoint(self) -> str:
+        """Writes θ_outer to the daemon's checkpoint file (pspnode run
+        --checkpoint); the outer optimizer's state is not in it (save
+        state_dict() for that)."""
+        step, vec = self._params()
+        return self.client.checkpoint(step, vec)
+
+    def close(self):
+        """Ends the session and stops the daemon the optimizer started."""
+        self._closed = True
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        if getattr(self, "daemon", None) is not None:
+            self.daemon.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

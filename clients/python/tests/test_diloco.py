@@ -1,0 +1,447 @@
+"""pspnode.DiLoCo: the outer step's arithmetic, a joiner that takes the
+job's outer state, the state_dict round trip and schedulers, and what it
+refuses (H of 0, a diverging outer learning rate, a non-finite
+pseudo-gradient, another inner optimizer than the job's), with real
+daemons (PSPNODE_BIN) and, for the gossip exchange's arithmetic and bad
+peer state, the fake daemon of test_fake."""
+
+import logging
+import os
+import sys
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import pspnode  # noqa: E402
+from pspnode.diloco import STATE_KIND  # noqa: E402
+from pspnode.trainer.v2 import trainer_pb2 as pb  # noqa: E402
+from test_fake import FakeDaemon, serve_fake  # noqa: E402
+
+BIN = os.environ.get("PSPNODE_BIN", "")
+F = torch.nn.functional
+ARGS = ["--nat-traversal=false", "--exchange", "epidemic:1", "--barrier", "asp"]
+LOCAL = ["/ip4/127.0.0.1/tcp/0"]
+
+
+def net(seed=0):
+    torch.manual_seed(seed)
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Tanh(), torch.nn.Linear(8, 1))
+
+
+def batches(seed, n):
+    g = torch.Generator().manual_seed(seed)
+    w = torch.arange(4, dtype=torch.float32).reshape(4, 1) / 4
+    out = []
+    for _ in range(n):
+        x = torch.randn(16, 4, generator=g)
+        out.append((x, x @ w))
+    return out
+
+
+def flat(ts):
+    return torch.cat([t.detach().reshape(-1).clone() for t in ts])
+
+
+def train(opt, model, data, sched=None):
+    for x, y in data:
+        opt.zero_grad()
+        F.mse_loss(model(x), y).backward()
+        opt.step()
+        if sched is not None:
+            sched.step()
+
+
+class Refusals(unittest.TestCase):
+    """Refused before any daemon is started or asked."""
+
+    def test_bad_h_and_outer_rates(self):
+        m = net()
+        for kw, says in [({"H": 0}, "positive integer"), ({"H": -3}, "positive integer"),
+                         ({"H": 2.5}, "positive integer"), ({"H": True}, "positive integer"),
+                         ({"H": 5, "outer_lr": 0}, "outer_lr"), ({"H": 5, "outer_lr": float("nan")}, "outer_lr"),
+                         ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
+                         ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
+                         ({"H": 5, "merge_wait": -1}, "merge_wait")]:
+            with self.subTest(kw=kw):
+                with self.assertRaises(ValueError) as cm:
+                    pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
+                self.assertIn(says, str(cm.exception))
+        with self.assertRaises(TypeError):
+            pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m)  # no H
+
+
+@unittest.skipUnless(BIN, "PSPNODE_BIN not set: run through `go test ./cmd/pspnode -run TestPythonClient`")
+class WithDaemons(unittest.TestCase):
+    def make(self, job, model, inner=None, boot=(), args=(), **kw):
+        inner = inner or torch.optim.AdamW(model.parameters(), lr=1e-2)
+        kw.setdefault("H", 3)
+        opt = pspnode.DiLoCo(inner, model=model, job=job, bootstrap=list(boot), listen=LOCAL,
+                             daemon_args=ARGS + list(args), start_timeout=30, **kw)
+        self.addCleanup(opt.close)
+        return opt
+
+    @staticmethod
+    def boot(opt):
+        return [a for a in opt.daemon.addrs if "/127.0.0.1/tcp/" in a][:1]
+
+    def test_outer_step_arithmetic(self):
+        # A lone worker merges nothing: Δ̄ is its own pseudo-gradient, and
+        # the outer SGD (lr 0.7, no momentum) moves θ_outer by 0.7 × (θ_i −
+        # θ_outer); the daemon counts one step per H = 3 inner steps. A twin
+        # trained by plain SGD on the same batches gives θ_i.
+        m, twin = net(), net()
+        opt = self.make("dl-arith", m, inner=torch.optim.SGD(m.parameters(), lr=0.1), outer_momentum=0.0)
+        plain = torch.optim.SGD(twin.parameters(), lr=0.1)
+        start = flat(opt.outer_parameters())
+        data = batches(1, 3)
+        train(opt, m, data[:2])
+        self.assertEqual((opt.outer_step_count, opt.inner_step_count), (0, 2))
+        self.assertTrue(torch.equal(flat(opt.outer_parameters()), start))  # inner steps leave θ_outer alone
+        self.assertEqual(opt.client.status().step, 0)  # and make no daemon call
+        train(opt, m, data[2:])
+        train(plain, twin, data)
+        self.assertEqual((opt.outer_step_count, opt.inner_step_count), (1, 0))
+        self.assertEqual(opt.client.status().step, 1)
+        want = start + 0.7 * (flat(twin.parameters()) - start)
+        got = flat(opt.outer_parameters())
+        self.assertTrue(torch.allclose(got, want, atol=1e-6), (got - want).abs().max())
+        self.assertTrue(torch.equal(flat(m.parameters()), got))  # the next round starts at θ_outer
+
+    def test_joiner_takes_outer_state(self):
+        # A worker that joins a job under way takes θ_outer and the outer
+        # momentum of a peer's trainer, not just its parameters.
+        ma = net()
+        a = self.make("dl-join", ma)
+        train(a, ma, batches(2, 12))  # 4 outer steps
+        self.assertEqual(a.outer_step_count, 4)
+        mb = net(seed=9)  # other initial weights: the job's replace them
+        with self.assertLogs("pspnode", "INFO") as logs:
+            b = self.make("dl-join", mb, boot=self.boot(a))
+        self.assertTrue(any("outer optimizer state" in line and "starting from" in line for line in logs.output),
+                        logs.output)
+        self.assertEqual(b.outer_step_count, 4)
+        self.assertTrue(torch.equal(flat(b.outer_parameters()), flat(a.outer_parameters())))
+        self.assertTrue(torch.equal(flat(mb.parameters()), flat(a.outer_parameters())))
+        ma_m = [a.outer.state[p]["momentum_buffer"] for p in a.outer_parameters()]
+        mb_m = [b.outer.state[p]["momentum_buffer"] for p in b.outer_parameters()]
+        self.assertTrue(torch.equal(flat(ma_m), flat(mb_m)))
+        self.assertGreater(float(flat(mb_m).abs().max()), 0)
+
+    def test_other_inner_optimizer_refused(self):
+        ma = net()
+        a = self.make("dl-mismatch", ma)
+        train(a, ma, batches(3, 6))
+        before = flat(a.outer_parameters())
+        for inner, says in [(lambda p: torch.optim.SGD(p, lr=0.1), "SGD("),
+                            (lambda p: torch.optim.AdamW(p, lr=3e-2), "AdamW(")]:
+            with self.subTest(says=says):
+                mb = net()
+                with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+                    self.make("dl-mismatch", mb, inner=inner(mb.parameters()), boot=self.boot(a))
+                msg = str(cm.exception)
+                self.assertIn("inner " + says, msg)
+                self.assertIn("not the job's", msg)
+                self.assertIsInstance(cm.exception, pspnode.ModelMismatch)
+        # The job's parameters are as they were, and it goes on.
+        self.assertTrue(torch.equal(flat(a.outer_parameters()), before))
+        self.assertEqual(a.client.status().step, 2)
+        train(a, ma, batches(4, 3))
+        self.assertEqual(a.outer_step_count, 3)
+
+    def test_diverging_outer_lr_and_nan_pseudo_gradient(self):
+        ma, mb = net(), net()
+        a = self.make("dl-diverge", ma)
+        b = self.make("dl-diverge", mb, boot=self.boot(a))
+        train(a, ma, batches(5, 3))
+        train(b, mb, batches(6, 3))
+        # An outer learning rate that diverges (a schedule gone wrong): the
+        # outer step would leave the job's bound; it is undone and said.
+        b.outer.param_groups[0]["lr"] = 1e7
+        outer_before = flat(b.outer_parameters())
+        momentum_before = flat([b.outer.state[p]["momentum_buffer"] for p in b.outer_parameters()])
+        with self.assertRaises(FloatingPointError) as cm:
+            train(b, mb, batches(7, 3))
+        self.assertIn("outer learning rate", str(cm.exception))
+        self.assertIn("1e+07", str(cm.exception))
+        self.assertTrue(torch.equal(flat(b.outer_parameters()), outer_before))
+        self.assertTrue(torch.equal(flat([b.outer.state[p]["momentum_buffer"] for p in b.outer_parameters()]),
+                                    momentum_before))
+        self.assertTrue(torch.equal(flat(mb.parameters()), outer_before))
+        self.assertEqual(b.outer_step_count, 2)  # the daemon counted the (finite) published model
+        # A pseudo-gradient that is not finite (the inner training
+        # diverged): nothing is published, the model goes back to θ_outer.
+        b.outer.param_groups[0]["lr"] = 0.7
+        with torch.no_grad():
+            next(mb.parameters()).view(-1)[0] = float("nan")
+        train(b, mb, batches(8, 2))
+        with self.assertRaises(FloatingPointError) as cm:
+            train(b, mb, batches(9, 1))
+        self.assertIn("not finite", str(cm.exception))
+        self.assertIn("Nothing was published", str(cm.exception))
+        self.assertEqual(b.client.status().step, 2)
+        self.assertTrue(torch.equal(flat(mb.parameters()), outer_before))
+        # The peer's parameters stay finite and it goes on.
+        train(a, ma, batches(10, 6))
+        self.assertTrue(bool(torch.isfinite(flat(a.outer_parameters())).all()))
+        self.assertTrue(bool(torch.isfinite(flat(ma.parameters())).all()))
+
+    def test_state_dict_round_trip_and_schedulers(self):
+        m1 = net()
+        inner1 = torch.optim.AdamW(m1.parameters(), lr=1e-2)
+        o1 = self.make("dl-sd-a", m1, inner=inner1)
+        s1 = torch.optim.lr_scheduler.StepLR(o1, step_size=4, gamma=0.5)  # on the DiLoCo: sets the inner rates
+        self.assertIsInstance(o1, torch.optim.Optimizer)
+        self.assertIs(o1.param_groups, inner1.param_groups)
+        train(o1, m1, batches(11, 7), sched=s1)  # 2 outer steps and 1 inner
+        self.assertAlmostEqual(inner1.param_groups[0]["lr"], 1e-2 * 0.5)  # 7 // 4 halvings
+        saved = {"model": {k: v.clone() for k, v in m1.state_dict().items()}, "opt": o1.state_dict(),
+                 "sched": s1.state_dict()}
+        self.assertEqual((saved["opt"]["diloco"]["outer_step"], saved["opt"]["diloco"]["inner_step"]), (2, 1))
+        m2 = net(seed=4)
+        inner2 = torch.optim.AdamW(m2.parameters(), lr=1e-2)
+        o2 = self.make("dl-sd-b", m2, inner=inner2)
+        s2 = torch.optim.lr_scheduler.StepLR(inner2, step_size=4, gamma=0.5)  # on the inner optimizer
+        m2.load_state_dict(saved["model"])
+        o2.load_state_dict(saved["opt"])
+        s2.load_state_dict(saved["sched"])
+        self.assertEqual((o2.outer_step_count, o2.inner_step_count), (2, 1))
+        self.assertEqual(o2.client.status().step, 2)
+        rest = batches(12, 8)
+        train(o1, m1, rest, sched=s1)
+        train(o2, m2, rest, sched=s2)
+        self.assertEqual((o1.outer_step_count, o2.outer_step_count), (5, 5))
+        self.assertTrue(torch.equal(flat(m1.parameters()), flat(m2.parameters())))
+        self.assertTrue(torch.equal(flat(o1.outer_parameters()), flat(o2.outer_parameters())))
+        self.assertEqual(inner1.param_groups[0]["lr"], inner2.param_groups[0]["lr"])
+        # Another configuration's state_dict is refused, naming both.
+        m3 = net()
+        o3 = self.make("dl-sd-c", m3, H=4)
+        with self.assertRaises(ValueError) as cm:
+            o3.load_state_dict(saved["opt"])
+        self.assertIn("H=3", str(cm.exception))
+        self.assertIn("H=4", str(cm.exception))
+
+    def test_step_from_two_threads(self):
+        m = net()
+        opt = self.make("dl-threads", m)
+        opt._stepping.acquire()
+        try:
+            errs = []
+            t = threading.Thread(target=lambda: errs.append(self._try_step(opt)))
+            t.start()
+            t.join()
+            self.assertIn("two threads", errs[0])
+        finally:
+            opt._stepping.release()
+
+    @staticmethod
+    def _try_step(opt):
+        try:
+            opt.step()
+        except RuntimeError as e:
+            return str(e)
+        return ""
+
+
+class GossipFake(FakeDaemon):
+    """The fake daemon under gossip, with N̂ = 2: each Step's pull merges
+    the vector peer (the sum of a peer's deltas)."""
+
+    def __init__(self, n, peer, welcome_params=None, state=None):
+        super().__init__(n)
+        self.peer, self.welcome_params, self.state = peer, welcome_params, state
+        self.published = []
+
+    def Session(self, request_iterator, context):
+        hello = next(request_iterator).hello
+        self.hello = hello
+        w = pb.Welcome(session="s1", step=hello.step, job="fake", exchange="gossip", update_kind=pb.UPDATE_KIND_DELTA,
+                       population=2, lr_scale=0.5, max_abs_value=1e4, model_id=hello.model_id)
+        if self.welcome_params is not None:
+            w.step, w.has_params, w.params_source = 7, True, "peer P at step 7"
+            w.params.data = self.welcome_params.tobytes()
+            if self.state is not None:
+                w.state.CopyFrom(pb.TrainerState(kind=STATE_KIND, step=7, data=self.state))
+                w.state_source = "peer P"
+        yield pb.DaemonMessage(welcome=w)
+        for _ in request_iterator:
+            pass
+
+    def Step(self, request, context):
+        self.published.append(np.frombuffer(request.update.data, dtype="<f4").copy())
+        reply = pb.StepReply(barrier=pb.BarrierReply(step=request.step + 1, population=2, lr_scale=0.5))
+        reply.pull.merged = 1
+        reply.pull.update.data = self.peer.tobytes()
+        return reply
+
+
+class EpidemicFake(FakeDaemon):
+    """The fake daemon under epidemic:1 with N̂ = 2: it counts the models
+    it has taken (Status), takes `arriving` more when a step is published,
+    and each Pull hands back `change` when models came since the last."""
+
+    def __init__(self, n, change, came_in_round, arriving=1):
+        super().__init__(n)
+        self.change, self.came_in_round, self.arriving = change, came_in_round, arriving
+        self.received, self.pulled_at, self.calls = 0, 0, []
+
+    def Session(self, request_iterator, context):
+        hello = next(request_iterator).hello
+        yield pb.DaemonMessage(welcome=pb.Welcome(
+            session="s1", step=0, job="fake", exchange="epidemic:1", update_kind=pb.UPDATE_KIND_MODEL,
+            population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
+        for _ in request_iterator:
+            pass
+
+    def Status(self, request, context):
+        return pb.StatusReply(node=pb.NodeStatus(updates_received=self.received))
+
+    def inner_steps_done(self):
+        self.received += self.came_in_round  # what came during the round
+
+    def Publish(self, request, context):
+        self.calls.append("publish")
+        self.received += self.arriving
+        return pb.PublishReply(step=request.step)
+
+    def Barrier(self, request, context):
+        self.calls.append("barrier")
+        return pb.BarrierReply(step=request.step, population=2, lr_scale=1)
+
+    def Pull(self, request, context):
+        k = self.received - self.pulled_at
+        self.pulled_at = self.received
+        self.calls.append(f"pull:{k}")
+        reply = pb.PullReply()
+        if k:
+            reply.merged = k
+            reply.update.data = self.change.tobytes()
+        return reply
+
+
+class MergeWait(unittest.TestCase):
+    """An outer step publishes, passes the barrier, waits (up to
+    merge_wait) for the round's models, and merges them with whatever
+    came during the round."""
+
+    def run_round(self, came_in_round, arriving=1, **kw):
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        change = np.full(n, 0.25, dtype="<f4")
+        fake = EpidemicFake(n, change, came_in_round, arriving)
+        addr = serve_fake(self, fake)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
+                             connect_timeout=10, outer_lr=1.0, outer_momentum=0.0, **kw)
+        self.addCleanup(opt.close)
+        data = batches(16, 2)
+        train(opt, m, data[:1])
+        fake.inner_steps_done()
+        t0 = time.monotonic()
+        train(opt, m, data[1:])
+        return opt, fake, time.monotonic() - t0
+
+    def test_merges_the_rounds_model_with_what_came(self):
+        # One model came during the round and one after the barrier: one
+        # pull merges both, and the outer step (lr 1, no momentum) lands
+        # on θ_i + the average's change.
+        opt, fake, _ = self.run_round(came_in_round=1, merge_wait=30)
+        self.assertEqual(fake.calls, ["publish", "barrier", "pull:2"])
+        self.assertEqual(opt.last_merged, 2)
+        twin = net()
+        train(torch.optim.SGD(twin.parameters(), lr=0.1), twin, batches(16, 2))
+        want = flat(twin.parameters()) + 0.25
+        self.assertTrue(torch.allclose(flat(opt.outer_parameters()), want, atol=1e-6))
+
+    def test_waits_at_most_merge_wait(self):
+        # Nothing arrives: the outer step waits merge_wait, then goes on
+        # with its own pseudo-gradient.
+        opt, fake, _ = self.run_round(came_in_round=0, arriving=0, merge_wait=0.3)
+        self.assertEqual(fake.calls, ["publish", "barrier", "pull:0"])
+        self.assertEqual(opt.last_merged, 0)
+
+    def test_plain_step_without_wait(self):
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = EpidemicFake(n, np.zeros(n, "<f4"), 1)
+        fake.Step = lambda request, context: (fake.calls.append("step"), pb.StepReply(
+            barrier=pb.BarrierReply(step=request.step + 1, population=2, lr_scale=1)))[1]
+        addr = serve_fake(self, fake)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=1, shared_memory=False,
+                             connect_timeout=10, merge_wait=0)
+        self.addCleanup(opt.close)
+        train(opt, m, batches(17, 1))
+        self.assertEqual(fake.calls, ["step"])
+
+
+class WithGossipFake(unittest.TestCase):
+    def make(self, fake, m, **kw):
+        addr = serve_fake(self, fake)
+        kw.setdefault("outer_momentum", 0.0)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
+                             connect_timeout=10, outer_lr=1.0, **kw)
+        self.addCleanup(opt.close)
+        return opt
+
+    def test_gossip_publishes_scaled_delta_and_sums(self):
+        # Publish Δ_i × lr_scale (a delta, θ_i − θ_outer); Δ̄ = −(that + the
+        # peers' deltas): with outer SGD at lr 1, θ_outer ← θ_outer + own
+        # scaled delta + the peer's.
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        peer = np.full(n, 0.01, dtype="<f4")
+        fake = GossipFake(n, peer)
+        opt = self.make(fake, m)
+        start = flat(opt.outer_parameters())
+        train(opt, m, batches(13, 2))  # H = 2: one outer step
+        self.assertEqual(len(fake.published), 1)
+        own = torch.from_numpy(fake.published[0])
+        got = flat(opt.outer_parameters())
+        self.assertTrue(torch.allclose(got, start + own + torch.from_numpy(peer), atol=1e-6))
+        self.assertGreater(float(own.abs().max()), 0)
+
+    def test_joiner_state_from_fake_and_bad_state(self):
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        job = np.linspace(-1, 1, n).astype("<f4")
+        # A state that is not one: the job's parameters, a fresh outer optimizer.
+        with self.assertLogs("pspnode", "WARNING") as logs:
+            opt = self.make(GossipFake(n, np.zeros(n, "<f4"), welcome_params=job, state=b"PSPDxx"), m)
+        self.assertTrue(any("not usable" in line for line in logs.output), logs.output)
+        self.assertTrue(torch.equal(flat(opt.outer_parameters()), torch.from_numpy(job)))
+        self.assertEqual(len(opt.outer.state), 0)
+        self.assertEqual(opt.outer_step_count, 7)
+        # A good state (a peer's, made by another DiLoCo of the same
+        # configuration) gives θ_outer and the momentum; non-finite
+        # values in it are refused.
+        src_m = net(seed=3)
+        src = self.make(GossipFake(n, np.zeros(n, "<f4")), src_m, outer_momentum=0.5)
+        train(src, src_m, batches(15, 4))
+        good = src._wire_state()
+        bad = bytearray(good)
+        bad[-4:] = np.array([np.nan], dtype="<f4").tobytes()
+        for data, ok in [(good, True), (bytes(bad), False), (good[:-4], False)]:
+            with self.subTest(ok=ok):
+                mm = net(seed=5)
+                o = self.make(GossipFake(n, np.zeros(n, "<f4"), welcome_params=job, state=data), mm,
+                              outer_momentum=0.5)
+                if ok:
+                    self.assertTrue(torch.equal(flat(o.outer_parameters()), flat(src.outer_parameters())))
+                    self.assertTrue(torch.equal(
+                        flat([o.outer.state[p]["momentum_buffer"] for p in o.outer_parameters()]),
+                        flat([src.outer.state[p]["momentum_buffer"] for p in src.outer_parameters()])))
+                else:
+                    self.assertTrue(torch.equal(flat(o.outer_parameters()), torch.from_numpy(job)))
+                    self.assertEqual(len(o.outer.state), 0)
+                self.assertTrue(torch.equal(flat(mm.parameters()), flat(o.outer_parameters())))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.WARNING)
+    unittest.main()
