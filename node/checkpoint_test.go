@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
@@ -35,7 +36,7 @@ func TestNodeResumesFromCheckpoint(t *testing.T) {
 		if other.Step() != 12 {
 			t.Errorf("resumed at step %d, want 12", other.Step())
 		}
-		if got := other.task.(*ModelTask).Trainer().Steps(); got != 12 {
+		if got := other.task.(*builtin.ModelTask).Trainer().Steps(); got != 12 {
 			t.Errorf("resumed schedule at step %d, want 12", got)
 		}
 		got := other.task.Params()

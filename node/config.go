@@ -60,9 +60,6 @@ type Config struct {
 
 	// Barrier is the barrier every step must pass.
 	Barrier psp.Spec
-	// TimeModel adds the paper's synthetic task time to the built-in tasks
-	// (and is the SleepTask of a node given no task with WithTask).
-	TimeModel TimeModel
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
 	// the trainer API of node/trainer. A task (WithTask) is then

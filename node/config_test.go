@@ -85,8 +85,6 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
 		{"join retry min above max", func(c *Config) { c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
 		{"infinite norm bound", func(c *Config) { c.Exchange.NormBound = math.Inf(1) }, "Exchange.NormBound +Inf"},
-		{"NaN time scale", func(c *Config) { c.TimeModel.Scale = math.NaN() }, "TimeModel.Scale NaN"},
-		{"negative straggle factor", func(c *Config) { c.TimeModel.Factor = -1 }, "TimeModel.Factor -1"},
 		{"screen off", func(c *Config) { c.Screen = psp.ScreenConfig{} }, ""},
 		{"negative quarantine", func(c *Config) { c.Screen.Quarantine = -1 }, "Screen.Quarantine -1"},
 		{"negative screen records", func(c *Config) { c.Screen.MaxPeers = -1 }, "Screen.MaxPeers must not be negative"},

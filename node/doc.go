@@ -5,8 +5,8 @@
 // A program builds a Node with New from a Config, its settings (start
 // from DefaultConfig, or DefaultLocalConfig for nodes on one machine or
 // LAN; Validate names any field out of range), and options for what it
-// runs with: WithTask (the work of a step: a ModelTask from NewTask, or
-// its own; see the package example), WithHost, WithLogger, WithRegistry.
+// runs with: WithTask (the work of a step: its own, see the package
+// example), WithHost, WithLogger, WithRegistry.
 // Then it calls Run. Leaving is in two parts, as in hashicorp/memberlist:
 // Leave tells peers the node goes (they drop it at once) and stops Run,
 // which returns ErrClosed; Shutdown closes everything, with no word to
@@ -38,7 +38,7 @@
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
 //	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
-//	task.go        Task and the built-in SleepTask and ModelTask
+//	task.go        Task, the optional interfaces a task may add, and the task of a node given none
 //	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      the resource manager's connection and stream limits
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)

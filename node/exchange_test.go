@@ -12,6 +12,7 @@ import (
 	"gonum.org/v1/gonum/floats"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
@@ -21,7 +22,7 @@ import (
 
 // newTestTrainer is a linreg task over 1-dimensional synthetic data whose
 // parameters start at init (2 parameters: w and b).
-func newTestTrainer(t testing.TB, init []float64) *ModelTask {
+func newTestTrainer(t testing.TB, init []float64) *builtin.ModelTask {
 	t.Helper()
 	ds := &model.Dataset{Name: "tiny", Dim: 1, X: []float64{0, 1, 2, 3}, Targets: []float64{0, 1, 2, 3}}
 	m, err := model.New("linreg", 1, 0)
@@ -32,7 +33,7 @@ func newTestTrainer(t testing.TB, init []float64) *ModelTask {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return NewModelTask(tr, nil, TimeModel{}, 1)
+	return builtin.NewModelTask(tr, nil, builtin.TimeModel{}, 1)
 }
 
 // Epidemic nodes train over the exchange protocol alone: no GossipSub

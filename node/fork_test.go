@@ -13,6 +13,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
@@ -114,7 +115,7 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := NewTask(TaskSpec{Model: "logreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data)
+		other, err := builtin.New(builtin.Spec{Model: "logreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data)
 		if err != nil {
 			t.Fatal(err)
 		}

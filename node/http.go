@@ -168,8 +168,8 @@ func (n *Node) Status() Status {
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
 	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.genesis().String(), uint64(counterValue(n.lin.converged)), n.ov.HeldOutCount()
-	if mt, ok := n.task.(*ModelTask); ok {
-		st.Model = mt.Trainer().Model().Name()
+	if mt, ok := n.task.(interface{ ModelName() string }); ok {
+		st.Model = mt.ModelName() // the built-in tasks' (package builtin)
 	}
 	return st
 }

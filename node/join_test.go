@@ -3,6 +3,7 @@ package node
 import (
 	"testing"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node/exchange"
@@ -38,7 +39,7 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 		if got := joiner.Step(); got != 100 {
 			t.Fatalf("joiner at step %d, want the job's 100", got)
 		}
-		if got := joiner.task.(*ModelTask).Trainer().Steps(); got != 100 {
+		if got := joiner.task.(*builtin.ModelTask).Trainer().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
 		if g := joiner.Gossip(); (g == nil) != (ex.Kind == exchange.Epidemic) {

@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
@@ -337,7 +338,7 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	withModel := func(cfg Config, seed uint64) Option { // linreg: 21 parameters
-		task, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: SeedOf(cfg.Job)}, data)
+		task, err := builtin.New(builtin.Spec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: builtin.SeedOf(cfg.Job)}, data)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -242,7 +242,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
 	n.task = d.task
 	if n.task == nil {
-		n.task = NewSleepTask(cfg.TimeModel, seed)
+		n.task = noWork{}
 	}
 
 	if cfg.Driven {

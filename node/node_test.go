@@ -13,6 +13,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
@@ -91,7 +92,7 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
 		cfg.QueryTimeout = 500 * time.Millisecond
-		opts = append(opts, WithTask(NewModelTask(tr, data.Test, TimeModel{Scale: scale, Factor: 1}, uint64(i+1))))
+		opts = append(opts, WithTask(builtin.NewModelTask(tr, data.Test, builtin.TimeModel{Scale: scale, Factor: 1}, uint64(i+1))))
 		cfg.EvalEvery = 5
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second

@@ -32,8 +32,8 @@ type deps struct {
 // and PSK and AllowPeers must be empty (they need a host the node builds).
 func WithHost(h host.Host) Option { return func(d *deps) { d.host = h } }
 
-// WithTask sets the work of a step. Without it a node runs a SleepTask
-// with Config.TimeModel; a driven node (Config.Driven) needs one: the
+// WithTask sets the work of a step. Without it a node's steps do no work
+// and publish nothing; a driven node (Config.Driven) needs one: the
 // driving program's model.
 func WithTask(t Task) Option { return func(d *deps) { d.task = t } }
 

@@ -87,9 +87,6 @@ func (c Config) Validate() error {
 		bad("MaxStreamsPerPeer %d, MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
 			c.MaxStreamsPerPeer, c.MaxInboundStreams)
 	}
-	if !finiteNonNegative(c.TimeModel.Scale) || !finiteNonNegative(c.TimeModel.Factor) {
-		bad("TimeModel.Scale %v and TimeModel.Factor %v must be finite numbers >= 0", c.TimeModel.Scale, c.TimeModel.Factor)
-	}
 	if err := c.validateScreen(); err != nil {
 		errs = append(errs, err)
 	}

@@ -15,6 +15,7 @@ import (
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
@@ -302,16 +303,16 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 // newTask builds node idx's task: the run's model on its shard of the
 // data, or sleeps of the time model without one.
 func (t *testnet) newTask(idx int, factor float64, cfg node.Config) (node.Task, error) {
-	spec := node.TaskSpec{
+	spec := builtin.Spec{
 		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
 		SGD:  model.DefaultSGDConfig(),
-		Time: node.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
-		Seed: cfg.Seed, InitSeed: node.SeedOf(cfg.Job),
+		Time: builtin.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
+		Seed: cfg.Seed, InitSeed: builtin.SeedOf(cfg.Job),
 	}
 	if t.cfg.LR > 0 {
 		spec.SGD.LR0 = t.cfg.LR
 	}
-	return node.NewTask(spec, t.data)
+	return builtin.New(spec, t.data)
 }
 
 // register makes m a member of the run: its role is noted (an honest node

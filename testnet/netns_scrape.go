@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 )
@@ -25,7 +26,7 @@ import (
 // checkData opens the configured data set once, so a bad path is one
 // error, not one per node.
 func checkData(cfg Config) error {
-	if _, err := model.Open(node.DataFor(cfg.Model, cfg.Data)); err != nil {
+	if _, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data)); err != nil {
 		return fmt.Errorf("testnet: %w", err)
 	}
 	return nil

@@ -19,6 +19,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 )
@@ -67,7 +68,7 @@ func openData(modelName, spec string) (model.Data, error) {
 	if modelName == "none" {
 		return model.Data{}, nil
 	}
-	d, err := model.Open(node.DataFor(modelName, spec))
+	d, err := model.Open(builtin.DataFor(modelName, spec))
 	if err != nil {
 		return model.Data{}, usagef("--data %s: %v", spec, err)
 	}

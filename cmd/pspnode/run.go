@@ -16,6 +16,7 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
@@ -287,10 +288,10 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logger) (*node.Node, *trainer.Server, error) {
 	reg := prometheus.NewRegistry()
 	node.RegisterProcessMetrics(reg)
-	spec := node.TaskSpec{
+	spec := builtin.Spec{
 		Model: *f.modelName, Shards: *f.shards,
 		SGD:  model.SGDConfig{BatchSize: *f.batch, LR0: *f.lr, Decay: model.DefaultSGDConfig().Decay},
-		Time: node.TimeModel{Scale: *f.scale, Factor: *f.factor},
+		Time: builtin.TimeModel{Scale: *f.scale, Factor: *f.factor},
 	}
 	if f.trainer.enabled() {
 		return newDrivenNode(ctx, cfg, f.trainer, log, reg)
@@ -396,7 +397,7 @@ func stopReason(ctx context.Context, err error) string {
 
 // newNodeWithTask builds the node, with opts, then its task, whose shard
 // depends on the node's peer ID unless shard >= 0.
-func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
+func newNodeWithTask(ctx context.Context, cfg node.Config, spec builtin.Spec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
 		key, err := newIdentity()
 		if err != nil {
@@ -412,9 +413,9 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 	if shard < 0 {
 		spec.Shard = model.ShardIndex(id.String(), spec.Shards)
 	}
-	spec.Seed = node.SeedOf(id.String())
-	spec.InitSeed = node.SeedOf(cfg.Job)
-	task, err := node.NewTask(spec, data)
+	spec.Seed = builtin.SeedOf(id.String())
+	spec.InitSeed = builtin.SeedOf(cfg.Job)
+	task, err := builtin.New(spec, data)
 	if err != nil {
 		// The specs passed checkModel and checkData: what is left is
 		// their combination (linreg on MNIST) or a model too large.

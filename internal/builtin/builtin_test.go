@@ -1,6 +1,8 @@
-package node
+package builtin
 
 import (
+	"math"
+	"strings"
 	"testing"
 
 	"github.com/pspnode/pspnode/model"
@@ -23,14 +25,14 @@ func TestDataFor(t *testing.T) {
 	}
 }
 
-// NewTask builds a model task that steps on its shard, and refuses a
+// New builds a model task that steps on its shard, and refuses a
 // model that does not fit the data.
 func TestNewTask(t *testing.T) {
 	data, err := model.Open(DataFor("logreg", "synthetic"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	task, err := NewTask(TaskSpec{Model: "logreg", Shard: 1, Shards: 4, SGD: model.DefaultSGDConfig(), Seed: 1, InitSeed: 2}, data)
+	task, err := New(Spec{Model: "logreg", Shard: 1, Shards: 4, SGD: model.DefaultSGDConfig(), Seed: 1, InitSeed: 2}, data)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +44,29 @@ func TestNewTask(t *testing.T) {
 	if err != nil || len(upd) != want {
 		t.Fatalf("step: %d values, %v", len(upd), err)
 	}
-	if _, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data); err == nil {
+	if _, err := New(Spec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data); err == nil {
 		t.Error("linreg accepted classification data")
+	}
+}
+
+// New refuses a time model that is not a finite number >= 0, naming it.
+func TestNewRefusesBadTime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		tm   TimeModel
+	}{
+		{"NaN scale", TimeModel{Scale: math.NaN()}},
+		{"infinite scale", TimeModel{Scale: math.Inf(1)}},
+		{"negative factor", TimeModel{Scale: 1, Factor: -1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := New(Spec{Model: "none", Time: tc.tm}, model.Data{})
+			if err == nil || !strings.Contains(err.Error(), "time model") {
+				t.Errorf("err %v, want one naming the time model", err)
+			}
+		})
+	}
+	if _, err := New(Spec{Model: "none", Time: TimeModel{Scale: 0.5, Factor: 2}}, model.Data{}); err != nil {
+		t.Errorf("a good time model refused: %v", err)
 	}
 }

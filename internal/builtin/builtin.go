@@ -1,4 +1,9 @@
-package node
+// Package builtin holds the tasks pspnode run and the testnet build
+// themselves (node.Task implementations): a model trained on a shard of a
+// dataset (ModelTask), or no model, where a step only takes the PSP
+// paper's synthetic time (SleepTask); and the helpers that pick them from
+// the command line's words (Spec, New, DataFor, SeedOf).
+package builtin
 
 import (
 	"crypto/sha256"
@@ -9,9 +14,9 @@ import (
 	"github.com/pspnode/pspnode/model"
 )
 
-// TaskSpec describes a built-in task: a model trained on a shard of a
+// Spec describes a built-in task: a model trained on a shard of a
 // dataset, or no model ("none": the step is only the time model's delay).
-type TaskSpec struct {
+type Spec struct {
 	// Model is none, linreg, logreg, mlp or mlp:H.
 	Model string
 	// Shard is the node's shard index in [0, Shards). Use model.ShardIndex
@@ -40,9 +45,12 @@ func DataFor(modelName, data string) string {
 	return data
 }
 
-// NewTask builds a built-in task on already-loaded data, so that a testnet
+// New builds a built-in task on already-loaded data, so that a testnet
 // of many nodes loads its dataset once.
-func NewTask(spec TaskSpec, data model.Data) (Task, error) {
+func New(spec Spec, data model.Data) (Task, error) {
+	if err := spec.Time.validate(); err != nil {
+		return nil, err
+	}
 	if spec.Model == "" || spec.Model == "none" {
 		return NewSleepTask(spec.Time, spec.Seed), nil
 	}
