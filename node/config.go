@@ -9,6 +9,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
@@ -118,7 +119,7 @@ type Config struct {
 	// start, instead of the one its join finds: for nodes that start a
 	// job together (a testnet), which would otherwise each start their
 	// own and converge on the oldest.
-	Genesis Genesis
+	Genesis lineage.Genesis
 	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
 	// estimate), so that the updates of all nodes add up to one step of the
 	// mean gradient instead of N steps.

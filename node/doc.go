@@ -33,7 +33,7 @@
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
 //	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
-//	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
+//	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
 //	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
 //	progress.go    peers' known steps, and waking the peers this node held back
 //	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)

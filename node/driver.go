@@ -55,7 +55,7 @@ type Driver struct {
 type Reset struct {
 	Step    psp.Step
 	Params  []float64
-	Lineage Genesis
+	Lineage string // the job's lineage (its genesis in hex)
 	Reason  string
 }
 
@@ -183,13 +183,13 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
+	if mm := n.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
 		return Start{}, mm // every peer it met runs another model
 	}
 	n.warnModels(js.others)
 	// On another fork of the job (genesis.go), the job's lineage's step
 	// and model are the job's, even below this node's.
-	mine := n.lin.genesis()
+	mine := n.lin.Own()
 	forked := !mine.IsZero() && !js.genesis.IsZero() && js.genesis != mine
 	if js.adopt > start.Step || forked {
 		if js.model == nil {
@@ -198,10 +198,10 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		start = Start{Step: js.adopt, Params: js.model.Params, Source: fmt.Sprintf("peer %s at step %d", js.from, js.model.Step)}
 	}
 	if forked {
-		n.lin.set(js.genesis)
+		n.lin.Set(js.genesis)
 		n.screen = screenFor(n.cfg.Screen)
 		n.progress.reset()
-		n.lin.converged.Inc()
+		n.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
 	d.TakeReset() // the session starts from the job's state already

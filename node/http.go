@@ -167,7 +167,7 @@ func (n *Node) Status() Status {
 	st.BarrierWaitS, st.BarrierPasses = histogramSum(n.m.wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
-	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.genesis().String(), uint64(counterValue(n.lin.converged)), n.ov.HeldOutCount()
+	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.Own().String(), uint64(counterValue(n.lin.Converged)), n.ov.HeldOutCount()
 	if mt, ok := n.task.(interface{ ModelName() string }); ok {
 		st.Model = mt.ModelName() // the built-in tasks' (package builtin)
 	}

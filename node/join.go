@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -111,7 +112,7 @@ func (n *Node) join(ctx context.Context) error {
 	}
 	mm := errModelMismatch(js.fetchErr)
 	if mm == nil && js.observed == 0 {
-		mm = n.lin.firstMismatch() // every peer it met runs another model
+		mm = n.firstMM.Load() // every peer it met runs another model
 	}
 	if mm != nil && joining {
 		return mismatchExit(mm)
@@ -147,7 +148,7 @@ type jobView struct {
 	fetchErr error               // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
 	// oldest genesis among the answers (zero if none said one).
-	genesis Genesis
+	genesis lineage.Genesis
 	// others are the peers met that run another model (their replies
 	// said so, or their model did): held out, their steps not observed.
 	// The caller says so (warnModels), or fails.
@@ -228,7 +229,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			continue
 		}
 		p := peers[i]
-		if n.admit(p, r.reply.Ext, true) == otherModel {
+		if n.admit(p, r.reply.Ext, true) == lineage.OtherModel {
 			v.others = append(v.others, n.mismatchOf(p, r.reply.Ext))
 			continue
 		}
@@ -246,21 +247,21 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		}
 		return v, nil, false
 	}
-	genesisOf := func(r wire.StepReply) Genesis {
+	genesisOf := func(r wire.StepReply) lineage.Genesis {
 		if r.Ext == nil {
-			return Genesis{}
+			return lineage.Genesis{}
 		}
 		return r.Ext.Genesis
 	}
-	mine := n.lin.genesis()
-	counts := map[Genesis]int{}
+	mine := n.lin.Own()
+	counts := map[lineage.Genesis]int{}
 	if !mine.IsZero() {
 		counts[mine] = 1
 	}
 	for _, a := range good {
 		counts[genesisOf(a.r)]++
 	}
-	v.genesis = pickLineage(counts)
+	v.genesis = lineage.Pick(counts)
 	var steps []psp.Step
 	var on []answered
 	for _, a := range good {
@@ -374,7 +375,7 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 	next := start.Add(every)
 	t := time.NewTicker(firstPeerPoll)
 	defer t.Stop()
-	for n.ov.PeerCount() == 0 && n.lin.firstMismatch() == nil {
+	for n.ov.PeerCount() == 0 && n.firstMM.Load() == nil {
 		if now := time.Now(); !now.Before(next) {
 			if report != nil {
 				report(n.notReady(), now.Sub(start))

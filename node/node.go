@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
@@ -132,7 +133,9 @@ type Node struct {
 	iso isolation
 	// lin is the node's lineage of the job and what it heard of its
 	// peers' (genesis.go).
-	lin *lineage
+	lin *lineage.Lineage
+	// firstMM is the first peer of another model the node met (nil: none).
+	firstMM atomic.Pointer[ModelMismatchError]
 
 	leaveOnce sync.Once
 	closeOnce sync.Once
@@ -190,7 +193,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = newMetrics(n.reg)
-	n.lin = newLineage(n.reg, cfg.Genesis)
+	n.lin = lineage.New(n.reg, cfg.Genesis)
 	n.meter = newMeter(cfg.Job)
 	n.reg.MustRegister(newTrafficCollector(n))
 	n.nat = netsetup.NewNAT(n.reg)

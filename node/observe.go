@@ -7,6 +7,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -62,7 +63,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.forget(p)
 	n.asker.Drop(p)
-	n.lin.forget(p)
+	n.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
 }
 
@@ -85,10 +86,10 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	}
 	switch n.admit(p, r.Ext, false) { // genesis.go
-	case otherModel: // held out: not of this job, so no sign of its life either (isolation.go)
+	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
 		n.unheard(p)
 		return psp.Observation{}, false
-	case otherFork: // alive, but its step is another lineage's
+	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
 		return psp.Observation{}, false
 	}
@@ -140,10 +141,10 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
 			switch n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
-			case otherModel: // held out
+			case lineage.OtherModel: // held out
 				n.unheard(r.p)
 				continue
-			case otherFork: // alive, but its step is another lineage's
+			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)
 				continue
 			}

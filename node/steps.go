@@ -6,6 +6,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 )
 
@@ -37,15 +38,15 @@ func (a *stepAnswers) Leaving(from peer.ID) {
 func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply, more, drop bool) {
 	n := (*Node)(a)
 	k := n.admit(from, q.Ext, false)
-	if k != otherModel {
+	if k != lineage.OtherModel {
 		n.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
 		n.ov.MarkAlive(from)
 	}
-	if q.Estimate > 0 && k == kin {
+	if q.Estimate > 0 && k == lineage.Kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
 		n.notePeerEstimate(q.Estimate)
 	}
-	if k == kin {
+	if k == lineage.Kin {
 		// Before the reply's step is read: a reply below the asker's
 		// threshold promises it a progress notice (the notices field),
 		// so the asker must be a waiter before this node can advance
@@ -70,7 +71,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 			r.Step = f.StepLie(r.Step)
 		}
 	}
-	return r, k != otherModel, false
+	return r, k != lineage.OtherModel, false
 }
 
 // serveStep is the stream handler of both versions of the step protocol:

@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
@@ -77,7 +78,7 @@ const (
 
 // hijackGenesis is the oldest genesis there is: a clock of the Unix epoch
 // and 1. Every lineage a node makes, and the testnet's, is younger.
-var hijackGenesis = func() (g node.Genesis) { g[len(g)-1] = 1; return }()
+var hijackGenesis = func() (g lineage.Genesis) { g[len(g)-1] = 1; return }()
 
 const (
 	// hijackEvery is how often a lineage-hijack node queries every peer
@@ -114,7 +115,7 @@ type hostileCounts struct {
 type impostor struct {
 	job     string
 	step    int64
-	genesis node.Genesis
+	genesis lineage.Genesis
 	modelID uint32
 	value   float64 // every parameter
 	n       int     // parameter count

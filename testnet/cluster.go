@@ -17,6 +17,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
@@ -122,8 +123,8 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 // start the job together (without it each would start its own, and the
 // joiners would converge on the oldest): a genesis of the Unix epoch and
 // the seed, older than any a real node makes.
-func testnetGenesis(seed uint64) node.Genesis {
-	var g node.Genesis
+func testnetGenesis(seed uint64) lineage.Genesis {
+	var g lineage.Genesis
 	binary.BigEndian.PutUint64(g[8:], seed|1<<63)
 	return g
 }

@@ -85,7 +85,7 @@ type StepReply struct {
 // negotiation: identify has usually told it what the peer speaks), so a
 // peer that knows only 1.0.0 is still asked and answered in 1.0.0.
 type StepExt struct {
-	// Genesis is the sender's lineage of the job (node.Genesis); zero
+	// Genesis is the sender's lineage of the job (lineage.Genesis); zero
 	// when it has none (it is still joining, or does not follow
 	// lineages).
 	Genesis [GenesisLen]byte
@@ -119,7 +119,7 @@ const (
 	fieldGenesis = 1
 	fieldModel   = 2
 	fieldNotices = 3
-	// GenesisLen is the length of a genesis (node.Genesis).
+	// GenesisLen is the length of a genesis (lineage.Genesis).
 	GenesisLen      = 16
 	modelFieldLen   = 8
 	noticesFieldLen = 4

@@ -175,8 +175,8 @@ func (sess *session) pull() *pb.PullReply {
 		// place of its own, and what arrived for its old model goes.
 		task.resetTo()
 		sess.srv.m.resets.Inc()
-		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
-		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
+		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage, "why", r.Reason)
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason,
 			Params: dataTensor(appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params))}}
 	}
 	var buf []float32
