@@ -70,9 +70,9 @@ func TestGlobalCheckBounded(t *testing.T) {
 		asked := func() int { // peers that have heard a query from the checker at step 3
 			k := 0
 			for _, nd := range nodes[1:] {
-				if s, ok := nd.progress.known(checker.ID()); ok && s == 3 {
+				if s, ok := nd.progress.Known(checker.ID()); ok && s == 3 {
 					k++
-					nd.progress.forget(checker.ID())
+					nd.progress.Forget(checker.ID())
 				}
 			}
 			return k

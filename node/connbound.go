@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
+
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // Connection bound. Every connection costs a file descriptor, buffers and
@@ -70,8 +72,8 @@ func (n *Node) trimConns(now time.Time) int {
 	for _, c := range cands[:k] {
 		_ = c.c.CloseWithError(network.ConnGarbageCollected)
 	}
-	n.m.connsTrimmed.Add(float64(k))
-	n.m.hostile.WithLabelValues(kindIdleInboundClosed).Add(float64(k))
+	n.m.ConnsTrimmed.Add(float64(k))
+	n.m.Hostile.WithLabelValues(status.KindIdleInboundClosed).Add(float64(k))
 	return k
 }
 
@@ -130,7 +132,7 @@ func (n *Node) trimInbound(now time.Time, limit int) int {
 	for _, c := range cands[:k] {
 		_ = c.CloseWithError(network.ConnGarbageCollected)
 	}
-	n.m.connsTrimmed.Add(float64(k))
+	n.m.ConnsTrimmed.Add(float64(k))
 	return k
 }
 

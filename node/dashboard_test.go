@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
+
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // promQL strips what in a PromQL expression is not a metric name: string
@@ -219,6 +221,6 @@ func defaultExchangeNode(t *testing.T) *Node {
 	nd := buildTestNodesWith(t, 2, "pssp:1:1", 0.001, nil, func(s *nodeSetup) {
 		s.Exchange = DefaultConfig().Exchange
 	})[1]
-	RegisterProcessMetrics(nd.reg)
+	status.RegisterProcessMetrics(nd.reg)
 	return nd
 }

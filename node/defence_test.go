@@ -13,6 +13,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -51,7 +52,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 		})
 	}
 	synctest.Wait() // every flood stream is open, or reset
-	if got, want := counterValue(target.m.refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
+	if got, want := status.CounterValue(target.m.Refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
 	r, err := honest.queryStep(t.Context(), target.ID(), wire.StepRequest{Step: 1})
@@ -103,7 +104,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 	if sampledSlow == 0 {
 		t.Fatal("the slow peer was never sampled in 100 checks")
 	}
-	if counterValue(a.m.hedged) == 0 {
+	if status.CounterValue(a.m.Hedged) == 0 {
 		t.Error("no query was hedged")
 	}
 }
@@ -138,7 +139,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		a.step.Store(tt.step)
-		before := counterValue(a.m.earlyFail)
+		before := status.CounterValue(a.m.EarlyFail)
 		start := time.Now()
 		obs := a.observe(t.Context())
 		took := time.Since(start)
@@ -151,7 +152,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		if slow := nodes[2].cfg.faults.ReplyDelay; (took >= slow) != !tt.early {
 			t.Errorf("%s: the check took %v; the slow peers answer after %v", tt.name, took, slow)
 		}
-		if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {
+		if got := status.CounterValue(a.m.EarlyFail) - before; (got > 0) != tt.early {
 			t.Errorf("%s: early-fail counter grew by %v, want growth %v", tt.name, got, tt.early)
 		}
 	}

@@ -35,18 +35,17 @@
 //	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
 //	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
 //	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
-//	progress.go    peers' known steps, and waking the peers this node held back
+//	progress.go    feeding the peers' known steps (internal/progress), and waking the peers this node held back
 //	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
 //	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
 //	task.go        Task, the optional interfaces a task may add, and the task of a node given none
-//	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
 //	limits.go      the resource manager's connection and stream limits
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
-//	traffic.go     bytes the node's streams carry, by protocol class
+//	traffic.go     Node.Traffic: what the node's streams carried (package status counts it)
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
 //	version.go     the module version and the identify agent string
-//	metrics.go     Prometheus metrics
-//	http.go        /status and /metrics
+//	metrics.go     the gauges read off the overlay and the host at a scrape (the rest: status.Metrics)
+//	http.go        Node.Status, Node.Health and Node.Handler: /status, /health and /metrics (package status)
 //	nat.go         Config.NAT's host options (the bootstrap peers as relays) and Node.NAT
 //
 // How the host meets the network is in the sub-package netsetup: the

@@ -41,7 +41,7 @@ type Driver struct {
 	computeFrom time.Time  // when it passed: the program's compute starts
 
 	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
-	client string     // who drives, for Status
+	client string     // who drives, for status.Status
 
 	resetMu sync.Mutex
 	reset   *Reset // the job's state the program must take (TakeReset); nil for none
@@ -200,7 +200,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if forked {
 		n.lin.Set(js.genesis)
 		n.screen = screenFor(n.cfg.Screen)
-		n.progress.reset()
+		n.progress.Reset()
 		n.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
@@ -412,7 +412,7 @@ func (d *Driver) NoteApplied(steps []int64) {
 	n := d.n
 	now := n.step.Load()
 	for _, s := range steps {
-		n.m.staleness.Observe(float64(now - s))
+		n.m.Staleness.Observe(float64(now - s))
 	}
 }
 
@@ -481,9 +481,9 @@ func (d *Driver) Population() (estimate, lrScale float64) {
 // for Status and the loss and accuracy metrics (accuracy NaN: none).
 func (d *Driver) Evaluated(step psp.Step, loss, accuracy float64) {
 	n := d.n
-	n.m.loss.Set(loss)
+	n.m.Loss.Set(loss)
 	if !math.IsNaN(accuracy) {
-		n.m.accuracy.Set(accuracy)
+		n.m.Accuracy.Set(accuracy)
 	}
 	n.lastEval.Store(&evalResult{Step: step, Loss: loss, Accuracy: accuracy})
 }

@@ -117,7 +117,7 @@ func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFun
 func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
 	step := n.step.Add(1)
-	n.m.step.Set(float64(step))
+	n.m.Step.Set(float64(step))
 	now := time.Now()
 	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
 	n.lastStepAt = now
@@ -144,8 +144,8 @@ func (n *Node) evaluate(step int64) {
 		n.log.Debug("evaluation failed", "err", err)
 		return
 	}
-	n.m.loss.Set(m.Loss)
-	n.m.accuracy.Set(m.Accuracy)
+	n.m.Loss.Set(m.Loss)
+	n.m.Accuracy.Set(m.Accuracy)
 	n.lastEval.Store(&evalResult{Step: step, Loss: m.Loss, Accuracy: m.Accuracy})
 	n.log.Info("evaluated", "step", step, "loss", m.Loss, "accuracy", m.Accuracy)
 }
@@ -153,8 +153,8 @@ func (n *Node) evaluate(step int64) {
 func (n *Node) setWaiting(w bool) {
 	n.waiting.Store(w)
 	if w {
-		n.m.waiting.Set(1)
+		n.m.Waiting.Set(1)
 	} else {
-		n.m.waiting.Set(0)
+		n.m.Waiting.Set(0)
 	}
 }

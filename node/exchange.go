@@ -21,7 +21,7 @@ func (n *Node) newExchange(ctx context.Context) (exchange.Exchange, error) {
 	ex, err := exchange.New(ctx, n.cfg.Exchange, exchange.Deps{
 		Host: n.h, Job: n.cfg.Job, Model: n.task, Node: (*exchangeNode)(n), Gossip: n.cfg.Gossip,
 		Life: n.life, SendTimeout: 10 * n.cfg.QueryTimeout, Log: n.log, Registry: n.reg,
-		Counters: exchange.Counters{Applied: n.m.applied, ApplyRejected: n.m.applyRejected, NormRefused: n.m.normRefused, Staleness: n.m.staleness},
+		Counters: exchange.Counters{Applied: n.m.Applied, ApplyRejected: n.m.ApplyRejected, NormRefused: n.m.NormRefused, Staleness: n.m.Staleness},
 		Faults:   n.cfg.faults, Lost: n.lost,
 	})
 	if err != nil {
@@ -52,7 +52,7 @@ func (x *exchangeNode) Sample(ctx context.Context, k int) []peer.ID { return (*N
 // node: a waiting barrier may pass now.
 func (x *exchangeNode) Heard(from peer.ID, step int64) {
 	n := (*Node)(x)
-	n.progress.vouch(from, step, time.Now())
+	n.progress.Vouch(from, step, time.Now())
 	if step <= n.step.Load() {
 		n.poke()
 	}

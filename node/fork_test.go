@@ -18,6 +18,7 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -70,7 +71,7 @@ func TestForksConverge(t *testing.T) {
 		}
 		for _, nd := range append(job, fork) {
 			for _, v := range []psp.Verdict{psp.Regressed, psp.Quarantined} {
-				if n := counterValue(nd.m.screened.WithLabelValues(v.String())); n > 0 {
+				if n := status.CounterValue(nd.m.Screened.WithLabelValues(v.String())); n > 0 {
 					t.Errorf("node %s screened %v reports as %s", nd.ID(), n, v)
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"

@@ -135,10 +135,10 @@ func (n *Node) setIsolated(on bool, now time.Time) {
 	is.mu.Unlock()
 	switch {
 	case on && !was:
-		n.m.isolated.Set(1)
+		n.m.Isolated.Set(1)
 		n.log.Warn("isolated: no peer of the job answers; not training until one does")
 	case !on && was:
-		n.m.isolated.Set(0)
+		n.m.Isolated.Set(0)
 		n.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
 	}
 }

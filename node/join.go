@@ -50,7 +50,7 @@ func (n *Node) resume() {
 // otherwise start again at LR0.
 func (n *Node) adoptStep(step int64) {
 	n.step.Store(step)
-	n.m.step.Set(float64(step))
+	n.m.Step.Set(float64(step))
 	n.exch().SetStep(step)
 	if sa, ok := n.task.(StepAware); ok {
 		sa.SetStep(step)

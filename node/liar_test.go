@@ -13,6 +13,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // One peer that sends each of three honest nodes 20 step queries a second,
@@ -65,7 +66,7 @@ func TestEstimateLiarAmongThree(t *testing.T) {
 			t.Errorf("largest population used %.4g, largest overlay estimate %.4g: want at most 10 beside one liar", worst, worstOverlay)
 		}
 		for i, nd := range nodes {
-			if got := counterValue(nd.m.hostile.WithLabelValues(kindPopulationOutlier)); got < float64(answered[i])/2 {
+			if got := status.CounterValue(nd.m.Hostile.WithLabelValues(status.KindPopulationOutlier)); got < float64(answered[i])/2 {
 				t.Errorf("node %d counted %v outlying reports of %d lies", i, got, answered[i])
 			}
 		}

@@ -18,6 +18,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // scrapedNode builds two nodes on TCP loopback, each with a host of its
@@ -28,7 +29,7 @@ import (
 func scrapedNode(t *testing.T) *Node {
 	t.Helper()
 	nd := buildTestNodes(t, 2, "pssp:1:1", 0.001, nil)[1]
-	RegisterProcessMetrics(nd.reg)
+	status.RegisterProcessMetrics(nd.reg)
 	return nd
 }
 
@@ -181,10 +182,10 @@ func TestModelRequestMalformedCounted(t *testing.T) {
 		if _, err := io.ReadAll(s); err == nil {
 			t.Fatal("a model request with the wrong version was answered")
 		}
-		if got := counterValue(b.m.modelBad); got != 1 {
+		if got := status.CounterValue(b.m.ModelBad); got != 1 {
 			t.Errorf("malformed model requests counted %v, want 1", got)
 		}
-		if got := counterValue(b.m.malformed); got != 0 {
+		if got := status.CounterValue(b.m.Malformed); got != 0 {
 			t.Errorf("a malformed model request counted as %v malformed step requests", got)
 		}
 	})
@@ -198,30 +199,4 @@ func sortedKeys(set map[string]bool) []string {
 	}
 	slices.Sort(out)
 	return out
-}
-
-// A ring keeps the last n values, oldest first, and holds no more than it
-// has been given.
-func TestRing(t *testing.T) {
-	for _, tc := range []struct {
-		max, adds int
-		want      []float64
-	}{
-		{4, 0, []float64{}},
-		{4, 3, []float64{0, 1, 2}},
-		{4, 4, []float64{0, 1, 2, 3}},
-		{4, 6, []float64{2, 3, 4, 5}},
-		{4, 9, []float64{5, 6, 7, 8}},
-	} {
-		r := newRing(tc.max)
-		for i := range tc.adds {
-			r.add(float64(i))
-		}
-		if got := r.values(); !slices.Equal(got, tc.want) {
-			t.Errorf("max %d, %d adds: values %v, want %v", tc.max, tc.adds, got, tc.want)
-		}
-		if len(r.buf) > tc.adds {
-			t.Errorf("max %d, %d adds: holds %d", tc.max, tc.adds, len(r.buf))
-		}
-	}
 }

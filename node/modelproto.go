@@ -111,6 +111,6 @@ func (s *modelSource) ModelParams(ctx context.Context) ([]float64, error) {
 
 // serveModel is the model protocol's stream handler.
 func (n *Node) serveModel(s network.Stream) {
-	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.modelBad, None: n.m.modelNone, Log: n.log}
+	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
 	sv.Serve(s)
 }

@@ -25,6 +25,7 @@ import (
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // These tests build real hosts on TCP loopback. One machine has no NAT, so
@@ -182,7 +183,7 @@ func gaugeValue(t *testing.T, nd *Node, name, label, value string) float64 {
 }
 
 // httpStatus reads a node's /status over HTTP.
-func httpStatus(t *testing.T, nd *Node) Status {
+func httpStatus(t *testing.T, nd *Node) status.Status {
 	t.Helper()
 	srv := httptest.NewServer(nd.Handler())
 	defer srv.Close()
@@ -191,7 +192,7 @@ func httpStatus(t *testing.T, nd *Node) Status {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st Status
+	var st status.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}

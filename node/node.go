@@ -24,9 +24,11 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -71,7 +73,7 @@ type Node struct {
 	decider   psp.Decider
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
-	m         *metrics
+	m         *status.Metrics
 	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
 	wake      chan struct{}
@@ -100,7 +102,7 @@ type Node struct {
 	repOK  bool
 	repAt  time.Time
 	// meter counts the bytes of the node's streams (traffic.go).
-	meter *meter
+	meter *status.Meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -111,7 +113,7 @@ type Node struct {
 	guardKick    chan struct{}
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
-	progress *progress
+	progress *progress.Table
 	// The step protocol (steps.go): asker keeps idle streams for reuse;
 	// stepIn caps concurrent inbound step streams, modelIn model streams
 	// (apart: slow model streams must not crowd out step queries).
@@ -180,7 +182,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		decider:   psp.NewDecider(cfg.Barrier),
 		modelIn:   wire.NewInbound(wire.ModelStreamsPerPeer, wire.ModelStreamsTotal),
 		screen:    screenFor(cfg.Screen),
-		progress:  newProgress(),
+		progress:  progress.New(),
 	}
 	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
 	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
@@ -192,15 +194,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	if n.reg == nil {
 		n.reg = prometheus.NewRegistry()
 	}
-	n.m = newMetrics(n.reg)
+	n.m = status.NewMetrics(n.reg)
 	n.lin = lineage.New(n.reg, cfg.Genesis)
-	n.meter = newMeter(cfg.Job)
-	n.reg.MustRegister(newTrafficCollector(n))
+	n.meter = status.NewMeter(cfg.Job)
+	n.reg.MustRegister(n.meter.Collector(n.topicPayloadBytes))
 	n.nat = netsetup.NewNAT(n.reg)
 
 	if d.host != nil {
 		n.nat.Attach(d.host)
-		n.h = n.meter.wrapHost(d.host)
+		n.h = n.meter.WrapHost(d.host)
 	} else {
 		rm, cl, err := resourceManager(cfg)
 		if err != nil {
@@ -235,7 +237,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
 		n.nat.Attach(h)
-		n.h = n.meter.wrapHost(h)
+		n.h = n.meter.WrapHost(h)
 	}
 	seed := cfg.Seed
 	if seed == 0 {
@@ -263,7 +265,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.conns = &network.NotifyBundle{
 		ConnectedF: func(_ network.Network, c network.Conn) {
 			n.opened.Add(1)
-			n.m.connsOpened.Inc()
+			n.m.ConnsOpened.Inc()
 			if n.inboundLimit > 0 && c.Stat().Direction == network.DirInbound {
 				select {
 				case n.guardKick <- struct{}{}:
@@ -396,7 +398,7 @@ func (n *Node) awaitReady(s network.Stream, proto string) bool {
 		}
 	}
 	if !n.up.Load() {
-		n.m.refused.WithLabelValues(proto).Inc()
+		n.m.Refused.WithLabelValues(proto).Inc()
 		_ = s.Reset()
 		return false
 	}
@@ -488,7 +490,7 @@ func (n *Node) limitedBy(l *wire.Inbound, proto string, handle network.StreamHan
 	return func(s network.Stream) {
 		from := s.Conn().RemotePeer()
 		if !l.Acquire(from) {
-			n.m.refused.WithLabelValues(proto).Inc()
+			n.m.Refused.WithLabelValues(proto).Inc()
 			_ = s.Reset()
 			return
 		}

@@ -3,6 +3,7 @@ package node
 import (
 	"time"
 
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
 )
 
@@ -95,12 +96,12 @@ const minReports = 3
 // every node of a job of three from 3 to 1e9 within ten seconds.)
 func (n *Node) notePeerEstimate(est float64) {
 	if !(est >= 1) || est > 1e9 {
-		n.m.hostile.WithLabelValues(kindPopulationOutlier).Inc()
+		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 		return
 	}
 	med, ok := n.reportedMedian()
 	if ok && (est > med*overlay.ReportBand || est < med/overlay.ReportBand) {
-		n.m.hostile.WithLabelValues(kindPopulationOutlier).Inc()
+		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 func TestChoosePopulation(t *testing.T) {
@@ -82,7 +83,7 @@ func TestReportedPopulation(t *testing.T) {
 		note(liar, 1e6)
 		// Three nonsense reports, and at least the last lie (the median
 		// was cached before the lies began).
-		if got := counterValue(n.m.hostile.WithLabelValues(kindPopulationOutlier)); got < 4 {
+		if got := status.CounterValue(n.m.Hostile.WithLabelValues(status.KindPopulationOutlier)); got < 4 {
 			t.Errorf("%v reports counted as outliers, want at least 4", got)
 		}
 	})

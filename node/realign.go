@@ -101,7 +101,7 @@ func (n *Node) unwedge(ctx context.Context) bool {
 	if !n.rebase(js, "far ahead of every peer it asked") {
 		return false
 	}
-	n.m.unwedged.Inc()
+	n.m.Unwedged.Inc()
 	n.log.Warn("this node was far ahead of every peer it asked (it had taken a step no other peer has): took the job's step and model again",
 		"step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
 	return true
@@ -133,7 +133,7 @@ func (n *Node) rebase(js jobView, why string) bool {
 	}
 	n.adoptStep(js.adopt)
 	n.screen = screenFor(n.cfg.Screen) // reports judged under the old step or lineage
-	n.progress.reset()
+	n.progress.Reset()
 	return true
 }
 

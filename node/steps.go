@@ -8,6 +8,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // The node's side of the step protocol (the messages and their streams
@@ -79,9 +80,9 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 // may evict no idle stream, is reset at once and counted), the wait for
 // the node to be assembled, then the step server's loop.
 func (n *Node) serveStep(s network.Stream) {
-	sl, ok := n.stepIn.Enter(s.Conn().RemotePeer(), s, func() { n.m.hostile.WithLabelValues(kindStepStreamEvicted).Inc() })
+	sl, ok := n.stepIn.Enter(s.Conn().RemotePeer(), s, func() { n.m.Hostile.WithLabelValues(status.KindStepStreamEvicted).Inc() })
 	if !ok {
-		n.m.refused.WithLabelValues("step").Inc()
+		n.m.Refused.WithLabelValues("step").Inc()
 		_ = s.Reset()
 		return
 	}
@@ -96,11 +97,11 @@ func (n *Node) serveStep(s network.Stream) {
 func (n *Node) newStepParts() {
 	n.stepExtID = wire.StepProtocolExt(n.cfg.Job)
 	n.asker = wire.NewAsker(n.h, n.cfg.Job, n.cfg.StepStreams, n.ownExt, wire.AskerMetrics{
-		Dials: n.m.stepDials, Stale: n.m.staleStreams, BadReplies: n.m.queryErrors, RTT: n.m.observeRTT,
+		Dials: n.m.StepDials, Stale: n.m.StaleStreams, BadReplies: n.m.QueryErrors, RTT: n.m.ObserveRTT,
 	})
 	n.stepIn = wire.NewInbound(n.cfg.MaxStreamsPerPeer, n.cfg.MaxInboundStreams)
 	n.stepServer = &wire.StepServer{
 		Life: n.life, QueryTimeout: n.cfg.QueryTimeout, Handler: (*stepAnswers)(n), Inbound: n.stepIn,
-		Own: n.ownExt, Malformed: n.m.malformed, Log: n.log,
+		Own: n.ownExt, Malformed: n.m.Malformed, Log: n.log,
 	}
 }

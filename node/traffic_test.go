@@ -5,31 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/protocol"
-
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/status"
 )
-
-func TestTrafficClassOf(t *testing.T) {
-	m := newMeter("job")
-	for p, want := range map[protocol.ID]string{
-		"/psp/job/kad/1.0.0":      "dht",
-		"/psp/job/step/1.0.0":     "step",
-		"/psp/job/model/1.0.0":    "model",
-		"/psp/job/pool/1.0.0":     "pool",
-		"/psp/job/exchange/1.0.0": "exchange",
-		"/meshsub/1.3.0":          "gossip",
-		"/floodsub/1.0.0":         "gossip",
-		"/psp/other/step/1.0.0":   "other",
-		"/psp/job/what/1.0.0":     "other",
-		"/ipfs/id/1.0.0":          "other",
-		"":                        "other",
-	} {
-		if got := TrafficClasses[m.classOf(p)]; got != want {
-			t.Errorf("class of %q = %s, want %s", p, got, want)
-		}
-	}
-}
 
 // Every byte one node writes on a stream another reads: over the whole
 // network each class's bytes in and out agree, GossipSub carries more than
@@ -44,10 +22,10 @@ func TestTrafficCountsStreams(t *testing.T) {
 		}
 		cancel()
 		wait()
-		var in, out [numClasses]uint64
+		var in, out [status.NumClasses]uint64
 		for _, nd := range nodes {
 			tr := nd.Traffic()
-			for c, name := range TrafficClasses {
+			for c, name := range status.Classes {
 				in[c] += tr.Class(name).InBytes
 				out[c] += tr.Class(name).OutBytes
 			}
@@ -82,7 +60,7 @@ func TestTrafficCountsStreams(t *testing.T) {
 				t.Errorf("node %s: /metrics counts %v bytes in, Traffic %d", nd.ID(), total, tr.InBytes)
 			}
 		}
-		for c, name := range TrafficClasses {
+		for c, name := range status.Classes {
 			// A write whose stream is reset before the reader reads it
 			// counts out but never in.
 			if in[c] > out[c] || float64(in[c]) < 0.9*float64(out[c]) {

@@ -21,6 +21,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -41,7 +42,7 @@ type member struct {
 	opened0 uint64
 	// traffic0 and step0 are the node's traffic and step at its launch,
 	// so that the traffic report covers training only.
-	traffic0 node.Traffic
+	traffic0 status.Traffic
 	step0    int64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not

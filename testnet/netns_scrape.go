@@ -20,7 +20,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // checkData opens the configured data set once, so a bad path is one
@@ -155,7 +155,7 @@ func (h histogram) quantile(q float64) float64 {
 // reading is one node's /status and /metrics at one moment; ok is false
 // when the node did not answer.
 type reading struct {
-	st  node.Status
+	st  status.Status
 	met metricSet
 	ok  bool
 	at  time.Time

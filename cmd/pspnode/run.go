@@ -21,6 +21,7 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
+	nodestatus "github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/node/trainer"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -212,7 +213,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 	if pre.http != nil {
 		srv := pre.serve(nd)
 		defer srv.Close()
-		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
+		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 	}
 	modelName := *f.modelName
 	if tsrv != nil {
@@ -287,7 +288,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 // serves it), or training its built-in task.
 func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logger) (*node.Node, *trainer.Server, error) {
 	reg := prometheus.NewRegistry()
-	node.RegisterProcessMetrics(reg)
+	nodestatus.RegisterProcessMetrics(reg)
 	spec := builtin.Spec{
 		Model: *f.modelName, Shards: *f.shards,
 		SGD:  model.SGDConfig{BatchSize: *f.batch, LR0: *f.lr, Decay: model.DefaultSGDConfig().Decay},
