@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // TestConnectionsStayBounded connects 12 peers to a node whose high
@@ -42,9 +43,9 @@ func TestConnectionsStayBounded(t *testing.T) {
 		if got := len(nd.Host().Network().Conns()); got < 12 {
 			t.Fatalf("node holds %d connections before trimming, want at least 12", got)
 		}
-		// Every connection is now past connMinAge, and the trimmer has run
+		// Every connection is now past netsetup.ConnMinAge, and the trimmer has run
 		// since (the bubble's clock: no real waiting).
-		time.Sleep(connMinAge + 2*connTrimEvery)
+		time.Sleep(netsetup.ConnMinAge + 2*netsetup.TrimEvery)
 		synctest.Wait()
 		if got := len(nd.Host().Network().Conns()); got > high {
 			t.Errorf("node holds %d connections, more than the high watermark %d", got, high)

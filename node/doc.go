@@ -39,7 +39,6 @@
 //	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
 //	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
 //	task.go        Task, the optional interfaces a task may add, and the task of a node given none
-//	limits.go      the resource manager's connection and stream limits
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
 //	traffic.go     Node.Traffic: what the node's streams carried (package status counts it)
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences

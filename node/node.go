@@ -204,16 +204,17 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.Attach(d.host)
 		n.h = n.meter.WrapHost(d.host)
 	} else {
-		rm, cl, err := resourceManager(cfg)
+		rm, cl, err := netsetup.ResourceManager([]protocol.ID{wire.StepProtocol(cfg.Job), wire.StepProtocolExt(cfg.Job), wire.ModelProtocol(cfg.Job), wire.ExchangeProtocol(cfg.Job)},
+			cfg.MaxStreamsPerPeer, cfg.ConnLow, cfg.ConnHigh)
 		if err != nil {
 			return nil, fmt.Errorf("node: resource manager: %w", err)
 		}
-		cm, err := connmgr.NewConnManager(cl.low, cl.high, connmgr.WithGracePeriod(time.Minute))
+		cm, err := connmgr.NewConnManager(cl.Low, cl.High, connmgr.WithGracePeriod(time.Minute))
 		if err != nil {
 			_ = rm.Close()
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
-		n.inboundLimit = cl.inbound
+		n.inboundLimit = cl.Inbound
 		opts := []libp2p.Option{
 			libp2p.ListenAddrStrings(cfg.Listen...),
 			libp2p.ConnectionManager(cm),
