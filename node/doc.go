@@ -7,11 +7,12 @@
 // LAN; Validate names any field out of range), and options for what it
 // runs with: WithTask (the work of a step: its own, see the package
 // example), WithHost, WithLogger, WithRegistry.
-// Then it calls Run. Leaving is in two parts, as in hashicorp/memberlist:
-// Leave tells peers the node goes (they drop it at once) and stops Run,
-// which returns ErrClosed; Shutdown closes everything, with no word to
-// peers (a crash, as they see it). Close does both. A host given with
-// WithHost belongs to the node from New on, even when New fails.
+// Then it calls Run. There are two ways to stop, as in
+// hashicorp/memberlist: Leave tells peers the node goes (they drop it at
+// once), then closes it; Close closes everything at once, with no word to
+// peers (a crash, as they see it). Run then returns ErrClosed. A host
+// given with WithHost belongs to the node from New on, even when New
+// fails.
 //
 // A program with its own training loop, in this process or another,
 // drives a node instead of Run: Config.Driven and Node.Driver (driver.go).
@@ -21,7 +22,7 @@
 //
 // Where things are:
 //
-//	node.go        Node, New, Leave, Shutdown, Close: the host, the overlay, the exchange
+//	node.go        Node, New, Leave, Close: the host, the overlay, the exchange
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations

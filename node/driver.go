@@ -247,7 +247,7 @@ func (d *Driver) Activate(client string) {
 
 // Deactivate takes the node out of its peers' barriers and population:
 // it answers step queries as leaving, and tells up to 32 peers at once
-// (within 300 ms) that it leaves, as Close does.
+// (within 300 ms) that it leaves, as Leave does.
 func (d *Driver) Deactivate(why string) {
 	n := d.n
 	if n.idle.Swap(true) {
@@ -258,8 +258,11 @@ func (d *Driver) Deactivate(why string) {
 	d.client = ""
 	d.infoMu.Unlock()
 	n.log.Info("trainer session ended: out of peers' barriers until a trainer returns", "client", client, "step", n.step.Load(), "why", why)
-	n.announceLeave(leaveBudget)
+	n.announceLeave(deactivateNotice)
 }
+
+// deactivateNotice is how long Deactivate gives its leave notices.
+const deactivateNotice = 300 * time.Millisecond
 
 // Active reports whether the node participates (Activate was called and
 // Deactivate not since).

@@ -22,7 +22,7 @@ import (
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
 // step in progress. Run returns ErrClosed when the node leaves (Leave) or
-// shuts down (Shutdown, Close) while it runs, or already has, as
+// closes (Close) while it runs, or already has, as
 // net/http's Serve returns ErrServerClosed; it returns any other error only
 // if the task fails, or if the job it joins runs another model (a
 // *ModelMismatchError).

@@ -81,10 +81,11 @@ func TestRunStoppedByContextReturnsNil(t *testing.T) {
 	})
 }
 
-// Leave tells the peers and stops Run but keeps the host: a peer that asks
-// afterwards is answered "leaving", and the peers told hold the node dead.
-// Shutdown then closes the host; Leave after it is ErrClosed.
-func TestLeaveThenShutdown(t *testing.T) {
+// leave (Leave's first half) tells the peers and stops Run but keeps the
+// host: a peer that asks afterwards is answered "leaving", and the peers
+// told hold the node dead. Close then closes the host (Leave does both);
+// Leave after it is ErrClosed.
+func TestLeaveThenClose(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 3, "pssp:2:1", 0.01)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -96,8 +97,8 @@ func TestLeaveThenShutdown(t *testing.T) {
 		if !waitFor(20*time.Second, func() bool { return minStep(nodes) >= 5 }) {
 			t.Fatal("the nodes did not train")
 		}
-		if err := victim.Leave(time.Second); err != nil {
-			t.Fatalf("Leave: %v", err)
+		if err := victim.leave(time.Second); err != nil {
+			t.Fatalf("leave: %v", err)
 		}
 		if err := <-done; !errors.Is(err, ErrClosed) {
 			t.Errorf("Run after Leave returned %v, want ErrClosed", err)
@@ -112,16 +113,13 @@ func TestLeaveThenShutdown(t *testing.T) {
 			t.Errorf("a node that left but is not shut down answered %+v, %v; want the leaving flag", r, err)
 		}
 		if err := victim.Leave(time.Second); err != nil {
-			t.Errorf("a second Leave: %v", err)
-		}
-		if err := victim.Shutdown(); err != nil {
-			t.Errorf("Shutdown: %v", err)
+			t.Errorf("Leave after leave: %v", err)
 		}
 		if _, err := others[0].queryStep(t.Context(), victim.ID(), wire.StepRequest{}); err == nil {
 			t.Error("a node shut down still answers step queries")
 		}
 		if err := victim.Leave(time.Second); !errors.Is(err, ErrClosed) {
-			t.Errorf("Leave after Shutdown returned %v, want ErrClosed", err)
+			t.Errorf("Leave after Close returned %v, want ErrClosed", err)
 		}
 	})
 }

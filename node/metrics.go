@@ -10,13 +10,6 @@ import (
 // first answer).
 func (n *Node) rttEWMA() float64 { return n.m.RTTEWMA() }
 
-// Recent returns the node's recent barrier waits, barrier decision
-// latencies and step-query round trips, in seconds (up to the last 4096 of
-// each).
-func (n *Node) Recent() (waits, checks, rtts []float64) {
-	return n.m.Recent()
-}
-
 // registerGaugeFuncs registers the gauges read off the overlay and the host
 // when /metrics is scraped. Set on every step instead, listing the
 // connected peers alone was 2 % of a 1000-node testnet's CPU.

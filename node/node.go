@@ -153,13 +153,13 @@ type evalResult struct {
 // New builds a node from its settings (cfg) and what it runs with (opts):
 // the host (unless WithHost gives one), the overlay (which joins through
 // cfg.Bootstrap), the gossip topic for the task's updates, and the
-// protocol handlers. Training starts with Run. Close (or Leave, then
-// Shutdown) releases it all.
+// protocol handlers. Training starts with Run. Leave (graceful) or Close
+// (abrupt) releases it all.
 //
 // A host given with WithHost belongs to the node from the moment New is
 // called, whether New succeeds or not: if New fails, for any reason
 // (Validate's included), it has closed the host before it returns; if it
-// succeeds, Shutdown (or Close) closes it. The caller must not close it
+// succeeds, Close (or Leave) closes it. The caller must not close it
 // itself, nor use it for anything else once the node has it.
 func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	var d deps
@@ -437,9 +437,6 @@ func screenFor(c psp.ScreenConfig) *psp.Screen {
 	return psp.NewScreen(c)
 }
 
-// Computing reports whether the node is inside its task's Step.
-func (n *Node) Computing() bool { return n.busy.Load() }
-
 // Waiting reports whether the node is waiting at its barrier.
 func (n *Node) Waiting() bool { return n.waiting.Load() }
 
@@ -503,19 +500,24 @@ func (n *Node) limitedBy(l *wire.Inbound, proto string, handle network.StreamHan
 	}
 }
 
-// leaveBudget is how long Close gives the leave notices.
-const leaveBudget = 300 * time.Millisecond
-
-// Leave leaves the job gracefully, as memberlist's Leave does: from now on
-// the node answers every step query as leaving (its peers drop it from
-// their samples and population), Run returns ErrClosed (abandoning the
-// step in progress) and the Driver's Barrier refuses, the peers file
-// (Config.Overlay.PeersFile) gets the peers the node knows, and up to 32
-// connected peers are told at once, in parallel, within timeout. It keeps
-// the host and every protocol running, so that peers that ask meanwhile
-// are told too: call Shutdown next (Close does both). A second Leave does
-// nothing; Leave after Shutdown returns ErrClosed.
+// Leave stops the node gracefully, as memberlist's Leave and Shutdown do
+// together: from now on the node answers every step query as leaving
+// (its peers drop it from their samples and population), Run returns
+// ErrClosed (abandoning the step in progress) and the Driver's Barrier
+// refuses; the peers file (Config.Overlay.PeersFile) gets the peers the
+// node knows; up to 32 connected peers are told at once, in parallel,
+// within timeout, while every protocol still runs (peers that ask
+// meanwhile are told too); then the node closes as Close does. Later
+// calls return the first's result; Leave after Close returns ErrClosed.
 func (n *Node) Leave(timeout time.Duration) error {
+	if err := n.leave(timeout); err != nil {
+		return err
+	}
+	return n.Close()
+}
+
+// leave is Leave's first half: the node says it leaves, and keeps running.
+func (n *Node) leave(timeout time.Duration) error {
 	if n.life.Err() != nil {
 		return ErrClosed
 	}
@@ -530,24 +532,15 @@ func (n *Node) Leave(timeout time.Duration) error {
 	return nil
 }
 
-// Shutdown stops the node without a word to its peers, as a crash would:
-// Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
-// the host (the node's own or the one given with WithHost) are closed.
-// Peers find it gone when their queries fail. It is safe to call more than
-// once; later calls return the first's result.
-func (n *Node) Shutdown() error {
+// Close stops the node at once, without a word to its peers, as a crash
+// would: Run returns ErrClosed, and gossip, the overlay, the protocol
+// handlers and the host (the node's own or the one given with WithHost)
+// are closed. Peers find it gone when their queries fail (Leave tells
+// them first). It is safe to call more than once; later calls return the
+// first's result.
+func (n *Node) Close() error {
 	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
 	return n.closeErr
-}
-
-// Crash is Shutdown, under the name testnets use for it.
-func (n *Node) Crash() error { return n.Shutdown() }
-
-// Close leaves the job (Leave, with 300 ms for the notices) and shuts the
-// node down (Shutdown). It is safe to call more than once.
-func (n *Node) Close() error {
-	_ = n.Leave(leaveBudget)
-	return n.Shutdown()
 }
 
 // announceLeave sends a leaving note to up to 32 known peers, in parallel,

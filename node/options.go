@@ -25,7 +25,7 @@ type deps struct {
 // WithHost has the node use h instead of building a host (testnets pass
 // in-memory hosts). The node owns h from the moment New is called: New
 // closes it if it fails, for whatever reason (Validate's included), and
-// Shutdown (or Close) closes it otherwise; the caller must not close it
+// Close (or Leave) closes it otherwise; the caller must not close it
 // or use it for anything else. The node counts the bytes of the streams
 // it opens and accepts through it (Traffic). With a host, Config's
 // Listen, Identity, ConnLow, ConnHigh, NAT and UserAgent are not used,

@@ -458,7 +458,7 @@ func (t *testnet) closeAll() {
 	var wg sync.WaitGroup
 	for _, m := range ms {
 		if m.nd != nil { // released departed nodes are closed already
-			wg.Go(func() { _ = m.nd.Crash() })
+			wg.Go(func() { _ = m.nd.Close() })
 		}
 	}
 	wg.Wait()
@@ -514,11 +514,11 @@ func (t *testnet) remove(n int, crash bool) int {
 		wg.Go(func() {
 			m.cancel()
 			if crash {
-				_ = m.nd.Crash()
+				_ = m.nd.Close()
 				<-m.done
 			} else {
 				<-m.done // finish or abandon the step, then say goodbye
-				_ = m.nd.Close()
+				_ = m.nd.Leave(300 * time.Millisecond)
 			}
 			t.mu.Lock()
 			t.release(m)

@@ -15,6 +15,7 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/figure"
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -299,7 +300,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.BarrierChecks += st.BarrierChecks
 		rechecks += float64(st.BarrierChecks) - float64(st.BarrierPasses)
 		waitS += st.BarrierWaitS
-		w, ck, rt := m.nd.Recent()
+		w, ck, rt := faults.Recent(m.nd)
 		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
 			t.sampledMu.Lock()

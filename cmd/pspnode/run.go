@@ -224,7 +224,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 	if waitStart != nil {
 		log.Info("waiting for SIGUSR1 to start training")
 		if err := waitStart(ctx); err != nil {
-			return nd.Close() // interrupted before training: a clean stop
+			return nd.Leave(leaveNotice) // interrupted before training: a clean stop
 		}
 	}
 	return f.train(ctx, nd, tsrv, cfg, log)
@@ -318,7 +318,7 @@ func (f *runFlags) train(ctx context.Context, nd *node.Node, tsrv *trainer.Serve
 		serveTrainer(ctx, tsrv, log)
 		_ = tsrv.Close()
 		log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
-		return nd.Close()
+		return nd.Leave(leaveNotice)
 	}
 	err := nd.Run(ctx)
 	st := nd.Status()
@@ -332,7 +332,7 @@ func (f *runFlags) train(ctx context.Context, nd *node.Node, tsrv *trainer.Serve
 	if err != nil {
 		return err
 	}
-	return nd.Close()
+	return nd.Leave(leaveNotice)
 }
 
 // natTraversal sets cfg.NAT from --nat-traversal, --relay-service and
@@ -362,6 +362,9 @@ func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, rea
 }
 
 // logNAT says at start what the node does about NATs.
+// leaveNotice is how long a stopping node gives its peers' leave notices.
+const leaveNotice = 300 * time.Millisecond
+
 func logNAT(log *slog.Logger, cfg node.Config) {
 	if !cfg.NAT.Traversal {
 		log.Info("NAT traversal off (--nat-traversal=false): no AutoNAT, relays or hole punching; peers must reach this node at its listen addresses")
