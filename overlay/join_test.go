@@ -250,3 +250,61 @@ func TestJoinRetriesDial(t *testing.T) {
 		t.Errorf("join error %q: want one line", st.JoinError)
 	}
 }
+
+// An overlay keeps the peers it knew in its peers file, and started again
+// on the same identity (the first node of the job: no bootstrap peers)
+// rejoins through them. One that knows no peer leaves the file as it
+// was, and a file of another job is not used.
+func TestPeersFileRejoin(t *testing.T) {
+	keyA, _, err := crypto.GenerateEd25519Key(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "a.key.peers")
+	start := func(job string, key crypto.PrivKey, file string, boot ...peer.AddrInfo) (*Overlay, host.Host) {
+		t.Helper()
+		h := tcpHost(t, key)
+		cfg := fastConfig(job, boot...)
+		cfg.PeersFile, cfg.KeepJoining = file, true
+		o, err := New(t.Context(), h, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = o.Close(); _ = h.Close() })
+		return o, h
+	}
+	a, ha := start("jointest", keyA, path)
+	b, hb := start("jointest", nil, "", peer.AddrInfo{ID: ha.ID(), Addrs: ha.Addrs()})
+	eventually(t, 20*time.Second, "the first overlay to meet the second", func() bool { return slices.Contains(a.Peers(), hb.ID()) })
+	a.SavePeers() // as a node does when it leaves
+	_ = a.Close()
+	_ = ha.Close()
+	pf, peers, err := readPeersFile(path)
+	if err != nil || pf != "jointest" || !slices.ContainsFunc(peers, func(ai peer.AddrInfo) bool { return ai.ID == hb.ID() }) {
+		t.Fatalf("the peers file after SavePeers: job %q, peers %v, %v", pf, peers, err)
+	}
+
+	a2, _ := start("jointest", keyA, path) // the same identity and file, still no bootstrap
+	if !slices.ContainsFunc(a2.BootstrapPeers(), func(ai peer.AddrInfo) bool { return ai.ID == hb.ID() }) {
+		t.Errorf("the restarted overlay does not join through the remembered peer: bootstrap %v", a2.BootstrapPeers())
+	}
+	eventually(t, 20*time.Second, "the restarted overlay to rejoin the second", func() bool { return slices.Contains(a2.Peers(), hb.ID()) })
+	if st := a2.JoinStatus(); !st.Joined {
+		t.Errorf("the restarted overlay has not joined: %+v", st)
+	}
+	_ = a2.Close()
+	_ = b.Close()
+
+	// Alone now: its file keeps the peers it knew.
+	a3, _ := start("jointest", keyA, path)
+	a3.SavePeers()
+	if _, peers, err := readPeersFile(path); err != nil || len(peers) == 0 {
+		t.Errorf("an overlay that knew no peer emptied its peers file: %v, %v", peers, err)
+	}
+
+	// Another job's file is not used.
+	c, _ := start("anotherjob", keyA, path)
+	if len(c.BootstrapPeers()) != 0 {
+		t.Errorf("an overlay of another job joins through the file's peers: %v", c.BootstrapPeers())
+	}
+}
