@@ -1,11 +1,9 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -14,6 +12,7 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/syncbuf"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
@@ -90,7 +89,7 @@ func TestEpidemicNodesTrain(t *testing.T) {
 // side logs a warning that names --exchange.
 func TestExchangeMismatchIsRefused(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		var logs lockedBuffer
+		var logs syncbuf.Buffer
 		log := slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
@@ -150,22 +149,4 @@ func epidemicPair(t *testing.T) []*Node {
 	return buildTestNodesWith(t, 2, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 		c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic, S: 1}
 	})
-}
-
-// lockedBuffer is a bytes.Buffer safe for concurrent writers.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

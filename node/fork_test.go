@@ -1,13 +1,11 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +13,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/syncbuf"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
@@ -79,24 +78,6 @@ func TestForksConverge(t *testing.T) {
 	})
 }
 
-// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // A node that runs another model than the job it joins is refused at its
 // first step exchange: its Run ends with a *ModelMismatchError (pspnode run
 // exits 2 on it), and the job's nodes say so once each and keep it out of
@@ -106,10 +87,10 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		logs := make([]*syncBuffer, 2)
+		logs := make([]*syncbuf.Buffer, 2)
 		job := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
-			i := len(slices.DeleteFunc(slices.Clone(logs), func(b *syncBuffer) bool { return b == nil }))
-			logs[i] = &syncBuffer{}
+			i := len(slices.DeleteFunc(slices.Clone(logs), func(b *syncbuf.Buffer) bool { return b == nil }))
+			logs[i] = &syncbuf.Buffer{}
 			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})
 		data, err := model.Open("synthetic")
@@ -194,7 +175,7 @@ func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		var log syncBuffer
+		var log syncbuf.Buffer
 		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})
