@@ -121,11 +121,11 @@ func TestPeersLeftNodeTrainsOn(t *testing.T) {
 			t.Fatal("the nodes did not train")
 		}
 		for i, nd := range nodes[1:] {
-			if err := nd.Close(); err != nil {
+			if err := nd.Leave(300 * time.Millisecond); err != nil {
 				t.Fatal(err)
 			}
 			if err := <-others[i]; !errors.Is(err, ErrClosed) {
-				t.Errorf("Run of a closed node: %v", err)
+				t.Errorf("Run of a node that left: %v", err)
 			}
 		}
 		at := a.Step()

@@ -61,7 +61,7 @@ func TestPopulationAfterLeave(t *testing.T) {
 			}
 			t.Fatal("the five nodes did not train and agree on 5")
 		}
-		if err := nodes[4].Close(); err != nil {
+		if err := nodes[4].Leave(300 * time.Millisecond); err != nil {
 			t.Fatal(err)
 		}
 		<-done
