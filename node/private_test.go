@@ -19,19 +19,6 @@ func newIdentity() (crypto.PrivKey, error) {
 
 func peerIDOf(k crypto.PrivKey) (peer.ID, error) { return peer.IDFromPrivateKey(k) }
 
-func testPeerID(t *testing.T) peer.ID {
-	t.Helper()
-	k, err := newIdentity()
-	if err != nil {
-		t.Fatal(err)
-	}
-	id, err := peerIDOf(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return id
-}
-
 // Bad network settings are refused by Validate, naming what is wrong.
 func TestValidateNetwork(t *testing.T) {
 	key := make(pnet.PSK, 32)

@@ -1,4 +1,4 @@
-package node
+package e2e
 
 import (
 	"testing"
@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/netsetup"
 )
 
@@ -21,16 +22,18 @@ import (
 // than 20 s, so without the node's trimming it held all 12.
 func TestConnectionsStayBounded(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
+		const low, high = 4, 6
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		const low, high = 4, 6
-		nd := buildTestNodesWith(t, 1, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
+		nd := memNodesOn(t, mn, 1, "asp", 0.01, func(c *node.Config) {
 			c.ConnLow, c.ConnHigh, c.BoundConns = low, high, true
 		})[0]
-		mk := memHosts(t, mn)
 		var peers []host.Host
 		for range 12 {
-			h := mk()
+			h, err := mn.NewHost(10, 20)
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Cleanup(func() { _ = h.Close() })
 			if err := h.Connect(t.Context(), peer.AddrInfo{ID: nd.ID(), Addrs: nd.Addrs()}); err != nil {
 				t.Fatal(err)

@@ -1,37 +1,25 @@
-package node
+package e2e
 
 import (
 	"context"
-	"math"
 	"testing"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/vclock"
 )
 
-// gauge reads a gauge without labels from a node's registry (NaN if
-// absent).
-func gauge(t *testing.T, nd *Node, name string) float64 {
-	t.Helper()
-	mf := families(t, nd)[name]
-	if mf == nil || len(mf.GetMetric()) != 1 {
-		return math.NaN()
-	}
-	return mf.GetMetric()[0].GetGauge().GetValue()
-}
-
 // A node alone counts itself: its population is 1, not 0 (or NaN), in
 // /status, in /metrics and for its learning rate.
 func TestPopulationAloneIsOne(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		nd := memNodes(t, 1, "pssp:2:1", 0.01)[0]
+		nd := memNodes(t, 1, "pssp:2:1", 0.01, nil)[0]
 		if st := nd.Status(); st.PopulationEstimate != 1 {
 			t.Errorf("/status population_estimate of a node alone = %v, want 1", st.PopulationEstimate)
 		}
-		if g := gauge(t, nd, "psp_population_estimate"); g != 1 {
+		if g := metric(t, nd.Registry(), "psp_population_estimate", "", ""); g != 1 {
 			t.Errorf("psp_population_estimate of a node alone = %v, want 1", g)
 		}
-		if p := nd.population(); p != 1 {
+		if p := nd.Population(); p != 1 {
 			t.Errorf("population() of a node alone = %v, want 1", p)
 		}
 	})
@@ -42,7 +30,7 @@ func TestPopulationAloneIsOne(t *testing.T) {
 // (their lookups and their peers' reports still held the leaver).
 func TestPopulationAfterLeave(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 5, "pssp:2:1", 0.1)
+		nodes := memNodes(t, 5, "pssp:2:1", 0.1, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		stay := nodes[:4]
 		wait := runAll(t, ctx, stay)
@@ -50,14 +38,14 @@ func TestPopulationAfterLeave(t *testing.T) {
 		defer func() { cancel(); wait() }()
 		if !waitFor(30*time.Second, func() bool {
 			for _, nd := range nodes {
-				if nd.Step() < 10 || nd.population() != 5 {
+				if nd.Step() < 10 || nd.Population() != 5 {
 					return false
 				}
 			}
 			return true
 		}) {
 			for _, nd := range nodes {
-				t.Logf("%s: step %d, population %.2f", nd.ID().ShortString(), nd.Step(), nd.population())
+				t.Logf("%s: step %d, population %.2f", nd.ID().ShortString(), nd.Step(), nd.Population())
 			}
 			t.Fatal("the five nodes did not train and agree on 5")
 		}
@@ -72,7 +60,7 @@ func TestPopulationAfterLeave(t *testing.T) {
 				continue
 			}
 			for _, nd := range stay {
-				if p, st := nd.population(), nd.Status().PopulationEstimate; p != 4 || st != 4 {
+				if p, st := nd.Population(), nd.Status().PopulationEstimate; p != 4 || st != 4 {
 					t.Fatalf("%v after the leave, %s counts %.2f (status %.2f), want 4", time.Since(left), nd.ID().ShortString(), p, st)
 				}
 			}

@@ -1,4 +1,4 @@
-package node
+package e2e
 
 import (
 	"context"
@@ -14,7 +14,7 @@ import (
 // the update payloads it delivers, and /metrics exports the counts.
 func TestTrafficCountsStreams(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 4, "pssp:2:1", 0.01)
+		nodes := memNodes(t, 4, "pssp:2:1", 0.01, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		if !waitFor(20*time.Second, func() bool { return minStep(nodes) >= 20 }) {

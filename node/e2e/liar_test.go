@@ -1,4 +1,4 @@
-package node
+package e2e
 
 import (
 	"bufio"
@@ -13,6 +13,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/status"
 )
 
@@ -26,7 +27,7 @@ func TestEstimateLiarAmongThree(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodes(t, 3, "pssp:2:2", 0.05, memHosts(t, mn))
+		nodes := memNodesOn(t, mn, 3, "pssp:2:2", 0.05, nil)
 		liar, err := mn.NewHost(10, 20)
 		if err != nil {
 			t.Fatal(err)
@@ -66,7 +67,7 @@ func TestEstimateLiarAmongThree(t *testing.T) {
 			t.Errorf("largest population used %.4g, largest overlay estimate %.4g: want at most 10 beside one liar", worst, worstOverlay)
 		}
 		for i, nd := range nodes {
-			if got := status.CounterValue(nd.m.Hostile.WithLabelValues(status.KindPopulationOutlier)); got < float64(answered[i])/2 {
+			if got := metric(t, nd.Registry(), "psp_hostile_messages_total", "kind", status.KindPopulationOutlier); got < float64(answered[i])/2 {
 				t.Errorf("node %d counted %v outlying reports of %d lies", i, got, answered[i])
 			}
 		}
@@ -76,14 +77,14 @@ func TestEstimateLiarAmongThree(t *testing.T) {
 // lieAbout sends nd rate step queries a second, each reporting estimate,
 // on one stream while it lasts, until ctx ends; it returns how many were
 // answered.
-func lieAbout(ctx context.Context, h host.Host, nd *Node, estimate float64, rate int) (answered int) {
+func lieAbout(ctx context.Context, h host.Host, nd *node.Node, estimate float64, rate int) (answered int) {
 	if err := h.Connect(ctx, peer.AddrInfo{ID: nd.ID(), Addrs: nd.Host().Addrs()}); err != nil {
 		return 0
 	}
 	tick := time.NewTicker(time.Second / time.Duration(rate))
 	defer tick.Stop()
 	for ctx.Err() == nil {
-		s, err := h.NewStream(ctx, nd.ID(), wire.StepProtocol(nd.cfg.Job))
+		s, err := h.NewStream(ctx, nd.ID(), wire.StepProtocol("nodetest"))
 		if err != nil {
 			continue
 		}

@@ -1,4 +1,4 @@
-package node
+package e2e
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	manet "github.com/multiformats/go-multiaddr/net"
 
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/netsetup"
 )
 
@@ -53,7 +54,7 @@ func TestRefusedHandshakesRateLimited(t *testing.T) {
 	lc := &lineCounter{match: "refused"}
 	cfg := tcpConfig()
 	cfg.PSK = newKey(t)
-	nd := startNode(t, cfg, WithLogger(slog.New(lc)))
+	nd := startNode(t, cfg, node.WithLogger(slog.New(lc)))
 	addr, err := manet.ToNetAddr(nd.Host().Addrs()[0])
 	if err != nil {
 		t.Fatal(err)

@@ -1,11 +1,8 @@
-package node
+package e2e
 
 import (
-	"context"
 	"fmt"
-	"net"
 	"net/http"
-	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -13,62 +10,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/pnet"
-	"github.com/prometheus/client_golang/prometheus"
 )
-
-// These tests build real hosts on TCP loopback (a swarm key and a gater
-// need a host the node builds), so they run on real time and wait on
-// conditions with deadlines.
-
-// tcpConfig is a node without a model on TCP loopback that retries its
-// join quickly.
-func tcpConfig() Config {
-	cfg := DefaultConfig()
-	cfg.Job = "jointest"
-	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	cfg.Overlay.JoinTimeout = 2 * time.Second
-	cfg.Overlay.Join.RetryMin, cfg.Overlay.Join.RetryMax, cfg.Overlay.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
-	return cfg
-}
-
-func startNode(t *testing.T, cfg Config, opts ...Option) *Node {
-	t.Helper()
-	nd, err := New(context.Background(), cfg, opts...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { nd.Close() })
-	return nd
-}
-
-// refused reads psp_handshakes_refused_total{reason} from a node's registry.
-func refused(t *testing.T, reg *prometheus.Registry, reason string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "psp_handshakes_refused_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "reason" && l.GetValue() == reason {
-					return m.GetCounter().GetValue()
-				}
-			}
-		}
-	}
-	return 0
-}
-
-func newKey(t *testing.T) pnet.PSK {
-	t.Helper()
-	return pnet.PSK(fmt.Appendf(nil, "%032d", time.Now().UnixNano()))
-}
-
-func addrOf(nd *Node) string { return nd.Addrs()[0].String() }
 
 // A node with another swarm key, or none, cannot connect to a private
 // job: the handshake fails, both sides count and log it, and the outsider
@@ -155,17 +97,6 @@ func TestAllowPeersRefusesStranger(t *testing.T) {
 	}
 }
 
-// freePort returns a TCP port on 127.0.0.1 that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // A node started before its bootstrap node keeps trying, says why it has
 // not joined, and joins once the bootstrap node is up. Its bootstrap
 // address is a DNS name (/dns4/localhost), after a dead first address.
@@ -206,13 +137,6 @@ func TestJoinWhenBootstrapStartsLater(t *testing.T) {
 	if code, _ := health(early); code != http.StatusOK {
 		t.Errorf("/health once joined: %d", code)
 	}
-}
-
-// health gets a node's /health.
-func health(nd *Node) (int, string) {
-	rec := httptest.NewRecorder()
-	nd.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
-	return rec.Code, rec.Body.String()
 }
 
 // A dead first bootstrap address does not hold up the join through a
