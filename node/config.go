@@ -19,8 +19,8 @@ import (
 // Config configures a Node: its settings, all data, which Validate checks.
 // Start from DefaultConfig (or DefaultLocalConfig) and set what differs.
 // What the node runs with (a host, a task, a logger, a metrics registry)
-// is given to New as options (WithHost, WithTask, WithLogger,
-// WithRegistry).
+// is given to New as options (WithHost, WithTask or WithModel,
+// WithLogger, WithRegistry).
 type Config struct {
 	// Job names the training job; it namespaces every protocol and topic
 	// (/psp/<job>/...). Letters, digits, '.', '_' and '-'.
@@ -63,9 +63,9 @@ type Config struct {
 	Barrier psp.Spec
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
-	// the trainer API of node/trainer. A task (WithTask) is then
-	// required, and the node stays out of its peers' barriers until the
-	// Driver activates it. A task with no parameters yet gets its
+	// the trainer API of node/trainer. Its model (WithModel, no Task) is
+	// then required, and the node stays out of its peers' barriers until
+	// the Driver activates it. A model with no parameters yet gets its
 	// exchange when it has them (Driver.Attach).
 	Driven bool
 

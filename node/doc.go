@@ -24,7 +24,7 @@
 //
 //	node.go        Node, New, Leave, Close: the host, the overlay, the exchange
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
-//	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
+//	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run: the step loop
 //	barrier.go     the barrier: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)

@@ -130,7 +130,7 @@ func (d *Driver) Ready() error {
 // Attach sets up the exchange for the node's model, once the task knows
 // its shape (a trainer said what it runs). It is idempotent.
 func (d *Driver) Attach(ctx context.Context) error {
-	if d.n.task.NumParams() <= 0 {
+	if d.n.model.NumParams() <= 0 {
 		return errors.New("node: attach: the task has no parameters")
 	}
 	return d.n.attachModel(ctx)
@@ -227,7 +227,7 @@ func (d *Driver) readCheckpoint() (checkpoint.Checkpoint, bool) {
 	case err != nil:
 		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
 		return checkpoint.Checkpoint{}, false
-	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+	case c.Job != n.cfg.Job || c.ModelID != n.model.ModelID() || len(c.Params) != n.model.NumParams():
 		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
 		return checkpoint.Checkpoint{}, false
 	}
@@ -381,11 +381,11 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 // model under gossip).
 func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 	n := d.n
-	if v != nil && len(v) != n.task.NumParams() {
+	if v != nil && len(v) != n.model.NumParams() {
 		if copied != nil {
 			copied()
 		}
-		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
 	n.exch().Push32(n.life, step, v, copied)
 	return nil
@@ -443,8 +443,8 @@ func (n *Node) checkUpdate(v []float64) error {
 	if v == nil {
 		return nil
 	}
-	if len(v) != n.task.NumParams() {
-		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	if len(v) != n.model.NumParams() {
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
 	bound := n.cfg.Exchange.MaxAbsValue
 	for i, x := range v {
@@ -506,15 +506,15 @@ func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
 	if step < 0 {
 		return "", fmt.Errorf("%w: negative step %d", ErrStepOrder, step)
 	}
-	if len(params) != n.task.NumParams() {
-		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.task.NumParams())
+	if len(params) != n.model.NumParams() {
+		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.model.NumParams())
 	}
 	for i, x := range params {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return "", fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
 		}
 	}
-	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.task.ModelID(), Params: params}
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.model.ModelID(), Params: params}
 	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		return "", err
 	}

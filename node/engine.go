@@ -65,19 +65,19 @@ func (n *Node) Run(ctx context.Context) error {
 		if ctx.Err() != nil || n.active.Err() != nil {
 			return stopped()
 		}
-		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
+		if n.work.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
 		}
 		if n.realignDue() {
 			n.realign(ctx) // on another lineage than the job's, or wedged (realign.go)
 		}
-		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
+		if pa, ok := n.model.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
 		}
 		n.exch().Merge() // epidemic: average in the models received
 		n.busy.Store(true)
 		t0 := time.Now()
-		upd, err := n.task.Step(ctx)
+		upd, err := n.work.Step(ctx)
 		n.busy.Store(false)
 		if ctx.Err() != nil || n.active.Err() != nil {
 			return stopped()
@@ -135,7 +135,7 @@ func noteEWMA(a *atomic.Uint64, s float64) {
 }
 
 func (n *Node) evaluate(step int64) {
-	ev, ok := n.task.(Evaluator)
+	ev, ok := n.model.(Evaluator)
 	if !ok {
 		return
 	}

@@ -46,7 +46,7 @@ func TestEpidemicNodesTrain(t *testing.T) {
 			c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic, S: 2}
 			c.Genesis = exampleGenesis // one lineage from the start, as a testnet's
 		})
-		start := nodes[0].Task().Params()
+		start := nodes[0].Model().Params()
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		if !waitFor(30*time.Second, func() bool { return minStep(nodes) >= 40 }) {
@@ -69,7 +69,7 @@ func TestEpidemicNodesTrain(t *testing.T) {
 			if s := nd.Status(); s.UpdatesReceived != st.Received || s.Exchange == nil || s.Exchange.Exchange != "epidemic:2" {
 				t.Errorf("node %s status: %d received, exchange %+v", nd.ID(), s.UpdatesReceived, s.Exchange)
 			}
-			params = append(params, nd.Task().Params())
+			params = append(params, nd.Model().Params())
 		}
 		var spread, moved float64
 		for i := range params {
@@ -128,7 +128,7 @@ func TestExchangeFrameOverCap(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := epidemicPair(t)
 		a, b := nodes[0], nodes[1]
-		body := make([]byte, wire.MaxExchangeFrame(b.task.NumParams())+1)
+		body := make([]byte, wire.MaxExchangeFrame(b.model.NumParams())+1)
 		body[0], body[1] = wire.Version, byte(exchange.Epidemic)
 		_, _, err := wire.SendExchange(t.Context(), a.h, b.ID(), a.cfg.Job, wire.FrameExchange(body))
 		if err == nil {

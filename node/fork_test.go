@@ -56,7 +56,7 @@ func TestForksConverge(t *testing.T) {
 			t.Fatalf("1 s after meeting the job at step %d the fork is at step %d", at, fork.Step())
 		}
 		var diff, norm float64
-		want, got := job[0].task.Params(), fork.task.Params()
+		want, got := job[0].model.Params(), fork.model.Params()
 		for i := range want {
 			diff += (got[i] - want[i]) * (got[i] - want[i])
 			norm += want[i] * want[i]
@@ -121,7 +121,7 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 			if !errors.As(err, &mm) {
 				t.Fatalf("the stranger's Run returned %v, want a *ModelMismatchError", err)
 			}
-			if mm.OwnModel != other.ModelID() || mm.PeerModel != job[0].task.ModelID() || mm.PeerParams != int64(job[0].task.NumParams()) {
+			if mm.OwnModel != other.ModelID() || mm.PeerModel != job[0].model.ModelID() || mm.PeerParams != int64(job[0].model.NumParams()) {
 				t.Errorf("the error does not name both models: %v", mm)
 			}
 		case <-time.After(10 * time.Second):

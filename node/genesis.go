@@ -61,7 +61,7 @@ func (n *Node) modelFixed() bool { return n.driver == nil || n.modelUp.Load() }
 func (n *Node) ownExt() wire.StepExt {
 	e := wire.StepExt{Genesis: n.lin.Own()}
 	if n.modelFixed() {
-		e.HasModel, e.ModelID, e.Params = true, n.task.ModelID(), uint32(n.task.NumParams())
+		e.HasModel, e.ModelID, e.Params = true, n.model.ModelID(), uint32(n.model.NumParams())
 	}
 	if s := n.cfg.Barrier.BaseStaleness(); s >= 0 { // ASP records no waiters (noteAsker)
 		e.Notices, e.Staleness = true, uint32(s)
@@ -77,7 +77,7 @@ func (n *Node) admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
 		return lineage.Kin
 	}
 	if e.HasModel && n.modelFixed() {
-		if e.ModelID != n.task.ModelID() || int64(e.Params) != int64(n.task.NumParams()) {
+		if e.ModelID != n.model.ModelID() || int64(e.Params) != int64(n.model.NumParams()) {
 			n.holdOut(p, e, quiet)
 			return lineage.OtherModel
 		}
@@ -91,7 +91,7 @@ func (n *Node) admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
 // mismatchOf is the error that says p runs another model than this node.
 func (n *Node) mismatchOf(p peer.ID, e *wire.StepExt) *ModelMismatchError {
 	return &ModelMismatchError{Peer: p.String(), PeerModel: e.ModelID, PeerParams: int64(e.Params),
-		OwnModel: n.task.ModelID(), OwnParams: int64(n.task.NumParams())}
+		OwnModel: n.model.ModelID(), OwnParams: int64(n.model.NumParams())}
 }
 
 // holdOut keeps a peer that runs another model out of this node's view of

@@ -40,7 +40,7 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		task := &lateTask{}
 		driven := buildTestNodesWith(t, 1, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.Driven, c.WaitPeers = true, 0
-			c.opts = append(c.opts, WithTask(task))
+			c.opts = append(c.opts, WithModel(task))
 			c.Bootstrap = []string{job.Addrs()[0].String()}
 		})[0]
 		if e := driven.ownExt(); e.HasModel {

@@ -29,13 +29,13 @@ func (n *Node) resume() {
 	case err != nil:
 		n.log.Error("ignoring checkpoint; the model will come from peers", "file", n.cfg.Checkpoint, "err", err)
 		return
-	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+	case c.Job != n.cfg.Job || c.ModelID != n.model.ModelID() || len(c.Params) != n.model.NumParams():
 		n.log.Error("ignoring checkpoint of another job or model; the model will come from peers",
 			"file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
 		return
 	}
 	if len(c.Params) > 0 {
-		if err := n.task.SetParams(c.Params); err != nil {
+		if err := n.model.SetParams(c.Params); err != nil {
 			n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
 			return
 		}
@@ -52,7 +52,7 @@ func (n *Node) adoptStep(step int64) {
 	n.step.Store(step)
 	n.m.Step.Set(float64(step))
 	n.exch().SetStep(step)
-	if sa, ok := n.task.(StepAware); ok {
+	if sa, ok := n.model.(StepAware); ok {
 		sa.SetStep(step)
 	}
 }
@@ -62,7 +62,7 @@ func (n *Node) checkpoint() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.model.ModelID(), Params: n.model.Params()}
 	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		n.log.Warn("checkpoint failed", "err", err)
 	}
@@ -122,10 +122,10 @@ func (n *Node) join(ctx context.Context) error {
 	if js.adopt <= n.step.Load() {
 		return nil
 	}
-	if n.task.NumParams() > 0 {
+	if n.model.NumParams() > 0 {
 		if js.model == nil {
 			n.log.Warn("joined a running job but could not fetch the model: training from own parameters", "err", js.fetchErr)
-		} else if err := n.task.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(js.model.Params); err != nil {
 			n.log.Warn("joined a running job but could not take its model: training from own parameters", "peer", js.from, "err", err)
 		} else {
 			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.model.Step)
@@ -303,7 +303,7 @@ func stepGap(a, b psp.Step) uint64 {
 // otherwise, with verify, it reads the head of a peer's model reply to
 // check that the job runs this node's model.
 func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool) jobView {
-	if n.task.NumParams() == 0 {
+	if n.model.NumParams() == 0 {
 		return v
 	}
 	if !ahead {

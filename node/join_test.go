@@ -28,9 +28,9 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange.Spec = ex })
 		running, joiner := nodes[0], nodes[1]
 		running.step.Store(100)
-		params := running.task.Params()
+		params := running.model.Params()
 		params[0] = 0.25 // a model the joiner cannot have by chance
-		if err := running.task.SetParams(params); err != nil {
+		if err := running.model.SetParams(params); err != nil {
 			t.Fatal(err)
 		}
 
@@ -39,7 +39,7 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 		if got := joiner.Step(); got != 100 {
 			t.Fatalf("joiner at step %d, want the job's 100", got)
 		}
-		if got := joiner.task.(*builtin.ModelTask).Trainer().Steps(); got != 100 {
+		if got := joiner.model.(*builtin.ModelTask).Trainer().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
 		if g := joiner.Gossip(); (g == nil) != (ex.Kind == exchange.Epidemic) {
@@ -47,7 +47,7 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 		} else if g != nil && g.LocalStep() != 100 {
 			t.Errorf("joiner's gossip validator at step %d, want 100", g.LocalStep())
 		}
-		if got := joiner.task.Params()[0]; got != 0.25 {
+		if got := joiner.model.Params()[0]; got != 0.25 {
 			t.Errorf("joiner's first parameter %v, want the fetched 0.25", got)
 		}
 	})

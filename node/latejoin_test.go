@@ -85,7 +85,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	}
 	// The adopted model is the job's: the checkpoint's parameters, moved
 	// by at most the few steps the early node has made since.
-	got := early.task.Params()
+	got := early.model.Params()
 	var diff, norm float64
 	for i := range got {
 		d := got[i] - c.Params[i]

@@ -173,7 +173,7 @@ func TestNewFailureClosesCallersHost(t *testing.T) {
 		breakIt func(*Config)
 	}{
 		{"invalid config", func(c *Config) { c.PSK = make([]byte, 32) }}, // a swarm key needs a host the node builds
-		{"driven without a task", func(c *Config) { c.Driven = true }},   // WithTask is missing
+		{"driven without a model", func(c *Config) { c.Driven = true }},  // WithModel is missing
 		{"overlay fails", func(c *Config) { c.Overlay.BucketSize = 0 }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

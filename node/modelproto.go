@@ -46,7 +46,7 @@ type ParamSource interface {
 
 // shape is the node's model as peers compare it.
 func (n *Node) shape() wire.ModelShape {
-	return wire.ModelShape{ID: n.task.ModelID(), N: n.task.NumParams()}
+	return wire.ModelShape{ID: n.model.ModelID(), N: n.model.NumParams()}
 }
 
 // fetchModel asks one peer for its model. A peer that runs another model
@@ -72,7 +72,7 @@ func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 // fits (netsetup.OverRelay): the answerer writes it all before it sees a
 // reset.
 func (n *Node) overRelay(ctx context.Context) context.Context {
-	return netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model")
+	return netsetup.OverRelay(ctx, wire.MaxModelFrame(n.model.NumParams()), "model")
 }
 
 // mismatch turns wire's model mismatch from p into a *ModelMismatchError;
@@ -103,10 +103,10 @@ func (s *modelSource) ModelHead() (psp.Step, wire.ModelShape, bool) {
 // ModelParams are the task's parameters for a peer's model fetch.
 func (s *modelSource) ModelParams(ctx context.Context) ([]float64, error) {
 	n := (*Node)(s)
-	if ps, ok := n.task.(ParamSource); ok {
+	if ps, ok := n.model.(ParamSource); ok {
 		return ps.ParamsContext(ctx)
 	}
-	return n.task.Params(), nil
+	return n.model.Params(), nil
 }
 
 // serveModel is the model protocol's stream handler.

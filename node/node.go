@@ -69,7 +69,8 @@ type Node struct {
 	closing   bool // under modelMu: Close has begun, attach no more
 	ex        exchange.Exchange
 	exIn      *wire.Inbound
-	task      Task
+	model     Model // the task, or a driven node's model
+	work      Task  // the task Run steps; nil for a driven node
 	decider   psp.Decider
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
@@ -246,9 +247,12 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		seed = binary.BigEndian.Uint64(sum[:8])
 	}
 	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
-	n.task = d.task
-	if n.task == nil {
-		n.task = noWork{}
+	n.work, n.model = d.task, d.model
+	switch {
+	case d.task != nil:
+		n.model = d.task
+	case d.model == nil:
+		n.work, n.model = noWork{}, noWork{}
 	}
 
 	if cfg.Driven {
@@ -287,7 +291,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.stepIn.SetKnown(n.ov.Knows) // idle step streams of unknown peers make room (wire.Inbound)
 	n.registerGaugeFuncs()
-	if n.task.NumParams() > 0 {
+	if n.model.NumParams() > 0 {
 		if err := n.attachModel(ctx); err != nil {
 			return fail(fmt.Errorf("node: %w", err))
 		}
@@ -419,8 +423,9 @@ func (n *Node) Overlay() *overlay.Overlay { return n.ov }
 // under the epidemic exchange.
 func (n *Node) Gossip() *gossip.Gossip { return n.exch().Topic() }
 
-// Task is the node's task.
-func (n *Node) Task() Task { return n.task }
+// Model is the node's model: its task (WithTask), or a driven node's
+// model (WithModel).
+func (n *Node) Model() Model { return n.model }
 
 // Registry is the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }

@@ -49,7 +49,8 @@ func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func(
 
 // nodeSetup is what buildTestNodesWith's edit may change: a node's
 // configuration, and options New takes after the host and the task (so a
-// WithTask there replaces the linear-regression task).
+// WithTask there, or a WithModel for a driven node, replaces the
+// linear-regression task).
 type nodeSetup struct {
 	Config
 	opts []Option
@@ -92,13 +93,18 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
 		cfg.QueryTimeout = 500 * time.Millisecond
-		opts = append(opts, WithTask(builtin.NewModelTask(tr, data.Test, builtin.TimeModel{Scale: scale, Factor: 1}, uint64(i+1))))
+		task := builtin.NewModelTask(tr, data.Test, builtin.TimeModel{Scale: scale, Factor: 1}, uint64(i+1))
 		cfg.EvalEvery = 5
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second
 		cfg.Seed = uint64(i + 1)
 		if edit != nil {
 			edit(&s)
+		}
+		if s.Config.Driven { // a driven node's program steps: it takes the model alone
+			opts = append(opts, WithModel(task))
+		} else {
+			opts = append(opts, WithTask(task))
 		}
 		nd, err := New(context.Background(), s.Config, append(opts, s.opts...)...)
 		if err != nil {

@@ -87,8 +87,8 @@ func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
 		// One step each from the same model (the joiner fetched it), each
 		// at its own population, as Run does.
 		step := func(nd *Node, pop float64) []float64 {
-			nd.task.(PopulationAware).SetPopulation(pop)
-			upd, err := nd.task.Step(t.Context())
+			nd.model.(PopulationAware).SetPopulation(pop)
+			upd, err := nd.work.Step(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}

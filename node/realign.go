@@ -112,7 +112,7 @@ func (n *Node) unwedge(ctx context.Context) bool {
 // its step and its lineage. It reports false, and changes nothing, when no
 // model came with js or the task refused it.
 func (n *Node) rebase(js jobView, why string) bool {
-	if n.task.NumParams() > 0 {
+	if n.model.NumParams() > 0 {
 		if js.model == nil {
 			n.log.Warn("could not fetch the job's model: trying again", "why", why, "err", js.fetchErr)
 			return false
@@ -121,7 +121,7 @@ func (n *Node) rebase(js jobView, why string) bool {
 		if n.driver != nil {
 			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis.String(),
 				Reason: fmt.Sprintf("%s: took the job's step %d and the model of peer %s", why, js.adopt, js.from)})
-		} else if err := n.task.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(js.model.Params); err != nil {
 			n.log.Warn("could not take the job's model: trying again", "why", why, "peer", js.from, "err", err)
 			return false
 		}

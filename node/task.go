@@ -6,14 +6,12 @@ import (
 	"github.com/pspnode/pspnode/model"
 )
 
-// Task is the work a node does between barriers: the Go form of the Actor
-// P2P engine's schedule/pull/push. The engine calls Step from its loop, and
-// Apply from the gossip receive goroutine, so an implementation must be
-// safe for that concurrency.
-type Task interface {
-	// Step computes one iteration and returns the update to publish (nil to
-	// publish nothing). It should return promptly when ctx is done.
-	Step(ctx context.Context) (update []float64, err error)
+// Model is the model a node holds, takes its peers' updates into and
+// gives a joining peer: all a driven node needs (WithModel), whose
+// program computes the steps. Apply is called from the exchange's receive
+// goroutine, the rest from any, so an implementation must be safe for
+// that concurrency.
+type Model interface {
 	// Apply adds an update received from a peer. A bad update is an error
 	// and must leave the task's state untouched. The slice is reused after
 	// Apply returns: do not keep it.
@@ -26,6 +24,16 @@ type Task interface {
 	Params() []float64
 	// SetParams replaces the parameters (verified: length, finite).
 	SetParams(p []float64) error
+}
+
+// Task is the work a node does between barriers when it runs its own
+// steps (Run): the Go form of the Actor P2P engine's schedule/pull/push,
+// a Model with a step. The engine calls Step from its loop.
+type Task interface {
+	Model
+	// Step computes one iteration and returns the update to publish (nil to
+	// publish nothing). It should return promptly when ctx is done.
+	Step(ctx context.Context) (update []float64, err error)
 	// Done reports whether the task's own stop criterion is met.
 	Done() bool
 }

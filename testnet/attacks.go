@@ -198,7 +198,7 @@ func (im *impostor) handleModel(s network.Stream) {
 // startImpostor installs the impostor of a lineage-hijack or joiner-wedge
 // node. t.mu is held.
 func (t *testnet) startImpostor(m *member) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams()}
 	switch m.role {
 	case LineageHijack:
@@ -248,7 +248,7 @@ func eclipseDHT(m *member) {
 // hijackEvery it sends each peer its overlay knows a step query that
 // claims the old lineage and HijackStep.
 func (t *testnet) hijack(ctx context.Context, m *member) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	ext := wire.StepExt{Genesis: hijackGenesis, HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
 	body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, ext)
 	proto := wire.StepProtocolExt("testnet")
@@ -352,7 +352,7 @@ func (t *testnet) drift(ctx context.Context, m *member) {
 // driftAt pushes poisoned models at one victim: fetch its model, push it
 // moved by dist along (1, …, 1)/√n, and fit dist to what the victim takes.
 func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	n, modelID := task.NumParams(), task.ModelID()
 	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
 	dist := driftStart * math.Sqrt(float64(n))
@@ -512,7 +512,7 @@ func (t *testnet) impostorFigures(h *Hostility) {
 			}
 			st := m.nd.Status()
 			j := WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
-			if ev, ok := m.nd.Task().(node.Evaluator); ok {
+			if ev, ok := m.nd.Model().(node.Evaluator); ok {
 				if r, err := ev.Evaluate(); err == nil {
 					j.Loss = &r.Loss
 				}
@@ -577,7 +577,7 @@ func (t *testnet) lie(ctx context.Context, m *member) {
 // LiarEstimate, on one stream as long as it lasts (as an honest asker
 // reuses its streams), on a new one after a second when it fails.
 func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
 	h := m.nd.Host()
 	tick := time.NewTicker(time.Second / LiarQueryRate)

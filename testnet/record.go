@@ -211,7 +211,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	var acc, loss float64
 	k := 0
 	for _, m := range pick {
-		ev, ok := m.nd.Task().(node.Evaluator)
+		ev, ok := m.nd.Model().(node.Evaluator)
 		if !ok {
 			continue
 		}

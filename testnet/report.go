@@ -307,7 +307,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
 			t.sampledMu.Unlock()
 		}
-		if m.nd.Task().NumParams() > 0 {
+		if m.nd.Model().NumParams() > 0 {
 			st := m.nd.UpdateStats()
 			r.Updates.Sent += st.Sent
 			r.Updates.Received += st.Received

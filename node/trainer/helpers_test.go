@@ -34,7 +34,7 @@ type daemon struct {
 // edit applied to its config.
 func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit func(*node.Config, *Config)) *daemon {
 	t.Helper()
-	task := NewTask()
+	task := NewModel()
 	cfg := node.DefaultLocalConfig()
 	cfg.Job = job
 	cfg.Barrier = psp.MustParse(barrier)
@@ -49,7 +49,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	if edit != nil {
 		edit(&cfg, &tcfg)
 	}
-	nd, err := node.New(context.Background(), cfg, node.WithTask(task))
+	nd, err := node.New(context.Background(), cfg, node.WithModel(task))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -9,7 +9,7 @@ import (
 	"time"
 )
 
-// Task is the node.Task of a driven node: the model lives in the trainer
+// Model is the node.Model of a driven node: the model lives in the trainer
 // process, so the task holds only what the node needs of it.
 //
 //   - Its shape (name, model ID, parameter count) is fixed by the first
@@ -29,7 +29,7 @@ import (
 // The accumulator is two float32 buffers (with shared memory, two regions
 // of the shared file): updates add into one while the trainer reads the
 // other, so Pull copies nothing.
-type Task struct {
+type Model struct {
 	// Fixed once by fix; numParams and modelID are also read without mu
 	// (NumParams and ModelID are called on every model request).
 	numParams atomic.Int64
@@ -54,12 +54,12 @@ type Task struct {
 	received atomic.Uint64
 }
 
-// NewTask returns the task of a driven node, whose shape the first
-// trainer fixes.
-func NewTask() *Task { return &Task{} }
+// NewModel returns the model of a driven node (node.WithModel), whose
+// shape the first trainer fixes.
+func NewModel() *Model { return &Model{} }
 
 // fix sets the task's shape, or checks a later trainer's against it.
-func (t *Task) fix(name string, id uint32, n int, epidemic bool) (changed bool, err error) {
+func (t *Model) fix(name string, id uint32, n int, epidemic bool) (changed bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.numParams.Load() == 0 {
@@ -76,7 +76,7 @@ func (t *Task) fix(name string, id uint32, n int, epidemic bool) (changed bool, 
 }
 
 // shape returns the fixed shape.
-func (t *Task) shape() (name string, id uint32, n int) {
+func (t *Model) shape() (name string, id uint32, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.name, t.modelID.Load(), int(t.numParams.Load())
@@ -84,7 +84,7 @@ func (t *Task) shape() (name string, id uint32, n int) {
 
 // begin starts taking updates for sess, into acc (two buffers of
 // NumParams values each); under epidemic model gives the node's model.
-func (t *Task) begin(sess *session, acc [2][]float32, model func() []float64) {
+func (t *Model) begin(sess *session, acc [2][]float32, model func() []float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sess, t.accept = sess, true
@@ -94,7 +94,7 @@ func (t *Task) begin(sess *session, acc [2][]float32, model func() []float64) {
 }
 
 // end stops taking updates and drops what was not pulled.
-func (t *Task) end(sess *session) {
+func (t *Model) end(sess *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.sess != sess {
@@ -106,7 +106,7 @@ func (t *Task) end(sess *session) {
 
 // resetTo drops what the accumulators hold: the trainer takes the job's
 // parameters in place of its own.
-func (t *Task) resetTo() {
+func (t *Model) resetTo() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
@@ -116,7 +116,7 @@ func (t *Task) resetTo() {
 // Apply32 adds a peer's update (gossip), made at step, to the current
 // accumulator. Without a trainer it is dropped: a new trainer starts from
 // the job's model.
-func (t *Task) Apply32(u []float32, step int64) error {
+func (t *Model) Apply32(u []float32, step int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept {
@@ -143,7 +143,7 @@ func (t *Task) Apply32(u []float32, step int64) error {
 // pullAverage (epidemic) has the node write the change its average makes
 // into the current accumulator, through merge (node.Driver.Merge32), and
 // hands it over as pull does.
-func (t *Task) pullAverage(merge func([]float32) int) (buf []float32, index, merged int) {
+func (t *Model) pullAverage(merge func([]float32) int) (buf []float32, index, merged int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept {
@@ -163,7 +163,7 @@ func (t *Task) pullAverage(merge func([]float32) int) (buf []float32, index, mer
 // buffer and its index, how many updates it merges (0: nothing, and the
 // buffer is nil), and their senders' steps (valid until the next pull).
 // The trainer may read the buffer until its next pull.
-func (t *Task) pull() (buf []float32, index, merged int, steps []int64) {
+func (t *Model) pull() (buf []float32, index, merged int, steps []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.merged == 0 || !t.accept {
@@ -176,14 +176,9 @@ func (t *Task) pull() (buf []float32, index, merged int, steps []int64) {
 	return buf, index, merged, steps
 }
 
-// Step is not used: a trainer drives the node (node.Driver).
-func (t *Task) Step(context.Context) ([]float64, error) {
-	return nil, errors.New("trainer: a driven node's steps come from its trainer")
-}
-
 // Apply adds a peer's update (gossip, float64: a sparse encoding's) to
 // the accumulator, as Apply32 does; its step is not known.
-func (t *Task) Apply(u []float64) error {
+func (t *Model) Apply(u []float64) error {
 	v := make([]float32, len(u))
 	for i, x := range u {
 		v[i] = float32(x)
@@ -204,14 +199,14 @@ func (t *Task) Apply(u []float64) error {
 }
 
 // NumParams is the trainer's parameter count, 0 until a trainer fixes it.
-func (t *Task) NumParams() int { return int(t.numParams.Load()) }
+func (t *Model) NumParams() int { return int(t.numParams.Load()) }
 
 // ModelID is the trainer's model ID.
-func (t *Task) ModelID() uint32 { return t.modelID.Load() }
+func (t *Model) ModelID() uint32 { return t.modelID.Load() }
 
 // Params returns the trainer's parameters (see ParamsContext), waiting up
 // to ten seconds; nil if the trainer does not give them.
-func (t *Task) Params() []float64 {
+func (t *Model) Params() []float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, _ := t.ParamsContext(ctx)
@@ -223,7 +218,7 @@ func (t *Task) Params() []float64 {
 // trainer, within ctx. Requests that come while one is in flight share
 // its answer, and an answer serves later requests until the node's step
 // moves on.
-func (t *Task) ParamsContext(ctx context.Context) ([]float64, error) {
+func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
 	t.mu.Lock()
 	if t.epidemic && t.model != nil {
 		model := t.model
@@ -282,9 +277,6 @@ func (t *Task) ParamsContext(ctx context.Context) ([]float64, error) {
 
 // SetParams is not used: a driven node's averages go to its trainer
 // through Merge32, and the job's model at a session's start or a reset.
-func (t *Task) SetParams([]float64) error {
+func (t *Model) SetParams([]float64) error {
 	return errors.New("trainer: a driven node's model is its trainer's")
 }
-
-// Done is false: the trainer decides when it stops.
-func (t *Task) Done() bool { return false }
