@@ -118,6 +118,7 @@ func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
 	step := n.step.Add(1)
 	n.m.Step.Set(float64(step))
+	n.emit(Stepped, "")
 	now := time.Now()
 	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
 	n.lastStepAt = now

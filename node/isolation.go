@@ -45,11 +45,18 @@ type isolation struct {
 }
 
 // noteHeard records that peers answered a step query or sent one.
-func (n *Node) noteHeard(peers ...peer.ID) { n.iso.heard.Note(time.Now(), n.heardHold(), peers...) }
+func (n *Node) noteHeard(peers ...peer.ID) {
+	for _, p := range n.iso.heard.Note(time.Now(), n.heardHold(), peers...) {
+		n.emit(PeerJoined, p)
+	}
+}
 
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
 // The time of the departure goes to the population estimate.
-func (n *Node) noteLeft(p peer.ID) { n.iso.heard.Left(p, time.Now()) }
+func (n *Node) noteLeft(p peer.ID) {
+	n.iso.heard.Left(p, time.Now())
+	n.emit(PeerLeft, p)
+}
 
 // unheard forgets p without counting a departure: a peer held out for
 // running another model (genesis.go).
@@ -83,9 +90,11 @@ func (n *Node) setIsolated(on bool, now time.Time) {
 	switch {
 	case on && !was:
 		n.m.Isolated.Set(1)
+		n.emit(Isolated, "")
 		n.log.Warn("isolated: no peer of the job answers; not training until one does")
 	case !on && was:
 		n.m.Isolated.Set(0)
+		n.emit(Reconnected, "")
 		n.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
 	}
 }

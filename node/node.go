@@ -69,8 +69,9 @@ type Node struct {
 	closing   bool // under modelMu: Close has begun, attach no more
 	ex        exchange.Exchange
 	exIn      *wire.Inbound
-	model     Model // the task, or a driven node's model
-	work      Task  // the task Run steps; nil for a driven node
+	events    chan<- Event // WithEvents; nil for none
+	model     Model        // the task, or a driven node's model
+	work      Task         // the task Run steps; nil for a driven node
 	decider   psp.Decider
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
@@ -247,6 +248,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		seed = binary.BigEndian.Uint64(sum[:8])
 	}
 	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
+	n.events = d.events
 	n.work, n.model = d.task, d.model
 	switch {
 	case d.task != nil:

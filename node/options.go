@@ -16,11 +16,12 @@ type Option func(*deps)
 
 // deps are a node's runtime dependencies, as the options set them.
 type deps struct {
-	host  host.Host
-	task  Task
-	model Model
-	log   *slog.Logger
-	reg   *prometheus.Registry
+	events chan<- Event
+	host   host.Host
+	task   Task
+	model  Model
+	log    *slog.Logger
+	reg    *prometheus.Registry
 }
 
 // WithHost has the node use h instead of building a host (testnets pass
@@ -40,6 +41,13 @@ func WithTask(t Task) Option { return func(d *deps) { d.task = t } }
 // WithModel sets the model of a driven node (Config.Driven), whose program
 // computes the steps: it needs a Model, no Task.
 func WithModel(m Model) Option { return func(d *deps) { d.model = m } }
+
+// WithEvents has the node send ch its Events: peers met, left and
+// failed, steps taken, isolation begun and ended. The node never waits on
+// ch: an event that finds it full is dropped (and counted), so give it
+// room (a buffer of a few hundred) and read it promptly. The node does
+// not close ch.
+func WithEvents(ch chan<- Event) Option { return func(d *deps) { d.events = ch } }
 
 // WithLogger sets where the node's logs go (and the overlay's and gossip's,
 // unless Config.Overlay.Logger or Config.Gossip.Logger is set). Without it

@@ -84,4 +84,5 @@ func (n *Node) dropPeer(p peer.ID) {
 func (n *Node) queryFailed(p peer.ID) {
 	n.m.Timeouts.Inc()
 	n.dropPeer(p)
+	n.emit(PeerFailed, p)
 }

@@ -21,10 +21,11 @@ type Heard struct {
 const maxHeard = 8192
 
 // Note records that peers were heard from at now; hold is how long one
-// counts (Lately), of which a full map keeps the last half.
-func (h *Heard) Note(now time.Time, hold time.Duration, peers ...peer.ID) {
+// counts (Lately), of which a full map keeps the last half. It returns
+// those of peers it did not hold: heard from for the first time lately.
+func (h *Heard) Note(now time.Time, hold time.Duration, peers ...peer.ID) (fresh []peer.ID) {
 	if len(peers) == 0 {
-		return
+		return nil
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -32,7 +33,11 @@ func (h *Heard) Note(now time.Time, hold time.Duration, peers ...peer.ID) {
 		h.at = make(map[peer.ID]time.Time)
 	}
 	for _, p := range peers {
-		if _, ok := h.at[p]; !ok && len(h.at) >= maxHeard {
+		at, ok := h.at[p]
+		if !ok || now.Sub(at) > hold {
+			fresh = append(fresh, p)
+		}
+		if !ok && len(h.at) >= maxHeard {
 			h.forgetLocked(now, hold/2)
 			if len(h.at) >= maxHeard {
 				clear(h.at)
@@ -40,6 +45,7 @@ func (h *Heard) Note(now time.Time, hold time.Duration, peers ...peer.ID) {
 		}
 		h.at[p] = now
 	}
+	return fresh
 }
 
 // Left forgets p: it said it leaves (at now), so its absence is no

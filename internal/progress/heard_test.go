@@ -40,3 +40,19 @@ func TestHeard(t *testing.T) {
 		t.Errorf("last leave %v, want %v", h.LastLeave(), t0)
 	}
 }
+
+// Note says which peers are new: not heard lately, or never.
+func TestHeardNoteFresh(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const hold = time.Minute
+	var h Heard
+	if got := h.Note(t0, hold, "a", "b"); len(got) != 2 {
+		t.Errorf("first note: fresh %v, want a and b", got)
+	}
+	if got := h.Note(t0.Add(time.Second), hold, "a", "c"); len(got) != 1 || got[0] != "c" {
+		t.Errorf("second note: fresh %v, want c", got)
+	}
+	if got := h.Note(t0.Add(2*hold), hold, "b"); len(got) != 1 {
+		t.Errorf("a peer unheard for longer than hold: fresh %v, want b", got)
+	}
+}

@@ -56,6 +56,7 @@ type Metrics struct {
 	KnownBehind   prometheus.Counter
 	Staleness     prometheus.Histogram
 	Unwedged      prometheus.Counter
+	EventsDropped prometheus.Counter
 	// hostile counts messages a defence judged hostile, by kind
 	// (HostileKinds).
 	Hostile *prometheus.CounterVec
@@ -108,8 +109,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Staleness: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: "psp", Name: "update_staleness_steps",
 			Help:    "For each update (gossip) or model (epidemic) this node applied: its own completed steps when it applied it minus the sender's steps when the sender made it (negative: the sender was ahead). A trainer-driven node applies at its trainer's pull.",
 			Buckets: stalenessBuckets}),
-		Unwedged:    c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
-		NormRefused: c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
+		EventsDropped: c("events_dropped_total", "Events (node.WithEvents) dropped because the program's channel was full."),
+		Unwedged:      c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
+		NormRefused:   c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
 		Hedged:       c("step_queries_hedged_total", "Step queries still unanswered at the hedge delay, for which a fresh draw was asked beside."),
@@ -126,7 +128,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
 		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
-		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.Hostile)
+		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile)
 	for _, k := range HostileKinds {
 		m.Hostile.WithLabelValues(k)
 	}
