@@ -7,6 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	dto "github.com/prometheus/client_model/go"
 
+	"github.com/pspnode/pspnode/internal/ring"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -62,9 +63,9 @@ type Metrics struct {
 	Hostile *prometheus.CounterVec
 
 	mu     sync.Mutex
-	waits  ring // recent barrier waits, seconds
-	checkL ring // recent barrier decision latencies, seconds
-	rtts   ring // recent step query round trips, seconds
+	waits  ring.Ring // recent barrier waits, seconds
+	checkL ring.Ring // recent barrier decision latencies, seconds
+	rtts   ring.Ring // recent step query round trips, seconds
 	// rttSmooth is an exponentially weighted mean of the round trips.
 	rttSmooth float64
 }
@@ -122,9 +123,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		KnownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
 		Hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
 			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
-		waits:  newRing(4096),
-		checkL: newRing(4096),
-		rtts:   newRing(4096),
+		waits:  ring.New(4096),
+		checkL: ring.New(4096),
+		rtts:   ring.New(4096),
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
 		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
@@ -151,7 +152,7 @@ func RegisterProcessMetrics(reg prometheus.Registerer) {
 func (m *Metrics) ObserveWait(s float64) {
 	m.Wait.Observe(s)
 	m.mu.Lock()
-	m.waits.add(s)
+	m.waits.Add(s)
 	m.mu.Unlock()
 }
 
@@ -159,7 +160,7 @@ func (m *Metrics) ObserveWait(s float64) {
 func (m *Metrics) ObserveCheck(s float64) {
 	m.Check.Observe(s)
 	m.mu.Lock()
-	m.checkL.add(s)
+	m.checkL.Add(s)
 	m.mu.Unlock()
 }
 
@@ -167,7 +168,7 @@ func (m *Metrics) ObserveCheck(s float64) {
 func (m *Metrics) ObserveRTT(s float64) {
 	m.RTT.Observe(s)
 	m.mu.Lock()
-	m.rtts.add(s)
+	m.rtts.Add(s)
 	if m.rttSmooth == 0 {
 		m.rttSmooth = s
 	} else {
@@ -189,33 +190,7 @@ func (m *Metrics) RTTEWMA() float64 {
 func (m *Metrics) Recent() (waits, checks, rtts []float64) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.waits.values(), m.checkL.values(), m.rtts.values()
-}
-
-// ring keeps the last n values. Its buffer grows as values come, so a
-// node that records few (a short run, a testnet of thousands) holds few.
-type ring struct {
-	buf  []float64
-	max  int
-	next int // where the next value goes, once the buffer is full
-}
-
-func newRing(n int) ring { return ring{max: n} }
-
-func (r *ring) add(v float64) {
-	if len(r.buf) < r.max {
-		r.buf = append(r.buf, v)
-		return
-	}
-	r.buf[r.next] = v
-	r.next = (r.next + 1) % r.max
-}
-
-// values returns the values kept, oldest first.
-func (r *ring) values() []float64 {
-	out := make([]float64, 0, len(r.buf))
-	out = append(out, r.buf[r.next:]...)
-	return append(out, r.buf[:r.next]...)
+	return m.waits.Values(), m.checkL.Values(), m.rtts.Values()
 }
 
 // CounterValue reads a counter's current value.
