@@ -20,13 +20,14 @@ package node
 
 // Where things are (for the people who work on this package):
 //
-//	node.go        Node, New, Leave, Close: the host, the overlay, the exchange
+//	node.go        the Node and Driver types (their state), ErrClosed, ModelMismatchError, the accessors
+//	lifecycle.go   New, Leave, Close: building the host, the overlay, the exchange, and closing them
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run: the step loop
 //	barrier.go     the barrier: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
-//	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
+//	driver.go      Driver's calls: the step loop's parts for a program with its own loop (a trainer)
 //	timing.go      barrier timing: Config's shares, floors and caps for psp.BarrierTiming
 //	population.go  the population estimate that scales the learning rate (psp.Population is the rule)
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call

@@ -6,46 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
-
-// A Driver runs a node's steps for a program that has its own training
-// loop, such as a trainer process behind the trainer API (package
-// node/trainer), instead of Run and a Task's Step. The node keeps the
-// membership, the population estimate, the barrier and the exchange; the
-// driving program owns the model and the compute, and tells the node what
-// it did. A node is driven when built with Config.Driven.
-//
-// A driven node counts as a participant in its peers' barriers and
-// population only while it is active: between Activate and Deactivate
-// (one session of a trainer). Otherwise it answers step queries as a
-// leaving node does, so no peer waits on a node that is not training, and
-// it discards the updates it receives.
-//
-// A session: Begin (wait for the job, then the step and model to start
-// from), Activate, then for each step Barrier, the program's compute, Done
-// and (under the epidemic exchange) Merge; Deactivate when the program
-// goes. The first step of a session passes its barrier without a check,
-// as Run's first step does. Calls are serialised.
-type Driver struct {
-	n *Node
-
-	mu          sync.Mutex // one call at a time
-	first       psp.Step   // the session's first step
-	passed      psp.Step   // the last step whose barrier passed
-	computeFrom time.Time  // when it passed: the program's compute starts
-
-	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
-	client string     // who drives, for status.Status
-
-	resetMu sync.Mutex
-	reset   *Reset // the job's state the program must take (TakeReset); nil for none
-}
 
 // Reset is the job's state a driven node hands its program when it moved
 // to it between two steps (realign.go): the node left its lineage for the

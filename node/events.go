@@ -58,17 +58,3 @@ type Event struct {
 	Step psp.Step // the node's step when it happened
 	At   time.Time
 }
-
-// emit sends an event to the channel of WithEvents without waiting: an
-// event that finds it full is dropped and counted
-// (psp_events_dropped_total), so a slow reader never holds the node up.
-func (n *Node) emit(kind EventKind, p peer.ID) {
-	if n.events == nil {
-		return
-	}
-	select {
-	case n.events <- Event{Kind: kind, Peer: p, Step: n.step.Load(), At: time.Now()}:
-	default:
-		n.m.EventsDropped.Inc()
-	}
-}

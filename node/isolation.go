@@ -2,12 +2,9 @@ package node
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/internal/progress"
 )
 
 // Isolation. A barrier check passes only on what peers say, so a check
@@ -37,16 +34,12 @@ import (
 //
 // While isolated, /status says "isolated": true (with isolated_since),
 // /health answers 503, and psp_isolated is 1. A driven node sees the same
-// through Driver.Barrier, which waits as Run does.
-type isolation struct {
-	heard progress.Heard // peers heard from lately, and the last leave (population.go)
-	mu    sync.Mutex
-	since time.Time // zero: not isolated
-}
+// through Driver.Barrier, which waits as Run does. (Its state is Node's
+// heard, isoMu and isoSince.)
 
 // noteHeard records that peers answered a step query or sent one.
 func (n *Node) noteHeard(peers ...peer.ID) {
-	for _, p := range n.iso.heard.Note(time.Now(), n.heardHold(), peers...) {
+	for _, p := range n.heard.Note(time.Now(), n.heardHold(), peers...) {
 		n.emit(PeerJoined, p)
 	}
 }
@@ -54,16 +47,16 @@ func (n *Node) noteHeard(peers ...peer.ID) {
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
 // The time of the departure goes to the population estimate.
 func (n *Node) noteLeft(p peer.ID) {
-	n.iso.heard.Left(p, time.Now())
+	n.heard.Left(p, time.Now())
 	n.emit(PeerLeft, p)
 }
 
 // unheard forgets p without counting a departure: a peer held out for
 // running another model (genesis.go).
-func (n *Node) unheard(p peer.ID) { n.iso.heard.Forget(p) }
+func (n *Node) unheard(p peer.ID) { n.heard.Forget(p) }
 
 // lastLeave is when a peer last said it leaves (zero: never).
-func (n *Node) lastLeave() time.Time { return n.iso.heard.LastLeave() }
+func (n *Node) lastLeave() time.Time { return n.heard.LastLeave() }
 
 // heardHold is how long a peer heard from counts: as long as the overlay
 // holds a dead peer before forgetting it.
@@ -71,22 +64,21 @@ func (n *Node) heardHold() time.Duration { return 2 * n.cfg.Overlay.DeadHold }
 
 // heardLately reports whether a peer that has not left was heard from
 // within heardHold.
-func (n *Node) heardLately(now time.Time) bool { return n.iso.heard.Lately(now, n.heardHold()) }
+func (n *Node) heardLately(now time.Time) bool { return n.heard.Lately(now, n.heardHold()) }
 
 // setIsolated records whether the node is isolated, as its last check
 // found (psp.Isolated).
 func (n *Node) setIsolated(on bool, now time.Time) {
-	is := &n.iso
-	is.mu.Lock()
-	was := !is.since.IsZero()
+	n.isoMu.Lock()
+	was := !n.isoSince.IsZero()
 	switch {
 	case on && !was:
-		is.since = now
+		n.isoSince = now
 	case !on && was:
-		is.since = time.Time{}
+		n.isoSince = time.Time{}
 	}
-	since := is.since
-	is.mu.Unlock()
+	since := n.isoSince
+	n.isoMu.Unlock()
 	switch {
 	case on && !was:
 		n.m.Isolated.Set(1)
@@ -101,9 +93,9 @@ func (n *Node) setIsolated(on bool, now time.Time) {
 
 // isolatedSince returns when the node became isolated (zero: it is not).
 func (n *Node) isolatedSince() time.Time {
-	n.iso.mu.Lock()
-	defer n.iso.mu.Unlock()
-	return n.iso.since
+	n.isoMu.Lock()
+	defer n.isoMu.Unlock()
+	return n.isoSince
 }
 
 // isolatedReason says why an isolated node waits, for /health and the

@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"fmt"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -16,26 +15,6 @@ import (
 // The node's side of the model protocol (the messages and their streams
 // are package wire's): a joiner fetches the job's model from a peer, and
 // every node serves its own.
-
-// ModelMismatchError says that a peer runs another model than this node:
-// another model ID or parameter count. It is not a malformed message: the
-// two nodes must not be in one job.
-type ModelMismatchError struct {
-	Peer       string // the peer's ID; "" when not known
-	PeerModel  uint32
-	PeerParams int64
-	OwnModel   uint32
-	OwnParams  int64
-}
-
-func (e *ModelMismatchError) Error() string {
-	who := "the peer"
-	if e.Peer != "" {
-		who = "peer " + e.Peer
-	}
-	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
-		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
-}
 
 // ParamSource is implemented by tasks whose parameters take time to get
 // or may be unavailable, such as a trainer in another process: the model
