@@ -39,6 +39,18 @@ func memNodes(t *testing.T, n int, barrier string, scale float64, edit func(*nod
 // share.
 func memNodesOn(t *testing.T, mn *memnet.Net, n int, barrier string, scale float64, edit func(*node.Config)) []*node.Node {
 	t.Helper()
+	return memNodesWith(t, mn, n, barrier, scale, func(_ int, c *node.Config) []node.Option {
+		if edit != nil {
+			edit(c)
+		}
+		return nil
+	})
+}
+
+// memNodesWith is memNodesOn whose edit also gives node i options of its
+// own (after the host and the task).
+func memNodesWith(t *testing.T, mn *memnet.Net, n int, barrier string, scale float64, edit func(i int, c *node.Config) []node.Option) []*node.Node {
+	t.Helper()
 	data, err := model.Open("synthetic:regression")
 	if err != nil {
 		t.Fatal(err)
@@ -56,14 +68,16 @@ func memNodesOn(t *testing.T, mn *memnet.Net, n int, barrier string, scale float
 		cfg.Exchange.Spec = exchange.Spec{} // gossip
 		cfg.QueryTimeout, cfg.EvalEvery, cfg.Seed = 500*time.Millisecond, 5, uint64(i+1)
 		cfg.WaitPeers, cfg.StartTimeout = n-1, 10*time.Second
-		if edit != nil {
-			edit(&cfg)
-		}
+		extra := edit(i, &cfg)
 		h, err := mn.NewHost(10, 20)
 		if err != nil {
 			t.Fatal(err)
 		}
-		nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithTask(task))
+		opts := []node.Option{node.WithHost(h), node.WithTask(task)}
+		if cfg.Driven { // a driven node's program steps: it takes the model alone
+			opts[1] = node.WithModel(task)
+		}
+		nd, err := node.New(context.Background(), cfg, append(opts, extra...)...)
 		if err != nil {
 			t.Fatal(err)
 		}

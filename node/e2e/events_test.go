@@ -1,4 +1,4 @@
-package node
+package e2e
 
 import (
 	"context"
@@ -10,26 +10,25 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
-	"github.com/pspnode/pspnode/node/status"
+	"github.com/pspnode/pspnode/node"
 )
 
 // A node with WithEvents says whom it meets, each step it takes, and who
 // leaves; a full channel drops events, counted, and holds nothing up.
 func TestEvents(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
+		events := make(chan node.Event, 4096)
+		full := make(chan node.Event) // never read: every event is dropped
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		events := make(chan Event, 4096)
-		full := make(chan Event) // never read: every event is dropped
-		i := 0
-		nodes := buildTestNodesWith(t, 3, "pssp:2:1", 0.01, memHosts(t, mn), func(s *nodeSetup) {
+		nodes := memNodesWith(t, mn, 3, "pssp:2:1", 0.01, func(i int, _ *node.Config) []node.Option {
 			switch i {
 			case 0:
-				s.opts = append(s.opts, WithEvents(events))
+				return []node.Option{node.WithEvents(events)}
 			case 1:
-				s.opts = append(s.opts, WithEvents(full))
+				return []node.Option{node.WithEvents(full)}
 			}
-			i++
+			return nil
 		})
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes[:2])
@@ -42,7 +41,7 @@ func TestEvents(t *testing.T) {
 			t.Fatal(err)
 		}
 		<-leaver
-		if !waitFor(10*time.Second, func() bool { return len(events) > 0 && hasEvent(events, PeerLeft, nodes[2].ID()) }) {
+		if !waitFor(10*time.Second, func() bool { return len(events) > 0 && hasEvent(events, node.PeerLeft, nodes[2].ID()) }) {
 			t.Fatal("no peer-left event for the node that left")
 		}
 		cancel()
@@ -52,9 +51,9 @@ func TestEvents(t *testing.T) {
 		for len(events) > 0 {
 			ev := <-events
 			switch ev.Kind {
-			case PeerJoined:
+			case node.PeerJoined:
 				met = append(met, ev.Peer)
-			case Stepped:
+			case node.Stepped:
 				steps++
 				if ev.Step != steps {
 					t.Errorf("stepped event %d says step %d", steps, ev.Step)
@@ -69,7 +68,7 @@ func TestEvents(t *testing.T) {
 		if steps == 0 || steps != nodes[0].Step() {
 			t.Errorf("%d stepped events, the node took %d steps", steps, nodes[0].Step())
 		}
-		if got := status.CounterValue(nodes[1].m.EventsDropped); got < float64(nodes[1].Step()) {
+		if got := metric(t, nodes[1].Registry(), "psp_events_dropped_total", "", ""); got < float64(nodes[1].Step()) {
 			t.Errorf("a full channel dropped %v events over %d steps", got, nodes[1].Step())
 		}
 	})
@@ -77,8 +76,8 @@ func TestEvents(t *testing.T) {
 
 // hasEvent reports whether the channel holds an event of kind about p,
 // putting back what it read.
-func hasEvent(ch chan Event, kind EventKind, p peer.ID) bool {
-	var seen []Event
+func hasEvent(ch chan node.Event, kind node.EventKind, p peer.ID) bool {
+	var seen []node.Event
 	found := false
 	for len(ch) > 0 {
 		ev := <-ch
