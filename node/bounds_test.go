@@ -23,7 +23,7 @@ func TestSlowModelStreamsLeaveStepQueries(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		nodes := buildTestNodesWith(t, 3, "asp", 0.01, memHosts(t, mn), func(c *nodeSetup) {
-			c.MaxStreamsPerPeer, c.MaxInboundStreams = 8, 16
+			c.Limits.MaxStreamsPerPeer, c.Limits.MaxInboundStreams = 8, 16
 		})
 		target := nodes[0]
 		var held []network.Stream
@@ -52,7 +52,7 @@ func TestSlowModelStreamsLeaveStepQueries(t *testing.T) {
 	})
 }
 
-// A global barrier's check has at most Config.GlobalQueries (32) step
+// A global barrier's check has at most Config.Check.GlobalQueries (32) step
 // queries in flight, and a BSP check ends at the first peer behind it.
 // Thirty-nine peers at step 0 and a node at step 3: the check fails, and
 // before, it asked all thirty-nine at once, every check.

@@ -34,17 +34,6 @@ type Config struct {
 	// Identity is the host's private key; nil makes a fresh one. Not used
 	// with WithHost.
 	Identity crypto.PrivKey
-	// ConnLow and ConnHigh are the connection manager's watermarks (of a
-	// host the node builds; each at most a quarter of its inbound
-	// connection limit, which the node raises to 1024 where the file
-	// descriptors allow: limits.go).
-	ConnLow, ConnHigh int
-	// BoundConns makes the node itself hold at most ConnHigh connections
-	// (any host, its own or WithHost's): once over, it closes unprotected
-	// ones down to ConnLow (connbound.go). Off by default: with uniform
-	// sampling from every peer, a bound well below the population turns
-	// most step queries into dials.
-	BoundConns bool
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
@@ -54,13 +43,18 @@ type Config struct {
 	PSK        pnet.PSK
 	AllowPeers []peer.ID
 
+	// Limits bounds the node's connections and step streams.
+	Limits LimitsConfig
+
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (package netsetup).
 	// Not used with WithHost.
 	NAT netsetup.NATConfig
 
-	// Barrier is the barrier every step must pass.
+	// Barrier is the barrier every step must pass; Check how its checks
+	// run (the defaults suit every barrier).
 	Barrier psp.Spec
+	Check   CheckConfig
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
 	// the trainer API of node/trainer. Its model (WithModel, no Task) is
@@ -79,37 +73,6 @@ type Config struct {
 	// StartTimeout bounds the wait for WaitPeers.
 	StartTimeout time.Duration
 
-	// Replacements is how many times peers that did not answer a barrier
-	// query are replaced by fresh draws within one check.
-	Replacements int
-	// GlobalQueries bounds the step queries a global barrier's check
-	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
-	// (0: no bound).
-	GlobalQueries int
-
-	// Barrier timing: every interval follows the node's own measured
-	// compute time per step and query round trip (see psp.BarrierTiming for the
-	// rules); the durations here are floors and caps.
-	//
-	// PollShare bounds how often a node waiting at a sampled barrier
-	// (pBSP, pSSP, pDSSP) re-checks: it re-checks once per expected step
-	// completion in the population (mean compute time / N̂, as the
-	// paper's simulator does at every completion), but no more often
-	// than every PollShare × mean compute time, in (0, 1]. A waiting node
-	// sends at most β/PollShare queries per step time spent waiting.
-	PollShare float64
-	// GlobalPollShare is the same for global barriers (BSP, SSP, DSSP),
-	// which ask every known peer not yet seen at the threshold and are
-	// woken by the progress reports of the peers they wait for; polling is
-	// their safety net.
-	GlobalPollShare float64
-	// PollMin is the least interval between two checks (and the least
-	// hedge delay); PollMax the longest. Where they cross, PollMax wins.
-	PollMin, PollMax time.Duration
-	// QueryTimeout is the longest a step query (dial, request and reply)
-	// may take; QueryTimeoutMin the shortest timeout the rules may set.
-	// Where they cross, QueryTimeout wins.
-	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training. It also
 	// makes the node take the lineage (Genesis) of the peers it joins, or
@@ -138,16 +101,6 @@ type Config struct {
 	// node's step intervals, does not count at the barrier and is replaced
 	// by a fresh draw. The zero ScreenConfig turns screening off.
 	Screen psp.ScreenConfig
-	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
-	// step streams from one peer and from all peers; streams over the cap
-	// are reset at once. (Model streams have caps of their own, 2 per peer
-	// and 64 in all, as exchange streams do.) A real host also gets the
-	// per-peer cap for the step, model and exchange protocols in
-	// go-libp2p's resource manager.
-	MaxStreamsPerPeer, MaxInboundStreams int
-	// StepStreams is how many idle step streams a node keeps open for
-	// reuse, at most one per peer (0: a stream per query). See wire.Asker.
-	StepStreams int
 
 	// Exchange is how nodes combine their work, and the limits of what a
 	// node takes from its peers (package exchange): epidemic:4 by
@@ -182,6 +135,66 @@ type Config struct {
 	hostFaults faults.Host
 }
 
+// CheckConfig is how a node's barrier checks run: how many failed queries
+// are replaced, how often a waiting node checks again, and how long a
+// step query may take. Every interval follows the node's own measured
+// compute time per step and query round trip (see psp.BarrierTiming for
+// the rules); the durations here are floors and caps.
+type CheckConfig struct {
+	// Replacements is how many times peers that did not answer a barrier
+	// query are replaced by fresh draws within one check.
+	Replacements int
+	// GlobalQueries bounds the step queries a global barrier's check
+	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
+	// (0: no bound).
+	GlobalQueries int
+
+	// PollShare bounds how often a node waiting at a sampled barrier
+	// (pBSP, pSSP, pDSSP) re-checks: it re-checks once per expected step
+	// completion in the population (mean compute time / N̂, as the
+	// paper's simulator does at every completion), but no more often
+	// than every PollShare × mean compute time, in (0, 1]. A waiting node
+	// sends at most β/PollShare queries per step time spent waiting.
+	PollShare float64
+	// GlobalPollShare is the same for global barriers (BSP, SSP, DSSP),
+	// which ask every known peer not yet seen at the threshold and are
+	// woken by the progress reports of the peers they wait for; polling is
+	// their safety net.
+	GlobalPollShare float64
+	// PollMin is the least interval between two checks (and the least
+	// hedge delay); PollMax the longest. Where they cross, PollMax wins.
+	PollMin, PollMax time.Duration
+	// QueryTimeout is the longest a step query (dial, request and reply)
+	// may take; QueryTimeoutMin the shortest timeout the rules may set.
+	// Where they cross, QueryTimeout wins.
+	QueryTimeout, QueryTimeoutMin time.Duration
+}
+
+// LimitsConfig bounds a node's connections and step streams.
+type LimitsConfig struct {
+	// ConnLow and ConnHigh are the connection manager's watermarks (of a
+	// host the node builds; each at most a quarter of its inbound
+	// connection limit, which the node raises to 1024 where the file
+	// descriptors allow: limits.go).
+	ConnLow, ConnHigh int
+	// BoundConns makes the node itself hold at most ConnHigh connections
+	// (any host, its own or WithHost's): once over, it closes unprotected
+	// ones down to ConnLow (connbound.go). Off by default: with uniform
+	// sampling from every peer, a bound well below the population turns
+	// most step queries into dials.
+	BoundConns bool
+	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
+	// step streams from one peer and from all peers; streams over the cap
+	// are reset at once. (Model streams have caps of their own, 2 per peer
+	// and 64 in all, as exchange streams do.) A real host also gets the
+	// per-peer cap for the step, model and exchange protocols in
+	// go-libp2p's resource manager.
+	MaxStreamsPerPeer, MaxInboundStreams int
+	// StepStreams is how many idle step streams a node keeps open for
+	// reuse, at most one per peer (0: a stream per query). See wire.Asker.
+	StepStreams int
+}
+
 // DefaultConfig returns a node configuration for a real network: TCP and
 // QUIC on port 4001, NAT traversal and the relay service on,
 // pSSP(auto, 4) (a sample of a third of the other nodes, 1 to 10, so
@@ -189,32 +202,30 @@ type Config struct {
 // no model.
 func DefaultConfig() Config {
 	return Config{
-		Job:               "default",
-		Listen:            []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
-		ConnLow:           64,
-		ConnHigh:          256,
-		Barrier:           psp.MustParse("pssp:auto:4"),
-		StartTimeout:      30 * time.Second,
-		Replacements:      2,
-		GlobalQueries:     32,
-		PollShare:         1.0 / 64,
-		GlobalPollShare:   1.0 / 4,
-		PollMin:           100 * time.Microsecond,
-		PollMax:           500 * time.Millisecond,
-		QueryTimeout:      time.Second,
-		QueryTimeoutMin:   50 * time.Millisecond,
-		JoinFetch:         true,
-		EvalEvery:         10,
-		CheckpointEvery:   10,
-		ScaleLR:           true,
-		Screen:            psp.DefaultScreenConfig(),
-		MaxStreamsPerPeer: 8,
-		MaxInboundStreams: 512,
-		StepStreams:       64,
-		Exchange:          exchange.DefaultConfig(),
-		Overlay:           overlay.DefaultConfig(),
-		Gossip:            gossip.DefaultConfig(),
-		NAT:               netsetup.DefaultNATConfig(),
+		Job:    "default",
+		Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
+		Limits: LimitsConfig{
+			ConnLow: 64, ConnHigh: 256,
+			MaxStreamsPerPeer: 8, MaxInboundStreams: 512,
+			StepStreams: 64,
+		},
+		Barrier: psp.MustParse("pssp:auto:4"),
+		Check: CheckConfig{
+			Replacements: 2, GlobalQueries: 32,
+			PollShare: 1.0 / 64, GlobalPollShare: 1.0 / 4,
+			PollMin: 100 * time.Microsecond, PollMax: 500 * time.Millisecond,
+			QueryTimeout: time.Second, QueryTimeoutMin: 50 * time.Millisecond,
+		},
+		StartTimeout:    30 * time.Second,
+		JoinFetch:       true,
+		EvalEvery:       10,
+		CheckpointEvery: 10,
+		ScaleLR:         true,
+		Screen:          psp.DefaultScreenConfig(),
+		Exchange:        exchange.DefaultConfig(),
+		Overlay:         overlay.DefaultConfig(),
+		Gossip:          gossip.DefaultConfig(),
+		NAT:             netsetup.DefaultNATConfig(),
 	}
 }
 
@@ -236,6 +247,6 @@ func DefaultLocalConfig() Config {
 	c := DefaultConfig()
 	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	c.NAT = netsetup.NATConfig{}
-	c.QueryTimeout = 2 * time.Second
+	c.Check.QueryTimeout = 2 * time.Second
 	return c
 }

@@ -73,16 +73,16 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"negative start timeout", func(c *Config) { c.StartTimeout = -time.Second }, "StartTimeout must not be negative"},
 		{"negative wait peers", func(c *Config) { c.WaitPeers = -1 }, "WaitPeers must not be negative"},
 		{"negative checkpoint interval", func(c *Config) { c.CheckpointEvery = -1 }, "CheckpointEvery must not be negative"},
-		{"negative step streams", func(c *Config) { c.StepStreams = -1 }, "StepStreams must not be negative"},
-		{"poll share 0", func(c *Config) { c.PollShare = 0 }, "PollShare 0 must be in (0, 1]"},
-		{"global poll share 2", func(c *Config) { c.GlobalPollShare = 2 }, "GlobalPollShare 2 must be in (0, 1]"},
-		{"poll min 0", func(c *Config) { c.PollMin = 0 }, "PollMin must be a positive duration"},
-		{"query timeout 0", func(c *Config) { c.QueryTimeout = 0 }, "QueryTimeout must be a positive duration"},
+		{"negative step streams", func(c *Config) { c.Limits.StepStreams = -1 }, "Limits.StepStreams must not be negative"},
+		{"poll share 0", func(c *Config) { c.Check.PollShare = 0 }, "Check.PollShare 0 must be in (0, 1]"},
+		{"global poll share 2", func(c *Config) { c.Check.GlobalPollShare = 2 }, "Check.GlobalPollShare 2 must be in (0, 1]"},
+		{"poll min 0", func(c *Config) { c.Check.PollMin = 0 }, "Check.PollMin must be a positive duration"},
+		{"query timeout 0", func(c *Config) { c.Check.QueryTimeout = 0 }, "Check.QueryTimeout must be a positive duration"},
 		// A cap below its floor wins (timing.go): one flag sets the interval.
-		{"poll max under poll min", func(c *Config) { c.PollMax = c.PollMin / 2 }, ""},
-		{"query timeout under its min", func(c *Config) { c.QueryTimeout = c.QueryTimeoutMin / 2 }, ""},
-		{"conn low above high", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "ConnLow 10, ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
-		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
+		{"poll max under poll min", func(c *Config) { c.Check.PollMax = c.Check.PollMin / 2 }, ""},
+		{"query timeout under its min", func(c *Config) { c.Check.QueryTimeout = c.Check.QueryTimeoutMin / 2 }, ""},
+		{"conn low above high", func(c *Config) { c.Limits.ConnLow, c.Limits.ConnHigh = 10, 5 }, "Limits.ConnLow 10, Limits.ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
+		{"per-peer streams above all", func(c *Config) { c.Limits.MaxStreamsPerPeer, c.Limits.MaxInboundStreams = 9, 8 }, "Limits.MaxStreamsPerPeer 9, Limits.MaxInboundStreams 8"},
 		{"join retry min above max", func(c *Config) { c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
 		{"infinite norm bound", func(c *Config) { c.Exchange.NormBound = math.Inf(1) }, "Exchange.NormBound +Inf"},
 		{"screen off", func(c *Config) { c.Screen = psp.ScreenConfig{} }, ""},
@@ -141,7 +141,7 @@ func TestDefaultLocalConfig(t *testing.T) {
 	want := DefaultConfig()
 	want.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	want.NAT = netsetup.NATConfig{}
-	want.QueryTimeout = 2 * time.Second
+	want.Check.QueryTimeout = 2 * time.Second
 	if got := DefaultLocalConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultLocalConfig() = %+v\nwant %+v", got, want)
 	}

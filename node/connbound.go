@@ -7,13 +7,13 @@ import (
 	"github.com/pspnode/pspnode/node/status"
 )
 
-// The node bounds its connections (Config.BoundConns: at most ConnHigh,
+// The node bounds its connections (Config.Limits.BoundConns: at most ConnHigh,
 // trimmed to ConnLow) and guards the last quarter of a built host's
 // inbound limit; how, and why, is in netsetup's limits.go.
 
 // boundConns starts the trimming loop; it ends with the node's life.
 func (n *Node) boundConns() {
-	if !n.cfg.BoundConns || n.cfg.ConnHigh <= 0 {
+	if !n.cfg.Limits.BoundConns || n.cfg.Limits.ConnHigh <= 0 {
 		return
 	}
 	go n.every(netsetup.TrimEvery, func() { n.trimConns(time.Now()) })
@@ -22,7 +22,7 @@ func (n *Node) boundConns() {
 // trimConns trims the host to ConnLow if it holds more than ConnHigh, and
 // counts what it closed.
 func (n *Node) trimConns(now time.Time) int {
-	k := netsetup.TrimConns(n.h, now, n.cfg.ConnLow, n.cfg.ConnHigh)
+	k := netsetup.TrimConns(n.h, now, n.cfg.Limits.ConnLow, n.cfg.Limits.ConnHigh)
 	n.m.ConnsTrimmed.Add(float64(k))
 	n.m.Hostile.WithLabelValues(status.KindIdleInboundClosed).Add(float64(k))
 	return k

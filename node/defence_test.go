@@ -52,7 +52,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 		})
 	}
 	synctest.Wait() // every flood stream is open, or reset
-	if got, want := status.CounterValue(target.m.Refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
+	if got, want := status.CounterValue(target.m.Refused.WithLabelValues("step")), 64-float64(target.cfg.Limits.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
 	r, err := honest.queryStep(t.Context(), target.ID(), wire.StepRequest{Step: 1})
@@ -76,7 +76,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 	nodes := memNodes(t, 4, "pssp:2:1", 0.001)
 	a, slow := nodes[0], nodes[2]
 	slow.cfg.faults.ReplyDelay = time.Second
-	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
+	a.cfg.Check.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
 	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
 		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
 	}

@@ -20,7 +20,7 @@ import (
 func (n *Node) newExchange(ctx context.Context) (exchange.Exchange, error) {
 	ex, err := exchange.New(ctx, n.cfg.Exchange, exchange.Deps{
 		Host: n.h, Job: n.cfg.Job, Model: n.model, Node: (*exchangeNode)(n), Gossip: n.cfg.Gossip,
-		Life: n.life, SendTimeout: 10 * n.cfg.QueryTimeout, Log: n.log, Registry: n.reg,
+		Life: n.life, SendTimeout: 10 * n.cfg.Check.QueryTimeout, Log: n.log, Registry: n.reg,
 		Counters: exchange.Counters{Applied: n.m.Applied, ApplyRejected: n.m.ApplyRejected, NormRefused: n.m.NormRefused, Staleness: n.m.Staleness},
 		Faults:   n.cfg.faults, Lost: n.lost,
 	})

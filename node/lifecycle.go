@@ -83,7 +83,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.h = n.meter.WrapHost(d.host)
 	} else {
 		rm, cl, err := netsetup.ResourceManager([]protocol.ID{wire.StepProtocol(cfg.Job), wire.StepProtocolExt(cfg.Job), wire.ModelProtocol(cfg.Job), wire.ExchangeProtocol(cfg.Job)},
-			cfg.MaxStreamsPerPeer, cfg.ConnLow, cfg.ConnHigh)
+			cfg.Limits.MaxStreamsPerPeer, cfg.Limits.ConnLow, cfg.Limits.ConnHigh)
 		if err != nil {
 			return nil, fmt.Errorf("node: resource manager: %w", err)
 		}
@@ -273,7 +273,7 @@ func (n *Node) awaitReady(s network.Stream, proto string) bool {
 	select {
 	case <-n.ready:
 	default:
-		t := time.NewTimer(n.cfg.QueryTimeout)
+		t := time.NewTimer(n.cfg.Check.QueryTimeout)
 		defer t.Stop()
 		select {
 		case <-n.ready:

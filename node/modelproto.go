@@ -32,7 +32,7 @@ func (n *Node) shape() wire.ModelShape {
 // is found from the head of its reply: a *ModelMismatchError, whatever the
 // size of its model.
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.Check.QueryTimeout)
 	defer cancel()
 	m, err := wire.FetchModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape(), n.cfg.Exchange.MaxAbsValue)
 	return m, n.mismatch(p, err)
@@ -42,7 +42,7 @@ func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, e
 // nil if p runs this node's model, a *ModelMismatchError if it runs
 // another, or why p did not say.
 func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Check.QueryTimeout)
 	defer cancel()
 	return n.mismatch(p, wire.PeekModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape()))
 }
@@ -90,6 +90,6 @@ func (s *modelSource) ModelParams(ctx context.Context) ([]float64, error) {
 
 // serveModel is the model protocol's stream handler.
 func (n *Node) serveModel(s network.Stream) {
-	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
+	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
 	sv.Serve(s)
 }

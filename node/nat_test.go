@@ -42,7 +42,7 @@ func natConfig(psk pnet.PSK, boot ...*Node) Config {
 	cfg := tcpConfig()
 	cfg.Job = "nattest"
 	cfg.PSK = psk
-	cfg.QueryTimeout = 5 * time.Second
+	cfg.Check.QueryTimeout = 5 * time.Second
 	for _, b := range boot {
 		cfg.Bootstrap = append(cfg.Bootstrap, loopbackAddr(b))
 	}

@@ -91,7 +91,7 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		}
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
-		cfg.QueryTimeout = 500 * time.Millisecond
+		cfg.Check.QueryTimeout = 500 * time.Millisecond
 		task := builtin.NewModelTask(tr, data.Test, builtin.TimeModel{Scale: scale, Factor: 1}, uint64(i+1))
 		cfg.EvalEvery = 5
 		cfg.WaitPeers = n - 1
@@ -188,14 +188,14 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 		}
 		b.Host().SetStreamHandler(wire.StepProtocol(b.cfg.Job), silent)
 		b.Host().SetStreamHandler(b.stepExtID, silent)
-		a.cfg.QueryTimeout = 200 * time.Millisecond
+		a.cfg.Check.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()
 		_, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{})
 		if err == nil {
 			t.Fatal("a silent peer's query succeeded")
 		}
-		if d := time.Since(start); d != a.cfg.QueryTimeout {
-			t.Errorf("query took %v with a %v timeout", d, a.cfg.QueryTimeout)
+		if d := time.Since(start); d != a.cfg.Check.QueryTimeout {
+			t.Errorf("query took %v with a %v timeout", d, a.cfg.Check.QueryTimeout)
 		}
 	})
 }

@@ -55,7 +55,7 @@ func TestBarrierTiming(t *testing.T) {
 	// Caps below their floors (--poll-max 50µs, --query-timeout 20ms): the
 	// caps win, and no interval is longer than the re-check.
 	crossed := cfg
-	crossed.PollMax, crossed.QueryTimeout = ms(0.05), ms(20)
+	crossed.Check.PollMax, crossed.Check.QueryTimeout = ms(0.05), ms(20)
 	if err := crossed.Validate(); err != nil {
 		t.Errorf("crossed bounds refused: %v", err)
 	}

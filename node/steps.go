@@ -59,7 +59,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 	}
 	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
-		ctx, cancel := context.WithTimeout(n.life, n.cfg.QueryTimeout)
+		ctx, cancel := context.WithTimeout(n.life, n.cfg.Check.QueryTimeout)
 		defer cancel()
 		if n.lost() {
 			<-ctx.Done() // the query is lost: the asker hears nothing
@@ -96,12 +96,12 @@ func (n *Node) serveStep(s network.Stream) {
 // newStepParts makes the asker and the server of the step protocol.
 func (n *Node) newStepParts() {
 	n.stepExtID = wire.StepProtocolExt(n.cfg.Job)
-	n.asker = wire.NewAsker(n.h, n.cfg.Job, n.cfg.StepStreams, n.ownExt, wire.AskerMetrics{
+	n.asker = wire.NewAsker(n.h, n.cfg.Job, n.cfg.Limits.StepStreams, n.ownExt, wire.AskerMetrics{
 		Dials: n.m.StepDials, Stale: n.m.StaleStreams, BadReplies: n.m.QueryErrors, RTT: n.m.ObserveRTT,
 	})
-	n.stepIn = wire.NewInbound(n.cfg.MaxStreamsPerPeer, n.cfg.MaxInboundStreams)
+	n.stepIn = wire.NewInbound(n.cfg.Limits.MaxStreamsPerPeer, n.cfg.Limits.MaxInboundStreams)
 	n.stepServer = &wire.StepServer{
-		Life: n.life, QueryTimeout: n.cfg.QueryTimeout, Handler: (*stepAnswers)(n), Inbound: n.stepIn,
+		Life: n.life, QueryTimeout: n.cfg.Check.QueryTimeout, Handler: (*stepAnswers)(n), Inbound: n.stepIn,
 		Own: n.ownExt, Malformed: n.m.Malformed, Log: n.log,
 	}
 }

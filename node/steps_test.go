@@ -86,7 +86,7 @@ func testStepQueryWhileJoining(t *testing.T, joinErr error) {
 	cfg := DefaultConfig()
 	cfg.Job = "nodetest"
 	cfg.Bootstrap = []string{boot.Addrs()[0].String()}
-	cfg.QueryTimeout = 5 * time.Second
+	cfg.Check.QueryTimeout = 5 * time.Second
 	type result struct {
 		nd  *Node
 		err error

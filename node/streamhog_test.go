@@ -41,7 +41,7 @@ func TestStepStreamHogs(t *testing.T) {
 			if err := h.Connect(ctx, peer.AddrInfo{ID: target.ID(), Addrs: target.Host().Addrs()}); err != nil {
 				t.Fatal(err)
 			}
-			for range target.cfg.MaxStreamsPerPeer {
+			for range target.cfg.Limits.MaxStreamsPerPeer {
 				wg.Go(func() { holdStepStreams(ctx, h, target) })
 			}
 		}

@@ -22,7 +22,7 @@ import (
 // and gossip.Config).
 //
 // Two pairs of bounds may cross on purpose: a cap below its floor wins
-// (PollMax under PollMin, QueryTimeout under QueryTimeoutMin; see
+// (Check.PollMax under PollMin, QueryTimeout under QueryTimeoutMin; see
 // timing.go), so that one flag (pspnode run --poll-max, --query-timeout)
 // sets an interval outright.
 func (c Config) Validate() error {
@@ -41,16 +41,16 @@ func (c Config) Validate() error {
 			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta)
 	}
 	errs = append(errs, c.validateNetwork()...)
-	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
-		bad("ConnLow %d, ConnHigh %d: need 0 <= ConnLow <= ConnHigh", c.ConnLow, c.ConnHigh)
+	if c.Limits.ConnLow < 0 || c.Limits.ConnHigh < c.Limits.ConnLow {
+		bad("Limits.ConnLow %d, Limits.ConnHigh %d: need 0 <= ConnLow <= ConnHigh", c.Limits.ConnLow, c.Limits.ConnHigh)
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{
-		{"MaxSteps", c.MaxSteps}, {"WaitPeers", int64(c.WaitPeers)}, {"Replacements", int64(c.Replacements)},
-		{"GlobalQueries", int64(c.GlobalQueries)}, {"EvalEvery", int64(c.EvalEvery)},
-		{"CheckpointEvery", int64(c.CheckpointEvery)}, {"StepStreams", int64(c.StepStreams)},
+		{"MaxSteps", c.MaxSteps}, {"WaitPeers", int64(c.WaitPeers)}, {"Check.Replacements", int64(c.Check.Replacements)},
+		{"Check.GlobalQueries", int64(c.Check.GlobalQueries)}, {"EvalEvery", int64(c.EvalEvery)},
+		{"CheckpointEvery", int64(c.CheckpointEvery)}, {"Limits.StepStreams", int64(c.Limits.StepStreams)},
 	} {
 		if f.v < 0 {
 			bad("%s must not be negative (got %d)", f.name, f.v)
@@ -67,7 +67,7 @@ func (c Config) Validate() error {
 	for _, s := range []struct {
 		name string
 		v    float64
-	}{{"PollShare", c.PollShare}, {"GlobalPollShare", c.GlobalPollShare}} {
+	}{{"Check.PollShare", c.Check.PollShare}, {"Check.GlobalPollShare", c.Check.GlobalPollShare}} {
 		if !(s.v > 0 && s.v <= 1) {
 			bad("%s %v must be in (0, 1]", s.name, s.v)
 		}
@@ -76,16 +76,16 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"PollMin", c.PollMin}, {"PollMax", c.PollMax},
-		{"QueryTimeoutMin", c.QueryTimeoutMin}, {"QueryTimeout", c.QueryTimeout},
+		{"Check.PollMin", c.Check.PollMin}, {"Check.PollMax", c.Check.PollMax},
+		{"Check.QueryTimeoutMin", c.Check.QueryTimeoutMin}, {"Check.QueryTimeout", c.Check.QueryTimeout},
 	} {
 		if d.v <= 0 {
 			bad("%s must be a positive duration (got %v)", d.name, d.v)
 		}
 	}
-	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
-		bad("MaxStreamsPerPeer %d, MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
-			c.MaxStreamsPerPeer, c.MaxInboundStreams)
+	if c.Limits.MaxStreamsPerPeer < 1 || c.Limits.MaxInboundStreams < c.Limits.MaxStreamsPerPeer {
+		bad("Limits.MaxStreamsPerPeer %d, Limits.MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
+			c.Limits.MaxStreamsPerPeer, c.Limits.MaxInboundStreams)
 	}
 	if err := c.validateScreen(); err != nil {
 		errs = append(errs, err)

@@ -154,7 +154,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg.Gossip.Encoding = enc
-	cfg.PollShare = t.cfg.PollShare
+	cfg.Check.PollShare = t.cfg.PollShare
 	if t.cfg.Private {
 		cfg.PSK = testnetPSK(t.cfg.Seed)
 	}
@@ -168,10 +168,10 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	case t.cfg.NormBound < 0:
 		cfg.Exchange.NormBound = 0
 	}
-	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
-	cfg.StepStreams = stepStreams(cfg)
+	cfg.Limits.ConnLow, cfg.Limits.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
+	cfg.Limits.StepStreams = stepStreams(cfg)
 	if t.cfg.StepStreams > 0 {
-		cfg.StepStreams = t.cfg.StepStreams
+		cfg.Limits.StepStreams = t.cfg.StepStreams
 	}
 	// Background overlay work grows with N: past overlay.SharedMachineNodes
 	// the overlay's periods stretch in proportion, so the testnet's total
@@ -193,7 +193,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 // and cost CPU: 16 in place of 64 at 1000 nodes took 5–11 % less RSS and
 // 5–7 % more CPU (Config.StepStreams sets it).
 func stepStreams(cfg node.Config) int {
-	return max(cfg.StepStreams, min(cfg.ConnHigh, cfg.MaxInboundStreams/2))
+	return max(cfg.Limits.StepStreams, min(cfg.Limits.ConnHigh, cfg.Limits.MaxInboundStreams/2))
 }
 
 // addNode creates a node (not yet training) bootstrapped from up to three
@@ -282,7 +282,7 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 	var h host.Host
 	var err error
 	asNode(idx, func() {
-		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
+		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.Limits.ConnLow, High: cfg.Limits.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
 	})
 	if err != nil {
 		return nil, err

@@ -175,7 +175,7 @@ type Config struct {
 	// victim's DHT key each one's key shares at least (0:
 	// DefaultSybilPrefix; at most MaxSybilPrefix).
 	SybilVictims, SybilPrefix int
-	// PollShare is the nodes' node.Config.PollShare: the shortest
+	// PollShare is the nodes' node.Config.Check.PollShare: the shortest
 	// interval between re-checks of a node waiting at a sampled barrier,
 	// as a share of its mean compute time per step.
 	PollShare float64
@@ -259,7 +259,7 @@ func DefaultConfig() Config {
 		EvalEvery:      5 * time.Second,
 		StallWindow:    30 * time.Second,
 		AccuracyTarget: 0.85,
-		PollShare:      node.DefaultConfig().PollShare,
+		PollShare:      node.DefaultConfig().Check.PollShare,
 		Exchange:       node.DefaultConfig().Exchange.Spec,
 	}
 }

@@ -147,7 +147,7 @@ func (t *testnet) streamHog(ctx context.Context, m *member) {
 		wg.Go(func() {
 			defer h.Close()
 			var hw sync.WaitGroup
-			for range node.DefaultConfig().MaxStreamsPerPeer {
+			for range node.DefaultConfig().Limits.MaxStreamsPerPeer {
 				hw.Go(func() { t.holdStreams(ctx, h, ai, proto) })
 			}
 			hw.Wait()

@@ -27,9 +27,9 @@ var nodeConfigRows = []struct {
 	{"EvalEvery", func(c node.Config) any { return c.EvalEvery }, func(*testnet, bool) any { return 0 }},
 	{"JoinFetch", func(c node.Config) any { return c.JoinFetch }, func(_ *testnet, joining bool) any { return joining }},
 	{"Genesis", func(c node.Config) any { return c.Genesis }, func(tn *testnet, _ bool) any { return testnetGenesis(tn.cfg.Seed) }},
-	{"QueryTimeout", func(c node.Config) any { return c.QueryTimeout }, func(*testnet, bool) any { return 2 * time.Second }},
+	{"Check.QueryTimeout", func(c node.Config) any { return c.Check.QueryTimeout }, func(*testnet, bool) any { return 2 * time.Second }},
 	{"NAT", func(c node.Config) any { return c.NAT }, func(*testnet, bool) any { return netsetup.NATConfig{} }},
-	{"PollShare", func(c node.Config) any { return c.PollShare }, func(tn *testnet, _ bool) any { return tn.cfg.PollShare }},
+	{"Check.PollShare", func(c node.Config) any { return c.Check.PollShare }, func(tn *testnet, _ bool) any { return tn.cfg.PollShare }},
 	{"Exchange.Spec", func(c node.Config) any { return c.Exchange.Spec }, func(tn *testnet, _ bool) any { return tn.cfg.Exchange }},
 	{"Exchange.NormBound", func(c node.Config) any { return c.Exchange.NormBound }, func(tn *testnet, _ bool) any {
 		switch nb := tn.cfg.NormBound; {
@@ -46,9 +46,9 @@ var nodeConfigRows = []struct {
 		}
 		return node.DefaultConfig().Screen
 	}},
-	{"ConnLow", func(c node.Config) any { return c.ConnLow }, func(tn *testnet, _ bool) any { low, _, _ := tn.cfg.Limits(); return low }},
-	{"ConnHigh", func(c node.Config) any { return c.ConnHigh }, func(tn *testnet, _ bool) any { _, high, _ := tn.cfg.Limits(); return high }},
-	{"StepStreams", func(c node.Config) any { return c.StepStreams }, func(tn *testnet, _ bool) any {
+	{"Limits.ConnLow", func(c node.Config) any { return c.Limits.ConnLow }, func(tn *testnet, _ bool) any { low, _, _ := tn.cfg.Limits(); return low }},
+	{"Limits.ConnHigh", func(c node.Config) any { return c.Limits.ConnHigh }, func(tn *testnet, _ bool) any { _, high, _ := tn.cfg.Limits(); return high }},
+	{"Limits.StepStreams", func(c node.Config) any { return c.Limits.StepStreams }, func(tn *testnet, _ bool) any {
 		if tn.cfg.StepStreams > 0 {
 			return tn.cfg.StepStreams
 		}
@@ -72,6 +72,24 @@ var nodeConfigRows = []struct {
 			return 0
 		}
 		return node.DefaultConfig().Overlay.PerAddress
+	}},
+	{"Check (the rest)", func(c node.Config) any {
+		x := c.Check
+		x.QueryTimeout, x.PollShare = 0, 0
+		return x
+	}, func(*testnet, bool) any {
+		x := node.DefaultConfig().Check
+		x.QueryTimeout, x.PollShare = 0, 0
+		return x
+	}},
+	{"Limits (the rest)", func(c node.Config) any {
+		x := c.Limits
+		x.ConnLow, x.ConnHigh, x.StepStreams = 0, 0, 0
+		return x
+	}, func(*testnet, bool) any {
+		x := node.DefaultConfig().Limits
+		x.ConnLow, x.ConnHigh, x.StepStreams = 0, 0, 0
+		return x
 	}},
 	{"Exchange (the rest)", func(c node.Config) any {
 		x := c.Exchange
@@ -189,13 +207,13 @@ func TestLimitsByNodes(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		want := min(high, nc.MaxInboundStreams/2)
+		want := min(high, nc.Limits.MaxInboundStreams/2)
 		if tc.nodes <= 257 && !tc.trims {
 			want = tc.nodes - 1 // at least: every peer
 		}
-		if nc.StepStreams < want || nc.StepStreams < node.DefaultConfig().StepStreams || nc.StepStreams > nc.MaxInboundStreams/2 && nc.StepStreams > node.DefaultConfig().StepStreams {
+		if nc.Limits.StepStreams < want || nc.Limits.StepStreams < node.DefaultConfig().Limits.StepStreams || nc.Limits.StepStreams > nc.Limits.MaxInboundStreams/2 && nc.Limits.StepStreams > node.DefaultConfig().Limits.StepStreams {
 			t.Errorf("%d nodes over %s: %d idle step streams; want at least %d and the default, at most half the inbound cap %d",
-				tc.nodes, tc.transport, nc.StepStreams, want, nc.MaxInboundStreams)
+				tc.nodes, tc.transport, nc.Limits.StepStreams, want, nc.Limits.MaxInboundStreams)
 		}
 	}
 }

@@ -90,7 +90,7 @@ type runFlags struct {
 // addRunFlags defines the run command's flags on fs.
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	def := node.DefaultConfig()
-	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.PollShare), exchange: def.Exchange.Spec}
+	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.Check.PollShare), exchange: def.Exchange.Spec}
 	f.identity = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 	f.job = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 	f.modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
@@ -102,8 +102,8 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	f.duration = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	f.scale = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
 	f.factor = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-	f.pollMax = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
-	f.queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
+	f.pollMax = fs.Duration("poll-max", def.Check.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
+	f.queryTime = fs.Duration("query-timeout", def.Check.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
 	f.waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
 	f.perAddr = fs.Int("per-address", def.Overlay.PerAddress, "peers connecting from one address (IPv4 address, IPv6 /64; loopback exempt) weigh together as this many in barrier samples and the routing table, against many identities on one host (0: off)")
 	f.lr = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
@@ -246,7 +246,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		return cfg, err
 	}
 	cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *f.maxSteps, *f.duration, *f.waitPeers, *f.evalEvery
-	cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *f.ckpt, *f.ckptEvery, f.pollShare.x
+	cfg.Checkpoint, cfg.CheckpointEvery, cfg.Check.PollShare = *f.ckpt, *f.ckptEvery, f.pollShare.x
 	if *f.pollMax <= 0 {
 		return cfg, usagef("--poll-max must be a positive duration (got %v)", *f.pollMax)
 	}
@@ -257,7 +257,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		return cfg, usagef("--per-address must be >= 0 (got %d)", *f.perAddr)
 	}
 	cfg.Overlay.PerAddress = *f.perAddr
-	cfg.PollMax, cfg.QueryTimeout = *f.pollMax, *f.queryTime
+	cfg.Check.PollMax, cfg.Check.QueryTimeout = *f.pollMax, *f.queryTime
 	cfg.Exchange.Spec = f.exchange
 	if *f.scale < 0 || *f.factor <= 0 {
 		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")

@@ -26,7 +26,7 @@ func TestConnectionsStayBounded(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
 		nd := memNodesOn(t, mn, 1, "asp", 0.01, func(c *node.Config) {
-			c.ConnLow, c.ConnHigh, c.BoundConns = low, high, true
+			c.Limits.ConnLow, c.Limits.ConnHigh, c.Limits.BoundConns = low, high, true
 		})[0]
 		var peers []host.Host
 		for range 12 {

@@ -66,7 +66,7 @@ func memNodesWith(t *testing.T, mn *memnet.Net, n int, barrier string, scale flo
 		cfg := node.DefaultConfig()
 		cfg.Job, cfg.Bootstrap, cfg.Barrier = "nodetest", boot, psp.MustParse(barrier)
 		cfg.Exchange.Spec = exchange.Spec{} // gossip
-		cfg.QueryTimeout, cfg.EvalEvery, cfg.Seed = 500*time.Millisecond, 5, uint64(i+1)
+		cfg.Check.QueryTimeout, cfg.EvalEvery, cfg.Seed = 500*time.Millisecond, 5, uint64(i+1)
 		cfg.WaitPeers, cfg.StartTimeout = n-1, 10*time.Second
 		extra := edit(i, &cfg)
 		h, err := mn.NewHost(10, 20)

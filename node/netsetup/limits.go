@@ -83,7 +83,7 @@ func raiseConnLimits(auto rcmgr.ConcreteLimitConfig, low, high int) (rcmgr.Concr
 }
 
 // Connection bound. Every connection costs a file descriptor, buffers and
-// keep-alives, so a node holds at most Config.ConnHigh of them whatever
+// keep-alives, so a node holds at most a node Config's Limits.ConnHigh of them whatever
 // the population. libp2p's basic connection manager does not bound them:
 // it trims only the connections that are neither protected nor younger
 // than its grace period, and only down to ConnLow of those, so the
@@ -92,7 +92,7 @@ func raiseConnLimits(auto rcmgr.ConcreteLimitConfig, low, high int) (rcmgr.Concr
 // on top. A node sampling its step queries from 200 peers held about 155
 // connections with watermarks 32/96.
 //
-// So the node can trim its host itself (Config.BoundConns; any host, its
+// So the node can trim its host itself (Config.Limits.BoundConns; any host, its
 // own or one given with WithHost): every TrimEvery, once it holds more than ConnHigh
 // connections, it closes unprotected ones until it holds ConnLow, those
 // with the fewest open streams first (idle ones before ones that may

@@ -53,7 +53,7 @@ func scrapedNode(t *testing.T, ex exchange.Spec) *node.Node {
 		cfg := node.DefaultConfig()
 		cfg.Job, cfg.Listen, cfg.Bootstrap = "nodetest", []string{"/ip4/127.0.0.1/tcp/0"}, boot
 		cfg.Barrier, cfg.Exchange.Spec = psp.MustParse("pssp:1:1"), ex
-		cfg.QueryTimeout, cfg.EvalEvery, cfg.Seed = 500*time.Millisecond, 5, uint64(i+1)
+		cfg.Check.QueryTimeout, cfg.EvalEvery, cfg.Seed = 500*time.Millisecond, 5, uint64(i+1)
 		nd, err = node.New(context.Background(), cfg, node.WithTask(task))
 		if err != nil {
 			t.Fatal(err)

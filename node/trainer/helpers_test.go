@@ -39,7 +39,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	cfg.Job = job
 	cfg.Barrier = psp.MustParse(barrier)
 	cfg.Driven = true
-	cfg.QueryTimeout = time.Second
+	cfg.Check.QueryTimeout = time.Second
 	cfg.Exchange.Spec = exchange.Spec{} // gossip: most tests here check its deltas
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.node.Addrs()[0].String()}
