@@ -104,9 +104,11 @@ func (t *Model) end(sess *session) {
 	t.acc, t.merged, t.steps, t.model, t.cache = [2][]float32{}, 0, nil, nil, nil
 }
 
-// resetTo drops what the accumulators hold: the trainer takes the job's
-// parameters in place of its own.
-func (t *Model) resetTo() {
+// dropPending forgets the updates the trainer has not pulled yet (the
+// current accumulator is marked fresh: the next update overwrites it) and
+// the cached parameters: the trainer takes the job's parameters in place
+// of its own, which those updates were made against.
+func (t *Model) dropPending() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
