@@ -115,7 +115,7 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if err := drv.Done(step); err != nil { // the node moved its step since CheckOrder (a reset): nothing was counted
+	if err := drv.Done(step); err != nil { // Done checks the order again: it fails only if the node's step or barrier moved since CheckOrder
 		sess.free[slot] <- struct{}{}
 		return err
 	}
