@@ -76,12 +76,13 @@ type Config struct {
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training. It also
 	// makes the node take the lineage (Genesis) of the peers it joins, or
-	// start one, and follow an older one it meets (genesis.go).
+	// start one, and move to the lineage most of a uniform sample of its
+	// peers is on when it meets another (genesis.go, realign.go).
 	JoinFetch bool
 	// Genesis, if not zero, is the node's lineage of the job from the
 	// start, instead of the one its join finds: for nodes that start a
 	// job together (a testnet), which would otherwise each start their
-	// own and converge on the oldest.
+	// own and then converge on one.
 	Genesis lineage.Genesis
 	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
 	// estimate), so that the updates of all nodes add up to one step of the

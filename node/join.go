@@ -147,7 +147,8 @@ type jobView struct {
 	from     peer.ID             // the peer model came from
 	fetchErr error               // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
-	// oldest genesis among the answers (zero if none said one).
+	// genesis most answers are on, this node counted on its own, the older
+	// breaking a tie (zero if none said one).
 	genesis lineage.Genesis
 	// others are the peers met that run another model (their replies
 	// said so, or their model did): held out, their steps not observed.

@@ -122,7 +122,7 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 
 // testnetGenesis is the lineage of every node of a testnet, whose nodes
 // start the job together (without it each would start its own, and the
-// joiners would converge on the oldest): a genesis of the Unix epoch and
+// nodes would then converge on one): a genesis of the Unix epoch and
 // the seed, older than any a real node makes.
 func testnetGenesis(seed uint64) lineage.Genesis {
 	var g lineage.Genesis
