@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp compare-diloco
+.PHONY: all build test tidy-check test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp compare-diloco
 
 all: build
 
@@ -28,10 +28,17 @@ test-deps:
 ## minutes on 2 cores). The netns tests need root. The interop test runs a
 ## js-libp2p client and needs node (20.19 or later) and npm from the
 ## machine; it skips without them unless PSPNODE_REQUIRE_NODE is set
-test: test-deps
+test: test-deps tidy-check
 	$(GO) vet $(PKGS)
 	PATH="$$PATH:/usr/sbin:/sbin" PSPNODE_REQUIRE_PROMTOOL=1 CGO_ENABLED=1 $(GO) test -race -count=1 -timeout 9m $(PKGS)
 	PATH="$$PATH:/usr/sbin:/sbin" $(GO) test -count=1 -timeout 5m ./testnet/
+
+## tidy-check: fail if go.mod or go.sum is not what `go mod tidy` makes
+## (a dependency added, dropped or marked indirect by hand); it prints the
+## difference. It reads the module cache, and the proxy only for what the
+## cache lacks
+tidy-check:
+	$(GO) mod tidy -diff
 
 ## test-norace: every test without the race detector (faster)
 test-norace:

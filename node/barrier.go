@@ -16,7 +16,7 @@ import (
 // The barrier is psp.Checker's policy (what to ask, hedging, early exit,
 // what a failed query or a silent check means, when to check again) with
 // this file's I/O around it: draws from the overlay's sampler, step
-// queries (stepconn.go), timers and the wake of progress reports
+// queries (steps.go), timers and the wake of progress reports
 // (progress.go). Judging an answer (leaving peers, other lineages, the
 // screen) is in observe.go. What a check learns of its peers' liveness
 // goes to the overlay in one call when the check ends.
@@ -45,7 +45,7 @@ func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
 	out, err := n.drive(ctx, n.checker, false)
 	n.setWaiting(false)
 	if err == nil {
-		n.m.observeWait(out.Waited.Seconds())
+		n.m.ObserveWait(out.Waited.Seconds())
 	}
 	return out, err
 }
@@ -85,15 +85,15 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 		switch {
 		case rd.Done:
 			n.endRun(run)
-			n.m.checks.Inc()
-			n.m.observeCheck(time.Since(run.t0).Seconds())
-			n.m.hedged.Add(float64(rd.Stats.Hedged))
-			n.m.cached.Add(float64(rd.Stats.Cached))
+			n.m.Checks.Inc()
+			n.m.ObserveCheck(time.Since(run.t0).Seconds())
+			n.m.Hedged.Add(float64(rd.Stats.Hedged))
+			n.m.Cached.Add(float64(rd.Stats.Cached))
 			if rd.Stats.EarlyFail {
-				n.m.earlyFail.Inc()
+				n.m.EarlyFail.Inc()
 			}
 			if rd.Stats.KnownBehind {
-				n.m.knownBehind.Inc()
+				n.m.KnownBehind.Inc()
 			}
 			run = nil
 			// A node that left or shut down must not pass on what a
@@ -131,7 +131,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 				// The check's sample: peers whose answers already put
 				// them at or above its threshold count without asking
 				// (progress.go). observe asks every peer it draws.
-				ck.DrawnKnown(ids(peers), n.progress.vouchedAll(peers, time.Now()), heard, n.clock())
+				ck.DrawnKnown(ids(peers), n.progress.VouchedAll(peers, time.Now()), heard, n.clock())
 			} else {
 				ck.Drawn(ids(peers), heard, n.clock())
 			}
@@ -139,7 +139,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			continue
 		case rd.Known:
 			peers := n.ov.Peers()
-			ck.Known(n.progress.knownAll(peers, time.Now()), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
+			ck.Known(n.progress.KnownAll(peers, time.Now()), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
 			continue
 		}
 		var tick <-chan time.Time
@@ -212,7 +212,7 @@ func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.St
 	run.inflight++
 	results := run.results
 	go func() {
-		r, err := n.queryStepWithin(ctx, p, req, timeout)
+		r, err := n.asker.Ask(ctx, p, req, timeout)
 		results <- peerAnswer{p: p, a: answer{r, err}, stopped: err != nil && ctx.Err() != nil, asked: req.Step} // read by the check, or by drain
 	}()
 }

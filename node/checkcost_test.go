@@ -20,6 +20,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/p2p/protocol/ping"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -97,7 +98,7 @@ func newCheckCostNode(i int, mk func() host.Host, boot []string) (*Node, error) 
 	cfg := DefaultConfig()
 	cfg.Job = "checkcost"
 	cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
-	opts := []Option{WithTask(NewSleepTask(TimeModel{Scale: 1, Factor: 1}, uint64(i+1)))}
+	opts := []Option{WithTask(builtin.NewSleepTask(builtin.TimeModel{Scale: 1, Factor: 1}, uint64(i+1)))}
 	if mk != nil {
 		opts = append(opts, WithHost(mk()))
 	}

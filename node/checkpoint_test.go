@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
@@ -26,7 +27,7 @@ func TestNodeResumesFromCheckpoint(t *testing.T) {
 			t.Fatal(err)
 		}
 		c, err := checkpoint.Read(path)
-		if err != nil || c.Step != 12 || c.Job != "nodetest" || len(c.Params) != nd.task.NumParams() {
+		if err != nil || c.Step != 12 || c.Job != "nodetest" || len(c.Params) != nd.model.NumParams() {
 			t.Fatalf("checkpoint after stop: %+v, %v", c, err)
 		}
 		other := nodes[1]
@@ -35,10 +36,10 @@ func TestNodeResumesFromCheckpoint(t *testing.T) {
 		if other.Step() != 12 {
 			t.Errorf("resumed at step %d, want 12", other.Step())
 		}
-		if got := other.task.(*ModelTask).Trainer().Steps(); got != 12 {
+		if got := other.model.(*builtin.ModelTask).Trainer().Steps(); got != 12 {
 			t.Errorf("resumed schedule at step %d, want 12", got)
 		}
-		got := other.task.Params()
+		got := other.model.Params()
 		for i := range got {
 			if got[i] != c.Params[i] {
 				t.Fatalf("param %d not restored", i)

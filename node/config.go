@@ -9,6 +9,8 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -17,8 +19,8 @@ import (
 // Config configures a Node: its settings, all data, which Validate checks.
 // Start from DefaultConfig (or DefaultLocalConfig) and set what differs.
 // What the node runs with (a host, a task, a logger, a metrics registry)
-// is given to New as options (WithHost, WithTask, WithLogger,
-// WithRegistry).
+// is given to New as options (WithHost, WithTask or WithModel,
+// WithLogger, WithRegistry).
 type Config struct {
 	// Job names the training job; it namespaces every protocol and topic
 	// (/psp/<job>/...). Letters, digits, '.', '_' and '-'.
@@ -32,17 +34,6 @@ type Config struct {
 	// Identity is the host's private key; nil makes a fresh one. Not used
 	// with WithHost.
 	Identity crypto.PrivKey
-	// ConnLow and ConnHigh are the connection manager's watermarks (of a
-	// host the node builds; each at most a quarter of its inbound
-	// connection limit, which the node raises to 1024 where the file
-	// descriptors allow: limits.go).
-	ConnLow, ConnHigh int
-	// BoundConns makes the node itself hold at most ConnHigh connections
-	// (any host, its own or WithHost's): once over, it closes unprotected
-	// ones down to ConnLow (connbound.go). Off by default: with uniform
-	// sampling from every peer, a bound well below the population turns
-	// most step queries into dials.
-	BoundConns bool
 	// PSK, if set (32 bytes, ReadSwarmKey), makes the job private: every
 	// connection is encrypted with it from its first byte, so a peer
 	// without it cannot connect. Only TCP runs (QUIC, WebTransport and
@@ -51,28 +42,24 @@ type Config struct {
 	// host the node builds (not WithHost).
 	PSK        pnet.PSK
 	AllowPeers []peer.ID
-	// Join sets the retries of the join and the split check (bootstrap.go).
-	Join JoinConfig
-	// PeersFile, if set, is a file where the node keeps the peers it
-	// knows, and through which, restarted, it rejoins its job besides
-	// Bootstrap (state.go). pspnode run keeps it beside the identity file.
-	PeersFile string
+
+	// Limits bounds the node's connections and step streams.
+	Limits LimitsConfig
 
 	// NAT turns on NAT traversal: AutoNAT, a relay service, auto-relay
 	// through the bootstrap peers and hole punching (package netsetup).
 	// Not used with WithHost.
 	NAT netsetup.NATConfig
 
-	// Barrier is the barrier every step must pass.
+	// Barrier is the barrier every step must pass; Check how its checks
+	// run (the defaults suit every barrier).
 	Barrier psp.Spec
-	// TimeModel adds the paper's synthetic task time to the built-in tasks
-	// (and is the SleepTask of a node given no task with WithTask).
-	TimeModel TimeModel
+	Check   CheckConfig
 	// Driven makes the node's steps come from a program with its own
 	// training loop, through Node.Driver, instead of Run (see Driver):
-	// the trainer API of node/trainer. A task (WithTask) is then
-	// required, and the node stays out of its peers' barriers until the
-	// Driver activates it. A task with no parameters yet gets its
+	// the trainer API of node/trainer. Its model (WithModel, no Task) is
+	// then required, and the node stays out of its peers' barriers until
+	// the Driver activates it. A model with no parameters yet gets its
 	// exchange when it has them (Driver.Attach).
 	Driven bool
 
@@ -86,47 +73,17 @@ type Config struct {
 	// StartTimeout bounds the wait for WaitPeers.
 	StartTimeout time.Duration
 
-	// Replacements is how many times peers that did not answer a barrier
-	// query are replaced by fresh draws within one check.
-	Replacements int
-	// GlobalQueries bounds the step queries a global barrier's check
-	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
-	// (0: no bound).
-	GlobalQueries int
-
-	// Barrier timing: every interval follows the node's own measured
-	// compute time per step and query round trip (see psp.BarrierTiming for the
-	// rules); the durations here are floors and caps.
-	//
-	// PollShare bounds how often a node waiting at a sampled barrier
-	// (pBSP, pSSP, pDSSP) re-checks: it re-checks once per expected step
-	// completion in the population (mean compute time / N̂, as the
-	// paper's simulator does at every completion), but no more often
-	// than every PollShare × mean compute time, in (0, 1]. A waiting node
-	// sends at most β/PollShare queries per step time spent waiting.
-	PollShare float64
-	// GlobalPollShare is the same for global barriers (BSP, SSP, DSSP),
-	// which ask every known peer not yet seen at the threshold and are
-	// woken by the progress reports of the peers they wait for; polling is
-	// their safety net.
-	GlobalPollShare float64
-	// PollMin is the least interval between two checks (and the least
-	// hedge delay); PollMax the longest. Where they cross, PollMax wins.
-	PollMin, PollMax time.Duration
-	// QueryTimeout is the longest a step query (dial, request and reply)
-	// may take; QueryTimeoutMin the shortest timeout the rules may set.
-	// Where they cross, QueryTimeout wins.
-	QueryTimeout, QueryTimeoutMin time.Duration
 	// JoinFetch makes a node that joins a running job fetch the model from
 	// a peer and adopt a step (psp.JoinStep) before training. It also
 	// makes the node take the lineage (Genesis) of the peers it joins, or
-	// start one, and follow an older one it meets (genesis.go).
+	// start one, and move to the lineage most of a uniform sample of its
+	// peers is on when it meets another (genesis.go, realign.go).
 	JoinFetch bool
 	// Genesis, if not zero, is the node's lineage of the job from the
 	// start, instead of the one its join finds: for nodes that start a
 	// job together (a testnet), which would otherwise each start their
-	// own and converge on the oldest.
-	Genesis Genesis
+	// own and then converge on one.
+	Genesis lineage.Genesis
 	// ScaleLR scales a model task's learning rate by 1/N̂ (the population
 	// estimate), so that the updates of all nodes add up to one step of the
 	// mean gradient instead of N steps.
@@ -145,36 +102,17 @@ type Config struct {
 	// node's step intervals, does not count at the barrier and is replaced
 	// by a fresh draw. The zero ScreenConfig turns screening off.
 	Screen psp.ScreenConfig
-	// NormBound bounds the influence of one received update: an update
-	// whose L2 norm exceeds NormBound × the upper quartile of the norms of
-	// this node's own recent updates is refused (0 disables the check).
-	NormBound float64
-	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
-	// step streams from one peer and from all peers; streams over the cap
-	// are reset at once. (Model streams have caps of their own, 2 per peer
-	// and 64 in all, as exchange streams do.) A real host also gets the
-	// per-peer cap for the step, model and exchange protocols in
-	// go-libp2p's resource manager.
-	MaxStreamsPerPeer, MaxInboundStreams int
-	// StepStreams is how many idle step streams a node keeps open for
-	// reuse, at most one per peer (0: a stream per query). See stepconn.go.
-	StepStreams int
 
-	// Exchange is how nodes combine their work: epidemic:S (DefaultConfig:
-	// epidemic:4; each step's model to S sampled peers, which average what
-	// they receive) or gossip (the zero value: every delta to every node
-	// over GossipSub); see exchange.go. Nodes of one job must agree on the
-	// kind.
-	//
-	// Why epidemic by default: what a node receives per step is S models
-	// whatever N, where under gossip it is N−1 updates times GossipSub's
-	// amplification, and grows with the job. Gossip's models are a little
-	// less noisy early on (every node sees every gradient), which pays in
-	// small jobs on good links; choose it there.
-	Exchange Exchange
+	// Exchange is how nodes combine their work, and the limits of what a
+	// node takes from its peers (package exchange): epidemic:4 by
+	// default (each step's model to 4 sampled peers, which average what
+	// they receive), or gossip (every delta to every node over
+	// GossipSub). Nodes of one job must agree on the kind.
+	Exchange exchange.Config
 
 	// Overlay and Gossip configure the subsystems; Job and the bootstrap
-	// peers are filled in from the fields above.
+	// peers are filled in from the fields above, and the gossip topic's
+	// limits from Exchange.
 	Overlay overlay.Config
 	Gossip  gossip.Config
 
@@ -198,6 +136,66 @@ type Config struct {
 	hostFaults faults.Host
 }
 
+// CheckConfig is how a node's barrier checks run: how many failed queries
+// are replaced, how often a waiting node checks again, and how long a
+// step query may take. Every interval follows the node's own measured
+// compute time per step and query round trip (see psp.BarrierTiming for
+// the rules); the durations here are floors and caps.
+type CheckConfig struct {
+	// Replacements is how many times peers that did not answer a barrier
+	// query are replaced by fresh draws within one check.
+	Replacements int
+	// GlobalQueries bounds the step queries a global barrier's check
+	// (BSP, SSP, DSSP: every known peer is asked) has in flight at once
+	// (0: no bound).
+	GlobalQueries int
+
+	// PollShare bounds how often a node waiting at a sampled barrier
+	// (pBSP, pSSP, pDSSP) re-checks: it re-checks once per expected step
+	// completion in the population (mean compute time / N̂, as the
+	// paper's simulator does at every completion), but no more often
+	// than every PollShare × mean compute time, in (0, 1]. A waiting node
+	// sends at most β/PollShare queries per step time spent waiting.
+	PollShare float64
+	// GlobalPollShare is the same for global barriers (BSP, SSP, DSSP),
+	// which ask every known peer not yet seen at the threshold and are
+	// woken by the progress reports of the peers they wait for; polling is
+	// their safety net.
+	GlobalPollShare float64
+	// PollMin is the least interval between two checks (and the least
+	// hedge delay); PollMax the longest. Where they cross, PollMax wins.
+	PollMin, PollMax time.Duration
+	// QueryTimeout is the longest a step query (dial, request and reply)
+	// may take; QueryTimeoutMin the shortest timeout the rules may set.
+	// Where they cross, QueryTimeout wins.
+	QueryTimeout, QueryTimeoutMin time.Duration
+}
+
+// LimitsConfig bounds a node's connections and step streams.
+type LimitsConfig struct {
+	// ConnLow and ConnHigh are the connection manager's watermarks (of a
+	// host the node builds; each at most a quarter of its inbound
+	// connection limit, which the node raises to 1024 where the file
+	// descriptors allow: limits.go).
+	ConnLow, ConnHigh int
+	// BoundConns makes the node itself hold at most ConnHigh connections
+	// (any host, its own or WithHost's): once over, it closes unprotected
+	// ones down to ConnLow (connbound.go). Off by default: with uniform
+	// sampling from every peer, a bound well below the population turns
+	// most step queries into dials.
+	BoundConns bool
+	// MaxStreamsPerPeer and MaxInboundStreams cap the concurrent inbound
+	// step streams from one peer and from all peers; streams over the cap
+	// are reset at once. (Model streams have caps of their own, 2 per peer
+	// and 64 in all, as exchange streams do.) A real host also gets the
+	// per-peer cap for the step, model and exchange protocols in
+	// go-libp2p's resource manager.
+	MaxStreamsPerPeer, MaxInboundStreams int
+	// StepStreams is how many idle step streams a node keeps open for
+	// reuse, at most one per peer (0: a stream per query). See wire.Asker.
+	StepStreams int
+}
+
 // DefaultConfig returns a node configuration for a real network: TCP and
 // QUIC on port 4001, NAT traversal and the relay service on,
 // pSSP(auto, 4) (a sample of a third of the other nodes, 1 to 10, so
@@ -205,34 +203,30 @@ type Config struct {
 // no model.
 func DefaultConfig() Config {
 	return Config{
-		Job:               "default",
-		Listen:            []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
-		ConnLow:           64,
-		ConnHigh:          256,
-		Barrier:           psp.MustParse("pssp:auto:4"),
-		StartTimeout:      30 * time.Second,
-		Replacements:      2,
-		GlobalQueries:     32,
-		PollShare:         1.0 / 64,
-		GlobalPollShare:   1.0 / 4,
-		PollMin:           100 * time.Microsecond,
-		PollMax:           500 * time.Millisecond,
-		QueryTimeout:      time.Second,
-		QueryTimeoutMin:   50 * time.Millisecond,
-		JoinFetch:         true,
-		EvalEvery:         10,
-		CheckpointEvery:   10,
-		ScaleLR:           true,
-		Screen:            psp.DefaultScreenConfig(),
-		NormBound:         4,
-		MaxStreamsPerPeer: 8,
-		MaxInboundStreams: 512,
-		StepStreams:       64,
-		Exchange:          Exchange{Kind: ExchangeEpidemic, S: 4},
-		Overlay:           overlay.DefaultConfig(),
-		Gossip:            gossip.DefaultConfig(),
-		Join:              defaultJoinConfig(),
-		NAT:               netsetup.DefaultNATConfig(),
+		Job:    "default",
+		Listen: []string{"/ip4/0.0.0.0/tcp/4001", "/ip4/0.0.0.0/udp/4001/quic-v1", "/ip6/::/tcp/4001", "/ip6/::/udp/4001/quic-v1"},
+		Limits: LimitsConfig{
+			ConnLow: 64, ConnHigh: 256,
+			MaxStreamsPerPeer: 8, MaxInboundStreams: 512,
+			StepStreams: 64,
+		},
+		Barrier: psp.MustParse("pssp:auto:4"),
+		Check: CheckConfig{
+			Replacements: 2, GlobalQueries: 32,
+			PollShare: 1.0 / 64, GlobalPollShare: 1.0 / 4,
+			PollMin: 100 * time.Microsecond, PollMax: 500 * time.Millisecond,
+			QueryTimeout: time.Second, QueryTimeoutMin: 50 * time.Millisecond,
+		},
+		StartTimeout:    30 * time.Second,
+		JoinFetch:       true,
+		EvalEvery:       10,
+		CheckpointEvery: 10,
+		ScaleLR:         true,
+		Screen:          psp.DefaultScreenConfig(),
+		Exchange:        exchange.DefaultConfig(),
+		Overlay:         overlay.DefaultConfig(),
+		Gossip:          gossip.DefaultConfig(),
+		NAT:             netsetup.DefaultNATConfig(),
 	}
 }
 
@@ -254,6 +248,6 @@ func DefaultLocalConfig() Config {
 	c := DefaultConfig()
 	c.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	c.NAT = netsetup.NATConfig{}
-	c.QueryTimeout = 2 * time.Second
+	c.Check.QueryTimeout = 2 * time.Second
 	return c
 }

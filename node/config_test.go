@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -72,36 +73,36 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"negative start timeout", func(c *Config) { c.StartTimeout = -time.Second }, "StartTimeout must not be negative"},
 		{"negative wait peers", func(c *Config) { c.WaitPeers = -1 }, "WaitPeers must not be negative"},
 		{"negative checkpoint interval", func(c *Config) { c.CheckpointEvery = -1 }, "CheckpointEvery must not be negative"},
-		{"negative step streams", func(c *Config) { c.StepStreams = -1 }, "StepStreams must not be negative"},
-		{"poll share 0", func(c *Config) { c.PollShare = 0 }, "PollShare 0 must be in (0, 1]"},
-		{"global poll share 2", func(c *Config) { c.GlobalPollShare = 2 }, "GlobalPollShare 2 must be in (0, 1]"},
-		{"poll min 0", func(c *Config) { c.PollMin = 0 }, "PollMin must be a positive duration"},
-		{"query timeout 0", func(c *Config) { c.QueryTimeout = 0 }, "QueryTimeout must be a positive duration"},
+		{"negative step streams", func(c *Config) { c.Limits.StepStreams = -1 }, "Limits.StepStreams must not be negative"},
+		{"poll share 0", func(c *Config) { c.Check.PollShare = 0 }, "Check.PollShare 0 must be in (0, 1]"},
+		{"global poll share 2", func(c *Config) { c.Check.GlobalPollShare = 2 }, "Check.GlobalPollShare 2 must be in (0, 1]"},
+		{"poll min 0", func(c *Config) { c.Check.PollMin = 0 }, "Check.PollMin must be a positive duration"},
+		{"query timeout 0", func(c *Config) { c.Check.QueryTimeout = 0 }, "Check.QueryTimeout must be a positive duration"},
 		// A cap below its floor wins (timing.go): one flag sets the interval.
-		{"poll max under poll min", func(c *Config) { c.PollMax = c.PollMin / 2 }, ""},
-		{"query timeout under its min", func(c *Config) { c.QueryTimeout = c.QueryTimeoutMin / 2 }, ""},
-		{"conn low above high", func(c *Config) { c.ConnLow, c.ConnHigh = 10, 5 }, "ConnLow 10, ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
-		{"per-peer streams above all", func(c *Config) { c.MaxStreamsPerPeer, c.MaxInboundStreams = 9, 8 }, "MaxStreamsPerPeer 9, MaxInboundStreams 8"},
-		{"join retry min above max", func(c *Config) { c.Join.RetryMin, c.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
-		{"infinite norm bound", func(c *Config) { c.NormBound = math.Inf(1) }, "NormBound +Inf"},
-		{"NaN time scale", func(c *Config) { c.TimeModel.Scale = math.NaN() }, "TimeModel.Scale NaN"},
-		{"negative straggle factor", func(c *Config) { c.TimeModel.Factor = -1 }, "TimeModel.Factor -1"},
+		{"poll max under poll min", func(c *Config) { c.Check.PollMax = c.Check.PollMin / 2 }, ""},
+		{"query timeout under its min", func(c *Config) { c.Check.QueryTimeout = c.Check.QueryTimeoutMin / 2 }, ""},
+		{"conn low above high", func(c *Config) { c.Limits.ConnLow, c.Limits.ConnHigh = 10, 5 }, "Limits.ConnLow 10, Limits.ConnHigh 5: need 0 <= ConnLow <= ConnHigh"},
+		{"per-peer streams above all", func(c *Config) { c.Limits.MaxStreamsPerPeer, c.Limits.MaxInboundStreams = 9, 8 }, "Limits.MaxStreamsPerPeer 9, Limits.MaxInboundStreams 8"},
+		{"join retry min above max", func(c *Config) { c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = time.Minute, time.Second }, "Join.RetryMin 1m0s, Join.RetryMax 1s"},
+		{"infinite norm bound", func(c *Config) { c.Exchange.NormBound = math.Inf(1) }, "Exchange.NormBound +Inf"},
 		{"screen off", func(c *Config) { c.Screen = psp.ScreenConfig{} }, ""},
 		{"negative quarantine", func(c *Config) { c.Screen.Quarantine = -1 }, "Screen.Quarantine -1"},
 		{"negative screen records", func(c *Config) { c.Screen.MaxPeers = -1 }, "Screen.MaxPeers must not be negative"},
 		{"relay without traversal", func(c *Config) { c.NAT.Traversal = false }, "NAT.RelayService: "},
-		{"epidemic:0", func(c *Config) { c.Exchange = Exchange{Kind: ExchangeEpidemic} }, "Exchange epidemic"},
+		{"epidemic:0", func(c *Config) { c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic} }, "Exchange epidemic"},
 		{"overlay bucket size", func(c *Config) { c.Overlay.BucketSize = 1 }, "BucketSize 1 < 2"},
 		{"overlay lookups crossed", func(c *Config) { c.Overlay.MinLookups, c.Overlay.MaxLookups = 9, 8 }, "MaxLookups 8 < MinLookups 9"},
 		{"overlay job left for the node", func(c *Config) { c.Overlay.Job = "" }, ""},
 		{"gossip top-k fraction", func(c *Config) {
-			c.Exchange, c.Gossip.Encoding, c.Gossip.TopKFraction = Exchange{}, gossip.EncodingTopK32, 2
+			c.Exchange.Spec, c.Gossip.Encoding, c.Gossip.TopKFraction = exchange.Spec{}, gossip.EncodingTopK32, 2
 		}, "TopKFraction must be in (0, 1]"},
 		{"gossip unused under epidemic", func(c *Config) {
-			c.Exchange = Exchange{Kind: ExchangeEpidemic, S: 2}
-			c.Gossip.MaxAbsValue = 0
+			c.Exchange.Spec = exchange.Spec{Kind: exchange.Epidemic, S: 2}
+			c.Gossip.MaxMessageSize = -1
 		}, ""},
-		{"gossip max value", func(c *Config) { c.Exchange, c.Gossip.MaxAbsValue = Exchange{}, 0 }, "MaxAbsValue must be positive"},
+		{"gossip message size", func(c *Config) { c.Exchange.Spec, c.Gossip.MaxMessageSize = exchange.Spec{}, -1 }, "MaxMessageSize must be >= 0"},
+		{"epidemic sends whole models", func(c *Config) { c.Gossip.Encoding = gossip.EncodingTopK16 }, "Gossip.Encoding: exchange epidemic:4 sends whole models"},
+		{"exchange max value", func(c *Config) { c.Exchange.MaxAbsValue = 0 }, "Exchange.MaxAbsValue 0 must be positive"},
 		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/tcp/1"} }, "Bootstrap: bootstrap address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -140,7 +141,7 @@ func TestDefaultLocalConfig(t *testing.T) {
 	want := DefaultConfig()
 	want.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 	want.NAT = netsetup.NATConfig{}
-	want.QueryTimeout = 2 * time.Second
+	want.Check.QueryTimeout = 2 * time.Second
 	if got := DefaultLocalConfig(); !reflect.DeepEqual(got, want) {
 		t.Errorf("DefaultLocalConfig() = %+v\nwant %+v", got, want)
 	}

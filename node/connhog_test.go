@@ -11,11 +11,11 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	rcmgr "github.com/libp2p/go-libp2p/p2p/host/resource-manager"
 	"github.com/libp2p/go-libp2p/p2p/transport/tcp"
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/netsetup"
 )
 
 // A fresh peer can connect to a node, and have its step query answered,
@@ -105,16 +105,16 @@ func freshQuery(t *testing.T, target *Node, ai peer.AddrInfo, while string) {
 	if err := fresh.Connect(ctx, ai); err != nil {
 		t.Fatalf("a fresh peer could not connect %s: %v", while, err)
 	}
-	s, err := fresh.NewStream(ctx, target.ID(), target.stepID)
+	s, err := fresh.NewStream(ctx, target.ID(), wire.StepProtocol(target.cfg.Job))
 	if err != nil {
 		t.Fatalf("a fresh peer could not open a step stream %s: %v", while, err)
 	}
 	defer s.Close()
 	_ = s.SetDeadline(time.Now().Add(10 * time.Second))
-	if err := writeFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 1})); err != nil {
+	if err := wire.WriteFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 1})); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := readFrame(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
+	if _, err := wire.ReadFrame(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
 		t.Fatalf("a fresh peer's step query went unanswered %s: %v", while, err)
 	}
 }
@@ -136,7 +136,7 @@ func TestInboundGuard(t *testing.T) {
 	}
 	protected, busy := peers[0].ID(), peers[1]
 	target.Host().ConnManager().Protect(protected, "test")
-	s, err := busy.NewStream(t.Context(), target.ID(), target.stepID)
+	s, err := busy.NewStream(t.Context(), target.ID(), wire.StepProtocol(target.cfg.Job))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -163,10 +163,10 @@ func TestInboundGuard(t *testing.T) {
 			last = o
 		}
 	}
-	if got := target.trimInbound(first.Add(connMinAge-time.Millisecond), limit); got != 0 {
-		t.Errorf("closed %d connections younger than %v", got, connMinAge)
+	if got := target.trimInbound(first.Add(netsetup.ConnMinAge-time.Millisecond), limit); got != 0 {
+		t.Errorf("closed %d connections younger than %v", got, netsetup.ConnMinAge)
 	}
-	later := last.Add(connMinAge)
+	later := last.Add(netsetup.ConnMinAge)
 	if got := target.trimInbound(later, 2*limit); got != 0 {
 		t.Errorf("closed %d connections at half the limit", got)
 	}
@@ -177,47 +177,5 @@ func TestInboundGuard(t *testing.T) {
 		if target.Host().Network().Connectedness(p) != network.Connected {
 			t.Errorf("peer %s was closed: protected or carrying a stream", p)
 		}
-	}
-}
-
-// A built host's inbound limits are raised to at least minInboundConns
-// where the file descriptors allow, never lowered, and the connection
-// manager's watermarks stay at most a quarter of the inbound limit.
-func TestRaiseConnLimits(t *testing.T) {
-	for _, tc := range []struct {
-		name        string
-		memory      int64
-		fds         int
-		wantInbound int
-	}{
-		{"24 GiB, 20 000 descriptors", 3 << 30, 10000, minInboundConns},
-		{"1 GiB, 1 024 descriptors", 1 << 30, 1024, 0}, // what the descriptors allow: go-libp2p's own
-		{"64 GiB, 1 M descriptors", 8 << 30, 1 << 20, 0},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			auto := rcmgr.DefaultLimits.Scale(tc.memory, tc.fds)
-			before := auto.ToPartialLimitConfig()
-			raised, cl := raiseConnLimits(auto, 64, 256)
-			after := raised.ToPartialLimitConfig()
-			if after.System.ConnsInbound < before.System.ConnsInbound || after.Transient.ConnsInbound < before.Transient.ConnsInbound {
-				t.Errorf("limits lowered: system %v → %v, transient %v → %v", before.System.ConnsInbound, after.System.ConnsInbound,
-					before.Transient.ConnsInbound, after.Transient.ConnsInbound)
-			}
-			if int(after.System.ConnsInbound) != cl.inbound {
-				t.Errorf("inbound limit %v, reported %d", after.System.ConnsInbound, cl.inbound)
-			}
-			if tc.wantInbound > 0 && cl.inbound != tc.wantInbound {
-				t.Errorf("inbound limit %d, want %d", cl.inbound, tc.wantInbound)
-			}
-			if cl.inbound > max(int(before.System.ConnsInbound), int(before.System.FD)/2) {
-				t.Errorf("inbound limit %d beyond what %v descriptors allow", cl.inbound, before.System.FD)
-			}
-			if 4*cl.high > cl.inbound || cl.low > cl.high || cl.high <= 0 {
-				t.Errorf("watermarks %d/%d for an inbound limit of %d", cl.low, cl.high, cl.inbound)
-			}
-			if int(after.Transient.ConnsInbound) < cl.inbound/2 && int(after.Transient.ConnsInbound) < int(before.Transient.ConnsInbound) {
-				t.Errorf("transient inbound %v for an inbound limit of %d", after.Transient.ConnsInbound, cl.inbound)
-			}
-		})
 	}
 }

@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"testing"
@@ -10,90 +9,13 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
-
-func TestInboundLimiter(t *testing.T) {
-	a, b, c := peer.ID("a"), peer.ID("b"), peer.ID("c")
-	tests := []struct {
-		name     string
-		per, all int
-		ops      []struct {
-			p       peer.ID
-			acquire bool // false: release
-			want    bool
-		}
-	}{
-		{"per-peer cap", 2, 10, []struct {
-			p       peer.ID
-			acquire bool
-			want    bool
-		}{{a, true, true}, {a, true, true}, {a, true, false}, {b, true, true}, {a, false, true}, {a, true, true}}},
-		{"total cap", 2, 3, []struct {
-			p       peer.ID
-			acquire bool
-			want    bool
-		}{{a, true, true}, {a, true, true}, {b, true, true}, {c, true, false}, {b, false, true}, {c, true, true}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			l := newInboundLimiter(tt.per, tt.all)
-			for i, op := range tt.ops {
-				if !op.acquire {
-					l.release(op.p)
-					continue
-				}
-				if got := l.acquire(op.p); got != op.want {
-					t.Fatalf("op %d: acquire(%s) = %v, want %v", i, op.p, got, op.want)
-				}
-			}
-		})
-	}
-}
-
-func TestNormBound(t *testing.T) {
-	reg := prometheus.NewRegistry()
-	task := &countTask{}
-	n := &Node{cfg: Config{NormBound: 4}, m: newMetrics(reg), task: task, log: slog.New(slog.DiscardHandler)}
-	g := newGossipExchange(n) // no topic: the norm bound alone
-	// Before the node's first step, updates are held, then checked.
-	if g.withinNorm([]float64{0.5}) || g.withinNorm([]float64{50}) {
-		t.Fatal("accepted an update before the node has a reference norm")
-	}
-	g.noteOwnNorm([]float64{1})
-	if task.applied != 1 {
-		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", task.applied)
-	}
-	for _, nrm := range []float64{1, 2, 1, 100} { // upper quartile 2; one outlier of our own
-		g.noteOwnNorm([]float64{nrm})
-	}
-	tests := []struct {
-		in   []float64
-		want bool
-	}{
-		{[]float64{3, 0}, true},
-		{[]float64{0, -8}, true}, // exactly at the bound
-		{[]float64{300, 400}, false},
-		{[]float64{0, -8.01}, false},
-	}
-	for _, tt := range tests {
-		if got := g.withinNorm(tt.in); got != tt.want {
-			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-	if got := counterValue(n.m.normRefused); got != 3 {
-		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
-	}
-	n.cfg.NormBound = 0
-	if !g.withinNorm([]float64{1e9}) {
-		t.Error("NormBound 0 should disable the check")
-	}
-}
 
 // A peer that opens many step streams at once and never writes (a
 // flooder) gets the streams over its cap reset, and an honest peer's query
@@ -120,7 +42,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 64 {
 		wg.Go(func() {
-			s, err := flood.NewStream(ctx, target.ID(), target.stepID)
+			s, err := flood.NewStream(ctx, target.ID(), wire.StepProtocol(target.cfg.Job))
 			if err != nil {
 				return
 			}
@@ -130,7 +52,7 @@ func testStreamFloodIsCapped(t *testing.T) {
 		})
 	}
 	synctest.Wait() // every flood stream is open, or reset
-	if got, want := counterValue(target.m.refused.WithLabelValues("step")), 64-float64(target.cfg.MaxStreamsPerPeer); got < want {
+	if got, want := status.CounterValue(target.m.Refused.WithLabelValues("step")), 64-float64(target.cfg.Limits.MaxStreamsPerPeer); got < want {
 		t.Errorf("refused %v flood streams, want at least %v", got, want)
 	}
 	r, err := honest.queryStep(t.Context(), target.ID(), wire.StepRequest{Step: 1})
@@ -144,14 +66,6 @@ func testStreamFloodIsCapped(t *testing.T) {
 	wg.Wait()
 }
 
-// countTask is a Task that counts applied updates.
-type countTask struct {
-	SleepTask
-	applied int
-}
-
-func (c *countTask) Apply([]float64) error { c.applied++; return nil }
-
 // A sampled barrier check does not wait for a slow peer: after the hedge
 // delay it asks a fresh draw beside it and ends with the first β answers.
 func TestObserveHedgesSlowPeer(t *testing.T) {
@@ -162,7 +76,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 	nodes := memNodes(t, 4, "pssp:2:1", 0.001)
 	a, slow := nodes[0], nodes[2]
 	slow.cfg.faults.ReplyDelay = time.Second
-	a.cfg.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
+	a.cfg.Check.QueryTimeout = 3 * time.Second // without hedging, a would wait for the slow answer
 	if !waitFor(10*time.Second, func() bool { return len(a.Overlay().Peers()) >= 3 }) {
 		t.Fatalf("a knows %d peers, want 3", len(a.Overlay().Peers()))
 	}
@@ -190,7 +104,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 	if sampledSlow == 0 {
 		t.Fatal("the slow peer was never sampled in 100 checks")
 	}
-	if counterValue(a.m.hedged) == 0 {
+	if status.CounterValue(a.m.Hedged) == 0 {
 		t.Error("no query was hedged")
 	}
 }
@@ -225,7 +139,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 	}
 	for _, tt := range tests {
 		a.step.Store(tt.step)
-		before := counterValue(a.m.earlyFail)
+		before := status.CounterValue(a.m.EarlyFail)
 		start := time.Now()
 		obs := a.observe(t.Context())
 		took := time.Since(start)
@@ -238,7 +152,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		if slow := nodes[2].cfg.faults.ReplyDelay; (took >= slow) != !tt.early {
 			t.Errorf("%s: the check took %v; the slow peers answer after %v", tt.name, took, slow)
 		}
-		if got := counterValue(a.m.earlyFail) - before; (got > 0) != tt.early {
+		if got := status.CounterValue(a.m.EarlyFail) - before; (got > 0) != tt.early {
 			t.Errorf("%s: early-fail counter grew by %v, want growth %v", tt.name, got, tt.early)
 		}
 	}

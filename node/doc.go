@@ -1,62 +1,56 @@
-// Package node is the pspnode daemon: the libp2p host, the step and model
-// protocols, and the training engine loop (compute a step, publish the
-// update, pass the barrier, repeat).
+// Package node is the pspnode daemon: a libp2p host that trains in a job
+// with its peers, under a probabilistic synchronous barrier (package psp).
 //
-// A program builds a Node with New from a Config, its settings (start
-// from DefaultConfig, or DefaultLocalConfig for nodes on one machine or
-// LAN; Validate names any field out of range), and options for what it
-// runs with: WithTask (the work of a step: a ModelTask from NewTask, or
-// its own; see the package example), WithHost, WithLogger, WithRegistry.
-// Then it calls Run. Leaving is in two parts, as in hashicorp/memberlist:
-// Leave tells peers the node goes (they drop it at once) and stops Run,
-// which returns ErrClosed; Shutdown closes everything, with no word to
-// peers (a crash, as they see it). Close does both. A host given with
-// WithHost belongs to the node from New on, even when New fails.
+// The happy path: start from DefaultConfig (DefaultLocalConfig on one
+// machine or LAN), set Job, Bootstrap (empty for the first node) and
+// Barrier, and build the node with New and what it runs with: WithTask
+// (the work of a step; see the package example), and optionally
+// WithEvents (peers met and gone, steps taken), WithLogger, WithRegistry,
+// WithHost. Run steps until ctx ends, MaxSteps or the task is done. Stop
+// with Leave (tell the peers, then close) or Close (at once, as a crash);
+// Run then returns ErrClosed. Status, Handler (/status, /health,
+// /metrics; package status serves it) and Traffic say how it goes.
 //
-// A program with its own training loop, in this process or another,
-// drives a node instead of Run: Config.Driven and Node.Driver (driver.go).
-// The trainer API (package node/trainer, `pspnode run --trainer`) is such
-// a program: a gRPC service through which a trainer process in any
-// language drives the node.
+// A program with its own training loop drives the node instead of Run:
+// Config.Driven, WithModel (its model: no Task) and Node.Driver (see
+// ExampleDriver). The trainer API (package node/trainer, `pspnode run
+// --trainer`) is such a program, for a trainer process in any language.
+// A private job sets Config.PSK (see Example_privateJob).
+package node
+
+// Where things are (for the people who work on this package):
 //
-// Where things are:
-//
-//	node.go        Node, New, Leave, Shutdown, Close: the host, the overlay, the exchange
+//	node.go        the Node and Driver types (their state), ErrClosed, ModelMismatchError, the accessors
+//	lifecycle.go   New, Leave, Close: building the host, the overlay, the exchange, and closing them
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
-//	options.go     New's options: WithHost, WithTask, WithLogger, WithRegistry
+//	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run: the step loop
 //	barrier.go     the barrier: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
-//	driver.go      Driver: the step loop's parts for a program with its own loop (a trainer)
+//	driver.go      Driver's calls: the step loop's parts for a program with its own loop (a trainer)
 //	timing.go      barrier timing: Config's shares, floors and caps for psp.BarrierTiming
-//	population.go  the population estimate that scales the learning rate
+//	population.go  the population estimate that scales the learning rate (psp.Population is the rule)
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
-//	isolation.go   the peers heard from and the isolated state (psp.Isolated is the policy): an isolated node waits
+//	isolation.go   the peers heard from (progress.Heard) and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
-//	bootstrap.go   joining through the bootstrap peers and staying joined: retries, the split check, /health
-//	genesis.go     Genesis; lineages of a job and models at first contact: forks converge on the older, other models are held out
-//	state.go       the peers file: a restarted node rejoins through the peers it knew
-//	exchange.go    the exchanges: Exchange, the exchanger interface the node drives, what gossip and epidemic share (own norms, held vectors)
-//	exchange_gossip.go    the gossip exchange: publishing updates, applying received ones, the norm bound, held updates
-//	exchange_epidemic.go  the epidemic exchange: sending the model, Epidemic Learning's averaging, the distance bound, held models
-//	exchangeproto.go  the exchange protocol: models framed once and sent, taken in, and what it counts
-//	progress.go    peers' known steps, and waking the peers this node held back
-//	stepconn.go    the step protocol: queries, replies, stream reuse
-//	modelproto.go  the model protocol: a joiner fetches the current model
-//	wire.go        frames: the length prefix, reading a frame within a cap (the bodies of the step and model protocols are in internal/wire)
-//	task.go        Task and the built-in SleepTask and ModelTask
-//	builtin.go     TaskSpec, NewTask, DataFor: the tasks of the command line
-//	limits.go      inbound stream caps and the resource manager
+//	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
+//	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
+//	progress.go    feeding the peers' known steps (internal/progress), and waking the peers this node held back
+//	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
+//	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
+//	task.go        Model, Task, the optional interfaces a task may add, and the task of a node given none
+//	events.go      Event and WithEvents: membership and progress on the program's channel
 //	private.go     private jobs: the swarm key (pnet) and the allow-list in Config (cmd/pspnode reads their files)
-//	traffic.go     bytes the node's streams carry, by protocol class
+//	traffic.go     Node.Traffic: what the node's streams carried (package status counts it)
 //	faults.go      the internal/faults hooks: misbehaviour for testnets that measure the defences
 //	version.go     the module version and the identify agent string
-//	metrics.go     Prometheus metrics
-//	http.go        /status and /metrics
+//	metrics.go     the gauges read off the overlay and the host at a scrape (the rest: status.Metrics)
+//	http.go        Node.Status, Node.Health and Node.Handler: /status, /health and /metrics (package status)
 //	nat.go         Config.NAT's host options (the bootstrap peers as relays) and Node.NAT
+//	connbound.go   the loops that bound connections and guard the inbound limit (netsetup's limits.go)
 //
-// How the host meets the network is in the sub-package netsetup: the
-// connection gate of a private job and the transports (netsetup/gate.go),
-// and NAT traversal: AutoNAT, relays, hole punching, go-libp2p's, and what
-// /status says of them (netsetup/nat.go).
-package node
+// The rooms around it: the wire formats (internal/wire), the exchanges
+// (node/exchange), how the host meets the network (node/netsetup: the
+// gate of a private job, NAT traversal, connection limits), what the node
+// shows (node/status), the lineage and the peers' progress
+// (internal/lineage, internal/progress), whole-node tests (node/e2e).

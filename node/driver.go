@@ -6,45 +6,12 @@ import (
 	"fmt"
 	"io/fs"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
-
-// A Driver runs a node's steps for a program that has its own training
-// loop, such as a trainer process behind the trainer API (package
-// node/trainer), instead of Run and a Task's Step. The node keeps the
-// membership, the population estimate, the barrier and the exchange; the
-// driving program owns the model and the compute, and tells the node what
-// it did. A node is driven when built with Config.Driven.
-//
-// A driven node counts as a participant in its peers' barriers and
-// population only while it is active: between Activate and Deactivate
-// (one session of a trainer). Otherwise it answers step queries as a
-// leaving node does, so no peer waits on a node that is not training, and
-// it discards the updates it receives.
-//
-// A session: Begin (wait for the job, then the step and model to start
-// from), Activate, then for each step Barrier, the program's compute, Done
-// and (under the epidemic exchange) Merge; Deactivate when the program
-// goes. The first step of a session passes its barrier without a check,
-// as Run's first step does. Calls are serialised.
-type Driver struct {
-	n *Node
-
-	mu          sync.Mutex // one call at a time
-	first       psp.Step   // the session's first step
-	passed      psp.Step   // the last step whose barrier passed
-	computeFrom time.Time  // when it passed: the program's compute starts
-
-	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
-	client string     // who drives, for Status
-
-	resetMu sync.Mutex
-	reset   *Reset // the job's state the program must take (TakeReset); nil for none
-}
 
 // Reset is the job's state a driven node hands its program when it moved
 // to it between two steps (realign.go): the node left its lineage for the
@@ -54,7 +21,7 @@ type Driver struct {
 type Reset struct {
 	Step    psp.Step
 	Params  []float64
-	Lineage Genesis
+	Lineage string // the job's lineage (its genesis in hex)
 	Reason  string
 }
 
@@ -103,7 +70,7 @@ func (n *Node) Driver() (*Driver, error) {
 // as /health, while the node has not joined; then while it knows no peer
 // of its job.
 func (n *Node) notReady() string {
-	st := n.joinStatus()
+	st := n.ov.JoinStatus()
 	if !st.Joined {
 		why := st.JoinError
 		if why == "" {
@@ -111,10 +78,8 @@ func (n *Node) notReady() string {
 		}
 		return "not joined: " + why
 	}
-	if n.ov.PeerCount() == 0 {
-		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-			return "joined, but no peer of job " + n.cfg.Job + " known yet"
-		}
+	if n.ov.PeerCount() == 0 && n.hasBootstrap() {
+		return "joined, but no peer of job " + n.cfg.Job + " known yet"
 	}
 	return ""
 }
@@ -131,7 +96,7 @@ func (d *Driver) Ready() error {
 // Attach sets up the exchange for the node's model, once the task knows
 // its shape (a trainer said what it runs). It is idempotent.
 func (d *Driver) Attach(ctx context.Context) error {
-	if d.n.task.NumParams() <= 0 {
+	if d.n.model.NumParams() <= 0 {
 		return errors.New("node: attach: the task has no parameters")
 	}
 	return d.n.attachModel(ctx)
@@ -169,12 +134,10 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if !n.modelUp.Load() {
 		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
 	}
-	if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-		if !n.awaitFirstPeer(ctx, report) {
-			return Start{}, ctx.Err()
-		}
+	if n.hasBootstrap() && !n.awaitFirstPeer(ctx, report) {
+		return Start{}, ctx.Err()
 	}
-	n.exch().waitSubscribed(ctx) // gossip: a peer knows of this node's subscription
+	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
 	start := Start{Step: own}
 	if c, ok := d.readCheckpoint(); ok && c.Step > own {
 		start = Start{Step: c.Step, Params: c.Params, Source: "checkpoint " + n.cfg.Checkpoint}
@@ -186,15 +149,13 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if mm := n.lin.firstMismatch(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 {
-		if boot, err := n.cfg.bootstrapPeers(n.ID()); err == nil && len(boot) > 0 {
-			return Start{}, mm // every peer it met runs another model
-		}
+	if mm := n.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
+		return Start{}, mm // every peer it met runs another model
 	}
 	n.warnModels(js.others)
 	// On another fork of the job (genesis.go), the job's lineage's step
 	// and model are the job's, even below this node's.
-	mine := n.lin.genesis()
+	mine := n.lin.Own()
 	forked := !mine.IsZero() && !js.genesis.IsZero() && js.genesis != mine
 	if js.adopt > start.Step || forked {
 		if js.model == nil {
@@ -203,15 +164,15 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		start = Start{Step: js.adopt, Params: js.model.Params, Source: fmt.Sprintf("peer %s at step %d", js.from, js.model.Step)}
 	}
 	if forked {
-		n.lin.set(js.genesis)
+		n.lin.Set(js.genesis)
 		n.screen = screenFor(n.cfg.Screen)
-		n.progress.reset()
-		n.lin.converged.Inc()
+		n.progress.Reset()
+		n.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
 	d.TakeReset() // the session starts from the job's state already
 	n.takeGenesis(js.genesis)
-	n.exch().restart(start.Params) // the session's model, or the program's own (nil: at its first push)
+	n.exch().Restart(start.Params) // the session's model, or the program's own (nil: at its first push)
 	n.adoptStep(start.Step)
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
@@ -232,7 +193,7 @@ func (d *Driver) readCheckpoint() (checkpoint.Checkpoint, bool) {
 	case err != nil:
 		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
 		return checkpoint.Checkpoint{}, false
-	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+	case c.Job != n.cfg.Job || c.ModelID != n.model.ModelID() || len(c.Params) != n.model.NumParams():
 		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
 		return checkpoint.Checkpoint{}, false
 	}
@@ -252,7 +213,7 @@ func (d *Driver) Activate(client string) {
 
 // Deactivate takes the node out of its peers' barriers and population:
 // it answers step queries as leaving, and tells up to 32 peers at once
-// (within 300 ms) that it leaves, as Close does.
+// (within 300 ms) that it leaves, as Leave does.
 func (d *Driver) Deactivate(why string) {
 	n := d.n
 	if n.idle.Swap(true) {
@@ -263,8 +224,11 @@ func (d *Driver) Deactivate(why string) {
 	d.client = ""
 	d.infoMu.Unlock()
 	n.log.Info("trainer session ended: out of peers' barriers until a trainer returns", "client", client, "step", n.step.Load(), "why", why)
-	n.announceLeave(leaveBudget)
+	n.announceLeave(deactivateNotice)
 }
+
+// deactivateNotice is how long Deactivate gives its leave notices.
+const deactivateNotice = 300 * time.Millisecond
 
 // Active reports whether the node participates (Activate was called and
 // Deactivate not since).
@@ -357,7 +321,7 @@ func (d *Driver) Done(step psp.Step) error {
 // under gossip; under epidemic it is the node's norm reference, and the
 // model sent to peers is the task's Params. delta must have the model's
 // length and every value must be finite and within the exchange's bound
-// (Gossip.MaxAbsValue); otherwise nothing is sent. Push may run on
+// (Exchange.MaxAbsValue); otherwise nothing is sent. Push may run on
 // another goroutine than the other calls (it signs and sends the update,
 // milliseconds for a large model), but pushes must come in the order of
 // their steps.
@@ -366,12 +330,12 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 	if err := n.checkUpdate(delta); err != nil {
 		return err
 	}
-	n.exch().push(n.life, step, delta)
+	n.exch().Push(n.life, step, delta)
 	return nil
 }
 
 // Push32 is Push for a float32 vector that the caller has checked: every
-// value finite and within the exchange's bound (Gossip.MaxAbsValue), the
+// value finite and within the exchange's bound (Exchange.MaxAbsValue), the
 // model's length. Under gossip v is the step's delta, published as it is;
 // under epidemic it is the program's model after the step, which becomes
 // the node's model (the base of its averages and the model it sends) —
@@ -383,11 +347,13 @@ func (d *Driver) Push(step psp.Step, delta []float64) error {
 // model under gossip).
 func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 	n := d.n
-	if v != nil && len(v) != n.task.NumParams() {
-		done(copied)
-		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	if v != nil && len(v) != n.model.NumParams() {
+		if copied != nil {
+			copied()
+		}
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
-	n.exch().push32(n.life, step, v, copied)
+	n.exch().Push32(n.life, step, v, copied)
 	return nil
 }
 
@@ -399,14 +365,14 @@ func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 func (d *Driver) Merge32(delta []float32) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.n.exch().merge32(delta)
+	return d.n.exch().Merge32(delta)
 }
 
 // Model returns the node's model as its exchange holds it: under
 // epidemic the program's model after its last step and average (what a
 // peer that fetches the model gets); nil under gossip, or before the
 // program's first step.
-func (d *Driver) Model() []float64 { return d.n.exch().model() }
+func (d *Driver) Model() []float64 { return d.n.exch().Model() }
 
 // NoteApplied records that the program applied updates its peers made at
 // the given steps (under gossip, at its pull): their staleness, the
@@ -415,7 +381,7 @@ func (d *Driver) NoteApplied(steps []int64) {
 	n := d.n
 	now := n.step.Load()
 	for _, s := range steps {
-		n.m.staleness.Observe(float64(now - s))
+		n.m.Staleness.Observe(float64(now - s))
 	}
 }
 
@@ -443,10 +409,10 @@ func (n *Node) checkUpdate(v []float64) error {
 	if v == nil {
 		return nil
 	}
-	if len(v) != n.task.NumParams() {
-		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.task.NumParams())
+	if len(v) != n.model.NumParams() {
+		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
-	bound := n.cfg.Gossip.MaxAbsValue
+	bound := n.cfg.Exchange.MaxAbsValue
 	for i, x := range v {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
@@ -465,7 +431,7 @@ func (n *Node) checkUpdate(v []float64) error {
 func (d *Driver) Merge() {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.n.exch().merge()
+	d.n.exch().Merge()
 }
 
 // Population returns the population estimate and the factor a step's
@@ -484,9 +450,9 @@ func (d *Driver) Population() (estimate, lrScale float64) {
 // for Status and the loss and accuracy metrics (accuracy NaN: none).
 func (d *Driver) Evaluated(step psp.Step, loss, accuracy float64) {
 	n := d.n
-	n.m.loss.Set(loss)
+	n.m.Loss.Set(loss)
 	if !math.IsNaN(accuracy) {
-		n.m.accuracy.Set(accuracy)
+		n.m.Accuracy.Set(accuracy)
 	}
 	n.lastEval.Store(&evalResult{Step: step, Loss: loss, Accuracy: accuracy})
 }
@@ -506,15 +472,15 @@ func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
 	if step < 0 {
 		return "", fmt.Errorf("%w: negative step %d", ErrStepOrder, step)
 	}
-	if len(params) != n.task.NumParams() {
-		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.task.NumParams())
+	if len(params) != n.model.NumParams() {
+		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.model.NumParams())
 	}
 	for i, x := range params {
 		if math.IsNaN(x) || math.IsInf(x, 0) {
 			return "", fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
 		}
 	}
-	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.task.ModelID(), Params: params}
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.model.ModelID(), Params: params}
 	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		return "", err
 	}
@@ -533,13 +499,13 @@ type DriverInfo struct {
 	Job      string
 	PeerID   string
 	Barrier  psp.Spec
-	Exchange Exchange
-	// MaxAbsValue bounds every value of an update (Gossip.MaxAbsValue).
+	Exchange exchange.Spec
+	// MaxAbsValue bounds every value of an update (Exchange.MaxAbsValue).
 	MaxAbsValue float64
 }
 
 // Info describes the node's job.
 func (d *Driver) Info() DriverInfo {
 	n := d.n
-	return DriverInfo{Job: n.cfg.Job, PeerID: n.ID().String(), Barrier: n.cfg.Barrier, Exchange: n.cfg.Exchange, MaxAbsValue: n.cfg.Gossip.MaxAbsValue}
+	return DriverInfo{Job: n.cfg.Job, PeerID: n.ID().String(), Barrier: n.cfg.Barrier, Exchange: n.cfg.Exchange.Spec, MaxAbsValue: n.cfg.Exchange.MaxAbsValue}
 }

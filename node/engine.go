@@ -22,7 +22,7 @@ import (
 //
 // A stop by ctx, Duration or MaxSteps returns nil: the node abandons the
 // step in progress. Run returns ErrClosed when the node leaves (Leave) or
-// shuts down (Shutdown, Close) while it runs, or already has, as
+// closes (Close) while it runs, or already has, as
 // net/http's Serve returns ErrServerClosed; it returns any other error only
 // if the task fails, or if the job it joins runs another model (a
 // *ModelMismatchError).
@@ -58,26 +58,26 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	n.exch().waitMesh(ctx)
+	n.exch().WaitMesh(ctx)
 	defer n.checkpoint()
 	n.lastStepAt = time.Now()
 	for {
 		if ctx.Err() != nil || n.active.Err() != nil {
 			return stopped()
 		}
-		if n.task.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
+		if n.work.Done() || (n.cfg.MaxSteps > 0 && n.step.Load() >= n.cfg.MaxSteps) {
 			return nil
 		}
 		if n.realignDue() {
 			n.realign(ctx) // on another lineage than the job's, or wedged (realign.go)
 		}
-		if pa, ok := n.task.(PopulationAware); ok && n.cfg.ScaleLR {
+		if pa, ok := n.model.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
 		}
-		n.exch().merge() // epidemic: average in the models received
+		n.exch().Merge() // epidemic: average in the models received
 		n.busy.Store(true)
 		t0 := time.Now()
-		upd, err := n.task.Step(ctx)
+		upd, err := n.work.Step(ctx)
 		n.busy.Store(false)
 		if ctx.Err() != nil || n.active.Err() != nil {
 			return stopped()
@@ -86,7 +86,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
 		}
 		step := n.countStep(ctx, time.Since(t0))
-		n.exch().push(ctx, step, upd)
+		n.exch().Push(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
 		}
@@ -113,11 +113,12 @@ func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFun
 // countStep counts a completed step whose task compute took compute and
 // tells the peers this node was holding back. It returns the new step.
 // Run and a Driver call it, one at a time; then the step's update goes to
-// the exchange (exchanger.push).
+// the exchange (exchange.Exchange.Push).
 func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
 	step := n.step.Add(1)
-	n.m.step.Set(float64(step))
+	n.m.Step.Set(float64(step))
+	n.emit(Stepped, "")
 	now := time.Now()
 	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
 	n.lastStepAt = now
@@ -135,7 +136,7 @@ func noteEWMA(a *atomic.Uint64, s float64) {
 }
 
 func (n *Node) evaluate(step int64) {
-	ev, ok := n.task.(Evaluator)
+	ev, ok := n.model.(Evaluator)
 	if !ok {
 		return
 	}
@@ -144,8 +145,8 @@ func (n *Node) evaluate(step int64) {
 		n.log.Debug("evaluation failed", "err", err)
 		return
 	}
-	n.m.loss.Set(m.Loss)
-	n.m.accuracy.Set(m.Accuracy)
+	n.m.Loss.Set(m.Loss)
+	n.m.Accuracy.Set(m.Accuracy)
 	n.lastEval.Store(&evalResult{Step: step, Loss: m.Loss, Accuracy: m.Accuracy})
 	n.log.Info("evaluated", "step", step, "loss", m.Loss, "accuracy", m.Accuracy)
 }
@@ -153,8 +154,8 @@ func (n *Node) evaluate(step int64) {
 func (n *Node) setWaiting(w bool) {
 	n.waiting.Store(w)
 	if w {
-		n.m.waiting.Set(1)
+		n.m.Waiting.Set(1)
 	} else {
-		n.m.waiting.Set(0)
+		n.m.Waiting.Set(0)
 	}
 }

@@ -7,9 +7,11 @@ import (
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/pnet"
 	mocknet "github.com/libp2p/go-libp2p/p2p/net/mock"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -82,7 +84,7 @@ func Example() {
 		cfg.JoinFetch = false // all start together: nobody joins a running job
 		// Gossip: every update reaches every node, so each tally counts
 		// every step. (The default, epidemic:4, averages models instead.)
-		cfg.Exchange = node.Exchange{}
+		cfg.Exchange.Spec = exchange.Spec{Kind: exchange.Gossip}
 		// The settings are data (cfg); what the node runs with are options.
 		nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithTask(tasks[i]))
 		if err != nil {
@@ -132,20 +134,109 @@ func waitUntil(ctx context.Context, cond func() bool) {
 	}
 }
 
-// ParseExchange reads --exchange. Bad input is an error the CLI reports as
-// a usage error.
-func ExampleParseExchange() {
-	for _, s := range []string{"gossip", "epidemic:4", "epidemic:0", "epidemic:four"} {
-		ex, err := node.ParseExchange(s)
-		if err != nil {
-			fmt.Println("error:", err)
-			continue
-		}
-		fmt.Println(ex)
+// A program with its own training loop drives a node (Config.Driven): the
+// node keeps the membership, the barrier and the exchange, the program
+// owns the model and the compute. It gives the node its Model (here the
+// tally, whose Step the node never calls) and, for each step, passes the
+// barrier, computes, and says it is done and what the step changed. This
+// node is alone in its job; peers join it through its address.
+func ExampleDriver() {
+	mn := mocknet.New()
+	defer mn.Close()
+	h, err := mn.GenPeer()
+	if err != nil {
+		log.Fatal(err)
 	}
+	cfg := node.DefaultConfig()
+	cfg.Job = "driven"
+	cfg.Driven = true
+	cfg.Barrier = psp.MustParse("pssp:2:1")
+	cfg.Exchange.Spec = exchange.Spec{Kind: exchange.Gossip}
+	model := &tally{}
+	nd, err := node.New(context.Background(), cfg, node.WithHost(h), node.WithModel(model))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer nd.Close()
+	d, err := nd.Driver()
+	if err != nil {
+		log.Fatal(err)
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	// Where to start: the program's own step (0 here), or the job's step
+	// and model if the job is ahead of it.
+	start, err := d.Begin(ctx, 0, nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	d.Activate("example") // from now on peers wait for this node
+	defer d.Deactivate("done")
+	for step := start.Step + 1; step <= start.Step+3; step++ {
+		if _, err := d.Barrier(ctx, step); err != nil {
+			log.Fatal(err)
+		}
+		delta, _ := model.Step(ctx) // the program's own compute
+		if err := d.Done(step); err != nil {
+			log.Fatal(err)
+		}
+		if err := d.Push(step, []float64{delta[0]}); err != nil { // to the peers
+			log.Fatal(err)
+		}
+	}
+	fmt.Printf("step %d, tally %v\n", nd.Step(), model.Params()[0])
+	// Output: step 3, tally 3
+}
+
+// A private job: every node holds the job's swarm key (32 bytes, as
+// pspnode run --swarm-key reads it), and a node without it cannot even
+// connect. The nodes here listen on TCP loopback (DefaultLocalConfig) and
+// tell the program what happens on a channel (WithEvents).
+func Example_privateJob() {
+	key := make(pnet.PSK, 32)
+	copy(key, "an example key, 32 bytes long!!!") // a real job draws it at random
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := func(boot []string, events chan<- node.Event) *node.Node {
+		cfg := node.DefaultLocalConfig()
+		cfg.Job, cfg.PSK, cfg.Bootstrap = "private", key, boot
+		cfg.Barrier = psp.MustParse("pssp:1:1")
+		cfg.MaxSteps = 3
+		cfg.JoinFetch = false
+		cfg.Exchange.Spec = exchange.Spec{Kind: exchange.Gossip}
+		opts := []node.Option{node.WithTask(&tally{})}
+		if events != nil {
+			opts = append(opts, node.WithEvents(events))
+		}
+		nd, err := node.New(ctx, cfg, opts...)
+		if err != nil {
+			log.Fatal(err)
+		}
+		return nd
+	}
+	a := start(nil, nil)
+	defer a.Close()
+	events := make(chan node.Event, 256)
+	b := start([]string{a.Addrs()[0].String()}, events)
+	defer b.Close()
+	var wg sync.WaitGroup
+	for _, nd := range []*node.Node{a, b} {
+		wg.Go(func() {
+			if err := nd.Run(ctx); err != nil {
+				log.Print(err)
+			}
+		})
+	}
+	wg.Wait()
+	for range len(events) {
+		if ev := <-events; ev.Kind == node.PeerJoined && ev.Peer == a.ID() {
+			fmt.Println("b met a:", ev.Kind)
+			break
+		}
+	}
+	fmt.Println("steps:", a.Step(), b.Step())
 	// Output:
-	// gossip
-	// epidemic:4
-	// error: "epidemic:0": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
-	// error: "epidemic:four": S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4
+	// b met a: peer-joined
+	// steps: 3 3
 }

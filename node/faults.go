@@ -8,10 +8,12 @@ import (
 )
 
 // The testnets' fault hooks (internal/faults) set Config.faults, which is
-// not part of the public API.
+// not part of the public API, and read what only testnets measure.
 func init() {
 	faults.SetNode = func(cfg any, f faults.Node) { cfg.(*Config).faults = f }
 	faults.SetHost = func(cfg any, h faults.Host) { cfg.(*Config).hostFaults = h }
+	faults.Recent = func(nd any) (waits, checks, rtts []float64) { return nd.(*Node).m.Recent() }
+	faults.Computing = func(nd any) bool { return nd.(*Node).busy.Load() }
 }
 
 // lost draws whether one incoming message is lost under faults.Loss.

@@ -1,22 +1,23 @@
 package node
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/syncbuf"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -55,7 +56,7 @@ func TestForksConverge(t *testing.T) {
 			t.Fatalf("1 s after meeting the job at step %d the fork is at step %d", at, fork.Step())
 		}
 		var diff, norm float64
-		want, got := job[0].task.Params(), fork.task.Params()
+		want, got := job[0].model.Params(), fork.model.Params()
 		for i := range want {
 			diff += (got[i] - want[i]) * (got[i] - want[i])
 			norm += want[i] * want[i]
@@ -69,30 +70,12 @@ func TestForksConverge(t *testing.T) {
 		}
 		for _, nd := range append(job, fork) {
 			for _, v := range []psp.Verdict{psp.Regressed, psp.Quarantined} {
-				if n := counterValue(nd.m.screened.WithLabelValues(v.String())); n > 0 {
+				if n := status.CounterValue(nd.m.Screened.WithLabelValues(v.String())); n > 0 {
 					t.Errorf("node %s screened %v reports as %s", nd.ID(), n, v)
 				}
 			}
 		}
 	})
-}
-
-// syncBuffer is a bytes.Buffer for a logger written from many goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // A node that runs another model than the job it joins is refused at its
@@ -104,17 +87,17 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		logs := make([]*syncBuffer, 2)
+		logs := make([]*syncbuf.Buffer, 2)
 		job := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
-			i := len(slices.DeleteFunc(slices.Clone(logs), func(b *syncBuffer) bool { return b == nil }))
-			logs[i] = &syncBuffer{}
+			i := len(slices.DeleteFunc(slices.Clone(logs), func(b *syncbuf.Buffer) bool { return b == nil }))
+			logs[i] = &syncbuf.Buffer{}
 			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(logs[i], &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})
 		data, err := model.Open("synthetic")
 		if err != nil {
 			t.Fatal(err)
 		}
-		other, err := NewTask(TaskSpec{Model: "logreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data)
+		other, err := builtin.New(builtin.Spec{Model: "logreg", Shards: 1, SGD: model.DefaultSGDConfig()}, data)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -138,7 +121,7 @@ func TestModelMismatchAtFirstContact(t *testing.T) {
 			if !errors.As(err, &mm) {
 				t.Fatalf("the stranger's Run returned %v, want a *ModelMismatchError", err)
 			}
-			if mm.OwnModel != other.ModelID() || mm.PeerModel != job[0].task.ModelID() || mm.PeerParams != int64(job[0].task.NumParams()) {
+			if mm.OwnModel != other.ModelID() || mm.PeerModel != job[0].model.ModelID() || mm.PeerParams != int64(job[0].model.NumParams()) {
 				t.Errorf("the error does not name both models: %v", mm)
 			}
 		case <-time.After(10 * time.Second):
@@ -192,7 +175,7 @@ func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		var log syncBuffer
+		var log syncbuf.Buffer
 		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0.01, memHosts(t, mn), func(c *nodeSetup) {
 			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})

@@ -2,7 +2,6 @@ package node
 
 import (
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -12,8 +11,8 @@ import (
 // that hears from no peer must not pass: a node cut off from all its peers
 // (its own link down, a firewall, a partition of one) would otherwise run
 // on with no barrier at all, every query failing and every empty check
-// passing. The policy (psp.Isolated applies it; this file keeps the
-// peers heard from and the node's isolated state):
+// passing. The policy (psp.Isolated applies it; progress.Heard keeps the
+// peers heard from, this file the node's isolated state):
 //
 //   - A check that asked peers and got no answer from any of them (every
 //     query failed or timed out) is isolated: it fails, and the node
@@ -35,119 +34,68 @@ import (
 //
 // While isolated, /status says "isolated": true (with isolated_since),
 // /health answers 503, and psp_isolated is 1. A driven node sees the same
-// through Driver.Barrier, which waits as Run does.
-type isolation struct {
-	mu     sync.Mutex
-	heard  map[peer.ID]time.Time // peers heard from, when last; not those that left
-	since  time.Time             // zero: not isolated
-	leftAt time.Time             // the last leave notice or leaving reply (population.go)
-}
-
-// maxHeard bounds the peers remembered; beyond it the older half goes.
-const maxHeard = 8192
+// through Driver.Barrier, which waits as Run does. (Its state is Node's
+// heard, isoMu and isoSince.)
 
 // noteHeard records that peers answered a step query or sent one.
 func (n *Node) noteHeard(peers ...peer.ID) {
-	if len(peers) == 0 {
-		return
-	}
-	now := time.Now()
-	is := &n.iso
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	if is.heard == nil {
-		is.heard = make(map[peer.ID]time.Time)
-	}
-	for _, p := range peers {
-		if _, ok := is.heard[p]; !ok && len(is.heard) >= maxHeard {
-			n.forgetHeardLocked(now, n.heardHold()/2)
-			if len(is.heard) >= maxHeard {
-				clear(is.heard)
-			}
-		}
-		is.heard[p] = now
+	for _, p := range n.heard.Note(time.Now(), n.heardHold(), peers...) {
+		n.emit(PeerJoined, p)
 	}
 }
 
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
 // The time of the departure goes to the population estimate.
 func (n *Node) noteLeft(p peer.ID) {
-	is := &n.iso
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	delete(is.heard, p)
-	is.leftAt = time.Now()
+	n.heard.Left(p, time.Now())
+	n.emit(PeerLeft, p)
 }
 
 // unheard forgets p without counting a departure: a peer held out for
 // running another model (genesis.go).
-func (n *Node) unheard(p peer.ID) {
-	n.iso.mu.Lock()
-	defer n.iso.mu.Unlock()
-	delete(n.iso.heard, p)
-}
+func (n *Node) unheard(p peer.ID) { n.heard.Forget(p) }
 
 // lastLeave is when a peer last said it leaves (zero: never).
-func (n *Node) lastLeave() time.Time {
-	n.iso.mu.Lock()
-	defer n.iso.mu.Unlock()
-	return n.iso.leftAt
-}
+func (n *Node) lastLeave() time.Time { return n.heard.LastLeave() }
 
 // heardHold is how long a peer heard from counts: as long as the overlay
 // holds a dead peer before forgetting it.
 func (n *Node) heardHold() time.Duration { return 2 * n.cfg.Overlay.DeadHold }
 
-// forgetHeardLocked forgets the peers last heard from more than hold ago;
-// n.iso.mu must be held.
-func (n *Node) forgetHeardLocked(now time.Time, hold time.Duration) {
-	cut := now.Add(-hold)
-	for p, at := range n.iso.heard {
-		if at.Before(cut) {
-			delete(n.iso.heard, p)
-		}
-	}
-}
-
 // heardLately reports whether a peer that has not left was heard from
 // within heardHold.
-func (n *Node) heardLately(now time.Time) bool {
-	is := &n.iso
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	n.forgetHeardLocked(now, n.heardHold())
-	return len(is.heard) > 0
-}
+func (n *Node) heardLately(now time.Time) bool { return n.heard.Lately(now, n.heardHold()) }
 
 // setIsolated records whether the node is isolated, as its last check
 // found (psp.Isolated).
 func (n *Node) setIsolated(on bool, now time.Time) {
-	is := &n.iso
-	is.mu.Lock()
-	was := !is.since.IsZero()
+	n.isoMu.Lock()
+	was := !n.isoSince.IsZero()
 	switch {
 	case on && !was:
-		is.since = now
+		n.isoSince = now
 	case !on && was:
-		is.since = time.Time{}
+		n.isoSince = time.Time{}
 	}
-	since := is.since
-	is.mu.Unlock()
+	since := n.isoSince
+	n.isoMu.Unlock()
 	switch {
 	case on && !was:
-		n.m.isolated.Set(1)
+		n.m.Isolated.Set(1)
+		n.emit(Isolated, "")
 		n.log.Warn("isolated: no peer of the job answers; not training until one does")
 	case !on && was:
-		n.m.isolated.Set(0)
+		n.m.Isolated.Set(0)
+		n.emit(Reconnected, "")
 		n.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
 	}
 }
 
 // isolatedSince returns when the node became isolated (zero: it is not).
 func (n *Node) isolatedSince() time.Time {
-	n.iso.mu.Lock()
-	defer n.iso.mu.Unlock()
-	return n.iso.since
+	n.isoMu.Lock()
+	defer n.isoMu.Unlock()
+	return n.isoSince
 }
 
 // isolatedReason says why an isolated node waits, for /health and the

@@ -104,40 +104,6 @@ func TestAloneNodeTrains(t *testing.T) {
 	})
 }
 
-// A node whose peers all left gracefully is alone, not isolated: it
-// trains on.
-func TestPeersLeftNodeTrainsOn(t *testing.T) {
-	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 3, "pssp:2:1", 0.01)
-		ctx, cancel := context.WithCancel(t.Context())
-		a := nodes[0]
-		wait := runAll(t, ctx, nodes[:1])
-		others := make([]<-chan error, 0, 2)
-		for _, nd := range nodes[1:] {
-			others = append(others, runOne(ctx, nd))
-		}
-		defer func() { cancel(); wait() }()
-		if !waitFor(20*time.Second, func() bool { return minStep(nodes) >= 10 }) {
-			t.Fatal("the nodes did not train")
-		}
-		for i, nd := range nodes[1:] {
-			if err := nd.Close(); err != nil {
-				t.Fatal(err)
-			}
-			if err := <-others[i]; !errors.Is(err, ErrClosed) {
-				t.Errorf("Run of a closed node: %v", err)
-			}
-		}
-		at := a.Step()
-		if !waitFor(20*time.Second, func() bool { return a.Step() >= at+20 }) {
-			t.Errorf("the node left alone stalled at %d (isolated %v)", a.Step(), a.Status().Isolated)
-		}
-		if a.Status().Isolated {
-			t.Error("a node whose peers left is reported isolated")
-		}
-	})
-}
-
 // A node whose every peer failed stays isolated until it forgets them
 // (2 × Overlay.DeadHold), then takes them for gone and trains alone.
 func TestIsolationEndsWhenFailedPeersForgotten(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -28,13 +29,13 @@ func (n *Node) resume() {
 	case err != nil:
 		n.log.Error("ignoring checkpoint; the model will come from peers", "file", n.cfg.Checkpoint, "err", err)
 		return
-	case c.Job != n.cfg.Job || c.ModelID != n.task.ModelID() || len(c.Params) != n.task.NumParams():
+	case c.Job != n.cfg.Job || c.ModelID != n.model.ModelID() || len(c.Params) != n.model.NumParams():
 		n.log.Error("ignoring checkpoint of another job or model; the model will come from peers",
 			"file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
 		return
 	}
 	if len(c.Params) > 0 {
-		if err := n.task.SetParams(c.Params); err != nil {
+		if err := n.model.SetParams(c.Params); err != nil {
 			n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
 			return
 		}
@@ -49,9 +50,9 @@ func (n *Node) resume() {
 // otherwise start again at LR0.
 func (n *Node) adoptStep(step int64) {
 	n.step.Store(step)
-	n.m.step.Set(float64(step))
-	n.exch().setStep(step)
-	if sa, ok := n.task.(StepAware); ok {
+	n.m.Step.Set(float64(step))
+	n.exch().SetStep(step)
+	if sa, ok := n.model.(StepAware); ok {
 		sa.SetStep(step)
 	}
 }
@@ -61,7 +62,7 @@ func (n *Node) checkpoint() {
 	if n.cfg.Checkpoint == "" {
 		return
 	}
-	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.task.ModelID(), Params: n.task.Params()}
+	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: n.step.Load(), ModelID: n.model.ModelID(), Params: n.model.Params()}
 	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
 		n.log.Warn("checkpoint failed", "err", err)
 	}
@@ -89,7 +90,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // join adopts a step and the model of a running job. A node given
 // bootstrap peers first waits, however long it takes, until its overlay
 // knows a peer of the job (the join keeps retrying meanwhile, see
-// bootstrap.go): a node that trained alone until its bootstrap came up
+// package overlay): a node that trained alone until its bootstrap came up
 // would bring a model of its own into the job. Then it asks up to
 // psp.JoinSample peers for their steps; if the job has started (the median
 // is above this node's step), it adopts psp.JoinStep and fetches the model
@@ -101,8 +102,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // without them starts the job: peers of another model that reach it are
 // held out, and it goes on.)
 func (n *Node) join(ctx context.Context) error {
-	boot, err := n.cfg.bootstrapPeers(n.ID())
-	joining := err == nil && len(boot) > 0 // (a node whose only bootstrap address is its own starts the job)
+	joining := n.hasBootstrap() // (a node whose only bootstrap address is its own starts the job)
 	if joining && !n.awaitFirstPeer(ctx, nil) {
 		return nil
 	}
@@ -112,7 +112,7 @@ func (n *Node) join(ctx context.Context) error {
 	}
 	mm := errModelMismatch(js.fetchErr)
 	if mm == nil && js.observed == 0 {
-		mm = n.lin.firstMismatch() // every peer it met runs another model
+		mm = n.firstMM.Load() // every peer it met runs another model
 	}
 	if mm != nil && joining {
 		return mismatchExit(mm)
@@ -122,10 +122,10 @@ func (n *Node) join(ctx context.Context) error {
 	if js.adopt <= n.step.Load() {
 		return nil
 	}
-	if n.task.NumParams() > 0 {
+	if n.model.NumParams() > 0 {
 		if js.model == nil {
 			n.log.Warn("joined a running job but could not fetch the model: training from own parameters", "err", js.fetchErr)
-		} else if err := n.task.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(js.model.Params); err != nil {
 			n.log.Warn("joined a running job but could not take its model: training from own parameters", "peer", js.from, "err", err)
 		} else {
 			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.model.Step)
@@ -147,8 +147,9 @@ type jobView struct {
 	from     peer.ID             // the peer model came from
 	fetchErr error               // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
-	// oldest genesis among the answers (zero if none said one).
-	genesis Genesis
+	// genesis most answers are on, this node counted on its own, the older
+	// breaking a tie (zero if none said one).
+	genesis lineage.Genesis
 	// others are the peers met that run another model (their replies
 	// said so, or their model did): held out, their steps not observed.
 	// The caller says so (warnModels), or fails.
@@ -229,7 +230,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			continue
 		}
 		p := peers[i]
-		if n.admit(p, r.reply.Ext, true) == otherModel {
+		if n.admit(p, r.reply.Ext, true) == lineage.OtherModel {
 			v.others = append(v.others, n.mismatchOf(p, r.reply.Ext))
 			continue
 		}
@@ -247,21 +248,21 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		}
 		return v, nil, false
 	}
-	genesisOf := func(r wire.StepReply) Genesis {
+	genesisOf := func(r wire.StepReply) lineage.Genesis {
 		if r.Ext == nil {
-			return Genesis{}
+			return lineage.Genesis{}
 		}
 		return r.Ext.Genesis
 	}
-	mine := n.lin.genesis()
-	counts := map[Genesis]int{}
+	mine := n.lin.Own()
+	counts := map[lineage.Genesis]int{}
 	if !mine.IsZero() {
 		counts[mine] = 1
 	}
 	for _, a := range good {
 		counts[genesisOf(a.r)]++
 	}
-	v.genesis = pickLineage(counts)
+	v.genesis = lineage.Pick(counts)
 	var steps []psp.Step
 	var on []answered
 	for _, a := range good {
@@ -303,7 +304,7 @@ func stepGap(a, b psp.Step) uint64 {
 // otherwise, with verify, it reads the head of a peer's model reply to
 // check that the job runs this node's model.
 func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool) jobView {
-	if n.task.NumParams() == 0 {
+	if n.model.NumParams() == 0 {
 		return v
 	}
 	if !ahead {
@@ -375,13 +376,13 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 	next := start.Add(every)
 	t := time.NewTicker(firstPeerPoll)
 	defer t.Stop()
-	for n.ov.PeerCount() == 0 && n.lin.firstMismatch() == nil {
+	for n.ov.PeerCount() == 0 && n.firstMM.Load() == nil {
 		if now := time.Now(); !now.Before(next) {
 			if report != nil {
 				report(n.notReady(), now.Sub(start))
 			} else {
 				n.log.Warn("not training yet: no peer of the job reached; the join keeps retrying",
-					"waited", now.Sub(start).Round(time.Second), "last_error", n.Status().JoinError)
+					"waited", now.Sub(start).Round(time.Second), "last_error", n.ov.JoinStatus().JoinError)
 			}
 			next = now.Add(every)
 		}

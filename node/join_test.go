@@ -3,8 +3,10 @@ package node
 import (
 	"testing"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // A node that joins a running job adopts the job's step, its model, and
@@ -14,21 +16,21 @@ import (
 func TestJoinAdoptsStepModelAndSchedule(t *testing.T) {
 	// Under either exchange a joiner fetches the model: averaging alone
 	// would take many rounds to pull a fresh model to the job's.
-	for _, ex := range []Exchange{{}, {Kind: ExchangeEpidemic, S: 2}} {
+	for _, ex := range []exchange.Spec{{}, {Kind: exchange.Epidemic, S: 2}} {
 		t.Run(ex.String(), func(t *testing.T) { testJoinAdopts(t, ex) })
 	}
 }
 
-func testJoinAdopts(t *testing.T, ex Exchange) {
+func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
-		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange = ex })
+		nodes := buildTestNodesWith(t, 2, "pssp:1:1", 0, memHosts(t, mn), func(c *nodeSetup) { c.Exchange.Spec = ex })
 		running, joiner := nodes[0], nodes[1]
 		running.step.Store(100)
-		params := running.task.Params()
+		params := running.model.Params()
 		params[0] = 0.25 // a model the joiner cannot have by chance
-		if err := running.task.SetParams(params); err != nil {
+		if err := running.model.SetParams(params); err != nil {
 			t.Fatal(err)
 		}
 
@@ -37,15 +39,15 @@ func testJoinAdopts(t *testing.T, ex Exchange) {
 		if got := joiner.Step(); got != 100 {
 			t.Fatalf("joiner at step %d, want the job's 100", got)
 		}
-		if got := joiner.task.(*ModelTask).Trainer().Steps(); got != 100 {
+		if got := joiner.model.(*builtin.ModelTask).Trainer().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
-		if g := joiner.Gossip(); (g == nil) != (ex.Kind == ExchangeEpidemic) {
+		if g := joiner.Gossip(); (g == nil) != (ex.Kind == exchange.Epidemic) {
 			t.Errorf("exchange %s: gossip topic joined: %v", ex, g != nil)
 		} else if g != nil && g.LocalStep() != 100 {
 			t.Errorf("joiner's gossip validator at step %d, want 100", g.LocalStep())
 		}
-		if got := joiner.task.Params()[0]; got != 0.25 {
+		if got := joiner.model.Params()[0]; got != 0.25 {
 			t.Errorf("joiner's first parameter %v, want the fetched 0.25", got)
 		}
 	})

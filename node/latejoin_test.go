@@ -24,7 +24,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	port := freePort(t)
 	built := buildTestNodesWith(t, 2, "asp", 0.01, nil, func(c *nodeSetup) {
 		c.Overlay.JoinTimeout = 2 * time.Second
-		c.Join.RetryMin, c.Join.RetryMax, c.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
+		c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax, c.Overlay.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
 		c.WaitPeers = 0
 		c.StartTimeout = 200 * time.Millisecond // the old wait gave up after this
 	})
@@ -47,7 +47,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 		var nd *Node
 		for _, n := range buildTestNodesWith(t, 1, "asp", 0.01, nil, func(c *nodeSetup) {
 			c.Overlay.JoinTimeout = 2 * time.Second
-			c.Join.RetryMin, c.Join.RetryMax, c.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
+			c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax, c.Overlay.Join.Check = 50*time.Millisecond, 400*time.Millisecond, 100*time.Millisecond
 			c.WaitPeers, c.StartTimeout = 0, 200*time.Millisecond
 			edit(&c.Config)
 		}) {
@@ -85,7 +85,7 @@ func TestLateBootstrapFetchesModel(t *testing.T) {
 	}
 	// The adopted model is the job's: the checkpoint's parameters, moved
 	// by at most the few steps the early node has made since.
-	got := early.task.Params()
+	got := early.model.Params()
 	var diff, norm float64
 	for i := range got {
 		d := got[i] - c.Params[i]

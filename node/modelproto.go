@@ -1,126 +1,20 @@
 package node
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"fmt"
-	"io"
-	"math"
-	"time"
+	"errors"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/psp"
 )
 
-// ModelMismatchError says that a peer runs another model than this node:
-// another model ID or parameter count. It is not a malformed message: the
-// two nodes must not be in one job.
-type ModelMismatchError struct {
-	Peer       string // the peer's ID; "" when not known
-	PeerModel  uint32
-	PeerParams int64
-	OwnModel   uint32
-	OwnParams  int64
-}
-
-func (e *ModelMismatchError) Error() string {
-	who := "the peer"
-	if e.Peer != "" {
-		who = "peer " + e.Peer
-	}
-	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
-		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
-}
-
-// handleModel sends the current model to a joining peer.
-func (n *Node) handleModel(s network.Stream) {
-	from := s.Conn().RemotePeer()
-	defer s.Close()
-	ctx, cancel := context.WithTimeout(n.life, 10*n.cfg.QueryTimeout)
-	defer cancel()
-	defer guard(ctx, s)()
-	_ = s.SetDeadline(time.Now().Add(10 * n.cfg.QueryTimeout))
-	body, err := readFrame(smallReader(s, 8), 8)
-	if err != nil || len(body) != 1 || body[0] != wireVersion {
-		n.m.modelBad.Inc()
-		_ = s.Reset()
-		return
-	}
-	if n.driver != nil && (!n.modelUp.Load() || n.idle.Load()) {
-		// A driven node with no model yet (before its first trainer), or
-		// no trainer to ask: the asker tries another peer. (A node whose
-		// task has no model answers n = 0, below.)
-		n.m.modelNone.Inc()
-		_ = s.Reset()
-		return
-	}
-	// The frame's head (its length, the step, the model ID and the
-	// parameter count) goes first: an asker that only checks which model
-	// the job runs (peekModel) reads it and goes, without waiting for the
-	// parameters, which a trainer in another process may take a while to
-	// give.
-	step, count := n.step.Load(), n.task.NumParams()
-	if _, err := s.Write(modelHead(step, n.task.ModelID(), count)); err != nil {
-		_ = s.Reset()
-		return
-	}
-	params, err := n.paramsFor(ctx)
-	if err != nil {
-		n.m.modelNone.Inc()
-		n.log.Debug("model not served", "to", from, "err", err)
-		_ = s.Reset()
-		return
-	}
-	if _, err := s.Write(appendParams(make([]byte, 0, 8*count), params)); err != nil {
-		_ = s.Reset()
-	}
-}
-
-// modelHead is the start of a model reply frame of count parameters: the
-// frame's length, then the body up to the parameters.
-func modelHead(step int64, modelID uint32, count int) []byte {
-	b := binary.AppendUvarint(nil, uint64(wire.ModelHeaderLen+8*count))
-	b = append(b, wireVersion)
-	b = binary.BigEndian.AppendUint64(b, uint64(step))
-	b = binary.BigEndian.AppendUint32(b, modelID)
-	return binary.BigEndian.AppendUint32(b, uint32(count))
-}
-
-// appendParams appends the parameters of a model reply to b.
-func appendParams(b []byte, params []float64) []byte {
-	for _, v := range params {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
-}
-
-// peekModel asks p for its model and reads only the head of the reply:
-// nil if p runs this node's model, a *ModelMismatchError if it runs
-// another, or why p did not say.
-func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.QueryTimeout)
-	defer cancel()
-	// The answerer writes its whole model before it sees the reset: the
-	// stream may cross a relay only if the whole model fits (netsetup.OverRelay).
-	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
-	if err != nil {
-		return err
-	}
-	defer s.Reset() // the parameters are not wanted
-	defer guard(ctx, s)()
-	deadline, _ := ctx.Deadline()
-	_ = s.SetDeadline(deadline)
-	if err := writeFrame(s, []byte{wireVersion}); err != nil {
-		return err
-	}
-	_ = s.CloseWrite()
-	_, err = n.readModelHead(bufio.NewReaderSize(s, 32), p)
-	return err
-}
+// The node's side of the model protocol (the messages and their streams
+// are package wire's): a joiner fetches the job's model from a peer, and
+// every node serves its own.
 
 // ParamSource is implemented by tasks whose parameters take time to get
 // or may be unavailable, such as a trainer in another process: the model
@@ -129,95 +23,73 @@ type ParamSource interface {
 	ParamsContext(ctx context.Context) ([]float64, error)
 }
 
-// paramsFor returns the task's parameters for a peer's model fetch.
-func (n *Node) paramsFor(ctx context.Context) ([]float64, error) {
-	var p []float64
-	if ps, ok := n.task.(ParamSource); ok {
-		var err error
-		if p, err = ps.ParamsContext(ctx); err != nil {
-			return nil, err
-		}
-	} else {
-		p = n.task.Params()
-	}
-	if len(p) != n.task.NumParams() {
-		return nil, fmt.Errorf("the task gave %d parameters, its model has %d", len(p), n.task.NumParams())
-	}
-	return p, nil
+// shape is the node's model as peers compare it.
+func (n *Node) shape() wire.ModelShape {
+	return wire.ModelShape{ID: n.model.ModelID(), N: n.model.NumParams()}
 }
 
 // fetchModel asks one peer for its model. A peer that runs another model
 // is found from the head of its reply: a *ModelMismatchError, whatever the
 // size of its model.
 func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.QueryTimeout)
+	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.Check.QueryTimeout)
 	defer cancel()
-	s, err := n.h.NewStream(netsetup.OverRelay(ctx, wire.MaxModelFrame(n.task.NumParams()), "model"), p, n.modelID)
-	if err != nil {
-		return wire.ModelSnapshot{}, err
-	}
-	defer guard(ctx, s)()
-	deadline, _ := ctx.Deadline()
-	_ = s.SetDeadline(deadline)
-	if err := writeFrame(s, []byte{wireVersion}); err != nil {
-		_ = s.Reset()
-		return wire.ModelSnapshot{}, err
-	}
-	_ = s.CloseWrite()
-	limit := wire.MaxModelFrame(n.task.NumParams())
-	r := bufio.NewReader(io.LimitReader(s, int64(limit)+binary.MaxVarintLen64))
-	snap, err := n.readModelHead(r, p)
-	if err != nil {
-		_ = s.Reset()
-		return wire.ModelSnapshot{}, err
-	}
-	body, err := readBody(r, 8*n.task.NumParams())
-	if err != nil {
-		_ = s.Reset()
-		return wire.ModelSnapshot{}, err
-	}
-	_ = s.Close()
-	snap.Params = make([]float64, n.task.NumParams())
-	for i := range snap.Params {
-		v := math.Float64frombits(binary.BigEndian.Uint64(body[8*i:]))
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return wire.ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v", ErrWire, i, v)
-		}
-		if bound := n.cfg.Gossip.MaxAbsValue; bound > 0 && math.Abs(v) > bound {
-			// No honest model has it: updates and models beyond the
-			// bound are refused by every receiver.
-			return wire.ModelSnapshot{}, fmt.Errorf("%w: parameter %d is %v, beyond the exchange's bound of ±%v", ErrWire, i, v, bound)
-		}
-		snap.Params[i] = v
-	}
-	return snap, nil
+	m, err := wire.FetchModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape(), n.cfg.Exchange.MaxAbsValue)
+	return m, n.mismatch(p, err)
 }
 
-// readModelHead reads the head of a model reply from p: the frame's
-// length, the version, the step, the model ID and the parameter count,
-// which must be this node's.
-func (n *Node) readModelHead(r *bufio.Reader, p peer.ID) (wire.ModelSnapshot, error) {
-	size, err := binary.ReadUvarint(r)
-	if err != nil {
-		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrWire, err)
+// peekModel asks p for its model and reads only the head of the reply:
+// nil if p runs this node's model, a *ModelMismatchError if it runs
+// another, or why p did not say.
+func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, n.cfg.Check.QueryTimeout)
+	defer cancel()
+	return n.mismatch(p, wire.PeekModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape()))
+}
+
+// overRelay lets a model stream cross a relay only if the whole model
+// fits (netsetup.OverRelay): the answerer writes it all before it sees a
+// reset.
+func (n *Node) overRelay(ctx context.Context) context.Context {
+	return netsetup.OverRelay(ctx, wire.MaxModelFrame(n.model.NumParams()), "model")
+}
+
+// mismatch turns wire's model mismatch from p into a *ModelMismatchError;
+// other errors pass as they are.
+func (n *Node) mismatch(p peer.ID, err error) error {
+	var wm *wire.ModelMismatch
+	if !errors.As(err, &wm) {
+		return err
 	}
-	head := make([]byte, wire.ModelHeaderLen)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrWire, err)
+	return &ModelMismatchError{Peer: p.String(), PeerModel: wm.Theirs.ID, PeerParams: int64(wm.Theirs.N),
+		OwnModel: wm.Ours.ID, OwnParams: int64(wm.Ours.N)}
+}
+
+// modelSource is the node as its model server sees it (wire.ModelSource).
+type modelSource Node
+
+// ModelHead is the node's step and model. A driven node with no model yet
+// (before its first trainer), or no trainer to ask, has none: the asker
+// tries another peer. (A node whose task has no model answers n = 0.)
+func (s *modelSource) ModelHead() (psp.Step, wire.ModelShape, bool) {
+	n := (*Node)(s)
+	if n.driver != nil && (!n.modelUp.Load() || n.idle.Load()) {
+		return 0, wire.ModelShape{}, false
 	}
-	if head[0] != wireVersion {
-		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrWire, head[0], wireVersion)
+	return n.step.Load(), n.shape(), true
+}
+
+// ModelParams are the task's parameters for a peer's model fetch.
+func (s *modelSource) ModelParams(ctx context.Context) ([]float64, error) {
+	n := (*Node)(s)
+	if ps, ok := n.model.(ParamSource); ok {
+		return ps.ParamsContext(ctx)
 	}
-	snap := wire.ModelSnapshot{Step: int64(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
-	count := binary.BigEndian.Uint32(head[13:])
-	own := n.task.NumParams()
-	switch {
-	case snap.Step < 0:
-		return wire.ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrWire, snap.Step)
-	case snap.ModelID != n.task.ModelID() || int64(count) != int64(own):
-		return wire.ModelSnapshot{}, &ModelMismatchError{Peer: p.String(), PeerModel: snap.ModelID, PeerParams: int64(count), OwnModel: n.task.ModelID(), OwnParams: int64(own)}
-	case size != uint64(wire.ModelHeaderLen)+8*uint64(count):
-		return wire.ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrWire, size, count)
-	}
-	return snap, nil
+	return n.model.Params(), nil
+}
+
+// serveModel is the model protocol's stream handler.
+func (n *Node) serveModel(s network.Stream) {
+	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
+	sv.Serve(s)
 }

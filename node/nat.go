@@ -1,6 +1,8 @@
 package node
 
 import (
+	"slices"
+
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/peer"
 
@@ -28,10 +30,11 @@ func (n *Node) natOptions(cfg Config) []libp2p.Option {
 	if cfg.Identity != nil {
 		self, _ = peer.IDFromPrivateKey(cfg.Identity)
 	}
-	boot, err := cfg.bootstrapPeers(self)
+	boot, err := overlayConfig(cfg, nil).Bootstrap()
 	if err != nil {
 		boot = nil
 	}
+	boot = slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == self })
 	return append(opts, n.nat.HostOptions(cfg.NAT, boot, n.reg)...)
 }
 

@@ -20,10 +20,12 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/protocol/holepunch"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // These tests build real hosts on TCP loopback. One machine has no NAT, so
@@ -40,7 +42,7 @@ func natConfig(psk pnet.PSK, boot ...*Node) Config {
 	cfg := tcpConfig()
 	cfg.Job = "nattest"
 	cfg.PSK = psk
-	cfg.QueryTimeout = 5 * time.Second
+	cfg.Check.QueryTimeout = 5 * time.Second
 	for _, b := range boot {
 		cfg.Bootstrap = append(cfg.Bootstrap, loopbackAddr(b))
 	}
@@ -181,7 +183,7 @@ func gaugeValue(t *testing.T, nd *Node, name, label, value string) float64 {
 }
 
 // httpStatus reads a node's /status over HTTP.
-func httpStatus(t *testing.T, nd *Node) Status {
+func httpStatus(t *testing.T, nd *Node) status.Status {
 	t.Helper()
 	srv := httptest.NewServer(nd.Handler())
 	defer srv.Close()
@@ -190,7 +192,7 @@ func httpStatus(t *testing.T, nd *Node) Status {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	var st Status
+	var st status.Status
 	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil {
 		t.Fatal(err)
 	}
@@ -337,7 +339,7 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 		t.Fatal(err)
 	}
 	withModel := func(cfg Config, seed uint64) Option { // linreg: 21 parameters
-		task, err := NewTask(TaskSpec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: SeedOf(cfg.Job)}, data)
+		task, err := builtin.New(builtin.Spec{Model: "linreg", Shards: 1, SGD: model.DefaultSGDConfig(), Seed: seed, InitSeed: builtin.SeedOf(cfg.Job)}, data)
 		if err != nil {
 			t.Fatal(err)
 		}

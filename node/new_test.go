@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/vclock"
 )
 
@@ -75,8 +76,10 @@ func TestOptionsAgreeWithConfig(t *testing.T) {
 		want string // in the error; "" for none
 	}{
 		{"defaults", func(*Config) {}, nil, ""},
-		{"driven with a task", func(c *Config) { c.Driven = true }, []Option{WithTask(NewSleepTask(TimeModel{}, 1))}, ""},
-		{"driven without a task", func(c *Config) { c.Driven = true }, nil, "WithTask: a driven node"},
+		{"driven with a model", func(c *Config) { c.Driven = true }, []Option{WithModel(builtin.NewSleepTask(builtin.TimeModel{}, 1))}, ""},
+		{"driven without a model", func(c *Config) { c.Driven = true }, nil, "WithModel: a driven node"},
+		{"driven with a task", func(c *Config) { c.Driven = true }, []Option{WithModel(noWork{}), WithTask(noWork{})}, "WithTask: a driven node (Driven) runs no task"},
+		{"a bare model, not driven", func(*Config) {}, []Option{WithModel(noWork{})}, "WithModel: only a driven node"},
 		{"no listen address", func(c *Config) { c.Listen = nil }, nil, "Listen: no listen address, and no host (WithHost)"},
 		{"a host instead", func(c *Config) { c.Listen = nil }, []Option{WithHost(given)}, ""},
 		{"swarm key with a host", func(c *Config) { c.PSK = make([]byte, 32) }, []Option{WithHost(given)}, "PSK, AllowPeers: "},
@@ -100,12 +103,12 @@ func TestOptionsAgreeWithConfig(t *testing.T) {
 	}
 	// The options set what they name; a later one of a kind wins.
 	log, reg := slog.New(slog.DiscardHandler), prometheus.NewRegistry()
-	a, b := NewSleepTask(TimeModel{}, 1), NewSleepTask(TimeModel{}, 2)
+	a, b := builtin.NewSleepTask(builtin.TimeModel{}, 1), builtin.NewSleepTask(builtin.TimeModel{}, 2)
 	var d deps
-	for _, o := range []Option{WithTask(a), WithHost(given), WithLogger(log), WithRegistry(reg), WithTask(b)} {
+	for _, o := range []Option{WithTask(a), WithHost(given), WithLogger(log), WithRegistry(reg), WithTask(b), WithModel(a)} {
 		o(&d)
 	}
-	if d.task != b || d.host != given || d.log != log || d.reg != reg {
+	if d.task != b || d.model != a || d.host != given || d.log != log || d.reg != reg {
 		t.Errorf("options set %+v", d)
 	}
 }

@@ -2,8 +2,6 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,24 +11,45 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
-	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
 // ErrClosed is returned by calls on a closed Node.
 var ErrClosed = errors.New("node: closed")
+
+// ModelMismatchError says that a peer runs another model than this node:
+// another model ID or parameter count. It is not a malformed message: the
+// two nodes must not be in one job.
+type ModelMismatchError struct {
+	Peer       string // the peer's ID; "" when not known
+	PeerModel  uint32
+	PeerParams int64
+	OwnModel   uint32
+	OwnParams  int64
+}
+
+func (e *ModelMismatchError) Error() string {
+	who := "the peer"
+	if e.Peer != "" {
+		who = "peer " + e.Peer
+	}
+	return fmt.Sprintf("model mismatch: %s runs model id %#08x with %d parameters; this node runs model id %#08x with %d",
+		who, e.PeerModel, e.PeerParams, e.OwnModel, e.OwnParams)
+}
 
 // Node is one pspnode: a libp2p host, its overlay membership, its gossip
 // topic, the step and model protocols, and the training engine.
@@ -63,21 +82,16 @@ type Node struct {
 	modelMu   sync.Mutex
 	modelUp   atomic.Bool
 	closing   bool // under modelMu: Close has begun, attach no more
-	ex        exchanger
-	xm        *exchangeMetrics
-	payloads  payloadPool // buffers for received models (exchangeproto.go)
-	exID      protocol.ID
-	exLimiter *inboundLimiter
-	warnMu    sync.Mutex
-	warned    map[peer.ID]bool // peers warned about (warnOnce)
-	task      Task
+	ex        exchange.Exchange
+	exIn      *wire.Inbound
+	events    chan<- Event // WithEvents; nil for none
+	model     Model        // the task, or a driven node's model
+	work      Task         // the task Run steps; nil for a driven node
 	decider   psp.Decider
 	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
 	reg       *prometheus.Registry
-	m         *metrics
-	stepID    protocol.ID
-	stepExtID protocol.ID // step protocol 1.1.0 (internal/wire/stepext.go)
-	modelID   protocol.ID
+	m         *status.Metrics
+	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
 	wake      chan struct{}
 	rngMu     sync.Mutex
@@ -105,7 +119,7 @@ type Node struct {
 	repOK  bool
 	repAt  time.Time
 	// meter counts the bytes of the node's streams (traffic.go).
-	meter *meter
+	meter *status.Meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
@@ -116,13 +130,14 @@ type Node struct {
 	guardKick    chan struct{}
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
-	progress *progress
-	// limiter caps concurrent inbound step streams, modelLimiter model
-	// streams (apart: slow model streams must not crowd out step queries).
-	limiter      *inboundLimiter
-	modelLimiter *inboundLimiter
-	// steps holds idle step streams for reuse (stepconn.go).
-	steps *stepStreams
+	progress *progress.Table
+	// The step protocol (steps.go): asker keeps idle streams for reuse;
+	// stepIn caps concurrent inbound step streams, modelIn model streams
+	// (apart: slow model streams must not crowd out step queries).
+	asker      *wire.Asker
+	stepServer *wire.StepServer
+	stepIn     *wire.Inbound
+	modelIn    *wire.Inbound
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen
@@ -131,18 +146,18 @@ type Node struct {
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
 	wedge  *psp.Wedge
 	wedged atomic.Bool
-	// joiner keeps the node joined through its bootstrap peers (nil with
-	// none; bootstrap.go).
-	joiner *joiner
 	// nat follows reachability, relays and hole punches (package netsetup).
 	nat *netsetup.NAT
-	// iso is the isolation policy's state (isolation.go).
-	iso isolation
+	// heard is the peers heard from lately, and the last leave; isoSince
+	// when the node became isolated, zero while it is not (isolation.go).
+	heard    progress.Heard
+	isoMu    sync.Mutex
+	isoSince time.Time
 	// lin is the node's lineage of the job and what it heard of its
 	// peers' (genesis.go).
-	lin *lineage
-	// state keeps the peers file (state.go); nil without one.
-	state *peerState
+	lin *lineage.Lineage
+	// firstMM is the first peer of another model the node met (nil: none).
+	firstMM atomic.Pointer[ModelMismatchError]
 
 	leaveOnce sync.Once
 	closeOnce sync.Once
@@ -155,244 +170,37 @@ type evalResult struct {
 	Accuracy float64
 }
 
-// New builds a node from its settings (cfg) and what it runs with (opts):
-// the host (unless WithHost gives one), the overlay (which joins through
-// cfg.Bootstrap), the gossip topic for the task's updates, and the
-// protocol handlers. Training starts with Run. Close (or Leave, then
-// Shutdown) releases it all.
+// A Driver runs a node's steps for a program that has its own training
+// loop, such as a trainer process behind the trainer API (package
+// node/trainer), instead of Run and a Task's Step. The node keeps the
+// membership, the population estimate, the barrier and the exchange; the
+// driving program owns the model and the compute, and tells the node what
+// it did. A node is driven when built with Config.Driven.
 //
-// A host given with WithHost belongs to the node from the moment New is
-// called, whether New succeeds or not: if New fails, for any reason
-// (Validate's included), it has closed the host before it returns; if it
-// succeeds, Shutdown (or Close) closes it. The caller must not close it
-// itself, nor use it for anything else once the node has it.
-func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
-	var d deps
-	for _, o := range opts {
-		o(&d)
-	}
-	if err := errors.Join(append([]error{cfg.Validate()}, d.validate(cfg)...)...); err != nil {
-		if d.host != nil {
-			_ = d.host.Close()
-		}
-		return nil, fmt.Errorf("node: %w", err)
-	}
-	n := &Node{
-		cfg:          cfg,
-		log:          d.log,
-		reg:          d.reg,
-		givenHost:    d.host != nil,
-		stepID:       wire.StepProtocol(cfg.Job),
-		modelID:      wire.ModelProtocol(cfg.Job),
-		exID:         ExchangeProtocol(cfg.Job),
-		started:      time.Now(),
-		wake:         make(chan struct{}, 1),
-		decider:      psp.NewDecider(cfg.Barrier),
-		limiter:      newInboundLimiter(cfg.MaxStreamsPerPeer, cfg.MaxInboundStreams),
-		modelLimiter: newInboundLimiter(modelStreamsPerPeer, modelStreamsTotal),
-		steps:        newStepStreams(cfg.StepStreams),
-		screen:       screenFor(cfg.Screen),
-		progress:     newProgress(),
-	}
-	n.stepExtID = wire.StepProtocolExt(cfg.Job)
-	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
-	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
-	n.life, n.endLife = context.WithCancel(context.Background())
-	n.active, n.endActive = context.WithCancel(n.life)
-	if n.log == nil {
-		n.log = slog.New(slog.DiscardHandler)
-	}
-	if n.reg == nil {
-		n.reg = prometheus.NewRegistry()
-	}
-	n.m = newMetrics(n.reg)
-	n.lin = newLineage(n.reg, cfg.Genesis)
-	n.meter = newMeter(cfg.Job)
-	n.reg.MustRegister(newTrafficCollector(n))
-	n.nat = netsetup.NewNAT(n.reg)
+// A driven node counts as a participant in its peers' barriers and
+// population only while it is active: between Activate and Deactivate
+// (one session of a trainer). Otherwise it answers step queries as a
+// leaving node does, so no peer waits on a node that is not training, and
+// it discards the updates it receives.
+//
+// A session: Begin (wait for the job, then the step and model to start
+// from), Activate, then for each step Barrier, the program's compute, Done
+// and (under the epidemic exchange) Merge; Deactivate when the program
+// goes. The first step of a session passes its barrier without a check,
+// as Run's first step does. Calls are serialised.
+type Driver struct {
+	n *Node
 
-	if d.host != nil {
-		n.nat.Attach(d.host)
-		n.h = n.meter.wrapHost(d.host)
-	} else {
-		rm, cl, err := resourceManager(cfg)
-		if err != nil {
-			return nil, fmt.Errorf("node: resource manager: %w", err)
-		}
-		cm, err := connmgr.NewConnManager(cl.low, cl.high, connmgr.WithGracePeriod(time.Minute))
-		if err != nil {
-			_ = rm.Close()
-			return nil, fmt.Errorf("node: connection manager: %w", err)
-		}
-		n.inboundLimit = cl.inbound
-		opts := []libp2p.Option{
-			libp2p.ListenAddrStrings(cfg.Listen...),
-			libp2p.ConnectionManager(cm),
-			libp2p.ResourceManager(rm),
-			libp2p.PrometheusRegisterer(n.reg),
-			libp2p.UserAgent(userAgent(cfg)),
-			libp2p.ProtocolVersion(IdentifyProtocol),
-		}
-		if cfg.Identity != nil {
-			opts = append(opts, libp2p.Identity(cfg.Identity))
-		}
-		opts = append(opts, netsetup.GateOptions(cfg.PSK, cfg.AllowPeers, cfg.hostFaults.RefuseDirectInbound, n.log, n.reg)...)
-		opts = append(opts, n.natOptions(cfg)...)
-		h, err := libp2p.New(opts...)
-		if err != nil {
-			// Both run goroutines from their constructors; libp2p closes
-			// them on some failures but not all (not when an option is
-			// refused). Close is idempotent on both.
-			_ = rm.Close()
-			_ = cm.Close()
-			return nil, fmt.Errorf("node: libp2p host: %w", err)
-		}
-		n.nat.Attach(h)
-		n.h = n.meter.wrapHost(h)
-	}
-	seed := cfg.Seed
-	if seed == 0 {
-		sum := sha256.Sum256([]byte(n.h.ID()))
-		seed = binary.BigEndian.Uint64(sum[:8])
-	}
-	n.rng = rand.New(rand.NewPCG(seed, 0x90de))
-	n.task = d.task
-	if n.task == nil {
-		n.task = NewSleepTask(cfg.TimeModel, seed)
-	}
+	mu          sync.Mutex // one call at a time
+	first       psp.Step   // the session's first step
+	passed      psp.Step   // the last step whose barrier passed
+	computeFrom time.Time  // when it passed: the program's compute starts
 
-	if cfg.Driven {
-		n.driver = &Driver{n: n}
-		n.idle.Store(true) // out of peers' barriers until a trainer comes
-	}
+	infoMu sync.Mutex // guards client (not mu: Status must not wait for a barrier)
+	client string     // who drives, for status.Status
 
-	n.ready = make(chan struct{})
-	fail := func(err error) (*Node, error) {
-		close(n.ready) // n.up stays false: waiting handlers reset their streams
-		n.closeParts()
-		return nil, err
-	}
-	n.guardKick = make(chan struct{}, 1)
-	n.conns = &network.NotifyBundle{
-		ConnectedF: func(_ network.Network, c network.Conn) {
-			n.opened.Add(1)
-			n.m.connsOpened.Inc()
-			if n.inboundLimit > 0 && c.Stat().Direction == network.DirInbound {
-				select {
-				case n.guardKick <- struct{}{}:
-				default:
-				}
-			}
-		},
-		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
-	}
-	n.h.Network().Notify(n.conns)
-	n.h.SetStreamHandler(n.stepID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.stepExtID, n.limited(n.handleStep))
-	n.h.SetStreamHandler(n.modelID, n.limitedBy(n.modelLimiter, "model", n.handleModel))
-
-	n.rejoinRemembered(ctx) // the peers file's peers that answer join the bootstrap peers
-	joinErr, err := n.newOverlay(ctx)
-	if err != nil {
-		return fail(fmt.Errorf("node: %w", err))
-	}
-	n.limiter.setKnown(n.ov.Knows) // idle step streams of unknown peers make room (limits.go)
-	n.registerGaugeFuncs()
-	if n.task.NumParams() > 0 {
-		if err := n.attachModel(ctx); err != nil {
-			return fail(fmt.Errorf("node: %w", err))
-		}
-	}
-	n.startJoiner(joinErr, seed)
-	n.keepPeers()
-	n.boundConns()
-	n.guardInbound()
-	n.up.Store(true)
-	close(n.ready)
-	return n, nil
-}
-
-// attachModel sets up what a node with a model needs: the exchange
-// protocol (every node with a model serves it: under gossip, to refuse
-// epidemic peers' models with a clear reason), and the epidemic state or
-// the gossip topic. New calls it when the task has parameters; a driven
-// node whose trainer says what its model is calls it through
-// Driver.Attach. modelUp is set once ex and xm are: code outside the
-// goroutine that attaches checks it before touching them.
-func (n *Node) attachModel(ctx context.Context) error {
-	n.modelMu.Lock()
-	defer n.modelMu.Unlock()
-	if n.modelUp.Load() {
-		return nil
-	}
-	if n.closing {
-		return ErrClosed
-	}
-	n.xm = newExchangeMetrics(n.reg)
-	n.exLimiter = newInboundLimiter(exchangeStreamsPerPeer, exchangeStreamsTotal)
-	ex, err := n.newExchanger(ctx)
-	if err != nil {
-		return err
-	}
-	n.ex = ex
-	n.modelUp.Store(true) // before the handler: every request it serves finds ex
-	n.h.SetStreamHandler(n.exID, n.limitedBy(n.exLimiter, "exchange", n.handleExchange))
-	return nil
-}
-
-// overlayConfig is the overlay's configuration for a node: cfg.Overlay with
-// the job, the bootstrap peers and the logger filled in, KeepJoining on (a
-// node whose bootstrap peers do not answer at first starts alone and keeps
-// joining, bootstrap.go), and, when the node is seeded (cfg.Seed != 0) and
-// cfg.Overlay.Seed is not set, a seed derived from the node's, so that a
-// seeded node samples reproducibly. The overlay
-// gets a stream of its own (overlaySeed), not the node's seed itself. An
-// unseeded node leaves the overlay on crypto/rand: a seed derived from the
-// peer ID, which anyone can read, would let others predict its samples.
-func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
-	ocfg := cfg.Overlay
-	ocfg.Job = cfg.Job
-	ocfg.KeepJoining = true
-	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
-	if ocfg.Logger == nil {
-		ocfg.Logger = log
-	}
-	if ocfg.Seed == 0 && cfg.Seed != 0 {
-		ocfg.Seed = overlaySeed(cfg.Seed)
-	}
-	return ocfg
-}
-
-// overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
-// label and the seed, so it is unrelated to the node's own streams (which
-// use the seed directly), and never 0 (which the overlay reads as unset).
-func overlaySeed(seed uint64) uint64 {
-	var b [8]byte
-	binary.BigEndian.PutUint64(b[:], seed)
-	sum := sha256.Sum256(append([]byte("pspnode overlay seed\x00"), b[:]...))
-	return max(binary.BigEndian.Uint64(sum[:8]), 1)
-}
-
-// awaitReady holds an inbound stream that arrived while New was still
-// joining until the node is assembled. It resets the stream, counted as
-// refused, if New failed or takes longer than the query timeout.
-func (n *Node) awaitReady(s network.Stream, proto string) bool {
-	select {
-	case <-n.ready:
-	default:
-		t := time.NewTimer(n.cfg.QueryTimeout)
-		defer t.Stop()
-		select {
-		case <-n.ready:
-		case <-t.C:
-		}
-	}
-	if !n.up.Load() {
-		n.m.refused.WithLabelValues(proto).Inc()
-		_ = s.Reset()
-		return false
-	}
-	return true
+	resetMu sync.Mutex
+	reset   *Reset // the job's state the program must take (TakeReset); nil for none
 }
 
 // ID is the node's peer ID.
@@ -404,30 +212,15 @@ func (n *Node) Host() host.Host { return n.h }
 // Overlay is the node's overlay.
 func (n *Node) Overlay() *overlay.Overlay { return n.ov }
 
-// Gossip is the node's update topic, nil for a task without a model and
-// under the epidemic exchange.
-func (n *Node) Gossip() *gossip.Gossip { return n.exch().topic() }
-
-// Task is the node's task.
-func (n *Node) Task() Task { return n.task }
+// Model is the node's model: its task (WithTask), or a driven node's
+// model (WithModel).
+func (n *Node) Model() Model { return n.model }
 
 // Registry is the node's metrics registry.
 func (n *Node) Registry() *prometheus.Registry { return n.reg }
 
 // Step is the number of iterations the node has completed.
 func (n *Node) Step() psp.Step { return n.step.Load() }
-
-// screenFor is the screen a node with this configuration uses: nil (off)
-// for the zero ScreenConfig.
-func screenFor(c psp.ScreenConfig) *psp.Screen {
-	if c == (psp.ScreenConfig{}) {
-		return nil
-	}
-	return psp.NewScreen(c)
-}
-
-// Computing reports whether the node is inside its task's Step.
-func (n *Node) Computing() bool { return n.busy.Load() }
 
 // Waiting reports whether the node is waiting at its barrier.
 func (n *Node) Waiting() bool { return n.waiting.Load() }
@@ -450,173 +243,16 @@ func (n *Node) poke() {
 
 func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.Load()) }
 
-// estimate is the population estimate this node reports to peers: its own
-// local estimate (zone density and lookups), not the fused one, so that the
-// reports a node averages stay independent and errors do not echo.
-// It is recomputed at most once a second: every query a node sends or
-// answers carries it.
-func (n *Node) estimate() float64 {
-	n.estMu.Lock()
-	defer n.estMu.Unlock()
-	if time.Since(n.estAt) < time.Second {
-		return n.estVal
-	}
-	est, _, err := n.ov.LocalEstimate()
-	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
-		est = 0
-	}
-	if n.exactCount() { // a small job that just lost a peer (population.go)
-		est = float64(1 + n.ov.PeerCount())
-	}
-	n.estAt, n.estVal = time.Now(), est
-	return est
-}
-
-// guard resets s when ctx ends. Every wait on a stream then has a deadline
-// even on transports whose SetDeadline does nothing (go-libp2p's mocknet),
-// and whatever the remote does. Call the returned stop when done.
-func guard(ctx context.Context, s network.Stream) (stop func() bool) {
-	return context.AfterFunc(ctx, func() { _ = s.Reset() })
-}
-
-// limited wraps a step stream handler in the step protocol's inbound
-// stream caps: a stream over its peer's cap, or over the node's that may
-// evict no idle stream (limits.go), is reset at once and counted.
-func (n *Node) limited(handle func(network.Stream, *stepSlot)) network.StreamHandler {
-	l := n.limiter
-	evicted := func() { n.m.hostile.WithLabelValues(kindStepStreamEvicted).Inc() }
-	return func(s network.Stream) {
-		sl, ok := l.enter(s.Conn().RemotePeer(), s, evicted)
-		if !ok {
-			n.m.refused.WithLabelValues("step").Inc()
-			_ = s.Reset()
-			return
-		}
-		defer l.leave(sl)
-		if !n.awaitReady(s, "step") {
-			return
-		}
-		handle(s, sl)
-	}
-}
-
-// limitedBy is limited with the caps of l, and waits, as every handler
-// must, until the node is assembled. proto labels the streams it refuses
-// (psp_streams_refused_total).
-func (n *Node) limitedBy(l *inboundLimiter, proto string, handle network.StreamHandler) network.StreamHandler {
-	return func(s network.Stream) {
-		from := s.Conn().RemotePeer()
-		if !l.acquire(from) {
-			n.m.refused.WithLabelValues(proto).Inc()
-			_ = s.Reset()
-			return
-		}
-		defer l.release(from)
-		if !n.awaitReady(s, proto) {
-			return
-		}
-		handle(s)
-	}
-}
-
-// leaveBudget is how long Close gives the leave notices.
-const leaveBudget = 300 * time.Millisecond
-
-// Leave leaves the job gracefully, as memberlist's Leave does: from now on
-// the node answers every step query as leaving (its peers drop it from
-// their samples and population), Run returns ErrClosed (abandoning the
-// step in progress) and the Driver's Barrier refuses, the peers file
-// (Config.PeersFile) gets the peers the node knows, and up to 32
-// connected peers are told at once, in parallel, within timeout. It keeps
-// the host and every protocol running, so that peers that ask meanwhile
-// are told too: call Shutdown next (Close does both). A second Leave does
-// nothing; Leave after Shutdown returns ErrClosed.
-func (n *Node) Leave(timeout time.Duration) error {
-	if n.life.Err() != nil {
-		return ErrClosed
-	}
-	n.leaveOnce.Do(func() {
-		n.leaving.Store(true)
-		n.endActive()
-		n.savePeers(true) // while the node still knows them (state.go)
-		n.announceLeave(timeout)
-	})
-	return nil
-}
-
-// Shutdown stops the node without a word to its peers, as a crash would:
-// Run returns ErrClosed, and gossip, the overlay, the protocol handlers and
-// the host (the node's own or the one given with WithHost) are closed.
-// Peers find it gone when their queries fail. It is safe to call more than
-// once; later calls return the first's result.
-func (n *Node) Shutdown() error {
-	n.closeOnce.Do(func() { n.closeErr = n.closeParts() })
-	return n.closeErr
-}
-
-// Crash is Shutdown, under the name testnets use for it.
-func (n *Node) Crash() error { return n.Shutdown() }
-
-// Close leaves the job (Leave, with 300 ms for the notices) and shuts the
-// node down (Shutdown). It is safe to call more than once.
-func (n *Node) Close() error {
-	_ = n.Leave(leaveBudget)
-	return n.Shutdown()
-}
-
-// announceLeave sends a leaving note to up to 32 known peers, in parallel,
-// for at most timeout: cheap, and it lets them drop this node from their
-// samples at once instead of timing out on it.
-func (n *Node) announceLeave(timeout time.Duration) {
-	if n.ov == nil || timeout <= 0 {
+// emit sends an event to the channel of WithEvents without waiting: an
+// event that finds it full is dropped and counted
+// (psp_events_dropped_total), so a slow reader never holds the node up.
+func (n *Node) emit(kind EventKind, p peer.ID) {
+	if n.events == nil {
 		return
 	}
-	peers := n.ov.Peers()
-	n.rngMu.Lock()
-	n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	n.rngMu.Unlock()
-	if len(peers) > 32 {
-		peers = peers[:32]
+	select {
+	case n.events <- Event{Kind: kind, Peer: p, Step: n.step.Load(), At: time.Now()}:
+	default:
+		n.m.EventsDropped.Inc()
 	}
-	ctx, cancel := context.WithTimeout(n.life, timeout)
-	defer cancel()
-	var wg sync.WaitGroup
-	for _, p := range peers {
-		if n.h.Network().Connectedness(p) != network.Connected {
-			continue
-		}
-		wg.Go(func() { _, _ = n.queryStep(ctx, p, wire.StepRequest{Leaving: true, Step: n.step.Load()}) })
-	}
-	wg.Wait()
-}
-
-func (n *Node) closeParts() error {
-	n.modelMu.Lock()
-	n.closing = true // no attachModel from here on, so ex stays as it is
-	n.modelMu.Unlock()
-	if n.endLife != nil {
-		n.endLife()
-	}
-	if n.joiner != nil {
-		n.joiner.wait()
-	}
-	var errs []error
-	errs = append(errs, n.exch().close()) // its sends end with n.life
-	if n.ov != nil {
-		errs = append(errs, n.ov.Close())
-	}
-	if n.steps != nil {
-		n.steps.close()
-	}
-	if n.h != nil {
-		n.h.RemoveStreamHandler(n.stepID)
-		n.h.RemoveStreamHandler(n.stepExtID)
-		n.h.RemoveStreamHandler(n.modelID)
-		n.h.RemoveStreamHandler(n.exID)
-		if n.conns != nil {
-			n.h.Network().StopNotify(n.conns)
-		}
-		errs = append(errs, n.h.Close())
-	}
-	return errors.Join(errs...)
 }

@@ -13,10 +13,12 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -25,7 +27,6 @@ import (
 // is blocked, so a test's timeouts and step times do not depend on how
 // busy the machine is, and the bubble fails the test if anything the test
 // started is still running when it returns.
-
 // memNodes starts n nodes on a fresh in-memory network, each bootstrapped
 // from the first, running a synthetic linear-regression task with a short
 // synthetic task time (scale). Call it inside a synctest bubble; the nodes
@@ -47,7 +48,8 @@ func buildTestNodes(t testing.TB, n int, barrier string, scale float64, mk func(
 
 // nodeSetup is what buildTestNodesWith's edit may change: a node's
 // configuration, and options New takes after the host and the task (so a
-// WithTask there replaces the linear-regression task).
+// WithTask there, or a WithModel for a driven node, replaces the
+// linear-regression task).
 type nodeSetup struct {
 	Config
 	opts []Option
@@ -80,7 +82,7 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		cfg := &s.Config
 		// Gossip: the tests of this harness check its deltas; those of
 		// the epidemic exchange set it in edit.
-		cfg.Exchange = Exchange{}
+		cfg.Exchange.Spec = exchange.Spec{}
 		cfg.Job = "nodetest"
 		cfg.Listen = []string{"/ip4/127.0.0.1/tcp/0"}
 		var opts []Option
@@ -89,14 +91,19 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		}
 		cfg.Bootstrap = boot
 		cfg.Barrier = psp.MustParse(barrier)
-		cfg.QueryTimeout = 500 * time.Millisecond
-		opts = append(opts, WithTask(NewModelTask(tr, data.Test, TimeModel{Scale: scale, Factor: 1}, uint64(i+1))))
+		cfg.Check.QueryTimeout = 500 * time.Millisecond
+		task := builtin.NewModelTask(tr, data.Test, builtin.TimeModel{Scale: scale, Factor: 1}, uint64(i+1))
 		cfg.EvalEvery = 5
 		cfg.WaitPeers = n - 1
 		cfg.StartTimeout = 10 * time.Second
 		cfg.Seed = uint64(i + 1)
 		if edit != nil {
 			edit(&s)
+		}
+		if s.Config.Driven { // a driven node's program steps: it takes the model alone
+			opts = append(opts, WithModel(task))
+		} else {
+			opts = append(opts, WithTask(task))
 		}
 		nd, err := New(context.Background(), s.Config, append(opts, s.opts...)...)
 		if err != nil {
@@ -167,110 +174,6 @@ func minStep(nodes []*Node) int64 {
 	return lo
 }
 
-func TestNodesTrainAndRespectBarrier(t *testing.T) {
-	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 4, "pssp:2:1", 0.01)
-		ctx, cancel := context.WithCancel(t.Context())
-		wait := runAll(t, ctx, nodes)
-		defer func() { cancel(); wait() }()
-
-		maxSpread := int64(0)
-		trained := waitFor(20*time.Second, func() bool {
-			hi := int64(0)
-			for _, nd := range nodes {
-				hi = max(hi, nd.Step())
-			}
-			lo := minStep(nodes)
-			maxSpread = max(maxSpread, hi-lo)
-			return lo >= 40
-		})
-		if !trained {
-			t.Errorf("not every node reached step 40 in 20 s: lowest at %d", minStep(nodes))
-		}
-		for _, nd := range nodes {
-			st := nd.Status()
-			if st.UpdatesReceived == 0 {
-				t.Errorf("node %s received no updates", st.PeerID)
-			}
-			// Each node dialled or was dialled by its 3 peers at least once.
-			if st.ConnectedPeers < 1 || st.ConnectionsOpened < 3 {
-				t.Errorf("node %s: %d connected, %d opened", st.PeerID, st.ConnectedPeers, st.ConnectionsOpened)
-			}
-			if st.Loss == nil {
-				t.Errorf("node %s never evaluated", st.PeerID)
-			}
-			if st.UpdatesNormRefused != 0 {
-				t.Errorf("node %s refused %d honest updates by norm", st.PeerID, st.UpdatesNormRefused)
-			}
-		}
-		// pSSP(β=2, s=1) with β = 2 of 3 others: a node passes only if
-		// both sampled peers are within 1 step, so the spread stays small.
-		// The sample-level bound is not global, but with 4 nodes a spread
-		// beyond s+3 would mean the barrier is not being applied.
-		if maxSpread > 4 {
-			t.Errorf("step spread reached %d under pssp:2:1", maxSpread)
-		}
-		// The gauges read at scrape time: peers, in the routing table, and
-		// an estimate of about four nodes.
-		for _, nd := range nodes {
-			got := map[string]float64{}
-			mfs, err := nd.Registry().Gather()
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, mf := range mfs {
-				if len(mf.GetMetric()) == 1 && mf.GetMetric()[0].GetGauge() != nil {
-					got[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
-				}
-			}
-			if got["psp_connected_peers"] < 1 || got["psp_routing_table_size"] < 1 ||
-				!(got["psp_population_estimate"] >= 2 && got["psp_population_estimate"] <= 8) {
-				t.Errorf("node %s: gauges %v", nd.ID(), got)
-			}
-		}
-		// Sampler pools (64) hold every other node of four, and each node
-		// reports how many pools hold it. (The count is the overlay's; in
-		// about one run in twenty here one node's stays one short although
-		// every pool holds it, so this asks only that pools hold it.)
-		for _, nd := range nodes {
-			if st := nd.Status(); st.PoolInDegree < 1 || st.PoolInDegree > len(nodes)-1 || st.PoolRefused != 0 {
-				t.Errorf("node %s: pool in-degree %d (want 1 to %d), %d pool requests refused", st.PeerID, st.PoolInDegree, len(nodes)-1, st.PoolRefused)
-			}
-			if os := nd.Overlay().Status(); os.Pool != len(nodes)-1 {
-				t.Errorf("node %s: pool of %d verified peers, want all %d others", nd.ID(), os.Pool, len(nodes)-1)
-			}
-		}
-	})
-}
-
-func TestCrashDoesNotStallOthers(t *testing.T) {
-	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 4, "pssp:3:1", 0.01)
-		ctx, cancel := context.WithCancel(t.Context())
-		victim := nodes[3]
-		victimCtx, kill := context.WithCancel(ctx)
-		survivors := nodes[:3]
-		wait := runAll(t, ctx, survivors)
-		waitVictim := runAll(t, victimCtx, []*Node{victim})
-		defer func() { cancel(); wait(); waitVictim() }()
-
-		if !waitFor(20*time.Second, func() bool { return minStep(nodes) >= 10 }) {
-			t.Fatal("nodes did not start training")
-		}
-		// Crash: stop the loop and close the host without any leave note.
-		kill()
-		waitVictim()
-		_ = victim.Host().Close()
-		crashed := victim.Step()
-		if !waitFor(20*time.Second, func() bool { return minStep(survivors) >= crashed+20 }) {
-			for _, nd := range survivors {
-				t.Logf("%s at %d (waiting %v)", nd.ID(), nd.Step(), nd.Waiting())
-			}
-			t.Fatalf("survivors stalled after a crash at step %d", crashed)
-		}
-	})
-}
-
 // A peer that accepts a step query and never answers must not hold the
 // asker past its query timeout, even on a transport without deadlines
 // (mocknet's SetDeadline does nothing).
@@ -283,16 +186,16 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 			_, _ = io.Copy(io.Discard, s) // until the asker gives up and resets it
 			_ = s.Reset()
 		}
-		b.Host().SetStreamHandler(b.stepID, silent)
+		b.Host().SetStreamHandler(wire.StepProtocol(b.cfg.Job), silent)
 		b.Host().SetStreamHandler(b.stepExtID, silent)
-		a.cfg.QueryTimeout = 200 * time.Millisecond
+		a.cfg.Check.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()
 		_, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{})
 		if err == nil {
 			t.Fatal("a silent peer's query succeeded")
 		}
-		if d := time.Since(start); d != a.cfg.QueryTimeout {
-			t.Errorf("query took %v with a %v timeout", d, a.cfg.QueryTimeout)
+		if d := time.Since(start); d != a.cfg.Check.QueryTimeout {
+			t.Errorf("query took %v with a %v timeout", d, a.cfg.Check.QueryTimeout)
 		}
 	})
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
@@ -53,16 +54,16 @@ type evidence struct {
 // failed takes a step query that failed while the node runs: the peer is
 // dead.
 func (n *Node) failed(p peer.ID, ev *evidence) {
-	n.m.timeouts.Inc()
+	n.m.Timeouts.Inc()
 	n.forgetPeer(p, ev)
 }
 
 // forgetPeer forgets a peer that left or failed: its known step and idle
 // stream go now, and the overlay holds it dead once the check ends.
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
-	n.progress.forget(p)
-	n.steps.drop(p)
-	n.lin.forget(p)
+	n.progress.Forget(p)
+	n.asker.Drop(p)
+	n.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
 }
 
@@ -85,10 +86,10 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	}
 	switch n.admit(p, r.Ext, false) { // genesis.go
-	case otherModel: // held out: not of this job, so no sign of its life either (isolation.go)
+	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
 		n.unheard(p)
 		return psp.Observation{}, false
-	case otherFork: // alive, but its step is another lineage's
+	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
 		return psp.Observation{}, false
 	}
@@ -107,13 +108,13 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		v = psp.Accept
 	}
 	if v != psp.Accept {
-		n.m.screened.WithLabelValues(v.String()).Inc()
+		n.m.Screened.WithLabelValues(v.String()).Inc()
 		if v != psp.Stuck { // it went backwards: no answer of its counts unasked for a while
-			n.progress.distrust(p, time.Now().Add(dur(n.cfg.Screen.Quarantine)))
+			n.progress.Distrust(p, time.Now().Add(dur(n.cfg.Screen.Quarantine)))
 		}
 		return psp.Observation{}, false
 	}
-	n.progress.vouch(p, r.Step, time.Now())
+	n.progress.Vouch(p, r.Step, time.Now())
 	n.promised(p, r, asked)
 	return psp.Observation{Peer: string(p), Step: r.Step, Interval: r.Interval}, true
 }
@@ -140,15 +141,15 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
 			switch n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
-			case otherModel: // held out
+			case lineage.OtherModel: // held out
 				n.unheard(r.p)
 				continue
-			case otherFork: // alive, but its step is another lineage's
+			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)
 				continue
 			}
 			ev.alive = append(ev.alive, r.p)
-			n.progress.vouch(r.p, r.a.reply.Step, time.Now())
+			n.progress.Vouch(r.p, r.a.reply.Step, time.Now())
 			n.promised(r.p, r.a.reply, r.asked)
 		}
 	}

@@ -3,7 +3,9 @@ package node
 import (
 	"time"
 
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
+	"github.com/pspnode/pspnode/psp"
 )
 
 // population is the node's best guess of the number of nodes: the overlay's
@@ -36,7 +38,7 @@ func (n *Node) population() float64 {
 		est = 0
 	}
 	rep, haveRep := n.reportedPopulation()
-	return choosePopulation(est, rep, haveRep, known)
+	return psp.Population(est, rep, haveRep, known)
 }
 
 // Population is the node's best guess of the number of nodes in its job,
@@ -65,23 +67,6 @@ func (n *Node) exactCount() bool {
 	return n.ov.EstimateDetail().ZoneDepth == 0
 }
 
-// choosePopulation is population's rule, given the overlay's estimate (0:
-// none), the median of peer reports (haveRep: there are enough) and the
-// number of live peers the node knows.
-func choosePopulation(est, rep float64, haveRep bool, known int) float64 {
-	floor := float64(1 + known)
-	switch {
-	case est >= 1 && (!haveRep || (est >= rep/2 && est <= 2*rep)):
-		return max(est, floor)
-	case haveRep:
-		return max(rep, floor)
-	}
-	return floor
-}
-
-// minReports is how many peers' reports reportedPopulation needs.
-const minReports = 3
-
 // notePeerEstimate judges a population estimate a peer reported in a step
 // query or reply, which the caller has given the overlay
 // (Overlay.ObserveEstimate keeps each peer's latest): nonsense, or a report
@@ -95,12 +80,12 @@ const minReports = 3
 // every node of a job of three from 3 to 1e9 within ten seconds.)
 func (n *Node) notePeerEstimate(est float64) {
 	if !(est >= 1) || est > 1e9 {
-		n.m.hostile.WithLabelValues(kindPopulationOutlier).Inc()
+		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 		return
 	}
 	med, ok := n.reportedMedian()
 	if ok && (est > med*overlay.ReportBand || est < med/overlay.ReportBand) {
-		n.m.hostile.WithLabelValues(kindPopulationOutlier).Inc()
+		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 	}
 }
 
@@ -123,24 +108,13 @@ func (n *Node) reportedMedian() (float64, bool) {
 
 // reportedPopulation is the median of the population estimates peers
 // reported lately, one vote per peer (Overlay.ReportedMedian), if enough
-// peers reported (reportQuorum). One peer, however often it reports, is
+// peers reported (psp.ReportQuorum). One peer, however often it reports, is
 // one vote: the median moves only once liars are half the peers heard
 // from.
 func (n *Node) reportedPopulation() (float64, bool) {
 	med, k := n.ov.ReportedMedian()
-	if k < reportQuorum(n.ov.PeerCount()) {
+	if k < psp.ReportQuorum(n.ov.PeerCount()) {
 		return 0, false
 	}
 	return med, true
 }
-
-// reportQuorum is how many peers must have reported their estimate for
-// their median to count, for a node that knows known live peers: half of
-// them, and at least minReports. Peers that lie report as often as they
-// like, the honest ones when they happen to ask or be asked: at the start
-// of a run of 100 nodes at one step a second, ten liars sending twenty
-// queries a second were most of the first peers heard from, and a node
-// took their 1e9 for a while (its population's p95 error 29 %). Below the
-// quorum the node keeps its overlay's estimate, which a joiner, whose
-// quorum is small (it knows few peers), does not need to.
-func reportQuorum(known int) int { return max(minReports, (known+1)/2) }

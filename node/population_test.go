@@ -1,50 +1,17 @@
 package node
 
 import (
+	"math"
 	"testing"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"gonum.org/v1/gonum/floats"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/node/status"
 )
-
-func TestChoosePopulation(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		est     float64 // the overlay's; 0: none
-		rep     float64
-		haveRep bool
-		known   int
-		want    float64
-	}{
-		{"overlay estimate alone", 48, 0, false, 3, 48},
-		{"overlay agrees with reports", 40, 50, true, 3, 40},
-		{"overlay at half the reports", 25, 50, true, 3, 25},
-		{"overlay at twice the reports", 100, 50, true, 3, 100},
-		{"joiner's overlay far below the reports", 4, 50, true, 3, 50},
-		{"overlay far above the reports", 500, 50, true, 3, 50},
-		{"no overlay estimate: reports", 0, 50, true, 3, 50},
-		{"nothing: self and known peers", 0, 0, false, 3, 4},
-		{"never below self and known peers", 3, 2, true, 3, 4},
-		{"reports below self and known peers", 0, 2, true, 3, 4},
-	} {
-		if got := choosePopulation(tc.est, tc.rep, tc.haveRep, tc.known); got != tc.want {
-			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
-		}
-	}
-}
-
-func TestReportQuorum(t *testing.T) {
-	for _, tc := range []struct{ known, want int }{
-		{0, minReports}, {3, minReports}, {5, minReports}, {6, minReports}, {7, 4}, {99, 50}, {1000, 500},
-	} {
-		if got := reportQuorum(tc.known); got != tc.want {
-			t.Errorf("reportQuorum(%d) = %d, want %d", tc.known, got, tc.want)
-		}
-	}
-}
 
 // The reported population is the median of every peer's latest report,
 // one vote per peer: a peer that reports again and again is one vote, and
@@ -80,7 +47,7 @@ func TestReportedPopulation(t *testing.T) {
 		note(liar, 1e6)
 		// Three nonsense reports, and at least the last lie (the median
 		// was cached before the lies began).
-		if got := counterValue(n.m.hostile.WithLabelValues(kindPopulationOutlier)); got < 4 {
+		if got := status.CounterValue(n.m.Hostile.WithLabelValues(status.KindPopulationOutlier)); got < 4 {
 			t.Errorf("%v reports counted as outliers, want at least 4", got)
 		}
 	})
@@ -120,21 +87,20 @@ func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
 		// One step each from the same model (the joiner fetched it), each
 		// at its own population, as Run does.
 		step := func(nd *Node, pop float64) []float64 {
-			nd.task.(PopulationAware).SetPopulation(pop)
-			upd, err := nd.task.Step(t.Context())
+			nd.model.(PopulationAware).SetPopulation(pop)
+			upd, err := nd.work.Step(t.Context())
 			if err != nil {
 				t.Fatal(err)
 			}
 			return upd
 		}
+		// The running node's norm bound, with its one step as its
+		// reference (package exchange: the upper quartile of its own).
 		ref := running[0]
-		g := ref.ex.(*gossipExchange)
-		g.noteOwnNorm(step(ref, pop))
-		first := step(joiner, joiner.population())
-		if !g.withinNorm(first) {
-			own, _ := g.norms.median()
-			t.Errorf("a running node refused the joiner's first update: norm %.3g, its own %.3g, bound %v×",
-				l2(first), own, ref.cfg.NormBound)
+		norm := func(v []float64) float64 { return math.Sqrt(floats.Dot(v, v)) }
+		own, first := norm(step(ref, pop)), norm(step(joiner, joiner.population()))
+		if bound := ref.cfg.Exchange.NormBound; first > bound*own {
+			t.Errorf("a running node would refuse the joiner's first update: norm %.3g, its own %.3g, bound %v×", first, own, bound)
 		}
 	})
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/overlay"
 )
 
 // A private job: a pre-shared key (go-libp2p's private network, the
@@ -15,11 +16,8 @@ import (
 // allowlist.
 func (c Config) validateNetwork() []error {
 	var errs []error
-	if _, err := c.bootstrapPeers(""); err != nil {
+	if _, err := overlay.ParseBootstrap(overlayConfig(c, nil).BootstrapAddrs); err != nil {
 		errs = append(errs, fmt.Errorf("Bootstrap: %w", err))
-	}
-	if err := c.Join.validate(); err != nil {
-		errs = append(errs, err)
 	}
 	if len(c.PSK) == 0 {
 		return errs

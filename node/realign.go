@@ -28,14 +28,14 @@ import (
 
 // realignDue reports whether the node should realign before its next step.
 func (n *Node) realignDue() bool {
-	return n.wedged.Load() || n.lin.due(time.Now())
+	return n.wedged.Load() || n.lin.Due(time.Now())
 }
 
 // realign converges on the job's lineage, or unwedges, as due. It reports
 // whether the node's step and model changed.
 func (n *Node) realign(ctx context.Context) bool {
 	moved := false
-	if n.lin.due(time.Now()) {
+	if n.lin.Due(time.Now()) {
 		moved = n.converge(ctx)
 	}
 	if n.wedged.Swap(false) && !moved {
@@ -56,17 +56,17 @@ func (n *Node) realign(ctx context.Context) bool {
 // the peers heard on the other lineage are not asked first, so that a
 // fork that talks a lot weighs no more than its share of the job.
 func (n *Node) converge(ctx context.Context) bool {
-	own := n.lin.genesis()
+	own := n.lin.Own()
 	js := n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), n.step.Load(), false)
 	if ctx.Err() != nil {
 		return false
 	}
 	n.warnModels(js.others)
 	if js.genesis.IsZero() || js.genesis == own {
-		n.lin.looked(time.Now(), true)
+		n.lin.Looked(time.Now(), true)
 		return false
 	}
-	n.lin.looked(time.Now(), false)
+	n.lin.Looked(time.Now(), false)
 	was := n.step.Load()
 	if !n.rebase(js, "met the job's lineage") {
 		return false
@@ -101,7 +101,7 @@ func (n *Node) unwedge(ctx context.Context) bool {
 	if !n.rebase(js, "far ahead of every peer it asked") {
 		return false
 	}
-	n.m.unwedged.Inc()
+	n.m.Unwedged.Inc()
 	n.log.Warn("this node was far ahead of every peer it asked (it had taken a step no other peer has): took the job's step and model again",
 		"step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
 	return true
@@ -112,28 +112,28 @@ func (n *Node) unwedge(ctx context.Context) bool {
 // its step and its lineage. It reports false, and changes nothing, when no
 // model came with js or the task refused it.
 func (n *Node) rebase(js jobView, why string) bool {
-	if n.task.NumParams() > 0 {
+	if n.model.NumParams() > 0 {
 		if js.model == nil {
 			n.log.Warn("could not fetch the job's model: trying again", "why", why, "err", js.fetchErr)
 			return false
 		}
-		n.exch().restart(js.model.Params)
+		n.exch().Restart(js.model.Params)
 		if n.driver != nil {
-			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis,
+			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis.String(),
 				Reason: fmt.Sprintf("%s: took the job's step %d and the model of peer %s", why, js.adopt, js.from)})
-		} else if err := n.task.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(js.model.Params); err != nil {
 			n.log.Warn("could not take the job's model: trying again", "why", why, "peer", js.from, "err", err)
 			return false
 		}
 	}
-	if !js.genesis.IsZero() && js.genesis != n.lin.genesis() {
-		n.lin.set(js.genesis)
-		n.lin.converged.Inc()
+	if !js.genesis.IsZero() && js.genesis != n.lin.Own() {
+		n.lin.Set(js.genesis)
+		n.lin.Converged.Inc()
 		n.checkClock(js.genesis)
 	}
 	n.adoptStep(js.adopt)
 	n.screen = screenFor(n.cfg.Screen) // reports judged under the old step or lineage
-	n.progress.reset()
+	n.progress.Reset()
 	return true
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // Eighty peers that each hold eight idle step streams on a node (640, over
@@ -40,7 +41,7 @@ func TestStepStreamHogs(t *testing.T) {
 			if err := h.Connect(ctx, peer.AddrInfo{ID: target.ID(), Addrs: target.Host().Addrs()}); err != nil {
 				t.Fatal(err)
 			}
-			for range target.cfg.MaxStreamsPerPeer {
+			for range target.cfg.Limits.MaxStreamsPerPeer {
 				wg.Go(func() { holdStepStreams(ctx, h, target) })
 			}
 		}
@@ -60,7 +61,7 @@ func TestStepStreamHogs(t *testing.T) {
 		if failed > 0 {
 			t.Errorf("%d of 40 honest step queries failed while 80 peers held idle step streams", failed)
 		}
-		if got := counterValue(target.m.hostile.WithLabelValues(kindStepStreamEvicted)); got == 0 {
+		if got := status.CounterValue(target.m.Hostile.WithLabelValues(status.KindStepStreamEvicted)); got == 0 {
 			t.Error("no idle step stream evicted")
 		}
 	})

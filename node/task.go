@@ -2,24 +2,16 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"fmt"
-	"math/rand/v2"
-	"sync"
-	"time"
-
 	"github.com/pspnode/pspnode/model"
 )
 
-// Task is the work a node does between barriers: the Go form of the Actor
-// P2P engine's schedule/pull/push. The engine calls Step from its loop, and
-// Apply from the gossip receive goroutine, so an implementation must be
-// safe for that concurrency.
-type Task interface {
-	// Step computes one iteration and returns the update to publish (nil to
-	// publish nothing). It should return promptly when ctx is done.
-	Step(ctx context.Context) (update []float64, err error)
+// Model is the model a node holds, takes its peers' updates into and
+// gives a joining peer: all a driven node needs (WithModel), whose
+// program computes the steps. Apply is called from the exchange's receive
+// goroutine, the rest from any, so an implementation must be safe for
+// that concurrency.
+type Model interface {
 	// Apply adds an update received from a peer. A bad update is an error
 	// and must leave the task's state untouched. The slice is reused after
 	// Apply returns: do not keep it.
@@ -32,19 +24,29 @@ type Task interface {
 	Params() []float64
 	// SetParams replaces the parameters (verified: length, finite).
 	SetParams(p []float64) error
+}
+
+// Task is the work a node does between barriers when it runs its own
+// steps (Run): the Go form of the Actor P2P engine's schedule/pull/push,
+// a Model with a step. The engine calls Step from its loop.
+type Task interface {
+	Model
+	// Step computes one iteration and returns the update to publish (nil to
+	// publish nothing). It should return promptly when ctx is done.
+	Step(ctx context.Context) (update []float64, err error)
 	// Done reports whether the task's own stop criterion is met.
 	Done() bool
 }
 
 // PopulationAware is implemented by tasks that adapt to the number of
-// nodes, such as ModelTask, which scales its learning rate by 1/N̂. The
+// nodes, such as the CLI's model task, which scales its learning rate by 1/N̂. The
 // engine calls SetPopulation with its estimate before every step.
 type PopulationAware interface {
 	SetPopulation(n float64)
 }
 
 // StepAware is implemented by tasks whose work depends on the node's step,
-// such as ModelTask, whose learning-rate schedule follows it. The engine
+// such as the CLI's model task, whose learning-rate schedule follows it. The engine
 // calls SetStep when the node takes a step it did not count itself: when it
 // resumes from a checkpoint and when it joins a running job. Steps the node
 // computes itself are not reported: the task counts its own Step calls.
@@ -58,137 +60,19 @@ type Evaluator interface {
 	Evaluate() (model.Metrics, error)
 }
 
-// TimeModel is the PSP paper's synthetic task time: each step takes
-// (Exp(1)+1) seconds × Factor × Scale, in addition to real compute.
-// A zero Scale turns it off.
-type TimeModel struct {
-	Scale  float64
-	Factor float64 // straggle factor, 1 for a normal node
-}
+// noWork is the task of a node given none (WithTask): a step does no
+// work and publishes nothing.
+type noWork struct{}
 
-func (tm TimeModel) sleep(ctx context.Context, rng *rand.Rand) error {
-	if tm.Scale <= 0 {
-		return ctx.Err()
-	}
-	f := tm.Factor
-	if f <= 0 {
-		f = 1
-	}
-	d := time.Duration((rng.ExpFloat64() + 1) * f * tm.Scale * float64(time.Second))
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-}
-
-// SleepTask is a task without a model: each step only takes the time model's
-// time. Useful to study barriers on real networks.
-type SleepTask struct {
-	time TimeModel
-	mu   sync.Mutex
-	rng  *rand.Rand
-}
-
-// NewSleepTask returns a SleepTask with its own random stream.
-func NewSleepTask(tm TimeModel, seed uint64) *SleepTask {
-	return &SleepTask{time: tm, rng: rand.New(rand.NewPCG(seed, 0x51ee9))}
-}
-
-func (t *SleepTask) Step(ctx context.Context) ([]float64, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return nil, t.time.sleep(ctx, t.rng)
-}
-func (t *SleepTask) Apply([]float64) error { return nil }
-func (t *SleepTask) NumParams() int        { return 0 }
-func (t *SleepTask) ModelID() uint32       { return 0 }
-func (t *SleepTask) Params() []float64     { return nil }
-func (t *SleepTask) SetParams(p []float64) error {
+func (noWork) Step(ctx context.Context) ([]float64, error) { return nil, ctx.Err() }
+func (noWork) Apply([]float64) error                       { return nil }
+func (noWork) NumParams() int                              { return 0 }
+func (noWork) ModelID() uint32                             { return 0 }
+func (noWork) Params() []float64                           { return nil }
+func (noWork) SetParams(p []float64) error {
 	if len(p) != 0 {
 		return fmt.Errorf("a task without a model takes no parameters, got %d", len(p))
 	}
 	return nil
 }
-func (t *SleepTask) Done() bool { return false }
-
-// ModelTask trains a model.Trainer on its shard: a step is one SGD step
-// plus the time model's delay, and its update is the parameter delta.
-type ModelTask struct {
-	trainer *model.Trainer
-	test    *model.Dataset
-	time    TimeModel
-	id      uint32
-	mu      sync.Mutex // guards rng
-	rng     *rand.Rand
-}
-
-// NewModelTask wraps a trainer. test is the held-out set for Evaluate (nil
-// for none).
-func NewModelTask(tr *model.Trainer, test *model.Dataset, tm TimeModel, seed uint64) *ModelTask {
-	return &ModelTask{
-		trainer: tr, test: test, time: tm,
-		id:  modelIDOf(tr.Model()),
-		rng: rand.New(rand.NewPCG(seed, 0x7a5c)),
-	}
-}
-
-// modelIDOf derives a model id from the model's name and shape, so nodes
-// running different architectures reject each other's updates.
-func modelIDOf(m model.Model) uint32 {
-	h := sha256.Sum256([]byte(m.Name() + "|" + m.Shape().String()))
-	return binary.BigEndian.Uint32(h[:4])
-}
-
-func (t *ModelTask) Step(ctx context.Context) ([]float64, error) {
-	t.mu.Lock()
-	// The time model stands for the step's compute: the parameters change
-	// when it ends, so that what peers fetch and evaluations see meanwhile
-	// is the model the step started from (under the epidemic exchange, the
-	// average it just took), as on a node whose compute takes that long.
-	delta, _, err := t.trainer.Compute(t.rng)
-	if err == nil {
-		if err = t.time.sleep(ctx, t.rng); err == nil {
-			t.trainer.Commit(delta)
-		}
-	}
-	t.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
-	return delta, nil
-}
-
-func (t *ModelTask) Apply(u []float64) error     { return t.trainer.Apply(u) }
-func (t *ModelTask) NumParams() int              { return t.trainer.Model().NumParams() }
-func (t *ModelTask) ModelID() uint32             { return t.id }
-func (t *ModelTask) Params() []float64           { return t.trainer.Params() }
-func (t *ModelTask) SetParams(p []float64) error { return t.trainer.SetParams(p) }
-func (t *ModelTask) Done() bool                  { return false }
-
-// SetPopulation scales the learning rate by 1/n: with n nodes each adding
-// every update, the sum of one round of updates is then one step of the
-// mean gradient (see model.Trainer.SetLRScale).
-func (t *ModelTask) SetPopulation(n float64) {
-	if n >= 1 {
-		t.trainer.SetLRScale(1 / n)
-	}
-}
-
-// SetStep moves the learning-rate schedule to the node's step (see
-// StepAware and model.Trainer.SetSteps).
-func (t *ModelTask) SetStep(step int64) { t.trainer.SetSteps(int(step)) }
-
-// Trainer returns the wrapped trainer.
-func (t *ModelTask) Trainer() *model.Trainer { return t.trainer }
-
-// Evaluate reports loss and accuracy on the held-out set.
-func (t *ModelTask) Evaluate() (model.Metrics, error) {
-	if t.test == nil {
-		return model.Metrics{}, fmt.Errorf("no held-out data")
-	}
-	return t.trainer.Evaluate(t.test)
-}
+func (noWork) Done() bool { return false }

@@ -17,12 +17,12 @@ import (
 func checkConfig(cfg Config) psp.CheckConfig {
 	return psp.CheckConfig{
 		Spec:          cfg.Barrier,
-		Replacements:  cfg.Replacements,
-		GlobalQueries: cfg.GlobalQueries,
+		Replacements:  cfg.Check.Replacements,
+		GlobalQueries: cfg.Check.GlobalQueries,
 		Timing: psp.TimingConfig{
-			PollShare: cfg.PollShare, GlobalPollShare: cfg.GlobalPollShare,
-			PollMin: cfg.PollMin.Seconds(), PollMax: cfg.PollMax.Seconds(),
-			QueryTimeoutMin: cfg.QueryTimeoutMin.Seconds(), QueryTimeout: cfg.QueryTimeout.Seconds(),
+			PollShare: cfg.Check.PollShare, GlobalPollShare: cfg.Check.GlobalPollShare,
+			PollMin: cfg.Check.PollMin.Seconds(), PollMax: cfg.Check.PollMax.Seconds(),
+			QueryTimeoutMin: cfg.Check.QueryTimeoutMin.Seconds(), QueryTimeout: cfg.Check.QueryTimeout.Seconds(),
 		},
 	}
 }

@@ -6,7 +6,9 @@ import (
 	"math"
 	"time"
 
+	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/jobname"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // Validate checks the configuration before New builds anything (New also
@@ -20,7 +22,7 @@ import (
 // and gossip.Config).
 //
 // Two pairs of bounds may cross on purpose: a cap below its floor wins
-// (PollMax under PollMin, QueryTimeout under QueryTimeoutMin; see
+// (Check.PollMax under PollMin, QueryTimeout under QueryTimeoutMin; see
 // timing.go), so that one flag (pspnode run --poll-max, --query-timeout)
 // sets an interval outright.
 func (c Config) Validate() error {
@@ -39,16 +41,16 @@ func (c Config) Validate() error {
 			c.Barrier, c.Barrier.Beta, c.Overlay.PoolSize, c.Barrier.Beta)
 	}
 	errs = append(errs, c.validateNetwork()...)
-	if c.ConnLow < 0 || c.ConnHigh < c.ConnLow {
-		bad("ConnLow %d, ConnHigh %d: need 0 <= ConnLow <= ConnHigh", c.ConnLow, c.ConnHigh)
+	if c.Limits.ConnLow < 0 || c.Limits.ConnHigh < c.Limits.ConnLow {
+		bad("Limits.ConnLow %d, Limits.ConnHigh %d: need 0 <= ConnLow <= ConnHigh", c.Limits.ConnLow, c.Limits.ConnHigh)
 	}
 	for _, f := range []struct {
 		name string
 		v    int64
 	}{
-		{"MaxSteps", c.MaxSteps}, {"WaitPeers", int64(c.WaitPeers)}, {"Replacements", int64(c.Replacements)},
-		{"GlobalQueries", int64(c.GlobalQueries)}, {"EvalEvery", int64(c.EvalEvery)},
-		{"CheckpointEvery", int64(c.CheckpointEvery)}, {"StepStreams", int64(c.StepStreams)},
+		{"MaxSteps", c.MaxSteps}, {"WaitPeers", int64(c.WaitPeers)}, {"Check.Replacements", int64(c.Check.Replacements)},
+		{"Check.GlobalQueries", int64(c.Check.GlobalQueries)}, {"EvalEvery", int64(c.EvalEvery)},
+		{"CheckpointEvery", int64(c.CheckpointEvery)}, {"Limits.StepStreams", int64(c.Limits.StepStreams)},
 	} {
 		if f.v < 0 {
 			bad("%s must not be negative (got %d)", f.name, f.v)
@@ -65,7 +67,7 @@ func (c Config) Validate() error {
 	for _, s := range []struct {
 		name string
 		v    float64
-	}{{"PollShare", c.PollShare}, {"GlobalPollShare", c.GlobalPollShare}} {
+	}{{"Check.PollShare", c.Check.PollShare}, {"Check.GlobalPollShare", c.Check.GlobalPollShare}} {
 		if !(s.v > 0 && s.v <= 1) {
 			bad("%s %v must be in (0, 1]", s.name, s.v)
 		}
@@ -74,22 +76,16 @@ func (c Config) Validate() error {
 		name string
 		v    time.Duration
 	}{
-		{"PollMin", c.PollMin}, {"PollMax", c.PollMax},
-		{"QueryTimeoutMin", c.QueryTimeoutMin}, {"QueryTimeout", c.QueryTimeout},
+		{"Check.PollMin", c.Check.PollMin}, {"Check.PollMax", c.Check.PollMax},
+		{"Check.QueryTimeoutMin", c.Check.QueryTimeoutMin}, {"Check.QueryTimeout", c.Check.QueryTimeout},
 	} {
 		if d.v <= 0 {
 			bad("%s must be a positive duration (got %v)", d.name, d.v)
 		}
 	}
-	if c.MaxStreamsPerPeer < 1 || c.MaxInboundStreams < c.MaxStreamsPerPeer {
-		bad("MaxStreamsPerPeer %d, MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
-			c.MaxStreamsPerPeer, c.MaxInboundStreams)
-	}
-	if !finiteNonNegative(c.NormBound) {
-		bad("NormBound %v must be a finite number >= 0", c.NormBound)
-	}
-	if !finiteNonNegative(c.TimeModel.Scale) || !finiteNonNegative(c.TimeModel.Factor) {
-		bad("TimeModel.Scale %v and TimeModel.Factor %v must be finite numbers >= 0", c.TimeModel.Scale, c.TimeModel.Factor)
+	if c.Limits.MaxStreamsPerPeer < 1 || c.Limits.MaxInboundStreams < c.Limits.MaxStreamsPerPeer {
+		bad("Limits.MaxStreamsPerPeer %d, Limits.MaxInboundStreams %d: need 1 <= MaxStreamsPerPeer <= MaxInboundStreams",
+			c.Limits.MaxStreamsPerPeer, c.Limits.MaxInboundStreams)
 	}
 	if err := c.validateScreen(); err != nil {
 		errs = append(errs, err)
@@ -97,7 +93,7 @@ func (c Config) Validate() error {
 	if err := c.NAT.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Exchange.validate(); err != nil {
+	if err := c.Exchange.Validate(); err != nil {
 		errs = append(errs, err)
 	}
 	errs = append(errs, c.validateSubsystems()...)
@@ -125,11 +121,8 @@ func (c Config) validateScreen() error {
 	return nil
 }
 
-// validateSubsystems checks Overlay and, when the node would use it,
-// Gossip, as New hands them over: Job and the bootstrap peers are filled in
-// from Config (overlayConfig), and gossip's ParamCount, which the task
-// sets, stands in as 1. The epidemic exchange never builds a gossip topic,
-// so its Gossip is not checked.
+// validateSubsystems checks Overlay and Gossip as New hands them over:
+// Job and the bootstrap peers are filled in from Config (overlayConfig).
 func (c Config) validateSubsystems() []error {
 	job := c.Job
 	if jobname.Validate(job) != nil {
@@ -141,10 +134,35 @@ func (c Config) validateSubsystems() []error {
 	if err := o.Validate(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := c.Exchange.validateGossip(c.Gossip, job); err != nil {
+	if err := c.validateGossip(job); err != nil {
 		errs = append(errs, err)
 	}
 	return errs
 }
 
 func finiteNonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }
+
+// validateGossip checks Gossip, the update topic's configuration for job,
+// if the exchange is gossip, as the exchange hands it over: with the
+// exchange's limits, and gossip's ParamCount, which the task sets, as 1.
+// An epidemic node has no topic; of Gossip it uses only the encoding,
+// which must carry a whole model: dense32.
+func (c Config) validateGossip(job string) error {
+	g := c.Gossip
+	if c.Exchange.Kind == exchange.Epidemic {
+		if g.Encoding != 0 && g.Encoding != gossip.EncodingDense32 {
+			// Sparse encodings carry deltas, not models; float16 would
+			// round away every change smaller than about 1e-3 of a
+			// parameter (gossip's float16 keeps the residual for the next
+			// delta; a whole model has no next delta to carry it).
+			return fmt.Errorf("Gossip.Encoding: exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or the gossip exchange", c.Exchange.Spec, g.Encoding)
+		}
+		return nil
+	}
+	g.Job, g.ParamCount = job, 1
+	g.MaxAbsValue, g.MaxStepAhead = c.Exchange.MaxAbsValue, c.Exchange.MaxStepAhead
+	if !(g.MaxAbsValue > 0) {
+		g.MaxAbsValue = 1 // reported once, as Exchange.MaxAbsValue
+	}
+	return g.Validate()
+}

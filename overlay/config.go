@@ -4,10 +4,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
-	ma "github.com/multiformats/go-multiaddr"
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/pspnode/pspnode/internal/jobname"
 )
 
@@ -62,6 +64,16 @@ type Config struct {
 	// them (a caller's own retry) fills the routing table too. JoinError
 	// says why New could not join. Off, New fails with ErrJoin instead.
 	KeepJoining bool
+	// Join sets how an overlay with KeepJoining and bootstrap peers stays
+	// joined through them: the retries, the routing-table check and the
+	// split check (join.go). JoinHint, if set, adds a hint to the text of
+	// a failed join (a node's: a swarm key missing or wrong).
+	Join     JoinConfig
+	JoinHint func(err string) string
+	// PeersFile, if set, is a file where the overlay keeps the peers it
+	// knows, and through which, restarted, it rejoins its job besides its
+	// bootstrap peers (peersfile.go).
+	PeersFile string
 
 	// LivenessWindow is how long first-hand evidence of life (the peer
 	// answered us, connected to us, or was reported with MarkAlive) keeps a
@@ -162,6 +174,9 @@ type Config struct {
 
 	// Logger receives debug and warning logs. Nil discards them.
 	Logger *slog.Logger
+	// Registerer receives the join's metrics (psp_join_*, psp_joined).
+	// Nil leaves them unregistered.
+	Registerer prometheus.Registerer
 }
 
 // DefaultConfig returns settings for networks from 2 to a few thousand
@@ -196,6 +211,7 @@ func DefaultConfig() Config {
 		ReportMaxAge:       30 * time.Second,
 		MaxReports:         64,
 		PerAddress:         1,
+		Join:               DefaultJoinConfig(),
 	}
 }
 
@@ -272,42 +288,31 @@ func (c Config) Validate() error {
 			return bad("%s must be positive", name)
 		}
 	}
+	if c.KeepJoining {
+		if err := c.Join.validate(); err != nil {
+			return bad("%v", err)
+		}
+	}
 	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 || c.PerAddress < 0 || c.MaxUnconfirmed < 0 {
 		return bad("WarmupPeriod, DeadHold, RetryDead, RevivalProbes, PerAddress and MaxUnconfirmed must not be negative")
 	}
 	return nil
 }
 
-// bootstrapInfos merges BootstrapPeers and parsed BootstrapAddrs, one
-// AddrInfo per peer.
-func (c *Config) bootstrapInfos() ([]peer.AddrInfo, error) {
-	var all []peer.AddrInfo
-	all = append(all, c.BootstrapPeers...)
-	for _, s := range c.BootstrapAddrs {
-		a, err := ma.NewMultiaddr(s)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bootstrap address %q: %w", ErrInvalidConfig, s, err)
-		}
-		ai, err := peer.AddrInfoFromP2pAddr(a)
-		if err != nil {
-			return nil, fmt.Errorf("%w: bootstrap address %q: %w", ErrInvalidConfig, s, err)
-		}
-		all = append(all, *ai)
+// Bootstrap is the overlay's bootstrap peers: BootstrapPeers and the
+// parsed BootstrapAddrs, one AddrInfo per peer (the addresses of one peer
+// merged).
+func (c Config) Bootstrap() ([]peer.AddrInfo, error) {
+	var out []peer.AddrInfo
+	for _, ai := range c.BootstrapPeers {
+		out = addInfo(out, peer.AddrInfo{ID: ai.ID, Addrs: slices.Clone(ai.Addrs)})
 	}
-	merged := make(map[peer.ID]*peer.AddrInfo)
-	var order []peer.ID
-	for _, ai := range all {
-		if m, ok := merged[ai.ID]; ok {
-			m.Addrs = append(m.Addrs, ai.Addrs...)
-			continue
-		}
-		cp := peer.AddrInfo{ID: ai.ID, Addrs: append([]ma.Multiaddr(nil), ai.Addrs...)}
-		merged[ai.ID] = &cp
-		order = append(order, ai.ID)
+	parsed, err := ParseBootstrap(c.BootstrapAddrs)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	out := make([]peer.AddrInfo, 0, len(order))
-	for _, id := range order {
-		out = append(out, *merged[id])
+	for _, ai := range parsed {
+		out = addInfo(out, ai)
 	}
 	return out, nil
 }

@@ -25,6 +25,16 @@
 // the order-statistics estimator. If the routing table ever empties, the
 // overlay dials the bootstrap peers again.
 //
+// With KeepJoining, an overlay whose bootstrap peers do not answer at
+// first starts alone, and a joiner dials them again with exponential
+// backoff and jitter until one answers; once joined it watches the routing
+// table, and now and then dials a bootstrap peer it holds no live member
+// of, so that two halves of a job that kept one bootstrap peer each meet
+// again (Config.Join, join.go; JoinStatus says how it goes). With a
+// PeersFile it keeps the peers it knows there, and a restarted overlay
+// joins through those that answer besides its bootstrap peers
+// (peersfile.go).
+//
 // Walks and refreshes are made of our own lookups over the DHT protocol
 // (walk.go), not the library's: they start from the closest peers the whole
 // member set knows and stop by Kademlia's rule (the Resiliency closest peers

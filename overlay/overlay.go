@@ -49,7 +49,9 @@ type Overlay struct {
 	poolProto protocol.ID
 	selfKey   []byte
 	bootstrap []peer.AddrInfo
-	joinErr   error // why New could not join (KeepJoining); set before New returns
+	joinErr   error      // why New could not join (KeepJoining); set before New returns
+	joiner    *joiner    // keeps the overlay joined (KeepJoining with bootstrap peers); nil otherwise
+	state     *peerState // the peers file (Config.PeersFile); nil without one
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -111,11 +113,18 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	boot, err := cfg.bootstrapInfos()
+	boot, err := cfg.Bootstrap()
 	if err != nil {
 		return nil, err
 	}
 	boot = slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == h.ID() })
+	if cfg.PeersFile != "" {
+		// The peers remembered from the last run that answer join this
+		// run's bootstrap peers (peersfile.go).
+		for _, ai := range rememberedPeers(ctx, h, cfg) {
+			boot = addInfo(boot, ai)
+		}
+	}
 
 	prefix := protocol.ID("/psp/" + cfg.Job)
 	held := newHeldOut()
@@ -198,6 +207,11 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	}
 	o.wg.Go(o.walkLoop)
 	o.wg.Go(o.maintainLoop)
+	if cfg.KeepJoining && len(boot) > 0 {
+		o.joiner = newJoiner(o, boot)
+		o.joiner.start(o.ctx, o.joinErr)
+	}
+	o.keepPeers()
 	return o, nil
 }
 
@@ -281,6 +295,11 @@ func (o *Overlay) Close() error {
 	})
 	return o.closeErr
 }
+
+// BootstrapPeers are the peers the overlay joins through: the configured
+// ones and those remembered in the peers file that answered, without this
+// node.
+func (o *Overlay) BootstrapPeers() []peer.AddrInfo { return slices.Clone(o.bootstrap) }
 
 // JoinError is why New could not join through the bootstrap peers (with
 // KeepJoining: it started alone and keeps joining), nil if it joined or

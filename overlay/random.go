@@ -20,6 +20,7 @@ const (
 	streamWalk   = "walk"   // random-walk lookup keys
 	streamBucket = "bucket" // keys of the refresh's lookups in stale buckets
 	streamJitter = "jitter" // jitter of the walk and refresh periods
+	streamJoin   = "join"   // the joiner's retry jitter and split-check draws
 )
 
 // newStream returns the random stream for one kind of choice: derived from

@@ -339,19 +339,20 @@ func TestConfigValidate(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mut := range map[string]func(*Config){
-		"empty job":   func(c *Config) { c.Job = "" },
-		"slash job":   func(c *Config) { c.Job = "a/b" },
-		"zero pool":   func(c *Config) { c.PoolSize = 0 },
-		"zero walk":   func(c *Config) { c.WalkInterval = 0 },
-		"bad address": func(c *Config) { c.BootstrapAddrs = []string{"/ip4/nope"} },
-		"max lookups": func(c *Config) { c.MaxLookups = c.MinLookups - 1 },
-		"zero degree": func(c *Config) { c.DegreeRefresh = 0 },
+		"empty job":            func(c *Config) { c.Job = "" },
+		"slash job":            func(c *Config) { c.Job = "a/b" },
+		"zero pool":            func(c *Config) { c.PoolSize = 0 },
+		"zero walk":            func(c *Config) { c.WalkInterval = 0 },
+		"bad address":          func(c *Config) { c.BootstrapAddrs = []string{"/ip4/nope"} },
+		"max lookups":          func(c *Config) { c.MaxLookups = c.MinLookups - 1 },
+		"zero degree":          func(c *Config) { c.DegreeRefresh = 0 },
+		"join retries crossed": func(c *Config) { c.KeepJoining, c.Join.RetryMin, c.Join.RetryMax = true, time.Minute, time.Second },
 	} {
 		c := DefaultConfig()
 		mut(&c)
 		err := c.Validate()
 		if err == nil {
-			_, err = c.bootstrapInfos()
+			_, err = c.Bootstrap()
 		}
 		if !errors.Is(err, ErrInvalidConfig) {
 			t.Errorf("%s: err = %v, want ErrInvalidConfig", name, err)

@@ -33,6 +33,10 @@
 // sampler, step queries and timers; the simulator with its population,
 // answering every query at once.
 //
+// Population is the rule by which a node guesses its job's size, which
+// scales its learning rate: its overlay's estimate held against the median
+// of its peers' reports (once ReportQuorum of them reported).
+//
 // The package is pure: no I/O, no clocks, no goroutines. Time, where a
 // controller needs it, is passed in by the caller as seconds on the caller's
 // own clock, and randomness comes from a *rand.Rand the caller owns, so the

@@ -3,10 +3,7 @@ package testnet
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
-	"io"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -14,13 +11,16 @@ import (
 
 	pb "github.com/libp2p/go-libp2p-kad-dht/pb"
 	kbucket "github.com/libp2p/go-libp2p-kbucket"
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // Impostors: roles that speak the job's protocols as an outside peer
@@ -78,7 +78,7 @@ const (
 
 // hijackGenesis is the oldest genesis there is: a clock of the Unix epoch
 // and 1. Every lineage a node makes, and the testnet's, is younger.
-var hijackGenesis = func() (g node.Genesis) { g[len(g)-1] = 1; return }()
+var hijackGenesis = func() (g lineage.Genesis) { g[len(g)-1] = 1; return }()
 
 const (
 	// hijackEvery is how often a lineage-hijack node queries every peer
@@ -115,7 +115,7 @@ type hostileCounts struct {
 type impostor struct {
 	job     string
 	step    int64
-	genesis node.Genesis
+	genesis lineage.Genesis
 	modelID uint32
 	value   float64 // every parameter
 	n       int     // parameter count
@@ -151,7 +151,7 @@ func (im *impostor) handleStep(s network.Stream) {
 	ext := s.Protocol() == wire.StepProtocolExt(im.job)
 	r := bufio.NewReader(s)
 	for {
-		body, err := readFrameT(r, wire.MaxStepFrameExt)
+		body, err := wire.ReadFrame(r, wire.MaxStepFrameExt)
 		if err != nil {
 			return
 		}
@@ -171,7 +171,7 @@ func (im *impostor) handleStep(s network.Stream) {
 		} else {
 			out = wire.MarshalStepReply(rep)
 		}
-		if writeFrameT(s, out) != nil {
+		if wire.WriteFrame(s, out) != nil {
 			return
 		}
 		im.replies.Add(1)
@@ -182,7 +182,7 @@ func (im *impostor) handleStep(s network.Stream) {
 func (im *impostor) handleModel(s network.Stream) {
 	defer s.Close()
 	defer bound(s)()
-	if _, err := readFrameT(bufio.NewReader(s), 8); err != nil {
+	if _, err := wire.ReadFrame(bufio.NewReader(s), 8); err != nil {
 		_ = s.Reset()
 		return
 	}
@@ -190,7 +190,7 @@ func (im *impostor) handleModel(s network.Stream) {
 	for i := range params {
 		params[i] = im.value
 	}
-	if writeFrameT(s, wire.MarshalModel(wire.ModelSnapshot{Step: im.step, ModelID: im.modelID, Params: params})) == nil {
+	if _, err := s.Write(wire.AppendModelReply(nil, wire.ModelSnapshot{Step: im.step, ModelID: im.modelID, Params: params})); err == nil {
 		im.models.Add(1)
 	}
 }
@@ -198,7 +198,7 @@ func (im *impostor) handleModel(s network.Stream) {
 // startImpostor installs the impostor of a lineage-hijack or joiner-wedge
 // node. t.mu is held.
 func (t *testnet) startImpostor(m *member) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams()}
 	switch m.role {
 	case LineageHijack:
@@ -248,7 +248,7 @@ func eclipseDHT(m *member) {
 // hijackEvery it sends each peer its overlay knows a step query that
 // claims the old lineage and HijackStep.
 func (t *testnet) hijack(ctx context.Context, m *member) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	ext := wire.StepExt{Genesis: hijackGenesis, HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
 	body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, ext)
 	proto := wire.StepProtocolExt("testnet")
@@ -289,11 +289,11 @@ func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, 
 		return err
 	}
 	defer bound(s)()
-	if err := writeFrameT(s, body); err != nil {
+	if err := wire.WriteFrame(s, body); err != nil {
 		_ = s.Reset()
 		return err
 	}
-	if _, err := readFrameT(bufio.NewReader(s), wire.MaxStepFrameExt); err != nil {
+	if _, err := wire.ReadFrame(bufio.NewReader(s), wire.MaxStepFrameExt); err != nil {
 		_ = s.Reset()
 		return err
 	}
@@ -352,7 +352,7 @@ func (t *testnet) drift(ctx context.Context, m *member) {
 // driftAt pushes poisoned models at one victim: fetch its model, push it
 // moved by dist along (1, …, 1)/√n, and fit dist to what the victim takes.
 func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	n, modelID := task.NumParams(), task.ModelID()
 	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
 	dist := driftStart * math.Sqrt(float64(n))
@@ -376,16 +376,16 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 		case err != nil:
 			t.hostile.driftOther.Add(1)
 			sleepCtx(ctx, driftBackoffMax)
-		case status == exchangeTaken:
+		case status == "":
 			t.hostile.driftTaken.Add(1)
 			dist *= driftGrow
 			backoff = driftBackoffMin
 			sleepCtx(ctx, floodPause)
-		case status == exchangeDistance:
+		case status == wire.ReasonDistance:
 			t.hostile.driftDistance.Add(1)
 			dist *= driftShrink
 			sleepCtx(ctx, floodPause)
-		case status == exchangeRate:
+		case status == wire.ReasonRate:
 			t.hostile.driftRate.Add(1)
 			sleepCtx(ctx, backoff)
 			backoff = min(2*backoff, driftBackoffMax)
@@ -396,87 +396,29 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 	}
 }
 
-// Exchange reply statuses (docs/protocols.md, 10a.3).
-const (
-	exchangeTaken    = 0
-	exchangeDistance = 13
-	exchangeRate     = 14
-)
-
 // fetchModelT asks p for its model over the model protocol.
-func fetchModelT(ctx context.Context, h streamOpener, p peer.ID, modelID uint32, n int) (wire.ModelSnapshot, error) {
+func fetchModelT(ctx context.Context, h host.Host, p peer.ID, modelID uint32, n int) (wire.ModelSnapshot, error) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	s, err := h.NewStream(sctx, p, wire.ModelProtocol("testnet"))
-	if err != nil {
-		return wire.ModelSnapshot{}, err
-	}
-	defer bound(s)()
-	if err := writeFrameT(s, []byte{wire.Version}); err != nil {
-		_ = s.Reset()
-		return wire.ModelSnapshot{}, err
-	}
-	_ = s.CloseWrite()
-	body, err := readFrameT(bufio.NewReader(s), wire.MaxModelFrame(n))
-	if err != nil {
-		_ = s.Reset()
-		return wire.ModelSnapshot{}, err
-	}
-	_ = s.Close()
-	return wire.UnmarshalModel(body, modelID, n)
+	return wire.FetchModel(sctx, h, p, "testnet", wire.ModelShape{ID: modelID, N: n}, 0)
 }
 
 // pushModelT sends params as p's epidemic exchange request (sender self,
-// at step) and returns the reply's status.
-func pushModelT(ctx context.Context, h streamOpener, p, self peer.ID, step int64, modelID uint32, params []float64) (byte, error) {
-	payload, err := gossip.AppendDense([]byte{wire.Version, byte(node.ExchangeEpidemic)}, self, step, modelID, params)
+// at step) and returns why p refused it ("" when it took it).
+func pushModelT(ctx context.Context, h host.Host, p, self peer.ID, step int64, modelID uint32, params []float64) (gossip.Reason, error) {
+	payload, err := gossip.AppendDense([]byte{wire.Version, byte(exchange.Epidemic)}, self, step, modelID, params)
 	if err != nil {
-		return 0, err
+		return "", err
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	s, err := h.NewStream(sctx, p, node.ExchangeProtocol("testnet"))
-	if err != nil {
-		return 0, err
-	}
-	defer bound(s)()
-	if err := writeFrameT(s, payload); err != nil {
-		_ = s.Reset()
-		return 0, err
-	}
-	_ = s.CloseWrite()
-	reply, err := readFrameT(bufio.NewReader(s), 16)
-	if err != nil || len(reply) != 3 {
-		_ = s.Reset()
-		return 0, fmt.Errorf("exchange reply: %d bytes, %w", len(reply), err)
-	}
-	_ = s.Close()
-	return reply[1], nil
+	reason, _, err := wire.SendExchange(sctx, h, p, "testnet", wire.FrameExchange(payload))
+	return reason, err
 }
 
 // streamOpener opens streams: a host.
 type streamOpener interface {
 	NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error)
-}
-
-// writeFrameT writes body as one frame: a uvarint length, then the body.
-func writeFrameT(w io.Writer, body []byte) error {
-	_, err := w.Write(append(binary.AppendUvarint(nil, uint64(len(body))), body...))
-	return err
-}
-
-// readFrameT reads one frame of at most limit bytes.
-func readFrameT(r *bufio.Reader, limit int) ([]byte, error) {
-	size, err := binary.ReadUvarint(r)
-	if err != nil {
-		return nil, err
-	}
-	if size > uint64(limit) {
-		return nil, errors.New("frame over its cap")
-	}
-	b := make([]byte, size)
-	_, err = io.ReadFull(r, b)
-	return b, err
 }
 
 // LineageFigures is what a run with lineage-hijack nodes measured: the
@@ -570,7 +512,7 @@ func (t *testnet) impostorFigures(h *Hostility) {
 			}
 			st := m.nd.Status()
 			j := WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
-			if ev, ok := m.nd.Task().(node.Evaluator); ok {
+			if ev, ok := m.nd.Model().(node.Evaluator); ok {
 				if r, err := ev.Evaluate(); err == nil {
 					j.Loss = &r.Loss
 				}
@@ -635,7 +577,7 @@ func (t *testnet) lie(ctx context.Context, m *member) {
 // LiarEstimate, on one stream as long as it lasts (as an honest asker
 // reuses its streams), on a new one after a second when it fails.
 func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
-	task := m.nd.Task()
+	task := m.nd.Model()
 	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
 	h := m.nd.Host()
 	tick := time.NewTicker(time.Second / LiarQueryRate)
@@ -654,14 +596,14 @@ func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
 		for ctx.Err() == nil {
 			q := wire.StepRequest{Step: m.nd.Step(), Estimate: LiarEstimate}
 			e := wire.StepExt{}
-			if first { // the fields go in a stream's first message (wire/stepext.go)
+			if first { // the fields go in a stream's first message (wire.StepExt)
 				e, first = ext, false
 			}
 			_ = s.SetDeadline(time.Now().Add(2 * time.Second))
-			if writeFrameT(s, wire.MarshalStepRequestExt(q, e)) != nil {
+			if wire.WriteFrame(s, wire.MarshalStepRequestExt(q, e)) != nil {
 				break
 			}
-			if _, err := readFrameT(r, wire.MaxStepFrameExt); err != nil {
+			if _, err := wire.ReadFrame(r, wire.MaxStepFrameExt); err != nil {
 				break
 			}
 			t.hostile.liarQueries.Add(1)

@@ -1,10 +1,11 @@
 package testnet
 
 import (
-	"github.com/pspnode/pspnode/node"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // attackConfig is a small run of linear regression over the epidemic
@@ -208,7 +209,7 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 	})
 	t.Run("drift poison", func(t *testing.T) {
 		cfg := attackConfig(DriftPoison, 20*time.Second)
-		cfg.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 4}
+		cfg.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4}
 		res := runLogged(t, cfg)
 		if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
 			t.Errorf("under a drift poisoner the honest fit is %+v, want R² above 0.9 (clean about 0.98)", res.Accuracy)

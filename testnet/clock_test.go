@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/internal/vclock"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -371,7 +371,7 @@ func TestParseBandwidth(t *testing.T) {
 func TestHostileRoles(t *testing.T) {
 	cfg := tinyConfig(12, 4*time.Second)
 	cfg.Model = "linreg"
-	cfg.Exchange = node.Exchange{} // gossip: the poison is counted on its topic
+	cfg.Exchange = exchange.Spec{} // gossip: the poison is counted on its topic
 	cfg.Roles = []RoleShare{{LiarRandom, 0.1}, {PoisonNaN, 0.1}, {PoisonNorm, 0.1}, {Flooder, 0.1}, {Slow, 0.1}, {SlowModel, 0.1}}
 	cfg.Churn = 1
 	res := runLogged(t, cfg)

@@ -15,10 +15,13 @@ import (
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -39,7 +42,7 @@ type member struct {
 	opened0 uint64
 	// traffic0 and step0 are the node's traffic and step at its launch,
 	// so that the traffic report covers training only.
-	traffic0 node.Traffic
+	traffic0 status.Traffic
 	step0    int64
 	// freeSince is when the node last became free to go on at lastStep:
 	// its barrier, on the true population, would let it, and it is not
@@ -119,10 +122,10 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 
 // testnetGenesis is the lineage of every node of a testnet, whose nodes
 // start the job together (without it each would start its own, and the
-// joiners would converge on the oldest): a genesis of the Unix epoch and
+// nodes would then converge on one): a genesis of the Unix epoch and
 // the seed, older than any a real node makes.
-func testnetGenesis(seed uint64) node.Genesis {
-	var g node.Genesis
+func testnetGenesis(seed uint64) lineage.Genesis {
+	var g lineage.Genesis
 	binary.BigEndian.PutUint64(g[8:], seed|1<<63)
 	return g
 }
@@ -151,24 +154,24 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg.Gossip.Encoding = enc
-	cfg.PollShare = t.cfg.PollShare
+	cfg.Check.PollShare = t.cfg.PollShare
 	if t.cfg.Private {
 		cfg.PSK = testnetPSK(t.cfg.Seed)
 	}
-	cfg.Exchange = t.cfg.Exchange
+	cfg.Exchange.Spec = t.cfg.Exchange
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
 	switch {
 	case t.cfg.NormBound > 0:
-		cfg.NormBound = t.cfg.NormBound
+		cfg.Exchange.NormBound = t.cfg.NormBound
 	case t.cfg.NormBound < 0:
-		cfg.NormBound = 0
+		cfg.Exchange.NormBound = 0
 	}
-	cfg.ConnLow, cfg.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
-	cfg.StepStreams = stepStreams(cfg)
+	cfg.Limits.ConnLow, cfg.Limits.ConnHigh, cfg.Overlay.PoolSize = t.cfg.Limits()
+	cfg.Limits.StepStreams = stepStreams(cfg)
 	if t.cfg.StepStreams > 0 {
-		cfg.StepStreams = t.cfg.StepStreams
+		cfg.Limits.StepStreams = t.cfg.StepStreams
 	}
 	// Background overlay work grows with N: past overlay.SharedMachineNodes
 	// the overlay's periods stretch in proportion, so the testnet's total
@@ -190,7 +193,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 // and cost CPU: 16 in place of 64 at 1000 nodes took 5–11 % less RSS and
 // 5–7 % more CPU (Config.StepStreams sets it).
 func stepStreams(cfg node.Config) int {
-	return max(cfg.StepStreams, min(cfg.ConnHigh, cfg.MaxInboundStreams/2))
+	return max(cfg.Limits.StepStreams, min(cfg.Limits.ConnHigh, cfg.Limits.MaxInboundStreams/2))
 }
 
 // addNode creates a node (not yet training) bootstrapped from up to three
@@ -279,7 +282,7 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 	var h host.Host
 	var err error
 	asNode(idx, func() {
-		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.ConnLow, High: cfg.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
+		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.Limits.ConnLow, High: cfg.Limits.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
 	})
 	if err != nil {
 		return nil, err
@@ -302,16 +305,16 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 // newTask builds node idx's task: the run's model on its shard of the
 // data, or sleeps of the time model without one.
 func (t *testnet) newTask(idx int, factor float64, cfg node.Config) (node.Task, error) {
-	spec := node.TaskSpec{
+	spec := builtin.Spec{
 		Model: t.cfg.Model, Shard: idx % t.cfg.Nodes, Shards: t.cfg.Nodes,
 		SGD:  model.DefaultSGDConfig(),
-		Time: node.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
-		Seed: cfg.Seed, InitSeed: node.SeedOf(cfg.Job),
+		Time: builtin.TimeModel{Scale: t.cfg.TimeScale, Factor: factor},
+		Seed: cfg.Seed, InitSeed: builtin.SeedOf(cfg.Job),
 	}
 	if t.cfg.LR > 0 {
 		spec.SGD.LR0 = t.cfg.LR
 	}
-	return node.NewTask(spec, t.data)
+	return builtin.New(spec, t.data)
 }
 
 // register makes m a member of the run: its role is noted (an honest node
@@ -455,7 +458,7 @@ func (t *testnet) closeAll() {
 	var wg sync.WaitGroup
 	for _, m := range ms {
 		if m.nd != nil { // released departed nodes are closed already
-			wg.Go(func() { _ = m.nd.Crash() })
+			wg.Go(func() { _ = m.nd.Close() })
 		}
 	}
 	wg.Wait()
@@ -511,11 +514,11 @@ func (t *testnet) remove(n int, crash bool) int {
 		wg.Go(func() {
 			m.cancel()
 			if crash {
-				_ = m.nd.Crash()
+				_ = m.nd.Close()
 				<-m.done
 			} else {
 				<-m.done // finish or abandon the step, then say goodbye
-				_ = m.nd.Close()
+				_ = m.nd.Leave(300 * time.Millisecond)
 			}
 			t.mu.Lock()
 			t.release(m)

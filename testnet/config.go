@@ -12,6 +12,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -146,7 +147,7 @@ type Config struct {
 	// Exchange is the nodes' node.Config.Exchange: epidemic:S
 	// (DefaultConfig: node.DefaultConfig's, epidemic:4) or gossip (the
 	// zero value).
-	Exchange node.Exchange
+	Exchange exchange.Spec
 
 	// Roles makes shares of the initial nodes hostile or faulty (see
 	// Role); SlowDelay is how late Slow nodes answer step queries.
@@ -159,7 +160,7 @@ type Config struct {
 	Latency   Latency
 	Bandwidth float64
 	Loss      float64
-	// NormBound overrides the nodes' update norm bound (node.Config);
+	// NormBound overrides the nodes' update norm bound (node.Config.Exchange);
 	// 0 keeps the node default, a negative value turns the check off.
 	NormBound float64
 	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
@@ -174,7 +175,7 @@ type Config struct {
 	// victim's DHT key each one's key shares at least (0:
 	// DefaultSybilPrefix; at most MaxSybilPrefix).
 	SybilVictims, SybilPrefix int
-	// PollShare is the nodes' node.Config.PollShare: the shortest
+	// PollShare is the nodes' node.Config.Check.PollShare: the shortest
 	// interval between re-checks of a node waiting at a sampled barrier,
 	// as a share of its mean compute time per step.
 	PollShare float64
@@ -258,8 +259,8 @@ func DefaultConfig() Config {
 		EvalEvery:      5 * time.Second,
 		StallWindow:    30 * time.Second,
 		AccuracyTarget: 0.85,
-		PollShare:      node.DefaultConfig().PollShare,
-		Exchange:       node.DefaultConfig().Exchange,
+		PollShare:      node.DefaultConfig().Check.PollShare,
+		Exchange:       node.DefaultConfig().Exchange.Spec,
 	}
 }
 
@@ -320,7 +321,7 @@ func (c Config) Validate() error {
 	}
 	if _, err := gossip.ParseEncoding(c.Encoding); err != nil {
 		bad("encoding: %w", err)
-	} else if c.Exchange.Kind == node.ExchangeEpidemic && c.Encoding != "dense32" {
+	} else if c.Exchange.Kind == exchange.Epidemic && c.Encoding != "dense32" {
 		bad("exchange %s sends whole models: encoding %s does not carry one faithfully; use dense32, or --exchange gossip", c.Exchange, c.Encoding)
 	}
 	if c.Transport == "tcp" && c.Nodes > 300 {
@@ -353,10 +354,10 @@ func (c Config) Validate() error {
 		if r.Role == LogFlood && (!c.Private || c.Transport != "tcp") {
 			bad("role %q floods a private job with junk connections: it needs --transport tcp and --private", r.Role)
 		}
-		if r.Role == DriftPoison && (c.Exchange.Kind != node.ExchangeEpidemic || c.Model == "none") {
+		if r.Role == DriftPoison && (c.Exchange.Kind != exchange.Epidemic || c.Model == "none") {
 			bad("role %q pushes models over the epidemic exchange: it needs a model and --exchange epidemic:S", r.Role)
 		}
-		if r.Role.poisoner() && c.Exchange.Kind == node.ExchangeEpidemic {
+		if r.Role.poisoner() && c.Exchange.Kind == exchange.Epidemic {
 			bad("role %q: poisoned updates are counted on the gossip topic only; add --exchange gossip (under %s the distance bound refuses such models, counted as exchange.rejected.distance)", r.Role, c.Exchange)
 		}
 	}

@@ -7,14 +7,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
 func TestEstimate(t *testing.T) {
 	base := DefaultConfig()
 	base.Model = "none"
-	base.Exchange = node.Exchange{} // gossip
+	base.Exchange = exchange.Spec{} // gossip
 	with := func(f func(*Config)) Config { c := base; f(&c); return c }
 	const logreg = 7850 // MNIST logistic regression
 	for _, tc := range []struct {
@@ -25,7 +25,7 @@ func TestEstimate(t *testing.T) {
 	}{
 		{"nodes", with(func(c *Config) { c.Nodes = 50 }), with(func(c *Config) { c.Nodes = 500 }), 0, true, true},
 		{"duration", base, with(func(c *Config) { c.Duration = 10 * time.Minute }), 0, false, true},
-		{"gossip over epidemic", with(func(c *Config) { c.Exchange = node.Exchange{Kind: node.ExchangeEpidemic, S: 4} }), base, logreg, true, true},
+		{"gossip over epidemic", with(func(c *Config) { c.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4} }), base, logreg, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s, l := estimate(tc.small, tc.params, 2), estimate(tc.large, tc.params, 2)
@@ -35,10 +35,10 @@ func TestEstimate(t *testing.T) {
 		})
 	}
 	// Gossip with a model grows with N², epidemic with N.
-	g := func(n int, ex node.Exchange) float64 {
+	g := func(n int, ex exchange.Spec) float64 {
 		return estimate(with(func(c *Config) { c.Nodes, c.Exchange = n, ex }), logreg, 2).RSSBytes
 	}
-	gossip, epi := node.Exchange{}, node.Exchange{Kind: node.ExchangeEpidemic, S: 4}
+	gossip, epi := exchange.Spec{}, exchange.Spec{Kind: exchange.Epidemic, S: 4}
 	if r := g(400, gossip) / g(100, gossip); r < 10 {
 		t.Errorf("gossip memory grew %.1f× from 100 to 400 nodes, want about 16×", r)
 	}

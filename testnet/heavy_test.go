@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -70,7 +70,7 @@ func TestSmallTestnet(t *testing.T) {
 // advance and train.
 func TestHostileTestnet(t *testing.T) {
 	cfg := smallConfig(10 * time.Second)
-	cfg.Exchange = node.Exchange{} // gossip: the poison is counted on its topic
+	cfg.Exchange = exchange.Spec{} // gossip: the poison is counted on its topic
 	cfg.Roles = []RoleShare{{LiarZero, 0.1}, {PoisonNaN, 0.05}, {PoisonNorm, 0.05}, {Flooder, 0.05}}
 	res := runLogged(t, cfg)
 	h := res.Hostile

@@ -147,7 +147,7 @@ func (t *testnet) streamHog(ctx context.Context, m *member) {
 		wg.Go(func() {
 			defer h.Close()
 			var hw sync.WaitGroup
-			for range node.DefaultConfig().MaxStreamsPerPeer {
+			for range node.DefaultConfig().Limits.MaxStreamsPerPeer {
 				hw.Go(func() { t.holdStreams(ctx, h, ai, proto) })
 			}
 			hw.Wait()
@@ -336,11 +336,11 @@ func freshQuery(ctx context.Context, h host.Host, ai peer.AddrInfo) error {
 		return err
 	}
 	defer bound(s)()
-	if err := writeFrameT(s, wire.MarshalStepRequest(wire.StepRequest{Step: 0})); err != nil {
+	if err := wire.WriteFrame(s, wire.MarshalStepRequest(wire.StepRequest{Step: 0})); err != nil {
 		_ = s.Reset()
 		return err
 	}
-	if _, err := readFrameT(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
+	if _, err := wire.ReadFrame(bufio.NewReader(s), wire.MaxStepFrame); err != nil {
 		_ = s.Reset()
 		return err
 	}

@@ -18,14 +18,16 @@ import (
 	"github.com/prometheus/common/expfmt"
 	prommodel "github.com/prometheus/common/model"
 
+	"github.com/pspnode/pspnode/internal/builtin"
+	"github.com/pspnode/pspnode/internal/promhist"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // checkData opens the configured data set once, so a bad path is one
 // error, not one per node.
 func checkData(cfg Config) error {
-	if _, err := model.Open(node.DataFor(cfg.Model, cfg.Data)); err != nil {
+	if _, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data)); err != nil {
 		return fmt.Errorf("testnet: %w", err)
 	}
 	return nil
@@ -125,36 +127,13 @@ func (h *histogram) add(o histogram, sign float64) {
 // 0; a rank in the +Inf bucket gives the largest finite bound. NaN when
 // empty. The buckets double, so the estimate is within a factor of 2.
 func (h histogram) quantile(q float64) float64 {
-	if len(h.count) == 0 || h.count[len(h.count)-1] <= 0 {
-		return math.NaN()
-	}
-	rank := q * h.count[len(h.count)-1]
-	for i, c := range h.count {
-		if c < rank {
-			continue
-		}
-		if math.IsInf(h.le[i], 1) {
-			if i == 0 {
-				return math.NaN()
-			}
-			return h.le[i-1]
-		}
-		lo, below := 0.0, 0.0
-		if i > 0 {
-			lo, below = h.le[i-1], h.count[i-1]
-		}
-		if c == below {
-			return h.le[i]
-		}
-		return lo + (h.le[i]-lo)*(rank-below)/(c-below)
-	}
-	return h.le[len(h.le)-1]
+	return promhist.Quantile(h.le, h.count, q)
 }
 
 // reading is one node's /status and /metrics at one moment; ok is false
 // when the node did not answer.
 type reading struct {
-	st  node.Status
+	st  status.Status
 	met metricSet
 	ok  bool
 	at  time.Time

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -88,7 +89,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			continue
 		}
 		allowed := s < 0 || minStep >= m.lastStep-int64(s)
-		free := stallFree(allowed, m.nd.Computing(), now-m.progressAt, t.longestStep(m))
+		free := stallFree(allowed, faults.Computing(m.nd), now-m.progressAt, t.longestStep(m))
 		if m.noteFree(now, free, t.cfg.StallWindow) {
 			t.stalls[m.idx] = true
 		}
@@ -210,7 +211,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	var acc, loss float64
 	k := 0
 	for _, m := range pick {
-		ev, ok := m.nd.Task().(node.Evaluator)
+		ev, ok := m.nd.Model().(node.Evaluator)
 		if !ok {
 			continue
 		}

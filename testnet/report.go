@@ -15,6 +15,7 @@ import (
 
 	"gonum.org/v1/gonum/stat/distuv"
 
+	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/figure"
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -299,14 +300,14 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.BarrierChecks += st.BarrierChecks
 		rechecks += float64(st.BarrierChecks) - float64(st.BarrierPasses)
 		waitS += st.BarrierWaitS
-		w, ck, rt := m.nd.Recent()
+		w, ck, rt := faults.Recent(m.nd)
 		waits, checks, rtts = append(waits, w...), append(checks, ck...), append(rtts, rt...)
 		if m.joinedAt == 0 { // present all run: its selection count is comparable
 			t.sampledMu.Lock()
 			counts = append(counts, float64(t.sampled[m.nd.ID()]))
 			t.sampledMu.Unlock()
 		}
-		if m.nd.Task().NumParams() > 0 {
+		if m.nd.Model().NumParams() > 0 {
 			st := m.nd.UpdateStats()
 			r.Updates.Sent += st.Sent
 			r.Updates.Received += st.Received

@@ -238,7 +238,7 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 		})
 	}
 	if g := m.nd.Gossip(); g != nil {
-		size := gossip.MaxEncodedSize(m.nd.Task().NumParams())
+		size := gossip.MaxEncodedSize(m.nd.Model().NumParams())
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ctx.Err() == nil; i++ {

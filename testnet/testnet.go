@@ -22,11 +22,11 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node"
 )
 
 // Snapshot is the testnet's state at one moment, for live progress.
@@ -148,7 +148,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 	}
 	if cfg.Model != "none" {
-		d, err := model.Open(node.DataFor(cfg.Model, cfg.Data))
+		d, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data))
 		if err != nil {
 			return nil, fmt.Errorf("testnet: %w", err)
 		}

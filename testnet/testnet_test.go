@@ -12,7 +12,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -85,7 +85,7 @@ func TestConfigValidate(t *testing.T) {
 		func(c *Config) { c.Roles, c.Nodes, c.SybilVictims = []RoleShare{{SybilZone, 0.8}}, 10, 3 }, // 2 honest nodes
 		func(c *Config) { c.Clock, c.Transport, c.Roles = Real, "tcp", []RoleShare{{SybilHost, 0.1}} },
 		func(c *Config) { c.Roles = []RoleShare{{PoisonNorm, 0.1}} },                               // counted over gossip only
-		func(c *Config) { c.Roles, c.Exchange = []RoleShare{{DriftPoison, 0.1}}, node.Exchange{} }, // epidemic only
+		func(c *Config) { c.Roles, c.Exchange = []RoleShare{{DriftPoison, 0.1}}, exchange.Spec{} }, // epidemic only
 		func(c *Config) { c.Roles, c.Model = []RoleShare{{DriftPoison, 0.1}}, "none" },             // a model to push
 	} {
 		c := DefaultConfig()

@@ -3,13 +3,13 @@ package testnet
 import (
 	"time"
 
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // TrafficReport is what the honest live nodes' streams carried during
-// training (node.Traffic, from each node's launch to the end), per node:
+// training (status.Traffic, from each node's launch to the end), per node:
 // bytes per second of training, bytes received per step taken, and the
-// same by protocol class (node.TrafficClasses).
+// same by protocol class (status.Classes).
 type TrafficReport struct {
 	InBytesPerNodeS  float64 `json:"in_bytes_per_node_s"`
 	OutBytesPerNodeS float64 `json:"out_bytes_per_node_s"`
@@ -30,7 +30,7 @@ type ClassTraffic struct {
 
 // trafficSum adds up the training traffic of nodes.
 type trafficSum struct {
-	t      node.Traffic
+	t      status.Traffic
 	nodeS  float64
 	steps  int64
 	filled bool
@@ -41,7 +41,7 @@ type trafficSum struct {
 func (s *trafficSum) add(m *member, up time.Duration) {
 	d := m.nd.Traffic().Sub(m.traffic0)
 	if !s.filled {
-		s.t.ByProtocol = map[string]node.ProtocolTraffic{}
+		s.t.ByProtocol = map[string]status.ProtocolTraffic{}
 		s.filled = true
 	}
 	s.t.InBytes += d.InBytes

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pspnode/pspnode/internal/daemontest"
+	"github.com/pspnode/pspnode/internal/syncbuf"
 )
 
 // dilocoWorker is a running examples/diloco/charlm.py under pspnode.DiLoCo.
@@ -20,7 +20,7 @@ type dilocoWorker struct {
 	cmd      *exec.Cmd
 	summary  string
 	progress string
-	out      *daemontest.Output
+	out      *syncbuf.Buffer
 	done     chan error
 }
 
@@ -50,7 +50,7 @@ func TestDiLoCoWorkers(t *testing.T) {
 	const h = 10
 	start := func(name string, steps int, extra ...string) *dilocoWorker {
 		w := &dilocoWorker{summary: filepath.Join(dir, name+".json"), progress: filepath.Join(dir, name+".progress"),
-			out: &daemontest.Output{}, done: make(chan error, 1)}
+			out: &syncbuf.Buffer{}, done: make(chan error, 1)}
 		args := append([]string{filepath.Join(root, "examples", "diloco", "charlm.py"), "--system", "diloco",
 			"--world", "3", "--steps", strconv.Itoa(steps), "--H", strconv.Itoa(h), "--batch", "4", "--context", "16",
 			"--d", "16", "--lr", "1e-2", "--warmup", "1", "--sleep", "0.01", "--bin", bin, "--job", "diloco-e2e",

@@ -11,7 +11,7 @@ import (
 )
 
 // pollShareHelp is --poll-share's help, shared by run and testnet
-// (node.Config.PollShare).
+// (node.Config.Check.PollShare).
 const pollShareHelp = "waiting at a sampled barrier, re-check once per expected step completion in the job (compute time / N), but at most once every this share of the compute time per step; in (0, 1]"
 
 // exchangeHelp is --exchange's help, shared by run and testnet

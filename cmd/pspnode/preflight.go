@@ -1,26 +1,24 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"io/fs"
 	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
-	"time"
 
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	ma "github.com/multiformats/go-multiaddr"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	nodestatus "github.com/pspnode/pspnode/node/status"
 )
 
 // This file holds what `pspnode run` checks before it builds its node, so
@@ -67,7 +65,7 @@ func openData(modelName, spec string) (model.Data, error) {
 	if modelName == "none" {
 		return model.Data{}, nil
 	}
-	d, err := model.Open(node.DataFor(modelName, spec))
+	d, err := model.Open(builtin.DataFor(modelName, spec))
 	if err != nil {
 		return model.Data{}, usagef("--data %s: %v", spec, err)
 	}
@@ -306,40 +304,6 @@ func listenHTTP(addr string) (net.Listener, error) {
 	return ln, nil
 }
 
-// httpServer serves the node's handler on the listener of --http.
-type httpServer struct {
-	srv  *http.Server
-	ln   net.Listener
-	done chan error
-	once sync.Once
-	err  error
-}
-
-// serveHTTP serves h on ln, with the timeouts of node.ServeHTTP.
-func serveHTTP(ln net.Listener, h http.Handler) *httpServer {
-	s := &httpServer{
-		srv:  &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 10 * time.Second, WriteTimeout: 10 * time.Second},
-		ln:   ln,
-		done: make(chan error, 1),
-	}
-	go func() { s.done <- s.srv.Serve(ln) }() // ends when Close shuts the server down
-	return s
-}
-
-// Close shuts the server down, waiting up to 2 s for requests in flight.
-func (s *httpServer) Close() error {
-	s.once.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		defer cancel()
-		err := s.srv.Shutdown(ctx)
-		if serr := <-s.done; serr != nil && !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		s.err = err
-	})
-	return s.err
-}
-
 // preflight is what `pspnode run` checks and binds before it builds its
 // node: the task's flags, the checkpoint file, the listen ports and the
 // HTTP listener.
@@ -382,8 +346,8 @@ func (p *preflight) Close() {
 
 // serve serves the node's /status and /metrics on the bound --http
 // listener, which the server then owns.
-func (p *preflight) serve(nd *node.Node) *httpServer {
-	s := serveHTTP(p.http, nd.Handler())
+func (p *preflight) serve(nd *node.Node) *nodestatus.Server {
+	s := nodestatus.ServeOn(p.http, nd.Handler())
 	p.http = nil
 	return s
 }

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node"
 )
 
 // docs/protocols.md, section 7.5, tabulates the model string, model id and
@@ -60,7 +60,7 @@ func TestProtocolsModelIDTable(t *testing.T) {
 			}
 			opened[name+" "+data] = ds
 		}
-		task, err := node.NewTask(node.TaskSpec{Model: name, Shards: 1, SGD: model.DefaultSGDConfig()}, ds)
+		task, err := builtin.New(builtin.Spec{Model: name, Shards: 1, SGD: model.DefaultSGDConfig()}, ds)
 		if err != nil {
 			t.Errorf("row %q: %v", row, err)
 			continue

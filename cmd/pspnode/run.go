@@ -16,10 +16,14 @@ import (
 	"github.com/peterbourgon/ff/v3/ffcli"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
+	nodestatus "github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/node/trainer"
+	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -71,7 +75,7 @@ type runFlags struct {
 	listen, bootstrap                                 stringList
 	barrier                                           specFlag
 	pollShare                                         floatFlag
-	exchange                                          node.Exchange
+	exchange                                          exchange.Spec
 	trainer                                           trainerFlags
 	identity, job, modelName, data, httpAddr          *string
 	ckpt, logLevel, logFormat, swarmKey, allow, reach *string
@@ -86,7 +90,7 @@ type runFlags struct {
 // addRunFlags defines the run command's flags on fs.
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	def := node.DefaultConfig()
-	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.PollShare), exchange: def.Exchange}
+	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.Check.PollShare), exchange: def.Exchange.Spec}
 	f.identity = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 	f.job = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 	f.modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
@@ -98,8 +102,8 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	f.duration = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	f.scale = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
 	f.factor = fs.Float64("straggle-factor", 1, "multiply the synthetic task time (make this node a straggler)")
-	f.pollMax = fs.Duration("poll-max", def.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
-	f.queryTime = fs.Duration("query-timeout", def.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
+	f.pollMax = fs.Duration("poll-max", def.Check.PollMax, "waiting at a barrier, re-check at least this often whatever the step time (> 0)")
+	f.queryTime = fs.Duration("query-timeout", def.Check.QueryTimeout, "the longest a step query may take before its peer counts as dead (> 0); fast steps shorten it (4 × compute time, 16 round trips, at least 50 ms)")
 	f.waitPeers = fs.Int("wait-peers", 0, "before the first step, wait (up to 30 s) until this many peers are known")
 	f.perAddr = fs.Int("per-address", def.Overlay.PerAddress, "peers connecting from one address (IPv4 address, IPv6 /64; loopback exempt) weigh together as this many in barrier samples and the routing table, against many identities on one host (0: off)")
 	f.lr = fs.Float64("lr", model.DefaultSGDConfig().LR0, "initial learning rate")
@@ -209,7 +213,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 	if pre.http != nil {
 		srv := pre.serve(nd)
 		defer srv.Close()
-		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.ln.Addr())
+		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 	}
 	modelName := *f.modelName
 	if tsrv != nil {
@@ -220,7 +224,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 	if waitStart != nil {
 		log.Info("waiting for SIGUSR1 to start training")
 		if err := waitStart(ctx); err != nil {
-			return nd.Close() // interrupted before training: a clean stop
+			return nd.Leave(leaveNotice) // interrupted before training: a clean stop
 		}
 	}
 	return f.train(ctx, nd, tsrv, cfg, log)
@@ -242,7 +246,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		return cfg, err
 	}
 	cfg.MaxSteps, cfg.Duration, cfg.WaitPeers, cfg.EvalEvery = *f.maxSteps, *f.duration, *f.waitPeers, *f.evalEvery
-	cfg.Checkpoint, cfg.CheckpointEvery, cfg.PollShare = *f.ckpt, *f.ckptEvery, f.pollShare.x
+	cfg.Checkpoint, cfg.CheckpointEvery, cfg.Check.PollShare = *f.ckpt, *f.ckptEvery, f.pollShare.x
 	if *f.pollMax <= 0 {
 		return cfg, usagef("--poll-max must be a positive duration (got %v)", *f.pollMax)
 	}
@@ -253,8 +257,8 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		return cfg, usagef("--per-address must be >= 0 (got %d)", *f.perAddr)
 	}
 	cfg.Overlay.PerAddress = *f.perAddr
-	cfg.PollMax, cfg.QueryTimeout = *f.pollMax, *f.queryTime
-	cfg.Exchange = f.exchange
+	cfg.Check.PollMax, cfg.Check.QueryTimeout = *f.pollMax, *f.queryTime
+	cfg.Exchange.Spec = f.exchange
 	if *f.scale < 0 || *f.factor <= 0 {
 		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 	}
@@ -270,7 +274,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 			return cfg, usageError{err}
 		}
 		cfg.Identity = key
-		cfg.PeersFile = *f.identity + ".peers"
+		cfg.Overlay.PeersFile = *f.identity + ".peers"
 	} else {
 		log.Info("using a fresh identity; pass --identity FILE to keep one across runs")
 	}
@@ -284,11 +288,11 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 // serves it), or training its built-in task.
 func (f *runFlags) newNode(ctx context.Context, cfg node.Config, log *slog.Logger) (*node.Node, *trainer.Server, error) {
 	reg := prometheus.NewRegistry()
-	node.RegisterProcessMetrics(reg)
-	spec := node.TaskSpec{
+	nodestatus.RegisterProcessMetrics(reg)
+	spec := builtin.Spec{
 		Model: *f.modelName, Shards: *f.shards,
 		SGD:  model.SGDConfig{BatchSize: *f.batch, LR0: *f.lr, Decay: model.DefaultSGDConfig().Decay},
-		Time: node.TimeModel{Scale: *f.scale, Factor: *f.factor},
+		Time: builtin.TimeModel{Scale: *f.scale, Factor: *f.factor},
 	}
 	if f.trainer.enabled() {
 		return newDrivenNode(ctx, cfg, f.trainer, log, reg)
@@ -314,7 +318,7 @@ func (f *runFlags) train(ctx context.Context, nd *node.Node, tsrv *trainer.Serve
 		serveTrainer(ctx, tsrv, log)
 		_ = tsrv.Close()
 		log.Info("node stopping", "step", nd.Status().Step, "uptime", time.Since(start).Round(time.Millisecond), "reason", stopReason(ctx, nil))
-		return nd.Close()
+		return nd.Leave(leaveNotice)
 	}
 	err := nd.Run(ctx)
 	st := nd.Status()
@@ -328,7 +332,7 @@ func (f *runFlags) train(ctx context.Context, nd *node.Node, tsrv *trainer.Serve
 	if err != nil {
 		return err
 	}
-	return nd.Close()
+	return nd.Leave(leaveNotice)
 }
 
 // natTraversal sets cfg.NAT from --nat-traversal, --relay-service and
@@ -358,6 +362,9 @@ func natTraversal(cfg *node.Config, fs *flag.FlagSet, traversal, relay bool, rea
 }
 
 // logNAT says at start what the node does about NATs.
+// leaveNotice is how long a stopping node gives its peers' leave notices.
+const leaveNotice = 300 * time.Millisecond
+
 func logNAT(log *slog.Logger, cfg node.Config) {
 	if !cfg.NAT.Traversal {
 		log.Info("NAT traversal off (--nat-traversal=false): no AutoNAT, relays or hole punching; peers must reach this node at its listen addresses")
@@ -367,7 +374,7 @@ func logNAT(log *slog.Logger, cfg node.Config) {
 	if len(cfg.PSK) > 0 {
 		transports = "TCP (private job: relayed connections carry the swarm key too)"
 	}
-	relays, _ := node.ParseBootstrap(cfg.Bootstrap) // validated already
+	relays, _ := overlay.ParseBootstrap(cfg.Bootstrap) // validated already
 	reach := "auto (AutoNAT)"
 	switch cfg.NAT.Reachability {
 	case network.ReachabilityPublic:
@@ -394,7 +401,7 @@ func stopReason(ctx context.Context, err error) string {
 
 // newNodeWithTask builds the node, with opts, then its task, whose shard
 // depends on the node's peer ID unless shard >= 0.
-func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
+func newNodeWithTask(ctx context.Context, cfg node.Config, spec builtin.Spec, data model.Data, shard int, opts ...node.Option) (*node.Node, error) {
 	if cfg.Identity == nil {
 		key, err := newIdentity()
 		if err != nil {
@@ -410,9 +417,9 @@ func newNodeWithTask(ctx context.Context, cfg node.Config, spec node.TaskSpec, d
 	if shard < 0 {
 		spec.Shard = model.ShardIndex(id.String(), spec.Shards)
 	}
-	spec.Seed = node.SeedOf(id.String())
-	spec.InitSeed = node.SeedOf(cfg.Job)
-	task, err := node.NewTask(spec, data)
+	spec.Seed = builtin.SeedOf(id.String())
+	spec.InitSeed = builtin.SeedOf(cfg.Job)
+	task, err := builtin.New(spec, data)
 	if err != nil {
 		// The specs passed checkModel and checkData: what is left is
 		// their combination (linreg on MNIST) or a model too large.

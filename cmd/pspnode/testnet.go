@@ -23,7 +23,7 @@ import (
 	"github.com/pspnode/pspnode/internal/netns"
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
-	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -61,7 +61,7 @@ func estimateGCPercent(set int, env string) int {
 type testnetFlags struct {
 	barriers                                            specList
 	stragg, factor, scale, pollShare                    floatFlag
-	exchange                                            node.Exchange
+	exchange                                            exchange.Spec
 	clock, churnMode, script, modelName, data           *string
 	encoding, transport, cpuQuota, out, logLevel        *string
 	cpuProf, memProf, hostile, latency, bandwidth       *string

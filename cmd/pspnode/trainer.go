@@ -88,9 +88,9 @@ func ownedBy(ctx context.Context, in io.Reader, log *slog.Logger) (context.Conte
 // newDrivenNode builds a node whose steps a trainer drives, and its
 // trainer API server.
 func newDrivenNode(ctx context.Context, cfg node.Config, t trainerFlags, log *slog.Logger, reg *prometheus.Registry) (*node.Node, *trainer.Server, error) {
-	task := trainer.NewTask()
+	task := trainer.NewModel()
 	cfg.Driven = true
-	nd, err := node.New(ctx, cfg, node.WithTask(task), node.WithLogger(log), node.WithRegistry(reg))
+	nd, err := node.New(ctx, cfg, node.WithModel(task), node.WithLogger(log), node.WithRegistry(reg))
 	if err != nil {
 		return nil, nil, err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/pspnode/pspnode/examples/torch/evals"
 	"github.com/pspnode/pspnode/internal/daemontest"
+	"github.com/pspnode/pspnode/internal/syncbuf"
 )
 
 // The trainer API's tests with real processes: `pspnode run --trainer`
@@ -70,14 +71,14 @@ func TestPythonClient(t *testing.T) {
 type trainerProc struct {
 	cmd    *exec.Cmd
 	csv    string
-	stderr *daemontest.Output
+	stderr *syncbuf.Buffer
 	done   chan error
 }
 
 // startTrainer runs mnist.py as shard i of n against a daemon.
 func startTrainer(t *testing.T, root, daemon, dir string, i, n int, extra ...string) *trainerProc {
 	t.Helper()
-	p := &trainerProc{csv: filepath.Join(dir, fmt.Sprintf("trainer%d-%d.csv", i, time.Now().UnixNano())), stderr: &daemontest.Output{}, done: make(chan error, 1)}
+	p := &trainerProc{csv: filepath.Join(dir, fmt.Sprintf("trainer%d-%d.csv", i, time.Now().UnixNano())), stderr: &syncbuf.Buffer{}, done: make(chan error, 1)}
 	args := append([]string{filepath.Join(root, "examples", "torch", "mnist.py"), "--daemon", daemon,
 		"--shard", strconv.Itoa(i), "--shards", strconv.Itoa(n), "--eval-every", "0.5", "--duration", "240",
 		"--lr", "0.2", "--out", p.csv, "--log", "warning"}, extra...)
@@ -264,7 +265,7 @@ func TestTrainerOwnedStopsWithStdin(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := &daemontest.Output{}
+	out := &syncbuf.Buffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -8,9 +8,10 @@ import (
 	"net/http"
 	"os/exec"
 	"strings"
-	"sync"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/syncbuf"
 )
 
 // Daemon is a running `pspnode run` process.
@@ -19,30 +20,10 @@ type Daemon struct {
 	ID     string // peer ID
 	Addr   string // first dialable multiaddr, ending in /p2p/ID
 	HTTP   string // base URL of /status and /metrics
-	Stderr *Output
+	Stderr *syncbuf.Buffer
 	// Done receives the process's exit once; a test that waits on it
 	// must send a value back for the cleanup, which waits too.
 	Done chan error
-}
-
-// Output collects what a process writes, safe to read while it runs
-// (the process's writer goroutine appends while a test reads).
-type Output struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (o *Output) Write(p []byte) (int, error) {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.Write(p)
-}
-
-// String is everything written so far.
-func (o *Output) String() string {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return o.b.String()
 }
 
 // printTimeout bounds the wait for the daemon's addresses.
@@ -53,7 +34,7 @@ const printTimeout = 20 * time.Second
 // test ends.
 func Start(t testing.TB, bin string, args ...string) *Daemon {
 	t.Helper()
-	d := &Daemon{Stderr: &Output{}, Done: make(chan error, 1)}
+	d := &Daemon{Stderr: &syncbuf.Buffer{}, Done: make(chan error, 1)}
 	d.Cmd = exec.Command(bin, append([]string{"run"}, args...)...)
 	d.Cmd.Stderr = d.Stderr
 	out, err := d.Cmd.StdoutPipe()

@@ -1,5 +1,5 @@
 // Package faults holds the hooks that make a node misbehave, or report the
-// peers it draws, so that testnets can measure how the honest nodes'
+// peers it draws and what testnets measure of it (Recent, Computing), so that testnets can measure how the honest nodes'
 // defences hold. They are not part of node's or gossip's public API: only
 // this module's packages can import this one, and production nodes never
 // set them (pspnode run has no flag for any).

@@ -63,3 +63,12 @@ type Host struct {
 
 // SetHost attaches h to cfg, a *node.Config. Package node installs it.
 var SetHost func(cfg any, h Host)
+
+// Recent returns a node's (a *node.Node's) recent barrier waits, barrier
+// decision latencies and step-query round trips, in seconds (up to the
+// last 4096 of each), for the testnet's percentiles.
+var Recent func(nd any) (waits, checks, rtts []float64)
+
+// Computing reports whether a node (a *node.Node) is inside its task's
+// Step, for the testnet's stall detector.
+var Computing func(nd any) bool

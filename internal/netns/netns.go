@@ -439,13 +439,6 @@ func (n *Net) Limit(ctx context.Context, h *Host, rate float64) error {
 	return nil
 }
 
-// Hosts returns the hosts added so far.
-func (n *Net) Hosts() []*Host {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	return append([]*Host(nil), n.hosts...)
-}
-
 // Close removes the namespaces (with their links, addresses, qdiscs and
 // nftables tables), the bridge (with its routes) and the cgroups. The
 // processes in the namespaces must have ended: a namespace that still

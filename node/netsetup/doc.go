@@ -1,5 +1,6 @@
 // Package netsetup sets up how a node's libp2p host meets the network:
-// the connection gate of a private job and NAT traversal. Package node
+// the connection gate of a private job, NAT traversal, and the bounds on
+// its connections. Package node
 // builds its host with these options and reads the state back for
 // /status and /metrics; nothing here knows of the node.
 //
@@ -14,9 +15,15 @@
 //     the host's reachability, relays and hole punches for Status (the
 //     NAT part of the node's /status) and metrics. OverRelay lets a small
 //     stream run over a relayed connection.
+//   - ResourceManager, TrimConns, TrimInbound: go-libp2p's resource
+//     manager with the inbound limits raised and per-peer stream caps on
+//     the node's protocols, and the trimming that holds a node's
+//     connections under its high watermark and keeps the last quarter of
+//     the inbound limit free (HandshakeHint words a failed join's error).
 //
 // Where things are:
 //
-//	gate.go  refused connections: failed handshakes and peers not allowed, counted and logged; the transports
-//	nat.go   NAT traversal: AutoNAT, relays, hole punching, and what /status says of them
+//	gate.go    refused connections: failed handshakes and peers not allowed, counted and logged; the transports
+//	nat.go     NAT traversal: AutoNAT, relays, hole punching, and what /status says of them
+//	limits.go  the resource manager's connection and stream limits; trimming connections
 package netsetup

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -288,4 +289,25 @@ func IsTCPAddr(s string) bool {
 		return false
 	}
 	return a[len(a)-1].Protocol().Code == ma.P_TCP
+}
+
+// negotiationFailed is how go-libp2p reports a connection whose first
+// bytes were not the multistream-select negotiation of a security
+// protocol: what a node without a swarm key reads from one with a key
+// (its bytes are encrypted), and what two nodes with different keys read
+// from each other.
+const negotiationFailed = "failed to negotiate security protocol"
+
+// HandshakeHint says what a join failure's text suggests about swarm keys
+// ("" for nothing), for a node with a key (private) or without.
+func HandshakeHint(err string, private bool) string {
+	switch {
+	case strings.Contains(err, negotiationFailed) && !private:
+		return " (the connection was made but the security handshake failed: a private job's nodes answer so to a node without its swarm key; is --swarm-key missing?)"
+	case strings.Contains(err, negotiationFailed):
+		return " (the connection was made but the security handshake failed: does the bootstrap peer hold the same swarm key (--swarm-key)? a node with another key, or none, fails so)"
+	case private && strings.Contains(err, "deadline exceeded"):
+		return " (with a swarm key, a handshake with a node that has none hangs until the dial gives up: does the bootstrap peer run with the same --swarm-key?)"
+	}
+	return ""
 }

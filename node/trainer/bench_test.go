@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 )
 
 // BenchmarkStepCall is the daemon's side of a trainer's step for a model
@@ -80,15 +81,15 @@ func BenchmarkDaemonCPU(b *testing.B) {
 	if !sharedMemorySupported {
 		b.Skip("no shared memory")
 	}
-	for _, exchange := range []string{"epidemic:4", "gossip", "epidemic:2"} {
+	for _, xspec := range []string{"epidemic:4", "gossip", "epidemic:2"} {
 		for _, n := range []int{4, 8} {
-			b.Run(fmt.Sprintf("%s/N=%d", exchange, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("%s/N=%d", xspec, n), func(b *testing.B) {
 				const params = 101770
-				ex, err := node.ParseExchange(exchange)
+				ex, err := exchange.Parse(xspec)
 				if err != nil {
 					b.Fatal(err)
 				}
-				edit := func(c *node.Config, _ *Config) { c.Exchange = ex }
+				edit := func(c *node.Config, _ *Config) { c.Exchange.Spec = ex }
 				ds := []*daemon{startDaemon(b, "cpu", nil, "asp", edit)}
 				for i := 1; i < n; i++ {
 					ds = append(ds, startDaemon(b, "cpu", ds[0], "asp", edit))

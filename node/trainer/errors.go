@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/pspnode/pspnode/node"
+	nodestatus "github.com/pspnode/pspnode/node/status"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
 
@@ -152,7 +153,7 @@ func unknownService(_ any, stream grpc.ServerStream) error {
 }
 
 // nodeStatus is the NodeStatus of st.
-func nodeStatus(st node.Status) *pb.NodeStatus {
+func nodeStatus(st nodestatus.Status) *pb.NodeStatus {
 	ns := &pb.NodeStatus{
 		Addrs: st.Addrs, ConnectedPeers: uint32(st.ConnectedPeers),
 		PopulationStderr: st.EstimateStderr, PopulationError: st.EstimateError,

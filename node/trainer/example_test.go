@@ -28,12 +28,12 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	// The daemon: a driven node and its trainer API.
-	task := trainer.NewTask()
+	task := trainer.NewModel()
 	cfg := node.DefaultLocalConfig() // TCP on loopback, no NAT traversal
 	cfg.Job = "example"
 	cfg.Barrier = psp.MustParse("pssp:2:1")
 	cfg.Driven = true
-	nd, err := node.New(ctx, cfg, node.WithTask(task))
+	nd, err := node.New(ctx, cfg, node.WithModel(task))
 	if err != nil {
 		log.Fatal(err)
 	}

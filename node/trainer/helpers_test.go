@@ -16,6 +16,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -33,13 +34,13 @@ type daemon struct {
 // edit applied to its config.
 func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit func(*node.Config, *Config)) *daemon {
 	t.Helper()
-	task := NewTask()
+	task := NewModel()
 	cfg := node.DefaultLocalConfig()
 	cfg.Job = job
 	cfg.Barrier = psp.MustParse(barrier)
 	cfg.Driven = true
-	cfg.QueryTimeout = time.Second
-	cfg.Exchange = node.Exchange{} // gossip: most tests here check its deltas
+	cfg.Check.QueryTimeout = time.Second
+	cfg.Exchange.Spec = exchange.Spec{} // gossip: most tests here check its deltas
 	if boot != nil {
 		cfg.Bootstrap = []string{boot.node.Addrs()[0].String()}
 	}
@@ -48,7 +49,7 @@ func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit fu
 	if edit != nil {
 		edit(&cfg, &tcfg)
 	}
-	nd, err := node.New(context.Background(), cfg, node.WithTask(task))
+	nd, err := node.New(context.Background(), cfg, node.WithModel(task))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
 
@@ -73,18 +74,18 @@ func (s *stepper) run(ctx context.Context, t *testing.T) {
 // stayed split for the whole run.
 func TestOneLaunchOneJob(t *testing.T) {
 	const workers, params = 4, 16
-	for _, exchange := range []string{"epidemic:4", "gossip"} {
+	for _, xspec := range []string{"epidemic:4", "gossip"} {
 		for first := -1; first < workers; first++ {
-			name := fmt.Sprintf("%s/together", exchange)
+			name := fmt.Sprintf("%s/together", xspec)
 			if first >= 0 {
-				name = fmt.Sprintf("%s/trainer-%d-first", exchange, first)
+				name = fmt.Sprintf("%s/trainer-%d-first", xspec, first)
 			}
 			t.Run(name, func(t *testing.T) {
-				ex, err := node.ParseExchange(exchange)
+				ex, err := exchange.Parse(xspec)
 				if err != nil {
 					t.Fatal(err)
 				}
-				edit := func(c *node.Config, _ *Config) { c.Exchange = ex }
+				edit := func(c *node.Config, _ *Config) { c.Exchange.Spec = ex }
 				ds := make([]*daemon, workers)
 				ds[0] = startDaemon(t, "onejob", nil, "pssp:2:1", edit)
 				var wg sync.WaitGroup

@@ -115,7 +115,7 @@ func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasE
 	case <-ctx.Done():
 		return ctx.Err()
 	}
-	if err := drv.Done(step); err != nil { // cannot fail after CheckOrder: calls are serialised
+	if err := drv.Done(step); err != nil { // Done checks the order again: it fails only if the node's step or barrier moved since CheckOrder
 		sess.free[slot] <- struct{}{}
 		return err
 	}
@@ -173,10 +173,10 @@ func (sess *session) pull() *pb.PullReply {
 		// The daemon took the job's step and model (another lineage, or
 		// it was far ahead of every peer): the trainer takes them in
 		// place of its own, and what arrived for its old model goes.
-		task.resetTo()
+		task.dropPending()
 		sess.srv.m.resets.Inc()
-		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage.String(), "why", r.Reason)
-		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage.String(), Reason: r.Reason,
+		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage, "why", r.Reason)
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason,
 			Params: dataTensor(appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params))}}
 	}
 	var buf []float32

@@ -438,20 +438,19 @@ func TestTrainerGoneFreesPeers(t *testing.T) {
 	// b's trainer goes. a must not wait for b: it takes ten more steps.
 	tb.close()
 	waitFor(t, 10*time.Second, "b idle", func() bool { return b.node.Status().Idle })
-	start := time.Now()
+	// Waiting on b would hold a at step 6 until ctx's deadline; once a
+	// has passed it, b no longer counts: every later barrier passes at
+	// its first check (counted, not timed).
 	var last *pb.StepReply
 	for s := int64(6); s <= 15; s++ {
 		r, err := ta.step(ctx, s, fill(n, 0.1))
 		if err != nil {
 			t.Fatalf("step %d with b idle: %v", s, err)
 		}
-		if r.Barrier.WaitedS > 2 {
-			t.Fatalf("step %d waited %.1f s for an idle peer", s, r.Barrier.WaitedS)
+		if s > 6 && r.Barrier.Reason != "" {
+			t.Fatalf("step %d waited for an idle peer (%d checks): %s", s, r.Barrier.Checks, r.Barrier.Reason)
 		}
 		last = r
-	}
-	if el := time.Since(start); el > 20*time.Second {
-		t.Fatalf("ten steps took %v with the idle peer", el)
 	}
 	// The idle peer no longer counts in a's population: a is alone, and
 	// scales its updates by 1, not 1/2.
@@ -486,7 +485,7 @@ func TestWaitingSaysWhy(t *testing.T) {
 	late := "/ip4/127.0.0.1/tcp/" + itoa(port) + "/p2p/" + id.String()
 	d := startDaemon(t, "wait", nil, "asp", func(c *node.Config, _ *Config) {
 		c.Bootstrap = []string{late}
-		c.Join.RetryMin, c.Join.RetryMax = 50*time.Millisecond, 200*time.Millisecond
+		c.Overlay.Join.RetryMin, c.Overlay.Join.RetryMax = 50*time.Millisecond, 200*time.Millisecond
 	})
 	type result struct {
 		tr  *trainer

@@ -16,6 +16,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
 
@@ -197,7 +198,7 @@ func (s *Server) claim(sess *session) error {
 func (sess *session) start() error {
 	s, h, ctx := sess.srv, sess.hello, sess.ctx
 	info := s.drv.Info()
-	epidemic := info.Exchange.Kind == node.ExchangeEpidemic
+	epidemic := info.Exchange.Kind == exchange.Epidemic
 	report := func(reason string, waited time.Duration) {
 		_ = sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Waiting{Waiting: &pb.Waiting{Reason: reason, WaitedS: waited.Seconds()}}})
 	}

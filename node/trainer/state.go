@@ -146,7 +146,7 @@ func readStateRequest(r *bufio.Reader) (string, error) {
 
 // session is the session whose trainer's updates the task takes (one
 // that has started), nil for none.
-func (t *Task) session() *session {
+func (t *Model) session() *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.sess

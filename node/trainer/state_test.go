@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
 
@@ -29,11 +30,11 @@ func TestJoinerGetsPeerTrainerState(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			edit := func(c *node.Config, _ *Config) {
-				x, err := node.ParseExchange(tc.exchange)
+				x, err := exchange.Parse(tc.exchange)
 				if err != nil {
 					t.Fatal(err)
 				}
-				c.Exchange = x
+				c.Exchange.Spec = x
 			}
 			a := startDaemon(t, "state", nil, "asp", edit)
 			b := startDaemon(t, "state", a, "asp", edit)

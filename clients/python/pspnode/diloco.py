@@ -82,6 +82,7 @@ import numpy as np
 import torch
 
 from pspnode.client import Client, StepResult, model_id_of
+from pspnode._params import checked as _checked_params
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
 from pspnode.trainer.v2 import trainer_pb2 as pb
@@ -177,12 +178,7 @@ class DiLoCo(torch.optim.Optimizer):
         self._lock = threading.Lock()  # θ_outer and the outer state, against the client's thread
         self._stepping = threading.Lock()
         self._closed = False
-        named = self._trained(optimizer, model)
-        if not named:
-            raise ValueError("the inner optimizer trains no parameters (none requires grad)")
-        self._device = named[0][1].device
-        for name, p in named:
-            self._refuse(name, p)
+        named, self._device = _checked_params(optimizer, model, "inner optimizer")
         self._model = model
         self._model_ids = None if model is None else tuple(id(p) for p in model.parameters())
         self._named = named
@@ -234,35 +230,6 @@ class DiLoCo(torch.optim.Optimizer):
             raise
 
     # -- set-up ------------------------------------------------------------
-
-    @staticmethod
-    def _trained(optimizer, model):
-        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"] if p.requires_grad}
-        if model is not None:
-            named = [(n, p) for n, p in model.named_parameters() if id(p) in in_opt]
-            if len(in_opt) != len(named):
-                raise ValueError(f"the inner optimizer trains {len(in_opt) - len(named)} parameter(s) that are not "
-                                 "the model's")
-            return named
-        out, seen = [], set()
-        for gi, g in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(g["params"]):
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
-                    out.append((f"group{gi}.{pi}", p))
-        return out
-
-    def _refuse(self, name, p):
-        if p.is_sparse:
-            raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
-        if p.dtype != torch.float32:
-            raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() before "
-                            "building the optimizers (mixed precision: keep float32 weights and use torch.autocast)")
-        if p.device != self._device:
-            raise ValueError(f"parameter {name!r} is on {p.device}, others on {self._device}: keep the exchanged "
-                             "parameters on one device")
-        if not p.is_contiguous():
-            raise ValueError(f"parameter {name!r} is not contiguous: make it so before wrapping")
 
     def _check(self):
         if self._closed:

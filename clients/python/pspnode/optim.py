@@ -48,6 +48,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from pspnode.client import Client, model_id_of
+from pspnode._params import checked as _checked_params
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
 from pspnode.trainer.v2 import trainer_pb2 as pb
@@ -124,12 +125,7 @@ class Optimizer(torch.optim.Optimizer):
         self._lock = threading.Lock()  # the parameters, against the client's thread
         self._stepping = threading.Lock()  # one step() at a time
         self._closed = False
-        named = self._trained(optimizer, model)
-        if not named:
-            raise ValueError("the optimizer trains no parameters (none requires grad)")
-        self._device = named[0][1].device
-        for name, p in named:
-            self._refuse(name, p)
+        named, self._device = _checked_params(optimizer, model, "optimizer")
         self._model = model
         self._model_ids = self._ids(model)
         self._named = named
@@ -169,37 +165,6 @@ class Optimizer(torch.optim.Optimizer):
             raise
 
     # -- set-up ------------------------------------------------------------
-
-    @staticmethod
-    def _trained(optimizer, model):
-        in_opt = {id(p) for g in optimizer.param_groups for p in g["params"] if p.requires_grad}
-        if model is not None:
-            named = [(n, p) for n, p in model.named_parameters() if id(p) in in_opt]
-            missing = len(in_opt) - len(named)
-            if missing:
-                raise ValueError(f"the optimizer trains {missing} parameter(s) that are not the model's")
-            return named
-        out, seen = [], set()
-        for gi, g in enumerate(optimizer.param_groups):
-            for pi, p in enumerate(g["params"]):
-                if p.requires_grad and id(p) not in seen:
-                    seen.add(id(p))
-                    out.append((f"group{gi}.{pi}", p))
-        return out
-
-    def _refuse(self, name, p):
-        """Raises if parameter p cannot be exchanged, saying what to do."""
-        if p.is_sparse:
-            raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
-        if p.dtype != torch.float32:
-            raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() before "
-                            "building the optimizers (mixed precision: keep float32 weights and use torch.autocast)")
-        if p.device != self._device:
-            raise ValueError(f"parameter {name!r} is on {p.device}, others on {self._device}: keep the exchanged "
-                             "parameters on one device")
-        if not p.is_contiguous():
-            raise ValueError(f"parameter {name!r} is not contiguous (strides {p.stride()}): make it so before "
-                             "wrapping, e.g. `with torch.no_grad(): p.data = p.data.contiguous()`")
 
     @staticmethod
     def _ids(model):

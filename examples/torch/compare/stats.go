@@ -12,6 +12,7 @@ import (
 	prommodel "github.com/prometheus/common/model"
 
 	"github.com/pspnode/pspnode/examples/torch/evals"
+	"github.com/pspnode/pspnode/internal/promhist"
 )
 
 // stalenessMetric is the daemons' histogram of update staleness: for each
@@ -120,32 +121,10 @@ func (h hist) add(o hist) hist {
 // 0 (or at its bound when that is not positive), the +Inf bucket
 // answering the largest finite bound.
 func (h hist) quantile(q float64) float64 {
-	if h.count == 0 || len(h.le) == 0 {
+	if h.count == 0 {
 		return math.NaN()
 	}
-	rank := q * h.count
-	for i, c := range h.cum {
-		if c < rank {
-			continue
-		}
-		if math.IsInf(h.le[i], 1) {
-			if i == 0 {
-				return math.NaN()
-			}
-			return h.le[i-1]
-		}
-		lo, below := 0.0, 0.0
-		if i > 0 {
-			lo, below = h.le[i-1], h.cum[i-1]
-		} else if h.le[0] <= 0 {
-			return h.le[0]
-		}
-		if c == below {
-			return h.le[i]
-		}
-		return lo + (h.le[i]-lo)*(rank-below)/(c-below)
-	}
-	return math.NaN() // counts above the total: not a histogram
+	return promhist.Quantile(h.le, h.cum, q)
 }
 
 // staleness is a run's update staleness over all its daemons.

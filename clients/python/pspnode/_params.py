@@ -1,0 +1,62 @@
+"""The parameters a pspnode optimizer exchanges, and the checks they pass.
+
+Both `pspnode.Optimizer` (an exchange at every step) and `pspnode.DiLoCo`
+(an exchange at every outer step) exchange the parameters the wrapped
+optimizer trains, in one order every worker shares: the model's
+`named_parameters()` order when a model is given, else the optimizer's
+param_groups order. Every exchanged parameter is a dense, contiguous
+float32 tensor, all on one device.
+"""
+
+import torch
+
+__all__ = []  # internal
+
+
+def trained(optimizer, model, what="optimizer"):
+    """The (name, parameter) pairs optimizer trains, in the shared order.
+
+    Raises ValueError when there are none, or when the optimizer trains a
+    parameter the model does not hold; `what` names the optimizer in the
+    message ("optimizer", "inner optimizer").
+    """
+    in_opt = {id(p) for g in optimizer.param_groups for p in g["params"] if p.requires_grad}
+    if model is not None:
+        named = [(n, p) for n, p in model.named_parameters() if id(p) in in_opt]
+        missing = len(in_opt) - len(named)
+        if missing:
+            raise ValueError(f"the {what} trains {missing} parameter(s) that are not the model's")
+    else:
+        named, seen = [], set()
+        for gi, g in enumerate(optimizer.param_groups):
+            for pi, p in enumerate(g["params"]):
+                if p.requires_grad and id(p) not in seen:
+                    seen.add(id(p))
+                    named.append((f"group{gi}.{pi}", p))
+    if not named:
+        raise ValueError(f"the {what} trains no parameters (none requires grad)")
+    return named
+
+
+def refuse(name, p, device):
+    """Raises if parameter p cannot be exchanged, saying what to do."""
+    if p.is_sparse:
+        raise TypeError(f"parameter {name!r} is sparse: pspnode exchanges dense vectors")
+    if p.dtype != torch.float32:
+        raise TypeError(f"parameter {name!r} is {p.dtype}: pspnode exchanges float32; call model.float() before "
+                        "building the optimizers (mixed precision: keep float32 weights and use torch.autocast)")
+    if p.device != device:
+        raise ValueError(f"parameter {name!r} is on {p.device}, others on {device}: keep the exchanged "
+                         "parameters on one device")
+    if not p.is_contiguous():
+        raise ValueError(f"parameter {name!r} is not contiguous (strides {p.stride()}): make it so before "
+                         "wrapping, e.g. `with torch.no_grad(): p.data = p.data.contiguous()`")
+
+
+def checked(optimizer, model, what="optimizer"):
+    """trained(), each parameter passed through refuse(); and their device."""
+    named = trained(optimizer, model, what)
+    device = named[0][1].device
+    for name, p in named:
+        refuse(name, p, device)
+    return named, device

@@ -1,0 +1,141 @@
+package exchange
+
+import (
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/pspnode/pspnode/gossip"
+)
+
+// Kind names an exchange.
+type Kind uint8
+
+// The exchanges.
+const (
+	Gossip   Kind = 0 // every delta to every node over GossipSub
+	Epidemic Kind = 1 // each model to S sampled peers, averaged
+)
+
+func (k Kind) String() string {
+	switch k {
+	case Gossip:
+		return "gossip"
+	case Epidemic:
+		return "epidemic"
+	}
+	return fmt.Sprintf("unknown (%d)", k)
+}
+
+// Spec is which exchange a node runs, as --exchange says it. The zero
+// value is gossip. All nodes of a job must run the same kind (S may
+// differ).
+type Spec struct {
+	Kind Kind
+	// S is how many peers an epidemic node sends its model to after each
+	// step (at least 1).
+	S int
+}
+
+// String renders the spec as Parse reads it.
+func (s Spec) String() string {
+	if s.Kind == Epidemic {
+		return "epidemic:" + strconv.Itoa(s.S)
+	}
+	return "gossip"
+}
+
+// Parse reads "gossip" or "epidemic:S" (S a whole number >= 1).
+func Parse(s string) (Spec, error) {
+	if s == "gossip" {
+		return Spec{}, nil
+	}
+	if rest, ok := strings.CutPrefix(s, "epidemic:"); ok {
+		v, err := strconv.Atoi(rest)
+		if err != nil || v < 1 {
+			return Spec{}, fmt.Errorf("%q: S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4", s)
+		}
+		return Spec{Kind: Epidemic, S: v}, nil
+	}
+	return Spec{}, fmt.Errorf("%q: want gossip or epidemic:S, e.g. epidemic:4", s)
+}
+
+// Set implements flag.Value.
+func (s *Spec) Set(v string) error {
+	p, err := Parse(v)
+	if err != nil {
+		return err
+	}
+	*s = p
+	return nil
+}
+
+// maxS bounds S: a node sends S models per step.
+const maxS = 1024
+
+// Config is a node's exchange: which one (Spec) and the limits of what it
+// takes from its peers, which are its own, apart from GossipSub's (under
+// gossip the update topic's validator gets them from here).
+type Config struct {
+	Spec
+	// NormBound bounds the influence of one received update: an update
+	// whose L2 norm exceeds NormBound × the upper quartile of the norms
+	// of this node's own recent updates is refused; under epidemic a
+	// model farther than NormBound × (1 + S) × that from this node's is
+	// (0 disables the check).
+	NormBound float64
+	// MaxAbsValue bounds every value of an update or model, sent or
+	// taken: beyond it a message is refused whole.
+	MaxAbsValue float64
+	// MaxStepAhead refuses updates and models made at a step more than
+	// this far ahead of this node's (<= 0: no check).
+	MaxStepAhead int64
+}
+
+// DefaultConfig is epidemic:4 with the default limits: NormBound 4,
+// gossip's MaxAbsValue and MaxStepAhead.
+//
+// Why epidemic by default: what a node receives per step is S models
+// whatever N, where under gossip it is N−1 updates times GossipSub's
+// amplification, and grows with the job. Gossip's models are a little
+// less noisy early on (every node sees every gradient), which pays in
+// small jobs on good links; choose it there.
+func DefaultConfig() Config {
+	g := gossip.DefaultConfig()
+	return Config{Spec: Spec{Kind: Epidemic, S: 4}, NormBound: 4, MaxAbsValue: g.MaxAbsValue, MaxStepAhead: g.MaxStepAhead}
+}
+
+// Validate checks the spec and the limits; each error names the field at
+// fault as node.Config spells it (Exchange.X).
+func (c Config) Validate() error {
+	var errs []string
+	switch {
+	case c.Kind == Gossip && c.S == 0:
+	case c.Kind == Epidemic && c.S >= 1 && c.S <= maxS:
+	default:
+		errs = append(errs, fmt.Sprintf("Exchange %s (kind %d, S %d): want gossip or epidemic:S with 1 <= S <= %d", c.Spec, c.Kind, c.S, maxS))
+	}
+	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
+		errs = append(errs, fmt.Sprintf("Exchange.NormBound %v must be a finite number >= 0", c.NormBound))
+	}
+	if !(c.MaxAbsValue > 0) || math.IsInf(c.MaxAbsValue, 0) {
+		errs = append(errs, fmt.Sprintf("Exchange.MaxAbsValue %v must be positive and finite", c.MaxAbsValue))
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// limits are gossip's message limits for a model of params parameters
+// whose architecture is modelID.
+func (c Config) limits(params int, modelID uint32) gossip.Limits {
+	return gossip.Limits{
+		MaxMessageSize: gossip.MaxEncodedSize(params),
+		ParamCount:     params,
+		ModelID:        modelID,
+		MaxAbsValue:    c.MaxAbsValue,
+		MaxStepAhead:   c.MaxStepAhead,
+	}
+}

@@ -1,0 +1,317 @@
+package exchange
+
+import (
+	"context"
+	"log/slog"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/ring"
+	"github.com/pspnode/pspnode/internal/wire"
+)
+
+// Exchange is an exchange as the node drives it: gossip (gossip.go) or
+// epidemic (epidemic.go). The node calls these methods and never asks
+// which exchange it runs: each implementation owns what it sends and
+// receives, the updates it holds before the node's first step, its bound
+// on what it receives (the norm bound, the distance bound) and what it
+// counts.
+type Exchange interface {
+	// Push hands the exchange the update of step, which the node has just
+	// counted (upd nil: the task made none). Run or the Driver calls it
+	// after each step, in step order.
+	Push(ctx context.Context, step int64, upd []float64)
+	// Push32 is Push for a driven node's float32 vector, which its caller
+	// has checked (finite, within MaxAbsValue): under gossip the step's
+	// delta, under epidemic the model after the step. v must stay as it
+	// is until copied is called (if not nil): once, when Push32 has copied
+	// it (into the node's model, or the message), before the sending.
+	Push32(ctx context.Context, step int64, v []float32, copied func())
+	// Merge folds into the model what arrived since the last call. The
+	// stepping goroutine calls it before each step.
+	Merge()
+	// Merge32 is Merge for a driven node: it writes the change the
+	// average makes into delta and returns how many models it averaged
+	// (epidemic); under gossip, where updates go to the model as they
+	// arrive, it returns 0.
+	Merge32(delta []float32) int
+	// SetStep tells the exchange a step the node took without computing
+	// it (from a checkpoint, or the job's on joining).
+	SetStep(step int64)
+	// Restart tells the exchange that the node took params, the job's
+	// model, in place of its own: what it held for the old model goes.
+	Restart(params []float64)
+	// Model is the node's model as the exchange holds it (epidemic: after
+	// the last step and average), nil when it holds none (gossip).
+	Model() []float64
+	// ScalesLR says whether the learning rate is scaled by 1/N̂ (see the
+	// package comment).
+	ScalesLR() bool
+	// WaitMesh waits, within ctx, until what Push sends reaches peers;
+	// Run calls it before its first step.
+	WaitMesh(ctx context.Context)
+	// WaitSubscribed waits, up to a bound, until a known peer receives
+	// what Push sends; the Driver calls it when a trainer begins.
+	WaitSubscribed(ctx context.Context)
+	// Serve takes in one model a peer sends over the exchange protocol
+	// (its stream handler): every node with a model serves it, under
+	// gossip only to refuse epidemic peers' models with a clear reason.
+	Serve(s network.Stream)
+	// Updates counts the updates exchanged (node.Node's UpdateStats).
+	Updates() gossip.Stats
+	// Stats counts what the exchange did (the psp_exchange_* metrics).
+	Stats() Stats
+	// Topic is the gossip topic, nil for an exchange without one.
+	Topic() *gossip.Gossip
+	// Close waits for the sends in flight (Deps.Life has ended, so they
+	// are ending) and leaves the topic.
+	Close() error
+}
+
+// A Model is the model an exchange moves: a node's task.
+type Model interface {
+	NumParams() int
+	ModelID() uint32
+	// Params returns a copy of the parameters; SetParams replaces them.
+	Params() []float64
+	SetParams(p []float64) error
+	// Apply adds a received update (gossip).
+	Apply(update []float64) error
+}
+
+// applier32 is a model that takes float32 updates as they are: a driven
+// node's (the trainer API's task), whose model is float32 in its trainer.
+// It notes each update's step, so that the node can tell its staleness
+// when the trainer pulls it.
+type applier32 interface {
+	Apply32(u []float32, step int64) error
+}
+
+// A Node is what an exchange asks of its node.
+type Node interface {
+	// Step is the number of steps the node has completed.
+	Step() int64
+	// Sample draws up to k peers uniformly (the barrier's sampler),
+	// within ctx.
+	Sample(ctx context.Context, k int) []peer.ID
+	// Heard says that a peer's update or model of step was taken in: it
+	// counts as the peer's answer at the barrier, and may let it pass.
+	Heard(from peer.ID, step int64)
+	// OtherLineage reports whether from was last heard, lately, on
+	// another lineage of the job: its work is dropped (and counted).
+	OtherLineage(from peer.ID) bool
+	// PeerCount is how many peers the node knows; Population its estimate
+	// of the job's size (0 for none).
+	PeerCount() int
+	Population() float64
+}
+
+// Counters are the node's own metrics an exchange adds to (nil: not
+// counted).
+type Counters struct {
+	Applied       prometheus.Counter  // received updates applied (psp_updates_applied_total)
+	ApplyRejected prometheus.Counter  // received updates the model refused
+	NormRefused   prometheus.Counter  // received updates refused by the norm bound
+	Staleness     prometheus.Observer // the node's steps minus the sender's, per update or model applied
+}
+
+// Deps are what an exchange runs with.
+type Deps struct {
+	Host  host.Host
+	Job   string
+	Model Model
+	Node  Node
+	// Gossip is the update topic's configuration (the gossip exchange's):
+	// its Job, ParamCount, ModelID, limits and Handler are filled in.
+	Gossip gossip.Config
+	// Life ends when the node shuts down: the sends in flight end with
+	// it. SendTimeout bounds one send.
+	Life        context.Context
+	SendTimeout time.Duration
+	Log         *slog.Logger
+	Registry    prometheus.Registerer
+	Counters    Counters
+	// Faults make the exchange misbehave (Poison) or lose what it is sent
+	// (Lost, drawn per message under faults.Loss), for testnets.
+	Faults faults.Node
+	Lost   func() bool
+}
+
+// New builds the exchange of cfg for the node of d, which has a model:
+// under gossip it joins the job's update topic.
+func New(ctx context.Context, cfg Config, d Deps) (Exchange, error) {
+	b := &base{d: d, cfg: cfg, m: newMetrics(d.Registry)}
+	if cfg.Kind == Epidemic {
+		return newEpidemic(b), nil
+	}
+	return joinGossip(ctx, b)
+}
+
+// base is what both exchanges share: their deps, configuration and
+// metrics, and the sending and serving of the exchange protocol
+// (send.go).
+type base struct {
+	d        Deps
+	cfg      Config
+	m        *metrics
+	warnings warnings
+	server   *wire.ExchangeServer
+}
+
+// serveWith sets up the exchange protocol's server with j as its judge.
+func (b *base) serveWith(j wire.ExchangeJudge) {
+	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, MaxFrame: wire.MaxExchangeFrame(b.d.Model.NumParams()),
+		Kind: byte(b.cfg.Kind), Judge: j, Rejected: b.m.rejected, Log: b.d.Log}
+}
+
+func (b *base) Serve(s network.Stream) { b.server.Serve(s) }
+
+// heard notes that from's update or model of step was taken in.
+func (b *base) heard(from peer.ID, step int64) { b.d.Node.Heard(from, step) }
+
+// None is the exchange of a node without a model: it sends and receives
+// nothing, and refuses every model it is sent.
+var None Exchange = none{}
+
+type none struct{}
+
+func (none) Push(context.Context, int64, []float64)                        {}
+func (none) Push32(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
+func (none) Merge()                                                        {}
+func (none) Merge32([]float32) int                                         { return 0 }
+func (none) SetStep(int64)                                                 {}
+func (none) Restart([]float64)                                             {}
+func (none) Model() []float64                                              { return nil }
+func (none) ScalesLR() bool                                                { return true }
+func (none) WaitMesh(context.Context)                                      {}
+func (none) WaitSubscribed(context.Context)                                {}
+func (none) Serve(s network.Stream)                                        { _ = s.Reset() }
+func (none) Updates() gossip.Stats                                         { return gossip.Stats{Rejected: map[gossip.Reason]uint64{}} }
+func (none) Stats() Stats                                                  { return Stats{} }
+func (none) Topic() *gossip.Gossip                                         { return nil }
+func (none) Close() error                                                  { return nil }
+
+// maxPerSender is how many models one sender may send a node in one
+// round (between two of its averages). Only the latest counts (one vote
+// per sender); the cap bounds the work a flooder makes: an honest peer
+// sends a given node S/(N−1) models per step of its own, and a few more
+// reach a node that waits at its barrier.
+const maxPerSender = 16
+
+// ownNorms are the L2 norms of this node's recent updates: the reference
+// both exchanges bound what they receive by, which no peer can inflate.
+// Its owner locks it.
+type ownNorms struct{ r ring.Ring }
+
+func newOwnNorms() ownNorms { return ownNorms{r: ring.New(32)} }
+
+// note records the norm of delta, an update this node computed, unless it
+// is zero or not finite; it reports whether it did.
+func (o *ownNorms) note(delta []float64) bool { return o.noteNorm(l2(delta)) }
+
+// noteNorm records nrm, the norm of an update this node computed, unless
+// it is zero or not finite; it reports whether it did.
+func (o *ownNorms) noteNorm(nrm float64) bool {
+	if !(nrm > 0) || math.IsInf(nrm, 0) {
+		return false
+	}
+	o.r.Add(nrm)
+	return true
+}
+
+// reference is the norm received updates and models are bounded by: the
+// upper quartile (nearest rank) of the recorded norms, so that the bound
+// follows the node's steps as they shrink early in training without
+// refusing a peer's update of a step or two before (the median did, a few
+// dozen times a run), while one outlier step of its own does not lift
+// it; ok is false before the first.
+func (o *ownNorms) reference() (m float64, ok bool) {
+	norms := o.r.Values()
+	if len(norms) == 0 {
+		return 0, false
+	}
+	slices.Sort(norms)
+	return norms[(3*len(norms)+3)/4-1], true
+}
+
+// median is the median of the recorded norms; ok is false before the
+// first.
+func (o *ownNorms) median() (m float64, ok bool) {
+	norms := o.r.Values()
+	if len(norms) == 0 {
+		return 0, false
+	}
+	slices.Sort(norms)
+	return norms[len(norms)/2], true
+}
+
+// maxHeldBytes caps what a node holds before its first step.
+const maxHeldBytes = 8 << 20
+
+// heldVecs are the vectors (updates or models) an exchange received
+// before the node's first step, held until it has a reference to judge
+// them by. Its owner locks it.
+type heldVecs struct {
+	vs    [][]float64
+	bytes int
+}
+
+// hold keeps v unless that would take the held vectors beyond
+// maxHeldBytes; it reports whether it did.
+func (h *heldVecs) hold(v []float64) bool {
+	if h.bytes+8*len(v) > maxHeldBytes {
+		return false
+	}
+	h.vs = append(h.vs, v)
+	h.bytes += 8 * len(v)
+	return true
+}
+
+// take returns the held vectors and holds none from then on.
+func (h *heldVecs) take() [][]float64 {
+	vs := h.vs
+	h.vs, h.bytes = nil, 0
+	return vs
+}
+
+func l2(v []float64) float64 {
+	var s float64
+	for _, x := range v {
+		s += x * x
+	}
+	return math.Sqrt(s)
+}
+
+func dist(a, b []float64) float64 {
+	var s float64
+	for i, x := range a {
+		d := x - b[i]
+		s += d * d
+	}
+	return math.Sqrt(s)
+}
+
+// done calls f if it is not nil.
+func done(f func()) {
+	if f != nil {
+		f()
+	}
+}
+
+// sleepCtx sleeps for d or until ctx ends.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}
