@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -153,63 +152,6 @@ func (r run) line(target float64) string {
 		s += fmt.Sprintf(", a worker started %.1f s late", r.StartLate)
 	}
 	return s
-}
-
-// proc is a process of a run: a trainer or a daemon.
-type proc struct {
-	cmd  *exec.Cmd
-	log  string
-	done chan struct{} // closed once reaped
-	err  error         // set before done closes
-}
-
-func (p *proc) start() error {
-	f, err := os.Create(p.log)
-	if err != nil {
-		return err
-	}
-	p.cmd.Stdout, p.cmd.Stderr = f, f
-	p.cmd.SysProcAttr = childAttr()
-	p.done = make(chan struct{})
-	if err := p.cmd.Start(); err != nil {
-		f.Close()
-		return err
-	}
-	go func() { p.err = p.cmd.Wait(); f.Close(); close(p.done) }() // ends with the process
-	return nil
-}
-
-func (p *proc) exited() bool {
-	select {
-	case <-p.done:
-		return true
-	default:
-		return false
-	}
-}
-
-// stop sends sig, waits up to wait, then kills.
-func (p *proc) stop(sig syscall.Signal, wait time.Duration) {
-	if p == nil || p.cmd.Process == nil {
-		return
-	}
-	if !p.exited() {
-		_ = p.cmd.Process.Signal(sig)
-	}
-	select {
-	case <-p.done:
-	case <-time.After(wait):
-		_ = p.cmd.Process.Kill()
-		<-p.done
-	}
-}
-
-func (p *proc) tail() string {
-	b, _ := os.ReadFile(p.log)
-	if len(b) > 3000 {
-		b = b[len(b)-3000:]
-	}
-	return strings.TrimSpace(string(b))
 }
 
 // worker is one worker of a run: its namespace, trainer and (pspnode)
@@ -687,66 +629,4 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 		r.Forked = distinct(r.Lineages) > 1
 	}
 	return r, nil
-}
-
-// usage is the CPU seconds and peak resident bytes of an ended process.
-func usage(p *proc) (cpu float64, peak int64) {
-	if p == nil || p.cmd.ProcessState == nil {
-		return 0, 0
-	}
-	st := p.cmd.ProcessState
-	cpu = (st.UserTime() + st.SystemTime()).Seconds()
-	if ru, ok := st.SysUsage().(*syscall.Rusage); ok {
-		peak = ru.Maxrss * 1024
-	}
-	return cpu, peak
-}
-
-// lineageOf is the "lineage" of a /status body ("" when absent).
-func lineageOf(status string) string {
-	var s struct {
-		Lineage string `json:"lineage"`
-	}
-	_ = json.NewDecoder(bufio.NewReader(strings.NewReader(status))).Decode(&s)
-	return s.Lineage
-}
-
-// settingsOf is the barrier and exchange of a /status body ("" when
-// absent).
-func settingsOf(status string) string {
-	var s struct {
-		Barrier  string `json:"barrier"`
-		Exchange struct {
-			Exchange string `json:"exchange"`
-		} `json:"exchange"`
-	}
-	_ = json.NewDecoder(strings.NewReader(status)).Decode(&s)
-	if s.Barrier == "" {
-		return ""
-	}
-	if s.Exchange.Exchange == "" {
-		return s.Barrier
-	}
-	return s.Barrier + ", " + s.Exchange.Exchange
-}
-
-// distinct counts the different non-empty lineages.
-func distinct(ls []string) int {
-	seen := map[string]bool{}
-	for _, l := range ls {
-		if l != "" {
-			seen[l] = true
-		}
-	}
-	return len(seen)
-}
-
-func humanBytes(b float64) string {
-	switch {
-	case b >= 1<<20:
-		return fmt.Sprintf("%.2f MB", b/(1<<20))
-	case b >= 1<<10:
-		return fmt.Sprintf("%.0f kB", b/(1<<10))
-	}
-	return fmt.Sprintf("%.0f B", b)
 }
