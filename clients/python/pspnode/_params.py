@@ -60,3 +60,27 @@ def checked(optimizer, model, what="optimizer"):
     for name, p in named:
         refuse(name, p, device)
     return named, device
+
+
+def wraps_inner(name, inner):
+    """A class decorator for a torch optimizer that wraps another (its
+    `self.inner`): param_groups, state and defaults are the wrapped one's,
+    so that LR schedulers, gradient scalers and state dicts see the
+    optimizer the user built; add_param_group is refused, naming the class
+    (`name`) and what it wraps (`inner`)."""
+
+    def deco(cls):
+        for attr in ("param_groups", "state", "defaults"):
+            setattr(cls, attr, property(lambda self, a=attr: getattr(self.inner, a),
+                                        lambda self, v, a=attr: setattr(self.inner, a, v),
+                                        doc=f"The {inner}'s {attr}."))
+
+        def add_param_group(self, param_group):
+            raise ValueError(f"{name} exchanges the parameters it was built with, the same on every worker: "
+                             f"add the group to the {inner} before wrapping it "
+                             f"(inner.add_param_group(...), then {name}(inner, ...))")
+
+        cls.add_param_group = add_param_group
+        return cls
+
+    return deco

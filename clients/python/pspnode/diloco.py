@@ -83,6 +83,7 @@ import torch
 
 from pspnode.client import Client, StepResult, model_id_of
 from pspnode._params import checked as _checked_params
+from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
 from pspnode.trainer.v2 import trainer_pb2 as pb
@@ -121,6 +122,7 @@ def describe_optimizer(opt: torch.optim.Optimizer) -> str:
     return f"{type(opt).__name__}({', '.join(parts)})"
 
 
+@_wraps_inner("pspnode.DiLoCo", "inner optimizer")
 class DiLoCo(torch.optim.Optimizer):
     """DiLoCo over a pspnode job: ``optimizer`` is the inner optimizer (any
     torch.optim.Optimizer over the model's parameters), H the inner steps
@@ -414,34 +416,7 @@ class DiLoCo(torch.optim.Optimizer):
         self._assign(self.outer_params, flat[:self.num_params])
 
     # -- torch.optim.Optimizer ---------------------------------------------
-
-    @property
-    def param_groups(self):
-        return self.inner.param_groups
-
-    @param_groups.setter
-    def param_groups(self, groups):
-        self.inner.param_groups = groups
-
-    @property
-    def state(self):
-        return self.inner.state
-
-    @state.setter
-    def state(self, state):
-        self.inner.state = state
-
-    @property
-    def defaults(self):
-        return self.inner.defaults
-
-    @defaults.setter
-    def defaults(self, defaults):
-        self.inner.defaults = defaults
-
-    def add_param_group(self, param_group):
-        raise ValueError("pspnode.DiLoCo exchanges the parameters it was built with, the same on every worker: "
-                         "add the group to the inner optimizer before wrapping it")
+    # (param_groups, state, defaults and add_param_group: _wraps_inner)
 
     def zero_grad(self, set_to_none: Optional[bool] = None):
         """The inner optimizer's zero_grad."""

@@ -49,6 +49,7 @@ import torch
 
 from pspnode.client import Client, model_id_of
 from pspnode._params import checked as _checked_params
+from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
 from pspnode.trainer.v2 import trainer_pb2 as pb
@@ -66,6 +67,7 @@ class Reset:
     reason: str
 
 
+@_wraps_inner("pspnode.Optimizer", "wrapped optimizer")
 class Optimizer(torch.optim.Optimizer):
     """Wraps ``optimizer`` (any torch.optim.Optimizer) for a pspnode job.
 
@@ -265,35 +267,7 @@ class Optimizer(torch.optim.Optimizer):
             return self.step_count, torch.cat([p.detach().reshape(-1) for _, p in self._named]).cpu().numpy()
 
     # -- torch.optim.Optimizer ---------------------------------------------
-
-    @property
-    def param_groups(self):
-        return self.inner.param_groups
-
-    @param_groups.setter
-    def param_groups(self, groups):
-        self.inner.param_groups = groups
-
-    @property
-    def state(self):
-        return self.inner.state
-
-    @state.setter
-    def state(self, state):
-        self.inner.state = state
-
-    @property
-    def defaults(self):
-        return self.inner.defaults
-
-    @defaults.setter
-    def defaults(self, defaults):
-        self.inner.defaults = defaults
-
-    def add_param_group(self, param_group):
-        raise ValueError("pspnode.Optimizer exchanges the parameters it was built with, the same on every worker: "
-                         "add the group to the wrapped optimizer before wrapping it "
-                         "(inner.add_param_group(...), then pspnode.Optimizer(inner, ...))")
+    # (param_groups, state, defaults and add_param_group: _wraps_inner)
 
     def zero_grad(self, set_to_none: Optional[bool] = None):
         """The wrapped optimizer's zero_grad (with its own default for
