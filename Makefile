@@ -157,14 +157,14 @@ compare-diloco: build
 	  --extra "--context 32" $(ARGS)
 
 ## proto: regenerate the trainer API's Go and Python code from
-## proto/pspnode/trainer/v2/trainer.proto (the generated files are
+## proto/pspnode/trainer/v3/trainer.proto (the generated files are
 ## committed), with the Python client's type stubs (.pyi). Needs protoc
 ## (Debian protobuf-compiler), grpc_python_plugin (protobuf-compiler-grpc,
 ## the plugin of the grpcio the client runs with) and protoc-gen-mypy_grpc
 ## (mypy-protobuf, for the service stub's .pyi); the Go plugins are
 ## installed at pinned versions. (Debian's python3-grpc-tools carries
 ## libprotoc 3.5, which writes the pre-3.20 layout and no .pyi: not used.)
-PROTO     := proto/pspnode/trainer/v2/trainer.proto
+PROTO     := proto/pspnode/trainer/v3/trainer.proto
 RPCPROTO  := proto/pspnode/rpc/status.proto
 PYCLIENT  := clients/python
 TOOLS     := $(CURDIR)/bin/tools

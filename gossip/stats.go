@@ -22,6 +22,10 @@ type Stats struct {
 	// Rejected counts dropped incoming messages by reason (rejected and
 	// ignored alike; see Reason.Ignore). Reasons never seen are absent.
 	Rejected map[Reason]uint64
+	// Declined counts, for an exchange whose models are offered before
+	// they are sent (epidemic), the offers refused before any of their
+	// bytes came, by reason; nil under gossip.
+	Declined map[Reason]uint64
 }
 
 // MeanSentBytes is the mean encoded size of a published update (0 if none).

@@ -357,16 +357,34 @@ func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 	return nil
 }
 
-// Merge32 writes into delta (the model's length) the change the average
-// of the program's model and the models received since the last call
-// makes, and returns how many it averaged; the program adds delta to its
-// parameters (epidemic). Under gossip it returns 0: the peers' updates
-// reach the task as they arrive.
-func (d *Driver) Merge32(delta []float32) int {
+// Merge32 averages the models received since the last call into x, the
+// program's model as its last Push32 gave it (the model's length), in
+// place, and returns how many it averaged (epidemic); the program takes x
+// as its parameters. Under gossip it returns 0: the peers' updates reach
+// the task as they arrive.
+func (d *Driver) Merge32(x []float32) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return d.n.exch().Merge32(delta)
+	return d.n.exch().Merge32(x)
 }
+
+// StepMerge32 is Push32 then Merge32 in one pass, for the program's model
+// x after step (epidemic), which the caller has checked: x and the node's
+// model become the average of x and the models received, and it goes to
+// peers. It returns how many models it averaged (0: x is as it was).
+func (d *Driver) StepMerge32(step psp.Step, x []float32) int {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if len(x) != d.n.model.NumParams() {
+		return 0
+	}
+	return d.n.exch().StepMerge32(step, x)
+}
+
+// ReadModel copies the values [lo, hi) of the node's model, as its
+// exchange holds it (epidemic: the program's model after its last step
+// and average), into dst; false when it holds none.
+func (d *Driver) ReadModel(lo, hi int, dst []float32) bool { return d.n.exch().ReadModel(lo, hi, dst) }
 
 // Model returns the node's model as its exchange holds it: under
 // epidemic the program's model after its last step and average (what a

@@ -2,6 +2,8 @@ package node
 
 import (
 	"context"
+	"encoding/binary"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -105,7 +107,7 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 		ctx, cancel := context.WithCancel(t.Context())
 		wait := runAll(t, ctx, nodes)
 		ok := waitFor(10*time.Second, func() bool {
-			return epi.exchangeStats().SendFailed["exchange_mismatch"] > 0 && gos.exchangeStats().Rejected[string(wire.ReasonExchangeMismatch)] > 0
+			return epi.exchangeStats().SendFailed["exchange_mismatch"] > 0 && gos.exchangeStats().Declined[string(wire.ReasonExchangeMismatch)] > 0
 		})
 		cancel()
 		wait()
@@ -122,20 +124,45 @@ func TestExchangeMismatchIsRefused(t *testing.T) {
 	})
 }
 
-// The request frame is capped before it is read: a peer announcing a
-// frame over the cap gets its stream reset and is counted.
-func TestExchangeFrameOverCap(t *testing.T) {
+// An offer is read within its cap, and each block's head is checked
+// before its values are read: a peer announcing an offer over the cap, or
+// a block of another size than the offer's, gets its stream reset and is
+// counted, and the node takes nothing of it.
+func TestExchangeRefusesMalformed(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := epidemicPair(t)
 		a, b := nodes[0], nodes[1]
-		body := make([]byte, wire.MaxExchangeFrame(b.model.NumParams())+1)
-		body[0], body[1] = wire.Version, byte(exchange.Epidemic)
-		_, _, err := wire.SendExchange(t.Context(), a.h, b.ID(), a.cfg.Job, wire.FrameExchange(body))
-		if err == nil {
-			t.Error("an oversized request was answered")
+		n := b.model.NumParams()
+		raw := func(data []byte) {
+			s, err := a.h.NewStream(t.Context(), b.ID(), wire.ExchangeProtocol(a.cfg.Job))
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, _ = s.Write(data)
+			_ = s.CloseWrite()
+			_, _ = io.Copy(io.Discard, s)
+			_ = s.Close()
 		}
+		big := binary.AppendUvarint(nil, wire.OfferLen+1)
+		raw(append(big, make([]byte, wire.OfferLen+1)...))
 		if !waitFor(time.Second, func() bool { return b.exchangeStats().Rejected[string(gossip.ReasonMalformed)] == 1 }) {
-			t.Errorf("oversized request not counted: %+v", b.exchangeStats())
+			t.Errorf("an oversized offer not counted: %+v", b.exchangeStats())
+		}
+		// b has not stepped: an offer of a good model is declined before its
+		// bytes, for want of a model to judge it by.
+		o := wire.Offer{Kind: byte(exchange.Epidemic), Encoding: wire.EncodingFloat32, Step: 1, ModelID: b.model.ModelID(), N: uint32(n),
+			Block: wire.ExchangeBlock, Count: uint32(wire.Blocks(n))}
+		raw(wire.AppendOffer(nil, o))
+		if !waitFor(time.Second, func() bool { return b.exchangeStats().Declined[string(wire.ReasonNoModel)] == 1 }) {
+			t.Errorf("an offer before the first step not declined: %+v", b.exchangeStats())
+		}
+		o.N++
+		raw(wire.AppendOffer(nil, o))
+		if !waitFor(time.Second, func() bool { return b.exchangeStats().Declined[string(gossip.ReasonWrongLength)] == 1 }) {
+			t.Errorf("an offer of the wrong length not declined: %+v", b.exchangeStats())
+		}
+		if st := b.exchangeStats(); st.Received != 0 || st.Averaged != 0 {
+			t.Errorf("b took %+v", st)
 		}
 	})
 }

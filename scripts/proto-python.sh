@@ -14,5 +14,5 @@ plugin=$(command -v grpc_python_plugin) || { echo "proto-python: no grpc_python_
 command -v protoc-gen-mypy_grpc >/dev/null || { echo "proto-python: no protoc-gen-mypy_grpc: apt-get install mypy-protobuf" >&2; exit 1; }
 protoc -I proto --python_out="$out" --pyi_out="$out" \
   --plugin=protoc-gen-grpc_python="$plugin" --grpc_python_out="$out" --mypy_grpc_out="$out" \
-  proto/pspnode/trainer/v2/trainer.proto
+  proto/pspnode/trainer/v3/trainer.proto
 protoc -I proto --python_out="$out" --pyi_out="$out" proto/pspnode/rpc/status.proto

@@ -357,7 +357,7 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
 	dist := driftStart * math.Sqrt(float64(n))
 	backoff := driftBackoffMin
-	h, self := m.nd.Host(), m.nd.ID()
+	h := m.nd.Host()
 	for ctx.Err() == nil {
 		snap, err := fetchModelT(ctx, h, victim, modelID, n)
 		if err != nil {
@@ -370,7 +370,7 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 		for i, v := range snap.Params {
 			snap.Params[i] = max(-maxAbs, min(maxAbs, v+shift))
 		}
-		status, err := pushModelT(ctx, h, victim, self, snap.Step, modelID, snap.Params)
+		status, err := pushModelT(ctx, h, victim, snap.Step, modelID, snap.Params)
 		t.hostile.driftPushes.Add(1)
 		switch {
 		case err != nil:
@@ -403,16 +403,21 @@ func fetchModelT(ctx context.Context, h host.Host, p peer.ID, modelID uint32, n 
 	return wire.FetchModel(sctx, h, p, "testnet", wire.ModelShape{ID: modelID, N: n}, 0)
 }
 
-// pushModelT sends params as p's epidemic exchange request (sender self,
-// at step) and returns why p refused it ("" when it took it).
-func pushModelT(ctx context.Context, h host.Host, p, self peer.ID, step int64, modelID uint32, params []float64) (gossip.Reason, error) {
-	payload, err := gossip.AppendDense([]byte{wire.Version, byte(exchange.Epidemic)}, self, step, modelID, params)
-	if err != nil {
-		return "", err
+// pushModelT offers params to p as an epidemic model (at step) and sends
+// it if p takes it; it returns why p refused it ("" when it took it).
+func pushModelT(ctx context.Context, h host.Host, p peer.ID, step int64, modelID uint32, params []float64) (gossip.Reason, error) {
+	n := len(params)
+	o := wire.Offer{Kind: byte(exchange.Epidemic), Encoding: wire.EncodingFloat32, Step: step, ModelID: modelID, N: uint32(n),
+		Block: wire.ExchangeBlock, Count: uint32(wire.Blocks(n))}
+	fill := func(b int, dst []float32) {
+		lo, _ := wire.BlockRange(b, n)
+		for i := range dst {
+			dst[i] = float32(params[lo+i])
+		}
 	}
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	reason, _, err := wire.SendExchange(sctx, h, p, "testnet", wire.FrameExchange(payload))
+	reason, _, _, err := wire.SendModel(sctx, h, p, "testnet", o, fill, nil, 5*time.Second)
 	return reason, err
 }
 

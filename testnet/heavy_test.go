@@ -40,9 +40,12 @@ func TestSmallTestnet(t *testing.T) {
 	if spread := res.Steps.Max - res.Steps.Min; spread > 10 {
 		t.Errorf("step spread %v too wide for pssp:5:2", spread)
 	}
-	// Honest nodes refuse nothing but the odd model that came sooner than
-	// the exchange's sender spacing allows ("rate").
-	if rate := res.Updates.ByReason["rate"]; res.Updates.Received == 0 || res.Updates.Rejected != rate || rate*20 > res.Updates.Received {
+	// Honest nodes refuse no model whose bytes came (at most 1 % of those
+	// received), and decline at their offer only models that came sooner
+	// than the exchange's sender spacing allows ("rate") or before the
+	// receiver's first step ("no_model").
+	declined := res.Updates.DeclinedByReason["rate"] + res.Updates.DeclinedByReason["no_model"]
+	if res.Updates.Received == 0 || res.Updates.Rejected*100 > res.Updates.Received || declined != res.Updates.Declined {
 		t.Errorf("updates: %+v", res.Updates)
 	}
 	if res.Accuracy == nil || res.Accuracy.Metric != "r2" || !(res.Accuracy.Final > 0.9) {

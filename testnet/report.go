@@ -86,11 +86,16 @@ type Result struct {
 		Sent     uint64 `json:"sent"`
 		Received uint64 `json:"received"`
 		Rejected uint64 `json:"rejected"`
-		// ByReason splits Rejected. Under the epidemic exchange an honest
-		// run refuses some models for "rate": a sender's model that came
-		// sooner than one that samples its peers would come again.
-		ByReason       map[string]uint64 `json:"rejected_by_reason,omitempty"`
-		BytesPerUpdate float64           `json:"bytes_per_update"`
+		// ByReason splits Rejected: models refused once their bytes came.
+		ByReason map[string]uint64 `json:"rejected_by_reason,omitempty"`
+		// Declined counts the models refused at their offer, before any
+		// of their bytes (epidemic exchange), by reason in
+		// DeclinedByReason. An honest run declines some for "rate": a
+		// sender's model that came sooner than one that samples its peers
+		// would come again; the sender offers it to another peer.
+		Declined         uint64            `json:"declined"`
+		DeclinedByReason map[string]uint64 `json:"declined_by_reason,omitempty"`
+		BytesPerUpdate   float64           `json:"bytes_per_update"`
 	} `json:"updates"`
 	Accuracy *Accuracy `json:"accuracy,omitempty"`
 	// Traffic is what the honest live nodes' streams carried in training.
@@ -314,6 +319,15 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 						r.Updates.ByReason = map[string]uint64{}
 					}
 					r.Updates.ByReason[string(k)] += c
+				}
+			}
+			for k, c := range st.Declined {
+				if c > 0 {
+					if r.Updates.DeclinedByReason == nil {
+						r.Updates.DeclinedByReason = map[string]uint64{}
+					}
+					r.Updates.DeclinedByReason[string(k)] += c
+					r.Updates.Declined += c
 				}
 			}
 			if st.Sent > 0 {

@@ -320,7 +320,7 @@ func TestPythonPackageInstalls(t *testing.T) {
 	}
 	script := `
 import os, sys, torch, pspnode
-from pspnode.trainer.v2 import trainer_pb2
+from pspnode.trainer.v3 import trainer_pb2
 here = os.path.dirname(pspnode.__file__)
 assert here.startswith(sys.prefix), (here, sys.prefix)
 assert os.path.exists(os.path.join(here, "trainer", "v2", "trainer_pb2.pyi")), "no .pyi installed"

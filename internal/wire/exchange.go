@@ -7,7 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"sync"
+	"math"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -17,39 +17,70 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/f32"
 )
 
-// The exchange message: an epidemic node's model, sent to a peer, and
-// the peer's answer (see the package comment for the layout). This file
-// holds its framing, its reply's statuses, and how a stream carries it:
-// SendExchange sends, ExchangeServer takes in. The payload is an update
-// message of the gossip wire format (package gossip), which the receiver
-// validates as gossip does; this file only carries it.
+// The exchange message: an epidemic node's model, sent to a peer in
+// blocks, after an offer the peer may refuse (see the package comment for
+// the layout). This file holds its framing, its replies' statuses, and how
+// a stream carries it: SendModel sends, ExchangeServer takes in.
+//
+// Why an offer first: a receiver that would refuse a model (the sender
+// has sent its share this round, it is on another lineage, the round is
+// full) says so before the model's bytes flow, which for a model of 10 M
+// parameters is 40 MB of upload not thrown away. Why blocks: the receiver
+// judges and takes each block as it comes (ExchangeJudge.Block), so it
+// holds a block per receive in flight, never a whole model, and a sender
+// reads each block from its model as it sends it, so that a model that
+// waited for a slow link goes out as it is when the link frees.
+
+// ExchangeVersion is the first byte of every exchange message body. (The
+// exchange protocol's 1.0.0, one frame holding a whole model, is not
+// served: a receiver held every model it was sent whole.)
+const ExchangeVersion = 2
 
 // ExchangeProtocol returns the protocol ID of a job's exchange.
 func ExchangeProtocol(job string) protocol.ID {
-	return protocol.ID("/psp/" + job + "/exchange/1.0.0")
+	return protocol.ID("/psp/" + job + "/exchange/2.0.0")
+}
+
+// ExchangeBlock is the values in a block of an exchanged model (1 MiB of
+// float32): every node sends and takes models in blocks of this size, the
+// last one shorter. A block is what a receiver judges (its values, its
+// distance to the receiver's model) and averages at once.
+const ExchangeBlock = 1 << 18
+
+// Blocks is the number of ExchangeBlock blocks of a model of n values.
+func Blocks(n int) int { return (n + ExchangeBlock - 1) / ExchangeBlock }
+
+// BlockRange is the values [lo, hi) of block b of a model of n values.
+func BlockRange(b, n int) (lo, hi int) {
+	lo = b * ExchangeBlock
+	return lo, min(lo+ExchangeBlock, n)
 }
 
 // Reasons a received model is refused, beside gossip's validation reasons
 // (see gossip.Reason): the sender runs another exchange; the model is too
 // far from the receiver's; the sender sent more models since the
 // receiver's last average than it may; the sender was last heard on
-// another lineage of the job.
+// another lineage of the job; the receiver has no model of its own yet to
+// judge it by; a block came out of order or of the wrong size.
 const (
 	ReasonExchangeMismatch gossip.Reason = "exchange_mismatch"
 	ReasonDistance         gossip.Reason = "distance"
 	ReasonRate             gossip.Reason = "rate"
 	ReasonOtherLineage     gossip.Reason = "other_lineage"
+	ReasonNoModel          gossip.Reason = "no_model"
+	ReasonBadBlock         gossip.Reason = "bad_block"
 )
 
 // exchangeCodes are the reply statuses: the index is the code; 0 means
-// taken.
+// taken (or, in a verdict, "send the blocks"). New reasons go at the end.
 var exchangeCodes = []gossip.Reason{
 	"", ReasonExchangeMismatch, gossip.ReasonMalformed, gossip.ReasonBadVersion, gossip.ReasonBadEncoding,
 	gossip.ReasonSenderMismatch, gossip.ReasonModelMismatch, gossip.ReasonWrongLength, gossip.ReasonNonFinite,
 	gossip.ReasonValueTooLarge, gossip.ReasonNegativeStep, gossip.ReasonStepTooFarAhead, gossip.ReasonOversize,
-	ReasonDistance, ReasonRate, ReasonOtherLineage,
+	ReasonDistance, ReasonRate, ReasonOtherLineage, ReasonNoModel, ReasonBadBlock,
 }
 
 // ExchangeReasons are the reasons an exchange reply can give for a
@@ -65,191 +96,374 @@ func exchangeCode(r gossip.Reason) byte {
 	return 2 // malformed
 }
 
-const exchangeReplyLen = 3
+// EncodingFloat32 is an offer's encoding: every value a float32,
+// little-endian.
+const EncodingFloat32 = 1
 
-// MaxExchangeFrame is the largest request body a node with n parameters
-// reads: the two header bytes and the largest dense float32 update.
-func MaxExchangeFrame(n int) int { return 2 + gossip.MaxEncodedSize(n) }
-
-// ExchangeRequest is a request framed once for all the peers it goes
-// to: Frame is what a stream carries (the length prefix, then the body),
-// Body the body's length.
-type ExchangeRequest struct {
-	Frame []byte
-	Body  int
-	Buf   []byte // the buffer Frame lies in (for a pool)
+// Offer is the head of an exchanged model: what it is, and which of its
+// blocks follow.
+type Offer struct {
+	Kind     byte  // the sender's exchange (1: epidemic)
+	Encoding byte  // EncodingFloat32
+	Step     int64 // the sender's steps when it offered the model
+	ModelID  uint32
+	N        uint32 // the model's values
+	Block    uint32 // values per block (ExchangeBlock)
+	First    uint32 // the first block sent
+	Count    uint32 // blocks sent, First to First+Count−1, in order
 }
 
-// framePrefix is the room StartExchange leaves for the length prefix.
-const framePrefix = binary.MaxVarintLen64
+// OfferLen is the length of an offer's body.
+const OfferLen = 4 + 8 + 5*4
 
-// StartExchange returns buf, or a new buffer if buf is too small, set up
-// for a request of exchange kind whose payload takes up to size bytes:
-// room for the frame's length prefix, then the request's two header
-// bytes. Append the payload, then call EndExchange.
-func StartExchange(buf []byte, kind byte, size int) []byte {
-	if cap(buf) < framePrefix+2+size {
-		buf = make([]byte, 0, framePrefix+2+size)
+// chunkHeadLen is the head of each block on the stream: its index and
+// its count of values.
+const chunkHeadLen = 8
+
+const replyLen = 3
+
+// AppendOffer appends o's frame to b.
+func AppendOffer(b []byte, o Offer) []byte {
+	b = binary.AppendUvarint(b, OfferLen)
+	b = append(b, ExchangeVersion, o.Kind, o.Encoding, 0)
+	b = binary.BigEndian.AppendUint64(b, uint64(o.Step))
+	for _, v := range []uint32{o.ModelID, o.N, o.Block, o.First, o.Count} {
+		b = binary.BigEndian.AppendUint32(b, v)
 	}
-	return append(buf[:framePrefix], Version, kind)
+	return b
 }
 
-// EndExchange puts the length prefix before the body StartExchange began:
-// the frame is then what WriteFrame would write.
-func EndExchange(b []byte) ExchangeRequest {
-	body := len(b) - framePrefix
-	var pre [framePrefix]byte
-	k := binary.PutUvarint(pre[:], uint64(body))
-	copy(b[framePrefix-k:], pre[:k])
-	return ExchangeRequest{Frame: b[framePrefix-k:], Body: body, Buf: b}
+// ParseOffer decodes an offer's body.
+func ParseOffer(body []byte) (Offer, error) {
+	if len(body) != OfferLen {
+		return Offer{}, fmt.Errorf("%w: exchange offer of %d bytes, want %d", ErrMalformed, len(body), OfferLen)
+	}
+	if body[0] != ExchangeVersion {
+		return Offer{}, fmt.Errorf("%w: exchange offer version %d, want %d", ErrMalformed, body[0], ExchangeVersion)
+	}
+	u := func(i int) uint32 { return binary.BigEndian.Uint32(body[12+4*i:]) }
+	o := Offer{Kind: body[1], Encoding: body[2], Step: int64(binary.BigEndian.Uint64(body[4:])),
+		ModelID: u(0), N: u(1), Block: u(2), First: u(3), Count: u(4)}
+	return o, nil
 }
 
-// FrameExchange frames a whole request body (header bytes and payload).
-func FrameExchange(body []byte) ExchangeRequest {
-	return EndExchange(append(make([]byte, framePrefix, framePrefix+len(body)), body...))
+// Check says what is wrong with an offer for a model of n values and
+// model ID id, whatever the receiver's state: "" when nothing is.
+func (o Offer) Check(id uint32, n int) gossip.Reason {
+	switch {
+	case o.Encoding != EncodingFloat32:
+		return gossip.ReasonBadEncoding
+	case o.ModelID != id:
+		return gossip.ReasonModelMismatch
+	case int64(o.N) != int64(n):
+		return gossip.ReasonWrongLength
+	case o.Step < 0:
+		return gossip.ReasonNegativeStep
+	case o.Block != ExchangeBlock || o.Count == 0 || int64(o.First)+int64(o.Count) > int64(Blocks(n)):
+		return ReasonBadBlock
+	}
+	return ""
 }
 
-// SendExchange sends req to p, over h, and reads the answer, within ctx:
-// the reason the peer refused the model ("" when it took it) and the
-// peer's exchange kind.
-func SendExchange(ctx context.Context, h host.Host, p peer.ID, job string, req ExchangeRequest) (reason gossip.Reason, theirs byte, err error) {
+// ExchangeStats are what SendModel reports of one model sent.
+type ExchangeStats struct {
+	// Offered: the receiver answered the offer; Refused is then its
+	// reason ("" when it took the blocks).
+	Offered bool
+	// Blocks and Bytes are what was sent after the offer (headers
+	// included).
+	Blocks, Bytes int
+}
+
+// SendModel offers a model to p, over h, and sends its blocks if p takes
+// them: fill writes block b's values (BlockRange(b, N)) into dst. Each
+// wait, for the verdict, a block's write or the final answer, has its own
+// deadline of step (a slow link sends a large model in many of them);
+// ctx ends the whole. buf is a buffer of at least ExchangeBlock values
+// (nil: one is made). It returns the reason p refused the model ("" when
+// it took it) and p's exchange kind.
+func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer, fill func(b int, dst []float32), buf []float32, step time.Duration) (reason gossip.Reason, theirs byte, st ExchangeStats, err error) {
 	s, err := h.NewStream(ctx, p, ExchangeProtocol(job))
 	if err != nil {
-		return "", 0, err
+		return "", 0, st, err
 	}
 	defer Guard(ctx, s)()
-	if d, ok := ctx.Deadline(); ok {
-		_ = s.SetDeadline(d)
-	}
-	if _, err := s.Write(req.Frame); err != nil { // framed once for every peer
+	dl := newDeadline(s, step)
+	defer dl.stop()
+	if _, err := s.Write(AppendOffer(nil, o)); err != nil {
 		_ = s.Reset()
-		return "", 0, err
+		return "", 0, st, err
+	}
+	r := SmallReader(s, 2*(replyLen+1))
+	reason, theirs, err = readReply(r)
+	if err != nil {
+		_ = s.Reset()
+		return "", 0, st, err
+	}
+	st.Offered = true
+	if reason != "" {
+		_ = s.Close()
+		return reason, theirs, st, nil
+	}
+	if cap(buf) < ExchangeBlock {
+		buf = make([]float32, ExchangeBlock)
+	}
+	head := make([]byte, chunkHeadLen, chunkHeadLen+4*ExchangeBlock)
+	for b := int(o.First); b < int(o.First+o.Count); b++ {
+		lo, hi := BlockRange(b, int(o.N))
+		v := buf[:hi-lo]
+		fill(b, v)
+		binary.BigEndian.PutUint32(head[0:], uint32(b))
+		binary.BigEndian.PutUint32(head[4:], uint32(hi-lo))
+		dl.arm()
+		var werr error
+		if f32.LittleEndian {
+			// The head, then the values as they lie in memory: no copy.
+			if _, werr = s.Write(head[:chunkHeadLen]); werr == nil {
+				_, werr = s.Write(f32.Bytes(v))
+			}
+		} else {
+			_, werr = s.Write(f32.Append(head[:chunkHeadLen], v))
+		}
+		if werr != nil {
+			_ = s.Reset()
+			return "", theirs, st, werr
+		}
+		st.Blocks++
+		st.Bytes += chunkHeadLen + 4*len(v)
 	}
 	_ = s.CloseWrite()
-	reply, err := ReadFrame(SmallReader(s, 8), 8)
-	if err == nil && (len(reply) != exchangeReplyLen || reply[0] != Version || int(reply[1]) >= len(exchangeCodes)) {
+	dl.arm()
+	reason, theirs, err = readReply(r)
+	if err != nil {
+		_ = s.Reset()
+		return "", theirs, st, err
+	}
+	_ = s.Close()
+	return reason, theirs, st, nil
+}
+
+// readReply reads a verdict or a final answer.
+func readReply(r *bufio.Reader) (gossip.Reason, byte, error) {
+	reply, err := ReadFrame(r, replyLen)
+	if err == nil && (len(reply) != replyLen || reply[0] != ExchangeVersion || int(reply[1]) >= len(exchangeCodes)) {
 		err = fmt.Errorf("%w: exchange reply % x", ErrMalformed, reply)
 	}
 	if err != nil {
-		_ = s.Reset()
 		return "", 0, err
 	}
-	_ = s.Close()
 	return exchangeCodes[reply[1]], reply[2], nil
 }
 
-// An ExchangeJudge decides whether a node takes a model it is sent: the
-// node's exchange.
+// writeReply writes a verdict or a final answer.
+func writeReply(w io.Writer, reason gossip.Reason, kind byte) error {
+	return WriteFrame(w, []byte{ExchangeVersion, exchangeCode(reason), kind})
+}
+
+// deadline resets a stream when one wait on it lasts longer than its
+// step: a deadline per wait (arm starts the next), on every transport,
+// SetDeadline or not.
+type deadline struct {
+	s    network.Stream
+	step time.Duration
+	t    *time.Timer
+}
+
+func newDeadline(s network.Stream, step time.Duration) *deadline {
+	d := &deadline{s: s, step: step}
+	d.t = time.AfterFunc(step, func() { _ = s.Reset() })
+	_ = s.SetDeadline(time.Now().Add(step))
+	return d
+}
+
+// arm starts the next wait's deadline.
+func (d *deadline) arm() {
+	d.t.Reset(d.step)
+	_ = d.s.SetDeadline(time.Now().Add(d.step))
+}
+
+func (d *deadline) stop() { d.t.Stop() }
+
+// An ExchangeJudge decides whether a node takes a model it is offered,
+// and takes its blocks: the node's exchange.
 type ExchangeJudge interface {
-	// Screen judges a request from its header alone: the sender and its
-	// exchange kind. A model refused here is read past, never held.
-	Screen(from peer.ID, kind byte) gossip.Reason
-	// Accept judges the payload of a request that Screen passed; it must
-	// not keep payload.
-	Accept(from peer.ID, payload []byte) gossip.Reason
+	// Offer judges an offer from its head alone (checked with
+	// Offer.Check): "" to have the blocks sent. A refused model's blocks
+	// never flow.
+	Offer(from peer.ID, o Offer) gossip.Reason
+	// Block judges and takes block b of a model whose offer it took:
+	// values (BlockRange(b, N)) are valid only during the call. A refusal
+	// ends the transfer; the blocks taken before stay taken.
+	Block(from peer.ID, o Offer, b int, values []float32) gossip.Reason
+	// End is called once for every offer Offer took, when its transfer
+	// ends: taken blocks of o.Count came (complete when all did), and
+	// reason is why it ended early ("" when it did not). It returns the
+	// final answer the sender gets.
+	End(from peer.ID, o Offer, taken int, reason gossip.Reason) gossip.Reason
 }
 
 // ExchangeServer takes in models sent by peers.
 type ExchangeServer struct {
-	Life     context.Context // ends when the node closes
-	Timeout  time.Duration   // bounds one request and its answer
-	MaxFrame int             // MaxExchangeFrame of the node's model
-	Kind     byte            // this node's exchange, said in every reply
-	Judge    ExchangeJudge
-	// Rejected counts refusals by reason (malformed requests included).
-	Rejected *prometheus.CounterVec
-	Log      *slog.Logger
-	payloads payloadPool
+	Life context.Context // ends when the node closes
+	// Timeout bounds each wait on a stream: the offer, each block, the
+	// final answer (a large model over a slow link takes many).
+	Timeout time.Duration
+	Kind    byte // this node's exchange, said in every reply
+	ModelID uint32
+	N       int // this node's model's values
+	Judge   ExchangeJudge
+	// Budget bounds the blocks read at once by all receives (each a
+	// buffer of ExchangeBlock values): the bytes a node holds for models
+	// on their way in, whatever the number of senders.
+	Budget *BlockBudget
+	// Rejected counts refusals by reason once a model's blocks began
+	// (malformed requests included), Declined those at the offer, before
+	// any of its bytes (nil: counted in Rejected).
+	Rejected, Declined *prometheus.CounterVec
+	Log                *slog.Logger
 }
+
+// BlockBudget is a fixed set of block buffers that receives share.
+type BlockBudget struct{ free chan []float32 }
+
+// NewBlockBudget makes a budget of k blocks of ExchangeBlock values (the
+// buffers are made as they are first needed).
+func NewBlockBudget(k int) *BlockBudget {
+	b := &BlockBudget{free: make(chan []float32, k)}
+	for range k {
+		b.free <- nil
+	}
+	return b
+}
+
+// get takes a buffer, waiting within ctx.
+func (b *BlockBudget) get(ctx context.Context) ([]float32, error) {
+	select {
+	case v := <-b.free:
+		if v == nil {
+			v = make([]float32, ExchangeBlock)
+		}
+		return v, nil
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (b *BlockBudget) put(v []float32) { b.free <- v }
 
 // Serve takes in one model on s and answers.
 func (sv *ExchangeServer) Serve(s network.Stream) {
 	from := s.Conn().RemotePeer()
-	ctx, cancel := context.WithTimeout(sv.Life, sv.Timeout)
+	ctx, cancel := context.WithCancel(sv.Life)
 	defer cancel()
 	defer Guard(ctx, s)()
-	_ = s.SetDeadline(time.Now().Add(sv.Timeout))
-	// The two header bytes first: a model this node would refuse anyway
-	// (another exchange, or a sender over its share) is read past, never
-	// held.
-	r := bufio.NewReader(io.LimitReader(s, int64(sv.MaxFrame)+binary.MaxVarintLen64))
-	size, err := ReadFrameLen(r, sv.MaxFrame)
-	var hdr [2]byte
-	if err == nil && size < len(hdr) {
-		err = fmt.Errorf("%w: exchange request of %d bytes", ErrMalformed, size)
-	}
+	dl := newDeadline(s, sv.Timeout)
+	defer dl.stop()
+	r := bufio.NewReaderSize(s, 4096)
+	body, err := ReadFrame(r, OfferLen)
+	var o Offer
 	if err == nil {
-		_, err = io.ReadFull(r, hdr[:])
-	}
-	if err == nil && hdr[0] != Version {
-		err = fmt.Errorf("%w: exchange request version %d", ErrMalformed, hdr[0])
-	}
-	var reason gossip.Reason
-	if err == nil {
-		if reason = sv.Judge.Screen(from, hdr[1]); reason != "" {
-			_, err = io.CopyN(io.Discard, r, int64(size-len(hdr)))
-		} else {
-			var payload []byte
-			if payload, err = sv.payloads.read(r, size-len(hdr)); err == nil {
-				reason = sv.Judge.Accept(from, payload)
-				sv.payloads.put(payload)
-			}
-		}
+		o, err = ParseOffer(body)
 	}
 	if err != nil {
-		sv.Rejected.WithLabelValues(string(gossip.ReasonMalformed)).Inc()
-		sv.Log.Debug("exchange request malformed", "from", from, "err", err)
+		sv.refused(gossip.ReasonMalformed, from, err)
 		_ = s.Reset()
 		return
 	}
-	if reason != "" {
-		sv.Rejected.WithLabelValues(string(reason)).Inc()
+	reason := o.Check(sv.ModelID, sv.N)
+	if reason == "" {
+		reason = sv.Judge.Offer(from, o)
 	}
-	if err := WriteFrame(s, []byte{Version, exchangeCode(reason), sv.Kind}); err != nil {
+	if reason != "" {
+		if sv.Declined != nil {
+			sv.Declined.WithLabelValues(string(reason)).Inc()
+		} else {
+			sv.refused(reason, from, nil)
+		}
+		if writeReply(s, reason, sv.Kind) == nil {
+			_ = s.Close()
+		} else {
+			_ = s.Reset()
+		}
+		return
+	}
+	if err := writeReply(s, "", sv.Kind); err != nil {
+		sv.Judge.End(from, o, 0, gossip.ReasonMalformed)
+		_ = s.Reset()
+		return
+	}
+	taken, why := sv.blocks(ctx, s, r, dl, from, o)
+	final := sv.Judge.End(from, o, taken, why)
+	if why != "" {
+		sv.refused(why, from, nil)
+		_ = s.Reset() // the rest of the model is not wanted
+		return
+	}
+	dl.arm()
+	if err := writeReply(s, final, sv.Kind); err != nil {
 		_ = s.Reset()
 		return
 	}
 	_ = s.Close()
 }
 
-// payloadPool holds the buffers received models are read into: a model
-// is read whole before it is judged, and a pool spares the node a large
-// allocation (and the collector its clearing) per model received.
-type payloadPool struct{ p sync.Pool }
-
-// heads holds the buffers the first EagerBody bytes of a payload are read
-// into.
-var heads = sync.Pool{New: func() any { return new([EagerBody]byte) }}
-
-// read reads an n-byte payload from r into a pooled buffer. The first
-// EagerBody bytes go into a small buffer first, so that a peer that
-// announces a large frame and stalls holds no model-sized buffer.
-func (pp *payloadPool) read(r io.Reader, n int) ([]byte, error) {
-	if n <= EagerBody {
-		return ReadBody(r, n)
+// blocks reads the blocks of an offer it took, one at a time, into a
+// buffer of the budget, and has the judge take each: it returns how many
+// it took and why it stopped early ("" when it did not).
+func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, gossip.Reason) {
+	var head [chunkHeadLen]byte
+	for i := range int(o.Count) {
+		b := int(o.First) + i
+		lo, hi := BlockRange(b, int(o.N))
+		dl.arm()
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			sv.Log.Debug("exchange block not received", "from", from, "block", b, "err", err)
+			return i, gossip.ReasonMalformed
+		}
+		if int(binary.BigEndian.Uint32(head[0:])) != b || int(binary.BigEndian.Uint32(head[4:])) != hi-lo {
+			return i, ReasonBadBlock // its values are not read
+		}
+		bctx, cancel := context.WithTimeout(ctx, sv.Timeout)
+		buf, err := sv.Budget.get(bctx)
+		cancel()
+		if err != nil {
+			return i, gossip.ReasonMalformed
+		}
+		v := buf[:hi-lo]
+		dl.arm()
+		if err := readFloats(r, v); err != nil {
+			sv.Budget.put(buf)
+			sv.Log.Debug("exchange block truncated", "from", from, "block", b, "err", err)
+			return i, gossip.ReasonMalformed
+		}
+		reason := sv.Judge.Block(from, o, b, v)
+		sv.Budget.put(buf)
+		if reason != "" {
+			return i, reason
+		}
 	}
-	head := heads.Get().(*[EagerBody]byte)
-	defer heads.Put(head)
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return nil, fmt.Errorf("%w: body: %w", ErrMalformed, err)
-	}
-	var b []byte
-	if v, ok := pp.p.Get().(*[]byte); ok && cap(*v) >= n {
-		b = (*v)[:n]
-	} else {
-		b = make([]byte, n)
-	}
-	copy(b, head[:])
-	if _, err := io.ReadFull(r, b[EagerBody:]); err != nil {
-		pp.put(b)
-		return nil, fmt.Errorf("%w: body: %w", ErrMalformed, err)
-	}
-	return b, nil
+	return int(o.Count), ""
 }
 
-// put gives a buffer read returned back to the pool.
-func (pp *payloadPool) put(b []byte) {
-	if cap(b) > EagerBody {
-		pp.p.Put(&b)
+// readFloats reads len(v) little-endian float32 values into v.
+func readFloats(r io.Reader, v []float32) error {
+	if f32.LittleEndian {
+		_, err := io.ReadFull(r, f32.Bytes(v))
+		return err
+	}
+	var w [4]byte
+	for i := range v {
+		if _, err := io.ReadFull(r, w[:]); err != nil {
+			return err
+		}
+		v[i] = math.Float32frombits(binary.LittleEndian.Uint32(w[:]))
+	}
+	return nil
+}
+
+func (sv *ExchangeServer) refused(reason gossip.Reason, from peer.ID, err error) {
+	sv.Rejected.WithLabelValues(string(reason)).Inc()
+	if err != nil {
+		sv.Log.Debug("exchange request malformed", "from", from, "err", err)
 	}
 }

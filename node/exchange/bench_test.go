@@ -2,90 +2,91 @@ package exchange
 
 import (
 	"fmt"
-	"io"
-	"runtime"
 	"testing"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
-// BenchmarkEpidemicStep counts the copies of the model an epidemic node
-// makes in a step, apart from any transport, for a model of 65536
-// parameters and S = 2:
+// BenchmarkEpidemicStep measures what an epidemic node's data path costs
+// per step for a model of 10 M parameters (40 MB), in memory passes: the
+// time of a copy of the model into a warm buffer, measured in the same
+// run (passes/op). The parts, apart from any transport:
 //
-//   - push: after the step, the model is read, kept as the distance
-//     reference and encoded into the request, which is then written to
-//     each of the S peers' streams (io.Discard here; wire.SendExchange writes
-//     the same frame to a stream);
-//   - merge: before the step, the S models received are averaged in;
-//   - receive: one model taken in (validated, added to the sum).
+//   - step: the trainer's model after its step and a round of S = 2
+//     models averaged in (StepMerge32: one pass over the model, the
+//     reference and the round's sum), which also notes the step's norms;
 //
-// Reported: copies/op, the bytes the part allocates per op over the
-// model's size in float64 (8 bytes a parameter: a float32 copy counts one
-// half).
+//   - receive: one model taken in, block by block (checked, its distance
+//     measured, added to the round's sum);
 //
-//	go test -run '^$' -bench '^BenchmarkEpidemicStep$' -benchmem ./node/exchange/
+//   - send: one model read out of the reference block by block, as a
+//     send does (the transport's encryption and copies excluded).
+//
+//     go test -run '^$' -bench '^BenchmarkEpidemicStep$' -benchtime 20x ./node/exchange/
 func BenchmarkEpidemicStep(b *testing.B) {
-	const params, s = 1 << 16, 2
-	ex, node := exchangeFor(b, params, s, 0)
+	const params, s = 10_000_000, 2
+	ex, _ := exchangeFor(b, params, s, 0)
+	x := make([]float32, params)
+	for i := range x {
+		x[i] = float32(i%7) * 1e-3
+	}
+	ex.setRef(append([]float32(nil), x...)...)
+	models := make([][]float32, s)
+	for i := range models {
+		models[i] = make([]float32, params)
+		for j := range models[i] {
+			models[i][j] = x[j] + float32(i+1)*1e-4
+		}
+	}
 	senders := make([]peer.ID, s)
-	payloads := make([][]byte, s)
 	for i := range senders {
 		senders[i] = peer.ID(fmt.Sprintf("peer-%d", i))
-		values := make([]float32, params)
-		for j := range values {
-			values[j] = float32(i + j%7)
+	}
+	warm := make([]float32, params)
+	pass := func() time.Duration {
+		t := time.Now()
+		copy(warm, x)
+		return time.Since(t)
+	}
+	pass()
+	// run reports part's time over the median of a few copies' times.
+	run := func(b *testing.B, setup, part func()) {
+		var parts, passes time.Duration
+		for b.Loop() {
+			setup()
+			passes += pass()
+			t := time.Now()
+			part()
+			parts += time.Since(t)
 		}
-		payloads[i] = modelPayload(b, senders[i], 1, values)
+		b.ReportMetric(float64(parts)/float64(passes), "passes/op")
 	}
 	receive := func(i int) {
-		if r := ex.Accept(senders[i], payloads[i]); r != "" {
+		ex.spacing = 0
+		if r := takeModel(ex, senders[i], Epidemic, 1, models[i]); r != "" {
 			b.Fatal(r)
 		}
 	}
-	// measure runs part b.N times, setup before each, and reports the
-	// bytes part allocated, in models.
-	measure := func(b *testing.B, setup, part func()) {
-		b.ReportAllocs()
-		var before, after runtime.MemStats
-		var bytes uint64
-		for b.Loop() {
-			setup()
-			runtime.ReadMemStats(&before)
-			part()
-			runtime.ReadMemStats(&after)
-			bytes += after.TotalAlloc - before.TotalAlloc
-		}
-		b.ReportMetric(float64(bytes)/float64(b.N)/float64(8*params), "copies/op")
-	}
-	b.Run("push", func(b *testing.B) {
-		measure(b, func() {}, func() {
-			p := node.model.Params() // as push reads a built-in task's model
-			ex.mu.Lock()
-			if ex.ref == nil {
-				ex.ref = make([]float32, params)
-			}
-			for i, x := range p {
-				ex.ref[i] = float32(x)
-			}
-			ex.mu.Unlock()
-			req, ok := ex.request(1)
-			if !ok {
-				b.Fatal("nothing to send")
-			}
-			for range s {
-				_, _ = io.Discard.Write(req.Frame)
-			}
-		})
-	})
-	b.Run("merge", func(b *testing.B) {
-		measure(b, func() {
+	b.Run("step", func(b *testing.B) {
+		run(b, func() {
 			for i := range senders {
 				receive(i)
 			}
-		}, ex.Merge)
+		}, func() { ex.StepMerge32(1, x) })
 	})
 	b.Run("receive", func(b *testing.B) {
-		measure(b, ex.Merge, func() { receive(0) })
+		run(b, func() { ex.StepMerge32(1, x) }, func() { receive(0) })
+	})
+	b.Run("send", func(b *testing.B) {
+		buf := make([]float32, wire.ExchangeBlock)
+		run(b, func() {}, func() {
+			for blk := range wire.Blocks(params) {
+				lo, hi := wire.BlockRange(blk, params)
+				ex.ReadModel(lo, hi, buf[:hi-lo])
+			}
+		})
 	})
 }

@@ -16,74 +16,95 @@ import (
 )
 
 // epidemic is the epidemic exchange, Epidemic Learning (see the package
-// comment): after each step the node's model goes to S
-// sampled peers over the exchange protocol (send.go), and before
-// each step the node averages its model with the models received since.
+// comment): after each step the node's model goes to S sampled peers
+// over the exchange protocol (send.go), and at each step the node averages
+// its model with the models received since its last one.
 //
-// Everything here is float32, as the models travel: the node's model
-// after its last step (ref, the base of averages and distances), the
-// models received, and the average's change. A trainer's model crosses
-// into the exchange once per step (push32, one copy) and the average goes
-// back once (merge32, into the trainer's buffer); a built-in model is
-// converted from its float64 parameters once per step.
+// Memory. The node holds two float32 vectors of the model's size, however
+// many peers send it models: ref, its model after its last step and
+// average (the reference received models are judged by, and the model it
+// sends), and acc, the sum of what arrived this round. Models are taken in
+// block by block as they stream in (wire.ExchangeBlock values a block):
+// each block is checked, judged by its distance to ref's block and added,
+// clipped, into acc's, in the block's buffer of the receive budget, which
+// bounds what all receives hold together. A sent model is read from ref
+// block by block as it goes out: there is no copy of it per peer or per
+// step.
+//
+// The average is Epidemic Learning's, block by block: with the round's
+// blocks y_j of block b, each pulled toward the node's model x by a clip
+// factor c_j ≤ 1, the block becomes x + (Σ c_j y_j − (Σ c_j) x)/(1 + k_b),
+// k_b the models that sent the block (a model whose transfer was cut short
+// counts for the blocks that came). The trainer's step takes its model x
+// and the round into ref in one pass (StepMerge32). Refusing a block
+// leaves the blocks taken before it: each is judged alone, by the same
+// rules.
 //
 // The average is robust to a peer that pushes models in one direction,
 // round after round (self-centred clipping, after He, Karimireddy and
 // Jaggi, "Byzantine-Robust Decentralized Learning via ClippedGossip",
-// 2022):
+// 2022), per block:
 //
-//   - one vote per sender per average: a sender's later model in a round
-//     replaces its earlier one (its freshest counts), and it may replace
-//     it maxPerSender times; and a sender counts at most once in
-//     (N − 1)/(4S) averages (spacingFor), about as often as an honest peer
-//     that samples its S peers comes, so that peers that push to every
-//     node every step cannot fill the rounds;
-//   - each model's pull on this node's model, y − ref, is clipped to a
-//     radius τ: clipFactor × the median distance of the models averaged
-//     in recent rounds (one per sender per round), a reference a
-//     minority of senders cannot move; a model farther than the distance
-//     bound (distanceBound) is refused whole;
-//   - the new model is ref + Σ clip(y_j − ref, τ) / (1 + k), k the
-//     senders: Epidemic Learning's average when no model is clipped.
+//   - one vote per sender per average: a sender whose model this round
+//     took is refused at its offer (rate) until the next average, and a
+//     sender counts at most once in (N − 1)/(4S) averages (spacingFor),
+//     about as often as an honest peer that samples its S peers comes;
+//   - each block's pull on this node's model, y − ref, is clipped to a
+//     radius τ_b: clipFactor × the median distance of the block in the
+//     models of recent rounds (one per sender per round), a reference a
+//     minority of senders cannot move; a block farther than the distance
+//     bound (distanceBound) is refused, and the rest of its model with it.
 type epidemic struct {
 	*base
-	self peer.ID
-	s    int
-	lim  gossip.Limits
-	p    int // parameters
+	s     int
+	p     int // parameters
+	nb    int // blocks
+	id    uint32
+	limit uint32 // f32.Limit of MaxAbsValue
+	ahead int64  // MaxStepAhead (<= 0: no check)
 
-	mu       sync.Mutex
-	ref      []float32          // the model after the last step and average; nil before the first step
-	norms    ownNorms           // this node's recent step norms: the distance bound's reference
-	dists    ring.Ring          // distances to ref of the models of recent averages: the clip radius's reference
-	round    []*inModel         // the models of this round, one per sender
-	free     [][]float32        // model buffers to reuse
-	held     int                // bytes held in round before the first step
-	rounds   uint64             // averages (merges) since the first step
-	lastIn   map[peer.ID]uint64 // the average each sender's last model went into
-	spacing  uint64             // averages between two models of one sender (spacingFor)
-	scratch  []float32          // a built-in task's average change
-	scratch2 []float64          // a built-in task's parameters
+	// rmu guards ref: the trainer's step writes it, sends and receives
+	// read it a block at a time. Taken before mu.
+	rmu sync.RWMutex
+	ref []float32 // the model after the last step and average; nil before the first step
+	has atomic.Bool
 
-	// sends bounds the sends in flight; wg waits for them at close.
-	// sendMu orders starting a send against close: once closed is set
-	// no send starts, so wg.Wait never runs beside a wg.Go.
-	sends  chan struct{}
-	wg     sync.WaitGroup
+	mu      sync.Mutex
+	acc     []float32 // this round's Σ c_j y_j, block by block
+	blk     []blockState
+	round   map[peer.ID]*inModel // the senders of this round, and the transfers under way
+	merged  int                  // senders of this round whose blocks were taken
+	rounds  uint64               // averages since the first step
+	lastIn  map[peer.ID]uint64   // the average each sender's last model went into
+	spacing uint64               // averages between two models of one sender (spacingFor)
+	scratch []float32            // a built-in task's average change
+	task64  []float64            // a built-in task's parameters
+
+	budget *wire.BlockBudget
+
+	// Sending: one model in flight per peer (busy), at most 2S in all;
+	// wg waits for them at close. sendMu orders starting a send against
+	// close: once closed is set no send starts.
 	sendMu sync.Mutex
+	busy   map[peer.ID]bool
 	closed bool
-	// requests holds the buffers models are encoded into; a step's goes
-	// back once its last send has ended.
-	requests sync.Pool
+	wg     sync.WaitGroup
+	bufs   sync.Pool // block buffers of sends
 }
 
-// inModel is one sender's model in a round: the latest it sent.
+// blockState is one block's round and references.
+type blockState struct {
+	sumC  float64 // Σ c_j of the round's blocks in acc
+	k     int     // blocks in acc this round
+	dists ring.Ring
+	norms ownNorms
+}
+
+// inModel is a sender of the round.
 type inModel struct {
-	from     peer.ID
-	step     int64
-	v        []float32
-	dist     float64 // its distance to the reference when it came; < 0: not known
-	replaced int     // times a later model replaced it in this round
+	step   int64
+	active bool // its transfer is under way
+	taken  bool // a block of it went into this round
 }
 
 const (
@@ -98,6 +119,9 @@ const (
 	minRoundPool = 8
 	// maxSenders bounds the senders whose last average is remembered.
 	maxSenders = 8192
+	// receiveBlocks is the receive budget: the blocks all receives read
+	// at once (4 MiB).
+	receiveBlocks = 4
 )
 
 // newEpidemic is the epidemic exchange of b's node.
@@ -105,30 +129,38 @@ func newEpidemic(b *base) *epidemic {
 	params := b.d.Model.NumParams()
 	e := &epidemic{
 		base:    b,
-		self:    b.d.Host.ID(),
 		s:       b.cfg.S,
 		p:       params,
-		lim:     b.cfg.limits(params, b.d.Model.ModelID()),
-		norms:   newOwnNorms(),
-		dists:   ring.New(distWindow),
+		nb:      wire.Blocks(params),
+		id:      b.d.Model.ModelID(),
+		limit:   f32.Limit(float32(min(b.cfg.MaxAbsValue, math.MaxFloat32))),
+		ahead:   b.cfg.MaxStepAhead,
+		acc:     make([]float32, params),
+		round:   make(map[peer.ID]*inModel),
 		lastIn:  make(map[peer.ID]uint64),
 		spacing: 1,
-		sends:   make(chan struct{}, 2*b.cfg.S),
+		budget:  wire.NewBlockBudget(receiveBlocks),
+		busy:    make(map[peer.ID]bool),
 	}
-	b.serveWith(e)
+	e.blk = make([]blockState, e.nb)
+	for i := range e.blk {
+		e.blk[i] = blockState{dists: ring.New(distWindow), norms: newOwnNorms()}
+	}
+	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, Kind: byte(Epidemic), ModelID: e.id, N: params,
+		Judge: e, Budget: e.budget, Rejected: b.m.rejected, Declined: b.m.declined, Log: b.d.Log}
 	return e
 }
 
 // spacingFor is how many averages must pass before a sender's model is
 // taken again, in a job of population nodes where each sends its model to
 // s sampled peers: a quarter of the averages between two of an honest
-// sender's models to this node, (N − 1)/s, and at least 1 (an honest
-// Model comes sooner, and is refused, about one time in five: in a clean
-// run of 100 nodes, 18 % of the models were, and the fit was as before). A peer that samples its
-// peers, as every honest one does, comes about once in (N − 1)/s of its
-// steps; one that pushes to every node every step (a poisoner) would
-// otherwise fill every round of every node, however few such peers there
-// are: with 10 of 100 pushing, they were most of every round's senders.
+// sender's models to this node, (N − 1)/s, and at least 1. A peer that
+// samples its peers, as every honest one does, comes about once in
+// (N − 1)/s of its steps; one that pushes to every node every step (a
+// poisoner) would otherwise fill every round of every node, however few
+// such peers there are: with 10 of 100 pushing, they were most of every
+// round's senders. An honest model refused by it is refused at its offer:
+// its sender sends it to another peer.
 func spacingFor(population float64, s int) uint64 {
 	if s < 1 || !(population > 1) {
 		return 1
@@ -140,181 +172,195 @@ func spacingFor(population float64, s int) uint64 {
 func (e *epidemic) poolSize() int { return max(minRoundPool, 2*e.s) }
 
 // Push takes the model of a built-in task after step (its float64
-// parameters, converted once) as the reference and sends it to S peers;
-// upd, the step's delta, is a norm of the node's own steps. The first push
-// judges the models held until then.
+// parameters, converted once) as the reference, notes upd, the step's
+// delta, as the norms of the node's own step, and sends the model to S
+// peers.
 func (e *epidemic) Push(_ context.Context, step int64, upd []float64) {
-	if e.refFromTask(upd) {
-		e.sendModel(step)
-	}
-}
-
-// refFromTask makes the built-in task's model the reference, notes upd's
-// norm and judges the models held until then; false when the task has no
-// Model of the exchange's size.
-func (e *epidemic) refFromTask(upd []float64) bool {
 	params := e.d.Model.Params()
 	if len(params) != e.p {
-		return false
+		return
 	}
-	e.mu.Lock()
+	e.rmu.Lock()
 	if e.ref == nil {
 		e.ref = make([]float32, e.p)
 	}
 	for i, x := range params {
 		e.ref[i] = float32(x)
 	}
+	e.rmu.Unlock()
+	e.has.Store(true)
 	if upd != nil {
-		e.norms.note(upd)
+		e.mu.Lock()
+		for b := range e.nb {
+			lo, hi := wire.BlockRange(b, e.p)
+			e.blk[b].norms.note(upd[lo:hi])
+		}
+		e.mu.Unlock()
 	}
-	e.releaseHeldLocked()
-	e.mu.Unlock()
-	return true
+	e.sendModel(step)
 }
 
-// Push32 takes a trainer's model after step: it copies model (the
-// caller's buffer, not kept) into the reference, notes the norm of the
-// step that made it (its distance from the reference, which holds the
-// Model after the last step and average), and sends it to S peers. The
-// first push judges the models held until then.
-func (e *epidemic) Push32(_ context.Context, step int64, model []float32, copied func()) {
-	if len(model) != e.p {
+// Push32 takes a trainer's model after step into the reference: it
+// copies x (not kept) into it, notes the norms of the step that made it
+// (its distance from the reference, the model after the last average),
+// and sends it to S peers. The round is averaged in at the next Merge32
+// (StepMerge32 does both at once).
+func (e *epidemic) Push32(_ context.Context, step int64, x []float32, copied func()) {
+	if len(x) != e.p {
 		done(copied)
 		return
 	}
-	e.mu.Lock()
-	if e.ref == nil {
-		e.ref = slices.Clone(model)
-	} else {
-		e.norms.noteNorm(f32.CopyDist(e.ref, model))
+	e.rmu.Lock()
+	first := e.ref == nil
+	if first {
+		e.ref = slices.Clone(x)
 	}
-	e.releaseHeldLocked()
+	e.mu.Lock()
+	for b := range e.nb {
+		lo, hi := wire.BlockRange(b, e.p)
+		if !first {
+			e.blk[b].norms.noteNorm(math.Sqrt(f32.CopyDist2(e.ref[lo:hi], x[lo:hi])))
+		}
+	}
 	e.mu.Unlock()
+	e.rmu.Unlock()
+	e.has.Store(true)
 	done(copied)
 	e.sendModel(step)
 }
 
-// Merge averages a built-in task's model with the models received since
-// the last call (Epidemic Learning's aggregation, clipped). Only the
-// stepping goroutine calls it, between steps, so nothing else writes the
-// Model meanwhile (an epidemic node applies no gossip updates).
-func (e *epidemic) Merge() {
-	if e.scratch == nil {
-		e.scratch = make([]float32, e.p)
+// StepMerge32 takes a trainer's model x after step and the round in one
+// pass: x and the reference become the average of x and the round's
+// models (block by block), the step's norms are noted, and the average
+// goes to S peers. It returns how many senders' models it averaged (x is
+// left as it was when 0). The caller has checked x.
+func (e *epidemic) StepMerge32(step int64, x []float32) int {
+	if len(x) != e.p {
+		return 0
 	}
-	k := e.Merge32(e.scratch)
-	if k == 0 {
-		return
+	e.rmu.Lock()
+	first := e.ref == nil
+	if first {
+		e.ref = slices.Clone(x)
 	}
-	e.scratch2 = e.d.Model.Params()
-	for i, d := range e.scratch {
-		e.scratch2[i] += float64(d)
-	}
-	if err := e.d.Model.SetParams(e.scratch2); err != nil {
-		add(e.d.Counters.ApplyRejected, 1)
-		e.d.Log.Warn("averaging received models failed; keeping this node's model", "models", k, "err", err)
-	}
+	e.mu.Lock()
+	k := e.averageLocked(x, !first)
+	e.mu.Unlock()
+	e.rmu.Unlock()
+	e.has.Store(true)
+	e.sendModel(step)
+	return k
 }
 
-// Merge32 computes the change the average of this node's model and the
-// models of the round makes, into delta (NumParams values), and takes it
-// into the reference; it returns how many models it averaged (0: none,
-// and delta is untouched). The stepping goroutine (the trainer's call)
-// calls it between steps.
-func (e *epidemic) Merge32(delta []float32) int {
+// Merge32 averages the round into x, a trainer's model after its last
+// Push32, and the reference: what StepMerge32 does after Push32. It
+// returns how many senders' models it averaged (0: x is as it was).
+func (e *epidemic) Merge32(x []float32) int {
+	if len(x) != e.p {
+		return 0
+	}
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	if e.ref == nil {
+		return 0
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if e.ref == nil || len(delta) != e.p {
-		return 0
-	}
-	e.rounds++ // every average counts, empty or not: the spacing is in this node's steps
-	if len(e.round) == 0 {
-		return 0
-	}
-	// The radius comes from this and earlier rounds' distances, one per
-	// sender per round, so a sender that sends many models weighs as one.
-	for _, m := range e.round {
-		if m.dist < 0 {
-			m.dist = f32.Dist(m.v, e.ref)
-		}
-		e.dists.Add(m.dist)
-	}
-	tau := e.radiusLocked()
-	k := len(e.round)
-	w := 1 / float64(1+k)
-	now := e.d.Node.Step()
-	clipped := 0
-	// delta = Σ c_j (y_j − ref) = Σ c_j y_j − (Σ c_j) ref: one pass per
-	// model, one to finish. The distance is the one measured when the
-	// model came (the reference has moved by at most this node's step
-	// since).
-	var sumC float64
-	for j, m := range e.round {
-		c := w
-		d := m.dist
-		if tau > 0 && d > tau {
-			c *= tau / d
-			clipped++
-		}
-		sumC += c
-		if j == 0 {
-			f32.Scale(delta, m.v, float32(c))
+	return e.averageLocked(x, false)
+}
+
+// averageLocked makes x and ref the average of x and the round, block by
+// block, noting the distance of x from ref as the step's norm when note
+// is set, and starts the next round. It returns the round's senders
+// averaged. rmu and mu are held.
+func (e *epidemic) averageLocked(x []float32, note bool) int {
+	for b := range e.nb {
+		lo, hi := wire.BlockRange(b, e.p)
+		bl := &e.blk[b]
+		var d2 float64
+		if bl.k == 0 {
+			d2 = f32.CopyDist2(e.ref[lo:hi], x[lo:hi])
 		} else {
-			f32.AddScaled(delta, m.v, float32(c))
+			d2 = f32.StepMerge(x[lo:hi], e.ref[lo:hi], e.acc[lo:hi], float32(bl.sumC), float32(1/float64(1+bl.k)))
 		}
-		observe(e.d.Counters.Staleness, float64(now-m.step))
+		if note {
+			bl.norms.noteNorm(math.Sqrt(d2))
+		}
 	}
-	f32.AddScaledAndAdd(delta, e.ref, -float32(sumC))
-	e.recycleLocked()
+	return e.nextRoundLocked()
+}
+
+// nextRoundLocked ends the round after its average: it counts and
+// returns its senders, and clears it but for the transfers under way,
+// whose next blocks go into the next round. mu is held.
+func (e *epidemic) nextRoundLocked() int {
+	e.rounds++ // every average counts, empty or not: the spacing is in this node's steps
+	k := e.merged
+	now := e.d.Node.Step()
+	for from, m := range e.round {
+		if m.taken {
+			observe(e.d.Counters.Staleness, float64(now-m.step))
+		}
+		if !m.active {
+			delete(e.round, from)
+			continue
+		}
+		m.taken = false
+	}
+	for b := range e.blk {
+		e.blk[b].k, e.blk[b].sumC = 0, 0
+	}
+	e.merged = 0
 	e.spacing = spacingFor(e.d.Node.Population(), e.s)
-	e.m.merged.Add(float64(k))
-	e.m.merges.Inc()
-	if clipped > 0 {
-		e.m.clipped.Add(float64(clipped))
+	if k > 0 {
+		e.m.merged.Add(float64(k))
+		e.m.merges.Inc()
 	}
 	return k
 }
 
-// radiusLocked is the clip radius: clipFactor × the median distance of
-// recent models taken (0, no clipping, before there is one). e.mu is held.
-func (e *epidemic) radiusLocked() float64 {
-	ds := e.dists.Values()
-	if len(ds) == 0 {
-		return 0
+// Merge averages a built-in task's model with the models received since
+// the last call. Only the stepping goroutine calls it, between steps, so
+// nothing else writes the model meanwhile (an epidemic node applies no
+// gossip updates).
+func (e *epidemic) Merge() {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	if e.ref == nil {
+		return
 	}
-	slices.Sort(ds)
-	return clipFactor * ds[len(ds)/2]
-}
-
-// recycleLocked empties the round. e.mu is held.
-func (e *epidemic) recycleLocked() {
-	for _, m := range e.round {
-		e.free = append(e.free, m.v)
-	}
-	clear(e.round)
-	e.round = e.round[:0]
-	e.held = 0
-}
-
-// buffer returns a model buffer to decode a received model into.
-func (e *epidemic) buffer() []float32 {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if k := len(e.free); k > 0 {
-		v := e.free[k-1]
-		e.free = e.free[:k-1]
-		return v
+	if e.merged == 0 {
+		e.nextRoundLocked()
+		return
 	}
-	return make([]float32, e.p)
-}
-
-// release gives back a buffer that holds no model of the round.
-func (e *epidemic) release(v []float32) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if len(e.free) < e.poolSize() {
-		e.free = append(e.free, v)
+	if e.scratch == nil {
+		e.scratch = make([]float32, e.p)
 	}
+	d := e.scratch
+	for b := range e.nb {
+		lo, hi := wire.BlockRange(b, e.p)
+		bl := &e.blk[b]
+		if bl.k == 0 {
+			clear(d[lo:hi])
+			continue
+		}
+		s, w := float32(bl.sumC), float32(1/float64(1+bl.k))
+		for i := lo; i < hi; i++ {
+			d[i] = (e.acc[i] - s*e.ref[i]) * w
+			e.ref[i] += d[i]
+		}
+	}
+	e.task64 = e.d.Model.Params()
+	for i, x := range d {
+		e.task64[i] += float64(x)
+	}
+	if err := e.d.Model.SetParams(e.task64); err != nil {
+		add(e.d.Counters.ApplyRejected, 1)
+		e.d.Log.Warn("averaging received models failed; keeping this node's model", "models", e.merged, "err", err)
+	}
+	e.nextRoundLocked()
 }
 
 // SetStep does nothing: a model carries its sender's step, and a received
@@ -322,12 +368,13 @@ func (e *epidemic) release(v []float32) {
 func (e *epidemic) SetStep(int64) {}
 
 // Restart makes params the reference (nil: none until the next push) and
-// drops the round: its models were for the old model.
+// drops the round: its blocks were for the old model.
 func (e *epidemic) Restart(params []float64) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
 	if params == nil {
 		e.ref = nil
+		e.has.Store(false)
 	} else if len(params) == e.p {
 		if e.ref == nil {
 			e.ref = make([]float32, e.p)
@@ -335,15 +382,27 @@ func (e *epidemic) Restart(params []float64) {
 		for i, x := range params {
 			e.ref[i] = float32(x)
 		}
+		e.has.Store(true)
 	}
-	e.recycleLocked()
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for b := range e.blk {
+		e.blk[b].k, e.blk[b].sumC = 0, 0
+	}
+	e.merged = 0
+	for from, m := range e.round {
+		if !m.active {
+			delete(e.round, from)
+		}
+		m.taken = false
+	}
 }
 
 // Model is the reference as float64: the node's model after its last
 // step and average (nil before its first step).
 func (e *epidemic) Model() []float64 {
-	e.mu.Lock()
-	defer e.mu.Unlock()
+	e.rmu.RLock()
+	defer e.rmu.RUnlock()
 	if e.ref == nil {
 		return nil
 	}
@@ -352,6 +411,18 @@ func (e *epidemic) Model() []float64 {
 		out[i] = float64(x)
 	}
 	return out
+}
+
+// ReadModel copies the values [lo, hi) of the reference into dst and
+// returns false when there is none (before the first step).
+func (e *epidemic) ReadModel(lo, hi int, dst []float32) bool {
+	e.rmu.RLock()
+	defer e.rmu.RUnlock()
+	if e.ref == nil || hi > len(e.ref) || lo < 0 || lo > hi {
+		return false
+	}
+	copy(dst, e.ref[lo:hi])
+	return true
 }
 
 // scalesLR: averaging does not add, so the rate is the schedule's.
@@ -367,11 +438,14 @@ func (e *epidemic) Topic() *gossip.Gossip { return nil }
 // Updates are the models sent (one per peer) and taken, and the refused
 // ones by reason.
 func (e *epidemic) Updates() gossip.Stats {
-	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}}
+	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}, Declined: map[gossip.Reason]uint64{}}
 	x := e.Stats()
 	st.Sent, st.SentBytes, st.Received, st.ReceivedBytes = x.Sent, x.SentBytes, x.Received, x.ReceivedBytes
 	for r, c := range x.Rejected {
 		st.Rejected[gossip.Reason(r)] = c
+	}
+	for r, c := range x.Declined {
+		st.Declined[gossip.Reason(r)] = c
 	}
 	return st
 }
@@ -386,120 +460,43 @@ func (e *epidemic) Close() error {
 	return nil
 }
 
-// sendModel sends the reference, the node's model after step, to S peers
-// drawn from the barrier's sampler, in the background (sendTo).
-// It is encoded once into the request every peer's stream carries.
-func (e *epidemic) sendModel(step int64) {
-	req, ok := e.request(step)
-	if !ok {
-		return
+// Offer judges a model's offer (wire.ExchangeJudge): the sender's
+// exchange, its lineage, the step, and whether the round has room for it.
+// A model it takes joins the round.
+func (e *epidemic) Offer(from peer.ID, o wire.Offer) gossip.Reason {
+	if Kind(o.Kind) != Epidemic {
+		return e.otherExchange(from, Kind(o.Kind))
 	}
-	e.sendMu.Lock()
-	defer e.sendMu.Unlock()
-	if e.closed {
-		return
+	if e.d.Faults.Loss > 0 && e.d.Lost() {
+		return wire.ReasonRate // a lost model: its sender tries another peer
 	}
-	// The request's buffer goes back to the pool when its last send ends.
-	var users atomic.Int32
-	users.Store(1)
-	release := func() {
-		if users.Add(-1) == 0 {
-			e.putRequest(req)
-		}
+	if e.d.Node.OtherLineage(from) {
+		return wire.ReasonOtherLineage
 	}
-	defer release()
-	for _, p := range e.d.Node.Sample(e.d.Life, e.s) {
-		select {
-		case e.sends <- struct{}{}:
-		default:
-			// As many sends as two rounds' worth are still in flight:
-			// the peers are slower than this node's steps. Skip rather
-			// than queue.
-			e.m.sendFailed.WithLabelValues(sendSkipped).Inc()
-			continue
-		}
-		users.Add(1)
-		e.wg.Go(func() { // ends within 10 × QueryTimeout, or when the node closes
-			defer func() { <-e.sends }()
-			defer release()
-			e.sendTo(p, step, req)
-		})
+	if e.ahead > 0 && o.Step > e.d.Node.Step()+e.ahead {
+		return gossip.ReasonStepTooFarAhead
 	}
-}
-
-// requestBuffer returns a buffer for a request of up to size payload
-// bytes (wire.StartExchange's layout), from the pool when it has one.
-func (e *epidemic) requestBuffer(size int) []byte {
-	var buf []byte
-	if v, ok := e.requests.Get().(*[]byte); ok {
-		buf = *v
-	}
-	return wire.StartExchange(buf, byte(Epidemic), size)
-}
-
-// putRequest gives a request's buffer back to the pool.
-func (e *epidemic) putRequest(req wire.ExchangeRequest) {
-	if req.Buf != nil {
-		e.requests.Put(&req.Buf)
-	}
-}
-
-// request is the exchange request that carries the reference, the node's
-// Model after step (or, for a node playing a poisoner, what faults.Poison
-// makes of it). ok is false when there is nothing to send.
-func (e *epidemic) request(step int64) (req wire.ExchangeRequest, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.ref == nil {
-		return wire.ExchangeRequest{}, false
-	}
-	if poison := e.d.Faults.Poison; poison != nil {
-		params := make([]float64, len(e.ref))
-		for i, x := range e.ref {
-			params[i] = float64(x)
-		}
-		payload := poison(step, params)
-		if payload == nil {
-			return wire.ExchangeRequest{}, false
-		}
-		return wire.EndExchange(append(wire.StartExchange(nil, byte(Epidemic), len(payload)), payload...)), true
-	}
-	if i, v := f32.BeyondValues(e.ref, float32(min(e.lim.MaxAbsValue, math.MaxFloat32))); i >= 0 {
-		e.m.sendFailed.WithLabelValues(sendInvalid).Inc()
-		e.d.Log.Warn("model not sent: a parameter is not finite or exceeds MaxAbsValue", "step", step, "index", i, "value", v)
-		return wire.ExchangeRequest{}, false
-	}
-	b, err := gossip.AppendDense32(e.requestBuffer(gossip.MaxEncodedSize(len(e.ref))), e.self, step, e.lim.ModelID, e.ref)
-	if err != nil {
-		e.m.sendFailed.WithLabelValues(sendInvalid).Inc()
-		e.d.Log.Warn("model not sent", "step", step, "err", err)
-		return wire.ExchangeRequest{}, false
-	}
-	return wire.EndExchange(b), true
-}
-
-// Screen says, from a request's header alone, whether this node refuses
-// the model that follows: the sender runs another exchange, or has sent
-// its share since this node's last average, or the round is full.
-func (e *epidemic) Screen(from peer.ID, kind byte) gossip.Reason {
-	if Kind(kind) != Epidemic {
-		return e.otherExchange(from, Kind(kind))
+	if !e.has.Load() {
+		return wire.ReasonNoModel // nothing to judge it by before this node's first step
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.roomLocked(from)
+	if r := e.roomLocked(from); r != "" {
+		return r
+	}
+	e.round[from] = &inModel{step: o.Step, active: true}
+	if len(e.lastIn) >= maxSenders {
+		clear(e.lastIn) // rare: a very large or churny job
+	}
+	e.lastIn[from] = e.rounds
+	return ""
 }
 
 // roomLocked is why the round has no room for a model of from ("" when it
-// has). e.mu is held.
+// has). mu is held.
 func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
-	for _, m := range e.round {
-		if m.from == from {
-			if m.replaced >= maxPerSender-1 {
-				return wire.ReasonRate
-			}
-			return ""
-		}
+	if _, ok := e.round[from]; ok {
+		return wire.ReasonRate // one model per sender per round
 	}
 	if last, ok := e.lastIn[from]; ok && e.rounds-last < e.spacing {
 		return wire.ReasonRate // sooner than a sender that samples its peers would come again
@@ -507,138 +504,222 @@ func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
 	if len(e.round) >= e.poolSize() {
 		return wire.ReasonRate
 	}
-	if e.ref == nil && e.held+4*e.p > maxHeldBytes {
-		return wire.ReasonRate
+	return ""
+}
+
+// Block judges block b of from's model and takes it into the round
+// (wire.ExchangeJudge): its values, its distance from this node's block
+// (the distance bound), and its pull, clipped to the block's radius.
+func (e *epidemic) Block(from peer.ID, o wire.Offer, b int, y []float32) gossip.Reason {
+	lo, hi := wire.BlockRange(b, e.p)
+	e.rmu.RLock()
+	defer e.rmu.RUnlock()
+	if e.ref == nil {
+		return wire.ReasonNoModel
+	}
+	d2, ok := f32.CheckDist(y, e.ref[lo:hi], e.limit)
+	if !ok {
+		if _, x := f32.First(y, e.limit); math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+			return gossip.ReasonNonFinite
+		}
+		return gossip.ReasonValueTooLarge
+	}
+	dist := math.Sqrt(d2)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	bl := &e.blk[b]
+	if bound, ok := e.distanceBoundLocked(b); ok && bound > 0 && dist > bound {
+		return wire.ReasonDistance
+	}
+	c := 1.0
+	if tau := radius(&bl.dists); tau > 0 && dist > tau {
+		c = tau / dist
+		e.m.clipped.Inc()
+	}
+	if bl.k == 0 {
+		f32.ScaleTo(e.acc[lo:hi], y, float32(c))
+	} else {
+		f32.Axpy(e.acc[lo:hi], y, float32(c))
+	}
+	bl.k++
+	bl.sumC += c
+	bl.dists.Add(dist)
+	if m := e.round[from]; m != nil && !m.taken {
+		m.taken = true
+		e.merged++
 	}
 	return ""
 }
 
-// Accept checks a received model's payload once its header passed
-// screen: the sender's lineage, validation, the distance bound; a model
-// taken joins the round, replacing its sender's earlier one.
-func (e *epidemic) Accept(from peer.ID, payload []byte) gossip.Reason {
-	if e.d.Faults.Loss > 0 && e.d.Lost() {
-		return ""
+// End ends a transfer (wire.ExchangeJudge): a whole model counts as
+// received and as its sender's answer at the barrier.
+func (e *epidemic) End(from peer.ID, o wire.Offer, taken int, reason gossip.Reason) gossip.Reason {
+	e.mu.Lock()
+	if m := e.round[from]; m != nil {
+		m.active = false
 	}
-	if e.d.Node.OtherLineage(from) {
-		return wire.ReasonOtherLineage // a model of another lineage of the job
-	}
-	// The values are checked where they lie in the payload and copied
-	// once, into the buffer the round keeps.
-	buf := e.buffer()
-	u, err := gossip.ValidateInto(payload, buf, from, e.d.Node.Step(), e.lim)
-	if err != nil {
-		e.release(buf)
-		e.d.Log.Debug("model refused", "from", from, "err", err)
-		return gossip.ReasonOf(err)
-	}
-	if r := e.offer(from, u.Step, buf); r != "" {
-		e.release(buf)
-		e.d.Log.Debug("model refused", "from", from, "step", u.Step, "reason", string(r))
-		return r
+	e.mu.Unlock()
+	if reason != "" || taken < int(o.Count) {
+		return reason
 	}
 	e.m.received.Inc()
-	e.m.receivedBytes.Add(float64(len(payload)))
-	e.heard(from, u.Step) // a model of a step counts as an answer, and may wake the barrier
+	e.m.receivedBytes.Add(float64(4 * int(o.N)))
+	e.heard(from, o.Step) // a model of a step counts as an answer, and may wake the barrier
 	return ""
 }
 
-// offer takes in a validated model y of peer from after step: refused if
-// too far from this node's model or if the round has no room for it, else
-// put in the round (held, before this node's first step), which then owns
-// y. It returns the reason for a refusal ("" when taken or held).
-func (e *epidemic) offer(from peer.ID, step int64, y []float32) gossip.Reason {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if r := e.roomLocked(from); r != "" {
-		return r
+// radius is the clip radius of a block: clipFactor × the median distance
+// of recent models' blocks taken (0, no clipping, before there is one).
+func radius(dists *ring.Ring) float64 {
+	ds := dists.Values()
+	if len(ds) == 0 {
+		return 0
 	}
-	bound, ok := e.distanceBoundLocked()
-	d := -1.0
-	if ok && e.ref != nil {
-		d = f32.Dist(y, e.ref)
-		if bound > 0 && d > bound {
-			return wire.ReasonDistance
-		}
-	}
-	e.putLocked(from, step, y, d)
-	return ""
+	slices.Sort(ds)
+	return clipFactor * ds[len(ds)/2]
 }
 
-// putLocked puts y, from's model after step, in the round, in place of
-// from's earlier one. e.mu is held.
-func (e *epidemic) putLocked(from peer.ID, step int64, y []float32, dist float64) {
-	for _, m := range e.round {
-		if m.from == from {
-			e.free = append(e.free, m.v)
-			m.v, m.step, m.dist = y, step, dist
-			m.replaced++
-			return
-		}
-	}
-	e.round = append(e.round, &inModel{from: from, step: step, v: y, dist: dist})
-	if len(e.lastIn) >= maxSenders {
-		clear(e.lastIn) // rare: a very large or churny job
-	}
-	e.lastIn[from] = e.rounds
-	if e.ref == nil {
-		e.held += 4 * e.p
-	}
-}
-
-// releaseHeldLocked judges the models held before the node's first step,
-// now that it has a reference. e.mu is held.
-func (e *epidemic) releaseHeldLocked() {
-	if e.held == 0 || e.ref == nil {
-		return
-	}
-	e.held = 0
-	bound, ok := e.distanceBoundLocked()
-	if !ok || bound <= 0 {
-		return
-	}
-	kept := e.round[:0]
-	refused := 0
-	for _, m := range e.round {
-		d := f32.Dist(m.v, e.ref)
-		if d > bound {
-			refused++
-			e.free = append(e.free, m.v)
-			continue
-		}
-		m.dist = d
-		kept = append(kept, m)
-	}
-	clear(e.round[len(kept):])
-	e.round = kept
-	if refused > 0 {
-		e.m.rejected.WithLabelValues(string(wire.ReasonDistance)).Add(float64(refused))
-	}
-}
-
-// distanceBound is the norm bound's counterpart for models: a received
-// Model is refused if its distance to this node's model exceeds
-// NormBound × (1 + S) × the upper quartile of the norms of this node's own recent steps.
-// Averaged with k ≈ S others, a model at that distance moves this node's
-// Model by about NormBound of its own steps: the most one gossip update
-// may (gossip.go). Honest peers' models differ from ours by the
-// consensus distance and the steps they are ahead or behind, a few steps'
-// worth. ok is false until the node has made a step; bound is 0 when the
-// check is off (NormBound 0).
-func (e *epidemic) distanceBound() (bound float64, ok bool) {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.distanceBoundLocked()
-}
-
-func (e *epidemic) distanceBoundLocked() (bound float64, ok bool) {
+// distanceBoundLocked is the norm bound's counterpart for models, per
+// block: a received block is refused if its distance to this node's block
+// exceeds NormBound × (1 + S) × the upper quartile of the norms of this
+// node's own recent steps on the block. Averaged with k ≈ S others, a
+// model at that distance moves this node's model by about NormBound of
+// its own steps: the most one gossip update may (gossip.go). Honest
+// peers' models differ from ours by the consensus distance and the steps
+// they are ahead or behind, a few steps' worth. ok is false until the
+// node has made a step; bound is 0 when the check is off (NormBound 0).
+// mu is held.
+func (e *epidemic) distanceBoundLocked(b int) (bound float64, ok bool) {
 	nb := e.cfg.NormBound
 	if nb <= 0 {
 		return 0, true
 	}
-	med, ok := e.norms.reference()
+	med, ok := e.blk[b].norms.reference()
 	if !ok {
 		return 0, false
 	}
 	return nb * float64(1+e.s) * med, true
+}
+
+// sendModel sends the reference, the node's model, to S peers drawn
+// from the barrier's sampler, in the background (sendTo): one model in
+// flight per peer at most (a peer whose link still carries the last one
+// is passed over for another), each read from the reference block by
+// block as it goes out.
+func (e *epidemic) sendModel(step int64) {
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	if e.closed {
+		return
+	}
+	busy := len(e.busy)
+	if busy >= 2*e.s {
+		e.m.sendFailed.WithLabelValues(sendSkipped).Add(float64(e.s))
+		return
+	}
+	sent := 0
+	for _, p := range e.d.Node.Sample(e.d.Life, e.s+busy) {
+		if sent == e.s {
+			break
+		}
+		if e.busy[p] {
+			continue
+		}
+		e.busy[p] = true
+		sent++
+		e.wg.Go(func() { // ends within a deadline per block, or when the node closes
+			last := e.sendTo(p, step)
+			e.sendMu.Lock()
+			delete(e.busy, last)
+			e.sendMu.Unlock()
+		})
+	}
+}
+
+// sendTo sends this node's model to p, or another peer if p declines it
+// at its offer; it returns the last peer tried (busy until the caller
+// frees it).
+func (e *epidemic) sendTo(p peer.ID, step int64) (last peer.ID) {
+	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: step, ModelID: e.id, N: uint32(e.p),
+		Block: wire.ExchangeBlock, Count: uint32(e.nb)}
+	fill := func(b int, dst []float32) {
+		lo, hi := wire.BlockRange(b, e.p)
+		if !e.ReadModel(lo, hi, dst) {
+			clear(dst)
+		}
+	}
+	if poison := e.d.Faults.Poison; poison != nil {
+		var ok bool
+		if o, fill, ok = e.poisoned(step); !ok {
+			return p
+		}
+	}
+	var buf []float32
+	if v, ok := e.bufs.Get().(*[]float32); ok {
+		buf = *v
+	} else {
+		buf = make([]float32, min(e.p, wire.ExchangeBlock))
+	}
+	defer e.bufs.Put(&buf)
+	// A peer that declines at the offer (it has this node's model of the
+	// round, or its round is full) costs a few bytes; another is tried.
+	tried := []peer.ID{p}
+	for try := 1; e.sendModelTo(p, step, o, fill, buf) && try < sendTries; try++ {
+		q, ok := e.another(p, tried)
+		if !ok {
+			return p
+		}
+		p = q
+		tried = append(tried, q)
+	}
+	return p
+}
+
+// sendTries is how many peers one of a step's S sends tries before it
+// gives up: the first, and others after declines at the offer.
+const sendTries = 3
+
+// another makes a peer of a fresh sample, not busy and not among tried,
+// the one a send goes to in place of p (busy then); ok is false when
+// there is none.
+func (e *epidemic) another(p peer.ID, tried []peer.ID) (peer.ID, bool) {
+	e.sendMu.Lock()
+	busy := len(e.busy)
+	e.sendMu.Unlock()
+	cands := e.d.Node.Sample(e.d.Life, e.s+busy+len(tried))
+	e.sendMu.Lock()
+	defer e.sendMu.Unlock()
+	for _, q := range cands {
+		if !e.busy[q] && !slices.Contains(tried, q) && !e.closed {
+			delete(e.busy, p)
+			e.busy[q] = true
+			return q, true
+		}
+	}
+	return "", false
+}
+
+// poisoned is what a node playing a poisoner sends in place of its model:
+// what faults.Poison makes of it (an update of the gossip wire format),
+// with its own head. ok is false when there is nothing to send.
+func (e *epidemic) poisoned(step int64) (wire.Offer, func(int, []float32), bool) {
+	params := e.Model()
+	if params == nil {
+		return wire.Offer{}, nil, false
+	}
+	payload := e.d.Faults.Poison(step, params)
+	if payload == nil {
+		return wire.Offer{}, nil, false
+	}
+	u, err := gossip.DecodeUpdate(payload)
+	if err != nil || len(u.Values) == 0 {
+		return wire.Offer{}, nil, false
+	}
+	n := len(u.Values)
+	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: u.Step, ModelID: u.ModelID, N: uint32(u.ParamCount),
+		Block: wire.ExchangeBlock, Count: uint32(wire.Blocks(n))}
+	return o, func(b int, dst []float32) {
+		lo, hi := wire.BlockRange(b, n)
+		copy(dst, u.Values[lo:hi])
+	}, true
 }

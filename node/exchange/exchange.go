@@ -35,14 +35,20 @@ type Exchange interface {
 	// is until copied is called (if not nil): once, when Push32 has copied
 	// it (into the node's model, or the message), before the sending.
 	Push32(ctx context.Context, step int64, v []float32, copied func())
+	// StepMerge32 is Push32 and Merge32 at once, for a driven node's
+	// model x after step (epidemic): x and the node's model become the
+	// average of x and the models received, in one pass, and the average
+	// goes to peers. It returns how many models it averaged (0: x is as
+	// it was); under gossip it is not used and returns 0.
+	StepMerge32(step int64, x []float32) int
 	// Merge folds into the model what arrived since the last call. The
 	// stepping goroutine calls it before each step.
 	Merge()
-	// Merge32 is Merge for a driven node: it writes the change the
-	// average makes into delta and returns how many models it averaged
-	// (epidemic); under gossip, where updates go to the model as they
-	// arrive, it returns 0.
-	Merge32(delta []float32) int
+	// Merge32 is Merge for a driven node: it averages the models received
+	// into x, the program's model after its last Push32, in place, and
+	// returns how many it averaged (epidemic); under gossip, where updates
+	// go to the model as they arrive, it returns 0.
+	Merge32(x []float32) int
 	// SetStep tells the exchange a step the node took without computing
 	// it (from a checkpoint, or the job's on joining).
 	SetStep(step int64)
@@ -52,6 +58,9 @@ type Exchange interface {
 	// Model is the node's model as the exchange holds it (epidemic: after
 	// the last step and average), nil when it holds none (gossip).
 	Model() []float64
+	// ReadModel copies the values [lo, hi) of that model into dst; false
+	// when it holds none.
+	ReadModel(lo, hi int, dst []float32) bool
 	// ScalesLR says whether the learning rate is scaled by 1/N̂ (see the
 	// package comment).
 	ScalesLR() bool
@@ -168,8 +177,9 @@ type base struct {
 
 // serveWith sets up the exchange protocol's server with j as its judge.
 func (b *base) serveWith(j wire.ExchangeJudge) {
-	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, MaxFrame: wire.MaxExchangeFrame(b.d.Model.NumParams()),
-		Kind: byte(b.cfg.Kind), Judge: j, Rejected: b.m.rejected, Log: b.d.Log}
+	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, Kind: byte(b.cfg.Kind),
+		ModelID: b.d.Model.ModelID(), N: b.d.Model.NumParams(), Judge: j, Budget: wire.NewBlockBudget(1),
+		Rejected: b.m.rejected, Declined: b.m.declined, Log: b.d.Log}
 }
 
 func (b *base) Serve(s network.Stream) { b.server.Serve(s) }
@@ -187,9 +197,11 @@ func (none) Push(context.Context, int64, []float64)                        {}
 func (none) Push32(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
 func (none) Merge()                                                        {}
 func (none) Merge32([]float32) int                                         { return 0 }
+func (none) StepMerge32(int64, []float32) int                              { return 0 }
 func (none) SetStep(int64)                                                 {}
 func (none) Restart([]float64)                                             {}
 func (none) Model() []float64                                              { return nil }
+func (none) ReadModel(int, int, []float32) bool                            { return false }
 func (none) ScalesLR() bool                                                { return true }
 func (none) WaitMesh(context.Context)                                      {}
 func (none) WaitSubscribed(context.Context)                                {}

@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
@@ -19,7 +18,6 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/memnet"
-	"github.com/pspnode/pspnode/internal/ring"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 )
@@ -96,19 +94,31 @@ func testBase(t testing.TB, params, s int, normBound float64) (*base, *testNode)
 // exchangeFor is an epidemic exchange of testBase's.
 func exchangeFor(t testing.TB, params, s int, normBound float64) (*epidemic, *testNode) {
 	b, node := testBase(t, params, s, normBound)
-	e := &epidemic{base: b, self: "self", s: s, p: params, lim: b.cfg.limits(params, 7), norms: newOwnNorms(),
-		dists: ring.New(distWindow), lastIn: make(map[peer.ID]uint64), spacing: 1, sends: make(chan struct{}, 2*s)}
-	return e, node
+	return newEpidemic(b), node
 }
 
 // takeModel is what the exchange protocol's server does with one
-// received model, header and payload at once: screen, then accept. It
-// returns why the model was refused, or "".
-func takeModel(e *epidemic, from peer.ID, kind Kind, payload []byte) gossip.Reason {
-	if r := e.Screen(from, byte(kind)); r != "" {
+// received model: the offer (checked as the server does), then its
+// blocks, then the end. It returns why the model was refused, or "".
+func takeModel(e *epidemic, from peer.ID, kind Kind, step int64, values []float32) gossip.Reason {
+	o := wire.Offer{Kind: byte(kind), Encoding: wire.EncodingFloat32, Step: step, ModelID: 7, N: uint32(len(values)),
+		Block: wire.ExchangeBlock, Count: uint32(wire.Blocks(len(values)))}
+	r := o.Check(7, e.p)
+	if r == "" {
+		r = e.Offer(from, o)
+	}
+	if r != "" {
 		return r
 	}
-	return e.Accept(from, payload)
+	taken := 0
+	for b := range int(o.Count) {
+		lo, hi := wire.BlockRange(b, len(values))
+		if r = e.Block(from, o, b, values[lo:hi]); r != "" {
+			break
+		}
+		taken++
+	}
+	return e.End(from, o, taken, r)
 }
 
 func TestParse(t *testing.T) {
@@ -144,111 +154,119 @@ func TestParse(t *testing.T) {
 	}
 }
 
-// noteOwnNorm records delta as a step of the exchange's own, as push does.
-func (e *epidemic) noteOwnNorm(delta []float64) {
+// noteNorm records nrm as the norm of a step of the exchange's own on
+// every block, as a push does.
+func (e *epidemic) noteNorm(nrm float64) {
 	e.mu.Lock()
-	e.norms.note(delta)
-	e.mu.Unlock()
+	defer e.mu.Unlock()
+	for b := range e.blk {
+		e.blk[b].norms.noteNorm(nrm)
+	}
 }
 
 // setRef sets the exchange's reference, its model after its last step.
 func (e *epidemic) setRef(v ...float32) {
-	e.mu.Lock()
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
 	e.ref = v
-	e.mu.Unlock()
+	e.has.Store(true)
 }
 
-// roundOf lists the round's models as sender: values, for comparisons.
-func (e *epidemic) roundOf() map[peer.ID][]float32 {
+// refOf is a copy of the reference.
+func (e *epidemic) refOf() []float32 {
+	e.rmu.RLock()
+	defer e.rmu.RUnlock()
+	return slices.Clone(e.ref)
+}
+
+// roundSum is what the round holds: per block, the sum of the clip
+// factors and the blocks taken, and the sum.
+func (e *epidemic) roundSum() (sumC []float64, k []int, acc []float32) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	out := map[peer.ID][]float32{}
-	for _, m := range e.round {
-		out[m.from] = slices.Clone(m.v)
+	for _, b := range e.blk {
+		sumC, k = append(sumC, b.sumC), append(k, b.k)
 	}
-	return out
+	for b, bl := range e.blk {
+		if bl.k > 0 {
+			lo, hi := wire.BlockRange(b, e.p)
+			acc = append(acc, e.acc[lo:hi]...)
+		}
+	}
+	return sumC, k, acc
 }
 
-// modelPayload encodes params as a model of sender (model id 7).
-func modelPayload(t testing.TB, sender peer.ID, step int64, params []float32) []byte {
-	t.Helper()
-	b, err := gossip.EncodeUpdate(nil, &gossip.Update{Sender: sender, Step: step, ModelID: 7, ParamCount: len(params),
-		Encoding: gossip.EncodingDense32, Values: params})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// Hostile or broken models are refused with their reason and counted, and
-// leave what the node holds as it was.
+// Hostile or broken models are refused with their reason, at the offer
+// when its head tells (before any of its bytes), and counted; they leave
+// what the node holds as it was.
 func TestTakeModelRefusesBadInput(t *testing.T) {
 	ex, _ := exchangeFor(t, 3, 2, 4)
-	a, b := peer.ID("peer-a"), peer.ID("peer-b")
-	ex.noteOwnNorm([]float64{0.1, 0, 0}) // own steps of norm 0.1: bound 4·3·0.1 = 1.2
+	a := peer.ID("peer-a")
+	if r := takeModel(ex, a, Epidemic, 1, []float32{1.5, 1, 1}); r != wire.ReasonNoModel {
+		t.Fatalf("a model before the node's first step: %q, want no_model", r)
+	}
+	ex.noteNorm(0.1) // own steps of norm 0.1: bound 4·3·0.1 = 1.2
 	ex.setRef(1, 1, 1)
-	good := modelPayload(t, a, 1, []float32{1.5, 1, 1}) // 0.5 away
-	if r := takeModel(ex, a, Epidemic, good); r != "" {
+	if r := takeModel(ex, a, Epidemic, 1, []float32{1.5, 1, 1}); r != "" { // 0.5 away
 		t.Fatalf("a good model was refused: %s", r)
 	}
-	held := ex.roundOf()
+	sumC, k, acc := ex.roundSum()
 	nan := float32(math.NaN())
 	for _, tc := range []struct {
-		name    string
-		from    peer.ID
-		kind    Kind
-		payload []byte
-		want    gossip.Reason
+		name   string
+		kind   Kind
+		step   int64
+		values []float32
+		want   gossip.Reason
 	}{
-		{"gossip kind", b, Gossip, good, wire.ReasonExchangeMismatch},
-		{"unknown kind", b, 9, good, wire.ReasonExchangeMismatch},
-		{"empty", b, Epidemic, nil, gossip.ReasonMalformed},
-		{"truncated", b, Epidemic, good[:len(good)-1], gossip.ReasonMalformed},
-		{"bad version", b, Epidemic, append([]byte{9}, good[1:]...), gossip.ReasonBadVersion},
-		{"oversize", b, Epidemic, make([]byte, gossip.MaxEncodedSize(3)+1), gossip.ReasonOversize},
-		{"sender is not the stream's peer", b, Epidemic, good, gossip.ReasonSenderMismatch},
-		{"NaN", b, Epidemic, modelPayload(t, b, 1, []float32{nan, 1, 1}), gossip.ReasonNonFinite},
-		{"Inf", b, Epidemic, modelPayload(t, b, 1, []float32{float32(math.Inf(1)), 1, 1}), gossip.ReasonNonFinite},
-		{"huge", b, Epidemic, modelPayload(t, b, 1, []float32{1e30, 1, 1}), gossip.ReasonValueTooLarge},
-		{"wrong length", b, Epidemic, modelPayload(t, b, 1, []float32{1, 1}), gossip.ReasonWrongLength},
-		{"negative step", b, Epidemic, modelPayload(t, b, -1, []float32{1, 1, 1}), gossip.ReasonNegativeStep},
-		{"far away", b, Epidemic, modelPayload(t, b, 1, []float32{1, 1, 3}), wire.ReasonDistance},
+		{"gossip kind", Gossip, 1, []float32{1, 1, 1}, wire.ReasonExchangeMismatch},
+		{"unknown kind", 9, 1, []float32{1, 1, 1}, wire.ReasonExchangeMismatch},
+		{"NaN", Epidemic, 1, []float32{nan, 1, 1}, gossip.ReasonNonFinite},
+		{"Inf", Epidemic, 1, []float32{float32(math.Inf(1)), 1, 1}, gossip.ReasonNonFinite},
+		{"huge", Epidemic, 1, []float32{1e30, 1, 1}, gossip.ReasonValueTooLarge},
+		{"wrong length", Epidemic, 1, []float32{1, 1}, gossip.ReasonWrongLength},
+		{"negative step", Epidemic, -1, []float32{1, 1, 1}, gossip.ReasonNegativeStep},
+		{"step far ahead", Epidemic, 1 << 40, []float32{1, 1, 1}, gossip.ReasonStepTooFarAhead},
+		{"far away", Epidemic, 1, []float32{1, 1, 3}, wire.ReasonDistance},
 	} {
-		if got := takeModel(ex, tc.from, tc.kind, tc.payload); got != tc.want {
+		// a fresh sender each time: a sender's second model of a round is
+		// refused for rate whatever it holds
+		from := peer.ID("peer-" + tc.name)
+		if got := takeModel(ex, from, tc.kind, tc.step, tc.values); got != tc.want {
 			t.Errorf("%s: reason %q, want %q", tc.name, got, tc.want)
 		}
 	}
-	var otherModel bytes.Buffer
-	otherModel.Write(good)
-	otherModel.Bytes()[len(good)-3*4-8] ^= 1 // the model id's low byte
-	if got := takeModel(ex, a, Epidemic, otherModel.Bytes()); got != gossip.ReasonModelMismatch {
-		t.Errorf("another model id: reason %q", got)
+	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: 1, ModelID: 8, N: 3, Block: wire.ExchangeBlock, Count: 1}
+	if got := o.Check(7, 3); got != gossip.ReasonModelMismatch {
+		t.Errorf("another model id: %q", got)
 	}
-	if got := ex.roundOf(); len(got) != 1 || !slices.Equal(got[a], held[a]) {
-		t.Errorf("refusals changed what the node holds: %v (was %v)", got, held)
+	o.ModelID, o.Block = 7, 1024
+	if got := o.Check(7, 3); got != wire.ReasonBadBlock {
+		t.Errorf("another block size: %q", got)
 	}
-	// A sender has one vote per average: its later models replace its
-	// earlier one, maxPerSender times in all, then "rate".
-	later := modelPayload(t, a, 2, []float32{1.25, 1, 1})
-	for i := 1; i < maxPerSender; i++ {
-		if r := takeModel(ex, a, Epidemic, later); r != "" {
-			t.Fatalf("model %d of a: %s", i+1, r)
-		}
+	o.Block, o.Encoding = wire.ExchangeBlock, 2
+	if got := o.Check(7, 3); got != gossip.ReasonBadEncoding {
+		t.Errorf("another encoding: %q", got)
 	}
-	if r := takeModel(ex, a, Epidemic, good); r != wire.ReasonRate {
-		t.Errorf("model %d of one sender: reason %q, want rate", maxPerSender+1, r)
+	if s2, k2, acc2 := ex.roundSum(); !slices.Equal(s2, sumC) || !slices.Equal(k2, k) || !slices.Equal(acc2, acc) {
+		t.Errorf("refusals changed what the node holds: %v %v %v (was %v %v %v)", s2, k2, acc2, sumC, k, acc)
 	}
-	if got := ex.roundOf(); len(got) != 1 || got[a][0] != 1.25 {
-		t.Errorf("the round holds %v, want a's latest model alone", got)
+	// A sender has one model per average: its next is refused at the
+	// offer, for rate, until the node averages.
+	if r := takeModel(ex, a, Epidemic, 2, []float32{1.25, 1, 1}); r != wire.ReasonRate {
+		t.Errorf("a second model of one sender in a round: %q, want rate", r)
 	}
-	if st := ex.Stats(); st.Received != maxPerSender {
-		t.Errorf("received %d, want %d", st.Received, maxPerSender)
+	if st := ex.Stats(); st.Received != 1 || st.Declined[string(wire.ReasonRate)] != 0 {
+		t.Errorf("stats %+v", st) // (takeModel calls the judge, not the server: nothing declined counted)
 	}
 	// A round takes at most poolSize senders.
-	for i := range ex.poolSize() + 1 {
+	ex2, _ := exchangeFor(t, 3, 2, 4)
+	ex2.noteNorm(1)
+	ex2.setRef(1, 1, 1)
+	for i := range ex2.poolSize() + 1 {
 		p := peer.ID(fmt.Sprintf("peer-%d", i))
-		r := takeModel(ex, p, Epidemic, modelPayload(t, p, 1, []float32{1, 1, 1}))
-		if want := gossip.Reason(""); i >= ex.poolSize()-1 {
+		r := takeModel(ex2, p, Epidemic, 1, []float32{1, 1, 1})
+		if want := gossip.Reason(""); i >= ex2.poolSize() {
 			want = wire.ReasonRate
 			if r != want {
 				t.Errorf("sender %d of a full round: %q", i, r)
@@ -259,32 +277,29 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	}
 }
 
-// The average is of the node's model and the latest model of each sender
-// of the round, each with the same weight (Epidemic Learning); before
-// the node's first step models are held, then judged.
+// The average is of the node's model and the model of each sender of the
+// round, each with the same weight (Epidemic Learning).
 func TestMergeAveragesReceived(t *testing.T) {
 	ex, node := exchangeFor(t, 2, 2, 4)
 	tr := node.model
 	a, b := peer.ID("a"), peer.ID("b")
-	if r := takeModel(ex, a, Epidemic, modelPayload(t, a, 1, []float32{3, 0})); r != "" {
+	ex.Push(t.Context(), 1, []float64{1, 0}) // the first step: the reference is the task's model, [0 0]; bound 4·3·1 = 12
+	if r := takeModel(ex, a, Epidemic, 1, []float32{3, 0}); r != "" {
 		t.Fatal(r)
 	}
-	if r := takeModel(ex, b, Epidemic, modelPayload(t, b, 1, []float32{300, 0})); r != "" {
-		t.Fatal(r)
+	if r := takeModel(ex, b, Epidemic, 1, []float32{300, 0}); r != wire.ReasonDistance {
+		t.Fatalf("a model 300 away: %q", r)
 	}
 	ex.Merge()
-	if p := tr.Params(); p[0] != 0 {
-		t.Fatalf("held models were averaged before the first step: %v", p)
-	}
-	ex.noteOwnNorm([]float64{1, 0}) // bound 4·3·1 = 12
-	ex.refFromTask(nil)             // the first step: the reference is the task's model, [0 0]
-	ex.Merge()
-	if p := tr.Params(); p[0] != 1.5 || p[1] != 0 { // (0 + 3) / 2; 300 is too far
+	if p := tr.Params(); p[0] != 1.5 || p[1] != 0 { // (0 + 3) / 2
 		t.Errorf("after averaging: %v, want [1.5 0]", p)
 	}
+	if r := ex.refOf(); r[0] != 1.5 {
+		t.Errorf("the reference after averaging: %v", r)
+	}
 	st := ex.Stats()
-	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(wire.ReasonDistance)] != 1 {
-		t.Errorf("stats %+v", st)
+	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(wire.ReasonDistance)] != 0 {
+		t.Errorf("stats %+v", st) // (the judge alone counts nothing rejected: the server does)
 	}
 	ex.Merge() // nothing new: no change
 	if p := tr.Params(); p[0] != 1.5 {
@@ -304,28 +319,29 @@ func TestMergeAveragesReceived(t *testing.T) {
 // honest model within the radius is averaged as Epidemic Learning does.
 func TestMergeClipsPull(t *testing.T) {
 	ex, _ := exchangeFor(t, 2, 2, 100) // a loose distance bound: clipping alone
-	ex.noteOwnNorm([]float64{1, 0})
+	ex.noteNorm(1)
 	ex.setRef(0, 0)
 	honest := []peer.ID{"h1", "h2", "h3"}
 	evil := peer.ID("evil")
-	delta := make([]float32, 2)
 	drift := float32(0)
+	x := []float32{0, 0}
 	for round := range 20 {
-		for _, h := range honest {
+		ref := ex.refOf()
+		for i, h := range honest {
 			// Honest peers sit about 1 away on either side of the model.
-			y := ex.ref[0] + []float32{1, -1, 0.5}[slices.Index(honest, h)]
-			if r := takeModel(ex, h, Epidemic, modelPayload(t, h, int64(round), []float32{y, 0})); r != "" {
+			if r := takeModel(ex, h, Epidemic, int64(round), []float32{ref[0] + []float32{1, -1, 0.5}[i], 0}); r != "" {
 				t.Fatal(r)
 			}
 		}
-		if r := takeModel(ex, evil, Epidemic, modelPayload(t, evil, int64(round), []float32{ex.ref[0] + 150, 0})); r != "" {
+		if r := takeModel(ex, evil, Epidemic, int64(round), []float32{ref[0] + 150, 0}); r != "" {
 			t.Fatal(r)
 		}
-		before := ex.ref[0]
-		if k := ex.Merge32(delta); k != 4 {
+		ex.spacing = 0 // every sender every round, for the test
+		before := x[0]
+		if k := ex.StepMerge32(int64(round), x); k != 4 {
 			t.Fatalf("averaged %d models", k)
 		}
-		drift = max(drift, ex.ref[0]-before)
+		drift = max(drift, x[0]-before)
 	}
 	// Unclipped, the pusher would move the model by 150/5 = 30 a round.
 	if drift > 1.5 {
@@ -336,42 +352,122 @@ func TestMergeClipsPull(t *testing.T) {
 	}
 	// Without the pusher nothing is clipped and the average is exact.
 	ex2, _ := exchangeFor(t, 1, 2, 100)
-	ex2.noteOwnNorm([]float64{1})
+	ex2.noteNorm(1)
 	ex2.setRef(0)
-	ex2.dists.Add(1)
+	ex2.blk[0].dists.Add(1)
 	for i, y := range []float32{1, -1, 0.5} {
-		p := peer.ID(fmt.Sprintf("h%d", i))
-		if r := takeModel(ex2, p, Epidemic, modelPayload(t, p, 1, []float32{y})); r != "" {
+		if r := takeModel(ex2, peer.ID(fmt.Sprintf("h%d", i)), Epidemic, 1, []float32{y}); r != "" {
 			t.Fatal(r)
 		}
 	}
-	d := make([]float32, 1)
-	ex2.Merge32(d)
-	if want := float32(0.5 / 4); d[0] != want || counterValue(ex2.m.clipped) != 0 {
-		t.Errorf("honest average changed the model by %v, want %v; clipped %v", d[0], want, counterValue(ex2.m.clipped))
+	x2 := []float32{0}
+	ex2.StepMerge32(1, x2)
+	if want := float32(0.5 / 4); x2[0] != want || counterValue(ex2.m.clipped) != 0 {
+		t.Errorf("honest average moved the model to %v, want %v; clipped %v", x2[0], want, counterValue(ex2.m.clipped))
+	}
+}
+
+// A model of several blocks is averaged block by block: a transfer cut
+// short counts for the blocks that came, a refused block ends the model
+// and leaves the blocks before it, and StepMerge32 is Push32 then Merge32
+// in one pass.
+func TestBlocks(t *testing.T) {
+	n := 2*wire.ExchangeBlock + 100 // three blocks, the last short
+	fill := func(v float32) []float32 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = v
+		}
+		return x
+	}
+	setup := func() *epidemic {
+		ex, _ := exchangeFor(t, n, 2, 0) // no distance bound
+		ex.setRef(fill(0)...)
+		return ex
+	}
+	// A whole model and a model cut after its first block.
+	ex := setup()
+	if r := takeModel(ex, "a", Epidemic, 1, fill(3)); r != "" {
+		t.Fatal(r)
+	}
+	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: 1, ModelID: 7, N: uint32(n), Block: wire.ExchangeBlock, Count: 3}
+	if r := ex.Offer("b", o); r != "" {
+		t.Fatal(r)
+	}
+	if r := ex.Block("b", o, 0, fill(6)[:wire.ExchangeBlock]); r != "" {
+		t.Fatal(r)
+	}
+	ex.End("b", o, 1, gossip.ReasonMalformed) // the stream broke
+	x := fill(0)
+	if k := ex.StepMerge32(2, x); k != 2 {
+		t.Fatalf("averaged %d senders, want 2", k)
+	}
+	// Block 0: b's block, 6·√B away, is clipped to the radius a's made,
+	// 3·√B: (0 + 3 + 6·½)/3 = 2; blocks 1 and 2: (0 + 3)/2.
+	for _, c := range []struct {
+		i    int
+		want float32
+	}{{0, 2}, {wire.ExchangeBlock, 1.5}, {n - 1, 1.5}} {
+		if x[c.i] != c.want {
+			t.Errorf("value %d: %v, want %v", c.i, x[c.i], c.want)
+		}
+	}
+	if st := ex.Stats(); st.Received != 1 {
+		t.Errorf("received %d whole models, want 1", st.Received)
+	}
+	// A bad block: the blocks before it stay.
+	ex = setup()
+	bad := fill(2)
+	bad[wire.ExchangeBlock+5] = float32(math.NaN())
+	if r := takeModel(ex, "c", Epidemic, 1, bad); r != gossip.ReasonNonFinite {
+		t.Fatalf("a model with a NaN in its second block: %q", r)
+	}
+	if _, k, _ := ex.roundSum(); !slices.Equal(k, []int{1, 0, 0}) {
+		t.Errorf("blocks taken %v, want the first alone", k)
+	}
+	// StepMerge32 against Push32 then Merge32.
+	e1, e2 := setup(), setup()
+	r := rand.New(rand.NewPCG(1, 1))
+	y := make([]float32, n)
+	for i := range y {
+		y[i] = float32(r.NormFloat64())
+	}
+	for _, e := range []*epidemic{e1, e2} {
+		if r := takeModel(e, "d", Epidemic, 1, y); r != "" {
+			t.Fatal(r)
+		}
+	}
+	x1, x2 := fill(0.5), fill(0.5)
+	k1 := e1.StepMerge32(2, x1)
+	e2.Push32(t.Context(), 2, x2, nil)
+	k2 := e2.Merge32(x2)
+	if k1 != 1 || k2 != 1 || !slices.Equal(x1, x2) || !slices.Equal(e1.refOf(), e2.refOf()) || !slices.Equal(e1.refOf(), x1) {
+		t.Errorf("StepMerge32 (%d) differs from Push32 and Merge32 (%d)", k1, k2)
+	}
+	if n1, n2 := e1.blk[0].norms.r.Values(), e2.blk[0].norms.r.Values(); len(n1) != 1 || !slices.Equal(n1, n2) || n1[0] != 0.5*math.Sqrt(wire.ExchangeBlock) {
+		t.Errorf("step norms %v and %v, want 0.5·√B", n1, n2)
 	}
 }
 
 // FuzzTakeModel: whatever a peer sends, the node does not panic, and what
-// it refuses leaves its sum untouched.
+// it refuses leaves what it holds untouched.
 func FuzzTakeModel(f *testing.F) {
-	good, _ := gossip.EncodeUpdate(nil, &gossip.Update{Sender: "p", Step: 1, ModelID: 7, ParamCount: 3, Encoding: gossip.EncodingDense32, Values: []float32{1, 2, 3}})
-	f.Add(byte(1), good)
-	f.Add(byte(1), good[:10])
-	f.Add(byte(0), good)
-	f.Fuzz(func(t *testing.T, kind byte, payload []byte) {
+	f.Add(byte(1), int64(1), float32(1), float32(2), float32(3))
+	f.Add(byte(0), int64(-1), float32(1), float32(2), float32(3))
+	f.Add(byte(1), int64(5), float32(math.NaN()), float32(2), float32(1e30))
+	f.Fuzz(func(t *testing.T, kind byte, step int64, a, b, c float32) {
 		ex, _ := exchangeFor(t, 3, 2, 4)
-		ex.noteOwnNorm([]float64{1, 0, 0})
+		ex.noteNorm(1)
 		ex.setRef(rand.Float32(), 0, 0)
-		r := takeModel(ex, "p", Kind(kind), payload)
-		if got := ex.roundOf(); r != "" && len(got) != 0 {
-			t.Fatalf("refused (%s) but held: %v", r, got)
+		_, _, before := ex.roundSum()
+		r := takeModel(ex, "p", Kind(kind), step, []float32{a, b, c})
+		_, _, after := ex.roundSum()
+		if r != "" && !slices.Equal(before, after) {
+			t.Fatalf("refused (%s) but held: %v", r, after)
 		}
-		for _, v := range ex.roundOf() {
-			for _, x := range v {
-				if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
-					t.Fatalf("the round holds %v", x)
-				}
+		for _, x := range after {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				t.Fatalf("the round holds %v", x)
 			}
 		}
 	})
@@ -453,7 +549,8 @@ func TestSendToUnsupportedPeer(t *testing.T) {
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
-		b.sendTo(hs[1].ID(), 1, wire.FrameExchange([]byte{wire.Version, byte(Epidemic)}))
+		o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: 1, ModelID: 7, N: 3, Block: wire.ExchangeBlock, Count: 1}
+		b.sendModelTo(hs[1].ID(), 1, o, func(int, []float32) {}, nil)
 		if st := b.Stats(); st.SendFailed[sendUnsupported] != 1 {
 			t.Errorf("send to a peer without the protocol: %+v", st)
 		}

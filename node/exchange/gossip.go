@@ -116,8 +116,9 @@ func (g *gossipExchange) Push32(ctx context.Context, step int64, delta []float32
 	}
 }
 
-// merge32: gossip updates go to the task as they arrive.
-func (g *gossipExchange) Merge32([]float32) int { return 0 }
+// Merge32 and StepMerge32: gossip updates go to the task as they arrive.
+func (g *gossipExchange) Merge32([]float32) int            { return 0 }
+func (g *gossipExchange) StepMerge32(int64, []float32) int { return 0 }
 
 // publish sends the step's update on the gossip topic (or, for a node
 // playing a poisoner, what faults.Poison makes of it).
@@ -149,7 +150,8 @@ func (g *gossipExchange) Restart([]float64) {
 }
 
 // model: a gossip node holds no model of its own beside its task's.
-func (g *gossipExchange) Model() []float64 { return nil }
+func (g *gossipExchange) Model() []float64                   { return nil }
+func (g *gossipExchange) ReadModel(int, int, []float32) bool { return false }
 
 // scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
 func (g *gossipExchange) ScalesLR() bool { return true }
@@ -180,13 +182,19 @@ func (g *gossipExchange) WaitSubscribed(ctx context.Context) {
 	}
 }
 
-// Screen refuses every model of the exchange protocol: a gossip node
+// Offer refuses every model of the exchange protocol: a gossip node
 // serves it only to say it runs another exchange.
-func (g *gossipExchange) Screen(from peer.ID, kind byte) gossip.Reason {
-	return g.otherExchange(from, Kind(kind))
+func (g *gossipExchange) Offer(from peer.ID, o wire.Offer) gossip.Reason {
+	return g.otherExchange(from, Kind(o.Kind))
 }
 
-func (g *gossipExchange) Accept(peer.ID, []byte) gossip.Reason { return wire.ReasonExchangeMismatch }
+func (g *gossipExchange) Block(peer.ID, wire.Offer, int, []float32) gossip.Reason {
+	return wire.ReasonExchangeMismatch
+}
+
+func (g *gossipExchange) End(_ peer.ID, _ wire.Offer, _ int, reason gossip.Reason) gossip.Reason {
+	return reason
+}
 
 func (g *gossipExchange) Updates() gossip.Stats { return g.gs.Stats() }
 func (g *gossipExchange) Topic() *gossip.Gossip { return g.gs }

@@ -10,14 +10,15 @@ import (
 // metrics are the exchange's Prometheus metrics (psp_exchange_*).
 type metrics struct {
 	sent, sentBytes, received, receivedBytes, merged, merges, clipped prometheus.Counter
-	rejected, sendFailed                                              *prometheus.CounterVec
+	rejected, declined, sendFailed                                    *prometheus.CounterVec
 }
 
 // Send failures, by reason label.
 const (
 	sendUnsupported = "unsupported"       // the peer does not serve the exchange protocol
 	sendMismatch    = "exchange_mismatch" // the peer runs another exchange
-	sendRefused     = "refused"           // the peer refused the model (its reason is logged)
+	sendRefused     = "refused"           // the peer refused the model after its blocks began (its reason is logged)
+	sendDeclined    = "declined"          // the peer declined the model at its offer, before its bytes (another peer is tried)
 	sendError       = "error"             // the stream failed or timed out
 	sendSkipped     = "skipped"           // too many sends in flight already
 	sendInvalid     = "invalid"           // this node's own model is not finite or not encodable
@@ -29,22 +30,25 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	m := &metrics{
 		sent:          c("sent_total", "Models sent to peers and taken by them (epidemic exchange)."),
-		sentBytes:     c("sent_bytes_total", "Bytes of the requests of the models counted in psp_exchange_sent_total."),
+		sentBytes:     c("sent_bytes_total", "Bytes of models' blocks sent to peers, taken or not (epidemic exchange)."),
 		received:      c("received_total", "Models received from peers and taken for averaging."),
 		receivedBytes: c("received_bytes_total", "Encoded bytes of the models counted in psp_exchange_received_total."),
 		merged:        c("averaged_models_total", "Received models averaged into this node's model."),
 		merges:        c("averages_total", "Times this node averaged its model with received ones."),
 		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (the median distance of the models of recent averages, one per sender per round) when averaged."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
-			Help: "Received exchange requests refused, by reason (gossip's validation reasons, exchange_mismatch, distance, rate)."}, []string{"reason"}),
+			Help: "Models this node refused once their blocks began to come, by reason: non_finite, value_too_large, distance, bad_block, malformed (psp_exchange_declined_total counts the ones refused at their offer)."}, []string{"reason"}),
+		declined: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "declined_total",
+			Help: "Models this node was offered and refused at the offer, before any of their bytes, by reason: rate, other_lineage, no_model, exchange_mismatch, model_mismatch, wrong_length, step_too_far_ahead, ... (the sender offers them to another peer)."}, []string{"reason"}),
 		sendFailed: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "send_failed_total",
-			Help: "Models not delivered, by reason: unsupported, exchange_mismatch, refused, error, skipped, invalid."}, []string{"reason"}),
+			Help: "Models not delivered, by reason: unsupported, exchange_mismatch, refused (after its blocks began), declined (at its offer: another peer is tried), error, skipped, invalid."}, []string{"reason"}),
 	}
-	reg.MustRegister(m.sent, m.sentBytes, m.received, m.receivedBytes, m.merged, m.merges, m.clipped, m.rejected, m.sendFailed)
+	reg.MustRegister(m.sent, m.sentBytes, m.received, m.receivedBytes, m.merged, m.merges, m.clipped, m.rejected, m.declined, m.sendFailed)
 	for _, r := range wire.ExchangeReasons() {
 		m.rejected.WithLabelValues(string(r))
+		m.declined.WithLabelValues(string(r))
 	}
-	for _, r := range []string{sendUnsupported, sendMismatch, sendRefused, sendError, sendSkipped, sendInvalid} {
+	for _, r := range []string{sendUnsupported, sendMismatch, sendRefused, sendDeclined, sendError, sendSkipped, sendInvalid} {
 		m.sendFailed.WithLabelValues(r)
 	}
 	return m
@@ -60,6 +64,7 @@ type Stats struct {
 	Averaged      uint64            `json:"models_averaged"`
 	Averages      uint64            `json:"averages"`
 	Rejected      map[string]uint64 `json:"rejected,omitempty"`
+	Declined      map[string]uint64 `json:"declined,omitempty"`
 	SendFailed    map[string]uint64 `json:"send_failed,omitempty"`
 }
 
@@ -84,7 +89,8 @@ func (b *base) Stats() Stats {
 		reasons = append(reasons, string(r))
 	}
 	st.Rejected = vec(m.rejected, reasons)
-	st.SendFailed = vec(m.sendFailed, []string{sendUnsupported, sendMismatch, sendRefused, sendError, sendSkipped})
+	st.Declined = vec(m.declined, reasons)
+	st.SendFailed = vec(m.sendFailed, []string{sendUnsupported, sendMismatch, sendRefused, sendDeclined, sendError, sendSkipped})
 	return st
 }
 

@@ -1,7 +1,6 @@
 package exchange
 
 import (
-	"context"
 	"errors"
 	"sync"
 
@@ -17,39 +16,44 @@ import (
 // every exchange serves, base.Serve), and what the two sides say when a
 // job's nodes disagree on the exchange: each side warns once per peer.
 
-// sendTo sends one request to p and reads its answer.
-func (b *base) sendTo(p peer.ID, step int64, req wire.ExchangeRequest) {
-	ctx, cancel := context.WithTimeout(b.d.Life, b.d.SendTimeout)
-	defer cancel()
+// sendModelTo offers a model (o, its blocks from fill) to p and sends it
+// if p takes it, counting what happened.
+func (b *base) sendModelTo(p peer.ID, step int64, o wire.Offer, fill func(int, []float32), buf []float32) (declined bool) {
 	var reason gossip.Reason
 	var theirs byte
+	var st wire.ExchangeStats
 	var err error
 	if b.lacksExchange(p) {
 		err = msmux.ErrNotSupported[protocol.ID]{Protos: []protocol.ID{wire.ExchangeProtocol(b.d.Job)}}
 	} else {
-		reason, theirs, err = wire.SendExchange(ctx, b.d.Host, p, b.d.Job, req)
+		reason, theirs, st, err = wire.SendModel(b.d.Life, b.d.Host, p, b.d.Job, o, fill, buf, b.d.SendTimeout)
 	}
+	b.m.sentBytes.Add(float64(st.Bytes))
 	switch {
 	case errors.Is(err, msmux.ErrNotSupported[protocol.ID]{}):
 		b.m.sendFailed.WithLabelValues(sendUnsupported).Inc()
-		b.warnOnce(p, "a peer does not serve the exchange protocol (it runs an older pspnode): nodes of a job must agree on --exchange",
-			"peer", p, "exchange", b.cfg.Spec.String())
+		b.warnOnce(p, "a peer does not serve the exchange protocol (it runs an older pspnode): nodes of a job must agree on --exchange and run a pspnode of the same exchange version",
+			"peer", p, "exchange", b.cfg.Spec.String(), "protocol", wire.ExchangeProtocol(b.d.Job))
 	case err != nil:
 		if b.d.Life.Err() == nil {
 			b.m.sendFailed.WithLabelValues(sendError).Inc()
-			b.d.Log.Debug("model not delivered", "peer", p, "step", step, "err", err)
+			b.d.Log.Debug("model not delivered", "peer", p, "step", step, "blocks_sent", st.Blocks, "err", err)
 		}
 	case reason == "":
 		b.m.sent.Inc()
-		b.m.sentBytes.Add(float64(req.Body))
 	case reason == wire.ReasonExchangeMismatch:
 		b.m.sendFailed.WithLabelValues(sendMismatch).Inc()
 		b.warnOnce(p, "a peer refused this node's model: it runs another exchange; nodes of a job must agree on --exchange",
 			"peer", p, "peer_exchange", Kind(theirs).String(), "exchange", b.cfg.Spec.String())
+	case st.Blocks == 0:
+		b.m.sendFailed.WithLabelValues(sendDeclined).Inc()
+		b.d.Log.Debug("model declined by the peer at its offer", "peer", p, "step", step, "reason", string(reason))
+		return true
 	default:
 		b.m.sendFailed.WithLabelValues(sendRefused).Inc()
 		b.d.Log.Debug("model refused by the peer", "peer", p, "step", step, "reason", string(reason))
 	}
+	return false
 }
 
 // lacksExchange reports whether identify has told this node p's protocols

@@ -5,7 +5,7 @@
 // The split of work: the daemon keeps the job's membership, the population
 // estimate, the barrier decision and the exchange of updates with peers
 // (node.Driver); the trainer owns the model and the compute. The contract
-// is proto/pspnode/trainer/v2/trainer.proto (errors carry an ErrorInfo whose
+// is proto/pspnode/trainer/v3/trainer.proto (errors carry an ErrorInfo whose
 // reason and metadata errors.go builds); clients/python holds a Python
 // client and a torch.optim wrapper.
 //

@@ -123,6 +123,13 @@ func badHello(field, format string, a ...any) error {
 	return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_HELLO, fmt.Sprintf(format, a...), "field", field)
 }
 
+// badHelloMax is badHello for a field beyond a bound, which its metadata
+// names (max).
+func badHelloMax(field string, max uint64, format string, a ...any) error {
+	return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_HELLO, fmt.Sprintf(format, a...),
+		"field", field, "max", strconv.FormatUint(max, 10))
+}
+
 // sessionID is the session a call names in its metadata ("" for none).
 func sessionID(ctx context.Context) string {
 	md, _ := metadata.FromIncomingContext(ctx)
@@ -144,10 +151,12 @@ func sharedTensor(off int) *pb.Tensor {
 // which a client of the trainer API's version 1 makes.
 func unknownService(_ any, stream grpc.ServerStream) error {
 	method, _ := grpc.MethodFromServerStream(stream)
-	if strings.HasPrefix(method, "/pspnode.trainer.v1.") {
-		return failure(codes.Unimplemented, pb.ErrorReason_ERROR_REASON_API_VERSION,
-			fmt.Sprintf("%s: this daemon (pspnode %s) serves the trainer API's version 2 (pspnode.trainer.v2.Trainer), not version 1: upgrade the client (clients/python of the same release)", method, node.Version()),
-			"api_version", "1", "supported", "2")
+	for _, v := range []string{"1", "2"} {
+		if strings.HasPrefix(method, "/pspnode.trainer.v"+v+".") {
+			return failure(codes.Unimplemented, pb.ErrorReason_ERROR_REASON_API_VERSION,
+				fmt.Sprintf("%s: this daemon (pspnode %s) serves the trainer API's version 3 (pspnode.trainer.v3.Trainer), not version %s: upgrade the client (clients/python of the same release)", method, node.Version(), v),
+				"api_version", v, "supported", "3")
+		}
 	}
 	return status.Errorf(codes.Unimplemented, "unknown method %s", method)
 }

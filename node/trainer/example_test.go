@@ -20,7 +20,7 @@ import (
 // A daemon whose steps a trainer drives, as `pspnode run --trainer` makes
 // one, and a trainer in Go that takes three steps of a model of four
 // parameters. (A trainer in another language uses the stubs generated
-// from proto/pspnode/trainer/v2/trainer.proto the same way; the Python
+// from proto/pspnode/trainer/v3/trainer.proto the same way; the Python
 // client is in clients/python.)
 func Example() {
 	ctx := context.Background()
@@ -59,7 +59,7 @@ func Example() {
 		log.Fatal(err)
 	}
 	_ = stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Hello{Hello: &pb.Hello{
-		ApiVersion: pb.ApiVersion_API_VERSION_2, ModelName: "tiny", ModelId: 42, NumParams: 4,
+		ApiVersion: pb.ApiVersion_API_VERSION_3, ModelName: "tiny", ModelId: 42, NumParams: 4,
 		Dtype: pb.DType_DTYPE_FLOAT32, Client: "example"}}})
 	var w *pb.Welcome
 	for w == nil {

@@ -107,7 +107,7 @@ func dial(t testing.TB, addr string) *grpc.ClientConn {
 
 // hello is a valid Hello for a model of n parameters.
 func hello(name string, id uint32, n int, step int64) *pb.Hello {
-	return &pb.Hello{ApiVersion: pb.ApiVersion_API_VERSION_2, ModelName: name, ModelId: id, NumParams: uint64(n),
+	return &pb.Hello{ApiVersion: pb.ApiVersion_API_VERSION_3, ModelName: name, ModelId: id, NumParams: uint64(n),
 		Dtype: pb.DType_DTYPE_FLOAT32, Step: step, Client: "go test"}
 }
 
@@ -268,26 +268,29 @@ func connectShm(t testing.TB, addr string, h *pb.Hello, shm bool) (*trainer, err
 }
 
 // stepShm is step, through the shared file when the trainer has one.
-func (tr *trainer) stepShm(ctx context.Context, s int64, delta []float32) (*pb.StepReply, error) {
+func (tr *trainer) stepShm(ctx context.Context, s int64, update []float32) (*pb.StepReply, error) {
 	if tr.shm == nil {
-		return tr.step(ctx, s, delta)
+		return tr.step(ctx, s, update)
 	}
-	off := int(tr.welcome.ShmUpOffset)
-	if s%2 == 1 {
-		off = int(tr.welcome.ShmUpOddOffset)
-	}
-	copy(tr.shm[off:off+4*len(delta)], f32.Bytes(delta)) // as a trainer writes its update in place
+	off := int(tr.welcome.ShmOffset)
+	copy(tr.shm[off:off+4*len(update)], f32.Bytes(update)) // as a trainer writes its update in place
 	return tr.c.Step(tr.with(ctx), &pb.StepRequest{Step: s, Update: sharedTensor(off)})
 }
 
-// pulled is the vector of a PullReply, nil when it merges nothing.
+// pulled is the vector of a PullReply (a copy), nil when it merges
+// nothing: under gossip the sum to add, under epidemic the model to take.
 func (tr *trainer) pulled(r *pb.PullReply) []float32 {
 	if r == nil || r.Merged == 0 {
 		return nil
 	}
-	if sh := r.Update.GetShared(); sh != nil {
+	return tr.tensor(r.Update)
+}
+
+// tensor is a copy of the values of a tensor the daemon sent.
+func (tr *trainer) tensor(t *pb.Tensor) []float32 {
+	if sh := t.GetShared(); sh != nil {
 		off := int(sh.Offset)
-		return f32s(tr.shm[off : off+4*tr.n])
+		return append([]float32(nil), f32s(tr.shm[off:off+4*tr.n])...)
 	}
-	return f32s(r.Update.GetData())
+	return f32s(t.GetData())
 }

@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/pspnode/pspnode/internal/f32"
 )
 
 // Model is the node.Model of a driven node: the model lives in the trainer
@@ -15,20 +17,15 @@ import (
 //   - Its shape (name, model ID, parameter count) is fixed by the first
 //     trainer that says Hello; NumParams is 0 until then.
 //   - Under gossip, each peer update the node accepts is added (Apply32,
-//     float32 as it travels) to an accumulator, which the trainer takes
-//     with Pull; the steps of the updates in it go with it, for their
-//     staleness. Under epidemic, the node's exchange averages the models
-//     it holds and writes the change into the accumulator at the pull
-//     (node.Driver.Merge32). Either way the trainer adds one vector to its
-//     parameters.
+//     float32 as it travels) to one accumulator, which the trainer takes
+//     with Pull (copied into the shared region, or the reply); the steps
+//     of the updates in it go with it, for their staleness. Under
+//     epidemic the node's exchange holds the round and averages it into
+//     the trainer's model at the step (node.Driver.StepMerge32).
 //   - Params for a peer's model fetch come from the trainer itself
 //     (ParamsContext asks the session), except under epidemic, where the
 //     node's model after the trainer's last step and average is the
 //     trainer's model (model, set by the session).
-//
-// The accumulator is two float32 buffers (with shared memory, two regions
-// of the shared file): updates add into one while the trainer reads the
-// other, so Pull copies nothing.
 type Model struct {
 	// Fixed once by fix; numParams and modelID are also read without mu
 	// (NumParams and ModelID are called on every model request).
@@ -39,11 +36,9 @@ type Model struct {
 	name     string
 	epidemic bool
 	accept   bool             // a session is active: take updates in
-	acc      [2][]float32     // accumulators; acc[cur] takes updates
-	cur      int              // which accumulator takes updates
-	fresh    bool             // acc[cur] holds nothing yet: the first update overwrites
-	merged   int              // updates (or averages) in acc[cur]
-	steps    []int64          // the senders' steps of the updates in acc[cur] (gossip)
+	acc      []float32        // gossip: the sum of the updates since the last pull
+	merged   int              // updates in acc (0: acc holds nothing)
+	steps    []int64          // the senders' steps of the updates in acc
 	model    func() []float64 // epidemic: the node's model, for peers' fetches
 	sess     *session         // the active session, nil for none
 	cache    []float64        // the last parameters the trainer gave
@@ -82,13 +77,17 @@ func (t *Model) shape() (name string, id uint32, n int) {
 	return t.name, t.modelID.Load(), int(t.numParams.Load())
 }
 
-// begin starts taking updates for sess, into acc (two buffers of
-// NumParams values each); under epidemic model gives the node's model.
-func (t *Model) begin(sess *session, acc [2][]float32, model func() []float64) {
+// begin starts taking updates for sess (gossip: into an accumulator of
+// NumParams values, made once for the daemon's life); under epidemic
+// model gives the node's model.
+func (t *Model) begin(sess *session, model func() []float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sess, t.accept = sess, true
-	t.acc, t.cur, t.fresh, t.merged, t.steps = acc, 0, true, 0, t.steps[:0]
+	if !t.epidemic && t.acc == nil {
+		t.acc = make([]float32, t.numParams.Load())
+	}
+	t.merged, t.steps = 0, t.steps[:0]
 	t.model = model
 	t.cache = nil
 }
@@ -101,81 +100,57 @@ func (t *Model) end(sess *session) {
 		return
 	}
 	t.sess, t.accept = nil, false
-	t.acc, t.merged, t.steps, t.model, t.cache = [2][]float32{}, 0, nil, nil, nil
+	t.merged, t.steps, t.model, t.cache = 0, nil, nil, nil
 }
 
-// dropPending forgets the updates the trainer has not pulled yet (the
-// current accumulator is marked fresh: the next update overwrites it) and
-// the cached parameters: the trainer takes the job's parameters in place
-// of its own, which those updates were made against.
+// dropPending forgets the updates the trainer has not pulled yet and the
+// cached parameters: the trainer takes the job's parameters in place of
+// its own, which those updates were made against.
 func (t *Model) dropPending() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
+	t.merged, t.steps = 0, t.steps[:0]
 	t.cache = nil
 }
 
-// Apply32 adds a peer's update (gossip), made at step, to the current
+// Apply32 adds a peer's update (gossip), made at step, to the
 // accumulator. Without a trainer it is dropped: a new trainer starts from
 // the job's model.
 func (t *Model) Apply32(u []float32, step int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.accept {
+	if !t.accept || t.acc == nil {
 		return nil
 	}
-	if len(u) != int(t.numParams.Load()) {
-		return fmt.Errorf("update of %d values, the model has %d", len(u), t.numParams.Load())
+	if len(u) != len(t.acc) {
+		return fmt.Errorf("update of %d values, the model has %d", len(u), len(t.acc))
 	}
-	a := t.acc[t.cur]
-	if t.fresh {
-		copy(a, u)
+	if t.merged == 0 {
+		copy(t.acc, u)
 	} else {
-		for i, x := range u {
-			a[i] += x
-		}
+		f32.Axpy(t.acc, u, 1)
 	}
-	t.fresh = false
 	t.merged++
 	t.steps = append(t.steps, step)
 	t.received.Add(1)
 	return nil
 }
 
-// pullAverage (epidemic) has the node write the change its average makes
-// into the current accumulator, through merge (node.Driver.Merge32), and
-// hands it over as pull does.
-func (t *Model) pullAverage(merge func([]float32) int) (buf []float32, index, merged int) {
+// pull copies the updates accumulated since the last pull into dst (the
+// model's length) and starts a new sum: it returns how many it merges (0:
+// nothing, dst untouched) and their senders' steps (valid until the next
+// pull).
+func (t *Model) pull(dst []float32) (merged int, steps []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if !t.accept {
-		return nil, 0, 0
+	if t.merged == 0 || !t.accept || len(dst) != len(t.acc) {
+		return 0, nil
 	}
-	k := merge(t.acc[t.cur])
-	if k == 0 {
-		return nil, 0, 0
-	}
-	buf, index = t.acc[t.cur], t.cur
-	t.cur ^= 1
-	t.fresh, t.merged = true, 0
-	return buf, index, k
-}
-
-// pull hands the current accumulator to the trainer: it returns the
-// buffer and its index, how many updates it merges (0: nothing, and the
-// buffer is nil), and their senders' steps (valid until the next pull).
-// The trainer may read the buffer until its next pull.
-func (t *Model) pull() (buf []float32, index, merged int, steps []int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.merged == 0 || !t.accept {
-		return nil, 0, 0, nil
-	}
-	buf, index, merged = t.acc[t.cur], t.cur, t.merged
+	copy(dst, t.acc)
+	merged = t.merged
 	steps = append([]int64(nil), t.steps...)
-	t.cur ^= 1
-	t.fresh, t.merged, t.steps = true, 0, t.steps[:0]
-	return buf, index, merged, steps
+	t.merged, t.steps = 0, t.steps[:0]
+	return merged, steps
 }
 
 // Apply adds a peer's update (gossip, float64: a sparse encoding's) to
@@ -278,7 +253,7 @@ func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
 }
 
 // SetParams is not used: a driven node's averages go to its trainer
-// through Merge32, and the job's model at a session's start or a reset.
+// through its steps, and the job's model at a session's start or a reset.
 func (t *Model) SetParams([]float64) error {
 	return errors.New("trainer: a driven node's model is its trainer's")
 }

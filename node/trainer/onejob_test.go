@@ -53,12 +53,16 @@ func (s *stepper) run(ctx context.Context, t *testing.T) {
 		}
 		s.mu.Lock()
 		if rs := r.Pull.GetReset_(); rs != nil {
-			s.step, s.params = rs.Step, f32s(rs.Params.GetData())
+			s.step, s.params = rs.Step, s.tr.tensor(rs.Params)
 			s.resets++
 		} else {
 			s.step = next
-			for i, x := range s.tr.pulled(r.Pull) {
-				s.params[i] += x
+			if u := s.tr.pulled(r.Pull); model && u != nil {
+				s.params = u // the model to take
+			} else {
+				for i, x := range u {
+					s.params[i] += x
+				}
 			}
 		}
 		s.mu.Unlock()

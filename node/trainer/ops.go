@@ -11,6 +11,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
@@ -42,12 +43,9 @@ func (s *Server) begin(ctx context.Context, id, call string) (sess *session, cct
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	stop := context.AfterFunc(sess.ctx, cancel)
-	sess.callDone = make(chan struct{})
-	done := sess.callDone
 	return sess, cctx, func(err error) error {
 		stop()
 		cancel()
-		close(done) // a push this call queued may start
 		<-sess.op
 		return finish(err)
 	}, nil
@@ -79,83 +77,79 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	if err != nil {
 		return nil, err
 	}
-	err = sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy)
+	x, err := sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy)
+	if err == nil && x != nil { // epidemic: the model becomes the node's and goes to S peers
+		err = sess.srv.drv.Push32(req.Step, x, nil)
+	}
 	if err != nil {
 		return nil, end(toStatus(ctx, err))
 	}
 	return &pb.PublishReply{Step: req.Step}, end(nil)
 }
 
-// publish checks a step's update, counts the step, and queues the update
-// for the exchange. What the trainer must wait for is the check and one
-// copy of the vector out of the shared file; the conversion, signing and
-// sending happen on the push loop.
-func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasEval bool, loss, acc float64) error {
+// publish checks a step's update, counts the step, and, under gossip,
+// hands it to the push loop, which copies it into its message before
+// publish returns and then signs and sends it. Under epidemic it returns
+// the model (the shared region, or the session's buffer), which the
+// caller takes into the node's model: at once (Publish), or with the
+// round's average once the barrier has passed (Step). A model refused for
+// its values leaves the region holding the model before the step.
+func (sess *session) publish(ctx context.Context, step int64, t *pb.Tensor, hasEval bool, loss, acc float64) ([]float32, error) {
 	drv := sess.srv.drv
 	if err := drv.CheckOrder(step); err != nil {
-		return err
+		return nil, err
 	}
-	v, err := sess.vector(t, sess.upOff[step&1], "update")
+	v, err := sess.vector(t, "update")
 	if err != nil {
-		return badTensor(fmt.Errorf("step %d: %w", step, err))
+		return nil, badTensor(fmt.Errorf("step %d: %w", step, err))
 	}
-	bound := sess.srv.drv.Info().MaxAbsValue
-	if bad := badValue(v, float32(min(bound, maxFloat32))); bad != "" {
+	bound := f32.Limit(float32(min(drv.Info().MaxAbsValue, maxFloat32)))
+	if i, x := f32.First(v, bound); i >= 0 {
 		sess.srv.m.refusedUpdates.Inc()
-		return fmt.Errorf("%w: the update of step %d: %s; nothing was published and the step was not counted", node.ErrBadUpdate, step, bad)
+		restored := ""
+		if sess.srv.task.epidemic && sess.shm != nil && drv.ReadModel(0, sess.n, v) {
+			restored = "; the shared region holds the model before the step"
+		}
+		return nil, fmt.Errorf("%w: the update of step %d: %s; nothing was published and the step was not counted%s",
+			node.ErrBadUpdate, step, describeBad(i, x, drv.Info().MaxAbsValue), restored)
 	}
 	if hasEval && (math.IsNaN(loss) || math.IsInf(loss, 0) || !(acc >= 0 && acc <= 1 || math.IsNaN(acc))) {
-		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_EVALUATION,
+		return nil, failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_EVALUATION,
 			fmt.Sprintf("step %d: evaluation loss %v, accuracy %v: want a finite loss and an accuracy in [0, 1] (NaN for none)", step, loss, acc),
 			"step", strconv.FormatInt(step, 10))
 	}
-	slot := int(step % 2)
-	select {
-	case <-sess.free[slot]: // the push two steps back has finished with it
-	case <-ctx.Done():
-		return ctx.Err()
-	}
 	if err := drv.Done(step); err != nil { // Done checks the order again: it fails only if the node's step or barrier moved since CheckOrder
-		sess.free[slot] <- struct{}{}
-		return err
+		return nil, err
 	}
 	if hasEval {
 		drv.Evaluated(step, loss, acc)
 	}
-	sess.raw[slot] = v
 	if sess.srv.task.epidemic {
-		// The model becomes the node's (one copy, which the pull's
-		// average starts from) and goes to S peers; the region is free
-		// again when the call returns.
-		sess.shmMu.RLock()
-		err := drv.Push32(step, sess.floats(slot), nil)
-		sess.shmMu.RUnlock()
-		sess.raw[slot] = nil
-		sess.free[slot] <- struct{}{}
-		return err
+		return v, nil
 	}
-	// The delta stays where it is, the request's own bytes or the step's
-	// region of the shared file, until the push loop has read it: the
-	// trainer writes that region again only after the next step's call,
-	// which waits for the read (below).
-	p := push{step: step, slot: slot, after: sess.callDone}
-	if t.GetShared() != nil {
-		p.read = make(chan struct{})
+	// The delta is copied into its message before this call goes on (the
+	// trainer may write its region again once the call returns, and the
+	// pull writes it before), and is signed and sent after.
+	p := push{step: step, v: v, copied: make(chan struct{})}
+	select {
+	case sess.pushes <- p:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	// The last step's update is read out of its region before this call
-	// returns (at once, unless the trainer stepped within a millisecond
-	// or two of its last call).
-	sess.pushes <- p // room for two; the slot tokens bound what is queued
-	prev := sess.readDone
-	sess.readDone = p.read
-	if prev != nil {
-		select {
-		case <-prev:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	select {
+	case <-p.copied:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
-	return nil
+	return nil, nil
+}
+
+// describeBad says what is wrong with value i, x, of an update.
+func describeBad(i int, x float32, bound float64) string {
+	if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+		return fmt.Sprintf("value %d is %v", i, x)
+	}
+	return fmt.Sprintf("value %d is %v, beyond the bound of ±%v", i, x, bound)
 }
 
 // Pull returns the peers' work to merge.
@@ -164,10 +158,16 @@ func (s *Server) Pull(ctx context.Context, req *pb.PullRequest) (*pb.PullReply, 
 	if err != nil {
 		return nil, err
 	}
-	return sess.pull(), end(nil)
+	return sess.pull(-1, nil), end(nil)
 }
 
-func (sess *session) pull() *pb.PullReply {
+// pull is what the trainer takes after a step: a reset, when the daemon
+// took the job's step and model; else, under epidemic, its model
+// averaged with the round's (with step >= 0, x is the model published at
+// step and the average takes it in too, in one pass: Step; else the
+// average goes into the session's vector, the model last published:
+// Pull); under gossip, the sum of the peers' deltas.
+func (sess *session) pull(step int64, x []float32) *pb.PullReply {
 	task, drv := sess.srv.task, sess.srv.drv
 	if r := drv.TakeReset(); r != nil {
 		// The daemon took the job's step and model (another lineage, or
@@ -176,62 +176,85 @@ func (sess *session) pull() *pb.PullReply {
 		task.dropPending()
 		sess.srv.m.resets.Inc()
 		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage, "why", r.Reason)
-		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason,
-			Params: dataTensor(appendFloat64As32(make([]byte, 0, 4*len(r.Params)), r.Params))}}
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason, Params: sess.give64(r.Params)}}
 	}
-	var buf []float32
-	var idx, merged int
+	var merged int
 	if task.epidemic {
-		buf, idx, merged = task.pullAverage(drv.Merge32)
+		switch {
+		case step >= 0:
+			merged = drv.StepMerge32(step, x)
+		case sess.x != nil:
+			x = sess.x
+			merged = drv.Merge32(x)
+		}
 	} else {
+		x = sess.x
+		if x == nil { // no shared file: a buffer for this pull
+			x = make([]float32, sess.n)
+		}
 		var steps []int64
-		buf, idx, merged, steps = task.pull()
+		merged, steps = task.pull(x)
 		drv.NoteApplied(steps)
 	}
 	if merged == 0 {
 		return &pb.PullReply{}
 	}
 	sess.srv.m.merged.Add(float64(merged))
-	if sess.shm != nil && sess.shmOK.Load() {
-		return &pb.PullReply{Merged: uint32(merged), Update: sharedTensor(sess.downOff[idx])}
-	}
-	return &pb.PullReply{Merged: uint32(merged), Update: dataTensor(appendFloat32(make([]byte, 0, 4*len(buf)), buf))}
+	return &pb.PullReply{Merged: uint32(merged), Update: sess.give(x)}
 }
 
-// Step is Publish, Barrier for the next step, and Pull.
+// Step is Publish, Barrier for the next step, and Pull: under epidemic
+// the model and the round's average are taken in at once, after the
+// barrier.
 func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepReply, error) {
 	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "step")
 	if err != nil {
 		return nil, err
 	}
-	if err := sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy); err != nil {
+	x, err := sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy)
+	if err != nil {
 		return nil, end(toStatus(ctx, err))
 	}
 	b, err := sess.barrier(ctx, req.Step+1)
 	if err != nil {
+		if x != nil { // the model still becomes the node's
+			err = errors.Join(err, s.drv.Push32(req.Step, x, nil))
+		}
 		return nil, end(toStatus(ctx, err))
 	}
-	return &pb.StepReply{Barrier: b, Pull: sess.pull()}, end(nil)
+	step := int64(-1)
+	if x != nil {
+		step = req.Step
+	}
+	return &pb.StepReply{Barrier: b, Pull: sess.pull(step, x)}, end(nil)
 }
 
-// Checkpoint writes the trainer's parameters to the daemon's checkpoint.
+// Checkpoint writes the trainer's parameters to the daemon's checkpoint:
+// the ones it sends, or, under epidemic without them, the node's model
+// (the trainer's after its last step).
 func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb.CheckpointReply, error) {
 	sess, ctx, end, err := s.begin(ctx, sessionID(ctx), "checkpoint")
 	if err != nil {
 		return nil, err
 	}
-	if req.Params.GetShared() != nil {
-		return nil, end(badTensor(errors.New("checkpoint: the parameters go in data, not in the shared file")))
+	var p []float64
+	if req.Params == nil && s.task.epidemic {
+		if p = s.drv.Model(); p == nil {
+			return nil, end(badTensor(errors.New("checkpoint: no parameters, and the daemon holds no model yet (before the first step)")))
+		}
+	} else {
+		v, err := sess.vector(req.Params, "parameters")
+		if err != nil {
+			return nil, end(badTensor(err))
+		}
+		if i, x := f32.First(v, f32.Limit(maxFloat32)); i >= 0 {
+			return nil, end(failuref(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_VALUE, "checkpoint: %s", describeBad(i, x, maxFloat32)))
+		}
+		p = make([]float64, sess.n)
+		for i, x := range v {
+			p[i] = float64(x)
+		}
 	}
-	v, err := sess.vector(req.Params, 0, "parameters")
-	if err != nil {
-		return nil, end(badTensor(err))
-	}
-	if bad := badValue(v, maxFloat32); bad != "" {
-		return nil, end(failuref(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_VALUE, "checkpoint: %s", bad))
-	}
-	p := make([]float64, sess.n)
-	toFloat64(p, v)
 	path, err := s.drv.Checkpoint(req.Step, p)
 	if err != nil {
 		return nil, end(toStatus(ctx, err))

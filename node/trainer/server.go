@@ -69,7 +69,7 @@ func DefaultConfig() Config {
 
 // Server is a driven node's trainer API: a gRPC server on a local socket
 // through which one trainer at a time drives the node (see the package
-// comment and proto/pspnode/trainer/v2/trainer.proto).
+// comment and proto/pspnode/trainer/v3/trainer.proto).
 type Server struct {
 	pb.UnimplementedTrainerServer
 	cfg  Config

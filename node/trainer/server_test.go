@@ -124,14 +124,16 @@ func TestHelloRefusals(t *testing.T) {
 		{"second trainer", hello("mlp", 11, 100, 0), codes.AlreadyExists, "already has a trainer",
 			pb.ErrorReason_ERROR_REASON_TRAINER_CONNECTED, map[string]string{"connected_client": "go test"}},
 		{"api version", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.ApiVersion = 9; return h }(), codes.InvalidArgument, "API version 9",
-			pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": "9", "supported": "2"}},
+			pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": "9", "supported": "3"}},
 		{"api version 1", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.ApiVersion = 1; return h }(), codes.InvalidArgument, "API version 1",
 			pb.ErrorReason_ERROR_REASON_API_VERSION, nil},
 		{"dtype", func() *pb.Hello { h := hello("mlp", 11, 100, 0); h.Dtype = 0; return h }(), codes.InvalidArgument, "float32",
 			badHello, map[string]string{"field": "dtype"}},
 		{"no params", hello("mlp", 11, 0, 0), codes.InvalidArgument, "num_params is 0", badHello, map[string]string{"field": "num_params"}},
 		{"no model id", hello("mlp", 0, 100, 0), codes.InvalidArgument, "model_id is 0", badHello, map[string]string{"field": "model_id"}},
-		{"too large", hello("mlp", 11, 1<<40, 0), codes.InvalidArgument, "exceeds what fits", badHello, map[string]string{"field": "num_params"}},
+		{"too large", hello("mlp", 11, 1<<40, 0), codes.InvalidArgument, "at most 2³¹−1", badHello, map[string]string{"field": "num_params"}},
+		{"too large for a message", hello("mlp", 11, (DefaultConfig().MaxMessageBytes-4096)/4+1, 0), codes.InvalidArgument,
+			"start the daemon with --trainer-max-message", badHello, map[string]string{"field": "num_params", "max": strconv.Itoa((DefaultConfig().MaxMessageBytes - 4096) / 4)}},
 		{"negative step", hello("mlp", 11, 100, -1), codes.InvalidArgument, "step -1", badHello, map[string]string{"field": "step"}},
 	}
 	for _, c := range cases {
@@ -348,12 +350,14 @@ func checkInfo(t *testing.T, err error, reason pb.ErrorReason, meta map[string]s
 func TestVersion1ClientTold(t *testing.T) {
 	a := startDaemon(t, "v1", nil, "asp", nil)
 	conn := dial(t, a.addr)
-	err := conn.Invoke(context.Background(), "/pspnode.trainer.v1.Trainer/Status", &pb.StatusRequest{}, &pb.StatusReply{})
-	if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "version 2") {
-		t.Fatalf("a version 1 call: %v", err)
+	for _, v := range []string{"1", "2"} {
+		err := conn.Invoke(context.Background(), "/pspnode.trainer.v"+v+".Trainer/Status", &pb.StatusRequest{}, &pb.StatusReply{})
+		if status.Code(err) != codes.Unimplemented || !strings.Contains(status.Convert(err).Message(), "version 3") {
+			t.Fatalf("a version %s call: %v", v, err)
+		}
+		checkInfo(t, err, pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": v, "supported": "3"})
 	}
-	checkInfo(t, err, pb.ErrorReason_ERROR_REASON_API_VERSION, map[string]string{"api_version": "1", "supported": "2"})
-	// Version 2's Status says what /status does, typed.
+	// Version 3's Status says what /status does, typed.
 	st, err := pb.NewTrainerClient(conn).Status(context.Background(), &pb.StatusRequest{})
 	if err != nil {
 		t.Fatal(err)

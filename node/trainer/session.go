@@ -37,26 +37,21 @@ type session struct {
 
 	op chan struct{} // one call at a time (a semaphore: waits honour ctx)
 
-	shm       *shmFile
-	shmMu     sync.RWMutex // held to read shm outside a call (ParamsReply); release unmaps under it
-	shmOK     atomic.Bool  // the trainer mapped the shared file
-	upOff     [2]int       // regions of the shared file, in bytes: updates of even and odd steps
-	paramsOff int
-	downOff   [2]int
-	// readDone is closed when the push loop has read the last published
-	// update out of its region of the shared file; the next step's call
-	// waits for it before it returns, since the trainer may then write
-	// that region again.
-	readDone chan struct{}
+	// The model's vector. With a shared file, x is its region, which the
+	// trainer and the daemon read and write in turn (see the .proto
+	// file); shmMu is held to read it outside a call, and release unmaps
+	// it under it. Without one, x is the daemon's buffer (epidemic: the
+	// trainer's model as it last came; gossip: made for each pull).
+	shm   *shmFile
+	shmMu sync.RWMutex
+	shmOK atomic.Bool // the trainer mapped the shared file
+	x     []float32
 
-	// Publish buffers, two so that a step's push can run while the next
-	// step is published; free[i] holds a token while raw[i] is free.
-	raw      [2][]byte
-	f32      [2][]float32 // raw[i] as float32 when it cannot be viewed in place
-	free     [2]chan struct{}
-	pushes   chan push
-	pushed   chan struct{} // closed when the push loop has ended
-	callDone chan struct{} // the running call's: closed when it returns (under op)
+	// gossip: published deltas go to the exchange on the push loop, which
+	// copies each into its message and then signs and sends it off the
+	// trainer's path.
+	pushes chan push
+	pushed chan struct{} // closed when the push loop has ended
 
 	pmu     sync.Mutex
 	waiters map[uint64]chan *pb.ParamsReply
@@ -65,17 +60,10 @@ type session struct {
 
 // push is one step's delta (gossip) on its way to the exchange.
 type push struct {
-	step  int64
-	slot  int
-	after chan struct{} // closed when the call that published it has returned
-	read  chan struct{} // closed once raw[slot] has been read (nil: nothing to signal)
+	step   int64
+	v      []float32
+	copied chan struct{} // closed once v is copied into its message
 }
-
-// pushAfterReply is how long the push loop lets a call's reply go out
-// before it starts the push's work (milliseconds of CPU for a large
-// model: started at once, it held the reply back 2 ms, measured with a
-// model of 1 M parameters on 2 cores).
-const pushAfterReply = time.Millisecond
 
 func newSessionID() string {
 	var b [16]byte
@@ -152,19 +140,29 @@ func (s *Server) Session(stream pb.Trainer_SessionServer) error {
 // checkHello checks what a trainer says of itself.
 func (s *Server) checkHello(h *pb.Hello) error {
 	maxParams := uint64(s.cfg.MaxMessageBytes-4096) / 4
+	shared := h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported
+	epidemic := s.drv.Info().Exchange.Kind == exchange.Epidemic
 	switch {
-	case h.ApiVersion != pb.ApiVersion_API_VERSION_2:
+	case h.ApiVersion != pb.ApiVersion_API_VERSION_3:
 		return failure(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_API_VERSION,
-			fmt.Sprintf("API version %d: this daemon speaks version 2 (pspnode %s)", h.ApiVersion, node.Version()),
-			"api_version", strconv.Itoa(int(h.ApiVersion)), "supported", "2")
+			fmt.Sprintf("API version %d: this daemon speaks version 3 (pspnode %s): use the client of the same release", h.ApiVersion, node.Version()),
+			"api_version", strconv.Itoa(int(h.ApiVersion)), "supported", "3")
 	case h.Dtype != pb.DType_DTYPE_FLOAT32:
 		return badHello("dtype", "dtype %v: the trainer API exchanges float32 vectors only; convert the model's parameters to float32", h.Dtype)
 	case h.NumParams == 0:
 		return badHello("num_params", "num_params is 0: a trainer needs a model with parameters")
-	case h.NumParams > maxParams:
-		return badHello("num_params", "num_params %d exceeds what fits in one message (%d; start the daemon with a larger --trainer-max-message)", h.NumParams, maxParams)
 	case h.NumParams > 1<<31-1:
 		return badHello("num_params", "num_params %d: at most 2³¹−1", h.NumParams)
+	case h.NumParams > maxParams && !(shared && epidemic):
+		why := "the trainer asked for no shared memory"
+		switch {
+		case !s.cfg.SharedMemory || !sharedMemorySupported:
+			why = "this daemon offers none (--trainer-shm, Linux)"
+		case shared:
+			why = "under gossip a peer's fetch of the model asks the trainer for it through the socket"
+		}
+		return badHelloMax("num_params", maxParams, "num_params %d: a model of %s does not fit in one message on the socket (%d parameters at most with --trainer-max-message %d), and %s: start the daemon with --trainer-max-message %d or more, or use shared memory (a trainer on this machine, the epidemic exchange)",
+			h.NumParams, mib(4*h.NumParams), maxParams, s.cfg.MaxMessageBytes, why, 4*h.NumParams+4096)
 	case h.ModelId == 0:
 		return badHello("model_id", "model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
 	case h.ModelName == "" || len(h.ModelName) > 256:
@@ -176,7 +174,24 @@ func (s *Server) checkHello(h *pb.Hello) error {
 	case len(h.StateKind) > maxStateKind:
 		return badHello("state_kind", "state_kind must be at most %d bytes", maxStateKind)
 	}
+	// The daemon holds about three vectors of the model (its model, the
+	// round's sum, the shared region; under gossip the sum, the region
+	// and a message): refused before any is made if the machine has not
+	// the memory.
+	need := 3 * 4 * h.NumParams
+	if avail := memAvailable(); avail > 0 && need > avail {
+		return badHelloMax("num_params", avail/12, "num_params %d: the daemon holds about three copies of a model of %s, %s, and this machine has %s available: use a smaller model, or free memory",
+			h.NumParams, mib(4*h.NumParams), mib(need), mib(avail))
+	}
 	return nil
+}
+
+// mib says a byte count in MiB or GiB.
+func mib(b uint64) string {
+	if b >= 10<<30 {
+		return fmt.Sprintf("%.1f GiB", float64(b)/(1<<30))
+	}
+	return fmt.Sprintf("%.1f MiB", float64(b)/(1<<20))
 }
 
 // claim makes sess the connected trainer's, or says who is connected.
@@ -240,12 +255,14 @@ func (sess *session) start() error {
 		}
 		return failuref(codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_READY, "%v; try again", err)
 	}
-	sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported)
+	if err := sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported); err != nil {
+		return err
+	}
 	var model func() []float64
 	if epidemic {
 		model = s.drv.Model
 	}
-	s.task.begin(sess, sess.accumulators(), model)
+	s.task.begin(sess, model)
 	pop, scale := s.drv.Population()
 	w := &pb.Welcome{
 		Session: sess.id, Step: st.Step, HasParams: st.Params != nil, ParamsSource: st.Source,
@@ -256,17 +273,16 @@ func (sess *session) start() error {
 	if epidemic {
 		w.UpdateKind = pb.UpdateKind_UPDATE_KIND_MODEL
 	}
+	if sess.shm != nil {
+		w.ShmPath, w.ShmSize, w.ShmOffset = sess.shm.path, uint64(len(sess.shm.mem)), 0
+	}
 	if st.Params != nil {
-		w.Params = dataTensor(appendFloat64As32(make([]byte, 0, 4*len(st.Params)), st.Params))
+		w.Params = sess.give64(st.Params)
 		if h.StateKind != "" { // the job's state beside its parameters (state.go)
 			w.State, w.StateSource = s.fetchState(ctx, h.StateKind)
 		}
 	}
-	if sess.shm != nil {
-		w.ShmPath, w.ShmSize = sess.shm.path, uint64(len(sess.shm.mem))
-		w.ShmUpOffset, w.ShmUpOddOffset, w.ShmParamsOffset = uint64(sess.upOff[0]), uint64(sess.upOff[1]), uint64(sess.paramsOff)
-	}
-	go sess.pushLoop() // before Welcome: release expects it once the buffers exist
+	go sess.pushLoop() // before Welcome: release expects it once the session started
 	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Welcome{Welcome: w}}); err != nil {
 		return err
 	}
@@ -276,42 +292,54 @@ func (sess *session) start() error {
 	return nil
 }
 
-// alloc makes the session's buffers, in a shared file when withShm (and
-// it can be made).
-func (sess *session) alloc(withShm bool) {
+// alloc makes the session's vector: the region of a shared file when
+// withShm (and one can be made), else a buffer of the daemon's under
+// epidemic (gossip makes one per pull). A model too large for a message
+// needs the shared file.
+func (sess *session) alloc(withShm bool) error {
 	n := sess.n
-	region := (4*n + 4095) &^ 4095
 	if withShm {
-		shm, err := createShared(sess.srv.cfg.SharedDir, 5*region)
-		if err != nil {
-			sess.srv.log.Warn("no shared memory for the trainer: tensors go through the socket", "err", err)
-		} else {
+		shm, err := createShared(sess.srv.cfg.SharedDir, (4*n+4095)&^4095)
+		if err == nil {
 			sess.shm = shm
-			sess.upOff, sess.paramsOff = [2]int{0, region}, 2*region
-			sess.downOff = [2]int{3 * region, 4 * region}
+			sess.x, _ = asFloats(shm.mem[:4*n])
+		} else {
+			sess.srv.log.Warn("no shared memory for the trainer: tensors go through the socket", "err", err)
+			if 4*n+4096 > sess.srv.cfg.MaxMessageBytes {
+				return failuref(codes.ResourceExhausted, pb.ErrorReason_ERROR_REASON_BAD_HELLO,
+					"no shared file could be made for a model of %s (%v), and it does not fit in one message on the socket (--trainer-max-message %d)",
+					mib(uint64(4*n)), err, sess.srv.cfg.MaxMessageBytes)
+			}
 		}
 	}
-	for i := range 2 {
-		sess.free[i] = make(chan struct{}, 1)
-		sess.free[i] <- struct{}{}
+	if sess.x == nil && sess.srv.task.epidemic {
+		sess.x = make([]float32, n)
 	}
-	sess.pushes = make(chan push, 2)
+	sess.pushes = make(chan push, 1)
 	sess.pushed = make(chan struct{})
+	return nil
 }
 
-// accumulators are the two buffers the task adds peers' updates into: the
-// down regions of the shared file, or memory of the daemon's.
-func (sess *session) accumulators() [2][]float32 {
-	var acc [2][]float32
-	for i := range 2 {
-		if sess.shm != nil {
-			f, _ := asFloats(sess.shm.mem[sess.downOff[i] : sess.downOff[i]+4*sess.n])
-			acc[i] = f
-		} else {
-			acc[i] = make([]float32, sess.n)
+// give64 is a tensor of float64 values for the trainer (the job's
+// parameters): written, as float32, into the region when the session has
+// one, else into a message.
+func (sess *session) give64(p []float64) *pb.Tensor {
+	if sess.shm != nil {
+		for i, v := range p {
+			sess.x[i] = float32(v)
 		}
+		return sharedTensor(0)
 	}
-	return acc
+	return dataTensor(appendFloat64As32(make([]byte, 0, 4*len(p)), p))
+}
+
+// give is x (the session's vector, which the daemon just wrote) for the
+// trainer: its region, or a copy of it in a message.
+func (sess *session) give(x []float32) *pb.Tensor {
+	if sess.shm != nil {
+		return sharedTensor(0)
+	}
+	return dataTensor(appendFloat32(make([]byte, 0, 4*len(x)), x))
 }
 
 // send sends one message on the session's stream.
@@ -410,14 +438,12 @@ func (sess *session) deliver(r *pb.ParamsReply) {
 	}
 }
 
-// readParams decodes the parameters in a ParamsReply.
+// readParams decodes the parameters in a ParamsReply (in data).
 func (sess *session) readParams(r *pb.ParamsReply) ([]float64, error) {
-	sess.shmMu.RLock()
-	defer sess.shmMu.RUnlock()
-	if sess.shm != nil && sess.shm.mem == nil {
-		return nil, errors.New("the session ended")
+	if r.Params.GetShared() != nil {
+		return nil, errors.New("parameters in the shared file: a ParamsReply carries them in data")
 	}
-	v, err := sess.vector(r.Params, sess.paramsOff, "parameters")
+	v, err := sess.data(r.Params, "parameters")
 	if err != nil {
 		return nil, err
 	}
@@ -436,23 +462,10 @@ func (sess *session) readParams(r *pb.ParamsReply) ([]float64, error) {
 // NaN and ±Inf.
 const maxFloat32 = 3.4028234663852886e38
 
-// vector returns the bytes of a tensor the trainer sent: its data, or its
-// region of the shared file (at off), checked for length.
-func (sess *session) vector(t *pb.Tensor, off int, what string) ([]byte, error) {
+// data returns the bytes of a tensor in data, checked for length.
+func (sess *session) data(t *pb.Tensor, what string) ([]byte, error) {
 	if t == nil {
 		return nil, fmt.Errorf("no %s tensor", what)
-	}
-	if sh := t.GetShared(); sh != nil {
-		if sess.shm == nil {
-			return nil, fmt.Errorf("%s marked shared, but this session has no shared file", what)
-		}
-		if sh.Offset != uint64(off) {
-			return nil, fmt.Errorf("%s at offset %d of the shared file: its region is at %d", what, sh.Offset, off)
-		}
-		// A trainer that sends a shared tensor has mapped the file, even
-		// if its SharedMemoryReady (on the stream) has not arrived yet.
-		sess.shmOK.Store(true)
-		return sess.shm.mem[off : off+4*sess.n], nil
 	}
 	data := t.GetData()
 	if len(data) != 4*sess.n {
@@ -461,48 +474,52 @@ func (sess *session) vector(t *pb.Tensor, off int, what string) ([]byte, error) 
 	return data, nil
 }
 
-// pushLoop hands published deltas (gossip) to the exchange, in order, off
-// the trainer's path: signing and sending a large update takes
-// milliseconds the trainer need not wait for.
+// vector returns the values of a tensor the trainer sent, as float32: the
+// region of the shared file, or its data (viewed in place when it can be,
+// else copied into the session's buffer, or a new one).
+func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) {
+	if t == nil {
+		return nil, fmt.Errorf("no %s tensor", what)
+	}
+	if sh := t.GetShared(); sh != nil {
+		if sess.shm == nil {
+			return nil, fmt.Errorf("%s marked shared, but this session has no shared file", what)
+		}
+		if sh.Offset != 0 {
+			return nil, fmt.Errorf("%s at offset %d of the shared file: its region is at 0", what, sh.Offset)
+		}
+		// A trainer that sends a shared tensor has mapped the file, even
+		// if its SharedMemoryReady (on the stream) has not arrived yet.
+		sess.shmOK.Store(true)
+		return sess.x, nil
+	}
+	data, err := sess.data(t, what)
+	if err != nil {
+		return nil, err
+	}
+	if sess.x != nil && sess.shm == nil {
+		f32.Decode(sess.x, data) // epidemic: the buffer that holds the trainer's model
+		return sess.x, nil
+	}
+	if v, ok := f32.View(data); ok && len(v) == sess.n {
+		return v, nil
+	}
+	v := make([]float32, sess.n)
+	f32.Decode(v, data)
+	return v, nil
+}
+
+// pushLoop hands published deltas (gossip) to the exchange, in order: the
+// exchange copies each into its message (the call that published it waits
+// for that), then signs and sends it off the trainer's path.
 func (sess *session) pushLoop() {
 	defer close(sess.pushed)
 	for p := range sess.pushes {
-		<-p.after
-		time.Sleep(pushAfterReply)
-		// raw may be a region of the shared file: it is read under shmMu,
-		// and released (the trainer may write it again, the session may
-		// unmap it) as soon as the update is copied into its message,
-		// before the signing and sending.
-		sess.shmMu.RLock()
-		released := false
-		release := func() {
-			if released {
-				return
-			}
-			released = true
-			sess.shmMu.RUnlock()
-			if p.read != nil {
-				close(p.read)
-			}
-			sess.free[p.slot] <- struct{}{}
-		}
-		if err := sess.srv.drv.Push32(p.step, sess.floats(p.slot), release); err != nil {
+		sess.shmMu.RLock() // v may be the shared region
+		copied := sync.OnceFunc(func() { sess.shmMu.RUnlock(); close(p.copied) })
+		if err := sess.srv.drv.Push32(p.step, p.v, copied); err != nil {
 			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
 		}
-		release()
+		copied()
 	}
-}
-
-// floats is raw[slot] as float32 values: a view of it where it is
-// aligned on a little-endian CPU (the shared file's regions always are),
-// else a copy into the slot's own buffer.
-func (sess *session) floats(slot int) []float32 {
-	if v, ok := f32.View(sess.raw[slot]); ok && len(v) == sess.n {
-		return v
-	}
-	if sess.f32[slot] == nil {
-		sess.f32[slot] = make([]float32, sess.n)
-	}
-	f32.Decode(sess.f32[slot], sess.raw[slot])
-	return sess.f32[slot]
 }

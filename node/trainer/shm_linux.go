@@ -96,3 +96,22 @@ func removeStaleShared(dir string) int {
 	}
 	return removed
 }
+
+// memAvailable is the memory the system says is available for new
+// allocations (MemAvailable in /proc/meminfo), 0 when it does not say.
+func memAvailable() uint64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			kb, err := strconv.ParseUint(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -1,4 +1,4 @@
-"""The low-level client of a pspnode daemon's trainer API (version 2).
+"""The low-level client of a pspnode daemon's trainer API (version 3).
 
 A daemon started with ``pspnode run --trainer unix:PATH`` keeps the job's
 membership, population estimate, barrier and exchange; this client drives
@@ -11,17 +11,24 @@ python3-numpy, python3-grpcio, python3-protobuf).
     if w.has_params: params[:] = c.welcome_params()
     step = w.step
     while training:
-        ...compute, then write the delta (or, under epidemic, the model):
-        c.update_buffer(step + 1)[:] = delta  # shared memory when available
+        ...compute, then write the update: under the epidemic exchange
+        (w.update_kind == UPDATE_KIND_MODEL) the parameters after the step,
+        under gossip the step's delta:
+        c.update_buffer()[:] = update         # the shared region when there is one
         r = c.step(step + 1)                  # publish, barrier for the next, pull
         step += 1
         if r.reset is not None:               # the daemon moved to another lineage
             params[:] = c.reset_params(r.reset); step = r.reset.step
-        elif r.merged: params += r.update
+        elif r.merged and model_kind: params[:] = r.update   # the average to take
+        elif r.merged: params += r.update                    # the peers' deltas to add
     c.close()
 
 Vectors are float32, in one fixed order of the parameters chosen by the
-trainer (the same on every worker of a job).
+trainer (the same on every worker of a job). With shared memory one region
+of a file both sides map carries them all (region()): the trainer writes
+its update there, and the daemon leaves there what the trainer takes. A
+trainer may keep its parameters in the region under the epidemic exchange,
+so that a step copies nothing: the daemon averages them in place.
 """
 
 import hashlib
@@ -39,13 +46,13 @@ import numpy as np
 
 from pspnode.errors import (DaemonError, DaemonNotReady, DaemonStartError, DaemonUnavailable, SessionLost,
                             TrainerBusy, from_rpc_error)
-from pspnode.trainer.v2 import trainer_pb2 as pb
-from pspnode.trainer.v2 import trainer_pb2_grpc as pb_grpc
+from pspnode.trainer.v3 import trainer_pb2 as pb
+from pspnode.trainer.v3 import trainer_pb2_grpc as pb_grpc
 
 log = logging.getLogger("pspnode")
 
-API_VERSION = pb.API_VERSION_2
-CLIENT_NAME = "pspnode-python/2"
+API_VERSION = pb.API_VERSION_3
+CLIENT_NAME = "pspnode-python/3"
 SESSION_KEY = "pspnode-session"
 
 # How often the client repeats the daemon's reason for not being ready: at
@@ -178,8 +185,7 @@ class Client:
         self._lost = threading.Event()
         self._lost_why = ""
         self._mm = None
-        self._up = None
-        self._params_region = None
+        self._region = None
         self._own_buf = None
         self._closed = False
         self.last_waiting = ""  # the daemon's last reason for not being ready
@@ -269,23 +275,20 @@ class Client:
     def _start(self, w, responses):
         self._welcome, self._session = w, w.session
         self._md = ((SESSION_KEY, w.session),)
-        self._mm = self._up = self._params_region = None
+        self._mm = self._region = None
         if w.shm_path:
             try:
                 with open(w.shm_path, "r+b") as f:
                     self._mm = mmap.mmap(f.fileno(), w.shm_size)
-                n = self.num_params
-                # The updates of even and odd steps have a region each: the
-                # daemon reads a step's after its call returns, while the
-                # trainer computes the next step into the other.
-                self._up_off = (w.shm_up_offset, w.shm_up_odd_offset)
-                self._up = [np.frombuffer(self._mm, dtype="<f4", count=n, offset=off) for off in self._up_off]
-                self._params_region = np.frombuffer(self._mm, dtype="<f4", count=n, offset=w.shm_params_offset)
+                # One region carries every tensor of the session, in turns:
+                # the trainer writes its update, the daemon leaves what the
+                # trainer takes.
+                self._region = np.frombuffer(self._mm, dtype="<f4", count=self.num_params, offset=w.shm_offset)
                 self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=True)))
             except OSError as e:
-                self._mm = self._up = self._params_region = None
+                self._mm = self._region = None
                 self._out.put(pb.TrainerMessage(shm_ready=pb.SharedMemoryReady(ok=False, error=str(e))))
-        if self._up is None:
+        if self._region is None and self._own_buf is None:
             self._own_buf = np.zeros(self.num_params, dtype="<f4")
         self._reader = threading.Thread(target=self._read, args=(responses,), daemon=True,
                                         name="pspnode-session")
@@ -314,18 +317,14 @@ class Client:
             vec = np.asarray(vec, dtype="<f4").reshape(-1)
             if vec.size != self.num_params:
                 raise ValueError(f"params_provider gave {vec.size} values, the model has {self.num_params}")
-            if self._params_region is not None:
-                self._params_region[:] = vec
-                t = pb.Tensor(shared=pb.SharedRegion(offset=self._welcome.shm_params_offset))
-            else:
-                t = pb.Tensor(data=vec.tobytes())
+            t = pb.Tensor(data=vec.tobytes())  # the region may be in use by a step
             self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), params=t)))
         except Exception:  # a failing provider must not kill the session
             log.exception("pspnode: could not give the daemon this trainer's parameters")
 
     def _serve_state(self, rid):
-        # Only the state: the parameters region may be in use by a
-        # ParamsReply of the model protocol's.
+        # Only the state: a ParamsReply of the model protocol's may be on
+        # its way.
         if self.state_provider is None or not self.state_kind:
             return
         try:
@@ -366,22 +365,27 @@ class Client:
     @property
     def shared(self) -> bool:
         """Whether tensors go through shared memory."""
-        return self._up is not None
+        return self._region is not None
 
-    def update_buffer(self, step: int) -> np.ndarray:
-        """A float32 vector to write the update of ``step`` into (a view of
-        shared memory when the session has it): publish and step send it
-        when called without a vector."""
-        if self._up is not None:
-            return self._up[step % 2]
+    def region(self) -> Optional[np.ndarray]:
+        """The shared region (a float32 vector of the model's size), None
+        without shared memory. The trainer writes its update there before
+        a step; after it, the region holds what the trainer takes."""
+        return self._region
+
+    def update_buffer(self, step: Optional[int] = None) -> np.ndarray:
+        """A float32 vector to write an update into (the shared region when
+        the session has it): publish and step send it when called without
+        a vector."""
+        if self._region is not None:
+            return self._region
         return self._own_buf
 
-    def _tensor(self, vec, step=None) -> "pb.Tensor":
-        shared = self._up is not None and step is not None
-        up = self._up[step % 2] if shared else None
+    def _tensor(self, vec) -> "pb.Tensor":
+        shared = self._region is not None
         if vec is None:
             if shared:
-                return pb.Tensor(shared=pb.SharedRegion(offset=self._up_off[step % 2]))
+                return pb.Tensor(shared=pb.SharedRegion(offset=self._welcome.shm_offset))
             vec = self._own_buf
         vec = np.asarray(vec)
         if vec.dtype != np.float32:
@@ -389,9 +393,9 @@ class Client:
         if vec.size != self.num_params:
             raise ValueError(f"vector of {vec.size} values, the model has {self.num_params}")
         if shared:
-            if not np.shares_memory(vec, up):
-                up[:] = vec.reshape(-1)
-            return pb.Tensor(shared=pb.SharedRegion(offset=self._up_off[step % 2]))
+            if not np.shares_memory(vec, self._region):
+                self._region[:] = vec.reshape(-1)
+            return pb.Tensor(shared=pb.SharedRegion(offset=self._welcome.shm_offset))
         return pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())
 
     def _vector(self, t) -> Optional[np.ndarray]:
@@ -399,7 +403,10 @@ class Client:
             return None
         kind = t.WhichOneof("carrier")
         if kind == "shared":
-            return np.frombuffer(self._mm, dtype="<f4", count=self.num_params, offset=t.shared.offset)
+            if self._region is None or t.shared.offset != self._welcome.shm_offset:
+                raise DaemonError(None, f"the daemon named offset {t.shared.offset} of a shared file this session "
+                                  "has not mapped", "tensor", "BAD_TENSOR")
+            return self._region
         if kind == "data":
             if len(t.data) != 4 * self.num_params:
                 raise DaemonError(None, f"the daemon sent {len(t.data)} bytes for {self.num_params} parameters",
@@ -425,8 +432,8 @@ class Client:
 
     def publish(self, step: int, update=None, loss=None, accuracy=None) -> None:
         """Hands the update of the completed ``step`` (a delta, or under
-        epidemic the model) to the exchange; None sends update_buffer(step)."""
-        req = pb.PublishRequest(step=step, update=self._tensor(update, step))
+        epidemic the model) to the exchange; None sends update_buffer()."""
+        req = pb.PublishRequest(step=step, update=self._tensor(update))
         self._eval(req, loss, accuracy)
         self._call("publish", self._stub.Publish, req)
 
@@ -437,14 +444,16 @@ class Client:
         return PullResult(r.merged, self._vector(r.update) if r.merged else None)
 
     def pull(self) -> PullResult:
-        """What to add to the parameters, from the peers' updates since the
-        last pull: a PullResult (merged, update, reset), which unpacks as
-        (merged, update); update is None when merged is 0."""
+        """The peers' work since the last pull: a PullResult (merged,
+        update, reset), which unpacks as (merged, update); update is None
+        when merged is 0. Under gossip, add update to the parameters; under
+        epidemic, take it as the parameters (the average of the model last
+        published and the peers')."""
         return self._pulled(self._call("pull", self._stub.Pull, pb.PullRequest()))
 
     def step(self, step: int, update=None, loss=None, accuracy=None) -> StepResult:
         """publish(step), barrier(step + 1) and pull, in one call."""
-        req = pb.StepRequest(step=step, update=self._tensor(update, step))
+        req = pb.StepRequest(step=step, update=self._tensor(update))
         self._eval(req, loss, accuracy)
         r = self._call("step", self._stub.Step, req)
         p = self._pulled(r.pull)
@@ -456,15 +465,23 @@ class Client:
             req.has_eval, req.loss = True, float(loss)
             req.accuracy = float("nan") if accuracy is None else float(accuracy)
 
-    def checkpoint(self, step: int, params) -> str:
-        """Writes params (a float32 vector) to the daemon's checkpoint file;
-        returns its path. They go through the socket."""
-        vec = np.asarray(params)
-        if vec.dtype != np.float32 or vec.size != self.num_params:
-            raise ValueError(f"checkpoint: want {self.num_params} float32 values, got {vec.size} {vec.dtype}")
-        r = self._call("checkpoint", self._stub.Checkpoint,
-                       pb.CheckpointRequest(step=step, params=pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())))
-        return r.path
+    def checkpoint(self, step: int, params=None) -> str:
+        """Writes params (a float32 vector; None under epidemic: the model
+        the daemon holds, the trainer's after its last step) to the daemon's
+        checkpoint file; returns its path. Parameters that are not the
+        shared region go through the socket."""
+        if params is None:
+            req = pb.CheckpointRequest(step=step)
+        else:
+            vec = np.asarray(params)
+            if vec.dtype != np.float32 or vec.size != self.num_params:
+                raise ValueError(f"checkpoint: want {self.num_params} float32 values, got {vec.size} {vec.dtype}")
+            if self._region is not None and np.shares_memory(vec, self._region):
+                t = pb.Tensor(shared=pb.SharedRegion(offset=self._welcome.shm_offset))
+            else:
+                t = pb.Tensor(data=vec.astype("<f4", copy=False).tobytes())
+            req = pb.CheckpointRequest(step=step, params=t)
+        return self._call("checkpoint", self._stub.Checkpoint, req).path
 
     def status(self, timeout: float = 10) -> "pb.StatusReply":
         """The daemon's status (needs no session)."""
@@ -489,7 +506,7 @@ class Client:
         if self._reader is not None:
             self._reader.join(timeout=5)
         self._channel = self._stub = self._reader = self._out = None
-        self._up = self._params_region = None
+        self._region = None
         self._md = ()
         if self._mm is not None:
             try:

@@ -86,7 +86,7 @@ from pspnode._params import checked as _checked_params
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
-from pspnode.trainer.v2 import trainer_pb2 as pb
+from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
@@ -540,7 +540,7 @@ class DiLoCo(torch.optim.Optimizer):
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
             scale = self.lr_scale
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
-            ups = self._region(self.client.update_buffer(n))
+            ups = self._region(self.client.update_buffer())
             for p, o, u in zip(params, self.outer_params, ups):
                 if model_kind:
                     u.copy_(p)
@@ -591,10 +591,11 @@ class DiLoCo(torch.optim.Optimizer):
             saved_state = copy.deepcopy(self.outer.state_dict())
             for i, (p, o) in enumerate(zip(params, self.outer_params)):
                 if model_kind:
-                    # Δ̄ = θ_outer − (θ_i + the average's change)
-                    g = o - p
+                    # Δ̄ = θ_outer − the average of θ_i and the peers' models
                     if merged is not None:
-                        g.sub_(merged[i].to(o.device).view(o.shape))
+                        g = o - merged[i].to(o.device).view(o.shape)
+                    else:
+                        g = o - p
                 else:
                     # Δ̄ = −(own delta × scale + Σ peers' deltas)
                     g = (o - p).mul_(scale)

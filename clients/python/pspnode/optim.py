@@ -16,12 +16,21 @@ With ``job=`` (and no daemon address) the optimizer starts its own daemon,
 exits; with a daemon address (``pspnode.Optimizer(opt, "unix:/tmp/a.sock",
 model=model)``) it connects to a daemon started beside it.
 
-``step()`` runs the wrapped optimizer's step, hands the change it made to
-the daemon (which publishes it to every peer under the gossip exchange, or
-sends the model to a few sampled peers under epidemic), waits at the
-barrier for the next step, and adds what the peers sent. A worker that
-joins a running job starts from the job's parameters and step, fetched by
-its daemon before its first step.
+``step()`` runs the wrapped optimizer's step, hands the result to the
+daemon (under the epidemic exchange the model, which the daemon sends to a
+few sampled peers; under gossip the change the step made, which it
+publishes to every peer), waits at the barrier for the next step, and takes
+what the peers sent (epidemic: the average of the model and theirs; gossip:
+the sum of their changes). A worker that joins a running job starts from
+the job's parameters and step, fetched by its daemon before its first step.
+
+Under epidemic with the daemon on the same machine and the model on the
+CPU, the parameters live in the region of memory the optimizer shares with
+its daemon (``shared_params``, on by default): the daemon reads the model
+and averages the peers' into it in place, so a step copies nothing in
+Python, and the process holds no second copy of the model. The tensors stay
+the model's own parameters (their storage moves); ``close()`` moves them
+back into the process's own memory.
 
 It is a torch.optim.Optimizer: its ``param_groups``, ``state`` and
 ``defaults`` are the wrapped optimizer's, so LR schedulers, gradient
@@ -52,7 +61,7 @@ from pspnode._params import checked as _checked_params
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
-from pspnode.trainer.v2 import trainer_pb2 as pb
+from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
@@ -95,6 +104,9 @@ class Optimizer(torch.optim.Optimizer):
     checkpoint() is called); a restarted worker resumes from it.
     on_reset: called with a Reset when the daemon replaced the parameters
     and the step by the job's (its node moved to another lineage).
+    shared_params: under epidemic with shared memory, keep the parameters
+    in the shared region (CPU models; see above); False copies them in and
+    out at every step.
     Other keyword arguments go to Client (shared_memory, connect_timeout).
     """
 
@@ -104,7 +116,7 @@ class Optimizer(torch.optim.Optimizer):
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, model_id: Optional[int] = None,
                  start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
-                 on_reset: Optional[Callable[[Reset], None]] = None, **client_args):
+                 on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True, **client_args):
         # No torch.optim.Optimizer.__init__: param_groups, state and
         # defaults are the wrapped optimizer's (properties below).
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -136,14 +148,17 @@ class Optimizer(torch.optim.Optimizer):
         self._sizes = [p.numel() for _, p in named]
         self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
         n = sum(self._sizes)
-        self._old = torch.empty(n, dtype=torch.float32, device=self._device)
+        # The parameters before a step, when the step needs them (gossip's
+        # delta; a restore without shared memory): made when first needed.
+        self._old = self._olds = None
         # Views made once, not at every step (60 tensors' slices cost as
-        # much as their copies): each parameter flat, the snapshot's
-        # pieces, and the pieces of the shared regions, by address.
+        # much as their copies): each parameter flat, and the pieces of
+        # the shared region or a message, by address.
         self._pf = [p.view(-1) for _, p in named]
-        self._olds = self._views(self._old)
         self._cache = {}
         self._host = self._device.type != "cpu"
+        self.shared_params = shared_params
+        self._in_region = False  # the parameters live in the shared region
         name = model_name or (type(model).__name__ if model is not None else "model")
         self.model_name = name
         self.model_id = model_id if model_id is not None else model_id_of(name, self.shapes)
@@ -216,9 +231,21 @@ class Optimizer(torch.optim.Optimizer):
         self.population = w.population
         self.max_abs = w.max_abs_value
         params = self.client.welcome_params()
+        region = self.client.region()
         with self._lock:
+            if (region is not None and self.shared_params and not self._host
+                    and self.update_kind == pb.UPDATE_KIND_MODEL):
+                # The parameters move into the region: the job's, which the
+                # daemon put there, or this worker's own, copied in.
+                if params is None:
+                    self._copy_out(region)
+                self._move_into(region)
+            else:
+                if self._in_region:  # a new session without a region: back into our own memory
+                    self._move_into(None)
+                if params is not None:
+                    self._assign(params)
             if params is not None:
-                self._assign(params)
                 log.info("pspnode: starting from the job's parameters (%s) at step %d", w.params_source, w.step)
             self.step_count = w.step
         log.info("pspnode: job %s, barrier %s, exchange %s, %d parameters, step %d, shared memory %s",
@@ -232,7 +259,9 @@ class Optimizer(torch.optim.Optimizer):
     def _region(self, vec):
         """The per-parameter views of a float32 numpy vector from the
         client (a region of the shared file, the same few every step, or a
-        message's bytes), kept by address."""
+        message's bytes), kept by address; of a flat tensor, made anew."""
+        if isinstance(vec, torch.Tensor):
+            return self._views(vec.reshape(-1))
         if vec.flags.writeable:
             t = torch.from_numpy(vec)
         else:  # a message's bytes: read only, and only read here
@@ -248,12 +277,27 @@ class Optimizer(torch.optim.Optimizer):
         return v
 
     def _assign(self, vec):
-        """Copies a float32 vector (numpy, from the daemon) into the
-        parameters."""
-        src = torch.from_numpy(vec.copy()) if not isinstance(vec, torch.Tensor) else vec
+        """Copies a float32 vector (numpy, from the daemon: a region of
+        shared memory or a message's bytes) into the parameters."""
         with torch.no_grad():
-            for (_, p), v in zip(self._named, self._views(src)):
-                p.view(-1).copy_(v)
+            for flat, v in zip(self._pf, self._region(vec)):
+                flat.copy_(v.to(flat.device) if self._host else v)
+
+    def _copy_out(self, vec):
+        """Copies the parameters into a float32 numpy vector (the region)."""
+        with torch.no_grad():
+            for flat, u in zip(self._pf, self._region(vec)):
+                u.copy_(flat)
+
+    def _move_into(self, region):
+        """Makes the parameters' storage the region's (which holds their
+        values), or, with None, memory of the process's own again."""
+        views = self._region(region) if region is not None else None
+        with torch.no_grad():
+            for i, (_, p) in enumerate(self._named):
+                p.data = views[i].view(p.shape) if views is not None else p.data.clone()
+                self._pf[i] = p.view(-1)
+        self._in_region = region is not None
 
     def params_vector(self) -> torch.Tensor:
         """The exchanged parameters as one float32 vector (a copy, on the
@@ -342,29 +386,35 @@ class Optimizer(torch.optim.Optimizer):
 
     def _step(self, closure):
         self._check()
-        olds = self._olds
+        model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
+        in_region = self._in_region
+        # What a refused update is undone from: under epidemic with shared
+        # memory the daemon puts the model before the step back into the
+        # region; otherwise the parameters before the step, kept here (for
+        # gossip's delta too).
+        keep_old = not model_kind or self.client.region() is None
         with self._lock, torch.no_grad():
-            for flat, o in zip(self._pf, olds):
-                o.copy_(flat)  # the one copy of the vector the trainer makes
+            if keep_old:
+                olds = self._snapshot()
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
-            # The step's region of shared memory, when the session has it.
-            ups = self._region(self.client.update_buffer(self.step_count + 1))
-            for flat, o, u in zip(self._pf, olds, ups):
-                if self.update_kind == pb.UPDATE_KIND_MODEL:
-                    u.copy_(flat)
-                    continue
-                if self._host:
-                    u.copy_(flat - o)
-                else:
-                    torch.sub(flat, o, out=u)
-                if self.lr_scale != 1.0:
-                    u.mul_(self.lr_scale)
-                    flat.copy_(o).add_(u.to(flat.device) if self._host else u)
+            if not in_region:
+                ups = self._region(self.client.update_buffer())
+                for flat, u, o in zip(self._pf, ups, olds if keep_old else self._pf):
+                    if model_kind:
+                        u.copy_(flat)
+                        continue
+                    if self._host:
+                        u.copy_(flat - o)
+                    else:
+                        torch.sub(flat, o, out=u)
+                    if self.lr_scale != 1.0:
+                        u.mul_(self.lr_scale)
+                        flat.copy_(o).add_(u.to(flat.device) if self._host else u)
             # The daemon checks every value (NaN, ±Inf, beyond its bound)
             # before it counts the step; a refusal restores the parameters
             # (_exchange).
         ev, self._eval = self._eval, None
-        r = self._exchange(ev, olds)
+        r = self._exchange(ev, olds if keep_old else None)
         if r is None:
             return loss  # reconnected: the Welcome set the step and parameters
         if r.reset is not None:
@@ -372,10 +422,14 @@ class Optimizer(torch.optim.Optimizer):
         else:
             with self._lock:
                 self.step_count += 1
-                if r.merged:
+                if r.merged and not in_region:
                     with torch.no_grad():
                         for flat, v in zip(self._pf, self._region(r.update)):
-                            flat.add_(v.to(flat.device) if self._host else v)
+                            v = v.to(flat.device) if self._host else v
+                            if model_kind:
+                                flat.copy_(v)  # the average, to take
+                            else:
+                                flat.add_(v)  # the peers' deltas, to add
         self.population = r.barrier.population
         if self.scale_updates and r.barrier.lr_scale > 0:
             self.lr_scale = r.barrier.lr_scale
@@ -383,14 +437,26 @@ class Optimizer(torch.optim.Optimizer):
             self.checkpoint()
         return loss
 
+    def _snapshot(self):
+        """The parameters before a step, in a buffer kept for it."""
+        if self._old is None:
+            self._old = torch.empty(self.num_params, dtype=torch.float32, device=self._device)
+            self._olds = self._views(self._old)
+        for flat, o in zip(self._pf, self._olds):
+            o.copy_(flat)  # the one copy of the vector the trainer makes
+        return self._olds
+
     def _exchange(self, ev, olds):
         loss, acc = ev if ev is not None else (None, None)
         try:
             return self.client.step(self.step_count + 1, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock, torch.no_grad():
-                for flat, o in zip(self._pf, olds):
-                    flat.copy_(o)
+                if olds is not None:
+                    for flat, o in zip(self._pf, olds):
+                        flat.copy_(o)
+                elif not self._in_region:  # the daemon put the model before the step back in the region
+                    self._assign(self.client.region())
             raise FloatingPointError(
                 f"step {self.step_count + 1}: the daemon refused the update ({e.details}); the parameters are as "
                 "before the step and nothing was sent (lower the learning rate?)") from e
@@ -409,7 +475,8 @@ class Optimizer(torch.optim.Optimizer):
         and step replace ours; the wrapped optimizer's state stays."""
         vec = self.client.reset_params(reset)
         with self._lock:
-            self._assign(vec)
+            if not (self._in_region and vec is self.client.region()):
+                self._assign(vec)
             self.step_count = int(reset.step)
         log.warning("pspnode: the daemon moved to lineage %s of the job (%s): the parameters and the step (%d) are "
                     "the job's now; the optimizer's state is kept", reset.lineage[:16], reset.reason, reset.step)
@@ -419,13 +486,20 @@ class Optimizer(torch.optim.Optimizer):
     def checkpoint(self) -> str:
         """Writes the parameters to the daemon's checkpoint file (pspnode
         run --checkpoint), which a restarted worker resumes from."""
+        if self._in_region:  # the daemon reads them where they are
+            with self._lock:
+                return self.client.checkpoint(self.step_count, self.client.region())
         step, vec = self._params()
         return self.client.checkpoint(step, vec)
 
     def close(self):
         """Ends the session (the worker leaves its peers' barriers) and
-        stops the daemon the optimizer started, if any."""
+        stops the daemon the optimizer started, if any. Parameters that
+        lived in the shared region move back into the process's memory."""
         self._closed = True
+        if getattr(self, "_in_region", False):
+            with self._lock:
+                self._move_into(None)
         client = getattr(self, "client", None)
         if client is not None:
             client.close()

@@ -21,7 +21,7 @@ import torch  # noqa: E402
 
 import pspnode  # noqa: E402
 from pspnode.diloco import STATE_KIND  # noqa: E402
-from pspnode.trainer.v2 import trainer_pb2 as pb  # noqa: E402
+from pspnode.trainer.v3 import trainer_pb2 as pb  # noqa: E402
 from test_fake import FakeDaemon, serve_fake  # noqa: E402
 
 BIN = os.environ.get("PSPNODE_BIN", "")
@@ -285,7 +285,8 @@ class GossipFake(FakeDaemon):
 class EpidemicFake(FakeDaemon):
     """The fake daemon under epidemic:1 with N̂ = 2: it counts the models
     it has taken (Status), takes `arriving` more when a step is published,
-    and each Pull hands back `change` when models came since the last."""
+    and each Pull hands back the model published moved by `change` (the
+    average to take) when models came since the last."""
 
     def __init__(self, n, change, came_in_round, arriving=1):
         super().__init__(n)
@@ -309,6 +310,7 @@ class EpidemicFake(FakeDaemon):
     def Publish(self, request, context):
         self.calls.append("publish")
         self.received += self.arriving
+        self.model = np.frombuffer(request.update.data, dtype="<f4").copy()
         return pb.PublishReply(step=request.step)
 
     def Barrier(self, request, context):
@@ -322,7 +324,7 @@ class EpidemicFake(FakeDaemon):
         reply = pb.PullReply()
         if k:
             reply.merged = k
-            reply.update.data = self.change.tobytes()
+            reply.update.data = (self.model + self.change).tobytes()
         return reply
 
 

@@ -21,8 +21,8 @@ import torch  # noqa: E402
 import pspnode  # noqa: E402
 from pspnode.client import SESSION_KEY, _WaitLog  # noqa: E402
 from pspnode.rpc import status_pb2 as rpc_pb  # noqa: E402
-from pspnode.trainer.v2 import trainer_pb2 as pb  # noqa: E402
-from pspnode.trainer.v2 import trainer_pb2_grpc as pb_grpc  # noqa: E402
+from pspnode.trainer.v3 import trainer_pb2 as pb  # noqa: E402
+from pspnode.trainer.v3 import trainer_pb2_grpc as pb_grpc  # noqa: E402
 
 
 class _Status(grpc.Status):

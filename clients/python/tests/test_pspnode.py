@@ -72,10 +72,10 @@ class WithDaemons(unittest.TestCase):
     def tearDownClass(cls):
         shutil.rmtree(cls.tmp, ignore_errors=True)
 
-    def daemons(self, job, k, barrier="asp"):
-        ds = [Daemon(self.tmp, f"{job}0", job, barrier=barrier)]
+    def daemons(self, job, k, barrier="asp", extra=()):
+        ds = [Daemon(self.tmp, f"{job}0", job, barrier=barrier, extra=extra)]
         for i in range(1, k):
-            ds.append(Daemon(self.tmp, f"{job}{i}", job, boot=ds[0].addr, barrier=barrier))
+            ds.append(Daemon(self.tmp, f"{job}{i}", job, boot=ds[0].addr, barrier=barrier, extra=extra))
         for d in ds:
             self.addCleanup(d.stop)
         return ds
@@ -129,6 +129,75 @@ class WithDaemons(unittest.TestCase):
         self.assertTrue(torch.equal(w.detach().reshape(-1), flat[0][:w.numel()]))
         for o in opts:
             o.close()
+
+    def test_epidemic_parameters_live_in_shared_memory(self):
+        # Under epidemic with shared memory the parameters are the shared
+        # region: the daemon averages into them in place. Both workers
+        # train, their models stay close, a refused step leaves the
+        # parameters as they were, and close() gives the model its own
+        # memory back with the values it had.
+        for shared_params in (True, False):
+            with self.subTest(shared_params=shared_params):
+                ds = self.daemons(f"epi{int(shared_params)}", 2, barrier="pssp:1:2", extra=("--exchange", "epidemic:1"))
+                models = [quadratic(), quadratic()]
+                opts = [pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.05), d.address, model=m,
+                                          connect_timeout=30, shared_params=shared_params)
+                        for m, d in zip(models, ds)]
+                for o, m in zip(opts, models):
+                    region = o.client.region()
+                    self.assertIsNotNone(region)
+                    lo = region.ctypes.data
+                    inside = [lo <= p.data_ptr() < lo + region.nbytes for p in m.parameters()]
+                    self.assertEqual(inside, [shared_params] * len(inside))
+                x, y = torch.randn(64, 4), torch.randn(64, 1)
+                errors = []
+
+                def train(m, opt, half):
+                    try:
+                        for _ in range(20):
+                            opt.zero_grad()
+                            torch.nn.functional.mse_loss(m(x[half]), y[half]).backward()
+                            opt.step()
+                    except Exception as e:  # surfaced below
+                        errors.append(e)
+
+                ts = [threading.Thread(target=train, args=(m, o, h)) for m, o, h in
+                      zip(models, opts, (slice(0, 32), slice(32, 64)))]
+                [t.start() for t in ts]
+                [t.join() for t in ts]
+                self.assertEqual(errors, [])
+                flat = [o.params_vector() for o in opts]
+                # Trained apart, the two halves' models drift apart; averaged,
+                # they stay close.
+                twins = [quadratic(), quadratic()]
+                for tw, half in zip(twins, (slice(0, 32), slice(32, 64))):
+                    sgd = torch.optim.SGD(tw.parameters(), lr=0.05)
+                    for _ in range(20):
+                        sgd.zero_grad()
+                        torch.nn.functional.mse_loss(tw(x[half]), y[half]).backward()
+                        sgd.step()
+                apart = torch.cat([(a - b).detach().reshape(-1) for a, b in zip(*(tw.parameters() for tw in twins))])
+                averaged = [o.client.status().node.models_averaged for o in opts]
+                self.assertTrue(all(averaged), f"models averaged: {averaged}")
+                self.assertLess(float((flat[0] - flat[1]).norm()), 0.5 * float(apart.norm()),
+                                f"the workers' models did not average ({averaged} averaged)")
+                # A step whose values overflow is refused; nothing changes.
+                o, m = opts[0], models[0]
+                before, step = o.params_vector(), o.step_count
+                for g in o.param_groups:
+                    g["lr"] = 1e38
+                o.zero_grad()
+                torch.nn.functional.mse_loss(m(torch.ones(2, 4) * 1e3), torch.zeros(2, 1)).backward()
+                with self.assertRaises(FloatingPointError):
+                    o.step()
+                self.assertTrue(torch.equal(o.params_vector(), before), "a refused step changed the parameters")
+                self.assertEqual(o.step_count, step)
+                for o, m in zip(opts, models):
+                    kept = o.params_vector()
+                    o.close()
+                    self.assertTrue(torch.equal(torch.cat([p.detach().reshape(-1) for p in m.parameters()]), kept))
+                    self.assertFalse(o._in_region)
+                    m(torch.ones(1, 4)).sum().backward()  # the model still works on its own
 
     def test_refusals(self):
         (a,) = self.daemons("refuse", 1)

@@ -6,6 +6,7 @@ from typing import ClassVar as _ClassVar, Iterable as _Iterable, Mapping as _Map
 
 API_VERSION_1: ApiVersion
 API_VERSION_2: ApiVersion
+API_VERSION_3: ApiVersion
 API_VERSION_UNSPECIFIED: ApiVersion
 DESCRIPTOR: _descriptor.FileDescriptor
 DTYPE_FLOAT32: DType
@@ -334,7 +335,7 @@ class Waiting(_message.Message):
     def __init__(self, reason: _Optional[str] = ..., waited_s: _Optional[float] = ...) -> None: ...
 
 class Welcome(_message.Message):
-    __slots__ = ["barrier", "exchange", "has_params", "job", "lr_scale", "max_abs_value", "model_id", "params", "params_source", "peer_id", "population", "session", "shm_params_offset", "shm_path", "shm_size", "shm_up_odd_offset", "shm_up_offset", "state", "state_source", "step", "update_kind"]
+    __slots__ = ["barrier", "exchange", "has_params", "job", "lr_scale", "max_abs_value", "model_id", "params", "params_source", "peer_id", "population", "session", "shm_offset", "shm_path", "shm_size", "state", "state_source", "step", "update_kind"]
     BARRIER_FIELD_NUMBER: _ClassVar[int]
     EXCHANGE_FIELD_NUMBER: _ClassVar[int]
     HAS_PARAMS_FIELD_NUMBER: _ClassVar[int]
@@ -347,11 +348,9 @@ class Welcome(_message.Message):
     PEER_ID_FIELD_NUMBER: _ClassVar[int]
     POPULATION_FIELD_NUMBER: _ClassVar[int]
     SESSION_FIELD_NUMBER: _ClassVar[int]
-    SHM_PARAMS_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    SHM_OFFSET_FIELD_NUMBER: _ClassVar[int]
     SHM_PATH_FIELD_NUMBER: _ClassVar[int]
     SHM_SIZE_FIELD_NUMBER: _ClassVar[int]
-    SHM_UP_ODD_OFFSET_FIELD_NUMBER: _ClassVar[int]
-    SHM_UP_OFFSET_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     STATE_SOURCE_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
@@ -368,16 +367,14 @@ class Welcome(_message.Message):
     peer_id: str
     population: float
     session: str
-    shm_params_offset: int
+    shm_offset: int
     shm_path: str
     shm_size: int
-    shm_up_odd_offset: int
-    shm_up_offset: int
     state: TrainerState
     state_source: str
     step: int
     update_kind: UpdateKind
-    def __init__(self, session: _Optional[str] = ..., step: _Optional[int] = ..., has_params: bool = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., params_source: _Optional[str] = ..., job: _Optional[str] = ..., peer_id: _Optional[str] = ..., barrier: _Optional[str] = ..., exchange: _Optional[str] = ..., update_kind: _Optional[_Union[UpdateKind, str]] = ..., population: _Optional[float] = ..., lr_scale: _Optional[float] = ..., max_abs_value: _Optional[float] = ..., shm_path: _Optional[str] = ..., shm_size: _Optional[int] = ..., shm_up_offset: _Optional[int] = ..., shm_params_offset: _Optional[int] = ..., model_id: _Optional[int] = ..., shm_up_odd_offset: _Optional[int] = ..., state: _Optional[_Union[TrainerState, _Mapping]] = ..., state_source: _Optional[str] = ...) -> None: ...
+    def __init__(self, session: _Optional[str] = ..., step: _Optional[int] = ..., has_params: bool = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., params_source: _Optional[str] = ..., job: _Optional[str] = ..., peer_id: _Optional[str] = ..., barrier: _Optional[str] = ..., exchange: _Optional[str] = ..., update_kind: _Optional[_Union[UpdateKind, str]] = ..., population: _Optional[float] = ..., lr_scale: _Optional[float] = ..., max_abs_value: _Optional[float] = ..., shm_path: _Optional[str] = ..., shm_size: _Optional[int] = ..., model_id: _Optional[int] = ..., shm_offset: _Optional[int] = ..., state: _Optional[_Union[TrainerState, _Mapping]] = ..., state_source: _Optional[str] = ...) -> None: ...
 
 class ApiVersion(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     __slots__ = []

@@ -2,7 +2,7 @@
 """Client and server classes corresponding to protobuf-defined services."""
 import grpc
 
-from pspnode.trainer.v2 import trainer_pb2 as pspnode_dot_trainer_dot_v2_dot_trainer__pb2
+from pspnode.trainer.v3 import trainer_pb2 as pspnode_dot_trainer_dot_v3_dot_trainer__pb2
 
 
 class TrainerStub(object):
@@ -15,39 +15,39 @@ class TrainerStub(object):
             channel: A grpc.Channel.
         """
         self.Session = channel.stream_stream(
-                '/pspnode.trainer.v2.Trainer/Session',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.TrainerMessage.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.DaemonMessage.FromString,
+                '/pspnode.trainer.v3.Trainer/Session',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.TrainerMessage.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.DaemonMessage.FromString,
                 )
         self.Barrier = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Barrier',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Barrier',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierReply.FromString,
                 )
         self.Publish = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Publish',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Publish',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishReply.FromString,
                 )
         self.Pull = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Pull',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Pull',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullReply.FromString,
                 )
         self.Step = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Step',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Step',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepReply.FromString,
                 )
         self.Checkpoint = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Checkpoint',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Checkpoint',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointReply.FromString,
                 )
         self.Status = channel.unary_unary(
-                '/pspnode.trainer.v2.Trainer/Status',
-                request_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusRequest.SerializeToString,
-                response_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusReply.FromString,
+                '/pspnode.trainer.v3.Trainer/Status',
+                request_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusRequest.SerializeToString,
+                response_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusReply.FromString,
                 )
 
 
@@ -112,42 +112,42 @@ def add_TrainerServicer_to_server(servicer, server):
     rpc_method_handlers = {
             'Session': grpc.stream_stream_rpc_method_handler(
                     servicer.Session,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.TrainerMessage.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.DaemonMessage.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.TrainerMessage.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.DaemonMessage.SerializeToString,
             ),
             'Barrier': grpc.unary_unary_rpc_method_handler(
                     servicer.Barrier,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierReply.SerializeToString,
             ),
             'Publish': grpc.unary_unary_rpc_method_handler(
                     servicer.Publish,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishReply.SerializeToString,
             ),
             'Pull': grpc.unary_unary_rpc_method_handler(
                     servicer.Pull,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullReply.SerializeToString,
             ),
             'Step': grpc.unary_unary_rpc_method_handler(
                     servicer.Step,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepReply.SerializeToString,
             ),
             'Checkpoint': grpc.unary_unary_rpc_method_handler(
                     servicer.Checkpoint,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointReply.SerializeToString,
             ),
             'Status': grpc.unary_unary_rpc_method_handler(
                     servicer.Status,
-                    request_deserializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusRequest.FromString,
-                    response_serializer=pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusReply.SerializeToString,
+                    request_deserializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusRequest.FromString,
+                    response_serializer=pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
-            'pspnode.trainer.v2.Trainer', rpc_method_handlers)
+            'pspnode.trainer.v3.Trainer', rpc_method_handlers)
     server.add_generic_rpc_handlers((generic_handler,))
 
 
@@ -166,9 +166,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.stream_stream(request_iterator, target, '/pspnode.trainer.v2.Trainer/Session',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.TrainerMessage.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.DaemonMessage.FromString,
+        return grpc.experimental.stream_stream(request_iterator, target, '/pspnode.trainer.v3.Trainer/Session',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.TrainerMessage.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.DaemonMessage.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -183,9 +183,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Barrier',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.BarrierReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Barrier',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.BarrierReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -200,9 +200,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Publish',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PublishReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Publish',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PublishReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -217,9 +217,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Pull',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.PullReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Pull',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.PullReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -234,9 +234,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Step',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StepReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Step',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StepReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -251,9 +251,9 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Checkpoint',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.CheckpointReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Checkpoint',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.CheckpointReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
@@ -268,8 +268,8 @@ class Trainer(object):
             wait_for_ready=None,
             timeout=None,
             metadata=None):
-        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v2.Trainer/Status',
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusRequest.SerializeToString,
-            pspnode_dot_trainer_dot_v2_dot_trainer__pb2.StatusReply.FromString,
+        return grpc.experimental.unary_unary(request, target, '/pspnode.trainer.v3.Trainer/Status',
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusRequest.SerializeToString,
+            pspnode_dot_trainer_dot_v3_dot_trainer__pb2.StatusReply.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)

@@ -4,61 +4,61 @@ isort:skip_file
 """
 import abc
 import grpc
-import pspnode.trainer.v2.trainer_pb2
+import pspnode.trainer.v3.trainer_pb2
 import typing
 
 class TrainerStub:
     def __init__(self, channel: grpc.Channel) -> None: ...
     Session: grpc.StreamStreamMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.TrainerMessage,
-        pspnode.trainer.v2.trainer_pb2.DaemonMessage]
+        pspnode.trainer.v3.trainer_pb2.TrainerMessage,
+        pspnode.trainer.v3.trainer_pb2.DaemonMessage]
     """Session is the trainer's presence: Hello first, then ParamsReply
     answers; the daemon sends Waiting, Welcome, then ParamsRequest.
     """
 
     Barrier: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.BarrierRequest,
-        pspnode.trainer.v2.trainer_pb2.BarrierReply]
+        pspnode.trainer.v3.trainer_pb2.BarrierRequest,
+        pspnode.trainer.v3.trainer_pb2.BarrierReply]
     """Barrier returns when the node may take the given step (one more than
     the steps it has completed).
     """
 
     Publish: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.PublishRequest,
-        pspnode.trainer.v2.trainer_pb2.PublishReply]
+        pspnode.trainer.v3.trainer_pb2.PublishRequest,
+        pspnode.trainer.v3.trainer_pb2.PublishReply]
     """Publish hands the update of a completed step to the exchange."""
 
     Pull: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.PullRequest,
-        pspnode.trainer.v2.trainer_pb2.PullReply]
+        pspnode.trainer.v3.trainer_pb2.PullRequest,
+        pspnode.trainer.v3.trainer_pb2.PullReply]
     """Pull returns what arrived from peers since the last Pull, as one
     vector to add to the parameters.
     """
 
     Step: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.StepRequest,
-        pspnode.trainer.v2.trainer_pb2.StepReply]
+        pspnode.trainer.v3.trainer_pb2.StepRequest,
+        pspnode.trainer.v3.trainer_pb2.StepReply]
     """Step is Publish(step), Barrier(step + 1) and Pull in one call."""
 
     Checkpoint: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.CheckpointRequest,
-        pspnode.trainer.v2.trainer_pb2.CheckpointReply]
+        pspnode.trainer.v3.trainer_pb2.CheckpointRequest,
+        pspnode.trainer.v3.trainer_pb2.CheckpointReply]
     """Checkpoint writes the parameters and step to the daemon's checkpoint
     file (pspnode run --checkpoint), which a later session resumes from.
     """
 
     Status: grpc.UnaryUnaryMultiCallable[
-        pspnode.trainer.v2.trainer_pb2.StatusRequest,
-        pspnode.trainer.v2.trainer_pb2.StatusReply]
+        pspnode.trainer.v3.trainer_pb2.StatusRequest,
+        pspnode.trainer.v3.trainer_pb2.StatusReply]
     """Status reports the daemon's state; it needs no session."""
 
 
 class TrainerServicer(metaclass=abc.ABCMeta):
     @abc.abstractmethod
     def Session(self,
-        request_iterator: typing.Iterator[pspnode.trainer.v2.trainer_pb2.TrainerMessage],
+        request_iterator: typing.Iterator[pspnode.trainer.v3.trainer_pb2.TrainerMessage],
         context: grpc.ServicerContext,
-    ) -> typing.Iterator[pspnode.trainer.v2.trainer_pb2.DaemonMessage]:
+    ) -> typing.Iterator[pspnode.trainer.v3.trainer_pb2.DaemonMessage]:
         """Session is the trainer's presence: Hello first, then ParamsReply
         answers; the daemon sends Waiting, Welcome, then ParamsRequest.
         """
@@ -66,9 +66,9 @@ class TrainerServicer(metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def Barrier(self,
-        request: pspnode.trainer.v2.trainer_pb2.BarrierRequest,
+        request: pspnode.trainer.v3.trainer_pb2.BarrierRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.BarrierReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.BarrierReply:
         """Barrier returns when the node may take the given step (one more than
         the steps it has completed).
         """
@@ -76,17 +76,17 @@ class TrainerServicer(metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def Publish(self,
-        request: pspnode.trainer.v2.trainer_pb2.PublishRequest,
+        request: pspnode.trainer.v3.trainer_pb2.PublishRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.PublishReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.PublishReply:
         """Publish hands the update of a completed step to the exchange."""
         pass
 
     @abc.abstractmethod
     def Pull(self,
-        request: pspnode.trainer.v2.trainer_pb2.PullRequest,
+        request: pspnode.trainer.v3.trainer_pb2.PullRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.PullReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.PullReply:
         """Pull returns what arrived from peers since the last Pull, as one
         vector to add to the parameters.
         """
@@ -94,17 +94,17 @@ class TrainerServicer(metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def Step(self,
-        request: pspnode.trainer.v2.trainer_pb2.StepRequest,
+        request: pspnode.trainer.v3.trainer_pb2.StepRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.StepReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.StepReply:
         """Step is Publish(step), Barrier(step + 1) and Pull in one call."""
         pass
 
     @abc.abstractmethod
     def Checkpoint(self,
-        request: pspnode.trainer.v2.trainer_pb2.CheckpointRequest,
+        request: pspnode.trainer.v3.trainer_pb2.CheckpointRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.CheckpointReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.CheckpointReply:
         """Checkpoint writes the parameters and step to the daemon's checkpoint
         file (pspnode run --checkpoint), which a later session resumes from.
         """
@@ -112,9 +112,9 @@ class TrainerServicer(metaclass=abc.ABCMeta):
 
     @abc.abstractmethod
     def Status(self,
-        request: pspnode.trainer.v2.trainer_pb2.StatusRequest,
+        request: pspnode.trainer.v3.trainer_pb2.StatusRequest,
         context: grpc.ServicerContext,
-    ) -> pspnode.trainer.v2.trainer_pb2.StatusReply:
+    ) -> pspnode.trainer.v3.trainer_pb2.StatusReply:
         """Status reports the daemon's state; it needs no session."""
         pass
 
