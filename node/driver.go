@@ -20,7 +20,7 @@ import (
 // step is Step+1, whose barrier passes at once.
 type Reset struct {
 	Step    psp.Step
-	Params  []float64
+	Params  []float32
 	Lineage string // the job's lineage (its genesis in hex)
 	Reason  string
 }
@@ -106,7 +106,7 @@ func (d *Driver) Attach(ctx context.Context) error {
 // parameters to start from when they are not the program's own.
 type Start struct {
 	Step   psp.Step
-	Params []float64 // nil: the program keeps its own
+	Params []float32 // nil: the program keeps its own; else Begin's dst, or a new vector
 	Source string    // where Params come from; "" for none
 }
 
@@ -123,8 +123,11 @@ const waitingReportEvery = 2 * time.Second
 // case, to check that the job runs the same model: a *ModelMismatchError
 // says it does not. A job that is ahead but whose model no peer gave is an
 // error, so that the program does not bring stale parameters into it; it
-// can try again.
-func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason string, waited time.Duration)) (Start, error) {
+// can try again. The parameters to start from, when not the program's
+// own, are written into dst (the model's length; nil: a new vector): a
+// large model comes from several peers at once, each block straight to
+// where the program reads it.
+func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason string, waited time.Duration), dst []float32) (Start, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	n := d.n
@@ -138,11 +141,21 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		return Start{}, ctx.Err()
 	}
 	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
+	if dst != nil && len(dst) != n.model.NumParams() {
+		return Start{}, fmt.Errorf("node: begin: a destination of %d values for a model of %d", len(dst), n.model.NumParams())
+	}
 	start := Start{Step: own}
 	if c, ok := d.readCheckpoint(); ok && c.Step > own {
-		start = Start{Step: c.Step, Params: c.Params, Source: "checkpoint " + n.cfg.Checkpoint}
+		p := dst
+		if p == nil {
+			p = make([]float32, len(c.Params))
+		}
+		for i, x := range c.Params {
+			p[i] = float32(x)
+		}
+		start = Start{Step: c.Step, Params: p, Source: "checkpoint " + n.cfg.Checkpoint}
 	}
-	js := n.jobState(ctx, start.Step, true)
+	js := n.jobState(ctx, start.Step, true, dst)
 	if err := ctx.Err(); err != nil {
 		return Start{}, err
 	}
@@ -161,7 +174,11 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		if js.model == nil {
 			return Start{}, fmt.Errorf("node: the job is at step %d but no peer gave its model (%v)", js.adopt, js.fetchErr)
 		}
-		start = Start{Step: js.adopt, Params: js.model.Params, Source: fmt.Sprintf("peer %s at step %d", js.from, js.model.Step)}
+		src := fmt.Sprintf("peer %s at step %d", js.from, js.modelStep)
+		if js.sources > 1 {
+			src = fmt.Sprintf("%d peers, the first %s at step %d", js.sources, js.from, js.modelStep)
+		}
+		start = Start{Step: js.adopt, Params: js.model, Source: src}
 	}
 	if forked {
 		n.lin.Set(js.genesis)

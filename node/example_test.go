@@ -167,7 +167,7 @@ func ExampleDriver() {
 	defer cancel()
 	// Where to start: the program's own step (0 here), or the job's step
 	// and model if the job is ahead of it.
-	start, err := d.Begin(ctx, 0, nil)
+	start, err := d.Begin(ctx, 0, nil, nil)
 	if err != nil {
 		log.Fatal(err)
 	}

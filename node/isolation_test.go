@@ -153,7 +153,7 @@ func TestDriverBarrierIsolated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			start, err := d.Begin(t.Context(), 0, nil)
+			start, err := d.Begin(t.Context(), 0, nil, nil)
 			if err != nil {
 				t.Fatal(err)
 			}

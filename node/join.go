@@ -106,7 +106,7 @@ func (n *Node) join(ctx context.Context) error {
 	if joining && !n.awaitFirstPeer(ctx, nil) {
 		return nil
 	}
-	js := n.jobState(ctx, n.step.Load(), false)
+	js := n.jobState(ctx, n.step.Load(), false, nil)
 	if ctx.Err() != nil {
 		return nil
 	}
@@ -125,10 +125,10 @@ func (n *Node) join(ctx context.Context) error {
 	if n.model.NumParams() > 0 {
 		if js.model == nil {
 			n.log.Warn("joined a running job but could not fetch the model: training from own parameters", "err", js.fetchErr)
-		} else if err := n.model.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(to64(js.model)); err != nil {
 			n.log.Warn("joined a running job but could not take its model: training from own parameters", "peer", js.from, "err", err)
 		} else {
-			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.model.Step)
+			n.log.Info("joined a running job: fetched the model", "peer", js.from, "peer_step", js.modelStep, "peers", js.sources)
 		}
 	}
 	n.adoptStep(js.adopt)
@@ -141,11 +141,13 @@ func (n *Node) join(ctx context.Context) error {
 // ahead), and, when the job is ahead, the model fetched from an answering
 // peer.
 type jobView struct {
-	adopt    psp.Step
-	observed int
-	model    *wire.ModelSnapshot // nil: not fetched
-	from     peer.ID             // the peer model came from
-	fetchErr error               // why no model was fetched, when one was wanted
+	adopt     psp.Step
+	observed  int
+	model     []float32 // nil: not fetched
+	modelStep psp.Step  // the step of the first peer that gave a part of it
+	from      peer.ID   // that peer
+	sources   int       // the peers that gave a part of it
+	fetchErr  error     // why no model was fetched, when one was wanted
 	// genesis is the lineage of the peers whose steps were observed: the
 	// genesis most answers are on, this node counted on its own, the older
 	// breaking a tie (zero if none said one).
@@ -171,7 +173,9 @@ type jobView struct {
 // other node), and the barrier's wedge watch corrects a lie (realign.go).
 // A job at soloStep or below has just started (its other nodes are still
 // joining): its one answer is taken at once.
-func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool) jobView {
+// The model, when fetched, goes into dst (the model's length; nil: a new
+// vector).
+func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []float32) jobView {
 	deadline := time.Now().Add(joinQuorumWait)
 	for {
 		v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), own)
@@ -179,7 +183,7 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool) jobView 
 			if ahead && v.observed == 1 {
 				n.log.Warn("only one peer of the job answered: taking its step and model", "peer", from[0], "step", v.adopt, "waited", joinQuorumWait)
 			}
-			return n.fetchJobModel(ctx, v, from, ahead, verify)
+			return n.fetchJobModel(ctx, v, from, ahead, verify, dst)
 		}
 		if sleepCtx(ctx, joinQuorumPoll); ctx.Err() != nil {
 			return v
@@ -198,10 +202,10 @@ const (
 )
 
 // jobStateOf is jobState over the given peers, without waiting for a
-// second answer.
+// second answer; the model, when fetched, is a new vector.
 func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, verify bool) jobView {
 	v, from, ahead := n.readJob(ctx, peers, own)
-	return n.fetchJobModel(ctx, v, from, ahead, verify)
+	return n.fetchJobModel(ctx, v, from, ahead, verify, nil)
 }
 
 // readJob asks peers for their steps. Of the answers, only those of the
@@ -300,10 +304,10 @@ func stepGap(a, b psp.Step) uint64 {
 }
 
 // fetchJobModel completes v: when the job is ahead, it fetches the model
-// from the first of from that gives it (trying up to three that fail);
-// otherwise, with verify, it reads the head of a peer's model reply to
-// check that the job runs this node's model.
-func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool) jobView {
+// from the peers of from (fetchModel: several at once, in their order)
+// into dst (nil: a new vector); otherwise, with verify, it reads the head
+// of a peer's model reply to check that the job runs this node's model.
+func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool, dst []float32) jobView {
 	if n.model.NumParams() == 0 {
 		return v
 	}
@@ -325,38 +329,34 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 		}
 		return v
 	}
-	// Up to three peers that fail; a peer that turns out to run another
-	// model (a pspnode before step protocol 1.1.0 did not say so in its
-	// step reply) is held out and does not count among them. If every
-	// peer asked runs another model, fetchErr says so.
-	v.fetchErr = errors.New("no peer answered")
-	var fetchMismatch error
-	failed := 0
-	for _, p := range from {
-		if failed == 3 {
-			break
-		}
-		snap, err := n.fetchModel(ctx, p)
-		if err == nil {
-			v.model, v.from, v.fetchErr = &snap, p, nil
-			return v
-		}
-		n.log.Debug("model fetch failed", "peer", p, "err", err)
-		if mm := errModelMismatch(err); mm != nil {
-			v.others = append(v.others, mm)
-			n.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
-			if fetchMismatch == nil {
-				fetchMismatch = err
-			}
-			continue
-		}
-		failed++
+	if dst == nil {
+		dst = make([]float32, n.model.NumParams())
+	}
+	// A peer that turns out to run another model (a pspnode before step
+	// protocol 1.1.0 did not say so in its step reply) is held out and
+	// does not count among the failures. If every peer asked runs
+	// another model, fetchErr says so.
+	f, mismatches, err := n.fetchModel(ctx, from, dst)
+	for _, mm := range mismatches {
+		v.others = append(v.others, mm)
+		p, _ := peer.Decode(mm.Peer)
+		n.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
+	}
+	if err != nil {
 		v.fetchErr = err
+		return v
 	}
-	if fetchMismatch != nil && failed == 0 {
-		v.fetchErr = fetchMismatch
-	}
+	v.model, v.modelStep, v.from, v.sources = dst, f.step, f.from, f.peers
 	return v
+}
+
+// to64 is v as float64 (a built-in task's parameters).
+func to64(v []float32) []float64 {
+	out := make([]float64, len(v))
+	for i, x := range v {
+		out[i] = float64(x)
+	}
+	return out
 }
 
 // firstPeerPoll is how often a node that has not met a peer of its job

@@ -3,6 +3,8 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"sync"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -13,8 +15,8 @@ import (
 )
 
 // The node's side of the model protocol (the messages and their streams
-// are package wire's): a joiner fetches the job's model from a peer, and
-// every node serves its own.
+// are package wire's): a joiner fetches the job's model from its peers,
+// block ranges from several at once, and every node serves its own.
 
 // ParamSource is implemented by tasks whose parameters take time to get
 // or may be unavailable, such as a trainer in another process: the model
@@ -28,30 +30,164 @@ func (n *Node) shape() wire.ModelShape {
 	return wire.ModelShape{ID: n.model.ModelID(), N: n.model.NumParams()}
 }
 
-// fetchModel asks one peer for its model. A peer that runs another model
-// is found from the head of its reply: a *ModelMismatchError, whatever the
-// size of its model.
-func (n *Node) fetchModel(ctx context.Context, p peer.ID) (wire.ModelSnapshot, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*n.cfg.Check.QueryTimeout)
-	defer cancel()
-	m, err := wire.FetchModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape(), n.cfg.Exchange.MaxAbsValue)
-	return m, n.mismatch(p, err)
+// fetchPeers is how many peers a joiner fetches the model from at once:
+// a large model comes in ranges from each, so that the joiner's link, not
+// one peer's upload, sets the pace. fetchRange is the blocks (of
+// wire.ExchangeBlock values, 1 MiB) one request asks for. (Variables for
+// tests.)
+var fetchPeers, fetchRange = 4, 16
+
+// fetchFailures is how many peers may fail (not for running another
+// model) before a fetch gives up.
+const fetchFailures = 3
+
+// fetched is what fetchModel got: the model into dst, the step of the
+// peer nearest the front of the list that gave a part of it, and who
+// gave it.
+type fetched struct {
+	step  psp.Step
+	from  peer.ID
+	peers int // peers that gave a part
 }
 
-// peekModel asks p for its model and reads only the head of the reply:
-// nil if p runs this node's model, a *ModelMismatchError if it runs
-// another, or why p did not say.
+// fetchModel fetches the node's model from peers, in ranges of fetchRange
+// blocks, from up to fetchPeers of them at once, in their order: a range
+// that a peer does not finish (its stream breaks or stalls past a block's
+// deadline, or a block is malformed) goes to another peer from the block
+// it stopped at, and that peer is dropped. A peer that runs another model
+// is held out (mismatches lists them) and does not count as a failure. It
+// fails when every peer failed or fetchFailures did, or ctx ends.
+func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (f fetched, mismatches []*ModelMismatchError, err error) {
+	ours := n.shape()
+	if len(dst) != ours.N {
+		return f, nil, fmt.Errorf("node: a destination of %d values for a model of %d", len(dst), ours.N)
+	}
+	ctx = n.overRelay(ctx)
+	wait := 10 * n.cfg.Check.QueryTimeout
+	nb := wire.Blocks(ours.N)
+	type span struct{ first, count int }
+	var (
+		mu      sync.Mutex
+		todo    []span
+		left    = nb
+		next    int // the next peer of peers to start
+		failed  int
+		lastErr = errors.New("no peer answered")
+		gave    = map[int]psp.Step{} // index in peers -> its step, for those that gave blocks
+	)
+	for b := 0; b < nb; b += fetchRange {
+		todo = append(todo, span{b, min(fetchRange, nb-b)})
+	}
+	var wg sync.WaitGroup
+	var start func()
+	cond := sync.NewCond(&mu)
+	working := 0 // workers with a range in hand
+	// worker fetches ranges from peers[i] until none is left or the peer
+	// fails; a worker that fails gives its range's rest back and starts
+	// the next peer. A worker without a range waits while another has
+	// one: that one may give part of it back.
+	worker := func(i int) {
+		defer wg.Done()
+		p := peers[i]
+		mu.Lock()
+		defer mu.Unlock()
+		for {
+			for len(todo) == 0 && working > 0 && ctx.Err() == nil {
+				cond.Wait()
+			}
+			if len(todo) == 0 || ctx.Err() != nil {
+				cond.Broadcast()
+				return
+			}
+			sp := todo[len(todo)-1]
+			todo = todo[:len(todo)-1]
+			working++
+			mu.Unlock()
+			step, taken, err := wire.FetchBlocks(ctx, n.h, p, n.cfg.Job, ours, sp.first, sp.count, dst, n.cfg.Exchange.MaxAbsValue, wait)
+			mu.Lock()
+			working--
+			left -= taken
+			if taken > 0 {
+				if _, ok := gave[i]; !ok {
+					gave[i] = step
+				}
+			}
+			if err == nil {
+				cond.Broadcast()
+				continue
+			}
+			todo = append(todo, span{sp.first + taken, sp.count - taken})
+			var mm *ModelMismatchError
+			if errors.As(n.mismatch(p, err), &mm) {
+				mismatches = append(mismatches, mm)
+			} else {
+				failed++
+				lastErr = err
+				n.log.Debug("model fetch from a peer failed", "peer", p, "blocks", sp.count, "taken", taken, "err", err)
+			}
+			if failed < fetchFailures {
+				start()
+			}
+			cond.Broadcast()
+			return
+		}
+	}
+	// start starts the next peer's worker; mu is held.
+	start = func() {
+		if next < len(peers) && ctx.Err() == nil {
+			wg.Add(1)
+			go worker(next) // ends when the ranges are done, or its peer fails
+			next++
+		}
+	}
+	stop := context.AfterFunc(ctx, func() { // wake the waiting workers
+		mu.Lock()
+		cond.Broadcast()
+		mu.Unlock()
+	})
+	defer stop()
+	mu.Lock()
+	for range min(fetchPeers, len(peers)) {
+		start()
+	}
+	mu.Unlock()
+	wg.Wait()
+	mu.Lock()
+	defer mu.Unlock()
+	if left > 0 {
+		switch {
+		case ctx.Err() != nil:
+			return f, mismatches, ctx.Err()
+		case failed == 0 && len(mismatches) > 0:
+			return f, mismatches, mismatches[0]
+		}
+		return f, mismatches, fmt.Errorf("%d of %d blocks of the model not fetched: %w", left, nb, lastErr)
+	}
+	f.peers = len(gave)
+	for i := range peers {
+		if s, ok := gave[i]; ok {
+			f.step, f.from = s, peers[i]
+			break
+		}
+	}
+	return f, mismatches, nil
+}
+
+// peekModel asks p for the head of its model's reply alone: nil if p runs
+// this node's model, a *ModelMismatchError if it runs another, or why p
+// did not say.
 func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
 	ctx, cancel := context.WithTimeout(ctx, n.cfg.Check.QueryTimeout)
 	defer cancel()
-	return n.mismatch(p, wire.PeekModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape()))
+	_, err := wire.PeekModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape())
+	return n.mismatch(p, err)
 }
 
-// overRelay lets a model stream cross a relay only if the whole model
-// fits (netsetup.OverRelay): the answerer writes it all before it sees a
+// overRelay lets a model stream cross a relay only if a range fits
+// (netsetup.OverRelay): the answerer writes it all before it sees a
 // reset.
 func (n *Node) overRelay(ctx context.Context) context.Context {
-	return netsetup.OverRelay(ctx, wire.MaxModelFrame(n.model.NumParams()), "model")
+	return netsetup.OverRelay(ctx, 4*min(n.model.NumParams(), fetchRange*wire.ExchangeBlock), "model")
 }
 
 // mismatch turns wire's model mismatch from p into a *ModelMismatchError;
@@ -66,30 +202,60 @@ func (n *Node) mismatch(p peer.ID, err error) error {
 }
 
 // modelSource is the node as its model server sees it (wire.ModelSource).
-type modelSource Node
+type modelSource struct {
+	n *Node
+	// The task's parameters as float64, kept for the blocks of the node's
+	// step (a task that has them only whole: a built-in task, a trainer
+	// under gossip); an exchange that holds the model (epidemic) serves
+	// its blocks as they are.
+	mu     sync.Mutex
+	at     psp.Step
+	params []float64
+}
 
 // ModelHead is the node's step and model. A driven node with no model yet
 // (before its first trainer), or no trainer to ask, has none: the asker
 // tries another peer. (A node whose task has no model answers n = 0.)
 func (s *modelSource) ModelHead() (psp.Step, wire.ModelShape, bool) {
-	n := (*Node)(s)
+	n := s.n
 	if n.driver != nil && (!n.modelUp.Load() || n.idle.Load()) {
 		return 0, wire.ModelShape{}, false
 	}
 	return n.step.Load(), n.shape(), true
 }
 
-// ModelParams are the task's parameters for a peer's model fetch.
-func (s *modelSource) ModelParams(ctx context.Context) ([]float64, error) {
-	n := (*Node)(s)
-	if ps, ok := n.model.(ParamSource); ok {
-		return ps.ParamsContext(ctx)
+// ReadModel writes the values [lo, hi) of the node's model into dst: from
+// the exchange's model when it holds one, else from the task's parameters.
+func (s *modelSource) ReadModel(ctx context.Context, lo, hi int, dst []float32) error {
+	n := s.n
+	if n.exch().ReadModel(lo, hi, dst) {
+		return nil
 	}
-	return n.model.Params(), nil
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if step := n.step.Load(); s.params == nil || s.at != step {
+		var p []float64
+		if ps, ok := n.model.(ParamSource); ok {
+			var err error
+			if p, err = ps.ParamsContext(ctx); err != nil {
+				return err
+			}
+		} else {
+			p = n.model.Params()
+		}
+		s.params, s.at = p, step
+	}
+	if hi > len(s.params) || lo < 0 || lo > hi {
+		return fmt.Errorf("the task gave %d parameters, the model has %d", len(s.params), n.model.NumParams())
+	}
+	for i, x := range s.params[lo:hi] {
+		dst[i] = float32(x)
+	}
+	return nil
 }
 
 // serveModel is the model protocol's stream handler.
 func (n *Node) serveModel(s network.Stream) {
-	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: (*modelSource)(n), Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
+	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: n.models, Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
 	sv.Serve(s)
 }

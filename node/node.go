@@ -138,6 +138,7 @@ type Node struct {
 	stepServer *wire.StepServer
 	stepIn     *wire.Inbound
 	modelIn    *wire.Inbound
+	models     *modelSource // what the model protocol serves
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen

@@ -117,11 +117,11 @@ func (n *Node) rebase(js jobView, why string) bool {
 			n.log.Warn("could not fetch the job's model: trying again", "why", why, "err", js.fetchErr)
 			return false
 		}
-		n.exch().Restart(js.model.Params)
+		n.exch().Restart(js.model)
 		if n.driver != nil {
-			n.driver.setReset(Reset{Step: js.adopt, Params: js.model.Params, Lineage: js.genesis.String(),
+			n.driver.setReset(Reset{Step: js.adopt, Params: js.model, Lineage: js.genesis.String(),
 				Reason: fmt.Sprintf("%s: took the job's step %d and the model of peer %s", why, js.adopt, js.from)})
-		} else if err := n.model.SetParams(js.model.Params); err != nil {
+		} else if err := n.model.SetParams(to64(js.model)); err != nil {
 			n.log.Warn("could not take the job's model: trying again", "why", why, "peer", js.from, "err", err)
 			return false
 		}

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"log/slog"
 	"math"
 	"sync"
 	"sync/atomic"
@@ -182,17 +183,26 @@ func (im *impostor) handleStep(s network.Stream) {
 func (im *impostor) handleModel(s network.Stream) {
 	defer s.Close()
 	defer bound(s)()
-	if _, err := wire.ReadFrame(bufio.NewReader(s), 8); err != nil {
-		_ = s.Reset()
-		return
+	src := constModel{step: im.step, shape: wire.ModelShape{ID: im.modelID, N: im.n}, value: float32(im.value)}
+	sv := wire.ModelServer{Life: context.Background(), Timeout: impostorStreamTimeout, Source: src, Log: slog.New(slog.DiscardHandler)}
+	sv.Serve(s)
+	im.models.Add(1)
+}
+
+// constModel is a model whose every value is value, at step: what an
+// impostor serves.
+type constModel struct {
+	step  int64
+	shape wire.ModelShape
+	value float32
+}
+
+func (c constModel) ModelHead() (int64, wire.ModelShape, bool) { return c.step, c.shape, true }
+func (c constModel) ReadModel(_ context.Context, lo, hi int, dst []float32) error {
+	for i := range dst {
+		dst[i] = c.value
 	}
-	params := make([]float64, im.n)
-	for i := range params {
-		params[i] = im.value
-	}
-	if _, err := s.Write(wire.AppendModelReply(nil, wire.ModelSnapshot{Step: im.step, ModelID: im.modelID, Params: params})); err == nil {
-		im.models.Add(1)
-	}
+	return nil
 }
 
 // startImpostor installs the impostor of a lineage-hijack or joiner-wedge
@@ -359,7 +369,7 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 	backoff := driftBackoffMin
 	h := m.nd.Host()
 	for ctx.Err() == nil {
-		snap, err := fetchModelT(ctx, h, victim, modelID, n)
+		step, params, err := fetchModelT(ctx, h, victim, modelID, n)
 		if err != nil {
 			t.hostile.driftOther.Add(1)
 			sleepCtx(ctx, driftBackoffMax)
@@ -367,10 +377,10 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 		}
 		t.hostile.driftModelsFetched.Add(1)
 		shift := dist / math.Sqrt(float64(n))
-		for i, v := range snap.Params {
-			snap.Params[i] = max(-maxAbs, min(maxAbs, v+shift))
+		for i, v := range params {
+			params[i] = max(-maxAbs, min(maxAbs, v+shift))
 		}
-		status, err := pushModelT(ctx, h, victim, snap.Step, modelID, snap.Params)
+		status, err := pushModelT(ctx, h, victim, step, modelID, params)
 		t.hostile.driftPushes.Add(1)
 		switch {
 		case err != nil:
@@ -397,10 +407,16 @@ func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
 }
 
 // fetchModelT asks p for its model over the model protocol.
-func fetchModelT(ctx context.Context, h host.Host, p peer.ID, modelID uint32, n int) (wire.ModelSnapshot, error) {
+func fetchModelT(ctx context.Context, h host.Host, p peer.ID, modelID uint32, n int) (int64, []float64, error) {
 	sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	return wire.FetchModel(sctx, h, p, "testnet", wire.ModelShape{ID: modelID, N: n}, 0)
+	v := make([]float32, n)
+	step, _, err := wire.FetchBlocks(sctx, h, p, "testnet", wire.ModelShape{ID: modelID, N: n}, 0, wire.Blocks(n), v, 0, 5*time.Second)
+	params := make([]float64, n)
+	for i, x := range v {
+		params[i] = float64(x)
+	}
+	return step, params, err
 }
 
 // pushModelT offers params to p as an epidemic model (at step) and sends

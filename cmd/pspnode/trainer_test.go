@@ -323,7 +323,7 @@ import os, sys, torch, pspnode
 from pspnode.trainer.v3 import trainer_pb2
 here = os.path.dirname(pspnode.__file__)
 assert here.startswith(sys.prefix), (here, sys.prefix)
-assert os.path.exists(os.path.join(here, "trainer", "v2", "trainer_pb2.pyi")), "no .pyi installed"
+assert os.path.exists(os.path.join(here, "trainer", "v3", "trainer_pb2.pyi")), "no .pyi installed"
 assert os.path.exists(os.path.join(here, "py.typed"))
 m = torch.nn.Linear(3, 1)
 opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job="installed", start_timeout=30)

@@ -10,12 +10,21 @@ Each step computes a small forward and backward pass and then sleeps
 update meanwhile, on the machine's other core).
 
 The figure is the time pspnode.Optimizer.step() takes beyond the wrapped
-optimizer's own step: the snapshot of the parameters, the delta written
-into shared memory, the daemon's Step call (publish, a barrier that does
-not wait, pull) and the merge of the peer's update. Also reported: the Step
-call alone, and how many steps merged an update or waited at the barrier.
+optimizer's own step: under the epidemic exchange (the daemon's default),
+with shared memory, the daemon's Step call alone (the parameters live in
+shared memory: the daemon checks the model, takes it and averages the
+peer's into it in place); under gossip also the snapshot of the
+parameters, the delta written into shared memory and the merge of the
+peer's update. Also reported: the Step call alone, how many steps merged an
+update or waited at the barrier, the daemon's CPU per step, and the peak
+resident memory of the measured trainer's process and of its daemon. Times
+are also given in memory passes: the time of a torch copy_ of the
+parameters into a warm buffer, measured in the same process after the
+steps (the pass is this machine's floor for touching the model once).
 
     make build && /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode
+    /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode --params 10000000 --steps 40 --warmup 5 --compute 0.1
+    /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode --exchange gossip   # every delta to every peer
     /usr/bin/python3 examples/torch/bench_bridge.py --bin bin/pspnode --no-shm   # through the socket
 """
 
@@ -33,7 +42,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
 
 
-def start_daemon(binary, tmp, name, boot=None, barrier="pssp:1:4", exchange="gossip"):
+def start_daemon(binary, tmp, name, boot=None, barrier="pssp:1:4", exchange="epidemic:4"):
     sock = os.path.join(tmp, name + ".sock")
     args = [binary, "run", "--job", "bench-bridge", "--listen", "/ip4/127.0.0.1/tcp/0", "--trainer", "unix:" + sock,
             "--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"]
@@ -57,6 +66,15 @@ def cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def peak_rss_mib(pid="self"):
+    """A process's peak resident set (VmHWM, Linux), in MiB."""
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def pct(v, q):
     v = sorted(v)
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
@@ -71,6 +89,9 @@ def trainer(a):
     n_out = max(1, a.params // (n_in + 1))
     model = torch.nn.Linear(n_in, n_out)
     inner = torch.optim.SGD(model.parameters(), lr=1e-3)
+    # The process before pspnode: Python, torch, grpc and the model.
+    import grpc  # noqa: F401 (its memory counts in the baseline)
+    base_rss = peak_rss_mib()
     opt = pspnode.Optimizer(inner, a.daemon, model=model, model_name="bench-linear", shared_memory=not a.no_shm,
                             connect_timeout=60)
     inner_t, rpc_t = [], []
@@ -103,15 +124,31 @@ def trainer(a):
         total = time.perf_counter() - t
         if i >= a.warmup:
             over.append(total - inner_t[-1])
+    peak_rss = peak_rss_mib()  # before the pass's buffer below
+    in_region, shared = opt._in_region, opt.client.shared
+    opt.close()
+    # One memory pass: a copy_ of the parameters into a warm buffer.
+    buf = [torch.empty_like(p) for p in model.parameters()]
+    passes = []
+    for _ in range(21):
+        t = time.perf_counter()
+        with torch.no_grad():
+            for b, p in zip(buf, model.parameters()):
+                b.copy_(p)
+        passes.append(time.perf_counter() - t)
+    pass_s = statistics.median(passes[1:])
     res = {
-        "params": opt.num_params, "shared_memory": opt.client.shared, "steps": a.steps, "compute_s": a.compute,
+        "params": opt.num_params, "shared_memory": shared, "params_in_shared_memory": in_region,
+        "steps": a.steps, "compute_s": a.compute,
         "overhead_ms": {q: 1e3 * pct(over, p) for q, p in (("p50", .5), ("p90", .9), ("p99", .99))},
         "step_call_ms": {q: 1e3 * pct(rpc_t[a.warmup:], p) for q, p in (("p50", .5), ("p90", .9), ("p99", .99))},
         "inner_step_ms_p50": 1e3 * statistics.median(inner_t[a.warmup:]),
+        "pass_ms": 1e3 * pass_s,
         "merged_share": sum(1 for r in replies[a.warmup:] if r.merged) / max(1, len(replies) - a.warmup),
         "barrier_waited_share": sum(1 for r in replies[a.warmup:] if r.barrier.checks > 1) / max(1, len(replies) - a.warmup),
+        "trainer_peak_rss_mib": peak_rss, "trainer_base_rss_mib": base_rss,
+        "model_mib": 4 * opt.num_params / 2**20,
     }
-    opt.close()
     return res
 
 
@@ -124,7 +161,7 @@ def main():
     ap.add_argument("--compute", type=float, default=0.03, help="seconds of compute per step besides the small pass")
     ap.add_argument("--no-shm", action="store_true", help="tensors through the socket")
     ap.add_argument("--barrier", default="pssp:1:4", help="the daemons' barrier (asp: no peer is asked)")
-    ap.add_argument("--exchange", default="gossip", help="the daemons' exchange")
+    ap.add_argument("--exchange", default="epidemic:4", help="the daemons' exchange (the daemon's default: epidemic:4)")
     ap.add_argument("--no-peer", action="store_true",
                     help="one trainer and its daemon alone: the bridge's own cost, without a peer's updates to receive")
     ap.add_argument("--json", action="store_true")
@@ -148,8 +185,9 @@ def main():
         out = subprocess.run(base[:5] + [str(a.steps)] + base[6:] + ["--daemon", sa], capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
         res["daemon_cpu_ms_per_step"] = 1e3 * (cpu_seconds(pa.pid) - cpu0) / (a.steps + a.warmup)
+        res["daemon_peak_rss_mib"] = peak_rss_mib(pa.pid)
         if peer is not None:
-            peer.wait(timeout=120)
+            peer.wait(timeout=600)
     finally:
         for p in daemons:
             p.kill()
@@ -161,12 +199,19 @@ def main():
     print(f"{res['params']} float32 parameters, shared memory {'on' if res['shared_memory'] else 'off'}, "
           f"barrier {a.barrier}, exchange {a.exchange}, {'a peer stepping alike' if not a.no_peer else 'no peer'}, "
           f"{res['steps']} steps, {1e3 * res['compute_s']:.0f} ms of compute each")
-    o, c = res["overhead_ms"], res["step_call_ms"]
-    print(f"  optimizer.step() beyond the wrapped step: p50 {o['p50']:.2f} ms, p90 {o['p90']:.2f}, p99 {o['p99']:.2f}")
+    o, c, ps = res["overhead_ms"], res["step_call_ms"], res["pass_ms"]
+    print(f"  optimizer.step() beyond the wrapped step: p50 {o['p50']:.2f} ms ({o['p50'] / ps:.1f} passes), "
+          f"p90 {o['p90']:.2f}, p99 {o['p99']:.2f}")
     print(f"  of which the daemon's Step call:           p50 {c['p50']:.2f} ms, p90 {c['p90']:.2f}, p99 {c['p99']:.2f}")
+    print(f"  one memory pass (copy_ of the parameters into a warm buffer): {ps:.2f} ms"
+          f"{'; the parameters lived in shared memory' if res['params_in_shared_memory'] else ''}")
     print(f"  steps that merged a peer's update: {100 * res['merged_share']:.0f} %; "
           f"that waited at the barrier: {100 * res['barrier_waited_share']:.0f} %")
-    print(f"  the measured trainer's daemon: {res['daemon_cpu_ms_per_step']:.1f} CPU-ms per step")
+    print(f"  the measured trainer's daemon: {res['daemon_cpu_ms_per_step']:.1f} CPU-ms per step "
+          f"({res['daemon_cpu_ms_per_step'] / ps:.1f} passes), peak RSS {res['daemon_peak_rss_mib']:.0f} MiB "
+          f"({res['daemon_peak_rss_mib'] / res['model_mib']:.1f} × the model's {res['model_mib']:.0f} MiB)")
+    print(f"  the measured trainer's process: peak RSS {res['trainer_peak_rss_mib']:.0f} MiB "
+          f"({res['trainer_base_rss_mib']:.0f} before pspnode, with the model)")
 
 
 if __name__ == "__main__":

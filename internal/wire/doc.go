@@ -17,11 +17,11 @@
 // Byte order: the fixed-width integers and floats of these protocols'
 // own fields are big-endian (network byte order), as they have been since
 // their 1.0.0 versions; a change would need new protocol versions for no
-// gain. The one little-endian part is the exchange message's payload: an
-// update of the gossip wire format (package gossip), whose values are
-// float32 tensors, which trainers hold little-endian (numpy and torch on
-// every CPU pspnode runs on) and the trainer API carries little-endian, so
-// they cross from a trainer to the wire without a byte swap.
+// gain. The little-endian parts are a model's values (the model and
+// exchange protocols' blocks): float32 tensors, which trainers hold
+// little-endian (numpy and torch on every CPU pspnode runs on) and the
+// trainer API carries little-endian, so they cross from a trainer to the
+// wire without a byte swap.
 //
 // Step protocol /psp/<job>/step/1.0.0 and 1.1.0 (step.go: the messages,
 // asking with stream reuse; stepserve.go: answering), request and reply
@@ -36,17 +36,23 @@
 // job's lineage (genesis) and the sender's model, and whether it sends
 // progress notices (StepExt).
 //
-// Model protocol /psp/<job>/model/1.0.0 (model.go):
+// Model protocol /psp/<job>/model/2.0.0 (model.go): a range of blocks of
+// the model (ExchangeBlock values each), so that a joiner fetches a large
+// model from several peers at once and resumes a broken range elsewhere.
 //
-//	request: version u8
-//	reply:   version u8 | step i64 | model id u32 | n u32 | n × f64 params
+//	request: version u8 (2) | first block u32 | count u32   (count 0: the head alone)
+//	reply:   version u8 (2) | step i64 | model id u32 | n u32 | block u32   (a frame)
+//	         then count × (index u32 | count u32 | count × f32 little-endian)
 //
-// Exchange protocol /psp/<job>/exchange/1.0.0 (exchange.go): one stream
-// per model; the sender writes one frame, half-closes, reads one reply
-// frame and closes.
+// Exchange protocol /psp/<job>/exchange/2.0.0 (exchange.go): one stream
+// per model. The sender offers the model; the receiver's verdict comes
+// before any of its bytes; a model taken follows in blocks, each judged
+// and added as it comes; a final answer says whether all of it was taken.
 //
-//	request: version u8 | exchange u8 (1: epidemic) | payload
-//	reply:   version u8 | status u8 (0: taken, else the reason's code) | exchange u8 (the answerer's)
+//	offer:   version u8 (2) | exchange u8 | encoding u8 (1: f32) | 0 | step i64 | model id u32 |
+//	         n u32 | block u32 | first u32 | count u32
+//	verdict, final: version u8 (2) | status u8 (0: taken, else the reason's code) | exchange u8
+//	blocks:  as the model protocol's
 //
 // Inbound streams of each protocol are capped per peer and in all
 // (inbound.go); the step protocol's idle streams make room for new ones.

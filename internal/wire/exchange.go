@@ -208,26 +208,14 @@ func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer,
 	if cap(buf) < ExchangeBlock {
 		buf = make([]float32, ExchangeBlock)
 	}
-	head := make([]byte, chunkHeadLen, chunkHeadLen+4*ExchangeBlock)
 	for b := int(o.First); b < int(o.First+o.Count); b++ {
 		lo, hi := BlockRange(b, int(o.N))
 		v := buf[:hi-lo]
 		fill(b, v)
-		binary.BigEndian.PutUint32(head[0:], uint32(b))
-		binary.BigEndian.PutUint32(head[4:], uint32(hi-lo))
 		dl.arm()
-		var werr error
-		if f32.LittleEndian {
-			// The head, then the values as they lie in memory: no copy.
-			if _, werr = s.Write(head[:chunkHeadLen]); werr == nil {
-				_, werr = s.Write(f32.Bytes(v))
-			}
-		} else {
-			_, werr = s.Write(f32.Append(head[:chunkHeadLen], v))
-		}
-		if werr != nil {
+		if err := writeBlock(s, b, v); err != nil {
 			_ = s.Reset()
-			return "", theirs, st, werr
+			return "", theirs, st, err
 		}
 		st.Blocks++
 		st.Bytes += chunkHeadLen + 4*len(v)
@@ -443,6 +431,23 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		}
 	}
 	return int(o.Count), ""
+}
+
+// writeBlock writes block b, its head and its values v, to w: the values
+// as they lie in memory on a little-endian CPU (no copy), else converted.
+func writeBlock(w io.Writer, b int, v []float32) error {
+	var head [chunkHeadLen]byte
+	binary.BigEndian.PutUint32(head[0:], uint32(b))
+	binary.BigEndian.PutUint32(head[4:], uint32(len(v)))
+	if !f32.LittleEndian {
+		_, err := w.Write(f32.Append(head[:], v))
+		return err
+	}
+	if _, err := w.Write(head[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(f32.Bytes(v))
+	return err
 }
 
 // readFloats reads len(v) little-endian float32 values into v.

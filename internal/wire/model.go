@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -17,38 +17,44 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/psp"
 )
 
-// The model message: a joiner's "send me your model" and the model (see
-// the package comment for the layout). This file holds its codec and how
-// a stream carries it: FetchModel and PeekModel ask, ServeModel answers.
-// A reply is read in two parts, its head (step, model id, parameter
-// count) and its parameters, so that a model of another shape is found
-// from the head whatever its size, and a peek reads nothing more.
+// The model message: a joiner's "send me blocks of your model" and the
+// answer (see the package comment for the layout). This file holds its
+// codec and how a stream carries it: FetchBlocks and PeekModel ask,
+// ModelServer answers.
+//
+// A model goes in the exchange's blocks (ExchangeBlock values, float32),
+// any range of them per request: a joiner fetches the ranges of a large
+// model from several peers at once, and fetches a range again from another
+// peer when a stream breaks, so nothing it has is fetched twice. The
+// answer's head (step, model id, parameter count) comes first, so that a
+// model of another shape is found from the head whatever its size, and a
+// peek (no blocks asked for) reads nothing more.
+
+// ModelVersion is the first byte of every model message body. (The model
+// protocol's 1.0.0, the whole model in one frame of float64, is not
+// served: a joiner held a model twice in float64 before it had it.)
+const ModelVersion = 2
 
 // ModelProtocol returns the ID of a job's model protocol.
-func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/1.0.0") }
+func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/2.0.0") }
 
-// ModelHeaderLen is the length of a model reply's body before its
-// parameters: version, step, model id and parameter count.
-const ModelHeaderLen = 1 + 8 + 4 + 4
-
-// MaxModelFrame is the largest model reply accepted for n parameters.
-func MaxModelFrame(n int) int { return ModelHeaderLen + 8*n }
+// ModelRequestLen and ModelHeaderLen are the lengths of a model request's
+// body and of the reply's head's: version, then first block and count;
+// version, step, model id, parameter count and values per block.
+const (
+	ModelRequestLen = 1 + 4 + 4
+	ModelHeaderLen  = 1 + 8 + 4 + 4 + 4
+)
 
 // ModelShape is what a model is, as peers compare it: its architecture's
 // id and its parameter count.
 type ModelShape struct {
 	ID uint32
 	N  int
-}
-
-// ModelSnapshot is a model transferred to a joining node.
-type ModelSnapshot struct {
-	Step    psp.Step
-	ModelID uint32
-	Params  []float64
 }
 
 // ErrModelMismatch is wrapped by the error for a reply of another model
@@ -67,135 +73,139 @@ func (e *ModelMismatch) Error() string {
 
 func (e *ModelMismatch) Unwrap() error { return ErrModelMismatch }
 
-// AppendModelHead appends the start of a model reply frame of count
-// parameters to b: the frame's length, then the body up to the
-// parameters.
-func AppendModelHead(b []byte, step psp.Step, modelID uint32, count int) []byte {
-	b = binary.AppendUvarint(b, uint64(MaxModelFrame(count)))
-	b = append(b, Version)
-	b = binary.BigEndian.AppendUint64(b, uint64(step))
-	b = binary.BigEndian.AppendUint32(b, modelID)
+// AppendModelRequest appends the frame of a request for count blocks from
+// first (count 0: the head alone) to b.
+func AppendModelRequest(b []byte, first, count int) []byte {
+	b = binary.AppendUvarint(b, ModelRequestLen)
+	b = append(b, ModelVersion)
+	b = binary.BigEndian.AppendUint32(b, uint32(first))
 	return binary.BigEndian.AppendUint32(b, uint32(count))
 }
 
-// AppendModelParams appends the parameters of a model reply to b.
-func AppendModelParams(b []byte, params []float64) []byte {
-	for _, v := range params {
-		b = binary.BigEndian.AppendUint64(b, math.Float64bits(v))
-	}
-	return b
+// AppendModelHead appends the frame of a reply's head to b.
+func AppendModelHead(b []byte, step psp.Step, shape ModelShape) []byte {
+	b = binary.AppendUvarint(b, ModelHeaderLen)
+	b = append(b, ModelVersion)
+	b = binary.BigEndian.AppendUint64(b, uint64(step))
+	b = binary.BigEndian.AppendUint32(b, shape.ID)
+	b = binary.BigEndian.AppendUint32(b, uint32(shape.N))
+	return binary.BigEndian.AppendUint32(b, ExchangeBlock)
 }
 
-// AppendModelReply appends m's whole reply frame to b.
-func AppendModelReply(b []byte, m ModelSnapshot) []byte {
-	return AppendModelParams(AppendModelHead(b, m.Step, m.ModelID, len(m.Params)), m.Params)
-}
-
-// ReadModelHead reads the head of a model reply, up to its parameters,
-// and checks it against ours, the reader's model: a reply of another
-// shape is a *ModelMismatch.
-func ReadModelHead(r *bufio.Reader, ours ModelShape) (ModelSnapshot, error) {
-	size, err := binary.ReadUvarint(r)
+// ReadModelHead reads the head of a model reply and checks it against
+// ours, the reader's model: a reply of another shape is a
+// *ModelMismatch. It returns the answerer's step.
+func ReadModelHead(r *bufio.Reader, ours ModelShape) (psp.Step, error) {
+	body, err := ReadFrame(r, ModelHeaderLen)
 	if err != nil {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply length: %w", ErrMalformed, err)
+		return 0, err
 	}
-	var head [ModelHeaderLen]byte
-	if _, err := io.ReadFull(r, head[:]); err != nil {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply head: %w", ErrMalformed, err)
+	if len(body) != ModelHeaderLen || body[0] != ModelVersion {
+		return 0, fmt.Errorf("%w: model reply head of %d bytes, version %d", ErrMalformed, len(body), body[0])
 	}
-	if head[0] != Version {
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply version %d, want %d", ErrMalformed, head[0], Version)
-	}
-	m := ModelSnapshot{Step: psp.Step(binary.BigEndian.Uint64(head[1:])), ModelID: binary.BigEndian.Uint32(head[9:])}
-	count := binary.BigEndian.Uint32(head[13:])
+	step := psp.Step(binary.BigEndian.Uint64(body[1:]))
+	theirs := ModelShape{ID: binary.BigEndian.Uint32(body[9:]), N: int(binary.BigEndian.Uint32(body[13:]))}
 	switch {
-	case m.Step < 0:
-		return ModelSnapshot{}, fmt.Errorf("%w: negative step %d", ErrMalformed, m.Step)
-	case m.ModelID != ours.ID || int64(count) != int64(ours.N):
-		return ModelSnapshot{}, &ModelMismatch{Theirs: ModelShape{m.ModelID, int(count)}, Ours: ours}
-	case size != uint64(MaxModelFrame(ours.N)):
-		return ModelSnapshot{}, fmt.Errorf("%w: model reply of %d bytes for %d parameters", ErrMalformed, size, count)
+	case step < 0:
+		return 0, fmt.Errorf("%w: negative step %d", ErrMalformed, step)
+	case theirs != ours:
+		return 0, &ModelMismatch{Theirs: theirs, Ours: ours}
+	case binary.BigEndian.Uint32(body[17:]) != ExchangeBlock:
+		return 0, fmt.Errorf("%w: blocks of %d values, want %d", ErrMalformed, binary.BigEndian.Uint32(body[17:]), ExchangeBlock)
 	}
-	return m, nil
+	return step, nil
 }
 
-// ReadModelParams reads the n parameters that follow a model reply's
-// head. Each must be finite and, if maxAbs > 0, within ±maxAbs: no honest
-// model has one beyond the exchange's bound, which every receiver of
-// updates and models holds them to.
-func ReadModelParams(r io.Reader, n int, maxAbs float64) ([]float64, error) {
-	body, err := ReadBody(r, 8*n)
-	if err != nil {
-		return nil, err
+// FetchBlocks asks p, over h, for count blocks of its model from first,
+// and reads them into dst (the whole model: ours.N values), each checked:
+// every value finite and, if maxAbs > 0, within ±maxAbs (no honest model
+// has one beyond the exchange's bound). Each wait, for the head or a
+// block, has a deadline of wait; ctx ends the whole. It returns p's step
+// and how many blocks it took before it stopped (all of them when err is
+// nil): a caller fetches the rest from another peer.
+func FetchBlocks(ctx context.Context, h host.Host, p peer.ID, job string, ours ModelShape, first, count int, dst []float32, maxAbs float64, wait time.Duration) (step psp.Step, taken int, err error) {
+	if first < 0 || count < 0 || first+count > Blocks(ours.N) || len(dst) != ours.N {
+		return 0, 0, fmt.Errorf("blocks %d to %d of a model of %d blocks, into %d values", first, first+count, Blocks(ours.N), len(dst))
 	}
-	params := make([]float64, n)
-	for i := range params {
-		v := math.Float64frombits(binary.BigEndian.Uint64(body[8*i:]))
-		if math.IsNaN(v) || math.IsInf(v, 0) {
-			return nil, fmt.Errorf("%w: parameter %d is %v", ErrMalformed, i, v)
-		}
-		if maxAbs > 0 && math.Abs(v) > maxAbs {
-			return nil, fmt.Errorf("%w: parameter %d is %v, beyond the exchange's bound of ±%v", ErrMalformed, i, v, maxAbs)
-		}
-		params[i] = v
-	}
-	return params, nil
-}
-
-// FetchModel asks p, over h, for its model of job, within ctx, and checks
-// it against ours (ReadModelHead, ReadModelParams). ctx must carry a
-// deadline.
-func FetchModel(ctx context.Context, h host.Host, p peer.ID, job string, ours ModelShape, maxAbs float64) (ModelSnapshot, error) {
 	s, err := h.NewStream(ctx, p, ModelProtocol(job))
 	if err != nil {
-		return ModelSnapshot{}, err
+		return 0, 0, err
 	}
 	defer Guard(ctx, s)()
-	if err := requestModel(ctx, s); err != nil {
-		return ModelSnapshot{}, err
-	}
-	r := bufio.NewReader(io.LimitReader(s, int64(MaxModelFrame(ours.N))+binary.MaxVarintLen64))
-	m, err := ReadModelHead(r, ours)
-	if err == nil {
-		m.Params, err = ReadModelParams(r, ours.N, maxAbs)
-	}
-	if err != nil {
+	dl := newDeadline(s, wait)
+	defer dl.stop()
+	if _, err := s.Write(AppendModelRequest(nil, first, count)); err != nil {
 		_ = s.Reset()
-		return ModelSnapshot{}, err
-	}
-	_ = s.Close()
-	return m, nil
-}
-
-// PeekModel asks p for its model and reads only the head of the reply:
-// nil if p runs ours, a *ModelMismatch if it runs another, or why p did
-// not say. ctx must carry a deadline.
-func PeekModel(ctx context.Context, h host.Host, p peer.ID, job string, ours ModelShape) error {
-	s, err := h.NewStream(ctx, p, ModelProtocol(job))
-	if err != nil {
-		return err
-	}
-	defer s.Reset() // the parameters are not wanted
-	defer Guard(ctx, s)()
-	if err := requestModel(ctx, s); err != nil {
-		return err
-	}
-	_, err = ReadModelHead(bufio.NewReaderSize(s, 32), ours)
-	return err
-}
-
-// requestModel sends a model request on s, by ctx's deadline: a frame
-// of one byte, the version.
-func requestModel(ctx context.Context, s network.Stream) error {
-	deadline, _ := ctx.Deadline()
-	_ = s.SetDeadline(deadline)
-	if err := WriteFrame(s, []byte{Version}); err != nil {
-		_ = s.Reset()
-		return err
+		return 0, 0, err
 	}
 	_ = s.CloseWrite()
-	return nil
+	step, taken, err = readModelReply(bufio.NewReaderSize(s, 64<<10), ours, first, count, dst, maxAbs, dl.arm)
+	if err != nil {
+		_ = s.Reset()
+		return step, taken, err
+	}
+	_ = s.Close()
+	return step, count, nil
 }
+
+// readModelReply reads a reply to a request for count blocks from first:
+// its head (checked against ours), then the blocks into dst (the whole
+// model), each checked (see FetchBlocks); arm starts each block's wait.
+func readModelReply(r *bufio.Reader, ours ModelShape, first, count int, dst []float32, maxAbs float64, arm func()) (step psp.Step, taken int, err error) {
+	if step, err = ReadModelHead(r, ours); err != nil {
+		return 0, 0, err
+	}
+	limit := f32.Limit(maxFloat32)
+	if maxAbs > 0 {
+		limit = f32.Limit(float32(min(maxAbs, maxFloat32)))
+	}
+	var head [chunkHeadLen]byte
+	for i := range count {
+		b := first + i
+		lo, hi := BlockRange(b, ours.N)
+		arm()
+		if _, err := io.ReadFull(r, head[:]); err != nil {
+			return step, i, fmt.Errorf("%w: block %d: %w", ErrMalformed, b, err)
+		}
+		if int(binary.BigEndian.Uint32(head[0:])) != b || int(binary.BigEndian.Uint32(head[4:])) != hi-lo {
+			return step, i, fmt.Errorf("%w: block %d of %d values came as block %d of %d", ErrMalformed, b, hi-lo,
+				binary.BigEndian.Uint32(head[0:]), binary.BigEndian.Uint32(head[4:]))
+		}
+		v := dst[lo:hi]
+		if err := readFloats(r, v); err != nil {
+			return step, i, fmt.Errorf("%w: block %d: %w", ErrMalformed, b, err)
+		}
+		if j, x := f32.First(v, limit); j >= 0 {
+			return step, i, fmt.Errorf("%w: parameter %d is %v, not finite or beyond the exchange's bound of ±%v", ErrMalformed, lo+j, x, maxAbs)
+		}
+	}
+	return step, count, nil
+}
+
+// maxFloat32 is the largest finite float32.
+const maxFloat32 = 3.4028234663852886e38
+
+// PeekModel asks p for the head of its model's reply alone: p's step if
+// it runs ours, a *ModelMismatch if it runs another, or why p did not say.
+// ctx must carry a deadline.
+func PeekModel(ctx context.Context, h host.Host, p peer.ID, job string, ours ModelShape) (psp.Step, error) {
+	s, err := h.NewStream(ctx, p, ModelProtocol(job))
+	if err != nil {
+		return 0, err
+	}
+	defer s.Reset() // nothing more is wanted
+	defer Guard(ctx, s)()
+	deadline, _ := ctx.Deadline()
+	_ = s.SetDeadline(deadline)
+	if _, err := s.Write(AppendModelRequest(nil, 0, 0)); err != nil {
+		return 0, err
+	}
+	_ = s.CloseWrite()
+	return ReadModelHead(bufio.NewReaderSize(s, 64), ours)
+}
+
+// blockBufs are the block buffers model streams serve from.
+var blockBufs = sync.Pool{New: func() any { b := make([]float32, ExchangeBlock); return &b }}
 
 // A ModelSource is what ServeModel serves: the node's model.
 type ModelSource interface {
@@ -203,14 +213,17 @@ type ModelSource interface {
 	// false when there is none to serve now (the asker tries another
 	// peer).
 	ModelHead() (step psp.Step, shape ModelShape, ok bool)
-	// ModelParams are its parameters, within ctx: NumParams of them.
-	ModelParams(ctx context.Context) ([]float64, error)
+	// ReadModel writes the values [lo, hi) of its model into dst, within
+	// ctx (a trainer in another process may take a while to give them).
+	ReadModel(ctx context.Context, lo, hi int, dst []float32) error
 }
 
 // ModelServer answers model requests.
 type ModelServer struct {
-	Life    context.Context // ends when the node closes
-	Timeout time.Duration   // bounds one request and its answer
+	Life context.Context // ends when the node closes
+	// Timeout bounds each wait on a stream: the request, the source's
+	// first values, each block's write.
+	Timeout time.Duration
 	Source  ModelSource
 	// Bad counts malformed requests; None the requests reset for want of
 	// a model to give.
@@ -218,44 +231,56 @@ type ModelServer struct {
 	Log       *slog.Logger
 }
 
-// Serve answers one model request on s. The reply's head (its length,
-// the step, the model id and the parameter count) goes first: an asker
-// that only checks which model the job runs (PeekModel) reads it and
-// goes, without waiting for the parameters, which a trainer in another
-// process may take a while to give.
+// Serve answers one model request on s: the head, then the blocks asked
+// for, each read from the source as it goes out.
 func (sv *ModelServer) Serve(s network.Stream) {
 	defer s.Close()
-	ctx, cancel := context.WithTimeout(sv.Life, sv.Timeout)
+	ctx, cancel := context.WithCancel(sv.Life)
 	defer cancel()
 	defer Guard(ctx, s)()
-	_ = s.SetDeadline(time.Now().Add(sv.Timeout))
-	body, err := ReadFrame(SmallReader(s, 8), 8)
-	if err != nil || len(body) != 1 || body[0] != Version {
+	dl := newDeadline(s, sv.Timeout)
+	defer dl.stop()
+	body, err := ReadFrame(SmallReader(s, ModelRequestLen), ModelRequestLen)
+	if err != nil || len(body) != ModelRequestLen || body[0] != ModelVersion {
 		inc(sv.Bad)
 		_ = s.Reset()
 		return
 	}
+	first, count := int(binary.BigEndian.Uint32(body[1:])), int(binary.BigEndian.Uint32(body[5:]))
 	step, shape, ok := sv.Source.ModelHead()
 	if !ok {
 		inc(sv.None)
 		_ = s.Reset()
 		return
 	}
-	if _, err := s.Write(AppendModelHead(nil, step, shape.ID, shape.N)); err != nil {
+	if int64(first)+int64(count) > int64(Blocks(shape.N)) {
+		inc(sv.Bad)
 		_ = s.Reset()
 		return
 	}
-	params, err := sv.Source.ModelParams(ctx)
-	if err == nil && len(params) != shape.N {
-		err = fmt.Errorf("the task gave %d parameters, its model has %d", len(params), shape.N)
-	}
-	if err != nil {
-		inc(sv.None)
-		sv.Log.Debug("model not served", "to", s.Conn().RemotePeer(), "err", err)
-		_ = s.Reset()
+	if _, err := s.Write(AppendModelHead(nil, step, shape)); err != nil || count == 0 {
 		return
 	}
-	if _, err := s.Write(AppendModelParams(make([]byte, 0, 8*shape.N), params)); err != nil {
-		_ = s.Reset()
+	bp := blockBufs.Get().(*[]float32)
+	defer blockBufs.Put(bp)
+	buf := *bp
+	for b := first; b < first+count; b++ {
+		lo, hi := BlockRange(b, shape.N)
+		v := buf[:hi-lo]
+		dl.arm()
+		rctx, rcancel := context.WithTimeout(ctx, sv.Timeout)
+		err := sv.Source.ReadModel(rctx, lo, hi, v)
+		rcancel()
+		if err != nil {
+			inc(sv.None)
+			sv.Log.Debug("model not served", "to", s.Conn().RemotePeer(), "block", b, "err", err)
+			_ = s.Reset()
+			return
+		}
+		dl.arm()
+		if err := writeBlock(s, b, v); err != nil {
+			_ = s.Reset()
+			return
+		}
 	}
 }

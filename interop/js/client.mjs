@@ -65,7 +65,7 @@ const timeoutMs = Number(env.PSP_TIMEOUT_MS ?? 45000)
 const proto = {
   step: `/psp/${job}/step/1.0.0`,
   step11: `/psp/${job}/step/1.1.0`,
-  model: `/psp/${job}/model/1.0.0`,
+  model: `/psp/${job}/model/2.0.0`,
   pool: `/psp/${job}/pool/1.0.0`,
   kad: `/psp/${job}/kad/1.0.0`
 }
@@ -270,25 +270,48 @@ function parseStepReply11 (body) {
   return { ...parseStepReply(body.subarray(0, 26)), ...parseStepFields(body.subarray(26)) }
 }
 
-// Section 7.3: model reply, 17 + 8·n bytes, big-endian.
-function parseModelReply (body, wantId = modelId, wantN = nParams) {
-  check(body.length === 17 + 8 * wantN, `model reply body is ${body.length} bytes, want ${17 + 8 * wantN}`)
+// Section 7.2: model request, 9 bytes: version 2, first block, count.
+function modelRequest (first, count) {
+  const b = new Uint8Array(9)
+  const dv = new DataView(b.buffer)
+  dv.setUint8(0, 2)
+  dv.setUint32(1, first)
+  dv.setUint32(5, count)
+  return b
+}
+
+// Section 7.3: the model reply's head, 21 bytes, big-endian.
+const BLOCK = 262144
+function parseModelHead (body, wantId = modelId, wantN = nParams) {
+  check(body.length === 21, `model reply head of ${body.length} bytes, want 21`)
   const dv = new DataView(body.buffer, body.byteOffset, body.byteLength)
   const version = dv.getUint8(0)
   const step = dv.getBigInt64(1)
   const id = dv.getUint32(9)
   const n = dv.getUint32(13)
-  check(version === 1, `model reply version ${version}`)
+  const block = dv.getUint32(17)
+  check(version === 2, `model reply version ${version}`)
   check(step >= 0n, `model reply step ${step}`)
   check(id === wantId, `model id 0x${id.toString(16)}, want 0x${wantId.toString(16)}`)
   check(n === wantN, `model n ${n}, want ${wantN}`)
-  const params = []
-  for (let i = 0; i < n; i++) {
-    const v = dv.getFloat64(17 + 8 * i)
+  check(block === BLOCK, `blocks of ${block} values, want ${BLOCK}`)
+  return { step, id, n }
+}
+
+// Section 7.3: one block of a model reply: index and count (big-endian),
+// then count float32 values, little-endian.
+function parseModelBlock (bytes8, values, wantBlock, wantCount) {
+  const dv = new DataView(bytes8.buffer, bytes8.byteOffset, bytes8.byteLength)
+  check(dv.getUint32(0) === wantBlock && dv.getUint32(4) === wantCount,
+    `block ${dv.getUint32(0)} of ${dv.getUint32(4)} values, want block ${wantBlock} of ${wantCount}`)
+  const vv = new DataView(values.buffer, values.byteOffset, values.byteLength)
+  const out = []
+  for (let i = 0; i < wantCount; i++) {
+    const v = vv.getFloat32(4 * i, true)
     check(Number.isFinite(v), `parameter ${i} is ${v}`)
-    params.push(v)
+    out.push(v)
   }
-  return { step, id, n, params }
+  return out
 }
 
 // Section 10.3: decode and validate a GossipSub update (little-endian):
@@ -527,11 +550,13 @@ await run('examples', async () => {
   const qf = parseStepFields(q.subarray(18))
   check(qf.genesis === gen && qf.model.n === 21 && qf.unknown === 1 &&
     Buffer.from(q.subarray(q.length - 15)).toString('hex') === '02081f8601fc000000150903aabbcc', '6.12 unknown field')
-  check(same(frame(Uint8Array.of(1)), hex('0101')), '7.2 request frame')
+  check(same(frame(modelRequest(0, 1)), hex('09020000000000000001')), '7.4 request frame')
   const linreg2 = modelIdOf('linreg|w[1x2] b[1x1]')
   check(linreg2 === 0x44734f20, `7.5 model id 0x${linreg2.toString(16)}`)
-  const m = parseModelReply(unframe(hex('2901000000000000000c44734f20000000033fe0000000000000c0040000000000003ff0000000000000')), linreg2, 3)
-  check(m.step === 12n && m.params.join() === '0.5,-2.5,1', '7.4 model reply')
+  const reply = hex('1502000000000000000c44734f200000000300040000' + '0000000000000003' + '0000003f000020c00000803f')
+  const mh = parseModelHead(unframe(reply.subarray(0, 22)), linreg2, 3)
+  const mv = parseModelBlock(reply.subarray(22, 30), reply.subarray(30), 0, 3)
+  check(mh.step === 12n && mv.join() === '0.5,-2.5,1', '7.4 model reply')
   const sender = hex('002408011220 03a107bff3ce10be1d70dd18e74bc09967e4d6309ba50d5f1ddc8664125531b8')
   check(same(peerIdFromString('12D3KooWA4Xop1JaT3MHxwYMkCepYsv4iPVopMXwCz5iHYdBfeSB').toMultihash().bytes, sender),
     '10.6 sender peer ID')
@@ -576,7 +601,7 @@ await run('identify', async () => {
   // one of them must be there (others may be added).
   const listed = ['/floodsub/1.0.0', '/ipfs/id/1.0.0', '/ipfs/id/push/1.0.0', '/ipfs/ping/1.0.0',
     '/libp2p/circuit/relay/0.2.0/stop', '/meshsub/1.0.0', '/meshsub/1.1.0', '/meshsub/1.2.0',
-    '/meshsub/1.3.0', `/psp/${job}/exchange/1.0.0`, ...Object.values(proto)]
+    '/meshsub/1.3.0', `/psp/${job}/exchange/2.0.0`, ...Object.values(proto)]
   for (const p of listed) {
     check(peer.protocols.includes(p), `identify lacks ${p}: ${peer.protocols.join(' ')}`)
   }
@@ -708,15 +733,22 @@ await run('model', async () => {
   const signal = AbortSignal.timeout(10000)
   const stream = await node.dialProtocol(bootId, proto.model, { signal })
   const bytes = byteStream(stream)
-  await bytes.write(frame(Uint8Array.of(1)), { signal })
-  const want = 17 + 8 * nParams
-  const body = await readFrame(bytes, want, signal)
+  const blocks = Math.ceil(nParams / BLOCK)
+  await bytes.write(frame(modelRequest(0, blocks)), { signal })
+  const body = await readFrame(bytes, 21, signal)
   check(body != null, 'end of stream before the reply')
+  const m = parseModelHead(body)
+  const params = []
+  for (let b = 0; b < blocks; b++) {
+    const count = Math.min(BLOCK, nParams - b * BLOCK)
+    const head = (await bytes.read({ bytes: 8, signal })).subarray()
+    const values = (await bytes.read({ bytes: 4 * count, signal })).subarray()
+    params.push(...parseModelBlock(head, values, b, count))
+  }
   await bytes.unwrap().close({ signal })
-  const m = parseModelReply(body)
   const after = await nodeStatus()
   check(m.step <= BigInt(after.step), `model reply step ${m.step} above the node's step ${after.step}`)
-  const norm = Math.hypot(...m.params)
+  const norm = Math.hypot(...params)
   check(norm > 0, 'all parameters are zero: the node has not trained')
   const { id, n, step } = m
   return `model id 0x${id.toString(16)}, ${n} parameters at step ${step}, |θ| = ${norm.toFixed(4)}`

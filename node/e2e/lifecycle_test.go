@@ -77,7 +77,7 @@ func TestDriverBarrierAfterLeave(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := d.Begin(t.Context(), 0, nil); err != nil {
+		if _, err := d.Begin(t.Context(), 0, nil, nil); err != nil {
 			t.Fatal(err)
 		}
 		d.Activate("test")

@@ -369,7 +369,7 @@ func (e *epidemic) SetStep(int64) {}
 
 // Restart makes params the reference (nil: none until the next push) and
 // drops the round: its blocks were for the old model.
-func (e *epidemic) Restart(params []float64) {
+func (e *epidemic) Restart(params []float32) {
 	e.rmu.Lock()
 	defer e.rmu.Unlock()
 	if params == nil {
@@ -379,9 +379,7 @@ func (e *epidemic) Restart(params []float64) {
 		if e.ref == nil {
 			e.ref = make([]float32, e.p)
 		}
-		for i, x := range params {
-			e.ref[i] = float32(x)
-		}
+		copy(e.ref, params)
 		e.has.Store(true)
 	}
 	e.mu.Lock()

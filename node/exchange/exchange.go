@@ -53,8 +53,9 @@ type Exchange interface {
 	// it (from a checkpoint, or the job's on joining).
 	SetStep(step int64)
 	// Restart tells the exchange that the node took params, the job's
-	// model, in place of its own: what it held for the old model goes.
-	Restart(params []float64)
+	// model, in place of its own (nil: the program's own, at its next
+	// push): what it held for the old model goes.
+	Restart(params []float32)
 	// Model is the node's model as the exchange holds it (epidemic: after
 	// the last step and average), nil when it holds none (gossip).
 	Model() []float64
@@ -199,7 +200,7 @@ func (none) Merge()                                                        {}
 func (none) Merge32([]float32) int                                         { return 0 }
 func (none) StepMerge32(int64, []float32) int                              { return 0 }
 func (none) SetStep(int64)                                                 {}
-func (none) Restart([]float64)                                             {}
+func (none) Restart([]float32)                                             {}
 func (none) Model() []float64                                              { return nil }
 func (none) ReadModel(int, int, []float32) bool                            { return false }
 func (none) ScalesLR() bool                                                { return true }

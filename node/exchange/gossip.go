@@ -143,7 +143,7 @@ func (g *gossipExchange) SetStep(step int64) { g.gs.SetLocalStep(step) }
 
 // Restart drops the updates held before the first step: they were for
 // the old model.
-func (g *gossipExchange) Restart([]float64) {
+func (g *gossipExchange) Restart([]float32) {
 	g.mu.Lock()
 	g.held.take()
 	g.mu.Unlock()

@@ -51,9 +51,9 @@ func TestTrafficClassOf(t *testing.T) {
 	for p, want := range map[protocol.ID]string{
 		"/psp/job/kad/1.0.0":      "dht",
 		"/psp/job/step/1.0.0":     "step",
-		"/psp/job/model/1.0.0":    "model",
+		"/psp/job/model/2.0.0":    "model",
 		"/psp/job/pool/1.0.0":     "pool",
-		"/psp/job/exchange/1.0.0": "exchange",
+		"/psp/job/exchange/2.0.0": "exchange",
 		"/meshsub/1.3.0":          "gossip",
 		"/floodsub/1.0.0":         "gossip",
 		"/psp/other/step/1.0.0":   "other",

@@ -1,11 +1,8 @@
 package trainer
 
 import (
-	"bufio"
 	"context"
-	"encoding/binary"
-	"fmt"
-	"io"
+	"errors"
 	"math/rand/v2"
 	"time"
 
@@ -68,33 +65,20 @@ func (s *Server) checkJobModel(ctx context.Context, id uint32, n int, report fun
 	return ctx.Err()
 }
 
-// peekModel asks p for its model (the model protocol, docs/protocols.md)
-// and reads only the head of the reply: the model ID and the parameter
-// count.
+// peekModel asks p for the head of its model's reply (the model
+// protocol, docs/protocols.md): the model ID and the parameter count.
 func (s *Server) peekModel(ctx context.Context, p peer.ID) (id uint32, n int64, err error) {
 	ctx, cancel := context.WithTimeout(ctx, peekTimeout)
 	defer cancel()
-	str, err := s.node.Host().NewStream(ctx, p, wire.ModelProtocol(s.drv.Info().Job))
-	if err != nil {
-		return 0, 0, err
+	// Asked as the reader of a model of no parameters: any model the peer
+	// runs is "another", and its shape comes back in the mismatch.
+	_, err = wire.PeekModel(ctx, s.node.Host(), p, s.drv.Info().Job, wire.ModelShape{})
+	var mm *wire.ModelMismatch
+	if errors.As(err, &mm) {
+		return mm.Theirs.ID, int64(mm.Theirs.N), nil
 	}
-	defer str.Reset() // the parameters are not wanted
-	_ = str.SetDeadline(time.Now().Add(peekTimeout))
-	req := binary.AppendUvarint(nil, 1)
-	if _, err := str.Write(append(req, wire.Version)); err != nil {
-		return 0, 0, err
+	if err == nil {
+		err = errors.New("the peer runs a model of no parameters")
 	}
-	_ = str.CloseWrite()
-	r := bufio.NewReaderSize(str, 32)
-	if _, err := binary.ReadUvarint(r); err != nil {
-		return 0, 0, fmt.Errorf("model reply length: %w", err)
-	}
-	head := make([]byte, wire.ModelHeaderLen)
-	if _, err := io.ReadFull(r, head); err != nil {
-		return 0, 0, fmt.Errorf("model reply head: %w", err)
-	}
-	if head[0] != wire.Version {
-		return 0, 0, fmt.Errorf("model reply version %d, want %d", head[0], wire.Version)
-	}
-	return binary.BigEndian.Uint32(head[9:]), int64(binary.BigEndian.Uint32(head[13:])), nil
+	return 0, 0, err
 }

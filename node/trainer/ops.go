@@ -176,7 +176,7 @@ func (sess *session) pull(step int64, x []float32) *pb.PullReply {
 		task.dropPending()
 		sess.srv.m.resets.Inc()
 		sess.srv.log.Warn("the trainer takes the job's step and parameters", "step", r.Step, "lineage", r.Lineage, "why", r.Reason)
-		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason, Params: sess.give64(r.Params)}}
+		return &pb.PullReply{Reset_: &pb.Reset{Step: r.Step, Lineage: r.Lineage, Reason: r.Reason, Params: sess.give(r.Params)}}
 	}
 	var merged int
 	if task.epidemic {

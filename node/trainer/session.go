@@ -239,9 +239,15 @@ func (sess *session) start() error {
 			s.log.Info("model fixed by the first trainer", "model", h.ModelName, "model_id", fmt.Sprintf("%#08x", h.ModelId), "params", sess.n)
 		}
 	}
+	if err == nil {
+		err = sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported)
+	}
 	var st node.Start
 	if err == nil {
-		st, err = s.drv.Begin(ctx, h.Step, report)
+		// The job's parameters, when the session starts from them, come
+		// straight into the session's vector: the shared region the
+		// trainer reads them from.
+		st, err = s.drv.Begin(ctx, h.Step, report, sess.x)
 	}
 	if mm := (*node.ModelMismatchError)(nil); errors.As(err, &mm) {
 		s.m.refused.WithLabelValues("model").Inc()
@@ -254,9 +260,6 @@ func (sess *session) start() error {
 			return status.FromContextError(ctx.Err()).Err()
 		}
 		return failuref(codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_READY, "%v; try again", err)
-	}
-	if err := sess.alloc(h.SharedMemory && s.cfg.SharedMemory && sharedMemorySupported); err != nil {
-		return err
 	}
 	var model func() []float64
 	if epidemic {
@@ -277,11 +280,12 @@ func (sess *session) start() error {
 		w.ShmPath, w.ShmSize, w.ShmOffset = sess.shm.path, uint64(len(sess.shm.mem)), 0
 	}
 	if st.Params != nil {
-		w.Params = sess.give64(st.Params)
+		w.Params = sess.give(st.Params)
 		if h.StateKind != "" { // the job's state beside its parameters (state.go)
 			w.State, w.StateSource = s.fetchState(ctx, h.StateKind)
 		}
 	}
+	sess.pushes, sess.pushed = make(chan push, 1), make(chan struct{})
 	go sess.pushLoop() // before Welcome: release expects it once the session started
 	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Welcome{Welcome: w}}); err != nil {
 		return err
@@ -315,28 +319,17 @@ func (sess *session) alloc(withShm bool) error {
 	if sess.x == nil && sess.srv.task.epidemic {
 		sess.x = make([]float32, n)
 	}
-	sess.pushes = make(chan push, 1)
-	sess.pushed = make(chan struct{})
 	return nil
 }
 
-// give64 is a tensor of float64 values for the trainer (the job's
-// parameters): written, as float32, into the region when the session has
-// one, else into a message.
-func (sess *session) give64(p []float64) *pb.Tensor {
-	if sess.shm != nil {
-		for i, v := range p {
-			sess.x[i] = float32(v)
-		}
-		return sharedTensor(0)
-	}
-	return dataTensor(appendFloat64As32(make([]byte, 0, 4*len(p)), p))
-}
-
-// give is x (the session's vector, which the daemon just wrote) for the
-// trainer: its region, or a copy of it in a message.
+// give is x for the trainer (the session's vector, which the daemon just
+// wrote, or the job's parameters): the shared region, holding x, when the
+// session has one, else a copy of x in a message.
 func (sess *session) give(x []float32) *pb.Tensor {
 	if sess.shm != nil {
+		if len(x) > 0 && &x[0] != &sess.x[0] {
+			copy(sess.x, x)
+		}
 		return sharedTensor(0)
 	}
 	return dataTensor(appendFloat32(make([]byte, 0, 4*len(x)), x))
@@ -360,12 +353,12 @@ func (s *Server) release(sess *session, why string) {
 		<-sess.pushed
 		sess.op <- struct{}{} // no call runs from here on
 		s.task.end(sess)
-		if sess.shm != nil {
-			sess.shmMu.Lock() // a peer's model fetch may be reading the params region
-			sess.shm.close()
-			sess.shmMu.Unlock()
-		}
 		s.log.Info("trainer disconnected", "client", sess.client, "why", why, "connected_for", time.Since(sess.since).Round(time.Millisecond))
+	}
+	if sess.shm != nil {
+		sess.shmMu.Lock() // the push loop may be reading the region
+		sess.shm.close()
+		sess.shmMu.Unlock()
 	}
 	s.mu.Lock()
 	if s.sess == sess {

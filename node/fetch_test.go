@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
+	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/psp"
+)
+
+// vecModel is a model of its parameters alone.
+type vecModel struct {
+	mu sync.Mutex
+	p  []float64
+}
+
+func (m *vecModel) NumParams() int        { return len(m.p) }
+func (m *vecModel) ModelID() uint32       { return 5 }
+func (m *vecModel) Apply([]float64) error { return nil }
+func (m *vecModel) Params() []float64 {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.p)
+}
+func (m *vecModel) SetParams(p []float64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	copy(m.p, p)
+	return nil
+}
+
+// servedModel serves value(i) at every index, and records the blocks it
+// served whole; with stallAt >= 0 it gives nothing from that block on.
+type servedModel struct {
+	shape   wire.ModelShape
+	stallAt int
+	mu      sync.Mutex
+	served  []int
+}
+
+func value(i int) float32 { return float32(i%1013) - 500 }
+
+func (m *servedModel) ModelHead() (psp.Step, wire.ModelShape, bool) { return 9, m.shape, true }
+func (m *servedModel) ReadModel(ctx context.Context, lo, hi int, dst []float32) error {
+	b := lo / wire.ExchangeBlock
+	if m.stallAt >= 0 && b >= m.stallAt {
+		<-ctx.Done() // a peer that stalls: the joiner's deadline ends it
+		return ctx.Err()
+	}
+	for i := range dst {
+		dst[i] = value(lo + i)
+	}
+	m.mu.Lock()
+	m.served = append(m.served, b)
+	m.mu.Unlock()
+	return nil
+}
+
+// A joiner fetches a model of several blocks from several peers at once;
+// a peer that stalls in the middle of its range is left after a block's
+// deadline, and the rest of its range comes from another peer, from the
+// block it stopped at (no block is fetched twice); a peer of another model
+// is held out and does not count as a failure.
+func TestFetchModelFromSeveralPeers(t *testing.T) {
+	saved := [2]int{fetchPeers, fetchRange}
+	t.Cleanup(func() { fetchPeers, fetchRange = saved[0], saved[1] })
+	fetchPeers, fetchRange = 3, 2
+	vclock.Test(t, func(t *testing.T) {
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		n := 5*wire.ExchangeBlock + 7 // six blocks: three ranges
+		shape := wire.ModelShape{ID: 5, N: n}
+		mk := memHosts(t, mn)
+		serve := func(m *servedModel) host.Host {
+			h := mk()
+			t.Cleanup(func() { _ = h.Close() })
+			sv := &wire.ModelServer{Life: t.Context(), Timeout: time.Hour, Source: m, Log: slog.New(slog.DiscardHandler)}
+			h.SetStreamHandler(wire.ModelProtocol("fetchtest"), sv.Serve)
+			return h
+		}
+		stall := &servedModel{shape: shape, stallAt: 1}
+		other := &servedModel{shape: wire.ModelShape{ID: 6, N: n}, stallAt: -1}
+		a, b := &servedModel{shape: shape, stallAt: -1}, &servedModel{shape: shape, stallAt: -1}
+		hosts := []host.Host{serve(stall), serve(other), serve(a), serve(b)}
+		cfg := DefaultConfig()
+		cfg.Job, cfg.Listen = "fetchtest", []string{"/ip4/127.0.0.1/tcp/0"}
+		cfg.Check.QueryTimeout = 100 * time.Millisecond // a block's deadline is 10 × that
+		c, err := New(context.Background(), cfg, WithHost(mk()), WithTask(&vecTask{vecModel{p: make([]float64, n)}}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		var peers []peer.ID
+		for _, h := range hosts {
+			if err := c.h.Connect(t.Context(), peer.AddrInfo{ID: h.ID(), Addrs: h.Addrs()}); err != nil {
+				t.Fatal(err)
+			}
+			peers = append(peers, h.ID())
+		}
+		dst := make([]float32, n)
+		f, mms, err := c.fetchModel(t.Context(), peers, dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, x := range dst {
+			if x != value(i) {
+				t.Fatalf("value %d is %v, want %v", i, x, value(i))
+			}
+		}
+		if len(mms) != 1 || mms[0].PeerModel != 6 {
+			t.Errorf("mismatches %v, want the peer of model 6", mms)
+		}
+		if f.step != 9 || f.peers < 2 {
+			t.Errorf("fetched %+v: want step 9 from at least two peers", f)
+		}
+		var all []int
+		for _, m := range []*servedModel{stall, a, b} {
+			all = append(all, m.served...)
+		}
+		slices.Sort(all)
+		if !slices.Equal(all, []int{0, 1, 2, 3, 4, 5}) {
+			t.Errorf("blocks served %v: want each of the six once (the stalled range resumed where it stopped)", all)
+		}
+		// Every peer failing: the error says how much is missing.
+		_, _, err = c.fetchModel(t.Context(), peers[:1], make([]float32, n))
+		if err == nil || errors.Is(err, context.Canceled) {
+			t.Errorf("a fetch from a stalling peer alone: %v", err)
+		}
+	})
+}
+
+// vecTask is vecModel as a task that does no work.
+type vecTask struct{ vecModel }
+
+func (*vecTask) Step(ctx context.Context) ([]float64, error) { return nil, ctx.Err() }
+func (*vecTask) Done() bool                                  { return false }
