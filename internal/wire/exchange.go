@@ -179,8 +179,8 @@ type ExchangeStats struct {
 // them: fill writes block b's values (BlockRange(b, N)) into dst. Each
 // wait, for the verdict, a block's write or the final answer, has its own
 // deadline of step (a slow link sends a large model in many of them);
-// ctx ends the whole. buf is a buffer of at least ExchangeBlock values
-// (nil: one is made). It returns the reason p refused the model ("" when
+// ctx ends the whole. buf is a buffer of a block's values (nil: one is
+// made). It returns the reason p refused the model ("" when
 // it took it) and p's exchange kind.
 func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer, fill func(b int, dst []float32), buf []float32, step time.Duration) (reason gossip.Reason, theirs byte, st ExchangeStats, err error) {
 	s, err := h.NewStream(ctx, p, ExchangeProtocol(job))
@@ -205,8 +205,8 @@ func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer,
 		_ = s.Close()
 		return reason, theirs, st, nil
 	}
-	if cap(buf) < ExchangeBlock {
-		buf = make([]float32, ExchangeBlock)
+	if size := min(int(o.N), ExchangeBlock); cap(buf) < size {
+		buf = make([]float32, size)
 	}
 	for b := int(o.First); b < int(o.First+o.Count); b++ {
 		lo, hi := BlockRange(b, int(o.N))
@@ -312,12 +312,16 @@ type ExchangeServer struct {
 }
 
 // BlockBudget is a fixed set of block buffers that receives share.
-type BlockBudget struct{ free chan []float32 }
+type BlockBudget struct {
+	free chan []float32
+	size int
+}
 
-// NewBlockBudget makes a budget of k blocks of ExchangeBlock values (the
-// buffers are made as they are first needed).
-func NewBlockBudget(k int) *BlockBudget {
-	b := &BlockBudget{free: make(chan []float32, k)}
+// NewBlockBudget makes a budget of k block buffers for a model of n
+// values: of ExchangeBlock values each, or n when the model is smaller
+// (the buffers are made as they are first needed).
+func NewBlockBudget(k, n int) *BlockBudget {
+	b := &BlockBudget{free: make(chan []float32, k), size: max(1, min(n, ExchangeBlock))}
 	for range k {
 		b.free <- nil
 	}
@@ -329,7 +333,7 @@ func (b *BlockBudget) get(ctx context.Context) ([]float32, error) {
 	select {
 	case v := <-b.free:
 		if v == nil {
-			v = make([]float32, ExchangeBlock)
+			v = make([]float32, b.size)
 		}
 		return v, nil
 	case <-ctx.Done():

@@ -261,9 +261,14 @@ func (sv *ModelServer) Serve(s network.Stream) {
 	if _, err := s.Write(AppendModelHead(nil, step, shape)); err != nil || count == 0 {
 		return
 	}
-	bp := blockBufs.Get().(*[]float32)
-	defer blockBufs.Put(bp)
-	buf := *bp
+	var buf []float32
+	if shape.N < ExchangeBlock { // a small model: a buffer of its size
+		buf = make([]float32, shape.N)
+	} else {
+		bp := blockBufs.Get().(*[]float32)
+		defer blockBufs.Put(bp)
+		buf = *bp
+	}
 	for b := first; b < first+count; b++ {
 		lo, hi := BlockRange(b, shape.N)
 		v := buf[:hi-lo]

@@ -139,7 +139,7 @@ func newEpidemic(b *base) *epidemic {
 		round:   make(map[peer.ID]*inModel),
 		lastIn:  make(map[peer.ID]uint64),
 		spacing: 1,
-		budget:  wire.NewBlockBudget(receiveBlocks),
+		budget:  wire.NewBlockBudget(receiveBlocks, params),
 		busy:    make(map[peer.ID]bool),
 	}
 	e.blk = make([]blockState, e.nb)

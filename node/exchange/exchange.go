@@ -179,7 +179,7 @@ type base struct {
 // serveWith sets up the exchange protocol's server with j as its judge.
 func (b *base) serveWith(j wire.ExchangeJudge) {
 	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, Kind: byte(b.cfg.Kind),
-		ModelID: b.d.Model.ModelID(), N: b.d.Model.NumParams(), Judge: j, Budget: wire.NewBlockBudget(1),
+		ModelID: b.d.Model.ModelID(), N: b.d.Model.NumParams(), Judge: j, Budget: wire.NewBlockBudget(1, 1),
 		Rejected: b.m.rejected, Declined: b.m.declined, Log: b.d.Log}
 }
 
