@@ -215,6 +215,21 @@ func (c *Config) limits() Limits {
 	}
 }
 
+// queueBytes is what each of the router's message queues (each peer's
+// outbound queue, the validation queue, the subscription) may hold of
+// updates: a queue of a large model's updates holds this much, not its
+// default count of them.
+const queueBytes = 64 << 20
+
+// queueFor is the length of a queue of messages of up to size bytes whose
+// default length is def: def, or fewer for large messages (at least 2).
+func queueFor(size, def int) int {
+	if size <= 0 {
+		return def
+	}
+	return max(2, min(def, queueBytes/size))
+}
+
 // rpcOverhead is room for the pubsub envelope around one update: from,
 // seqno, topic, signature and key (an RSA key is ~300 bytes), protobuf tags.
 const rpcOverhead = 4 << 10
@@ -226,12 +241,24 @@ func PubSubOptions(cfg Config) ([]pubsub.Option, error) {
 	if err := cfg.check(); err != nil {
 		return nil, err
 	}
+	gs := cfg.GossipSub
+	q := queueFor(cfg.MaxMessageSize, 32)
+	if q < 32 {
+		// Large updates: the router's history (which its gossip answers
+		// IWANTs from) holds every message of its window; keep the least
+		// window that gossips (2 heartbeats, of which the last is gossiped).
+		gs.HistoryLength, gs.HistoryGossip = min(gs.HistoryLength, 2), min(gs.HistoryGossip, 1)
+	}
 	opts := []pubsub.Option{
 		pubsub.WithMessageSignaturePolicy(pubsub.StrictSign),
 		pubsub.WithMaxMessageSize(max(pubsub.DefaultMaxMessageSize, cfg.MaxMessageSize+rpcOverhead)),
-		pubsub.WithGossipSubParams(cfg.GossipSub),
+		pubsub.WithGossipSubParams(gs),
 		pubsub.WithFloodPublish(cfg.FloodPublish),
 		pubsub.WithPeerExchange(false),
+		// The router's queues hold whole messages: for a large model they
+		// hold a bounded number of them (queueFor), not 32 each.
+		pubsub.WithPeerOutboundQueueSize(q),
+		pubsub.WithValidateQueueSize(q),
 	}
 	if cfg.PeerScoring {
 		params, thresholds := PeerScore(cfg)
@@ -389,7 +416,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Gossip, error) {
 	if err != nil {
 		return nil, fmt.Errorf("gossip: join %s: %w", g.name, err)
 	}
-	g.sub, err = g.topic.Subscribe(pubsub.WithBufferSize(cfg.BufferSize))
+	g.sub, err = g.topic.Subscribe(pubsub.WithBufferSize(queueFor(cfg.MaxMessageSize, cfg.BufferSize)))
 	if err != nil {
 		return nil, fmt.Errorf("gossip: subscribe %s: %w", g.name, err)
 	}

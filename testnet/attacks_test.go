@@ -72,16 +72,18 @@ func TestJoinerWedgeRole(t *testing.T) {
 
 // TestDriftPoisonRole checks that a drift-poison node pushes models at the
 // honest nodes and fits its distance to their bound: some pushes are
-// refused for distance, and every push is accounted for.
+// refused for distance, and every push is accounted for. (Its distance
+// grows only with the pushes taken, one per victim's average at most:
+// it reaches the bound in 20 to 30 s.)
 func TestDriftPoisonRole(t *testing.T) {
-	res := runLogged(t, attackConfig(DriftPoison, 10*time.Second))
+	res := runLogged(t, attackConfig(DriftPoison, 40*time.Second))
 	h := res.Hostile
 	if h == nil || h.Drift == nil {
 		t.Fatalf("hostile report %+v", h)
 	}
 	d := h.Drift
 	if d.Pushes < 100 || d.ModelsFetched == 0 {
-		t.Errorf("drift figures %+v: want at least 100 pushes in 10 s", *d)
+		t.Errorf("drift figures %+v: want at least 100 pushes in 40 s", *d)
 	}
 	if d.Taken+d.Distance+d.Rate+d.Other < d.Pushes {
 		t.Errorf("drift figures %+v: pushes not accounted for", *d)

@@ -384,12 +384,16 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	taken, why := sv.blocks(ctx, s, r, dl, from, o)
+	taken, why, read := sv.blocks(ctx, s, r, dl, from, o)
 	final := sv.Judge.End(from, o, taken, why)
 	if why != "" {
 		sv.refused(why, from, nil)
-		_ = s.Reset() // the rest of the model is not wanted
-		return
+		if !read {
+			_ = s.Reset() // the rest of the model is not wanted
+			return
+		}
+		// Refused at its last block: nothing is left to flow, and the
+		// sender learns why.
 	}
 	dl.arm()
 	if err := writeReply(s, final, sv.Kind); err != nil {
@@ -401,8 +405,9 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 
 // blocks reads the blocks of an offer it took, one at a time, into a
 // buffer of the budget, and has the judge take each: it returns how many
-// it took and why it stopped early ("" when it did not).
-func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, gossip.Reason) {
+// it took, why it stopped early ("" when it did not), and whether every
+// byte of the model was read.
+func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, gossip.Reason, bool) {
 	var head [chunkHeadLen]byte
 	for i := range int(o.Count) {
 		b := int(o.First) + i
@@ -410,31 +415,31 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		dl.arm()
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			sv.Log.Debug("exchange block not received", "from", from, "block", b, "err", err)
-			return i, gossip.ReasonMalformed
+			return i, gossip.ReasonMalformed, false
 		}
 		if int(binary.BigEndian.Uint32(head[0:])) != b || int(binary.BigEndian.Uint32(head[4:])) != hi-lo {
-			return i, ReasonBadBlock // its values are not read
+			return i, ReasonBadBlock, false // its values are not read
 		}
 		bctx, cancel := context.WithTimeout(ctx, sv.Timeout)
 		buf, err := sv.Budget.get(bctx)
 		cancel()
 		if err != nil {
-			return i, gossip.ReasonMalformed
+			return i, gossip.ReasonMalformed, false
 		}
 		v := buf[:hi-lo]
 		dl.arm()
 		if err := readFloats(r, v); err != nil {
 			sv.Budget.put(buf)
 			sv.Log.Debug("exchange block truncated", "from", from, "block", b, "err", err)
-			return i, gossip.ReasonMalformed
+			return i, gossip.ReasonMalformed, false
 		}
 		reason := sv.Judge.Block(from, o, b, v)
 		sv.Budget.put(buf)
 		if reason != "" {
-			return i, reason
+			return i, reason, i == int(o.Count)-1
 		}
 	}
-	return int(o.Count), ""
+	return int(o.Count), "", true
 }
 
 // writeBlock writes block b, its head and its values v, to w: the values
