@@ -11,6 +11,11 @@
 #   prometheus          promtool checks the node's /metrics (TestMetricsLint)
 #   python3, python3-torch, python3-grpcio, python3-protobuf,
 #   python3-numpy       the PyTorch trainer client and its tests
+#   libopenblas0-serial the BLAS torch's matrix products use: Debian's
+#                       python3-torch takes the system's libblas.so.3, which
+#                       is the reference BLAS (2.5 GFLOP/s here) unless an
+#                       optimised one is installed (OpenBLAS, single-threaded:
+#                       70 GFLOP/s, and no threads of its own beside torch's)
 #   python3-venv, python3-pip, python3-setuptools
 #                       the test that pip-installs the client into a venv
 #   protobuf-compiler, protobuf-compiler-grpc, mypy-protobuf
@@ -37,6 +42,7 @@ declare -A why=(
   [python3-grpcio]="the trainer client's gRPC"
   [python3-protobuf]="the trainer client's messages"
   [python3-numpy]="the trainer client's tensors"
+  [libopenblas0-serial]="an optimised BLAS for torch (the reference one is 30 times slower)"
   [python3-venv]="a venv to pip-install the trainer client into"
   [python3-pip]="pip, to install the trainer client"
   [python3-setuptools]="the trainer client's build backend"
@@ -46,7 +52,7 @@ declare -A why=(
   [gcc]="a C compiler: the race detector needs cgo"
 )
 pkgs=(iproute2 nftables prometheus python3 python3-torch python3-grpcio python3-protobuf
-  python3-numpy python3-venv python3-pip python3-setuptools protobuf-compiler protobuf-compiler-grpc mypy-protobuf)
+  python3-numpy libopenblas0-serial python3-venv python3-pip python3-setuptools protobuf-compiler protobuf-compiler-grpc mypy-protobuf)
 if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1; then
   pkgs+=(gcc)
 fi

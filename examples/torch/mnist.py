@@ -19,7 +19,9 @@ n trains on every n-th training image from i.
 --model mlp is 784 → --hidden → 10 (101 770 parameters at 128); --model
 cnn is two strided 5×5 convolutions (8 and 16 channels) and a linear layer
 (5 994 parameters), more compute per parameter; train it with
---momentum 0.9. Every worker builds the model from the same seed
+--momentum 0.9. --model wide is 784 → --hidden → --hidden → 10 with
+--hidden 2048 unless given (5 824 522 parameters, 23 MB: a model whose
+exchange costs more than its compute). Every worker builds the model from the same seed
 (--init-seed), as DDP broadcasts rank 0's parameters. --time-scale X adds the PSP paper's task
 time to every step, a sleep of (Exp(1)+1)·X seconds, times --slow-factor
 for a slow worker. The worker evaluates on the held-out images every
@@ -97,6 +99,19 @@ class MLP(nn.Module):
         return self.fc2(F.relu(self.fc1(x)))
 
 
+class Wide(nn.Module):
+    """784 → width → width → 10, ReLU: millions of parameters, few FLOPs each."""
+
+    def __init__(self, width=2048):
+        super().__init__()
+        self.fc1 = nn.Linear(784, width)
+        self.fc2 = nn.Linear(width, width)
+        self.fc3 = nn.Linear(width, 10)
+
+    def forward(self, x):
+        return self.fc3(F.relu(self.fc2(F.relu(self.fc1(x)))))
+
+
 def written():
     """Bytes this process has written to files and sockets (/proc/self/io
     wchar; for DDP ranks, gloo's sends). 0 where /proc is missing."""
@@ -136,8 +151,9 @@ def main(argv=None):
     ap.add_argument("--shard", type=int, default=0, help="this worker's shard of the training images")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--data", default=os.path.join(REPO, "model", "mnist"))
-    ap.add_argument("--model", choices=["mlp", "cnn"], default="mlp")
-    ap.add_argument("--hidden", type=int, default=128, help="--model mlp: hidden units")
+    ap.add_argument("--model", choices=["mlp", "cnn", "wide"], default="mlp")
+    ap.add_argument("--hidden", type=int, default=0, help="--model mlp: hidden units (default 128); --model wide: "
+                    "the width of both hidden layers (default 2048)")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=0.1)
     ap.add_argument("--momentum", type=float, default=0, help="SGD momentum")
@@ -168,8 +184,11 @@ def main(argv=None):
     torch.manual_seed(a.init_seed)
     if a.model == "cnn":
         model, model_name = CNN(), "mnist-cnn"
+    elif a.model == "wide":
+        width = a.hidden or 2048
+        model, model_name = Wide(width), f"mnist-wide-{width}"
     else:
-        model, model_name = MLP(a.hidden), f"mnist-mlp-{a.hidden}"
+        model, model_name = MLP(a.hidden or 128), f"mnist-mlp-{a.hidden or 128}"
     rng = random.Random(a.seed if a.seed is not None else 1000 + a.shard)
     gen = torch.Generator().manual_seed(rng.randrange(1 << 31))
 

@@ -103,11 +103,11 @@ func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("compare", flag.ContinueOnError)
 	var tiersF, models, slows, systems, seeds string
 	var all bool
-	var lrMLP, lrCNN, momCNN float64
+	var lrMLP, lrCNN, momCNN, lrWide, momWide float64
 	fs.StringVar(&c.bin, "bin", "bin/pspnode", "the pspnode binary (make build)")
 	fs.StringVar(&c.out, "out", "results/ddp", "where the tables, the runs and the figures go")
 	fs.StringVar(&tiersF, "tiers", "lan,continent", "link tiers to run ("+tierNames()+")")
-	fs.StringVar(&models, "models", "mlp", "models (mlp, cnn)")
+	fs.StringVar(&models, "models", "mlp", "models (mlp, cnn, wide: 784-2048-2048-10, 5.8 M parameters)")
 	fs.StringVar(&slows, "slow", "none,sleep", "slow modes: none, sleep (one worker's task time ×--slow-factor), cpu (one worker's processes get --slow-cores)")
 	fs.StringVar(&systems, "systems", "ddp,default", "systems: ddp (torch DDP, gloo), default (pspnode run's own barrier and exchange), or BARRIER[/EXCHANGE] (e.g. pssp:2:4/epidemic:2)")
 	fs.StringVar(&seeds, "seeds", "1,2,3", "seeds: each sets the batch order, the task times, the initial model and which worker is slow")
@@ -121,6 +121,8 @@ func parseFlags(args []string) (*config, error) {
 	fs.Float64Var(&lrMLP, "lr-mlp", 0.2, "the MLP's learning rate (plain SGD)")
 	fs.Float64Var(&lrCNN, "lr-cnn", 0.05, "the CNN's learning rate")
 	fs.Float64Var(&momCNN, "momentum-cnn", 0.9, "the CNN's SGD momentum")
+	fs.Float64Var(&lrWide, "lr-wide", 0.05, "the wide MLP's learning rate")
+	fs.Float64Var(&momWide, "momentum-wide", 0.9, "the wide MLP's SGD momentum")
 	fs.DurationVar(&c.maxDur, "max-duration", 90*time.Second, "a run stops after this long of training")
 	fs.DurationVar(&c.after, "after-target", 3*time.Second, "a run stops this long after it reached the target")
 	fs.DurationVar(&c.evalEvery, "eval-every", time.Second, "evaluation interval (worker 0 of either system; see --eval-workers)")
@@ -157,8 +159,10 @@ func parseFlags(args []string) (*config, error) {
 			c.models = append(c.models, modelSpec{Name: "mlp", LR: lrMLP})
 		case "cnn":
 			c.models = append(c.models, modelSpec{Name: "cnn", LR: lrCNN, Momentum: momCNN})
+		case "wide":
+			c.models = append(c.models, modelSpec{Name: "wide", LR: lrWide, Momentum: momWide})
 		default:
-			return nil, fmt.Errorf("--models: no model %q (mlp, cnn)", m)
+			return nil, fmt.Errorf("--models: no model %q (mlp, cnn, wide)", m)
 		}
 	}
 	for _, s := range split(slows) {
