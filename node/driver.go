@@ -145,15 +145,8 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		return Start{}, fmt.Errorf("node: begin: a destination of %d values for a model of %d", len(dst), n.model.NumParams())
 	}
 	start := Start{Step: own}
-	if c, ok := d.readCheckpoint(); ok && c.Step > own {
-		p := dst
-		if p == nil {
-			p = make([]float32, len(c.Params))
-		}
-		for i, x := range c.Params {
-			p[i] = float32(x)
-		}
-		start = Start{Step: c.Step, Params: p, Source: "checkpoint " + n.cfg.Checkpoint}
+	if step, p, ok := d.readCheckpoint(own, dst); ok {
+		start = Start{Step: step, Params: p, Source: "checkpoint " + n.cfg.Checkpoint}
 	}
 	js := n.jobState(ctx, start.Step, true, dst)
 	if err := ctx.Err(); err != nil {
@@ -197,24 +190,35 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	return start, nil
 }
 
-// readCheckpoint reads the node's checkpoint if it holds this job's model.
-func (d *Driver) readCheckpoint() (checkpoint.Checkpoint, bool) {
+// readCheckpoint reads the node's checkpoint into dst (nil: a new
+// vector) if it holds this job's model at a step beyond own: it returns
+// the step and the parameters.
+func (d *Driver) readCheckpoint(own psp.Step, dst []float32) (psp.Step, []float32, bool) {
 	n := d.n
 	if n.cfg.Checkpoint == "" {
-		return checkpoint.Checkpoint{}, false
+		return 0, nil, false
 	}
-	c, err := checkpoint.Read(n.cfg.Checkpoint)
+	h, err := checkpoint.ReadHeader(n.cfg.Checkpoint)
 	switch {
 	case errors.Is(err, fs.ErrNotExist):
-		return checkpoint.Checkpoint{}, false
+		return 0, nil, false
 	case err != nil:
 		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
-		return checkpoint.Checkpoint{}, false
-	case c.Job != n.cfg.Job || c.ModelID != n.model.ModelID() || len(c.Params) != n.model.NumParams():
-		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", c.Job, "params", len(c.Params))
-		return checkpoint.Checkpoint{}, false
+		return 0, nil, false
+	case h.Job != n.cfg.Job || h.ModelID != n.model.ModelID() || h.N != n.model.NumParams():
+		n.log.Error("ignoring checkpoint of another job or model", "file", n.cfg.Checkpoint, "job", h.Job, "params", h.N)
+		return 0, nil, false
+	case h.Step <= own:
+		return 0, nil, false
 	}
-	return c, true
+	if dst == nil {
+		dst = make([]float32, h.N)
+	}
+	if _, err := checkpoint.ReadInto(n.cfg.Checkpoint, dst); err != nil {
+		n.log.Error("ignoring checkpoint", "file", n.cfg.Checkpoint, "err", err)
+		return 0, nil, false
+	}
+	return h.Step, dst, true
 }
 
 // Activate makes the node a participant: its peers count it at their
@@ -497,9 +501,11 @@ func (d *Driver) Evaluated(step psp.Step, loss, accuracy float64) {
 var ErrNoCheckpoint = errors.New("no checkpoint file configured")
 
 // Checkpoint writes params, which have taken step steps, to the node's
-// checkpoint file (Config.Checkpoint), which Begin resumes from. It
-// returns the file's path.
-func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
+// checkpoint file (Config.Checkpoint), which Begin resumes from: params
+// (the model's length), or, when nil, the node's model as its exchange
+// holds it (ReadModel: the program's after its last step, epidemic). It
+// is written as float32 a block at a time, and returns the file's path.
+func (d *Driver) Checkpoint(step psp.Step, params []float32) (string, error) {
 	n := d.n
 	if n.cfg.Checkpoint == "" {
 		return "", ErrNoCheckpoint
@@ -507,17 +513,22 @@ func (d *Driver) Checkpoint(step psp.Step, params []float64) (string, error) {
 	if step < 0 {
 		return "", fmt.Errorf("%w: negative step %d", ErrStepOrder, step)
 	}
-	if len(params) != n.model.NumParams() {
-		return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), n.model.NumParams())
-	}
-	for i, x := range params {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
-			return "", fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
+	np := n.model.NumParams()
+	read := func(lo, hi int, dst []float32) error {
+		if !d.ReadModel(lo, hi, dst) {
+			return errors.New("the node holds no model yet (before the program's first step)")
 		}
+		return nil
 	}
-	c := checkpoint.Checkpoint{Job: n.cfg.Job, Step: step, ModelID: n.model.ModelID(), Params: params}
-	if err := checkpoint.Write(n.cfg.Checkpoint, c); err != nil {
-		return "", err
+	if params != nil {
+		if len(params) != np {
+			return "", fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(params), np)
+		}
+		read = func(lo, hi int, dst []float32) error { copy(dst, params[lo:hi]); return nil }
+	}
+	h := checkpoint.Header{Job: n.cfg.Job, Step: step, ModelID: n.model.ModelID(), N: np}
+	if err := checkpoint.Write32(n.cfg.Checkpoint, h, read); err != nil {
+		return "", fmt.Errorf("%w: %w", ErrBadUpdate, err)
 	}
 	return n.cfg.Checkpoint, nil
 }

@@ -89,8 +89,12 @@ func Parse(b []byte) (Checkpoint, error) {
 	bad := func(format string, a ...any) (Checkpoint, error) {
 		return Checkpoint{}, fmt.Errorf("%w: %s", ErrCorrupt, fmt.Sprintf(format, a...))
 	}
-	if len(b) < len(magic)+2+16+4 || string(b[:len(magic)]) != magic {
+	if len(b) < len(magic)+2+16+4 || (string(b[:len(magic)]) != magic && string(b[:len(magic)]) != magic32) {
 		return bad("not a pspnode checkpoint (wrong magic or too short)")
+	}
+	width := 8
+	if string(b[:len(magic)]) == magic32 {
+		width = 4
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
 	if crc32.Checksum(body, castagnoli) != sum {
@@ -111,12 +115,17 @@ func Parse(b []byte) (Checkpoint, error) {
 	if c.Step < 0 {
 		return bad("negative step %d", c.Step)
 	}
-	if n > maxParams || len(p) != 8*int(n) {
+	if n > maxParams || len(p) != width*int(n) {
 		return bad("%d parameters declared, %d bytes present", n, len(p))
 	}
 	c.Params = make([]float64, n)
 	for i := range c.Params {
-		v := math.Float64frombits(binary.BigEndian.Uint64(p[8*i:]))
+		var v float64
+		if width == 4 {
+			v = float64(math.Float32frombits(binary.LittleEndian.Uint32(p[4*i:])))
+		} else {
+			v = math.Float64frombits(binary.BigEndian.Uint64(p[8*i:]))
+		}
 		if math.IsNaN(v) || math.IsInf(v, 0) {
 			return bad("parameter %d is %v", i, v)
 		}

@@ -237,23 +237,16 @@ func (s *Server) Checkpoint(ctx context.Context, req *pb.CheckpointRequest) (*pb
 	if err != nil {
 		return nil, err
 	}
-	var p []float64
-	if req.Params == nil && s.task.epidemic {
-		if p = s.drv.Model(); p == nil {
-			return nil, end(badTensor(errors.New("checkpoint: no parameters, and the daemon holds no model yet (before the first step)")))
-		}
-	} else {
-		v, err := sess.vector(req.Params, "parameters")
+	var p []float32 // nil: the node's model (epidemic)
+	if req.Params != nil || !s.task.epidemic {
+		v, err := sess.tensorOf(req.Params, "parameters", true)
 		if err != nil {
 			return nil, end(badTensor(err))
 		}
 		if i, x := f32.First(v, f32.Limit(maxFloat32)); i >= 0 {
 			return nil, end(failuref(codes.InvalidArgument, pb.ErrorReason_ERROR_REASON_BAD_VALUE, "checkpoint: %s", describeBad(i, x, maxFloat32)))
 		}
-		p = make([]float64, sess.n)
-		for i, x := range v {
-			p[i] = float64(x)
-		}
+		p = v
 	}
 	path, err := s.drv.Checkpoint(req.Step, p)
 	if err != nil {

@@ -469,8 +469,12 @@ func (sess *session) data(t *pb.Tensor, what string) ([]byte, error) {
 
 // vector returns the values of a tensor the trainer sent, as float32: the
 // region of the shared file, or its data (viewed in place when it can be,
-// else copied into the session's buffer, or a new one).
-func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) {
+// else copied into the session's buffer, or a new one). An update's data
+// goes into the session's buffer under epidemic (the model the session's
+// next pull averages into); other tensors (keep) never do.
+func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) { return sess.tensorOf(t, what, false) }
+
+func (sess *session) tensorOf(t *pb.Tensor, what string, keep bool) ([]float32, error) {
 	if t == nil {
 		return nil, fmt.Errorf("no %s tensor", what)
 	}
@@ -490,7 +494,7 @@ func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if sess.x != nil && sess.shm == nil {
+	if sess.x != nil && sess.shm == nil && !keep {
 		f32.Decode(sess.x, data) // epidemic: the buffer that holds the trainer's model
 		return sess.x, nil
 	}
