@@ -472,7 +472,9 @@ func (sess *session) data(t *pb.Tensor, what string) ([]byte, error) {
 // else copied into the session's buffer, or a new one). An update's data
 // goes into the session's buffer under epidemic (the model the session's
 // next pull averages into); other tensors (keep) never do.
-func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) { return sess.tensorOf(t, what, false) }
+func (sess *session) vector(t *pb.Tensor, what string) ([]float32, error) {
+	return sess.tensorOf(t, what, false)
+}
 
 func (sess *session) tensorOf(t *pb.Tensor, what string, keep bool) ([]float32, error) {
 	if t == nil {
