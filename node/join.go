@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"slices"
 	"time"
@@ -336,6 +337,7 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 	// protocol 1.1.0 did not say so in its step reply) is held out and
 	// does not count among the failures. If every peer asked runs
 	// another model, fetchErr says so.
+	began := time.Now()
 	f, mismatches, err := n.fetchModel(ctx, from, dst)
 	for _, mm := range mismatches {
 		v.others = append(v.others, mm)
@@ -347,6 +349,10 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 		return v
 	}
 	v.model, v.modelStep, v.from, v.sources = dst, f.step, f.from, f.peers
+	took := time.Since(began)
+	mib := float64(4*len(dst)) / (1 << 20)
+	n.log.Info("fetched the job's model", "mib", fmt.Sprintf("%.1f", mib), "peers", f.peers, "first", f.from,
+		"seconds", fmt.Sprintf("%.2f", took.Seconds()), "mib_per_s", fmt.Sprintf("%.1f", mib/max(took.Seconds(), 1e-9)))
 	return v
 }
 

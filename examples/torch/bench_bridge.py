@@ -80,6 +80,24 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
+def plain(a):
+    """The same loop with the plain optimizer alone (no pspnode): its peak
+    resident memory is what the model's own training takes."""
+    import torch
+    torch.set_num_threads(1)
+    torch.manual_seed(1)
+    n_in = 1000
+    n_out = max(1, a.params // (n_in + 1))
+    model = torch.nn.Linear(n_in, n_out)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    x, y = torch.randn(8, n_in), torch.randn(8, n_out)
+    for _ in range(5):
+        opt.zero_grad()
+        torch.nn.functional.mse_loss(model(x), y).backward()
+        opt.step()
+    return {"plain_peak_rss_mib": peak_rss_mib()}
+
+
 def trainer(a):
     import torch
     import pspnode
@@ -166,9 +184,13 @@ def main():
                     help="one trainer and its daemon alone: the bridge's own cost, without a peer's updates to receive")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--daemon", help=argparse.SUPPRESS)  # the trainers' own
+    ap.add_argument("--plain", action="store_true", help=argparse.SUPPRESS)  # the loop without pspnode
     a = ap.parse_args()
     if a.daemon:
         print(json.dumps(trainer(a)))
+        return
+    if a.plain:
+        print(json.dumps(plain(a)))
         return
     tmp = tempfile.mkdtemp(prefix="pspnode-bench-")
     pa, addr, sa = start_daemon(a.bin, tmp, "a", barrier=a.barrier, exchange=a.exchange)
@@ -184,6 +206,8 @@ def main():
         cpu0 = cpu_seconds(pa.pid)
         out = subprocess.run(base[:5] + [str(a.steps)] + base[6:] + ["--daemon", sa], capture_output=True, text=True, check=True)
         res = json.loads(out.stdout.strip().splitlines()[-1])
+        pl = subprocess.run(base[:4] + ["--plain"], capture_output=True, text=True, check=True)
+        res.update(json.loads(pl.stdout.strip().splitlines()[-1]))
         res["daemon_cpu_ms_per_step"] = 1e3 * (cpu_seconds(pa.pid) - cpu0) / (a.steps + a.warmup)
         res["daemon_peak_rss_mib"] = peak_rss_mib(pa.pid)
         if peer is not None:
@@ -211,7 +235,9 @@ def main():
           f"({res['daemon_cpu_ms_per_step'] / ps:.1f} passes), peak RSS {res['daemon_peak_rss_mib']:.0f} MiB "
           f"({res['daemon_peak_rss_mib'] / res['model_mib']:.1f} × the model's {res['model_mib']:.0f} MiB)")
     print(f"  the measured trainer's process: peak RSS {res['trainer_peak_rss_mib']:.0f} MiB "
-          f"({res['trainer_base_rss_mib']:.0f} before pspnode, with the model)")
+          f"({res['trainer_base_rss_mib']:.0f} before pspnode, with the model; the same loop without pspnode: "
+          f"{res['plain_peak_rss_mib']:.0f}, so pspnode adds {res['trainer_peak_rss_mib'] - res['plain_peak_rss_mib']:.0f} MiB, "
+          f"{(res['trainer_peak_rss_mib'] - res['plain_peak_rss_mib']) / res['model_mib']:.2f} × the model)")
 
 
 if __name__ == "__main__":

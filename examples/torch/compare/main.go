@@ -57,6 +57,8 @@ type config struct {
 	evalAll   bool // every pspnode worker evaluates during training, not worker 0 alone
 	resume    bool
 	probeOnly bool
+	// joinParams, when set, runs the join experiment (join.go) instead.
+	joinParams int
 }
 
 // cell is one setting the systems are compared in.
@@ -87,7 +89,11 @@ func main() {
 	} else if len(swept) > 0 {
 		fmt.Printf("removed what %d earlier, ended runs left behind: %s\n", len(swept), strings.Join(swept, ", "))
 	}
-	if err := c.runAll(ctx); err != nil {
+	run := c.runAll
+	if c.joinParams > 0 {
+		run = c.joinAll
+	}
+	if err := run(ctx); err != nil {
 		if errors.Is(err, context.Canceled) {
 			fmt.Fprintln(os.Stderr, "compare: interrupted; finished runs are kept in", c.out, "(go on with --resume)")
 			os.Exit(130)
@@ -130,6 +136,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&evalWorkers, "eval-workers", "one", "which workers evaluate during training: one (worker 0 of either system: the same evaluation work for both) or all (every pspnode worker, and the median worker's accuracy counts; DDP's rank 0 alone, its parameters being every rank's)")
 	fs.BoolVar(&c.resume, "resume", false, "reuse the runs an earlier invocation with the same settings saved in --out")
 	fs.BoolVar(&c.probeOnly, "probe-only", false, "measure every tier's round trip and rate, write links.md, and stop")
+	fs.IntVar(&c.joinParams, "join-params", 0, "instead of the comparison: on each tier, --workers − 1 workers of a model of this many parameters, then a joiner; how long it takes to get the job's model, against its bytes' wire time")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
