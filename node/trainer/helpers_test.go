@@ -85,6 +85,7 @@ type trainer struct {
 	state  func() *pb.TrainerState // answers ParamsRequest.want_state (state_test.go)
 	asked  int
 	stated int // want_state requests answered
+	chunks []*pb.StateChunk // StateChunk messages received after Welcome
 	ended  chan struct{}
 }
 
@@ -154,13 +155,25 @@ func (tr *trainer) serve() {
 		if err != nil {
 			return
 		}
+		if c := m.GetStateChunk(); c != nil {
+			tr.mu.Lock()
+			tr.chunks = append(tr.chunks, c)
+			tr.mu.Unlock()
+			continue
+		}
 		if r := m.GetParamsRequest(); r != nil && r.WantState {
 			tr.mu.Lock()
 			f := tr.state
 			tr.stated++
 			tr.mu.Unlock()
-			if f != nil {
-				_ = tr.stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Params{Params: &pb.ParamsReply{Id: r.Id, State: f()}}})
+			if f != nil { // the range asked for, as a trainer of a large state answers
+				st := f()
+				data := st.Data[min(int(r.StateOffset), len(st.Data)):]
+				if r.StateLength > 0 {
+					data = data[:min(int(r.StateLength), len(data))]
+				}
+				part := &pb.TrainerState{Kind: st.Kind, Step: st.Step, Data: data, Offset: r.StateOffset, TotalSize: uint64(len(st.Data))}
+				_ = tr.stream.Send(&pb.TrainerMessage{Msg: &pb.TrainerMessage_Params{Params: &pb.ParamsReply{Id: r.Id, State: part}}})
 			}
 		} else if r != nil {
 			tr.mu.Lock()

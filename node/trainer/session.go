@@ -279,16 +279,22 @@ func (sess *session) start() error {
 	if sess.shm != nil {
 		w.ShmPath, w.ShmSize, w.ShmOffset = sess.shm.path, uint64(len(sess.shm.mem)), 0
 	}
+	var rest *stateFetch
 	if st.Params != nil {
 		w.Params = sess.give(st.Params)
 		if h.StateKind != "" { // the job's state beside its parameters (state.go)
-			w.State, w.StateSource = s.fetchState(ctx, h.StateKind)
+			w.State, w.StateSource, rest = s.fetchState(ctx, h.StateKind)
 		}
 	}
 	sess.pushes, sess.pushed = make(chan push, 1), make(chan struct{})
 	go sess.pushLoop() // before Welcome: release expects it once the session started
 	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_Welcome{Welcome: w}}); err != nil {
 		return err
+	}
+	if rest != nil {
+		if err := rest.rest(ctx, sess, w.State); err != nil {
+			return err
+		}
 	}
 	s.drv.Activate(sess.client)
 	s.m.sessions.Inc()
@@ -370,7 +376,7 @@ func (s *Server) release(sess *session, why string) {
 // requestParams asks the trainer for its parameters and the steps they
 // have taken, within ParamsTimeout.
 func (sess *session) requestParams(ctx context.Context) ([]float64, int64, error) {
-	r, err := sess.ask(ctx, false)
+	r, err := sess.ask(ctx, &pb.ParamsRequest{})
 	if err != nil {
 		return nil, 0, err
 	}
@@ -384,9 +390,9 @@ func (sess *session) requestParams(ctx context.Context) ([]float64, int64, error
 	return p, r.Step, nil
 }
 
-// ask sends the trainer a ParamsRequest (for its state too when
-// wantState) and returns its answer, within ParamsTimeout.
-func (sess *session) ask(ctx context.Context, wantState bool) (*pb.ParamsReply, error) {
+// ask sends the trainer req (its ID set here) and returns its answer,
+// within ParamsTimeout.
+func (sess *session) ask(ctx context.Context, req *pb.ParamsRequest) (*pb.ParamsReply, error) {
 	ctx, cancel := context.WithTimeout(ctx, sess.srv.cfg.ParamsTimeout)
 	defer cancel()
 	sess.pmu.Lock()
@@ -400,7 +406,7 @@ func (sess *session) ask(ctx context.Context, wantState bool) (*pb.ParamsReply, 
 		delete(sess.waiters, id)
 		sess.pmu.Unlock()
 	}()
-	req := &pb.ParamsRequest{Id: id, WantState: wantState}
+	req.Id = id
 	if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_ParamsRequest{ParamsRequest: req}}); err != nil {
 		sess.srv.m.paramsRequests.WithLabelValues("error").Inc()
 		return nil, fmt.Errorf("asking the trainer for its parameters: %w", err)

@@ -26,27 +26,36 @@ import (
 // this package and opaque to it:
 //
 //   - a trainer names the kind of state it keeps in Hello.state_kind;
-//   - a peer's daemon asked for the state (StateProtocol) asks its trainer
-//     (ParamsRequest.want_state) and answers with the trainer's
-//     TrainerState, if its kind is the asker's;
+//   - a peer's daemon asked for a range of the state (StateProtocol) asks
+//     its trainer for that range (ParamsRequest.want_state, state_offset,
+//     state_length) and answers with it, if its kind is the asker's;
 //   - a session whose Hello names a kind and that starts from the job's
-//     parameters (the job is ahead) gets a peer's state in Welcome.
+//     parameters (the job is ahead) gets a peer's state: the first chunk
+//     in Welcome, the rest as StateChunk messages on its stream. The
+//     daemon fetches it a chunk (stateChunk bytes) at a time, so a state
+//     of hundreds of megabytes needs no copy of itself in either daemon;
+//     a chunk a peer does not give is asked of another peer, from where
+//     it stopped.
 //
-// A request is one byte, stateVersion, then the kind asked for (a
-// uvarint length and its bytes); the answer is a uvarint length and a
-// marshalled TrainerState, or a stream reset for none.
+// A request is one byte, stateVersion, the kind asked for (a uvarint
+// length and its bytes), then the range: offset (u64) and length (u32),
+// big-endian. The answer is a uvarint length and a marshalled
+// TrainerState (the range's bytes, its offset and the state's total
+// size), or a stream reset for none.
 
 // StateProtocol is the protocol ID of job's trainer-state protocol.
 func StateProtocol(job string) protocol.ID {
-	return protocol.ID("/psp/" + job + "/trainer-state/1.0.0")
+	return protocol.ID("/psp/" + job + "/trainer-state/2.0.0")
 }
 
 const (
-	stateVersion = 1
+	stateVersion = 2
 	// maxStateKind bounds Hello.state_kind and TrainerState.kind.
 	maxStateKind = 256
 	// stateTries is how many peers a joining session asks for a state.
 	stateTries = 4
+	// stateChunk is the most of a state one request moves.
+	stateChunk = 4 << 20
 )
 
 // stateMetrics count the trainer-state requests, psp_trainer_state_*.
@@ -82,12 +91,13 @@ func (s *Server) stopState() { s.node.Host().RemoveStreamHandler(s.stateProto) }
 // answer and the transfer.
 func (s *Server) stateTimeout() time.Duration { return s.cfg.ParamsTimeout + 10*time.Second }
 
-// handleState answers a peer's request for the trainer's state.
+// handleState answers a peer's request for a range of the trainer's
+// state.
 func (s *Server) handleState(st network.Stream) {
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(s.stateTimeout()))
-	r := bufio.NewReader(io.LimitReader(st, 1+binary.MaxVarintLen64+maxStateKind))
-	kind, err := readStateRequest(r)
+	r := bufio.NewReader(io.LimitReader(st, 1+binary.MaxVarintLen64+maxStateKind+12))
+	kind, off, length, err := readStateRequest(r)
 	if err != nil {
 		s.stm.served.WithLabelValues("error").Inc()
 		s.log.Debug("bad trainer-state request", "from", st.Conn().RemotePeer(), "err", err)
@@ -102,7 +112,7 @@ func (s *Server) handleState(st network.Stream) {
 	}
 	ctx, cancel := context.WithTimeout(sess.ctx, s.stateTimeout())
 	defer cancel()
-	state, err := sess.requestState(ctx)
+	state, err := sess.requestState(ctx, off, min(length, stateChunk))
 	if err != nil {
 		s.stm.served.WithLabelValues("error").Inc()
 		s.log.Debug("trainer state not served", "to", st.Conn().RemotePeer(), "err", err)
@@ -121,27 +131,37 @@ func (s *Server) handleState(st network.Stream) {
 	s.stm.served.WithLabelValues("ok").Inc()
 }
 
-// readStateRequest reads a request: the version, then the kind.
-func readStateRequest(r *bufio.Reader) (string, error) {
+// appendStateRequest appends a request for length bytes of the state of
+// kind from off.
+func appendStateRequest(b []byte, kind string, off uint64, length uint32) []byte {
+	b = append(b, stateVersion)
+	b = binary.AppendUvarint(b, uint64(len(kind)))
+	b = append(b, kind...)
+	b = binary.BigEndian.AppendUint64(b, off)
+	return binary.BigEndian.AppendUint32(b, length)
+}
+
+// readStateRequest reads a request: the version, the kind, the range.
+func readStateRequest(r *bufio.Reader) (kind string, off uint64, length uint32, err error) {
 	v, err := r.ReadByte()
 	if err != nil {
-		return "", err
+		return "", 0, 0, err
 	}
 	if v != stateVersion {
-		return "", fmt.Errorf("trainer-state request version %d, want %d", v, stateVersion)
+		return "", 0, 0, fmt.Errorf("trainer-state request version %d, want %d", v, stateVersion)
 	}
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
-		return "", err
+		return "", 0, 0, err
 	}
 	if n == 0 || n > maxStateKind {
-		return "", fmt.Errorf("trainer-state kind of %d bytes", n)
+		return "", 0, 0, fmt.Errorf("trainer-state kind of %d bytes", n)
 	}
-	b := make([]byte, n)
+	b := make([]byte, n+12)
 	if _, err := io.ReadFull(r, b); err != nil {
-		return "", err
+		return "", 0, 0, err
 	}
-	return string(b), nil
+	return string(b[:n]), binary.BigEndian.Uint64(b[n:]), binary.BigEndian.Uint32(b[n+8:]), nil
 }
 
 // session is the session whose trainer's updates the task takes (one
@@ -152,9 +172,10 @@ func (t *Model) session() *session {
 	return t.sess
 }
 
-// requestState asks the trainer for its state (ParamsRequest.want_state).
-func (sess *session) requestState(ctx context.Context) (*pb.TrainerState, error) {
-	r, err := sess.ask(ctx, true)
+// requestState asks the trainer for length bytes of its state from off
+// (ParamsRequest.want_state).
+func (sess *session) requestState(ctx context.Context, off uint64, length uint32) (*pb.TrainerState, error) {
+	r, err := sess.ask(ctx, &pb.ParamsRequest{WantState: true, StateOffset: off, StateLength: length})
 	if err != nil {
 		return nil, err
 	}
@@ -166,36 +187,99 @@ func (sess *session) requestState(ctx context.Context) (*pb.TrainerState, error)
 		return nil, fmt.Errorf("the trainer sent state of kind %q, its Hello named %q", st.Kind, sess.hello.StateKind)
 	case st.Step < 0:
 		return nil, fmt.Errorf("the trainer's state is at step %d", st.Step)
+	case st.Offset != off || uint64(len(st.Data)) > uint64(length) && length > 0:
+		return nil, fmt.Errorf("the trainer sent %d bytes of its state from %d, asked %d from %d", len(st.Data), st.Offset, length, off)
+	case st.TotalSize != 0 && st.Offset+uint64(len(st.Data)) > st.TotalSize:
+		return nil, fmt.Errorf("the trainer sent bytes %d to %d of a state of %d", st.Offset, st.Offset+uint64(len(st.Data)), st.TotalSize)
+	}
+	if st.TotalSize == 0 {
+		st.TotalSize = st.Offset + uint64(len(st.Data))
 	}
 	return st, nil
 }
 
-// fetchState asks up to stateTries of the job's peers, in random order,
-// for their trainer's state of kind, and returns the first one given and
-// which peer gave it; nil when none did.
-func (s *Server) fetchState(ctx context.Context, kind string) (*pb.TrainerState, string) {
-	peers := s.node.Overlay().Peers()
-	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	for _, p := range peers[:min(len(peers), stateTries)] {
-		st, err := s.askState(ctx, p, kind)
-		if err == nil {
-			s.stm.fetched.WithLabelValues("ok").Inc()
-			return st, "peer " + p.String()
-		}
-		if ctx.Err() != nil {
-			return nil, ""
-		}
-		s.stm.fetched.WithLabelValues("error").Inc()
-		s.log.Debug("no trainer state from a peer", "peer", p, "err", err)
-	}
-	if len(peers) > 0 {
-		s.log.Warn("no peer gave its trainer's state: the trainer starts from the job's parameters without it", "kind", kind, "asked", min(len(peers), stateTries))
-	}
-	return nil, ""
+// stateFetch is a state on its way from the job's peers to a joining
+// session: the first chunk, from the first of up to stateTries peers that
+// gave one, then the rest, chunk by chunk, from that peer or, when it
+// stops giving them, the next.
+type stateFetch struct {
+	s     *Server
+	kind  string
+	peers []peer.ID
+	from  int // the peer the chunks come from now
+	tried int // peers tried
 }
 
-// askState asks peer p for its trainer's state of kind.
-func (s *Server) askState(ctx context.Context, p peer.ID, kind string) (*pb.TrainerState, error) {
+// fetchState asks the job's peers, in random order, for the first chunk
+// of their trainer's state of kind: it returns it and which peer gave it,
+// and the fetch of the rest (nil: no peer gave one).
+func (s *Server) fetchState(ctx context.Context, kind string) (*pb.TrainerState, string, *stateFetch) {
+	peers := s.node.Overlay().Peers()
+	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	f := &stateFetch{s: s, kind: kind, peers: peers}
+	st, err := f.next(ctx, 0)
+	if err != nil {
+		if len(peers) > 0 && ctx.Err() == nil {
+			s.log.Warn("no peer gave its trainer's state: the trainer starts from the job's parameters without it", "kind", kind, "asked", f.tried, "err", err)
+		}
+		return nil, "", nil
+	}
+	return st, "peer " + peers[f.from].String(), f
+}
+
+// next fetches the chunk of the state from off, from the peer the chunks
+// come from, or the next ones (up to stateTries in all).
+func (f *stateFetch) next(ctx context.Context, off uint64) (*pb.TrainerState, error) {
+	var last error = errors.New("no peer to ask")
+	for f.from < len(f.peers) && ctx.Err() == nil {
+		p := f.peers[f.from]
+		st, err := f.s.askState(ctx, p, f.kind, off, stateChunk)
+		if err == nil {
+			f.s.stm.fetched.WithLabelValues("ok").Inc()
+			return st, nil
+		}
+		f.s.stm.fetched.WithLabelValues("error").Inc()
+		f.s.log.Debug("no trainer state from a peer", "peer", p, "offset", off, "err", err)
+		last = err
+		if f.tried++; f.tried >= stateTries {
+			break
+		}
+		f.from++
+	}
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return nil, last
+}
+
+// rest sends the state's chunks after first on the session's stream,
+// fetched one at a time; a chunk no peer gives ends it with a failed
+// chunk (the trainer then has no state).
+func (f *stateFetch) rest(ctx context.Context, sess *session, first *pb.TrainerState) error {
+	total, off, step := first.TotalSize, first.Offset+uint64(len(first.Data)), first.Step
+	for off < total {
+		st, err := f.next(ctx, off)
+		if err == nil && (st.TotalSize != total || st.Offset != off || len(st.Data) == 0) {
+			err = fmt.Errorf("a chunk from %d of %d bytes, at step %d, of a state of %d from %d", st.Offset, len(st.Data), st.Step, st.TotalSize, off)
+		}
+		if err != nil {
+			f.s.log.Warn("the rest of the trainer state could not be fetched: the trainer starts without it", "kind", f.kind, "fetched", off, "of", total, "err", err)
+			return sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_StateChunk{StateChunk: &pb.StateChunk{Offset: off, Failed: true, Error: err.Error()}}})
+		}
+		if st.Step != step {
+			f.s.log.Debug("the trainer state moved on while it was fetched", "from_step", step, "to_step", st.Step, "offset", off)
+		}
+		if err := sess.send(&pb.DaemonMessage{Msg: &pb.DaemonMessage_StateChunk{StateChunk: &pb.StateChunk{Offset: off, Data: st.Data}}}); err != nil {
+			return err
+		}
+		off += uint64(len(st.Data))
+	}
+	return nil
+}
+
+// askState asks peer p for length bytes of its trainer's state of kind
+// from off.
+func (s *Server) askState(ctx context.Context, p peer.ID, kind string, off uint64, length uint32) (*pb.TrainerState, error) {
 	ctx, cancel := context.WithTimeout(ctx, s.stateTimeout())
 	defer cancel()
 	st, err := s.node.Host().NewStream(ctx, p, s.stateProto)
@@ -206,13 +290,12 @@ func (s *Server) askState(ctx context.Context, p peer.ID, kind string) (*pb.Trai
 	defer stop()
 	deadline, _ := ctx.Deadline()
 	_ = st.SetDeadline(deadline)
-	req := append([]byte{stateVersion}, binary.AppendUvarint(nil, uint64(len(kind)))...)
-	if _, err := st.Write(append(req, kind...)); err != nil {
+	if _, err := st.Write(appendStateRequest(nil, kind, off, length)); err != nil {
 		_ = st.Reset()
 		return nil, err
 	}
 	_ = st.CloseWrite()
-	limit := uint64(s.cfg.MaxMessageBytes)
+	limit := uint64(length) + 4096
 	r := bufio.NewReader(io.LimitReader(st, int64(limit)+binary.MaxVarintLen64))
 	n, err := binary.ReadUvarint(r)
 	if err != nil {
@@ -221,7 +304,7 @@ func (s *Server) askState(ctx context.Context, p peer.ID, kind string) (*pb.Trai
 	}
 	if n > limit {
 		_ = st.Reset()
-		return nil, fmt.Errorf("a state of %d bytes, beyond the bound of %d (--trainer-max-message)", n, limit)
+		return nil, fmt.Errorf("a chunk of %d bytes, beyond the %d asked for", n, length)
 	}
 	b := make([]byte, n)
 	if _, err := io.ReadFull(r, b); err != nil {
@@ -233,8 +316,9 @@ func (s *Server) askState(ctx context.Context, p peer.ID, kind string) (*pb.Trai
 	if err := proto.Unmarshal(b, &out); err != nil {
 		return nil, fmt.Errorf("decoding the state: %w", err)
 	}
-	if out.Kind != kind || out.Step < 0 {
-		return nil, fmt.Errorf("the peer sent a state of kind %q at step %d, asked for %q", out.Kind, out.Step, kind)
+	if out.Kind != kind || out.Step < 0 || out.Offset != off || out.TotalSize < out.Offset+uint64(len(out.Data)) {
+		return nil, fmt.Errorf("the peer sent a state of kind %q at step %d, bytes %d to %d of %d; asked for %q from %d",
+			out.Kind, out.Step, out.Offset, out.Offset+uint64(len(out.Data)), out.TotalSize, kind, off)
 	}
 	return &out, nil
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
@@ -97,24 +98,85 @@ func TestJoinerGetsPeerTrainerState(t *testing.T) {
 // A state request that is not one is refused without asking the trainer,
 // and the answer to a good one is bounded by the asker.
 func TestStateRequestParsing(t *testing.T) {
+	good := appendStateRequest(nil, "k/11", 7, 9)
 	for _, tc := range []struct {
 		name string
 		in   []byte
 		kind string
 		ok   bool
 	}{
-		{"good", append([]byte{stateVersion, 4}, "k/11"...), "k/11", true},
-		{"another version", append([]byte{2, 4}, "k/11"...), "", false},
-		{"empty kind", []byte{stateVersion, 0}, "", false},
-		{"kind too long", append([]byte{stateVersion, 0x81, 0x02}, bytes.Repeat([]byte("k"), 257)...), "", false},
-		{"short", append([]byte{stateVersion, 9}, "k/1"...), "", false},
+		{"good", good, "k/11", true},
+		{"another version", append([]byte{1}, good[1:]...), "", false},
+		{"empty kind", append([]byte{stateVersion, 0}, make([]byte, 12)...), "", false},
+		{"kind too long", append([]byte{stateVersion, 0x81, 0x02}, bytes.Repeat([]byte("k"), 257+12)...), "", false},
+		{"no range", good[:len(good)-1], "", false},
 		{"nothing", nil, "", false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			kind, err := readStateRequest(bufio.NewReader(bytes.NewReader(tc.in)))
-			if (err == nil) != tc.ok || kind != tc.kind {
-				t.Fatalf("readStateRequest = %q, %v; want %q, ok %v", kind, err, tc.kind, tc.ok)
+			kind, off, n, err := readStateRequest(bufio.NewReader(bytes.NewReader(tc.in)))
+			if (err == nil) != tc.ok || kind != tc.kind || tc.ok && (off != 7 || n != 9) {
+				t.Fatalf("readStateRequest = %q %d %d, %v; want %q, ok %v", kind, off, n, err, tc.kind, tc.ok)
 			}
 		})
+	}
+}
+
+// A state larger than a chunk moves in chunks: the joiner's Welcome holds
+// the first, the rest follow on its stream in order, and the peer's
+// trainer is asked for each range once.
+func TestJoinerGetsLargeStateInChunks(t *testing.T) {
+	a := startDaemon(t, "bigstate", nil, "asp", nil)
+	b := startDaemon(t, "bigstate", a, "asp", nil)
+	peersKnow(t, a, b)
+	params := fill(20, 0.5)
+	ha := hello("m", 9, 20, 0)
+	ha.StateKind = "test.State/1"
+	ta, err := connect(t, a.addr, ha, func() (int64, []float32) { return 3, params })
+	if err != nil {
+		t.Fatal(err)
+	}
+	data := make([]byte, 2*stateChunk+12345)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	ta.mu.Lock()
+	ta.state = func() *pb.TrainerState { return &pb.TrainerState{Kind: "test.State/1", Step: 3, Data: data} }
+	ta.mu.Unlock()
+	for s := int64(1); s <= 3; s++ {
+		if _, err := ta.step(context.Background(), s, params); err != nil {
+			t.Fatal(err)
+		}
+	}
+	hb := hello("m", 9, 20, 0)
+	hb.StateKind = "test.State/1"
+	tb, err := connect(t, b.addr, hb, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w := tb.welcome
+	if w.State == nil || w.State.TotalSize != uint64(len(data)) || len(w.State.Data) != stateChunk {
+		t.Fatalf("welcome state %d bytes of %d", len(w.State.GetData()), w.State.GetTotalSize())
+	}
+	got := append([]byte(nil), w.State.Data...)
+	waitFor(t, 10*time.Second, "the state's two other chunks", func() bool {
+		tb.mu.Lock()
+		defer tb.mu.Unlock()
+		return len(tb.chunks) == 2
+	})
+	tb.mu.Lock()
+	for _, c := range tb.chunks {
+		if c.Failed || c.Offset != uint64(len(got)) {
+			t.Fatalf("chunk %+v after %d bytes", c, len(got))
+		}
+		got = append(got, c.Data...)
+	}
+	tb.mu.Unlock()
+	if !bytes.Equal(got, data) {
+		t.Fatal("the state came changed")
+	}
+	ta.mu.Lock()
+	defer ta.mu.Unlock()
+	if ta.stated != 3 {
+		t.Errorf("the peer's trainer was asked %d times, want 3 (one per chunk)", ta.stated)
 	}
 }

@@ -112,6 +112,15 @@ class _WaitLog:
 
 
 @dataclass
+class StateOf:
+    """A peer's trainer state (welcome_state): its kind, the steps it has
+    taken, and its bytes."""
+    kind: str
+    step: int
+    data: bytearray
+
+
+@dataclass
 class StepResult:
     """What Client.step returns: the barrier for the next step, and what
     to add to the parameters (``update`` is None when ``merged`` is 0).
@@ -265,12 +274,38 @@ class Client:
                             f"the daemon at {self.address} had not joined its job after {msg.waiting.waited_s:.0f} s: "
                             f"{msg.waiting.reason}", "connect", "TIMEOUT", {"waiting": msg.waiting.reason})
                 elif kind == "welcome":
+                    self._take_state(msg.welcome, responses)
                     self._start(msg.welcome, responses)
                     return msg.welcome
         except grpc.RpcError as e:
             self._out.put(None)
             raise from_rpc_error(e, "connect", in_session=False) from None
         raise SessionLost(grpc.StatusCode.UNAVAILABLE, "the daemon closed the session before its Welcome", "connect")
+
+    def _take_state(self, w, responses):
+        """Collects the peer's state Welcome began: its first chunk, then
+        the StateChunk messages that follow it, into one buffer."""
+        self._state = None
+        if not w.HasField("state") or w.state.kind != self.state_kind:
+            return
+        st = w.state
+        total = st.total_size or len(st.data)
+        buf = bytearray(total)
+        buf[:len(st.data)] = st.data
+        have = len(st.data)
+        while have < total:
+            msg = next(responses, None)
+            if msg is None or msg.WhichOneof("msg") != "state_chunk":
+                log.warning("pspnode: the peer's state stopped after %d of %d bytes: starting without it", have, total)
+                return
+            c = msg.state_chunk
+            if c.failed or c.offset != have or have + len(c.data) > total:
+                log.warning("pspnode: the peer's state could not be fetched whole (%s): starting without it",
+                            c.error or f"a chunk at {c.offset} of {len(c.data)} bytes after {have}")
+                return
+            buf[have:have + len(c.data)] = c.data
+            have += len(c.data)
+        self._state = StateOf(kind=st.kind, step=st.step, data=buf)
 
     def _start(self, w, responses):
         self._welcome, self._session = w, w.session
@@ -300,7 +335,7 @@ class Client:
             for msg in responses:
                 if msg.WhichOneof("msg") == "params_request":
                     if msg.params_request.want_state:
-                        self._serve_state(msg.params_request.id)
+                        self._serve_state(msg.params_request)
                     else:
                         self._serve_params(msg.params_request.id)
             self._lost_why = "the daemon closed the session"
@@ -322,27 +357,32 @@ class Client:
         except Exception:  # a failing provider must not kill the session
             log.exception("pspnode: could not give the daemon this trainer's parameters")
 
-    def _serve_state(self, rid):
-        # Only the state: a ParamsReply of the model protocol's may be on
-        # its way.
+    def _serve_state(self, req):
+        # The range of the state the daemon asks for (a joiner's daemon
+        # fetches a large state a chunk at a time): the provider's state
+        # may be any object that has a length and gives bytes for a slice.
         if self.state_provider is None or not self.state_kind:
             return
         try:
             step, data = self.state_provider()
-            st = pb.TrainerState(kind=self.state_kind, step=int(step), data=bytes(data))
-            self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=rid, step=int(step), state=st)))
+            total = len(data)
+            end = total if req.state_length == 0 else min(total, req.state_offset + req.state_length)
+            part = bytes(data[min(req.state_offset, total):end])
+            st = pb.TrainerState(kind=self.state_kind, step=int(step), data=part, offset=req.state_offset,
+                                 total_size=total)
+            self._out.put(pb.TrainerMessage(params=pb.ParamsReply(id=req.id, step=int(step), state=st)))
         except Exception:  # a failing provider must not kill the session
             log.exception("pspnode: could not give the daemon this trainer's state")
 
-    def welcome_state(self) -> Optional["pb.TrainerState"]:
+    def welcome_state(self) -> Optional["StateOf"]:
         """The state a peer's trainer keeps beside the job's parameters
         (of this client's state_kind), when the session starts from them
-        and a peer gave it; None otherwise. It comes from a peer: check it
-        before use. Welcome.state_source says which peer."""
+        and a peer gave it whole; None otherwise. It comes from a peer:
+        check it before use. Welcome.state_source says which peer."""
         w = self._welcome
-        if w is None or not w.has_params or not w.HasField("state") or w.state.kind != self.state_kind:
+        if w is None or not w.has_params:
             return None
-        return w.state
+        return getattr(self, "_state", None)
 
     @property
     def welcome(self) -> "pb.Welcome":

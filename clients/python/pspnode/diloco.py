@@ -122,6 +122,36 @@ def describe_optimizer(opt: torch.optim.Optimizer) -> str:
     return f"{type(opt).__name__}({', '.join(parts)})"
 
 
+class _StateView:
+    """The bytes of a DiLoCo state (a header, then tensors as float32
+    little-endian), given a range at a time from the tensors where they
+    lie: len() and slicing, as bytes have."""
+
+    def __init__(self, head: bytes, vecs):
+        self.head = head
+        self.vecs = [v.detach().float().cpu() for v in vecs]  # views when already float32 on the CPU
+        self.size = len(head) + 4 * sum(v.numel() for v in self.vecs)
+
+    def __len__(self):
+        return self.size
+
+    def __getitem__(self, s: slice) -> bytes:
+        lo, hi, _ = s.indices(self.size)
+        out, at = [], 0
+        for seg in [self.head] + self.vecs:
+            n = len(seg) if isinstance(seg, bytes) else 4 * seg.numel()
+            a, b = max(lo, at), min(hi, at + n)
+            if a < b:
+                if isinstance(seg, bytes):
+                    out.append(seg[a - at:b - at])
+                else:  # whole values of the tensor, then the bytes asked for
+                    i, j = (a - at) // 4, (b - at + 3) // 4
+                    raw = seg[i:j].numpy().astype("<f4", copy=False).tobytes()
+                    out.append(raw[a - at - 4 * i:b - at - 4 * i])
+            at += n
+        return b"".join(out)
+
+
 @_wraps_inner("pspnode.DiLoCo", "inner optimizer")
 class DiLoCo(torch.optim.Optimizer):
     """DiLoCo over a pspnode job: ``optimizer`` is the inner optimizer (any
@@ -339,31 +369,39 @@ class DiLoCo(torch.optim.Optimizer):
             return self.outer_step_count, self._flat_outer().numpy()
 
     def _state(self):
-        """The outer parameters and optimizer state, for a joining peer."""
+        """The outer parameters and optimizer state, for a joining peer:
+        a view that gives any range of _wire_state's bytes without making
+        the whole (a peer's daemon fetches a large state a chunk at a
+        time)."""
         with self._lock, torch.no_grad():
-            return self.outer_step_count, self._wire_state()
+            return self.outer_step_count, self._wire_view()
 
-    def _wire_state(self) -> bytes:
-        """θ_outer and the outer optimizer's state as bytes: "PSPD", the
-        header's length (uint32 LE), a JSON header, then float32 LE values
-        (θ_outer, then each tensor of the outer state the header names).
-        No pickle: the bytes go to other machines."""
+    def _wire_view(self) -> "_StateView":
+        """θ_outer and the outer optimizer's state, as _wire_state lays
+        them out, viewed in place."""
         sd = self.outer.state_dict()["state"]
-        tensors, scalars, vecs = [], [], [self._flat_outer()]
+        tensors, scalars, vecs = [], [], [o.detach().reshape(-1) for o in self.outer_params]
         for idx in sorted(sd):
             for key in sorted(sd[idx]):
                 v = sd[idx][key]
                 if isinstance(v, torch.Tensor) and v.dim() > 0:
                     tensors.append([int(idx), key, list(v.shape)])
-                    vecs.append(v.detach().reshape(-1).float().cpu())
+                    vecs.append(v.detach().reshape(-1))
                 elif isinstance(v, torch.Tensor):
                     scalars.append([int(idx), key, float(v.item()), True])
                 elif isinstance(v, (int, float)) and not isinstance(v, bool):
                     scalars.append([int(idx), key, float(v), False])
         header = json.dumps({"config": self.config, "outer_step": self.outer_step_count, "n": self.num_params,
                              "tensors": tensors, "scalars": scalars}).encode()
-        body = torch.cat(vecs).numpy().astype("<f4", copy=False).tobytes()
-        return _MAGIC + struct.pack("<I", len(header)) + header + body
+        return _StateView(_MAGIC + struct.pack("<I", len(header)) + header, vecs)
+
+    def _wire_state(self) -> bytes:
+        """θ_outer and the outer optimizer's state as bytes: "PSPD", the
+        header's length (uint32 LE), a JSON header, then float32 LE values
+        (θ_outer, then each tensor of the outer state the header names).
+        No pickle: the bytes go to other machines."""
+        v = self._wire_view()
+        return v[0:len(v)]
 
     def _load_wire_state(self, data: bytes):
         """Takes θ_outer and the outer state from a peer's bytes
@@ -392,7 +430,7 @@ class DiLoCo(torch.optim.Optimizer):
             k = int(np.prod(t[2], dtype=np.int64)) if t[2] else 1
             shapes.append(k)
             total += k
-        body = data[8 + hl:]
+        body = memoryview(data)[8 + hl:]
         if len(body) != 4 * total:
             raise ValueError(f"{len(body)} bytes of values, the header says {4 * total}")
         vals = np.frombuffer(body, dtype="<f4")

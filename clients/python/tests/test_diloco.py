@@ -134,6 +134,35 @@ class WithDaemons(unittest.TestCase):
         self.assertTrue(torch.equal(flat(ma_m), flat(mb_m)))
         self.assertGreater(float(flat(mb_m).abs().max()), 0)
 
+    def test_joiner_takes_large_outer_state_in_chunks(self):
+        # A state larger than one chunk of the trainer-state protocol (4
+        # MiB: θ_outer and the momentum of 600 000 parameters, 4.8 MB)
+        # comes to the joiner in chunks, whole and unchanged.
+        def big(seed=0):
+            torch.manual_seed(seed)
+            return torch.nn.Sequential(torch.nn.Linear(4, 600), torch.nn.Tanh(), torch.nn.Linear(600, 1000))
+        ma = big()
+        a = self.make("dl-bigstate", ma, inner=torch.optim.SGD(ma.parameters(), lr=1e-3))
+        g = torch.Generator().manual_seed(5)
+        for _ in range(6):  # 2 outer steps
+            x = torch.randn(8, 4, generator=g)
+            a.zero_grad()
+            F.mse_loss(ma(x), torch.zeros(8, 1000)).backward()
+            a.step()
+        self.assertEqual(a.outer_step_count, 2)
+        view = a._state()[1]
+        self.assertGreater(len(view), 4 << 20)
+        whole = view[0:len(view)]
+        self.assertEqual(whole, a._wire_state())
+        self.assertEqual(view[5:4099] + view[4099:len(view)], whole[5:])  # any range, any cut
+        mb = big(seed=9)
+        b = self.make("dl-bigstate", mb, inner=torch.optim.SGD(mb.parameters(), lr=1e-3), boot=self.boot(a))
+        self.assertEqual(b.started_from, "peer state")
+        self.assertTrue(torch.equal(flat(b.outer_parameters()), flat(a.outer_parameters())))
+        ma_m = [a.outer.state[p]["momentum_buffer"] for p in a.outer_parameters()]
+        mb_m = [b.outer.state[p]["momentum_buffer"] for p in b.outer_parameters()]
+        self.assertTrue(torch.equal(flat(ma_m), flat(mb_m)))
+
     def test_other_inner_optimizer_refused(self):
         ma = net()
         a = self.make("dl-mismatch", ma)

@@ -719,7 +719,11 @@ type Welcome struct {
 	// When Hello named a state_kind and the session starts from the job's
 	// parameters (has_params): the state of that kind a peer's trainer
 	// keeps, fetched from the peer, and which peer ("peer <id>"). Absent
-	// when no peer gave one.
+	// when no peer gave one. A state larger than one chunk (4 MiB) comes in
+	// parts: state holds the first (offset 0, total_size the whole), and
+	// the rest follow on the Session stream as StateChunk messages, in
+	// order, before anything else; a StateChunk with failed set ends it
+	// early (the trainer then has no state).
 	State         *TrainerState `protobuf:"bytes,20,opt,name=state,proto3" json:"state,omitempty"`
 	StateSource   string        `protobuf:"bytes,21,opt,name=state_source,json=stateSource,proto3" json:"state_source,omitempty"`
 	unknownFields protoimpl.UnknownFields
@@ -901,8 +905,12 @@ type TrainerState struct {
 	// The steps the state has taken (the trainer's count, e.g. outer steps).
 	Step int64 `protobuf:"varint,2,opt,name=step,proto3" json:"step,omitempty"`
 	// The state, in the kind's own encoding (the receiving trainer checks
-	// it: it comes from a peer). At most the daemon's message bound.
+	// it: it comes from a peer): the bytes from offset on, of total_size in
+	// all (a state moves in chunks of at most 4 MiB; total_size 0: data is
+	// the whole).
 	Data          []byte `protobuf:"bytes,3,opt,name=data,proto3" json:"data,omitempty"`
+	Offset        uint64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	TotalSize     uint64 `protobuf:"varint,5,opt,name=total_size,json=totalSize,proto3" json:"total_size,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -958,20 +966,109 @@ func (x *TrainerState) GetData() []byte {
 	return nil
 }
 
+func (x *TrainerState) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *TrainerState) GetTotalSize() uint64 {
+	if x != nil {
+		return x.TotalSize
+	}
+	return 0
+}
+
+// A part of the state Welcome began.
+type StateChunk struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// The bytes from offset on.
+	Data   []byte `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	Offset uint64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// The rest of the state could not be fetched: the trainer has none.
+	Failed        bool   `protobuf:"varint,3,opt,name=failed,proto3" json:"failed,omitempty"`
+	Error         string `protobuf:"bytes,4,opt,name=error,proto3" json:"error,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StateChunk) Reset() {
+	*x = StateChunk{}
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[6]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StateChunk) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StateChunk) ProtoMessage() {}
+
+func (x *StateChunk) ProtoReflect() protoreflect.Message {
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[6]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StateChunk.ProtoReflect.Descriptor instead.
+func (*StateChunk) Descriptor() ([]byte, []int) {
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{6}
+}
+
+func (x *StateChunk) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *StateChunk) GetOffset() uint64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *StateChunk) GetFailed() bool {
+	if x != nil {
+		return x.Failed
+	}
+	return false
+}
+
+func (x *StateChunk) GetError() string {
+	if x != nil {
+		return x.Error
+	}
+	return ""
+}
+
 // The daemon needs the trainer's current parameters (a peer fetches the
 // model to join the job, under gossip), or its state (want_state).
 type ParamsRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Id    uint64                 `protobuf:"varint,1,opt,name=id,proto3" json:"id,omitempty"`
-	// Send the trainer's state (Hello.state_kind) too, in ParamsReply.state.
-	WantState     bool `protobuf:"varint,2,opt,name=want_state,json=wantState,proto3" json:"want_state,omitempty"`
+	// Send the trainer's state (Hello.state_kind) instead, in
+	// ParamsReply.state: its bytes from state_offset on, at most
+	// state_length of them (0: all), with the whole's size in total_size.
+	WantState     bool   `protobuf:"varint,2,opt,name=want_state,json=wantState,proto3" json:"want_state,omitempty"`
+	StateOffset   uint64 `protobuf:"varint,3,opt,name=state_offset,json=stateOffset,proto3" json:"state_offset,omitempty"`
+	StateLength   uint32 `protobuf:"varint,4,opt,name=state_length,json=stateLength,proto3" json:"state_length,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ParamsRequest) Reset() {
 	*x = ParamsRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[6]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -983,7 +1080,7 @@ func (x *ParamsRequest) String() string {
 func (*ParamsRequest) ProtoMessage() {}
 
 func (x *ParamsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[6]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -996,7 +1093,7 @@ func (x *ParamsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParamsRequest.ProtoReflect.Descriptor instead.
 func (*ParamsRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{6}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ParamsRequest) GetId() uint64 {
@@ -1011,6 +1108,20 @@ func (x *ParamsRequest) GetWantState() bool {
 		return x.WantState
 	}
 	return false
+}
+
+func (x *ParamsRequest) GetStateOffset() uint64 {
+	if x != nil {
+		return x.StateOffset
+	}
+	return 0
+}
+
+func (x *ParamsRequest) GetStateLength() uint32 {
+	if x != nil {
+		return x.StateLength
+	}
+	return 0
 }
 
 type ParamsReply struct {
@@ -1029,7 +1140,7 @@ type ParamsReply struct {
 
 func (x *ParamsReply) Reset() {
 	*x = ParamsReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[7]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1041,7 +1152,7 @@ func (x *ParamsReply) String() string {
 func (*ParamsReply) ProtoMessage() {}
 
 func (x *ParamsReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[7]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1054,7 +1165,7 @@ func (x *ParamsReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ParamsReply.ProtoReflect.Descriptor instead.
 func (*ParamsReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{7}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ParamsReply) GetId() uint64 {
@@ -1097,7 +1208,7 @@ type SharedMemoryReady struct {
 
 func (x *SharedMemoryReady) Reset() {
 	*x = SharedMemoryReady{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[8]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1109,7 +1220,7 @@ func (x *SharedMemoryReady) String() string {
 func (*SharedMemoryReady) ProtoMessage() {}
 
 func (x *SharedMemoryReady) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[8]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1122,7 +1233,7 @@ func (x *SharedMemoryReady) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use SharedMemoryReady.ProtoReflect.Descriptor instead.
 func (*SharedMemoryReady) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{8}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *SharedMemoryReady) GetOk() bool {
@@ -1153,7 +1264,7 @@ type TrainerMessage struct {
 
 func (x *TrainerMessage) Reset() {
 	*x = TrainerMessage{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[9]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1165,7 +1276,7 @@ func (x *TrainerMessage) String() string {
 func (*TrainerMessage) ProtoMessage() {}
 
 func (x *TrainerMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[9]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1178,7 +1289,7 @@ func (x *TrainerMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TrainerMessage.ProtoReflect.Descriptor instead.
 func (*TrainerMessage) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{9}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TrainerMessage) GetMsg() isTrainerMessage_Msg {
@@ -1244,6 +1355,7 @@ type DaemonMessage struct {
 	//	*DaemonMessage_Waiting
 	//	*DaemonMessage_Welcome
 	//	*DaemonMessage_ParamsRequest
+	//	*DaemonMessage_StateChunk
 	Msg           isDaemonMessage_Msg `protobuf_oneof:"msg"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -1251,7 +1363,7 @@ type DaemonMessage struct {
 
 func (x *DaemonMessage) Reset() {
 	*x = DaemonMessage{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[10]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1263,7 +1375,7 @@ func (x *DaemonMessage) String() string {
 func (*DaemonMessage) ProtoMessage() {}
 
 func (x *DaemonMessage) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[10]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1276,7 +1388,7 @@ func (x *DaemonMessage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DaemonMessage.ProtoReflect.Descriptor instead.
 func (*DaemonMessage) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{10}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *DaemonMessage) GetMsg() isDaemonMessage_Msg {
@@ -1313,6 +1425,15 @@ func (x *DaemonMessage) GetParamsRequest() *ParamsRequest {
 	return nil
 }
 
+func (x *DaemonMessage) GetStateChunk() *StateChunk {
+	if x != nil {
+		if x, ok := x.Msg.(*DaemonMessage_StateChunk); ok {
+			return x.StateChunk
+		}
+	}
+	return nil
+}
+
 type isDaemonMessage_Msg interface {
 	isDaemonMessage_Msg()
 }
@@ -1329,11 +1450,17 @@ type DaemonMessage_ParamsRequest struct {
 	ParamsRequest *ParamsRequest `protobuf:"bytes,3,opt,name=params_request,json=paramsRequest,proto3,oneof"`
 }
 
+type DaemonMessage_StateChunk struct {
+	StateChunk *StateChunk `protobuf:"bytes,4,opt,name=state_chunk,json=stateChunk,proto3,oneof"`
+}
+
 func (*DaemonMessage_Waiting) isDaemonMessage_Msg() {}
 
 func (*DaemonMessage_Welcome) isDaemonMessage_Msg() {}
 
 func (*DaemonMessage_ParamsRequest) isDaemonMessage_Msg() {}
+
+func (*DaemonMessage_StateChunk) isDaemonMessage_Msg() {}
 
 type BarrierRequest struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -1345,7 +1472,7 @@ type BarrierRequest struct {
 
 func (x *BarrierRequest) Reset() {
 	*x = BarrierRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[11]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1357,7 +1484,7 @@ func (x *BarrierRequest) String() string {
 func (*BarrierRequest) ProtoMessage() {}
 
 func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[11]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1370,7 +1497,7 @@ func (x *BarrierRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierRequest.ProtoReflect.Descriptor instead.
 func (*BarrierRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{11}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *BarrierRequest) GetStep() int64 {
@@ -1397,7 +1524,7 @@ type BarrierReply struct {
 
 func (x *BarrierReply) Reset() {
 	*x = BarrierReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[12]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1409,7 +1536,7 @@ func (x *BarrierReply) String() string {
 func (*BarrierReply) ProtoMessage() {}
 
 func (x *BarrierReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[12]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1422,7 +1549,7 @@ func (x *BarrierReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use BarrierReply.ProtoReflect.Descriptor instead.
 func (*BarrierReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{12}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *BarrierReply) GetStep() int64 {
@@ -1484,7 +1611,7 @@ type PublishRequest struct {
 
 func (x *PublishRequest) Reset() {
 	*x = PublishRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[13]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1496,7 +1623,7 @@ func (x *PublishRequest) String() string {
 func (*PublishRequest) ProtoMessage() {}
 
 func (x *PublishRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[13]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1509,7 +1636,7 @@ func (x *PublishRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishRequest.ProtoReflect.Descriptor instead.
 func (*PublishRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{13}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *PublishRequest) GetStep() int64 {
@@ -1556,7 +1683,7 @@ type PublishReply struct {
 
 func (x *PublishReply) Reset() {
 	*x = PublishReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[14]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1568,7 +1695,7 @@ func (x *PublishReply) String() string {
 func (*PublishReply) ProtoMessage() {}
 
 func (x *PublishReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[14]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1581,7 +1708,7 @@ func (x *PublishReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PublishReply.ProtoReflect.Descriptor instead.
 func (*PublishReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{14}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *PublishReply) GetStep() int64 {
@@ -1599,7 +1726,7 @@ type PullRequest struct {
 
 func (x *PullRequest) Reset() {
 	*x = PullRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1611,7 +1738,7 @@ func (x *PullRequest) String() string {
 func (*PullRequest) ProtoMessage() {}
 
 func (x *PullRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[15]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1624,7 +1751,7 @@ func (x *PullRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullRequest.ProtoReflect.Descriptor instead.
 func (*PullRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{15}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{16}
 }
 
 type PullReply struct {
@@ -1647,7 +1774,7 @@ type PullReply struct {
 
 func (x *PullReply) Reset() {
 	*x = PullReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1659,7 +1786,7 @@ func (x *PullReply) String() string {
 func (*PullReply) ProtoMessage() {}
 
 func (x *PullReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[16]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1672,7 +1799,7 @@ func (x *PullReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PullReply.ProtoReflect.Descriptor instead.
 func (*PullReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{16}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *PullReply) GetMerged() uint32 {
@@ -1713,7 +1840,7 @@ type Reset struct {
 
 func (x *Reset) Reset() {
 	*x = Reset{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1725,7 +1852,7 @@ func (x *Reset) String() string {
 func (*Reset) ProtoMessage() {}
 
 func (x *Reset) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[17]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1738,7 +1865,7 @@ func (x *Reset) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Reset.ProtoReflect.Descriptor instead.
 func (*Reset) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{17}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Reset) GetStep() int64 {
@@ -1782,7 +1909,7 @@ type StepRequest struct {
 
 func (x *StepRequest) Reset() {
 	*x = StepRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +1921,7 @@ func (x *StepRequest) String() string {
 func (*StepRequest) ProtoMessage() {}
 
 func (x *StepRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[18]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +1934,7 @@ func (x *StepRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepRequest.ProtoReflect.Descriptor instead.
 func (*StepRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{18}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *StepRequest) GetStep() int64 {
@@ -1856,7 +1983,7 @@ type StepReply struct {
 
 func (x *StepReply) Reset() {
 	*x = StepReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1995,7 @@ func (x *StepReply) String() string {
 func (*StepReply) ProtoMessage() {}
 
 func (x *StepReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[19]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +2008,7 @@ func (x *StepReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StepReply.ProtoReflect.Descriptor instead.
 func (*StepReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{19}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *StepReply) GetBarrier() *BarrierReply {
@@ -1912,7 +2039,7 @@ type CheckpointRequest struct {
 
 func (x *CheckpointRequest) Reset() {
 	*x = CheckpointRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1924,7 +2051,7 @@ func (x *CheckpointRequest) String() string {
 func (*CheckpointRequest) ProtoMessage() {}
 
 func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[20]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1937,7 +2064,7 @@ func (x *CheckpointRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointRequest.ProtoReflect.Descriptor instead.
 func (*CheckpointRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{20}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *CheckpointRequest) GetStep() int64 {
@@ -1964,7 +2091,7 @@ type CheckpointReply struct {
 
 func (x *CheckpointReply) Reset() {
 	*x = CheckpointReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[21]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1976,7 +2103,7 @@ func (x *CheckpointReply) String() string {
 func (*CheckpointReply) ProtoMessage() {}
 
 func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[21]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1989,7 +2116,7 @@ func (x *CheckpointReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CheckpointReply.ProtoReflect.Descriptor instead.
 func (*CheckpointReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{21}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *CheckpointReply) GetPath() string {
@@ -2014,7 +2141,7 @@ type StatusRequest struct {
 
 func (x *StatusRequest) Reset() {
 	*x = StatusRequest{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[22]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2026,7 +2153,7 @@ func (x *StatusRequest) String() string {
 func (*StatusRequest) ProtoMessage() {}
 
 func (x *StatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[22]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2039,7 +2166,7 @@ func (x *StatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusRequest.ProtoReflect.Descriptor instead.
 func (*StatusRequest) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{22}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{23}
 }
 
 type StatusReply struct {
@@ -2066,7 +2193,7 @@ type StatusReply struct {
 
 func (x *StatusReply) Reset() {
 	*x = StatusReply{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[23]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2078,7 +2205,7 @@ func (x *StatusReply) String() string {
 func (*StatusReply) ProtoMessage() {}
 
 func (x *StatusReply) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[23]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2091,7 +2218,7 @@ func (x *StatusReply) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use StatusReply.ProtoReflect.Descriptor instead.
 func (*StatusReply) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{23}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *StatusReply) GetPeerId() string {
@@ -2248,7 +2375,7 @@ type NodeStatus struct {
 
 func (x *NodeStatus) Reset() {
 	*x = NodeStatus{}
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[24]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2387,7 @@ func (x *NodeStatus) String() string {
 func (*NodeStatus) ProtoMessage() {}
 
 func (x *NodeStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[24]
+	mi := &file_pspnode_trainer_v3_trainer_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2400,7 @@ func (x *NodeStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NodeStatus.ProtoReflect.Descriptor instead.
 func (*NodeStatus) Descriptor() ([]byte, []int) {
-	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{24}
+	return file_pspnode_trainer_v3_trainer_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *NodeStatus) GetAddrs() []string {
@@ -2525,15 +2652,26 @@ const file_pspnode_trainer_v3_trainer_proto_rawDesc = "" +
 	"\n" +
 	"shm_offset\x18\x16 \x01(\x04R\tshmOffset\x126\n" +
 	"\x05state\x18\x14 \x01(\v2 .pspnode.trainer.v3.TrainerStateR\x05state\x12!\n" +
-	"\fstate_source\x18\x15 \x01(\tR\vstateSourceJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12J\x04\b\x13\x10\x14R\rshm_up_offsetR\x11shm_params_offsetR\x11shm_up_odd_offset\"J\n" +
+	"\fstate_source\x18\x15 \x01(\tR\vstateSourceJ\x04\b\x10\x10\x11J\x04\b\x11\x10\x12J\x04\b\x13\x10\x14R\rshm_up_offsetR\x11shm_params_offsetR\x11shm_up_odd_offset\"\x81\x01\n" +
 	"\fTrainerState\x12\x12\n" +
 	"\x04kind\x18\x01 \x01(\tR\x04kind\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x12\x12\n" +
-	"\x04data\x18\x03 \x01(\fR\x04data\">\n" +
+	"\x04data\x18\x03 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x04R\x06offset\x12\x1d\n" +
+	"\n" +
+	"total_size\x18\x05 \x01(\x04R\ttotalSize\"f\n" +
+	"\n" +
+	"StateChunk\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x04R\x06offset\x12\x16\n" +
+	"\x06failed\x18\x03 \x01(\bR\x06failed\x12\x14\n" +
+	"\x05error\x18\x04 \x01(\tR\x05error\"\x84\x01\n" +
 	"\rParamsRequest\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x1d\n" +
 	"\n" +
-	"want_state\x18\x02 \x01(\bR\twantState\"\x9d\x01\n" +
+	"want_state\x18\x02 \x01(\bR\twantState\x12!\n" +
+	"\fstate_offset\x18\x03 \x01(\x04R\vstateOffset\x12!\n" +
+	"\fstate_length\x18\x04 \x01(\rR\vstateLength\"\x9d\x01\n" +
 	"\vParamsReply\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\x04R\x02id\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04step\x122\n" +
@@ -2546,11 +2684,13 @@ const file_pspnode_trainer_v3_trainer_proto_rawDesc = "" +
 	"\x05hello\x18\x01 \x01(\v2\x19.pspnode.trainer.v3.HelloH\x00R\x05hello\x129\n" +
 	"\x06params\x18\x02 \x01(\v2\x1f.pspnode.trainer.v3.ParamsReplyH\x00R\x06params\x12D\n" +
 	"\tshm_ready\x18\x03 \x01(\v2%.pspnode.trainer.v3.SharedMemoryReadyH\x00R\bshmReadyB\x05\n" +
-	"\x03msg\"\xd4\x01\n" +
+	"\x03msg\"\x97\x02\n" +
 	"\rDaemonMessage\x127\n" +
 	"\awaiting\x18\x01 \x01(\v2\x1b.pspnode.trainer.v3.WaitingH\x00R\awaiting\x127\n" +
 	"\awelcome\x18\x02 \x01(\v2\x1b.pspnode.trainer.v3.WelcomeH\x00R\awelcome\x12J\n" +
-	"\x0eparams_request\x18\x03 \x01(\v2!.pspnode.trainer.v3.ParamsRequestH\x00R\rparamsRequestB\x05\n" +
+	"\x0eparams_request\x18\x03 \x01(\v2!.pspnode.trainer.v3.ParamsRequestH\x00R\rparamsRequest\x12A\n" +
+	"\vstate_chunk\x18\x04 \x01(\v2\x1e.pspnode.trainer.v3.StateChunkH\x00R\n" +
+	"stateChunkB\x05\n" +
 	"\x03msg\"3\n" +
 	"\x0eBarrierRequest\x12\x12\n" +
 	"\x04step\x18\x02 \x01(\x03R\x04stepJ\x04\b\x01\x10\x02R\asession\"\xa8\x01\n" +
@@ -2706,7 +2846,7 @@ func file_pspnode_trainer_v3_trainer_proto_rawDescGZIP() []byte {
 }
 
 var file_pspnode_trainer_v3_trainer_proto_enumTypes = make([]protoimpl.EnumInfo, 4)
-var file_pspnode_trainer_v3_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
+var file_pspnode_trainer_v3_trainer_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_pspnode_trainer_v3_trainer_proto_goTypes = []any{
 	(ApiVersion)(0),           // 0: pspnode.trainer.v3.ApiVersion
 	(ErrorReason)(0),          // 1: pspnode.trainer.v3.ErrorReason
@@ -2718,25 +2858,26 @@ var file_pspnode_trainer_v3_trainer_proto_goTypes = []any{
 	(*Waiting)(nil),           // 7: pspnode.trainer.v3.Waiting
 	(*Welcome)(nil),           // 8: pspnode.trainer.v3.Welcome
 	(*TrainerState)(nil),      // 9: pspnode.trainer.v3.TrainerState
-	(*ParamsRequest)(nil),     // 10: pspnode.trainer.v3.ParamsRequest
-	(*ParamsReply)(nil),       // 11: pspnode.trainer.v3.ParamsReply
-	(*SharedMemoryReady)(nil), // 12: pspnode.trainer.v3.SharedMemoryReady
-	(*TrainerMessage)(nil),    // 13: pspnode.trainer.v3.TrainerMessage
-	(*DaemonMessage)(nil),     // 14: pspnode.trainer.v3.DaemonMessage
-	(*BarrierRequest)(nil),    // 15: pspnode.trainer.v3.BarrierRequest
-	(*BarrierReply)(nil),      // 16: pspnode.trainer.v3.BarrierReply
-	(*PublishRequest)(nil),    // 17: pspnode.trainer.v3.PublishRequest
-	(*PublishReply)(nil),      // 18: pspnode.trainer.v3.PublishReply
-	(*PullRequest)(nil),       // 19: pspnode.trainer.v3.PullRequest
-	(*PullReply)(nil),         // 20: pspnode.trainer.v3.PullReply
-	(*Reset)(nil),             // 21: pspnode.trainer.v3.Reset
-	(*StepRequest)(nil),       // 22: pspnode.trainer.v3.StepRequest
-	(*StepReply)(nil),         // 23: pspnode.trainer.v3.StepReply
-	(*CheckpointRequest)(nil), // 24: pspnode.trainer.v3.CheckpointRequest
-	(*CheckpointReply)(nil),   // 25: pspnode.trainer.v3.CheckpointReply
-	(*StatusRequest)(nil),     // 26: pspnode.trainer.v3.StatusRequest
-	(*StatusReply)(nil),       // 27: pspnode.trainer.v3.StatusReply
-	(*NodeStatus)(nil),        // 28: pspnode.trainer.v3.NodeStatus
+	(*StateChunk)(nil),        // 10: pspnode.trainer.v3.StateChunk
+	(*ParamsRequest)(nil),     // 11: pspnode.trainer.v3.ParamsRequest
+	(*ParamsReply)(nil),       // 12: pspnode.trainer.v3.ParamsReply
+	(*SharedMemoryReady)(nil), // 13: pspnode.trainer.v3.SharedMemoryReady
+	(*TrainerMessage)(nil),    // 14: pspnode.trainer.v3.TrainerMessage
+	(*DaemonMessage)(nil),     // 15: pspnode.trainer.v3.DaemonMessage
+	(*BarrierRequest)(nil),    // 16: pspnode.trainer.v3.BarrierRequest
+	(*BarrierReply)(nil),      // 17: pspnode.trainer.v3.BarrierReply
+	(*PublishRequest)(nil),    // 18: pspnode.trainer.v3.PublishRequest
+	(*PublishReply)(nil),      // 19: pspnode.trainer.v3.PublishReply
+	(*PullRequest)(nil),       // 20: pspnode.trainer.v3.PullRequest
+	(*PullReply)(nil),         // 21: pspnode.trainer.v3.PullReply
+	(*Reset)(nil),             // 22: pspnode.trainer.v3.Reset
+	(*StepRequest)(nil),       // 23: pspnode.trainer.v3.StepRequest
+	(*StepReply)(nil),         // 24: pspnode.trainer.v3.StepReply
+	(*CheckpointRequest)(nil), // 25: pspnode.trainer.v3.CheckpointRequest
+	(*CheckpointReply)(nil),   // 26: pspnode.trainer.v3.CheckpointReply
+	(*StatusRequest)(nil),     // 27: pspnode.trainer.v3.StatusRequest
+	(*StatusReply)(nil),       // 28: pspnode.trainer.v3.StatusReply
+	(*NodeStatus)(nil),        // 29: pspnode.trainer.v3.NodeStatus
 }
 var file_pspnode_trainer_v3_trainer_proto_depIdxs = []int32{
 	5,  // 0: pspnode.trainer.v3.Tensor.shared:type_name -> pspnode.trainer.v3.SharedRegion
@@ -2748,39 +2889,40 @@ var file_pspnode_trainer_v3_trainer_proto_depIdxs = []int32{
 	4,  // 6: pspnode.trainer.v3.ParamsReply.params:type_name -> pspnode.trainer.v3.Tensor
 	9,  // 7: pspnode.trainer.v3.ParamsReply.state:type_name -> pspnode.trainer.v3.TrainerState
 	6,  // 8: pspnode.trainer.v3.TrainerMessage.hello:type_name -> pspnode.trainer.v3.Hello
-	11, // 9: pspnode.trainer.v3.TrainerMessage.params:type_name -> pspnode.trainer.v3.ParamsReply
-	12, // 10: pspnode.trainer.v3.TrainerMessage.shm_ready:type_name -> pspnode.trainer.v3.SharedMemoryReady
+	12, // 9: pspnode.trainer.v3.TrainerMessage.params:type_name -> pspnode.trainer.v3.ParamsReply
+	13, // 10: pspnode.trainer.v3.TrainerMessage.shm_ready:type_name -> pspnode.trainer.v3.SharedMemoryReady
 	7,  // 11: pspnode.trainer.v3.DaemonMessage.waiting:type_name -> pspnode.trainer.v3.Waiting
 	8,  // 12: pspnode.trainer.v3.DaemonMessage.welcome:type_name -> pspnode.trainer.v3.Welcome
-	10, // 13: pspnode.trainer.v3.DaemonMessage.params_request:type_name -> pspnode.trainer.v3.ParamsRequest
-	4,  // 14: pspnode.trainer.v3.PublishRequest.update:type_name -> pspnode.trainer.v3.Tensor
-	4,  // 15: pspnode.trainer.v3.PullReply.update:type_name -> pspnode.trainer.v3.Tensor
-	21, // 16: pspnode.trainer.v3.PullReply.reset:type_name -> pspnode.trainer.v3.Reset
-	4,  // 17: pspnode.trainer.v3.Reset.params:type_name -> pspnode.trainer.v3.Tensor
-	4,  // 18: pspnode.trainer.v3.StepRequest.update:type_name -> pspnode.trainer.v3.Tensor
-	16, // 19: pspnode.trainer.v3.StepReply.barrier:type_name -> pspnode.trainer.v3.BarrierReply
-	20, // 20: pspnode.trainer.v3.StepReply.pull:type_name -> pspnode.trainer.v3.PullReply
-	4,  // 21: pspnode.trainer.v3.CheckpointRequest.params:type_name -> pspnode.trainer.v3.Tensor
-	28, // 22: pspnode.trainer.v3.StatusReply.node:type_name -> pspnode.trainer.v3.NodeStatus
-	13, // 23: pspnode.trainer.v3.Trainer.Session:input_type -> pspnode.trainer.v3.TrainerMessage
-	15, // 24: pspnode.trainer.v3.Trainer.Barrier:input_type -> pspnode.trainer.v3.BarrierRequest
-	17, // 25: pspnode.trainer.v3.Trainer.Publish:input_type -> pspnode.trainer.v3.PublishRequest
-	19, // 26: pspnode.trainer.v3.Trainer.Pull:input_type -> pspnode.trainer.v3.PullRequest
-	22, // 27: pspnode.trainer.v3.Trainer.Step:input_type -> pspnode.trainer.v3.StepRequest
-	24, // 28: pspnode.trainer.v3.Trainer.Checkpoint:input_type -> pspnode.trainer.v3.CheckpointRequest
-	26, // 29: pspnode.trainer.v3.Trainer.Status:input_type -> pspnode.trainer.v3.StatusRequest
-	14, // 30: pspnode.trainer.v3.Trainer.Session:output_type -> pspnode.trainer.v3.DaemonMessage
-	16, // 31: pspnode.trainer.v3.Trainer.Barrier:output_type -> pspnode.trainer.v3.BarrierReply
-	18, // 32: pspnode.trainer.v3.Trainer.Publish:output_type -> pspnode.trainer.v3.PublishReply
-	20, // 33: pspnode.trainer.v3.Trainer.Pull:output_type -> pspnode.trainer.v3.PullReply
-	23, // 34: pspnode.trainer.v3.Trainer.Step:output_type -> pspnode.trainer.v3.StepReply
-	25, // 35: pspnode.trainer.v3.Trainer.Checkpoint:output_type -> pspnode.trainer.v3.CheckpointReply
-	27, // 36: pspnode.trainer.v3.Trainer.Status:output_type -> pspnode.trainer.v3.StatusReply
-	30, // [30:37] is the sub-list for method output_type
-	23, // [23:30] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 13: pspnode.trainer.v3.DaemonMessage.params_request:type_name -> pspnode.trainer.v3.ParamsRequest
+	10, // 14: pspnode.trainer.v3.DaemonMessage.state_chunk:type_name -> pspnode.trainer.v3.StateChunk
+	4,  // 15: pspnode.trainer.v3.PublishRequest.update:type_name -> pspnode.trainer.v3.Tensor
+	4,  // 16: pspnode.trainer.v3.PullReply.update:type_name -> pspnode.trainer.v3.Tensor
+	22, // 17: pspnode.trainer.v3.PullReply.reset:type_name -> pspnode.trainer.v3.Reset
+	4,  // 18: pspnode.trainer.v3.Reset.params:type_name -> pspnode.trainer.v3.Tensor
+	4,  // 19: pspnode.trainer.v3.StepRequest.update:type_name -> pspnode.trainer.v3.Tensor
+	17, // 20: pspnode.trainer.v3.StepReply.barrier:type_name -> pspnode.trainer.v3.BarrierReply
+	21, // 21: pspnode.trainer.v3.StepReply.pull:type_name -> pspnode.trainer.v3.PullReply
+	4,  // 22: pspnode.trainer.v3.CheckpointRequest.params:type_name -> pspnode.trainer.v3.Tensor
+	29, // 23: pspnode.trainer.v3.StatusReply.node:type_name -> pspnode.trainer.v3.NodeStatus
+	14, // 24: pspnode.trainer.v3.Trainer.Session:input_type -> pspnode.trainer.v3.TrainerMessage
+	16, // 25: pspnode.trainer.v3.Trainer.Barrier:input_type -> pspnode.trainer.v3.BarrierRequest
+	18, // 26: pspnode.trainer.v3.Trainer.Publish:input_type -> pspnode.trainer.v3.PublishRequest
+	20, // 27: pspnode.trainer.v3.Trainer.Pull:input_type -> pspnode.trainer.v3.PullRequest
+	23, // 28: pspnode.trainer.v3.Trainer.Step:input_type -> pspnode.trainer.v3.StepRequest
+	25, // 29: pspnode.trainer.v3.Trainer.Checkpoint:input_type -> pspnode.trainer.v3.CheckpointRequest
+	27, // 30: pspnode.trainer.v3.Trainer.Status:input_type -> pspnode.trainer.v3.StatusRequest
+	15, // 31: pspnode.trainer.v3.Trainer.Session:output_type -> pspnode.trainer.v3.DaemonMessage
+	17, // 32: pspnode.trainer.v3.Trainer.Barrier:output_type -> pspnode.trainer.v3.BarrierReply
+	19, // 33: pspnode.trainer.v3.Trainer.Publish:output_type -> pspnode.trainer.v3.PublishReply
+	21, // 34: pspnode.trainer.v3.Trainer.Pull:output_type -> pspnode.trainer.v3.PullReply
+	24, // 35: pspnode.trainer.v3.Trainer.Step:output_type -> pspnode.trainer.v3.StepReply
+	26, // 36: pspnode.trainer.v3.Trainer.Checkpoint:output_type -> pspnode.trainer.v3.CheckpointReply
+	28, // 37: pspnode.trainer.v3.Trainer.Status:output_type -> pspnode.trainer.v3.StatusReply
+	31, // [31:38] is the sub-list for method output_type
+	24, // [24:31] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_pspnode_trainer_v3_trainer_proto_init() }
@@ -2792,24 +2934,25 @@ func file_pspnode_trainer_v3_trainer_proto_init() {
 		(*Tensor_Data)(nil),
 		(*Tensor_Shared)(nil),
 	}
-	file_pspnode_trainer_v3_trainer_proto_msgTypes[9].OneofWrappers = []any{
+	file_pspnode_trainer_v3_trainer_proto_msgTypes[10].OneofWrappers = []any{
 		(*TrainerMessage_Hello)(nil),
 		(*TrainerMessage_Params)(nil),
 		(*TrainerMessage_ShmReady)(nil),
 	}
-	file_pspnode_trainer_v3_trainer_proto_msgTypes[10].OneofWrappers = []any{
+	file_pspnode_trainer_v3_trainer_proto_msgTypes[11].OneofWrappers = []any{
 		(*DaemonMessage_Waiting)(nil),
 		(*DaemonMessage_Welcome)(nil),
 		(*DaemonMessage_ParamsRequest)(nil),
+		(*DaemonMessage_StateChunk)(nil),
 	}
-	file_pspnode_trainer_v3_trainer_proto_msgTypes[24].OneofWrappers = []any{}
+	file_pspnode_trainer_v3_trainer_proto_msgTypes[25].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_pspnode_trainer_v3_trainer_proto_rawDesc), len(file_pspnode_trainer_v3_trainer_proto_rawDesc)),
 			NumEnums:      4,
-			NumMessages:   25,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -69,14 +69,16 @@ class CheckpointRequest(_message.Message):
     def __init__(self, step: _Optional[int] = ..., params: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
 
 class DaemonMessage(_message.Message):
-    __slots__ = ["params_request", "waiting", "welcome"]
+    __slots__ = ["params_request", "state_chunk", "waiting", "welcome"]
     PARAMS_REQUEST_FIELD_NUMBER: _ClassVar[int]
+    STATE_CHUNK_FIELD_NUMBER: _ClassVar[int]
     WAITING_FIELD_NUMBER: _ClassVar[int]
     WELCOME_FIELD_NUMBER: _ClassVar[int]
     params_request: ParamsRequest
+    state_chunk: StateChunk
     waiting: Waiting
     welcome: Welcome
-    def __init__(self, waiting: _Optional[_Union[Waiting, _Mapping]] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., params_request: _Optional[_Union[ParamsRequest, _Mapping]] = ...) -> None: ...
+    def __init__(self, waiting: _Optional[_Union[Waiting, _Mapping]] = ..., welcome: _Optional[_Union[Welcome, _Mapping]] = ..., params_request: _Optional[_Union[ParamsRequest, _Mapping]] = ..., state_chunk: _Optional[_Union[StateChunk, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ["api_version", "client", "dtype", "model_id", "model_name", "num_params", "shared_memory", "state_kind", "step"]
@@ -173,12 +175,16 @@ class ParamsReply(_message.Message):
     def __init__(self, id: _Optional[int] = ..., step: _Optional[int] = ..., params: _Optional[_Union[Tensor, _Mapping]] = ..., state: _Optional[_Union[TrainerState, _Mapping]] = ...) -> None: ...
 
 class ParamsRequest(_message.Message):
-    __slots__ = ["id", "want_state"]
+    __slots__ = ["id", "state_length", "state_offset", "want_state"]
     ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    STATE_OFFSET_FIELD_NUMBER: _ClassVar[int]
     WANT_STATE_FIELD_NUMBER: _ClassVar[int]
     id: int
+    state_length: int
+    state_offset: int
     want_state: bool
-    def __init__(self, id: _Optional[int] = ..., want_state: bool = ...) -> None: ...
+    def __init__(self, id: _Optional[int] = ..., want_state: bool = ..., state_offset: _Optional[int] = ..., state_length: _Optional[int] = ...) -> None: ...
 
 class PublishReply(_message.Message):
     __slots__ = ["step"]
@@ -239,6 +245,18 @@ class SharedRegion(_message.Message):
     OFFSET_FIELD_NUMBER: _ClassVar[int]
     offset: int
     def __init__(self, offset: _Optional[int] = ...) -> None: ...
+
+class StateChunk(_message.Message):
+    __slots__ = ["data", "error", "failed", "offset"]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    error: str
+    failed: bool
+    offset: int
+    def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., failed: bool = ..., error: _Optional[str] = ...) -> None: ...
 
 class StatusReply(_message.Message):
     __slots__ = ["barrier", "exchange", "health", "job", "known_peers", "model_name", "node", "num_params", "peer_id", "population", "step", "trainer_client", "trainer_connected", "waiting"]
@@ -317,14 +335,18 @@ class TrainerMessage(_message.Message):
     def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., params: _Optional[_Union[ParamsReply, _Mapping]] = ..., shm_ready: _Optional[_Union[SharedMemoryReady, _Mapping]] = ...) -> None: ...
 
 class TrainerState(_message.Message):
-    __slots__ = ["data", "kind", "step"]
+    __slots__ = ["data", "kind", "offset", "step", "total_size"]
     DATA_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     STEP_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_SIZE_FIELD_NUMBER: _ClassVar[int]
     data: bytes
     kind: str
+    offset: int
     step: int
-    def __init__(self, kind: _Optional[str] = ..., step: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+    total_size: int
+    def __init__(self, kind: _Optional[str] = ..., step: _Optional[int] = ..., data: _Optional[bytes] = ..., offset: _Optional[int] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class Waiting(_message.Message):
     __slots__ = ["reason", "waited_s"]
