@@ -84,7 +84,7 @@ type trainer struct {
 	params func() (int64, []float32)
 	state  func() *pb.TrainerState // answers ParamsRequest.want_state (state_test.go)
 	asked  int
-	stated int // want_state requests answered
+	stated int              // want_state requests answered
 	chunks []*pb.StateChunk // StateChunk messages received after Welcome
 	ended  chan struct{}
 }
