@@ -80,16 +80,23 @@ def pct(v, q):
     return v[min(len(v) - 1, int(q * len(v)))] if v else float("nan")
 
 
-def plain(a):
-    """The same loop with the plain optimizer alone (no pspnode): its peak
-    resident memory is what the model's own training takes."""
+def linear(a):
+    """The bench's model: a Linear layer of about --params parameters, and
+    its SGD."""
     import torch
     torch.set_num_threads(1)
     torch.manual_seed(1)
     n_in = 1000
     n_out = max(1, a.params // (n_in + 1))
     model = torch.nn.Linear(n_in, n_out)
-    opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+    return model, torch.optim.SGD(model.parameters(), lr=1e-3), n_in, n_out
+
+
+def plain(a):
+    """The same loop with the plain optimizer alone (no pspnode): its peak
+    resident memory is what the model's own training takes."""
+    import torch
+    model, opt, n_in, n_out = linear(a)
     x, y = torch.randn(8, n_in), torch.randn(8, n_out)
     for _ in range(5):
         opt.zero_grad()
@@ -101,12 +108,7 @@ def plain(a):
 def trainer(a):
     import torch
     import pspnode
-    torch.set_num_threads(1)
-    torch.manual_seed(1)
-    n_in = 1000
-    n_out = max(1, a.params // (n_in + 1))
-    model = torch.nn.Linear(n_in, n_out)
-    inner = torch.optim.SGD(model.parameters(), lr=1e-3)
+    model, inner, n_in, n_out = linear(a)
     # The process before pspnode: Python, torch, grpc and the model.
     import grpc  # noqa: F401 (its memory counts in the baseline)
     base_rss = peak_rss_mib()

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -109,18 +108,16 @@ func (c *config) join(ctx context.Context, t tier) (r joinResult, err error) {
 		err = errors.Join(err, n.Close())
 	}()
 	var hosts []*netns.Host
-	var ids []string
 	for i := range c.workers {
 		h, err := n.AddLinkedHost(ctx, i, t.Link)
 		if err != nil {
 			return r, err
 		}
 		hosts = append(hosts, h)
-		out, err := exec.CommandContext(ctx, c.bin, "id", "--identity", filepath.Join(dir, fmt.Sprintf("k%d", i))).Output()
-		if err != nil {
-			return r, fmt.Errorf("pspnode id: %w", err)
-		}
-		ids = append(ids, strings.TrimSpace(string(out)))
+	}
+	ids, err := c.identities(ctx, dir, c.workers)
+	if err != nil {
+		return r, err
 	}
 	stop := filepath.Join(dir, "stop")
 	start := func(i int) (daemon, trainer *proc, ready string, err error) {

@@ -210,12 +210,8 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 	pspnode := sys != "ddp"
 	var ids []string
 	if pspnode {
-		for i := range ws {
-			out, err := exec.CommandContext(ctx, c.bin, "id", "--identity", filepath.Join(dir, fmt.Sprintf("k%d", i))).Output()
-			if err != nil {
-				return r, fmt.Errorf("pspnode id: %w", err)
-			}
-			ids = append(ids, strings.TrimSpace(string(out)))
+		if ids, err = c.identities(ctx, dir, len(ws)); err != nil {
+			return r, err
 		}
 	}
 	goFile, stopFile := filepath.Join(dir, "go"), filepath.Join(dir, "stop")
@@ -304,6 +300,20 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
 	r.Setup, r.Train = setup.Seconds(), train.Seconds()
 	return r, err
+}
+
+// identities makes k identities in dir (k0, k1, ...) and returns their
+// peer IDs, which the workers bootstrap from.
+func (c *config) identities(ctx context.Context, dir string, k int) ([]string, error) {
+	var ids []string
+	for i := range k {
+		out, err := exec.CommandContext(ctx, c.bin, "id", "--identity", filepath.Join(dir, fmt.Sprintf("k%d", i))).Output()
+		if err != nil {
+			return nil, fmt.Errorf("pspnode id: %w", err)
+		}
+		ids = append(ids, strings.TrimSpace(string(out)))
+	}
+	return ids, nil
 }
 
 // daemonArgs is worker i's `pspnode run`: the system's barrier and
