@@ -148,7 +148,12 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if step, p, ok := d.readCheckpoint(own, dst); ok {
 		start = Start{Step: step, Params: p, Source: "checkpoint " + n.cfg.Checkpoint}
 	}
-	js := n.jobState(ctx, start.Step, true, dst)
+	fctx := ctx
+	if report != nil {
+		began := time.Now()
+		fctx = withFetchProgress(ctx, func(line string) { report(line, time.Since(began)) })
+	}
+	js := n.jobState(fctx, start.Step, true, dst)
 	if err := ctx.Err(); err != nil {
 		return Start{}, err
 	}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -94,7 +95,7 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 		hosts := []host.Host{serve(stall), serve(other), serve(a), serve(b)}
 		cfg := DefaultConfig()
 		cfg.Job, cfg.Listen = "fetchtest", []string{"/ip4/127.0.0.1/tcp/0"}
-		cfg.Check.QueryTimeout = 100 * time.Millisecond // a block's deadline is 10 × that
+		cfg.Check.QueryTimeout = time.Second // a block's deadline is 10 × that: the fetch lasts past a progress line
 		c, err := New(context.Background(), cfg, WithHost(mk()), WithTask(&vecTask{vecModel{p: make([]float64, n)}}))
 		if err != nil {
 			t.Fatal(err)
@@ -108,7 +109,9 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 			peers = append(peers, h.ID())
 		}
 		dst := make([]float32, n)
-		f, mms, err := c.fetchModel(t.Context(), peers, dst)
+		var lines []string
+		ctx := withFetchProgress(t.Context(), func(l string) { lines = append(lines, l) })
+		f, mms, err := c.fetchModel(ctx, peers, dst)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -122,6 +125,9 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 		}
 		if f.step != 9 || f.peers < 2 {
 			t.Errorf("fetched %+v: want step 9 from at least two peers", f)
+		}
+		if len(lines) == 0 || !strings.Contains(lines[0], "fetching the job's model") {
+			t.Errorf("progress %q: want a line every %v of a long fetch", lines, fetchProgressEvery)
 		}
 		var all []int
 		for _, m := range []*servedModel{stall, a, b} {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -40,6 +41,20 @@ var fetchPeers, fetchRange = 4, 16
 // fetchFailures is how many peers may fail (not for running another
 // model) before a fetch gives up.
 const fetchFailures = 3
+
+// fetchProgressKey carries, in a fetch's context, what to tell of a long
+// fetch's progress (withFetchProgress).
+type fetchProgressKey struct{}
+
+// withFetchProgress has a model fetch under ctx call progress with a line
+// on how far it is, every fetchProgressEvery while it lasts (a session's
+// Begin tells its trainer, as it tells why it waits).
+func withFetchProgress(ctx context.Context, progress func(string)) context.Context {
+	return context.WithValue(ctx, fetchProgressKey{}, progress)
+}
+
+// fetchProgressEvery is how often a long fetch says how far it is.
+const fetchProgressEvery = 5 * time.Second
 
 // fetched is what fetchModel got: the model into dst, the step of the
 // peer nearest the front of the list that gave a part of it, and who
@@ -151,7 +166,35 @@ func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (
 		start()
 	}
 	mu.Unlock()
-	wg.Wait()
+	// A long fetch says how far it is: to its session's trainer when
+	// there is one, in the log otherwise.
+	say, _ := ctx.Value(fetchProgressKey{}).(func(string))
+	began := time.Now()
+	tick := time.NewTicker(fetchProgressEvery)
+	defer tick.Stop()
+	fetching := make(chan struct{})
+	go func() { // ends when the workers have
+		wg.Wait()
+		close(fetching)
+	}()
+	for done := false; !done; {
+		select {
+		case <-fetching:
+			done = true
+		case <-tick.C:
+			mu.Lock()
+			got := nb - left
+			peersNow := len(gave)
+			mu.Unlock()
+			el := time.Since(began).Seconds()
+			line := fmt.Sprintf("fetching the job's model: %d of %d MiB from %d peers (%.1f MiB/s)", got*4*wire.ExchangeBlock>>20, 4*ours.N>>20, peersNow, float64(got*4*wire.ExchangeBlock)/(1<<20)/el)
+			if say != nil {
+				say(line)
+			} else {
+				n.log.Info(line)
+			}
+		}
+	}
 	mu.Lock()
 	defer mu.Unlock()
 	if left > 0 {

@@ -106,6 +106,9 @@ class _WaitLog:
             if (key == self.last and since < _WAIT_LOG_SAME) or (key != self.last and since < _WAIT_LOG_CHANGED):
                 return
         self.last, self.at = key, now
+        if reason.startswith("fetching the job's model"):  # progress, not trouble
+            log.info("pspnode: %s (%.0f s)", reason, waited)
+            return
         log.warning("pspnode daemon at %s not ready after %.0f s: %s", self.address, waited, short_reason(reason))
         if reason != short_reason(reason):
             log.info("pspnode: the daemon's whole reason: %s", reason)
