@@ -392,5 +392,6 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 		case <-t.C:
 		}
 	}
+	n.mark(msFirstPeer)
 	return true
 }

@@ -93,6 +93,7 @@ type Node struct {
 	m         *status.Metrics
 	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
+	boot      startup // where start-up went (startup.go)
 	wake      chan struct{}
 	rngMu     sync.Mutex
 	rng       *rand.Rand

@@ -94,6 +94,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
+	n.mark(msFirstPeer)
 	if r.Estimate > 0 {
 		ev.estimates = append(ev.estimates, overlay.Estimate{Peer: p, N: r.Estimate})
 		n.notePeerEstimate(r.Estimate)
