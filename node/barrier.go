@@ -95,6 +95,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if rd.Stats.KnownBehind {
 				n.m.KnownBehind.Inc()
 			}
+			n.notePaces(ck, n.clock())
 			n.m.Excused.WithLabelValues(psp.Slow.String()).Add(float64(rd.Stats.Slow))
 			n.m.Excused.WithLabelValues(psp.Far.String()).Add(float64(rd.Stats.Far))
 			run = nil

@@ -62,6 +62,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 // stream go now, and the overlay holds it dead once the check ends.
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.Forget(p)
+	n.forgetPace(p)
 	n.asker.Drop(p)
 	n.lin.Forget(p)
 	ev.dead = append(ev.dead, p)

@@ -65,13 +65,14 @@ func TestPaceOnNodes(t *testing.T) {
 		fourth   func(time.Duration) time.Duration
 		closeAt  time.Duration // the fourth node closes then (0: never)
 		from, to time.Duration // the window measured
+		slower   float64       // > 0: the fast nodes' PeerPace of the fourth says it is about this many times slower
 	}{
-		{"one x4 slower", every(400 * time.Millisecond), 0, 5 * time.Second, 15 * time.Second},
-		{"one x10 slower", every(time.Second), 0, 5 * time.Second, 15 * time.Second},
-		{"slow, then at their pace", after(10*time.Second, 400*time.Millisecond, 100*time.Millisecond), 0, 12 * time.Second, 22 * time.Second},
-		{"at their pace, then x10 slower", after(10*time.Second, 100*time.Millisecond, time.Second), 0, 12 * time.Second, 22 * time.Second},
-		{"stops, and still answers", after(5*time.Second, 100*time.Millisecond, -1), 0, 7 * time.Second, 17 * time.Second},
-		{"goes without a word", fast, 5 * time.Second, 7 * time.Second, 17 * time.Second},
+		{"one x4 slower", every(400 * time.Millisecond), 0, 5 * time.Second, 15 * time.Second, 4},
+		{"one x10 slower", every(time.Second), 0, 5 * time.Second, 15 * time.Second, 10},
+		{"slow, then at their pace", after(10*time.Second, 400*time.Millisecond, 100*time.Millisecond), 0, 12 * time.Second, 22 * time.Second, 0},
+		{"at their pace, then x10 slower", after(10*time.Second, 100*time.Millisecond, time.Second), 0, 12 * time.Second, 22 * time.Second, 0},
+		{"stops, and still answers", after(5*time.Second, 100*time.Millisecond, -1), 0, 7 * time.Second, 17 * time.Second, 0},
+		{"goes without a word", fast, 5 * time.Second, 7 * time.Second, 17 * time.Second, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -109,6 +110,14 @@ func TestPaceOnNodes(t *testing.T) {
 				for j, nd := range nodes[:3] {
 					if got := nd.Step() - before[j]; got < want {
 						t.Errorf("fast node %d made %d steps from %v to %v, want at least %d", j, got, tt.from, tt.to, want)
+					}
+				}
+				if tt.slower > 0 {
+					for j, nd := range nodes[:3] {
+						pp, ok := nd.PeerPace(nodes[3].ID())
+						if got := pp.Steps(); !ok || !pp.Slow || got < tt.slower/2 || got > 2*tt.slower {
+							t.Errorf("fast node %d's PeerPace of the slow one: %+v (%v; %.2f of its steps), want slow, about %g", j, pp, ok, got, tt.slower)
+						}
 					}
 				}
 				cancel()

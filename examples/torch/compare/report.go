@@ -168,7 +168,7 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 	fmt.Fprintf(&sb, "%d workers, each in its own network namespace with its own emulated link (links.md). Median over seeds %v (min–max).\n\n", c.workers, c.seeds)
 	sb.WriteString("Links measured before the runs (TCP between two workers' namespaces):\n\n")
 	sb.WriteString(probeTable(probes))
-	fmt.Fprintf(&sb, "\n| tier | model | slow | system | go signal to %.0f %% | vs DDP (paired by seed) | reached | launch to first step | launch to %[1].0f %% | steps/s per worker | slow worker's steps/s | final accuracy | sent per worker per step | CPU s (workers) | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
+	fmt.Fprintf(&sb, "\n| tier | model | slow | system | go signal to %.0f %% | vs DDP (paired by seed) | reached | launch to first step | launch to %.0[1]f %% | steps/s per worker | slow worker's steps/s | final accuracy | sent per worker per step | CPU s (workers) | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
 	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range gs {
 		rt := "—"
