@@ -347,7 +347,10 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 		threshold := c.self - Step(sp.BaseStaleness())
 		// The pace rule's verdicts on the peers known below the
 		// threshold (Holds for the others).
-		c.kexc = append(c.kexc[:0], make([]Excuse, len(peers))...)
+		c.kexc = c.kexc[:0]
+		for range peers {
+			c.kexc = append(c.kexc, Holds)
+		}
 		if known != nil && !sp.Dynamic() {
 			for i, k := range known {
 				if k.Below <= 0 || k.Below > threshold || c.inSample(peers[i]) {
