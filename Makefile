@@ -64,10 +64,14 @@ run: build
 ## on this machine; they take about 22 minutes of wall time on 2 cores
 figures: figures-sim figures-testnet
 
+## PAPER: the figures that reproduce the PSP paper's barriers run them
+## without the pace rule (docs/barriers.md); the pace rule's own figures
+## are the runs without $(PAPER)
+PAPER = --pace off
 figures-sim: build
-	$(BIN) sim --out results/sim
-	$(BIN) sim --barrier pbsp:10 --sweep-beta 0,1,2,4,8,16,32,64 --out results/sweep
-	$(BIN) sim --barrier bsp,ssp:4,dssp:2:6,pbsp:10,pssp:10:4,pdssp:10:2:6 --churn 0.2 --churn-mode crash --out results/sim-churn
+	$(BIN) sim $(PAPER) --out results/sim
+	$(BIN) sim $(PAPER) --barrier pbsp:10 --sweep-beta 0,1,2,4,8,16,32,64 --out results/sweep
+	$(BIN) sim $(PAPER) --barrier bsp,ssp:4,dssp:2:6,pbsp:10,pssp:10:4,pdssp:10:2:6 --churn 0.2 --churn-mode crash --out results/sim-churn
 	$(BIN) bound --out results/bound
 	mkdir -p docs/figures
 	cp results/sim/step_distribution.png results/sweep/beta_sweep.png docs/figures/
@@ -76,24 +80,29 @@ figures-sim: build
 
 ALL_BARRIERS = asp,bsp,ssp:4,pbsp:10,pssp:10:4
 figures-testnet: build
-	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.05 --duration 10s \
+	$(BIN) testnet --quiet $(PAPER) --nodes 200 --model none --time-scale 0.05 --duration 10s \
 	  --barrier $(ALL_BARRIERS) --compare-sim --out results/fidelity-0.05
-	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.01 --duration 2s \
+	$(BIN) testnet --quiet $(PAPER) --nodes 200 --model none --time-scale 0.01 --duration 2s \
 	  --barrier $(ALL_BARRIERS) --compare-sim --out results/fidelity-0.01
-	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.2 --duration 40s \
+	$(BIN) testnet --quiet $(PAPER) --nodes 200 --model none --time-scale 0.2 --duration 40s \
 	  --barrier $(ALL_BARRIERS) --compare-sim --out results/fidelity-0.2
-	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --exchange gossip --stragglers 0.2 --straggle-factor 4 \
+	$(BIN) testnet --quiet $(PAPER) --nodes 16 --model logreg --data mnist --exchange gossip --stragglers 0.2 --straggle-factor 4 \
 	  --time-scale 0.1 --duration 60s --target 0.85 --eval-every 1s \
 	  --barrier bsp,ssp:4,asp,pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy
-	$(BIN) testnet --quiet --nodes 200 --model none --time-scale 0.2 --duration 180s --barrier pssp:10:4 \
+	$(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --exchange gossip --stragglers 0.2 --straggle-factor 4 \
+	  --time-scale 0.1 --duration 60s --target 0.85 --eval-every 1s \
+	  --barrier pbsp:2,pbsp:10,pssp:2:4,pssp:10:4 --out results/accuracy-pace
+	$(BIN) testnet --quiet $(PAPER) --nodes 200 --model none --time-scale 0.2 --duration 180s --barrier pssp:10:4 \
 	  --churn 0.2 --churn-mode mixed --seed 11 --out results/churn
-	$(BIN) testnet --quiet --nodes 200 --model linreg --exchange epidemic:4 --time-scale 0.2 --duration 180s \
+	$(BIN) testnet --quiet $(PAPER) --nodes 200 --model linreg --exchange epidemic:4 --time-scale 0.2 --duration 180s \
 	  --barrier pssp:10:4 --churn 0.2 --churn-mode mixed --seed 11 --out results/churn-model
-	$(BIN) testnet --quiet --nodes 100 --model none --time-scale 0.2 --duration 24s --stragglers 0.2 \
+	$(BIN) testnet --quiet $(PAPER) --nodes 100 --model none --time-scale 0.2 --duration 24s --stragglers 0.2 \
 	  --straggle-factor 4 --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero
-	for run in 7 7-again 8; do $(BIN) testnet --quiet --nodes 50 --model none --time-scale 0.2 --duration 40s \
+	$(BIN) testnet --quiet --nodes 100 --model none --time-scale 0.2 --duration 24s --stragglers 0.2 \
+	  --straggle-factor 4 --barrier asp,bsp,pbsp:10,pssp:10:4 --compare-sim --out results/hetero-pace
+	for run in 7 7-again 8; do $(BIN) testnet --quiet $(PAPER) --nodes 50 --model none --time-scale 0.2 --duration 40s \
 	  --barrier pbsp:10,pssp:10:4 --seed $${run%%-*} --out results/repro-$$run; done
-	for enc in dense32 topk16; do $(BIN) testnet --quiet --nodes 16 --model logreg --data mnist --exchange gossip \
+	for enc in dense32 topk16; do $(BIN) testnet --quiet $(PAPER) --nodes 16 --model logreg --data mnist --exchange gossip \
 	  --time-scale 0.05 --duration 45s --barrier pssp:10:4 --encoding $$enc --eval-every 2s --out results/encoding/$$enc; done
 	mkdir -p docs/figures
 	cp results/fidelity-0.05/step_distribution.png docs/figures/testnet_step_distribution.png

@@ -95,6 +95,9 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if rd.Stats.KnownBehind {
 				n.m.KnownBehind.Inc()
 			}
+			n.notePaces(ck, n.clock())
+			n.m.Excused.WithLabelValues(psp.Slow.String()).Add(float64(rd.Stats.Slow))
+			n.m.Excused.WithLabelValues(psp.Far.String()).Add(float64(rd.Stats.Far))
 			run = nil
 			// A node that left or shut down must not pass on what a
 			// closed overlay gave (no sample, so no observation).
@@ -189,7 +192,7 @@ func (n *Node) startBarrier(ck *psp.Checker) wire.StepRequest {
 	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
 	ck.Start(psp.CheckStart{
 		Self: req.Step, Population: pop, Now: n.clock(),
-		Compute: math.Float64frombits(n.compute.Load()), RTT: n.rttEWMA(),
+		Compute: math.Float64frombits(n.compute.Load()), Interval: n.stepInterval(), RTT: n.rttEWMA(),
 	})
 	return req
 }

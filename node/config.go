@@ -169,6 +169,12 @@ type CheckConfig struct {
 	// may take; QueryTimeoutMin the shortest timeout the rules may set.
 	// Where they cross, QueryTimeout wins.
 	QueryTimeout, QueryTimeoutMin time.Duration
+	// Pace is the pace rule of pBSP and pSSP checks (psp.PaceConfig): a
+	// sampled peer behind the threshold that steps more than Factor
+	// times slower than this node, or would need more than Horizon of
+	// its steps to reach the threshold, is not waited for. The zero
+	// value is off (the paper's pBSP and pSSP).
+	Pace psp.PaceConfig
 }
 
 // LimitsConfig bounds a node's connections and step streams.
@@ -216,6 +222,7 @@ func DefaultConfig() Config {
 			PollShare: 1.0 / 64, GlobalPollShare: 1.0 / 4,
 			PollMin: 100 * time.Microsecond, PollMax: 500 * time.Millisecond,
 			QueryTimeout: time.Second, QueryTimeoutMin: 50 * time.Millisecond,
+			Pace: psp.DefaultPaceConfig(),
 		},
 		StartTimeout:    30 * time.Second,
 		JoinFetch:       true,

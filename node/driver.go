@@ -137,6 +137,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if !n.modelUp.Load() {
 		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
 	}
+	n.mark(msSession)
 	if n.hasBootstrap() && !n.awaitFirstPeer(ctx, report) {
 		return Start{}, ctx.Err()
 	}
@@ -192,6 +193,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
 	n.lastStepAt = now
+	n.mark(msWelcome)
 	return start, nil
 }
 

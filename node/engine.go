@@ -116,6 +116,7 @@ func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFun
 // the exchange (exchange.Exchange.Push).
 func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
+	n.mark(msFirstStep)
 	step := n.step.Add(1)
 	n.m.Step.Set(float64(step))
 	n.emit(Stepped, "")

@@ -75,6 +75,7 @@ func (n *Node) Status() status.Status {
 	st.BarrierWaitS, st.BarrierPasses = status.HistogramSum(n.m.Wait)
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
+	st.Startup = n.Startup()
 	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.Own().String(), uint64(status.CounterValue(n.lin.Converged)), n.ov.HeldOutCount()
 	if mt, ok := n.model.(interface{ ModelName() string }); ok {
 		st.Model = mt.ModelName() // the built-in tasks' (package builtin)

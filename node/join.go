@@ -157,6 +157,12 @@ type jobView struct {
 	// said so, or their model did): held out, their steps not observed.
 	// The caller says so (warnModels), or fails.
 	others []*ModelMismatchError
+	// said: a peer of the job's lineage said in its step reply that it
+	// runs this node's model (step protocol 1.1.0), so the job's model is
+	// known; unsaid are the peers of the lineage whose replies could not
+	// say (1.0.0), whom only a model reply tells.
+	said   bool
+	unsaid []peer.ID
 }
 
 // jobState asks up to psp.JoinSample peers for their steps and, if the job
@@ -274,6 +280,12 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		if v.genesis.IsZero() || genesisOf(a.r) == v.genesis {
 			steps = append(steps, a.r.Step)
 			on = append(on, a)
+			switch {
+			case a.r.Ext == nil:
+				v.unsaid = append(v.unsaid, a.p)
+			case a.r.Ext.HasModel && n.modelFixed(): // admitted: this node's model
+				v.said = true
+			}
 		}
 	}
 	v.observed = len(steps)
@@ -306,19 +318,23 @@ func stepGap(a, b psp.Step) uint64 {
 
 // fetchJobModel completes v: when the job is ahead, it fetches the model
 // from the peers of from (fetchModel: several at once, in their order)
-// into dst (nil: a new vector); otherwise, with verify, it reads the head
-// of a peer's model reply to check that the job runs this node's model.
+// into dst (nil: a new vector); otherwise, with verify, it checks that the
+// job runs this node's model: done if a peer's step reply said so, else it
+// reads the head of the model reply of a peer whose step reply could not
+// say (1.0.0). A peer whose 1.1.0 reply named no model has none to show (a
+// daemon before its trainer: its model stream resets), and is not asked:
+// at a job's start, when no peer has its trainer yet, asking each cost a
+// round trip of the session's start.
 func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahead, verify bool, dst []float32) jobView {
 	if n.model.NumParams() == 0 {
 		return v
 	}
 	if !ahead {
-		if verify {
+		if verify && !v.said {
 			// Only which model the job runs: the head of a reply is
-			// enough. Peers without a model (a driven node without its
-			// trainer) reset the stream; the first that says decides.
-			for i := 0; i < len(from) && i < 3; i++ {
-				err := n.peekModel(ctx, from[i])
+			// enough; the first that says decides.
+			for i := 0; i < len(v.unsaid) && i < 3; i++ {
+				err := n.peekModel(ctx, v.unsaid[i])
 				if mm := (*ModelMismatchError)(nil); errors.As(err, &mm) {
 					v.fetchErr = err
 					return v
@@ -398,5 +414,6 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 		case <-t.C:
 		}
 	}
+	n.mark(msFirstPeer)
 	return true
 }

@@ -118,6 +118,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.Attach(h)
 		n.h = n.meter.WrapHost(h)
 	}
+	n.mark(msListening)
 	seed := cfg.Seed
 	if seed == 0 {
 		sum := sha256.Sum256([]byte(n.h.ID()))
@@ -179,6 +180,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.guardInbound()
 	n.up.Store(true)
 	close(n.ready)
+	n.mark(msNew)
 	return n, nil
 }
 

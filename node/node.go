@@ -93,6 +93,8 @@ type Node struct {
 	m         *status.Metrics
 	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
+	boot      startup  // where start-up went (startup.go)
+	paces     paceBook // the barrier's peer paces, for other goroutines (pace.go)
 	wake      chan struct{}
 	rngMu     sync.Mutex
 	rng       *rand.Rand

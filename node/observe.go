@@ -62,6 +62,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 // stream go now, and the overlay holds it dead once the check ends.
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.Forget(p)
+	n.forgetPace(p)
 	n.asker.Drop(p)
 	n.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
@@ -94,6 +95,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
+	n.mark(msFirstPeer)
 	if r.Estimate > 0 {
 		ev.estimates = append(ev.estimates, overlay.Estimate{Peer: p, N: r.Estimate})
 		n.notePeerEstimate(r.Estimate)

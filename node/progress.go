@@ -18,6 +18,7 @@ import (
 // noteAsker records what a step query tells about its sender: its step,
 // and, if this node's step holds back the sender's barrier, that it waits.
 func (n *Node) noteAsker(from peer.ID, step int64) {
+	n.mark(msFirstPeer)
 	n.progress.Saw(from, step)
 	s := n.cfg.Barrier.BaseStaleness()
 	if s < 0 {

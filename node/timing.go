@@ -24,6 +24,7 @@ func checkConfig(cfg Config) psp.CheckConfig {
 			PollMin: cfg.Check.PollMin.Seconds(), PollMax: cfg.Check.PollMax.Seconds(),
 			QueryTimeoutMin: cfg.Check.QueryTimeoutMin.Seconds(), QueryTimeout: cfg.Check.QueryTimeout.Seconds(),
 		},
+		Pace: cfg.Check.Pace,
 	}
 }
 

@@ -90,6 +90,9 @@ func (c Config) Validate() error {
 	if err := c.validateScreen(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := c.Check.Pace.Validate(); err != nil {
+		bad("Check.Pace: %w", err)
+	}
 	if err := c.NAT.Validate(); err != nil {
 		errs = append(errs, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -38,8 +39,12 @@ type JoinConfig struct {
 	// RetryMin and RetryMax bound the wait between two join attempts: it
 	// starts at RetryMin, doubles after every failure up to RetryMax, and
 	// each wait is drawn uniformly from [d/2, d] so that nodes started
-	// together do not retry together.
+	// together do not retry together. Until the node first joins, and for
+	// at most FirstJoin after the joiner starts, it doubles only up to
+	// max(RetryMin, 1 s): a node whose bootstrap peer starts a few
+	// seconds after it joins within a second of that.
 	RetryMin, RetryMax time.Duration
+	FirstJoin          time.Duration
 	// Check is how often a joined node looks at its routing table; an
 	// empty one makes it join again.
 	Check time.Duration
@@ -49,16 +54,31 @@ type JoinConfig struct {
 	SplitCheck time.Duration
 }
 
-// DefaultJoinConfig retries from 1 s up to 1 min, checks the routing table
-// every 5 s and for a split every minute.
+// DefaultJoinConfig retries from 100 ms up to 1 min, checks the routing
+// table every 5 s and for a split every minute. The first retries come
+// soon: nodes of a job started together (a harness, a scheduler, each
+// trainer starting its own daemon) find their bootstrap peer not yet
+// listening, and a refused dial on a network that answers costs
+// nothing; a retry a second later was most of such a node's start-up.
 func DefaultJoinConfig() JoinConfig {
-	return JoinConfig{RetryMin: time.Second, RetryMax: time.Minute, Check: 5 * time.Second, SplitCheck: time.Minute}
+	return JoinConfig{RetryMin: 100 * time.Millisecond, RetryMax: time.Minute, FirstJoin: time.Minute, Check: 5 * time.Second, SplitCheck: time.Minute}
+}
+
+// next is the backoff after a failed attempt that waited backoff: twice
+// as long, up to RetryMax, and before the first join (first) up to
+// max(RetryMin, 1 s).
+func (c JoinConfig) next(backoff time.Duration, first bool) time.Duration {
+	backoff = min(2*backoff, c.RetryMax)
+	if first {
+		backoff = min(backoff, max(c.RetryMin, time.Second))
+	}
+	return backoff
 }
 
 func (c JoinConfig) validate() error {
-	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.Check <= 0 || c.SplitCheck < 0 {
-		return fmt.Errorf("Join.RetryMin %v, Join.RetryMax %v, Join.Check %v, Join.SplitCheck %v: need 0 < RetryMin <= RetryMax, Check > 0, SplitCheck >= 0",
-			c.RetryMin, c.RetryMax, c.Check, c.SplitCheck)
+	if c.RetryMin <= 0 || c.RetryMax < c.RetryMin || c.Check <= 0 || c.SplitCheck < 0 || c.FirstJoin < 0 {
+		return fmt.Errorf("Join.RetryMin %v, Join.RetryMax %v, Join.Check %v, Join.SplitCheck %v, Join.FirstJoin %v: need 0 < RetryMin <= RetryMax, Check > 0, SplitCheck >= 0, FirstJoin >= 0",
+			c.RetryMin, c.RetryMax, c.Check, c.SplitCheck, c.FirstJoin)
 	}
 	return nil
 }
@@ -176,6 +196,7 @@ func (j *joiner) start(ctx context.Context, joinErr error) {
 
 func (j *joiner) run(ctx context.Context, retrying bool) {
 	backoff := j.cfg.RetryMin
+	everJoined, firstUntil := !retrying, time.Now().Add(j.cfg.FirstJoin)
 	wait := j.cfg.Check
 	if retrying {
 		wait = j.spread(backoff)
@@ -191,6 +212,7 @@ func (j *joiner) run(ctx context.Context, retrying bool) {
 		}
 		if j.inNetwork() {
 			j.setJoined()
+			everJoined = true
 			backoff, wait = j.cfg.RetryMin, j.cfg.Check
 			if j.cfg.SplitCheck > 0 && !time.Now().Before(nextSplit) {
 				j.checkSplit(ctx)
@@ -207,6 +229,7 @@ func (j *joiner) run(ctx context.Context, retrying bool) {
 			backoff, wait = j.cfg.RetryMin, j.cfg.Check
 			if j.inNetwork() {
 				j.setJoined()
+				everJoined = true
 			}
 			continue
 		}
@@ -217,8 +240,12 @@ func (j *joiner) run(ctx context.Context, retrying bool) {
 		j.err = why
 		n := j.attempts
 		j.mu.Unlock()
-		j.o.log.Warn("could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", why)
-		backoff = min(2*backoff, j.cfg.RetryMax)
+		level := slog.LevelWarn
+		if n > 1 && wait < time.Second { // the quick first retries: their first failure says it
+			level = slog.LevelDebug
+		}
+		j.o.log.Log(ctx, level, "could not join through the bootstrap peers; retrying", "attempt", n, "retry_in", wait.Round(time.Millisecond), "err", why)
+		backoff = j.cfg.next(backoff, !everJoined && time.Now().Before(firstUntil))
 	}
 }
 

@@ -308,3 +308,39 @@ func TestPeersFileRejoin(t *testing.T) {
 		t.Errorf("an overlay of another job joins through the file's peers: %v", c.BootstrapPeers())
 	}
 }
+
+// The joiner's backoff: doubling from RetryMin up to RetryMax, but before
+// the first join up to a second, so that a node whose bootstrap peer
+// comes up a few seconds after it joins within a second of that (from
+// 1 s doubling, it waited up to as long again: 4 s late, 4 s more).
+func TestJoinBackoff(t *testing.T) {
+	c := DefaultJoinConfig()
+	walk := func(first bool, n int) []time.Duration {
+		b, out := c.RetryMin, []time.Duration{c.RetryMin}
+		for range n {
+			b = c.next(b, first)
+			out = append(out, b)
+		}
+		return out
+	}
+	ms := time.Millisecond
+	for _, tc := range []struct {
+		name  string
+		first bool
+		want  []time.Duration
+	}{
+		{"before the first join", true, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, time.Second, time.Second, time.Second}},
+		{"after it", false, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 3200 * ms, 6400 * ms}},
+	} {
+		if got := walk(tc.first, len(tc.want)-1); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	if got := walk(false, 20)[20]; got != c.RetryMax {
+		t.Errorf("after 20 failures: %v, want RetryMax %v", got, c.RetryMax)
+	}
+	slow := JoinConfig{RetryMin: 5 * time.Second, RetryMax: time.Minute}
+	if got := slow.next(5*time.Second, true); got != 5*time.Second {
+		t.Errorf("a RetryMin above a second before the first join: %v, want it kept", got)
+	}
+}

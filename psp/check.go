@@ -31,6 +31,9 @@ import "slices"
 //   - A static barrier's check (all but DSSP and pDSSP) ends at the first
 //     answer behind its threshold: one such answer fails it whatever the
 //     others say (Behind).
+//   - Under pBSP and pSSP with the pace rule on (CheckConfig.Pace), a
+//     peer behind the threshold that is slow or far behind (Pace.Judge)
+//     is excused: it neither ends the check nor fails it.
 //   - A check that hears from no peer is isolated and fails: see Isolated.
 //   - A node that must wait checks again after the first re-check
 //     interval, then doubling up to the re-check interval; a progress
@@ -45,6 +48,7 @@ import "slices"
 type Checker struct {
 	cfg     CheckConfig
 	decider Decider
+	pace    *Pace // the pace rule (pBSP, pSSP with CheckConfig.Pace on); nil: off
 
 	self    Step
 	beta    int // the sample size of this barrier (Spec.BetaFor the population at Start)
@@ -65,6 +69,10 @@ type Checker struct {
 	spares      []string
 	replacing   int // replacements owed to a pending draw
 	obs         []Observation
+	exc         []Excuse      // the pace rule's verdict on each of obs
+	held        []Observation // obs less the excused, for the decider
+	slow, far   int           // peers behind the threshold the check excused
+	kexc        []Excuse      // scratch: the verdicts on a draw's peers known below the threshold
 	answered    int
 	hedged      int
 	cached      int
@@ -102,6 +110,9 @@ type CheckConfig struct {
 	// bound).
 	GlobalQueries int
 	Timing        TimingConfig
+	// Pace is the pace rule of pBSP and pSSP checks (Pace); the zero
+	// value is off. Other kinds ignore it.
+	Pace PaceConfig
 }
 
 // Known is what a node knows of one peer's step without asking: for a
@@ -119,12 +130,14 @@ type Known struct {
 
 // CheckStart begins a barrier. Population is the estimated number of
 // nodes (a sampled barrier's re-check interval follows it); Compute is
-// the node's mean compute seconds per step and RTT its smoothed query
+// the node's mean compute seconds per step (waits excluded), Interval its
+// mean seconds per step (waits included) and RTT its smoothed query
 // round trip in seconds, each 0 while unknown.
 type CheckStart struct {
 	Self       Step
 	Population float64
 	Compute    float64
+	Interval   float64
 	RTT        float64
 	Now        float64
 }
@@ -166,6 +179,9 @@ type CheckStats struct {
 	// KnownBehind: the check failed, unasked, on a drawn peer known to be
 	// below its threshold (Known.Below); EarlyFail is set too.
 	KnownBehind bool
+	// Slow and Far count the peers behind the threshold that the pace
+	// rule excused (Pace.Judge): the check did not wait for them.
+	Slow, Far int
 }
 
 // NewChecker returns a Checker for cfg deciding with d (NewDecider(cfg.Spec)
@@ -174,8 +190,16 @@ func NewChecker(cfg CheckConfig, d Decider) *Checker {
 	if d == nil {
 		d = NewDecider(cfg.Spec)
 	}
-	return &Checker{cfg: cfg, decider: d}
+	c := &Checker{cfg: cfg, decider: d}
+	if sp := cfg.Spec; cfg.Pace.On() && (sp.Kind == PBSP || sp.Kind == PSSP) {
+		c.pace = NewPace(cfg.Pace)
+	}
+	return c
 }
+
+// Pace is the pace the Checker learnt of its peers (nil when the rule is
+// off). It changes only within the Checker's calls.
+func (c *Checker) Pace() *Pace { return c.pace }
 
 // Timing is the barrier's timing, as set at Start.
 func (c *Checker) Timing() Timing { return c.timing }
@@ -276,6 +300,9 @@ func (c *Checker) start(in CheckStart) CheckOut {
 	c.self = in.Self
 	c.timing = BarrierTiming(c.cfg.Timing, sp.Probabilistic(), in.Compute, in.RTT, in.Population)
 	c.beta = sp.BetaFor(in.Population)
+	if c.pace != nil {
+		c.pace.SetCompute(in.Compute, in.Interval)
+	}
 	c.checks, c.backoff, c.wokenUp = 0, 0, false
 	c.ready = CheckOut{Ask: c.ready.Ask[:0]}
 	return c.begin(in.Now)
@@ -293,7 +320,7 @@ func (c *Checker) recheck(now float64) CheckOut {
 func (c *Checker) begin(now float64) CheckOut {
 	sp := c.cfg.Spec
 	c.asked, c.out, c.spares, c.obs, c.cands, c.ask = c.asked[:0], c.out[:0], c.spares[:0], c.obs[:0], c.cands[:0], c.ask[:0]
-	c.counted = c.counted[:0]
+	c.counted, c.exc, c.slow, c.far = c.counted[:0], c.exc[:0], 0, 0
 	c.replacing, c.answered, c.hedged, c.cached, c.next, c.want, c.budget = 0, 0, 0, 0, 0, 0, 0
 	c.knownBehind = false
 	switch {
@@ -318,21 +345,45 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 	if c.want == 0 && len(c.asked) == 0 && len(c.counted) == 0 { // the check's sample
 		sp := c.cfg.Spec
 		threshold := c.self - Step(sp.BaseStaleness())
+		// The pace rule's verdicts on the peers known below the
+		// threshold (Holds for the others).
+		c.kexc = c.kexc[:0]
+		for range peers {
+			c.kexc = append(c.kexc, Holds)
+		}
 		if known != nil && !sp.Dynamic() {
 			for i, k := range known {
-				if k.Below > 0 && k.Below <= threshold && !c.inSample(peers[i]) {
-					k.Peer = peers[i]
-					c.failKnownBehind(k)
-					return c.decide(now, heardLately, true)
+				if k.Below <= 0 || k.Below > threshold || c.inSample(peers[i]) {
+					continue
 				}
+				k.Peer = peers[i]
+				if o := knownBehind(k); c.pace != nil {
+					if k.Seen {
+						c.pace.Observe(k.Peer, k.Step, now)
+					}
+					if e := c.pace.Judge(k.Peer, o.Step, threshold, now); e != Holds {
+						c.kexc[i] = e
+						continue
+					}
+				}
+				c.failKnownBehind(k)
+				return c.decide(now, heardLately, true)
 			}
 		}
 		for i, p := range peers {
 			switch {
 			case c.inSample(p):
+			case c.kexc[i] != Holds:
+				c.counted = append(c.counted, p)
+				o := knownBehind(known[i])
+				o.Peer = p
+				c.add(o, c.kexc[i])
 			case known != nil && !sp.Dynamic() && known[i].Seen && known[i].Step >= threshold:
 				c.counted = append(c.counted, p)
-				c.obs = append(c.obs, Observation{Peer: p, Step: known[i].Step})
+				if c.pace != nil {
+					c.pace.Observe(p, known[i].Step, now)
+				}
+				c.add(Observation{Peer: p, Step: known[i].Step}, Holds)
 			default:
 				c.launch(p, now, false)
 			}
@@ -382,7 +433,7 @@ func (c *Checker) known(peers []Known, heardLately bool, now float64) CheckOut {
 	}
 	for _, k := range peers {
 		if static && k.Seen && k.Step >= threshold {
-			c.obs = append(c.obs, Observation{Peer: k.Peer, Step: k.Step})
+			c.add(Observation{Peer: k.Peer, Step: k.Step}, Holds)
 			continue
 		}
 		if !k.Seen {
@@ -411,12 +462,30 @@ func (c *Checker) known(peers []Known, heardLately bool, now float64) CheckOut {
 // threshold, the check's one observation, at its last known step (at
 // most Below − 1), counted without asking.
 func (c *Checker) failKnownBehind(k Known) {
+	c.obs, c.exc = append(c.obs[:0], knownBehind(k)), append(c.exc[:0], Holds)
+	c.slow, c.far = 0, 0
+	c.cached, c.knownBehind = 1, true
+}
+
+// knownBehind is the observation a peer known below a threshold stands
+// for: its last known step, at most Below − 1.
+func knownBehind(k Known) Observation {
 	step := k.Below - 1
 	if k.Seen {
 		step = min(step, k.Step)
 	}
-	c.obs = append(c.obs[:0], Observation{Peer: k.Peer, Step: step})
-	c.cached, c.knownBehind = 1, true
+	return Observation{Peer: k.Peer, Step: step}
+}
+
+// add counts an observation with the pace rule's verdict on it.
+func (c *Checker) add(o Observation, e Excuse) {
+	c.obs, c.exc = append(c.obs, o), append(c.exc, e)
+	switch e {
+	case Slow:
+		c.slow++
+	case Far:
+		c.far++
+	}
 }
 
 // answer is Answer.
@@ -427,8 +496,13 @@ func (c *Checker) answer(peer string, o Observation, counts bool, now float64) C
 	c.answered++
 	sp := c.cfg.Spec
 	if counts {
-		c.obs = append(c.obs, o)
-		if !sp.Dynamic() && Behind(c.self, sp.BaseStaleness(), o.Step) {
+		e := Holds
+		if c.pace != nil {
+			c.pace.Observe(peer, o.Step, now)
+			e = c.pace.Judge(peer, o.Step, c.self-Step(sp.BaseStaleness()), now)
+		}
+		c.add(o, e)
+		if !sp.Dynamic() && e == Holds && Behind(c.self, sp.BaseStaleness(), o.Step) {
 			return c.decide(now, false, true)
 		}
 	} else if !sp.Global() {
@@ -597,12 +671,23 @@ func (c *Checker) progress(now float64) CheckOut {
 // node must wait, when it checks next.
 func (c *Checker) decide(now float64, heardLately, early bool) CheckOut {
 	c.checks++
-	d := c.decider.Decide(c.self, now, c.obs)
+	held := c.obs
+	if c.slow+c.far > 0 {
+		c.held = c.held[:0]
+		for i, o := range c.obs {
+			if c.exc[i] == Holds {
+				c.held = append(c.held, o)
+			}
+		}
+		held = c.held
+	}
+	d := c.decider.Decide(c.self, now, held)
 	iso := Isolated(c.cfg.Spec, len(c.asked), c.answered, len(c.obs), heardLately)
 	out := CheckOut{
 		Done: true, Decision: d, Isolated: iso,
 		Stats: CheckStats{Asked: len(c.asked), Answered: c.answered, Observed: len(c.obs),
-			Hedged: c.hedged, Cached: c.cached, EarlyFail: early, KnownBehind: c.knownBehind},
+			Hedged: c.hedged, Cached: c.cached, EarlyFail: early, KnownBehind: c.knownBehind,
+			Slow: c.slow, Far: c.far},
 	}
 	c.out = c.out[:0]
 	c.checked = now

@@ -1,8 +1,8 @@
 // Package psp holds pspnode's barrier semantics: steps, the classic barriers
-// (ASP, BSP, SSP), the probabilistic barriers pBSP and pSSP, the DSSP
-// controllers (server-based and decentralised), uniform sampling without
-// replacement, the convergence bound of the PSP paper and the barrier spec
-// grammar.
+// (ASP, BSP, SSP), the probabilistic barriers pBSP and pSSP and their pace
+// rule, the DSSP controllers (server-based and decentralised), uniform
+// sampling without replacement, the convergence bound of the PSP paper and
+// the barrier spec grammar.
 //
 // # Model
 //
@@ -20,6 +20,13 @@
 //     [S_L, S_U], granting extra steps when that is predicted to cut waiting.
 //
 // A node that must wait asks again later with a fresh sample.
+//
+// The pace rule (Pace, CheckConfig.Pace) refines pBSP and pSSP for jobs
+// of machines of different speeds: a check learns each peer's seconds per
+// step from successive observations, and a peer behind the threshold that
+// steps more than Factor times slower than the node, or would need more
+// than Horizon of the node's steps to reach the threshold, is excused, not
+// waited for. Its zero value is the paper's barriers.
 //
 // # Running a barrier
 //

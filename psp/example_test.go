@@ -107,3 +107,24 @@ func ExampleChecker() {
 	// 0.0000 s: wait (1 lagging); next check at 0.0125 s
 	// 0.0125 s: pass
 }
+
+// A node computes a step in 0.1 s. It has seen peer "old" reach a step
+// every 0.4 s and peer "new" every 0.1 s. At its check (staleness 4, its
+// step 40: threshold 36), "old" is at step 10, far below: its lag is its
+// speed, and the node does not wait for it. "new" at step 35 is one step
+// behind at the node's own pace: it holds the node, as under plain pSSP.
+func ExamplePace() {
+	p := psp.NewPace(psp.DefaultPaceConfig())
+	p.SetCompute(0.1, 0)
+	for s := range psp.Step(11) {
+		p.Observe("old", s, 0.4*float64(s))
+	}
+	for s := range psp.Step(36) {
+		p.Observe("new", s, 0.1*float64(s))
+	}
+	fmt.Println(p.Judge("old", 10, 36, 4.0), p.Judge("new", 35, 36, 3.5))
+	fmt.Printf("%.1f s per step, %.0f of the node's steps\n", p.Interval("old", 4.0), p.Interval("old", 4.0)/p.Reference())
+	// Output:
+	// slow holds
+	// 0.4 s per step, 4 of the node's steps
+}

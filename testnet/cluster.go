@@ -154,7 +154,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 		return node.Config{}, err
 	}
 	cfg.Gossip.Encoding = enc
-	cfg.Check.PollShare = t.cfg.PollShare
+	cfg.Check.PollShare, cfg.Check.Pace = t.cfg.PollShare, t.cfg.Pace
 	if t.cfg.Private {
 		cfg.PSK = testnetPSK(t.cfg.Seed)
 	}

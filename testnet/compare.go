@@ -31,7 +31,7 @@ func CompareWithSim(cfg Config, r *Result) error {
 	}
 	sc := sim.DefaultConfig()
 	sc.Nodes, sc.Duration, sc.Barrier, sc.Seed = cfg.Nodes, r.DurationS, cfg.Barrier, cfg.Seed
-	sc.TimeScale, sc.Stragglers, sc.StraggleFactor = cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor
+	sc.TimeScale, sc.Stragglers, sc.StraggleFactor, sc.Pace = cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor, cfg.Pace
 	sc.LeaveRate, sc.JoinRate, sc.ChurnMode, sc.Replace = cfg.Churn, cfg.Churn, cfg.ChurnMode, cfg.ChurnReplace
 	sc.RecordEvery = 0
 	sc.Mode = sim.Fidelity

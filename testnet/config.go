@@ -179,6 +179,9 @@ type Config struct {
 	// interval between re-checks of a node waiting at a sampled barrier,
 	// as a share of its mean compute time per step.
 	PollShare float64
+	// Pace is the nodes' node.Config.Check.Pace: the pace rule of their
+	// pBSP and pSSP checks (the zero value is off).
+	Pace psp.PaceConfig
 
 	Transport string // mem (in-process network), tcp (loopback) or netns (a process per node)
 	// Private gives every node one swarm key (tcp transport only), as
@@ -260,6 +263,7 @@ func DefaultConfig() Config {
 		StallWindow:    30 * time.Second,
 		AccuracyTarget: 0.85,
 		PollShare:      node.DefaultConfig().Check.PollShare,
+		Pace:           node.DefaultConfig().Check.Pace,
 		Exchange:       node.DefaultConfig().Exchange.Spec,
 	}
 }
@@ -268,6 +272,9 @@ func DefaultConfig() Config {
 func (c Config) Validate() error {
 	var errs []error
 	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
+	if err := c.Pace.Validate(); err != nil {
+		bad("pace: %w", err)
+	}
 	if !(c.PollShare > 0 && c.PollShare <= 1) {
 		bad("poll share %v must be in (0, 1]", c.PollShare)
 	}

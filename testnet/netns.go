@@ -227,6 +227,7 @@ func (r *netnsRun) args(p *proc, boot string) []string {
 		"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),
 		"--straggle-factor", strconv.FormatFloat(p.factor, 'g', -1, 64),
 		"--poll-share", strconv.FormatFloat(c.PollShare, 'g', -1, 64),
+		"--pace", c.Pace.String(),
 		"--start-on-signal",
 		"--eval-every", strconv.Itoa(netnsEvalSteps(c)),
 		"--log-level", c.NodeLogLevel,

@@ -14,6 +14,7 @@ import (
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/figure"
 	"github.com/pspnode/pspnode/internal/procstat"
+	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -81,8 +82,15 @@ type Result struct {
 	BarrierChecks  uint64      `json:"barrier_checks"`
 	ChecksPerWaitS float64     `json:"checks_per_wait_s"`
 	BarrierCheckMs Percentiles `json:"barrier_check_ms"` // one decision: sample, query, decide
-	SampleRTTMs    Percentiles `json:"sample_rtt_ms"`
-	Updates        struct {
+	// BarrierExcused counts the sampled peers behind a check's threshold
+	// that the honest live nodes' pace rule did not wait for
+	// (psp_barrier_peers_excused_total), slow and far behind.
+	BarrierExcused struct {
+		Slow uint64 `json:"slow"`
+		Far  uint64 `json:"far"`
+	} `json:"barrier_excused"`
+	SampleRTTMs Percentiles `json:"sample_rtt_ms"`
+	Updates     struct {
 		Sent     uint64 `json:"sent"`
 		Received uint64 `json:"received"`
 		Rejected uint64 `json:"rejected"`
@@ -291,6 +299,8 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
 		r.Defences.StepQueriesFailed += uint64(counterOf(m.nd.Registry(), "psp_samples_timed_out_total", "", ""))
+		r.BarrierExcused.Slow += uint64(counterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Slow.String()))
+		r.BarrierExcused.Far += uint64(counterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Far.String()))
 		held += float64(st.ConnectedPeers)
 		r.Connections.HeldMax = max(r.Connections.HeldMax, st.ConnectedPeers)
 		dials += float64(st.StepDials)

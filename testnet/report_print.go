@@ -48,6 +48,9 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	}
 	row("barrier wait", "p50 %.2f ms, p99 %.1f ms", r.BarrierWaitMs.P50, r.BarrierWaitMs.P99)
 	row("barrier check", "p50 %.2f ms, p99 %.1f ms (one decision: sample, query, decide)", r.BarrierCheckMs.P50, r.BarrierCheckMs.P99)
+	if e := r.BarrierExcused; e.Slow+e.Far > 0 {
+		row("  excused", "%d slow and %d far-behind peers not waited for (the pace rule)", e.Slow, e.Far)
+	}
 	row("sample RTT", "p50 %.2f ms, p99 %.1f ms", r.SampleRTTMs.P50, r.SampleRTTMs.P99)
 	declined := ""
 	if r.Updates.Declined > 0 {

@@ -18,6 +18,23 @@ const pollShareHelp = "waiting at a sampled barrier, re-check once per expected 
 // (node.Config.Exchange).
 const exchangeHelp = "how nodes combine their work: epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N) or gossip (every update to every node over GossipSub: every node sees every gradient, traffic per node grows with N); see docs/exchange.md. Nodes of a job must agree"
 
+// paceHelp is --pace's help, shared by run, testnet and sim
+// (psp.PaceConfig).
+const paceHelp = "the pace rule of pbsp and pssp checks, FACTOR:HORIZON or off: a sampled peer behind the threshold that steps more than FACTOR times slower than this node's own compute time, or would need more than HORIZON of this node's steps to reach the threshold, is not waited for (docs/barriers.md)"
+
+// paceFlag is --pace: FACTOR:HORIZON, or off.
+type paceFlag struct{ c psp.PaceConfig }
+
+func (f *paceFlag) String() string { return f.c.String() }
+
+func (f *paceFlag) Set(v string) error {
+	c, err := psp.ParsePace(v)
+	if err == nil {
+		f.c = c
+	}
+	return err
+}
+
 // intList is a comma-separated list of non-negative integers flag.
 type intList []int
 

@@ -75,6 +75,7 @@ type runFlags struct {
 	listen, bootstrap                                 stringList
 	barrier                                           specFlag
 	pollShare                                         floatFlag
+	pace                                              paceFlag
 	exchange                                          exchange.Spec
 	trainer                                           trainerFlags
 	identity, job, modelName, data, httpAddr          *string
@@ -90,7 +91,7 @@ type runFlags struct {
 // addRunFlags defines the run command's flags on fs.
 func addRunFlags(fs *flag.FlagSet) *runFlags {
 	def := node.DefaultConfig()
-	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.Check.PollShare), exchange: def.Exchange.Spec}
+	f := &runFlags{barrier: specFlag{def.Barrier}, pollShare: shareFlag(def.Check.PollShare), pace: paceFlag{def.Check.Pace}, exchange: def.Exchange.Spec}
 	f.identity = fs.String("identity", "", "private key file; created with mode 0600 on first run and reused after (empty: a fresh identity every run); the peers the node knows are kept beside it in FILE.peers, and a restart rejoins the job through them")
 	f.job = fs.String("job", def.Job, "job name: namespaces protocols (/psp/<job>/...) and the update topic")
 	f.modelName = fs.String("model", "linreg", "model: none, linreg, logreg, mlp or mlp:H")
@@ -124,6 +125,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	fs.Var(&f.bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
 	fs.Var(&f.barrier, "barrier", "barrier spec ("+psp.Grammar+")")
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
+	fs.Var(&f.pace, "pace", paceHelp)
 	fs.Var(&f.exchange, "exchange", exchangeHelp)
 	f.trainer = addTrainerFlags(fs)
 	return f
@@ -257,7 +259,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 		return cfg, usagef("--per-address must be >= 0 (got %d)", *f.perAddr)
 	}
 	cfg.Overlay.PerAddress = *f.perAddr
-	cfg.Check.PollMax, cfg.Check.QueryTimeout = *f.pollMax, *f.queryTime
+	cfg.Check.PollMax, cfg.Check.QueryTimeout, cfg.Check.Pace = *f.pollMax, *f.queryTime, f.pace.c
 	cfg.Exchange.Spec = f.exchange
 	if *f.scale < 0 || *f.factor <= 0 {
 		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")

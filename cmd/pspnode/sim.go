@@ -24,6 +24,7 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 		barriers  specList
 		sweep     intList
 		stragg    = fractionFlag(0)
+		pace      = paceFlag{def.Pace}
 		factor    = positiveFlag(def.StraggleFactor)
 		scale     = positiveFlag(def.TimeScale)
 		churn     = fs.Float64("churn", 0, "fraction of the initial nodes replaced per minute (sets --leave-rate and --join-rate)")
@@ -46,6 +47,7 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
 	fs.Var(&scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s")
+	fs.Var(&pace, "pace", paceHelp)
 	return &ffcli.Command{
 		Name:       "sim",
 		ShortUsage: "pspnode sim [--nodes N] [--duration 200s] [--barrier SPEC[,SPEC...]] [flags]",
@@ -69,7 +71,7 @@ Examples:
 			}
 			cfg := sim.DefaultConfig()
 			cfg.Nodes, cfg.Duration, cfg.Seed = *nodes, duration.Seconds(), *seed
-			cfg.Stragglers, cfg.StraggleFactor, cfg.TimeScale = stragg.x, factor.x, scale.x
+			cfg.Stragglers, cfg.StraggleFactor, cfg.TimeScale, cfg.Pace = stragg.x, factor.x, scale.x, pace.c
 			cfg.LeaveRate, cfg.JoinRate, cfg.Replace = *leave, *join, *replace
 			if *churn != 0 {
 				cfg.LeaveRate, cfg.JoinRate = *churn, *churn
@@ -164,6 +166,18 @@ func printSimTable(w io.Writer, results []*sim.Result) {
 		fmt.Fprintf(tw, "%s\t%.0f\t%.1f\t%.0f\t%.0f\t%.0f\t%.0f\t%.2f\t%.1f\t%.3f\t%.3f\t%s\t%d\t\n",
 			r.Barrier, r.Steps.Min, r.Steps.Mean, r.Steps.Max, r.Steps.P5, r.Steps.P50, r.Steps.P95, r.Steps.StdDev,
 			100*r.WaitFraction, r.Lag.Mean, r.Lag.F, bound, r.StalledNodes)
+	}
+	tw.Flush()
+	if r0.Stragglers == nil {
+		return
+	}
+	fmt.Fprintln(w, "stragglers: final steps of the fast nodes and the stragglers; staleness of each one's steps (the median step of 16 live nodes less theirs); peers the pace rule excused")
+	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(tw, "barrier\tfast\tstragglers\tfast staleness\tp95\tstraggler staleness\tp95\texcused slow\tfar\t")
+	for _, r := range results {
+		st := r.Stragglers
+		fmt.Fprintf(tw, "%s\t%.1f\t%.1f\t%.2f\t%.0f\t%.2f\t%.0f\t%d\t%d\t\n", r.Barrier, st.FastSteps.Mean, st.StragglerSteps.Mean,
+			st.FastStaleness.Mean, st.FastStaleness.P95, st.StragglerStaleness.Mean, st.StragglerStaleness.P95, r.ExcusedSlow, r.ExcusedFar)
 	}
 	tw.Flush()
 }

@@ -61,6 +61,7 @@ func estimateGCPercent(set int, env string) int {
 type testnetFlags struct {
 	barriers                                            specList
 	stragg, factor, scale, pollShare                    floatFlag
+	pace                                                paceFlag
 	exchange                                            exchange.Spec
 	clock, churnMode, script, modelName, data           *string
 	encoding, transport, cpuQuota, out, logLevel        *string
@@ -83,6 +84,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 		factor:    positiveFlag(def.StraggleFactor),
 		scale:     nonNegativeFlag(def.TimeScale),
 		pollShare: shareFlag(def.PollShare),
+		pace:      paceFlag{def.Pace},
 		exchange:  def.Exchange,
 	}
 	f.nodes = fs.Int("nodes", def.Nodes, "number of nodes")
@@ -133,6 +135,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	fs.Var(&f.stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&f.factor, "straggle-factor", "task time multiplier of stragglers")
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
+	fs.Var(&f.pace, "pace", paceHelp)
 	fs.Var(&f.exchange, "exchange", exchangeHelp)
 	fs.Var(&f.scale, "time-scale", "multiplies the paper's task time (Exp(1)+1) s; 0: none, steps take what the model's compute takes (real clock only)")
 	return f
@@ -257,7 +260,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
 	cfg.Force, cfg.ChurnReplace = *f.force, *f.churnReplace
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
-	cfg.PollShare = f.pollShare.x
+	cfg.PollShare, cfg.Pace = f.pollShare.x, f.pace.c
 	cfg.Exchange = f.exchange
 	cfg.ConnLow, cfg.ConnHigh, cfg.PoolSize = *f.connLow, *f.connHigh, *f.poolSize
 	cfg.ConnGrace, cfg.StepStreams = *f.connGrace, *f.stepStreams

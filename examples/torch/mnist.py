@@ -49,6 +49,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+IMPORTED = time.time()  # when the imports (torch's) were done, for the start-up figures
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(REPO, "clients", "python"))
@@ -180,6 +182,7 @@ def main(argv=None):
     torch.set_num_threads(1)
 
     xtr, ytr, xte, yte = load_mnist(a.data)
+    loaded = time.time()
     xtr, ytr = xtr[a.shard::a.shards], ytr[a.shard::a.shards]
     torch.manual_seed(a.init_seed)
     if a.model == "cnn":
@@ -233,9 +236,10 @@ def main(argv=None):
             print(f"mnist.py: {e}", file=sys.stderr)
             sys.exit(2)
 
+    set_up = time.time()
     if a.ready_file:
         with open(a.ready_file, "w") as f:
-            f.write(f"{time.time():.3f}\n")
+            f.write(f"{set_up:.3f}\n")
     if a.go_file:
         while True:
             try:
@@ -260,7 +264,7 @@ def main(argv=None):
         # Every worker's clock starts at --start-at, so that a worker whose
         # set-up ended late still ends with the others.
         start -= max(0.0, time.time() - a.start_at)
-    next_eval, steps, sleeping, best = 0.0, 0, 0.0, 0.0
+    next_eval, steps, sleeping, best, first_step = 0.0, 0, 0.0, 0.0, 0.0
     step0 = getattr(opt, "step_count", 0)
     # Where the process's CPU goes: the training thread's CPU by phase
     # (thread_time: the batch's forward and backward, the optimizer's step,
@@ -310,6 +314,8 @@ def main(argv=None):
         c3, w3 = time.thread_time(), time.perf_counter()
         opt.step()
         c4 = time.thread_time()
+        if steps == 0:
+            first_step = time.time()
         step_wall += time.perf_counter() - w3
         phase["compute"] += (c1 - c0) + (c3 - c2)
         phase["step"] += c4 - c3
@@ -328,7 +334,8 @@ def main(argv=None):
                "model": model_name, "parameters": sum(p.numel() for p in model.parameters()),
                "cpu_s": cpu, "cpu_main_s": main_cpu, "cpu_compute_s": phase["compute"], "cpu_step_s": phase["step"],
                "cpu_eval_s": phase["eval"], "evaluations": evals, "step_wall_s": step_wall, "eval_wall_s": eval_wall,
-               "run_queue_s": runq}
+               "run_queue_s": runq, "imported_unix": IMPORTED, "loaded_unix": loaded,
+               "set_up_unix": set_up, "first_step_unix": first_step}
     if a.daemon:
         summary["population"] = opt.population
         opt.close()

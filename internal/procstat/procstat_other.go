@@ -15,3 +15,6 @@ func ResetPeakRSS() bool { return false }
 
 // RSS is not measured on this platform.
 func RSS() int64 { return 0 }
+
+// StartTime is not known on this platform: the zero time.
+func StartTime() time.Time { return time.Time{} }

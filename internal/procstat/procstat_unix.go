@@ -53,3 +53,41 @@ func ResetPeakRSS() bool {
 // RSS is the process's current resident set in bytes (Linux: VmRSS; 0
 // where /proc is missing).
 func RSS() int64 { return statusKB("VmRSS:") }
+
+// StartTime is when this process started, to 10 ms (Linux: its start
+// in /proc/self/stat and the time since boot in /proc/uptime, both at the
+// kernel's 100 ticks a second); the zero time where /proc does not tell.
+func StartTime() time.Time {
+	now := time.Now()
+	stat, err := os.ReadFile("/proc/self/stat")
+	if err != nil {
+		return time.Time{}
+	}
+	up, err := os.ReadFile("/proc/uptime")
+	if err != nil {
+		return time.Time{}
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted follow its closing parenthesis (field 2); the start time is
+	// field 22.
+	i := strings.LastIndexByte(string(stat), ')')
+	if i < 0 {
+		return time.Time{}
+	}
+	f := strings.Fields(string(stat[i+1:]))
+	u := strings.Fields(string(up))
+	if len(f) < 20 || len(u) < 1 {
+		return time.Time{}
+	}
+	ticks, err1 := strconv.ParseInt(f[19], 10, 64)
+	uptime, err2 := strconv.ParseFloat(u[0], 64)
+	if err1 != nil || err2 != nil {
+		return time.Time{}
+	}
+	age := time.Duration((uptime - float64(ticks)/clockTicks) * float64(time.Second))
+	return now.Add(-max(age, 0))
+}
+
+// clockTicks is the kernel's USER_HZ: 100 on every Linux architecture Go
+// runs on.
+const clockTicks = 100

@@ -55,6 +55,9 @@ type Metrics struct {
 	Pushed        prometheus.Counter
 	Cached        prometheus.Counter
 	KnownBehind   prometheus.Counter
+	// Excused counts the peers behind a check's threshold that the pace
+	// rule did not wait for, by reason (slow, far).
+	Excused       *prometheus.CounterVec
 	Staleness     prometheus.Histogram
 	Unwedged      prometheus.Counter
 	EventsDropped prometheus.Counter
@@ -121,6 +124,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Pushed:       c("progress_notes_sent_total", "Step queries sent on advancing to peers this node's step was holding back, to wake their barrier."),
 		Cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		KnownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
+		Excused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "barrier_peers_excused_total",
+			Help: "Sampled peers behind a barrier check's threshold that the pace rule (pBSP, pSSP) did not wait for, by reason: slow (stepping more than the rule's factor times slower than this node) or far (further behind than the rule's horizon of this node's steps)."}, []string{"reason"}),
 		Hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
 			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
 		waits:  ring.New(4096),
@@ -129,9 +134,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
 		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
-		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile)
+		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile, m.Excused)
 	for _, k := range HostileKinds {
 		m.Hostile.WithLabelValues(k)
+	}
+	for _, r := range []psp.Excuse{psp.Slow, psp.Far} {
+		m.Excused.WithLabelValues(r.String()) // export zeros
 	}
 	for _, v := range []psp.Verdict{psp.Stuck, psp.Regressed, psp.Quarantined} {
 		m.Screened.WithLabelValues(v.String()) // export zeros

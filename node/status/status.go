@@ -92,4 +92,28 @@ type Status struct {
 	// NAT is the node's reachability, relay addresses and connections by
 	// kind (netsetup/nat.go).
 	NAT netsetup.NATStatus `json:"nat"`
+	// Startup is where the node's start-up went.
+	Startup Startup `json:"startup"`
+}
+
+// Startup is where a node's start-up went (/status "startup"): each
+// milestone in seconds since the process started (FromProcess; else since
+// the node was built), absent until reached.
+type Startup struct {
+	FromProcess bool `json:"from_process"`
+	// NodeS: the node began to be built (the process's own start-up
+	// before it: the runtime, flags, the identity file).
+	NodeS *float64 `json:"node_s,omitempty"`
+	// ListeningS: its host listens; ReadyS: it answers its peers (its
+	// overlay built, the bootstrap peers dialled).
+	ListeningS *float64 `json:"listening_s,omitempty"`
+	ReadyS     *float64 `json:"ready_s,omitempty"`
+	// FirstPeerS: it knows a peer of its job.
+	FirstPeerS *float64 `json:"first_peer_s,omitempty"`
+	// SessionS: a trainer's session began (its Hello, its model fixed);
+	// WelcomeS: the session's start (step, parameters) was settled and
+	// the trainer welcomed; FirstStepS: its first step was counted.
+	SessionS   *float64 `json:"session_s,omitempty"`
+	WelcomeS   *float64 `json:"welcome_s,omitempty"`
+	FirstStepS *float64 `json:"first_step_s,omitempty"`
 }

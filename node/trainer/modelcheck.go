@@ -23,16 +23,18 @@ import (
 // peekTimeout bounds one peer's answer to the model check.
 const peekTimeout = 2 * time.Second
 
-// peekPeers is how many of the job's peers the check asks at most, one
-// after another, for the first that says which model it runs.
+// peekPeers is how many of the job's peers the check asks at most, all at
+// once, for the first that says which model it runs.
 const peekPeers = 4
 
 // checkJobModel waits until the node has joined its job (reporting why
-// not, as Begin does), then asks up to peekPeers of the job's peers which
-// model they run: the head of a model reply. The first that says decides:
-// nil if it runs (id, n), a *node.ModelMismatchError if not. Peers that do
-// not say (a daemon without a trainer resets the stream) are skipped, and
-// nil is returned when none says.
+// not, as Begin does), then asks up to peekPeers of the job's peers at
+// once which model they run: the head of a model reply, each within
+// peekTimeout. The first that says decides: nil if it runs (id, n), a
+// *node.ModelMismatchError if not. Peers that do not say (a daemon
+// without a trainer resets the stream) are skipped, and nil is returned
+// when none says. (One after another, the peers of a job whose daemons
+// had no trainer yet each cost a round trip of the session's start.)
 func (s *Server) checkJobModel(ctx context.Context, id uint32, n int, report func(string, time.Duration)) error {
 	start := time.Now()
 	next := start.Add(2 * time.Second)
@@ -51,14 +53,30 @@ func (s *Server) checkJobModel(ctx context.Context, id uint32, n int, report fun
 	}
 	peers := s.node.Overlay().Peers()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	for _, p := range peers[:min(len(peers), peekPeers)] {
-		pid, pn, err := s.peekModel(ctx, p)
-		if err != nil {
-			s.log.Debug("model check: the peer did not say", "peer", p, "err", err)
+	peers = peers[:min(len(peers), peekPeers)]
+	type said struct {
+		p   peer.ID
+		id  uint32
+		n   int64
+		err error
+	}
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel() // the peeks still running end with it
+	out := make(chan said, len(peers))
+	for _, p := range peers {
+		go func() { // ends within peekTimeout, or when the check ends
+			pid, pn, err := s.peekModel(pctx, p)
+			out <- said{p, pid, pn, err}
+		}()
+	}
+	for range peers {
+		a := <-out
+		if a.err != nil {
+			s.log.Debug("model check: the peer did not say", "peer", a.p, "err", a.err)
 			continue
 		}
-		if pid != id || pn != int64(n) {
-			return &node.ModelMismatchError{Peer: p.String(), PeerModel: pid, PeerParams: pn, OwnModel: id, OwnParams: int64(n)}
+		if a.id != id || a.n != int64(n) {
+			return &node.ModelMismatchError{Peer: a.p.String(), PeerModel: a.id, PeerParams: a.n, OwnModel: id, OwnParams: int64(n)}
 		}
 		return nil
 	}

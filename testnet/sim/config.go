@@ -71,6 +71,10 @@ type Config struct {
 	Duration float64  // simulated seconds
 	Barrier  psp.Spec // barrier every node runs
 	Seed     uint64   // the run is a pure function of Config
+	// Pace is the pace rule of the nodes' pBSP and pSSP checks
+	// (psp.PaceConfig; the zero value is the paper's barriers). The
+	// default is the node's.
+	Pace psp.PaceConfig
 
 	TimeScale      float64 // multiplies every task time; 1 is the paper's model
 	Stragglers     float64 // fraction of nodes that are stragglers, in [0, 1]
@@ -105,6 +109,7 @@ func DefaultConfig() Config {
 		Duration:       200,
 		Barrier:        psp.Spec{Kind: psp.PSSP, Beta: 10, Staleness: 4},
 		Seed:           1,
+		Pace:           psp.DefaultPaceConfig(),
 		TimeScale:      1,
 		StraggleFactor: 4,
 		PollInterval:   0.25,
@@ -128,6 +133,9 @@ func (c Config) Validate() error {
 	}
 	if err := c.Barrier.Validate(); err != nil {
 		bad("barrier: %w", err)
+	}
+	if err := c.Pace.Validate(); err != nil {
+		bad("pace: %w", err)
 	}
 	if !(c.TimeScale > 0) || math.IsInf(c.TimeScale, 0) {
 		bad("time scale %v must be positive", c.TimeScale)

@@ -102,6 +102,8 @@ type sim struct {
 	lagHits float64
 	lagObs  float64
 	lagR    int
+	stale   [2][]float64 // with stragglers: each completion's staleness, fast nodes' and stragglers'
+	scratch []psp.Step
 	res     Result
 }
 
@@ -184,7 +186,7 @@ func (s *sim) addNode(step psp.Step, factor float64) int {
 		joinedAt: s.now, progress: s.now, lastDone: s.now,
 	}
 	if s.cfg.Barrier.Kind != psp.DSSP {
-		n.checker = psp.NewChecker(psp.CheckConfig{Spec: s.cfg.Barrier, Replacements: 2, GlobalQueries: 32, Timing: psp.DefaultTimingConfig()}, nil)
+		n.checker = psp.NewChecker(psp.CheckConfig{Spec: s.cfg.Barrier, Replacements: 2, GlobalQueries: 32, Timing: psp.DefaultTimingConfig(), Pace: s.cfg.Pace}, nil)
 	}
 	if s.ctrl != nil {
 		n.dssp = s.ctrl.Join(step, s.now)
@@ -308,7 +310,7 @@ func (s *sim) check(id int) bool {
 // own barrier policy (psp.Checker) runs its first check.
 func (s *sim) decide(id int) bool {
 	n := s.nodes[id]
-	n.checker.Start(psp.CheckStart{Self: n.step, Population: float64(len(s.live)), Compute: n.compute, Now: s.now})
+	n.checker.Start(psp.CheckStart{Self: n.step, Population: float64(len(s.live)), Compute: n.compute, Interval: n.interval, Now: s.now})
 	pass, _ := s.drive(id)
 	return pass
 }
@@ -357,6 +359,8 @@ func (s *sim) drive(id int) (pass, began bool) {
 		switch {
 		case rd.Done:
 			s.res.Checks++
+			s.res.ExcusedSlow += rd.Stats.Slow
+			s.res.ExcusedFar += rd.Stats.Far
 			n.wakeAt = rd.Wake
 			if s.cfg.Mode == Timed {
 				for _, p := range queue[head:] { // sent before the check ended
@@ -494,12 +498,25 @@ func (s *sim) observeLag(id int) {
 	n := s.nodes[id]
 	k := min(16, len(s.live)-1)
 	s.idx = psp.SampleOthers(s.sample, len(s.live), s.livePos[id], k, s.idx)
+	s.scratch = s.scratch[:0]
 	for _, p := range s.idx {
-		if s.nodes[s.live[p]].step >= n.step-psp.Step(s.lagR) {
+		m := s.nodes[s.live[p]].step
+		if m >= n.step-psp.Step(s.lagR) {
 			s.lagHits++
 		}
+		s.scratch = append(s.scratch, m)
 	}
 	s.lagObs += float64(k)
+	if s.cfg.Stragglers > 0 && k > 0 {
+		// The staleness of this step: how far the job (the median of the
+		// sampled peers) is ahead of it, as a peer that merged it would
+		// count.
+		class := 0
+		if n.factor > 1 {
+			class = 1
+		}
+		s.stale[class] = append(s.stale[class], float64(max(0, psp.JoinStep(s.scratch)-n.step)))
+	}
 }
 
 func (s *sim) leave() {
@@ -598,6 +615,20 @@ func (s *sim) finish() {
 	}
 	r.WaitS = Summarize(s.waits)
 	r.Lag = s.lag()
+	if cfg.Stragglers > 0 {
+		var fast, slow []float64
+		for i, n := range s.nodes {
+			if n.alive && n.factor > 1 {
+				slow = append(slow, float64(r.FinalSteps[i]))
+			} else if n.alive {
+				fast = append(fast, float64(r.FinalSteps[i]))
+			}
+		}
+		r.Stragglers = &StragglerStats{
+			FastSteps: Summarize(fast), StragglerSteps: Summarize(slow),
+			FastStaleness: Summarize(s.stale[0]), StragglerStaleness: Summarize(s.stale[1]),
+		}
+	}
 }
 
 func (s *sim) lag() Lag {

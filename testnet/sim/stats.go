@@ -80,7 +80,13 @@ type Result struct {
 	WaitFraction float64 `json:"wait_fraction"` // share of live node-time spent waiting at barriers
 	WaitS        Stats   `json:"wait_s"`        // lengths of individual barrier waits, seconds
 	Checks       int     `json:"barrier_checks"`
-	Lag          Lag     `json:"lag"`
+	// ExcusedSlow and ExcusedFar count the peers behind a check's
+	// threshold that the pace rule did not wait for (psp.CheckStats).
+	ExcusedSlow int `json:"excused_slow"`
+	ExcusedFar  int `json:"excused_far"`
+	Lag         Lag `json:"lag"`
+	// Stragglers is set when the run had stragglers.
+	Stragglers *StragglerStats `json:"stragglers,omitempty"`
 
 	// FinalSteps holds each node's final step in node order; nodes no longer
 	// live are -1. Node i's straggle factor is Factors[i].
@@ -90,4 +96,17 @@ type Result struct {
 	// it joined and after it left.
 	Times  []float64    `json:"-"`
 	Series [][]psp.Step `json:"-"`
+}
+
+// StragglerStats is what a run with stragglers measured of each class
+// apart: the final steps of the live fast nodes and stragglers, and the
+// staleness of the steps each completed. A step's staleness is how far
+// the job is ahead of it when it completes: the median step of 16 random
+// live nodes less the step (0 if none is ahead), the lag a peer that
+// merged the step's update would count.
+type StragglerStats struct {
+	FastSteps          Stats `json:"fast_steps"`
+	StragglerSteps     Stats `json:"straggler_steps"`
+	FastStaleness      Stats `json:"fast_staleness"`
+	StragglerStaleness Stats `json:"straggler_staleness"`
 }

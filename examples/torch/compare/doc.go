@@ -40,7 +40,10 @@
 // accuracy counts) the evaluations were half of pspnode's CPU, four times
 // DDP's evaluation work, on the machine that ran both.
 //
-// Per run: the time to the target, steps per second per
+// Per run: the time to the target from the go signal, and from the
+// launch of the workers' processes the time until every worker had taken
+// its first step and until the target (each trainer's summary says when
+// it took its first step), steps per second per
 // worker, final accuracy, CPU seconds of all worker processes (trainers
 // and daemons apart; the trainers' compute, optimizer step and
 // evaluations apart; until the target) and of the

@@ -92,10 +92,14 @@ func (g *group) spread(f func(run) float64) spread {
 	return spreadOf(vs)
 }
 
-func (g *group) times() spread {
+func (g *group) times() spread { return g.timesOf(func(r run) float64 { return r.TimeToTarget }) }
+
+// timesOf is the spread of a time that some runs may not have reached
+// (NaN): timeSpread's.
+func (g *group) timesOf(f func(run) float64) spread {
 	var vs []float64
 	for _, r := range g.runs {
-		vs = append(vs, r.TimeToTarget)
+		vs = append(vs, f(r))
 	}
 	return timeSpread(vs)
 }
@@ -164,8 +168,8 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 	fmt.Fprintf(&sb, "%d workers, each in its own network namespace with its own emulated link (links.md). Median over seeds %v (min–max).\n\n", c.workers, c.seeds)
 	sb.WriteString("Links measured before the runs (TCP between two workers' namespaces):\n\n")
 	sb.WriteString(probeTable(probes))
-	fmt.Fprintf(&sb, "\n| tier | model | slow | system | time to %.0f %% | vs DDP (paired by seed) | reached | steps/s per worker | slow worker's steps/s | final accuracy | sent per worker per step | CPU s (workers) | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "\n| tier | model | slow | system | go signal to %.0f %% | vs DDP (paired by seed) | reached | launch to first step | launch to %.0[1]f %% | steps/s per worker | slow worker's steps/s | final accuracy | sent per worker per step | CPU s (workers) | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range gs {
 		rt := "—"
 		if d, ok := ddpOf[g.cell]; ok && g.system != "ddp" {
@@ -176,8 +180,10 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 		if st.N > 0 {
 			slowSteps = st.format(f2)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
 			g.tier, g.model, c.slowLabel(g.slow), g.label(), g.times().format(timeF), rt, g.times().N, len(g.runs),
+			g.timesOf(func(r run) float64 { return r.FromLaunch.FirstStep }).format(timeF),
+			g.timesOf(func(r run) float64 { return r.FromLaunch.ToTarget }).format(timeF),
 			g.spread(func(r run) float64 { return r.StepsPerS }).format(f2), slowSteps,
 			g.spread(func(r run) float64 { return r.FinalAccuracy }).format(f3),
 			g.spread(func(r run) float64 { return r.BytesPerStep }).format(hb),

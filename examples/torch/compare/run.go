@@ -97,7 +97,21 @@ type run struct {
 	Wall float64 `json:"wall_s"`
 	// Setup is from the run's start until every trainer was ready; Train
 	// from the common start until every trainer had ended.
-	Setup float64      `json:"setup_s"`
+	Setup float64 `json:"setup_s"`
+	// From the launch of the workers' processes (all at once, as a user
+	// starts a job: the daemons' peer IDs are known before): until every
+	// worker had taken its first step (FirstStep), and until the target
+	// (ToTarget: the time from the go signal to the target, TimeToTarget,
+	// plus the time from the launch to the go signal). Both count the
+	// harness's go signal, 0.3 s after the last trainer was set up; NaN
+	// when not reached.
+	FromLaunch struct {
+		FirstStep float64 `json:"-"`
+		ToTarget  float64 `json:"-"`
+		// JSON forms.
+		FirstStepJ *float64 `json:"first_step_s"`
+		ToTargetJ  *float64 `json:"target_s"`
+	} `json:"from_launch"`
 	Train float64      `json:"train_s"`
 	Curve [][2]float64 `json:"curve"` // (time, the accuracy that counts: worker 0's, or the median worker's)
 
@@ -123,17 +137,20 @@ func ptrNaN(p *float64) float64 {
 
 func (r run) forJSON() run {
 	r.TimeToTargetJ, r.SlowStepsPerSJ, r.CPUToTargetJ = nanPtr(r.TimeToTarget), nanPtr(r.SlowStepsPerS), nanPtr(r.CPUToTarget)
+	r.FromLaunch.FirstStepJ, r.FromLaunch.ToTargetJ = nanPtr(r.FromLaunch.FirstStep), nanPtr(r.FromLaunch.ToTarget)
 	return r
 }
 
 func (r run) fromJSON() run {
 	r.TimeToTarget, r.SlowStepsPerS, r.CPUToTarget = ptrNaN(r.TimeToTargetJ), ptrNaN(r.SlowStepsPerSJ), ptrNaN(r.CPUToTargetJ)
+	r.FromLaunch.FirstStep, r.FromLaunch.ToTarget = ptrNaN(r.FromLaunch.FirstStepJ), ptrNaN(r.FromLaunch.ToTargetJ)
 	return r
 }
 
 // line is a run's figures for the progress log.
 func (r run) line(target float64) string {
-	s := fmt.Sprintf("to %.0f %%: %s, %.2f steps/s per worker", 100*target, secs(r.TimeToTarget), r.StepsPerS)
+	s := fmt.Sprintf("to %.0f %%: %s (from launch: first steps %s, target %s), %.2f steps/s per worker", 100*target, secs(r.TimeToTarget),
+		secs(r.FromLaunch.FirstStep), secs(r.FromLaunch.ToTarget), r.StepsPerS)
 	if !math.IsNaN(r.SlowStepsPerS) {
 		s += fmt.Sprintf(" (slow worker %.2f)", r.SlowStepsPerS)
 	}
@@ -165,6 +182,7 @@ type worker struct {
 	metrics, statusBody string
 	daemonCPU0          float64 // the daemon's CPU seconds when training started
 	daemonCPU1          float64 // and when every trainer had ended
+	firstStep           float64 // Unix time of the trainer's first step (its summary; 0: none)
 }
 
 // one runs system sys on cell cl with seed: a fresh network, one
@@ -216,6 +234,7 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 	}
 	goFile, stopFile := filepath.Join(dir, "go"), filepath.Join(dir, "stop")
 	// Every process starts here, together: no worker has a head start.
+	launched := time.Now()
 	for i, w := range ws {
 		if pspnode {
 			w.daemon = &proc{cmd: w.host.Command(c.bin, c.daemonArgs(dir, sys, i, ws, ids)...), log: filepath.Join(dir, fmt.Sprintf("d%d.log", i))}
@@ -299,6 +318,7 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 	r.CPUToTarget = cpuAt(cpuCurve, r.TimeToTarget)
 	r.LinkCPU, r.SwitchCPU, r.LinkDropped = linkCPU, switchCPU, dropped
 	r.Setup, r.Train = setup.Seconds(), train.Seconds()
+	r.FromLaunch.FirstStep, r.FromLaunch.ToTarget = fromLaunch(launched, start, ws, r.TimeToTarget)
 	return r, err
 }
 
@@ -314,6 +334,22 @@ func (c *config) identities(ctx context.Context, dir string, k int) ([]string, e
 		ids = append(ids, strings.TrimSpace(string(out)))
 	}
 	return ids, nil
+}
+
+// fromLaunch is the time from the launch until every worker had taken its
+// first step, and until the target, reached timeToTarget after the go
+// signal at start (NaN for what was not reached).
+func fromLaunch(launched, start time.Time, ws []*worker, timeToTarget float64) (firstStep, toTarget float64) {
+	last := 0.0
+	for _, w := range ws {
+		if w.firstStep <= 0 {
+			last = math.NaN()
+			break
+		}
+		last = max(last, w.firstStep)
+	}
+	l := float64(launched.UnixNano()) / 1e9
+	return last - l, start.Sub(launched).Seconds() + timeToTarget
 }
 
 // daemonArgs is worker i's `pspnode run`: the system's barrier and
@@ -565,6 +601,7 @@ type summary struct {
 	StepWall    float64 `json:"step_wall_s"`
 	EvalWall    float64 `json:"eval_wall_s"`
 	RunQueue    float64 `json:"run_queue_s"`
+	FirstStep   float64 `json:"first_step_unix"`
 }
 
 // tally is the run from its workers' files and processes; sent is what
@@ -599,6 +636,7 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 		r.StepWall += s.StepWall
 		r.EvalWall += s.EvalWall
 		r.RunQueue += s.RunQueue
+		w.firstStep = s.FirstStep
 		c1, p1 := usage(w.trainer)
 		c2, p2 := usage(w.daemon)
 		r.CPUSeconds += c1 + c2

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"testing"
+	"time"
 
 	"github.com/pspnode/pspnode/examples/torch/evals"
 )
@@ -219,5 +220,33 @@ func TestCPUAt(t *testing.T) {
 	}
 	if got := cpuAt(nil, 1); !math.IsNaN(got) {
 		t.Errorf("cpuAt(nil) = %v, want NaN", got)
+	}
+}
+
+// The figures from the launch: the last worker's first step, and the
+// target's time after the go signal plus the go signal's after the launch.
+func TestFromLaunch(t *testing.T) {
+	launched := time.Unix(1000, 0)
+	start := launched.Add(7 * time.Second)
+	tests := []struct {
+		name          string
+		firstSteps    []float64 // Unix
+		toTarget      float64   // after the go signal
+		first, target float64
+	}{
+		{"every worker stepped", []float64{1007.1, 1007.3, 1007.2}, 12, 7.3, 19},
+		{"one never stepped", []float64{1007.1, 0}, 12, math.NaN(), 19},
+		{"the target not reached", []float64{1007.1}, math.NaN(), 7.1, math.NaN()},
+	}
+	for _, tt := range tests {
+		var ws []*worker
+		for _, f := range tt.firstSteps {
+			ws = append(ws, &worker{firstStep: f})
+		}
+		first, target := fromLaunch(launched, start, ws, tt.toTarget)
+		same := func(a, b float64) bool { return (math.IsNaN(a) && math.IsNaN(b)) || math.Abs(a-b) < 1e-6 }
+		if !same(first, tt.first) || !same(target, tt.target) {
+			t.Errorf("%s: first step %v, target %v; want %v, %v", tt.name, first, target, tt.first, tt.target)
+		}
 	}
 }
