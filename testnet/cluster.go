@@ -162,6 +162,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	if t.cfg.NoScreen {
 		cfg.Screen = psp.ScreenConfig{}
 	}
+	cfg.Exchange.StaleSteps = t.cfg.StaleSteps
 	switch {
 	case t.cfg.NormBound > 0:
 		cfg.Exchange.NormBound = t.cfg.NormBound

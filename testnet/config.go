@@ -163,6 +163,9 @@ type Config struct {
 	// NormBound overrides the nodes' update norm bound (node.Config.Exchange);
 	// 0 keeps the node default, a negative value turns the check off.
 	NormBound float64
+	// StaleSteps is the nodes' Exchange.StaleSteps: what a peer made k
+	// steps behind counts 1/(1 + k/StaleSteps) (0: fully).
+	StaleSteps float64
 	// NoScreen turns off the nodes' screening of step reports (psp.Screen),
 	// to measure what it defends against.
 	NoScreen bool
@@ -265,6 +268,7 @@ func DefaultConfig() Config {
 		PollShare:      node.DefaultConfig().Check.PollShare,
 		Pace:           node.DefaultConfig().Check.Pace,
 		Exchange:       node.DefaultConfig().Exchange.Spec,
+		StaleSteps:     node.DefaultConfig().Exchange.StaleSteps,
 	}
 }
 

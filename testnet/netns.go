@@ -221,7 +221,7 @@ func (r *netnsRun) args(p *proc, boot string) []string {
 	a := []string{"run",
 		"--listen", fmt.Sprintf("/ip4/%s/tcp/%d", ip, netnsP2PPort),
 		"--http", fmt.Sprintf("%s:%d", ip, netnsHTTPPort),
-		"--job", "testnet", "--barrier", c.Barrier.String(), "--exchange", c.Exchange.String(),
+		"--job", "testnet", "--barrier", c.Barrier.String(), "--exchange", c.Exchange.String(), "--stale-steps", fmt.Sprint(c.StaleSteps),
 		"--model", c.Model, "--data", c.Data,
 		"--shards", strconv.Itoa(c.Nodes), "--shard", strconv.Itoa(p.idx),
 		"--time-scale", strconv.FormatFloat(c.TimeScale, 'g', -1, 64),

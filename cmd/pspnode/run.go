@@ -77,6 +77,7 @@ type runFlags struct {
 	pollShare                                         floatFlag
 	pace                                              paceFlag
 	exchange                                          exchange.Spec
+	staleSteps                                        *float64
 	trainer                                           trainerFlags
 	identity, job, modelName, data, httpAddr          *string
 	ckpt, logLevel, logFormat, swarmKey, allow, reach *string
@@ -127,6 +128,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
 	fs.Var(&f.pace, "pace", paceHelp)
 	fs.Var(&f.exchange, "exchange", exchangeHelp)
+	f.staleSteps = fs.Float64("stale-steps", def.Exchange.StaleSteps, staleStepsHelp)
 	f.trainer = addTrainerFlags(fs)
 	return f
 }
@@ -261,6 +263,10 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 	cfg.Overlay.PerAddress = *f.perAddr
 	cfg.Check.PollMax, cfg.Check.QueryTimeout, cfg.Check.Pace = *f.pollMax, *f.queryTime, f.pace.c
 	cfg.Exchange.Spec = f.exchange
+	if !(*f.staleSteps >= 0) {
+		return cfg, usagef("--stale-steps %v: want a number of steps >= 0 (0: every model or update counts fully)", *f.staleSteps)
+	}
+	cfg.Exchange.StaleSteps = *f.staleSteps
 	if *f.scale < 0 || *f.factor <= 0 {
 		return cfg, usagef("--time-scale must be >= 0 and --straggle-factor > 0")
 	}

@@ -70,7 +70,7 @@ type testnetFlags struct {
 	connLow, connHigh, poolSize, gcPercent, stepStreams *int
 	force, churnReplace, private                        *bool
 	duration, warmup, evalEvery, slowDelay, connGrace   *time.Duration
-	churn, lr, target, loss, normBound                  *float64
+	churn, lr, target, loss, normBound, staleSteps      *float64
 	cleanup, asJSON, quiet, compare, sybilDef, noScreen *bool
 	seed                                                *uint64
 }
@@ -124,6 +124,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.loss = fs.Float64("loss", 0, "probability that a step query or gossip message is lost (mem transport)")
 	f.noScreen = fs.Bool("no-screen", false, "turn off the nodes' screening of step reports (to measure what it defends against)")
 	f.normBound = fs.Float64("norm-bound", 0, "refuse received updates over this many times the norm of a node's own (0: the node default, 4; -1: off)")
+	f.staleSteps = fs.Float64("stale-steps", def.StaleSteps, staleStepsHelp)
 	f.connLow = fs.Int("conn-low", 0, "each node's connection-manager low watermark (0: by --nodes: 64, 16 above 500 nodes, 24 over tcp)")
 	f.connHigh = fs.Int("conn-high", 0, "each node's connection-manager high watermark (0: by --nodes: 192, 512 above 100 nodes (so none is trimmed up to 500), 48 above 500, 64 over tcp)")
 	f.connGrace = fs.Duration("conn-grace", 0, "how long each node's connection manager leaves a new connection untrimmed, in virtual time, on --transport mem (0: 20s); younger connections are held above --conn-high")
@@ -258,6 +259,10 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.Transport, cfg.Seed, cfg.Warmup, cfg.EvalEvery, cfg.AccuracyTarget = *f.transport, *f.seed, *f.warmup, *f.evalEvery, *f.target
 	cfg.Private = *f.private
 	cfg.SlowDelay, cfg.Loss, cfg.NormBound, cfg.NoScreen = *f.slowDelay, *f.loss, *f.normBound, *f.noScreen
+	if !(*f.staleSteps >= 0) {
+		return cfg, usagef("--stale-steps %v: want a number of steps >= 0 (0: every model or update counts fully)", *f.staleSteps)
+	}
+	cfg.StaleSteps = *f.staleSteps
 	cfg.Force, cfg.ChurnReplace = *f.force, *f.churnReplace
 	cfg.NoSybilDefence, cfg.SybilVictims, cfg.SybilPrefix = !*f.sybilDef, *f.victims, *f.prefix
 	cfg.PollShare, cfg.Pace = f.pollShare.x, f.pace.c

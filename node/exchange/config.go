@@ -91,10 +91,26 @@ type Config struct {
 	// MaxStepAhead refuses updates and models made at a step more than
 	// this far ahead of this node's (<= 0: no check).
 	MaxStepAhead int64
+	// StaleSteps weighs what peers send by how stale it is: an update
+	// (gossip) or a model (epidemic) made k steps behind this node's
+	// counts 1/(1 + k/StaleSteps) of a fresh one (0: each counts fully). A
+	// slow peer's models, tens of steps behind, then pull the fast
+	// nodes back little, and its steps still reach them.
+	StaleSteps float64
+}
+
+// staleWeight is the weight of what a peer made lag steps behind this
+// node (see Config.StaleSteps).
+func (c Config) staleWeight(lag int64) float64 {
+	if c.StaleSteps <= 0 || lag <= 0 {
+		return 1
+	}
+	return 1 / (1 + float64(lag)/c.StaleSteps)
 }
 
 // DefaultConfig is epidemic:4 with the default limits: NormBound 4,
-// gossip's MaxAbsValue and MaxStepAhead.
+// gossip's MaxAbsValue and MaxStepAhead, and StaleSteps 4 (a model 4
+// steps behind counts half).
 //
 // Why epidemic by default: what a node receives per step is S models
 // whatever N, where under gossip it is N−1 updates times GossipSub's
@@ -103,7 +119,7 @@ type Config struct {
 // small jobs on good links; choose it there.
 func DefaultConfig() Config {
 	g := gossip.DefaultConfig()
-	return Config{Spec: Spec{Kind: Epidemic, S: 4}, NormBound: 4, MaxAbsValue: g.MaxAbsValue, MaxStepAhead: g.MaxStepAhead}
+	return Config{Spec: Spec{Kind: Epidemic, S: 4}, NormBound: 4, MaxAbsValue: g.MaxAbsValue, MaxStepAhead: g.MaxStepAhead, StaleSteps: 4}
 }
 
 // Validate checks the spec and the limits; each error names the field at
@@ -118,6 +134,9 @@ func (c Config) Validate() error {
 	}
 	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
 		errs = append(errs, fmt.Sprintf("Exchange.NormBound %v must be a finite number >= 0", c.NormBound))
+	}
+	if !(c.StaleSteps >= 0) || math.IsInf(c.StaleSteps, 0) {
+		errs = append(errs, fmt.Sprintf("Exchange.StaleSteps %v must be a finite number >= 0", c.StaleSteps))
 	}
 	if !(c.MaxAbsValue > 0) || math.IsInf(c.MaxAbsValue, 0) {
 		errs = append(errs, fmt.Sprintf("Exchange.MaxAbsValue %v must be positive and finite", c.MaxAbsValue))

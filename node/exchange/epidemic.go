@@ -32,8 +32,9 @@ import (
 // step.
 //
 // The average is Epidemic Learning's, block by block: with the round's
-// blocks y_j of block b, each pulled toward the node's model x by a clip
-// factor c_j ≤ 1, the block becomes x + (Σ c_j y_j − (Σ c_j) x)/(1 + k_b),
+// blocks y_j of block b, each pulled toward the node's model x by a factor
+// c_j ≤ 1 (its staleness weight, Config.StaleSteps, times its clip
+// factor), the block becomes x + (Σ c_j y_j − (Σ c_j) x)/(1 + k_b),
 // k_b the models that sent the block (a model whose transfer was cut short
 // counts for the blocks that came). The trainer's step takes its model x
 // and the round into ref in one pass (StepMerge32). Refusing a block
@@ -529,9 +530,9 @@ func (e *epidemic) Block(from peer.ID, o wire.Offer, b int, y []float32) gossip.
 	if bound, ok := e.distanceBoundLocked(b); ok && bound > 0 && dist > bound {
 		return wire.ReasonDistance
 	}
-	c := 1.0
+	c := e.cfg.staleWeight(e.d.Node.Step() - o.Step) // a stale model pulls less
 	if tau := radius(&bl.dists); tau > 0 && dist > tau {
-		c = tau / dist
+		c *= tau / dist
 		e.m.clipped.Inc()
 	}
 	if bl.k == 0 {

@@ -102,7 +102,8 @@ type Model interface {
 // It notes each update's step, so that the node can tell its staleness
 // when the trainer pulls it.
 type applier32 interface {
-	Apply32(u []float32, step int64) error
+	// Apply32 adds weight × u, an update made at step.
+	Apply32(u []float32, step int64, weight float32) error
 }
 
 // A Node is what an exchange asks of its node.

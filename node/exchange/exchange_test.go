@@ -25,13 +25,14 @@ import (
 // testNode is an exchange's node for unit tests: at step 0, with no
 // peers, on no other lineage; it records what it heard.
 type testNode struct {
+	step      int64
 	model     *vecModel
 	staleness prometheus.Histogram
 	mu        sync.Mutex
 	heard     map[peer.ID]int64
 }
 
-func (n *testNode) Step() int64                           { return 0 }
+func (n *testNode) Step() int64                           { return n.step }
 func (n *testNode) Sample(context.Context, int) []peer.ID { return nil }
 func (n *testNode) OtherLineage(peer.ID) bool             { return false }
 func (n *testNode) PeerCount() int                        { return 0 }
@@ -364,6 +365,32 @@ func TestMergeClipsPull(t *testing.T) {
 	ex2.StepMerge32(1, x2)
 	if want := float32(0.5 / 4); x2[0] != want || counterValue(ex2.m.clipped) != 0 {
 		t.Errorf("honest average moved the model to %v, want %v; clipped %v", x2[0], want, counterValue(ex2.m.clipped))
+	}
+}
+
+// A model made k steps behind the node's counts 1/(1 + k/StaleSteps) of a
+// fresh one: it pulls the node's model less.
+func TestStaleModelsWeighLess(t *testing.T) {
+	for _, tc := range []struct {
+		lag  int64
+		want float32 // the average of 0 and a model at 2
+	}{{0, 1}, {4, 0.5}, {12, 0.25}, {-3, 1}} {
+		ex, node := exchangeFor(t, 1, 2, 0)
+		node.step = 20
+		ex.setRef(0)
+		if r := takeModel(ex, "p", Epidemic, 20-tc.lag, []float32{2}); r != "" {
+			t.Fatal(r)
+		}
+		x := []float32{0}
+		ex.StepMerge32(21, x) // (0 + w·2 − w·0)/2
+		if x[0] != tc.want {
+			t.Errorf("a model %d steps behind: the average %v, want %v", tc.lag, x[0], tc.want)
+		}
+	}
+	c := DefaultConfig()
+	c.StaleSteps = -1
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "StaleSteps") {
+		t.Errorf("StaleSteps -1 validated: %v", err)
 	}
 }
 

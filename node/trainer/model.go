@@ -113,10 +113,10 @@ func (t *Model) dropPending() {
 	t.cache = nil
 }
 
-// Apply32 adds a peer's update (gossip), made at step, to the
+// Apply32 adds weight × u, a peer's update (gossip) made at step, to the
 // accumulator. Without a trainer it is dropped: a new trainer starts from
 // the job's model.
-func (t *Model) Apply32(u []float32, step int64) error {
+func (t *Model) Apply32(u []float32, step int64, weight float32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept || t.acc == nil {
@@ -126,9 +126,9 @@ func (t *Model) Apply32(u []float32, step int64) error {
 		return fmt.Errorf("update of %d values, the model has %d", len(u), len(t.acc))
 	}
 	if t.merged == 0 {
-		copy(t.acc, u)
+		f32.ScaleTo(t.acc, u, weight)
 	} else {
-		f32.Axpy(t.acc, u, 1)
+		f32.Axpy(t.acc, u, weight)
 	}
 	t.merged++
 	t.steps = append(t.steps, step)
@@ -166,7 +166,7 @@ func (t *Model) Apply(u []float64) error {
 	if !accept {
 		return nil
 	}
-	if err := t.Apply32(v, -1); err != nil {
+	if err := t.Apply32(v, -1, 1); err != nil {
 		return err
 	}
 	t.mu.Lock()
