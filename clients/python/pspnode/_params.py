@@ -84,3 +84,39 @@ def wraps_inner(name, inner):
         return cls
 
     return deco
+
+
+def nonfinite_grad(named):
+    """The name of the first parameter of named whose gradient holds a
+    NaN or ±Inf, None when every gradient is finite. One pass: a sum of
+    each gradient (NaN and ±Inf carry through a sum, and a single check of
+    the sums says whether to look further), as GradScaler checks before it
+    lets an optimizer step. A sum that overflows counts as not finite."""
+    sums = [p.grad.sum() for _, p in named if p.grad is not None]
+    if not sums or bool(torch.isfinite(torch.stack(sums)).all()):
+        return None
+    for name, p in named:
+        if p.grad is not None and not bool(torch.isfinite(p.grad).all()):
+            return name
+    return "(a sum of the gradients overflowed)"
+
+
+class Unpickled:
+    """What a pickled pspnode optimizer becomes when it is unpickled: it
+    holds a session with a daemon, which no pickle can carry. An optimizer
+    is pickled by accident when a scheduler's state_dict() is saved (torch
+    1.13's OneCycleLR keeps a method of the scheduler, and with it the
+    optimizer); so pickling succeeds, and this stand-in says what happened
+    if anything uses it."""
+
+    def __init__(self, what: str, model_name: str, step: int):
+        self._what = f"a {what} of model {model_name!r} at step {step}"
+
+    def __getattr__(self, name):
+        if name.startswith("__") or name == "_what":
+            raise AttributeError(name)
+        raise TypeError(f"this stands for {self._what}, which was pickled and cannot be unpickled (it holds a session "
+                        "with its daemon): save and load its state_dict() instead, into a new one")
+
+    def __repr__(self):
+        return f"<unpickled {self._what}>"

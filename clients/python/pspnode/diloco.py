@@ -82,7 +82,9 @@ import numpy as np
 import torch
 
 from pspnode.client import Client, StepResult, model_id_of
+from pspnode._params import Unpickled as _Unpickled
 from pspnode._params import checked as _checked_params
+from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
@@ -510,9 +512,10 @@ class DiLoCo(torch.optim.Optimizer):
             if self.client.welcome_params() is None:
                 self.inner_step_count = inner_step  # our own state: mid-round as saved
 
-    def __getstate__(self):
-        raise TypeError("a pspnode.DiLoCo holds a session with its daemon and cannot be pickled: save its "
-                        "state_dict() instead")
+    def __reduce__(self):
+        # A scheduler's saved state_dict can hold the optimizer (see
+        # _params.Unpickled): it pickles as a stand-in, not the session.
+        return _Unpickled, ("pspnode.DiLoCo", self.model_name, self.outer_step_count)
 
     def __repr__(self):
         return (f"pspnode.DiLoCo({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
@@ -537,6 +540,12 @@ class DiLoCo(torch.optim.Optimizer):
                                "thread only")
         try:
             self._check()
+            if closure is None and (bad := _nonfinite_grad(self._named)) is not None:
+                raise FloatingPointError(
+                    f"inner step {self.inner_step_count + 1} of outer step {self.outer_step_count + 1}: the gradient "
+                    f"of parameter {bad!r} is not finite (NaN or ±Inf): the step was skipped before the inner "
+                    "optimizer took it, so its state and the parameters are as they were; the next step with "
+                    "finite gradients trains")
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
             self.inner_step_count += 1
             if self.inner_step_count >= self.H:

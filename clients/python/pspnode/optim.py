@@ -16,6 +16,10 @@ With ``job=`` (and no daemon address) the optimizer starts its own daemon,
 exits; with a daemon address (``pspnode.Optimizer(opt, "unix:/tmp/a.sock",
 model=model)``) it connects to a daemon started beside it.
 
+A gradient that is not finite (a NaN loss, say) makes ``step()`` raise
+FloatingPointError before the wrapped optimizer steps: nothing changes, not
+even its momenta, and the next step with finite gradients trains.
+
 ``step()`` runs the wrapped optimizer's step, hands the result to the
 daemon (under the epidemic exchange the model, which the daemon sends to a
 few sampled peers; under gossip the change the step made, which it
@@ -57,7 +61,9 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from pspnode.client import Client, model_id_of
+from pspnode._params import Unpickled as _Unpickled
 from pspnode._params import checked as _checked_params
+from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
 from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
@@ -354,9 +360,10 @@ class Optimizer(torch.optim.Optimizer):
         self.client.start_step = step
         self._welcome(self._connect())
 
-    def __getstate__(self):
-        raise TypeError("a pspnode.Optimizer holds a session with its daemon and cannot be pickled: "
-                        "save its state_dict() instead")
+    def __reduce__(self):
+        # A scheduler's saved state_dict can hold the optimizer (see
+        # _params.Unpickled): it pickles as a stand-in, not the session.
+        return _Unpickled, ("pspnode.Optimizer", self.model_name, self.step_count)
 
     def __repr__(self):
         return (f"pspnode.Optimizer({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
@@ -386,6 +393,8 @@ class Optimizer(torch.optim.Optimizer):
 
     def _step(self, closure):
         self._check()
+        if closure is None:
+            self._refuse_nonfinite()
         model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
         in_region = self._in_region
         # What a refused update is undone from: under epidemic with shared
@@ -436,6 +445,17 @@ class Optimizer(torch.optim.Optimizer):
         if self.checkpoint_every and self.step_count % self.checkpoint_every == 0:
             self.checkpoint()
         return loss
+
+    def _refuse_nonfinite(self):
+        """A gradient that is not finite skips the whole step before the
+        wrapped optimizer takes it: its state (momenta) stays as it was."""
+        bad = _nonfinite_grad(self._named)
+        if bad is not None:
+            raise FloatingPointError(
+                f"step {self.step_count + 1}: the gradient of parameter {bad!r} is not finite (NaN or ±Inf): the step "
+                "was skipped before the wrapped optimizer took it, so its state (momenta) and the parameters are as "
+                "they were and nothing was sent; the next step with finite gradients trains (as GradScaler skips "
+                "such a step). A loss that is not finite, or a learning rate too high, makes one")
 
     def _snapshot(self):
         """The parameters before a step, in a buffer kept for it."""

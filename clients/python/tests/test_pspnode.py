@@ -308,6 +308,40 @@ class WithDaemons(unittest.TestCase):
         self.assertEqual(st.step, 0)
         opt.close()
 
+    def test_nan_loss_skips_the_whole_step(self):
+        # A NaN loss gives NaN gradients: the step is refused before SGD
+        # takes it, so its momentum buffer stays finite and the next step
+        # trains (before, the momentum went NaN and every later step was
+        # refused until the user reset the optimizer's state).
+        for kind in ("gossip", "epidemic:1"):
+            with self.subTest(exchange=kind):
+                (a,) = self.daemons("nanloss" + kind.replace(":", ""), 1, extra=("--exchange", kind))
+                m = quadratic()
+                opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.05, momentum=0.9), a.address, model=m,
+                                        connect_timeout=30)
+                x, y = torch.randn(8, 4), torch.randn(8, 1)
+
+                def step(loss_scale=1.0):
+                    opt.zero_grad()
+                    (torch.nn.functional.mse_loss(m(x), y) * loss_scale).backward()
+                    opt.step()
+
+                step()
+                before = opt.params_vector()
+                momenta = [opt.state[p]["momentum_buffer"].clone() for p in m.parameters()]
+                with self.assertRaises(FloatingPointError) as cm:
+                    step(float("nan"))
+                self.assertIn("not finite", str(cm.exception))
+                self.assertTrue(torch.equal(opt.params_vector(), before))
+                self.assertTrue(all(torch.equal(opt.state[p]["momentum_buffer"], mo)
+                                    for p, mo in zip(m.parameters(), momenta)))
+                self.assertEqual(opt.step_count, 1)
+                for _ in range(3):
+                    step()
+                self.assertEqual(opt.step_count, 4)
+                self.assertTrue(torch.isfinite(opt.params_vector()).all())
+                opt.close()
+
     def test_no_daemon(self):
         # No session existed: not SessionLost, but DaemonUnavailable.
         c = pspnode.Client("unix:" + os.path.join(self.tmp, "nobody.sock"), model_name="m", num_params=3,
