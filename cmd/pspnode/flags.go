@@ -177,4 +177,4 @@ func (p *progress) maybe(format string, a ...any) {
 	}
 }
 
-const staleStepsHelp = "weigh what peers send by its staleness: a model (epidemic) or update (gossip) made k steps behind this node's counts 1/(1 + k/S) of a fresh one, so that a slow peer's models pull the fast nodes back little (0: every one counts fully)"
+const staleStepsHelp = "weigh the models averaged in by their staleness (epidemic): a model made k steps behind this node's counts 1/(1 + k/S) of a fresh one, so that a slow peer's models pull the fast nodes back little (0: every one counts fully; gossip adds every update at full weight)"

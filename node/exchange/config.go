@@ -91,11 +91,14 @@ type Config struct {
 	// MaxStepAhead refuses updates and models made at a step more than
 	// this far ahead of this node's (<= 0: no check).
 	MaxStepAhead int64
-	// StaleSteps weighs what peers send by how stale it is: an update
-	// (gossip) or a model (epidemic) made k steps behind this node's
-	// counts 1/(1 + k/StaleSteps) of a fresh one (0: each counts fully). A
-	// slow peer's models, tens of steps behind, then pull the fast
-	// nodes back little, and its steps still reach them.
+	// StaleSteps weighs the models a node averages in by how stale they
+	// are (epidemic): a model made k steps behind this node's counts
+	// 1/(1 + k/StaleSteps) of a fresh one (0: each counts fully). A slow
+	// peer's models, tens of steps behind, then pull the fast nodes back
+	// little, and its steps still reach them. Gossip does not weigh:
+	// every node adds every update, and weights that differ between
+	// receivers (each its own lag) would leave the models apart for good,
+	// where averaging pulls epidemic models back together.
 	StaleSteps float64
 }
 

@@ -218,11 +218,6 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if !g.withinNorm(g.buf) {
 		return
 	}
-	if w := g.cfg.staleWeight(g.d.Node.Step() - u.Step); w < 1 { // a stale update counts less
-		for i := range g.buf {
-			g.buf[i] *= w
-		}
-	}
 	g.apply(g.buf, u.Step)
 	g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
 }
@@ -248,7 +243,7 @@ func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
 			return
 		}
 	}
-	if err := t.Apply32(u.Values, u.Step, float32(g.cfg.staleWeight(g.d.Node.Step()-u.Step))); err != nil {
+	if err := t.Apply32(u.Values, u.Step, 1); err != nil {
 		add(g.d.Counters.ApplyRejected, 1)
 		g.d.Log.Debug("update refused by the model", "err", err)
 		return

@@ -541,11 +541,21 @@ class DiLoCo(torch.optim.Optimizer):
         try:
             self._check()
             if closure is None and (bad := _nonfinite_grad(self._named)) is not None:
+                n = self.outer_step_count + 1
+                with self._lock, torch.no_grad():
+                    diverged = self._first_bad([p for _, p in self._named])
+                    if diverged is not None:  # the parameters themselves: this round's training diverged
+                        self._restore_round()
+                if diverged is not None:
+                    raise FloatingPointError(
+                        f"outer step {n}: parameter {diverged[0]!r}[{diverged[1]}] is {diverged[2]}, so the gradient "
+                        f"is not finite: the inner training diverged from θ_outer. Nothing was published; the model is "
+                        f"back at θ_outer of outer step {self.outer_step_count} (the inner optimizer's state may hold "
+                        "non-finite values: reload it)")
                 raise FloatingPointError(
-                    f"inner step {self.inner_step_count + 1} of outer step {self.outer_step_count + 1}: the gradient "
-                    f"of parameter {bad!r} is not finite (NaN or ±Inf): the step was skipped before the inner "
-                    "optimizer took it, so its state and the parameters are as they were; the next step with "
-                    "finite gradients trains")
+                    f"inner step {self.inner_step_count + 1} of outer step {n}: the gradient of parameter {bad!r} is "
+                    "not finite (NaN or ±Inf): the step was skipped before the inner optimizer took it, so its state "
+                    "and the parameters are as they were; the next step with finite gradients trains")
             loss = self.inner.step(closure) if closure is not None else self.inner.step()
             self.inner_step_count += 1
             if self.inner_step_count >= self.H:
