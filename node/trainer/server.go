@@ -84,6 +84,7 @@ type Server struct {
 	unix string // the socket's path, removed at Close
 
 	stm        *stateMetrics // the trainer-state protocol (state.go)
+	stateLimit *stateLimits
 	stateProto protocol.ID
 
 	mu     sync.Mutex

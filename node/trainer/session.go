@@ -283,7 +283,7 @@ func (sess *session) start() error {
 	if st.Params != nil {
 		w.Params = sess.give(st.Params)
 		if h.StateKind != "" { // the job's state beside its parameters (state.go)
-			w.State, w.StateSource, rest = s.fetchState(ctx, h.StateKind)
+			w.State, w.StateSource, rest = s.fetchState(ctx, h.StateKind, int64(st.Step))
 		}
 	}
 	sess.pushes, sess.pushed = make(chan push, 1), make(chan struct{})

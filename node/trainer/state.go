@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/network"
@@ -16,6 +18,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/pspnode/pspnode/internal/wire"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
 )
 
@@ -37,6 +40,28 @@ import (
 //     a chunk a peer does not give is asked of another peer, from where
 //     it stopped.
 //
+// A state decides how a joiner's trainer goes on, so neither side takes a
+// peer's word for it:
+//
+//   - a daemon answers only peers of the job (Driver.Member: known
+//     first-hand, not heard on another lineage), one stream per peer and
+//     stateStreams in all, and within a byte budget per minute: per peer
+//     statePeerBudget times the state's size (a joiner fetches it once,
+//     with room for a retry), in all stateAllBudget times. A request of
+//     about 20 bytes answered by a chunk of up to stateChunk is the
+//     protocol's amplification; the budget bounds what a peer can make a
+//     node send in a minute, however many requests it makes, and the
+//     trainer is asked only for requests within it;
+//   - a joining daemon takes the first chunk of two peers' states before
+//     it takes either, and prefers a state two peers agree on (its size,
+//     and steps within stateStepSlack of each other); a state whose step
+//     is more than stateStepSlack from the step the job's peers gave the
+//     joiner is refused, however many peers serve it; one peer's state is
+//     taken only when no two agree, and said so;
+//   - the trainer (the Python client's DiLoCo) checks the values against
+//     the job's MaxAbsValue and its outer parameters against the job's
+//     parameters, which the model protocol fetched from several peers.
+//
 // A request is one byte, stateVersion, the kind asked for (a uvarint
 // length and its bytes), then the range: offset (u64) and length (u32),
 // big-endian. The answer is a uvarint length and a marshalled
@@ -56,7 +81,89 @@ const (
 	stateTries = 4
 	// stateChunk is the most of a state one request moves.
 	stateChunk = 4 << 20
+	// stateStreams caps the inbound trainer-state streams in all (one per
+	// peer): each holds the trainer for a chunk.
+	stateStreams = 4
+	// statePeerBudget and stateAllBudget are the bytes of state a daemon
+	// serves in a minute, per peer and in all, in states' sizes (at least
+	// stateChunk's).
+	statePeerBudget = 2
+	stateAllBudget  = 8
+	// stateMinCharge is the least a request costs of the budget, so that
+	// a small state does not let a peer ask the trainer without end (a
+	// request asks the trainer: at most statePeerBudget × stateChunk /
+	// stateMinCharge = 32 per peer and 128 in all a minute).
+	stateMinCharge = stateChunk / 16
+	// stateStepSlack is how far (in steps) a state may be from the job's
+	// step, and two states from each other to agree.
+	stateStepSlack = 8
 )
+
+// stateLimits are the caps on the trainer-state requests a daemon
+// answers: streams per peer and in all, and bytes per minute.
+type stateLimits struct {
+	in *wire.Inbound
+
+	mu      sync.Mutex
+	window  time.Time // the minute the budgets count
+	perPeer map[peer.ID]uint64
+	all     uint64
+	size    uint64 // the state's size, as its trainer last gave it
+}
+
+func newStateLimits() *stateLimits {
+	return &stateLimits{in: wire.NewInbound(1, stateStreams), perPeer: make(map[peer.ID]uint64)}
+}
+
+// take charges n bytes to p's budget of this minute; false (nothing
+// charged) if p's or the node's would be spent.
+func (l *stateLimits) take(p peer.ID, n uint64, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.window) >= time.Minute {
+		l.window, l.all = now, 0
+		clear(l.perPeer)
+	}
+	unit := max(l.size, stateChunk)
+	if l.perPeer[p]+n > statePeerBudget*unit || l.all+n > stateAllBudget*unit {
+		return false
+	}
+	l.perPeer[p] += n
+	l.all += n
+	return true
+}
+
+// settle makes what p was charged (took) what a request cost (cost):
+// it gives back what it did not send, or charges what it sent beyond.
+func (l *stateLimits) settle(p peer.ID, took, cost uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if cost >= took {
+		l.perPeer[p] += cost - took
+		l.all += cost - took
+		return
+	}
+	l.perPeer[p] -= min(took-cost, l.perPeer[p])
+	l.all -= min(took-cost, l.all)
+}
+
+// left is how much of the state there is from off, as far as the node
+// knows its size (the most a chunk may be, before it does).
+func (l *stateLimits) left(off uint64) uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.size == 0 {
+		return stateChunk
+	}
+	return l.size - min(off, l.size)
+}
+
+// sized records the state's size, as the trainer gave it.
+func (l *stateLimits) sized(n uint64) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.size = n
+}
 
 // stateMetrics count the trainer-state requests, psp_trainer_state_*.
 type stateMetrics struct {
@@ -67,9 +174,9 @@ type stateMetrics struct {
 func newStateMetrics(reg prometheus.Registerer) *stateMetrics {
 	m := &stateMetrics{
 		served: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "trainer", Name: "state_served_total",
-			Help: "Peers' requests for this trainer's state (a joining worker's trainer takes it), by result: ok, none (no trainer or another kind), error."}, []string{"result"}),
+			Help: "Peers' requests for this trainer's state (a joining worker's trainer takes it), by result: ok, none (no trainer or another kind), error, stranger (not a peer of the job's lineage), busy (the peer's or the node's streams at their cap), budget (the peer's or the node's bytes of this minute spent)."}, []string{"result"}),
 		fetched: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "trainer", Name: "state_fetched_total",
-			Help: "Requests this daemon made for a peer's trainer state (a session that starts from the job's parameters), by result: ok, error."}, []string{"result"}),
+			Help: "Requests this daemon made for a peer's trainer state (a session that starts from the job's parameters), by result: ok, error, refused (a state whose step is too far from the job's)."}, []string{"result"}),
 	}
 	if reg != nil {
 		reg.MustRegister(m.served, m.fetched)
@@ -80,6 +187,7 @@ func newStateMetrics(reg prometheus.Registerer) *stateMetrics {
 // startState serves the job's trainer-state protocol on the node's host.
 func (s *Server) startState(reg prometheus.Registerer) {
 	s.stm = newStateMetrics(reg)
+	s.stateLimit = newStateLimits()
 	s.stateProto = StateProtocol(s.drv.Info().Job)
 	s.node.Host().SetStreamHandler(s.stateProto, s.handleState)
 }
@@ -94,38 +202,61 @@ func (s *Server) stateTimeout() time.Duration { return s.cfg.ParamsTimeout + 10*
 // handleState answers a peer's request for a range of the trainer's
 // state.
 func (s *Server) handleState(st network.Stream) {
+	p := st.Conn().RemotePeer()
+	refuse := func(result string, err error) {
+		s.stm.served.WithLabelValues(result).Inc()
+		if err != nil {
+			s.log.Debug("trainer state not served", "to", p, "result", result, "err", err)
+		}
+		_ = st.Reset()
+	}
+	if !s.drv.Member(p) {
+		refuse("stranger", nil)
+		return
+	}
+	if !s.stateLimit.in.Acquire(p) {
+		refuse("busy", nil)
+		return
+	}
+	defer s.stateLimit.in.Release(p)
 	defer st.Close()
 	_ = st.SetDeadline(time.Now().Add(s.stateTimeout()))
 	r := bufio.NewReader(io.LimitReader(st, 1+binary.MaxVarintLen64+maxStateKind+12))
 	kind, off, length, err := readStateRequest(r)
 	if err != nil {
-		s.stm.served.WithLabelValues("error").Inc()
-		s.log.Debug("bad trainer-state request", "from", st.Conn().RemotePeer(), "err", err)
-		_ = st.Reset()
+		refuse("error", err)
 		return
 	}
 	sess := s.task.session()
 	if sess == nil || sess.hello.StateKind != kind {
-		s.stm.served.WithLabelValues("none").Inc()
-		_ = st.Reset()
+		refuse("none", nil)
+		return
+	}
+	length = min(length, stateChunk)
+	if length == 0 {
+		length = stateChunk
+	}
+	charge := max(min(uint64(length), s.stateLimit.left(off)), stateMinCharge)
+	if !s.stateLimit.take(p, charge, time.Now()) {
+		refuse("budget", nil)
 		return
 	}
 	ctx, cancel := context.WithTimeout(sess.ctx, s.stateTimeout())
 	defer cancel()
-	state, err := sess.requestState(ctx, off, min(length, stateChunk))
+	state, err := sess.requestState(ctx, off, length)
 	if err != nil {
-		s.stm.served.WithLabelValues("error").Inc()
-		s.log.Debug("trainer state not served", "to", st.Conn().RemotePeer(), "err", err)
-		_ = st.Reset()
+		s.stateLimit.settle(p, charge, stateMinCharge)
+		refuse("error", err)
 		return
 	}
+	s.stateLimit.sized(state.TotalSize)
+	s.stateLimit.settle(p, charge, max(uint64(len(state.Data)), stateMinCharge))
 	b, err := proto.Marshal(state)
 	if err == nil {
 		_, err = st.Write(append(binary.AppendUvarint(nil, uint64(len(b))), b...))
 	}
 	if err != nil {
-		s.stm.served.WithLabelValues("error").Inc()
-		_ = st.Reset()
+		refuse("error", err)
 		return
 	}
 	s.stm.served.WithLabelValues("ok").Inc()
@@ -199,36 +330,107 @@ func (sess *session) requestState(ctx context.Context, off uint64, length uint32
 }
 
 // stateFetch is a state on its way from the job's peers to a joining
-// session: the first chunk, from the first of up to stateTries peers that
-// gave one, then the rest, chunk by chunk, from that peer or, when it
-// stops giving them, the next.
+// session: the first chunk, chosen among the first chunks of up to
+// stateTries peers (fetchState), then the rest, chunk by chunk, from the
+// peer that gave it or, when it stops giving them, the next (peers whose
+// state agreed with it first).
 type stateFetch struct {
 	s     *Server
 	kind  string
 	peers []peer.ID
 	from  int // the peer the chunks come from now
-	tried int // peers tried
+	tried int // peers that failed to give a chunk
+}
+
+// stateAnswer is one peer's first chunk.
+type stateAnswer struct {
+	p  peer.ID
+	st *pb.TrainerState
+}
+
+// agree reports whether two peers' states look like the same job's: the
+// same size, steps within stateStepSlack.
+func (a stateAnswer) agree(b stateAnswer) bool {
+	d := a.st.Step - b.st.Step
+	return a.st.TotalSize == b.st.TotalSize && -stateStepSlack <= d && d <= stateStepSlack
 }
 
 // fetchState asks the job's peers, in random order, for the first chunk
-// of their trainer's state of kind: it returns it and which peer gave it,
-// and the fetch of the rest (nil: no peer gave one).
-func (s *Server) fetchState(ctx context.Context, kind string) (*pb.TrainerState, string, *stateFetch) {
+// of their trainer's state of kind, until two agree or stateTries
+// answered: it returns the chosen chunk, which peer gave it, and the fetch
+// of the rest (nil: no peer gave a usable one). A state more than
+// stateStepSlack steps from step (the job's, as the session starts from
+// it) is refused.
+func (s *Server) fetchState(ctx context.Context, kind string, step int64) (*pb.TrainerState, string, *stateFetch) {
 	peers := s.node.Overlay().Peers()
 	rand.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	f := &stateFetch{s: s, kind: kind, peers: peers}
-	st, err := f.next(ctx, 0)
-	if err != nil {
+	var got []stateAnswer
+	var last error = errors.New("no peer to ask")
+	asked, pair := 0, -1
+	for _, p := range peers {
+		if asked >= stateTries || pair >= 0 || ctx.Err() != nil {
+			break
+		}
+		asked++
+		st, err := s.askState(ctx, p, kind, 0, stateChunk)
+		if err == nil && (st.Step < step-stateStepSlack || st.Step > step+stateStepSlack) {
+			s.stm.fetched.WithLabelValues("refused").Inc()
+			err = fmt.Errorf("a state at step %d, the job's is %d", st.Step, step)
+		} else if err == nil {
+			s.stm.fetched.WithLabelValues("ok").Inc()
+		} else {
+			s.stm.fetched.WithLabelValues("error").Inc()
+		}
+		if err != nil {
+			s.log.Debug("no trainer state from a peer", "peer", p, "err", err)
+			last = err
+			continue
+		}
+		a := stateAnswer{p, st}
+		for i, b := range got {
+			if a.agree(b) {
+				pair = i
+				break
+			}
+		}
+		got = append(got, a)
+	}
+	if len(got) == 0 {
 		if len(peers) > 0 && ctx.Err() == nil {
-			s.log.Warn("no peer gave its trainer's state: the trainer starts from the job's parameters without it", "kind", kind, "asked", f.tried, "err", err)
+			s.log.Warn("no peer gave a usable trainer state: the trainer starts from the job's parameters without it", "kind", kind, "asked", asked, "err", last)
 		}
 		return nil, "", nil
 	}
-	return st, "peer " + peers[f.from].String(), f
+	// The chosen state: the first of the agreeing pair, or (none agree)
+	// the first answer. The rest comes from it, then from the peers that
+	// agree with it, then the others.
+	chosen := got[0]
+	if pair >= 0 {
+		chosen = got[pair]
+	} else if len(got) > 1 || asked > 1 {
+		s.log.Warn("the trainer state is one peer's: no two peers' states agreed", "kind", kind, "answers", len(got), "asked", asked)
+	}
+	order := []peer.ID{chosen.p}
+	seen := map[peer.ID]bool{chosen.p: true}
+	for _, b := range got {
+		if !seen[b.p] && b.agree(chosen) {
+			order, seen[b.p] = append(order, b.p), true
+		}
+	}
+	for _, p := range peers {
+		if !seen[p] && !slices.ContainsFunc(got, func(b stateAnswer) bool { return b.p == p }) {
+			order, seen[p] = append(order, p), true
+		}
+	}
+	src := "peer " + chosen.p.String()
+	if pair >= 0 {
+		src += fmt.Sprintf(" (%d peers agree)", len(got))
+	}
+	return chosen.st, src, &stateFetch{s: s, kind: kind, peers: order}
 }
 
 // next fetches the chunk of the state from off, from the peer the chunks
-// come from, or the next ones (up to stateTries in all).
+// come from, or the next ones (up to stateTries failures in all).
 func (f *stateFetch) next(ctx context.Context, off uint64) (*pb.TrainerState, error) {
 	var last error = errors.New("no peer to ask")
 	for f.from < len(f.peers) && ctx.Err() == nil {

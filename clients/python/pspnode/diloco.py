@@ -95,6 +95,10 @@ log = logging.getLogger("pspnode")
 STATE_KIND = "pspnode.DiLoCo/1"
 _MAGIC = b"PSPD"
 _MAX_HEADER = 4 << 20
+# How far (relative to the job's parameters' norm) a peer's θ_outer may be
+# from the parameters the job's peers serve: a round's outer step moves
+# them a few percent; a state of another job, or a forged one, is far.
+_STATE_PARAMS_TOL = 0.5
 # Constructor arguments of torch optimizers that choose an implementation,
 # not the mathematics: not part of the configuration workers must share.
 _IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
@@ -315,7 +319,7 @@ class DiLoCo(torch.optim.Optimizer):
             took = False
             if state is not None:
                 try:
-                    self._load_wire_state(state.data)
+                    self._load_wire_state(state.data, params)
                     took = True
                     log.info("pspnode.DiLoCo: starting from the job's outer parameters and outer optimizer state "
                              "(%s, outer step %d) at outer step %d", w.state_source, state.step, w.step)
@@ -405,10 +409,14 @@ class DiLoCo(torch.optim.Optimizer):
         v = self._wire_view()
         return v[0:len(v)]
 
-    def _load_wire_state(self, data: bytes):
+    def _load_wire_state(self, data: bytes, job_params=None):
         """Takes θ_outer and the outer state from a peer's bytes
         (_wire_state), checking everything; ValueError if unusable, with
-        nothing changed."""
+        nothing changed. One peer's state is checked against what the
+        job's other peers say: every value within the job's MaxAbsValue,
+        and θ_outer within _STATE_PARAMS_TOL (relative) of job_params,
+        the parameters the daemon fetched from the job's peers (a peer's
+        model protocol serves its θ_outer)."""
         if len(data) < 8 or data[:4] != _MAGIC:
             raise ValueError("not a pspnode.DiLoCo state")
         (hl,) = struct.unpack("<I", data[4:8])
@@ -438,6 +446,16 @@ class DiLoCo(torch.optim.Optimizer):
         vals = np.frombuffer(body, dtype="<f4")
         if not np.isfinite(vals).all():
             raise ValueError("values that are not finite")
+        big = float(np.abs(vals).max()) if len(vals) else 0.0
+        if big > self.max_abs:
+            raise ValueError(f"a value of magnitude {big:.3g}, beyond the job's limit {self.max_abs:.3g}")
+        if job_params is not None:
+            theta = vals[:self.num_params].astype(np.float64)
+            ref = np.asarray(job_params, dtype=np.float64).reshape(-1)
+            dist, norm = float(np.linalg.norm(theta - ref)), float(np.linalg.norm(ref))
+            if len(ref) != self.num_params or dist > _STATE_PARAMS_TOL * norm + 1e-3 * math.sqrt(self.num_params):
+                raise ValueError(f"outer parameters {dist:.3g} from the job's parameters (of norm {norm:.3g}): "
+                                 "not the job's")
         flat = torch.from_numpy(vals.copy())
         state = {}
         off = self.num_params

@@ -456,10 +456,19 @@ class WithGossipFake(unittest.TestCase):
         good = src._wire_state()
         bad = bytearray(good)
         bad[-4:] = np.array([np.nan], dtype="<f4").tobytes()
-        for data, ok in [(good, True), (bytes(bad), False), (good[:-4], False)]:
-            with self.subTest(ok=ok):
+        huge = bytearray(good)  # a momentum value beyond the job's MaxAbsValue (1e4 here)
+        huge[-4:] = np.array([-3e38], dtype="<f4").tobytes()
+        # The parameters the job's peers serve: the source's θ_outer, a
+        # little moved (another worker's, a round on).
+        theta = flat(src.outer_parameters()).numpy()
+        served = (theta * 1.02).astype("<f4")
+        cases = [("good", good, served, True), ("NaN", bytes(bad), served, False), ("short", good[:-4], served, False),
+                 ("beyond MaxAbs", bytes(huge), served, False),
+                 ("far from the job's parameters", good, job, False)]
+        for name, data, params, ok in cases:
+            with self.subTest(name):
                 mm = net(seed=5)
-                o = self.make(GossipFake(n, np.zeros(n, "<f4"), welcome_params=job, state=data), mm,
+                o = self.make(GossipFake(n, np.zeros(n, "<f4"), welcome_params=params, state=data), mm,
                               outer_momentum=0.5)
                 if ok:
                     self.assertTrue(torch.equal(flat(o.outer_parameters()), flat(src.outer_parameters())))
@@ -467,7 +476,7 @@ class WithGossipFake(unittest.TestCase):
                         flat([o.outer.state[p]["momentum_buffer"] for p in o.outer_parameters()]),
                         flat([src.outer.state[p]["momentum_buffer"] for p in src.outer_parameters()])))
                 else:
-                    self.assertTrue(torch.equal(flat(o.outer_parameters()), torch.from_numpy(job)))
+                    self.assertTrue(torch.equal(flat(o.outer_parameters()), torch.from_numpy(params)))
                     self.assertEqual(len(o.outer.state), 0)
                 self.assertTrue(torch.equal(flat(mm.parameters()), flat(o.outer_parameters())))
 
