@@ -4,6 +4,8 @@ import (
 	"errors"
 	"io/fs"
 	"net"
+	"net/http"
+	"net/http/pprof"
 	"os"
 	"path/filepath"
 	"slices"
@@ -345,9 +347,21 @@ func (p *preflight) Close() {
 }
 
 // serve serves the node's /status and /metrics on the bound --http
-// listener, which the server then owns.
-func (p *preflight) serve(nd *node.Node) *nodestatus.Server {
-	s := nodestatus.ServeOn(p.http, nd.Handler())
+// listener, which the server then owns; with withPprof, Go's profiles
+// under /debug/pprof/ too.
+func (p *preflight) serve(nd *node.Node, withPprof bool) *nodestatus.Server {
+	h := nd.Handler()
+	if withPprof {
+		mux := http.NewServeMux()
+		mux.Handle("/", h)
+		mux.HandleFunc("/debug/pprof/", pprof.Index)
+		mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+		mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+		h = mux
+	}
+	s := nodestatus.ServeOn(p.http, h)
 	p.http = nil
 	return s
 }

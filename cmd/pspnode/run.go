@@ -86,7 +86,7 @@ type runFlags struct {
 	maxSteps                                          *int64
 	duration, pollMax, queryTime                      *time.Duration
 	scale, factor, lr                                 *float64
-	traversal, relaySvc, startSig                     *bool
+	traversal, relaySvc, startSig, pprof              *bool
 }
 
 // addRunFlags defines the run command's flags on fs.
@@ -100,6 +100,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	f.shards = fs.Int("shards", 16, "the training data is dealt into this many shards; the node takes the one its peer ID hashes to")
 	f.shard = fs.Int("shard", -1, "take this shard index instead of hashing the peer ID (0 <= shard < shards)")
 	f.httpAddr = fs.String("http", "", "serve /metrics and /status on this address, e.g. 127.0.0.1:9090 (port 0: any free port)")
+	f.pprof = fs.Bool("pprof", false, "with --http, also serve Go's profiles under /debug/pprof/ (go tool pprof http://ADDR/debug/pprof/heap): for finding where a daemon's memory or CPU goes; anyone who can reach the address can read them")
 	f.maxSteps = fs.Int64("max-steps", 0, "stop after this many steps (0: no limit)")
 	f.duration = fs.Duration("duration", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	f.scale = fs.Float64("time-scale", 0, "add the paper's synthetic task time, (Exp(1)+1) s × this, to every step (0: off)")
@@ -215,7 +216,7 @@ func (f *runFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr io.
 		fmt.Fprintf(stdout, "trainer: %s\n", tsrv.Addr())
 	}
 	if pre.http != nil {
-		srv := pre.serve(nd)
+		srv := pre.serve(nd, *f.pprof)
 		defer srv.Close()
 		fmt.Fprintf(stdout, "http: http://%s (/status, /metrics)\n", srv.Addr())
 	}

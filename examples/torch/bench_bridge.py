@@ -48,13 +48,17 @@ def start_daemon(binary, tmp, name, boot=None, barrier="pssp:1:4", exchange="epi
             "--barrier", barrier, "--exchange", exchange, "--nat-traversal=false", "--log-level", "warn"]
     if boot:
         args += ["--bootstrap", boot]
+    args += os.environ.get("PSPNODE_BENCH_ARGS", "").split()  # e.g. --http 127.0.0.1:0 --pprof, to profile
     log = open(os.path.join(tmp, name + ".log"), "w")
     p = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=log, text=True)
     addr = None
     for line in p.stdout:
         if line.startswith("listening: ") and addr is None:
             addr = line.split(" ", 1)[1].strip()
-        if line.startswith("trainer: "):
+        if line.startswith("http: "):
+            print(f"{name}: {line.strip()}", file=sys.stderr, flush=True)
+            break
+        if line.startswith("trainer: ") and "--http" not in args:
             break
     return p, addr, "unix:" + sock
 
