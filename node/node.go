@@ -146,6 +146,8 @@ type Node struct {
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
 	wedge  *psp.Wedge
 	wedged atomic.Bool
+	// resets holds realignments to their rate (resets.go).
+	resets resetGate
 	// nat follows reachability, relays and hole punches (package netsetup).
 	nat *netsetup.NAT
 	// heard is the peers heard from lately, and the last leave; isoSince

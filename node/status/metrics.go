@@ -24,6 +24,15 @@ const (
 
 var HostileKinds = []string{KindPopulationOutlier, KindStepStreamEvicted, KindIdleInboundClosed}
 
+// Reasons label psp_resets_total: the node converged on the job's
+// lineage, or it was far ahead of every peer it asked.
+const (
+	ResetLineage = "lineage"
+	ResetWedged  = "wedged"
+)
+
+var ResetReasons = []string{ResetLineage, ResetWedged}
+
 // Metrics are a node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
 type Metrics struct {
@@ -58,6 +67,11 @@ type Metrics struct {
 	Staleness     prometheus.Histogram
 	Unwedged      prometheus.Counter
 	EventsDropped prometheus.Counter
+	// Resets counts the times the node replaced its step and model (and a
+	// driven node its trainer's) by the job's, by reason; ResetsRefused
+	// the ones it refused for their rate.
+	Resets        *prometheus.CounterVec
+	ResetsRefused prometheus.Counter
 	// hostile counts messages a defence judged hostile, by kind
 	// (HostileKinds).
 	Hostile *prometheus.CounterVec
@@ -112,6 +126,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: stalenessBuckets}),
 		EventsDropped: c("events_dropped_total", "Events (node.WithEvents) dropped because the program's channel was full."),
 		Unwedged:      c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
+		Resets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "resets_total",
+			Help: "Times this node replaced its step and model (a driven node: its trainer's, with the next pull) by the job's, by reason: lineage (it converged on the job's lineage), wedged (it was far ahead of every peer it asked)."}, []string{"reason"}),
+		ResetsRefused: c("resets_refused_total", "Resets this node refused because it had reset too often lately (at most 3, then one per 2 minutes): it stays on its lineage and step and looks again later."),
 		NormRefused:   c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
@@ -129,7 +146,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
 		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
-		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile)
+		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile,
+		m.Resets, m.ResetsRefused)
 	for _, k := range HostileKinds {
 		m.Hostile.WithLabelValues(k)
 	}
@@ -138,6 +156,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, p := range RefusedProtocols {
 		m.Refused.WithLabelValues(p)
+	}
+	for _, r := range ResetReasons {
+		m.Resets.WithLabelValues(r)
 	}
 	return m
 }
