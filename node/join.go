@@ -235,6 +235,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			n.notePeerEstimate(r.reply.Estimate)
 		}
 	}
+	n.repopulate() // the estimates just reported count at once
 	if len(good) == 0 {
 		if len(v.others) > 0 {
 			v.fetchErr = v.others[0]

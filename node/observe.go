@@ -91,6 +91,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
+		n.progress.Forget(p) // and what it showed on this one no longer holds
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
@@ -146,6 +147,7 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 				continue
 			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)
+				n.progress.Forget(r.p)
 				continue
 			}
 			ev.alive = append(ev.alive, r.p)

@@ -90,6 +90,10 @@ const (
 	forkHold = 30 * time.Second
 	// convergeRetry is the least time between two attempts to converge.
 	convergeRetry = time.Second
+	// tossRetry is the wait after a look at which a coin kept a young
+	// node where it was (Decide): it looks again soon, for the coin to
+	// have its say.
+	tossRetry = 100 * time.Millisecond
 	// maxLineagesHeard bounds the peers whose lineage is remembered.
 	maxLineagesHeard = 8192
 	// maxWarnedModels bounds the peers warned about for another model.
@@ -122,8 +126,11 @@ type Lineage struct {
 	retryAt            time.Time                // look again no sooner
 	backoff            time.Duration            // the wait after a look that found the node on the job's lineage
 	warned             map[peer.ID]bool
-	// pick draws uniformly in [0, n) for Decide's ties (rand.IntN).
-	pick func(n int) int
+	// pick draws uniformly in [0, n) for Decide's ties (rand.IntN);
+	// tossed says that a draw kept the node where it was at the last
+	// Choose.
+	pick   func(n int) int
+	tossed bool
 
 	otherReports prometheus.Counter // counted by Judge
 	// The node counts: updates dropped (FromOther), the times it took
@@ -252,13 +259,18 @@ func (l *Lineage) Due(now time.Time) bool {
 }
 
 // Looked records a look at now (converge): the next comes convergeRetry
-// later if the node moved (moved) or could not tell, and after a doubling
-// wait, up to forkHold, while the looks find the node on the job's
-// lineage (stayed): a peer that keeps claiming another lineage costs a
-// node one sample's queries per wait.
+// later if the node moved or could not tell (stayed false), tossRetry
+// later if a coin kept it where it was, and after a doubling wait, up to
+// forkHold, while the looks find the node on the job's lineage: a peer
+// that keeps claiming another lineage costs a node one sample's queries
+// per wait.
 func (l *Lineage) Looked(now time.Time, stayed bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if stayed && l.tossed {
+		l.retryAt = now.Add(tossRetry)
+		return
+	}
 	if !stayed {
 		l.backoff = convergeRetry
 		l.retryAt = now.Add(convergeRetry)
@@ -302,7 +314,13 @@ func (l *Lineage) Choose(peers []peer.ID, gs []Genesis, now time.Time) Genesis {
 			t.History = max(t.History, capHistory(now.Sub(h.since)))
 		}
 	}
-	return Decide(l.own, young, ts, l.pick)
+	tossed := false
+	g := Decide(l.own, young, ts, func(n int) int {
+		tossed = true
+		return l.pick(n)
+	})
+	l.tossed = young && tossed && g == l.own // (an established node never waits on a coin)
+	return g
 }
 
 // capHistory is d within [0, HistoryCap].
