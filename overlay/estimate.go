@@ -50,9 +50,15 @@ func (o *Overlay) ObserveEstimate(from peer.ID, n float64) {
 	if from == o.h.ID() || math.IsNaN(n) || math.IsInf(n, 0) || n < 1 || n > 1e9 || o.held.has(from) {
 		return
 	}
-	now := time.Now()
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	o.observeLocked(from, n, time.Now())
+}
+
+// observeLocked keeps n as from's latest report at now; from has been
+// reporting since its first report without a gap of ReportMaxAge. o.mu is
+// held.
+func (o *Overlay) observeLocked(from peer.ID, n float64, now time.Time) {
 	since := now
 	if r, ok := o.reports[from]; ok && now.Sub(r.at) < o.cfg.ReportMaxAge {
 		since = r.since

@@ -19,9 +19,10 @@ import (
 //     keeps two liars beside two honest reports from setting it halfway
 //     (the mean of 3 and 1e9).
 //   - The node's own estimate votes (SelfWeight): as a reporter of the
-//     node's own age, and, while few of its known peers have reported,
-//     as half of those that have not, each as a new reporter. Liars
-//     quick to report cannot set it early, and a joiner, whose own
+//     node's own age, and for every live peer it knows that has not
+//     reported, as a new reporter (until they say otherwise, its peers
+//     are taken to see what it sees). Liars quick to report, heard before
+//     the honest peers, cannot set it early; and a joiner, whose own
 //     estimate knows only its bootstrap peers, follows the job's reports
 //     once it has a few.
 //   - A reporter weighs by how long it has been reporting (ReporterWeight):
@@ -29,9 +30,14 @@ import (
 //     crowd of fresh identities weighs a quarter of as many known peers.
 //   - Never fewer than the node and the live peers it knows.
 //
-// With k liars among h honest nodes (k ≤ h − 1), a node that hears every
-// peer (a small job) has honest votes of at least as much weight as the
-// liars' plus its own: the guess is an honest estimate. The node also
+// With k liars among h honest nodes (k ≤ h − 1), a node that knows every
+// peer (a small job) has h honest votes (its own, its honest peers' that
+// reported, and for those that did not) against k at most, each of at
+// least a new reporter's weight, the liars' at most a known one's: the
+// guess is an honest estimate once the reporters are of one standing, and
+// whenever the node's own vote and its unheard peers outweigh the liars'
+// lead in standing. In a larger job the same holds while liars are fewer
+// than half the peers the node knows. The node also
 // bounds how fast its guess may change once it has one (BoundRate).
 
 // Report is one peer's latest population estimate and how long (seconds)
@@ -63,10 +69,10 @@ func ReporterWeight(age float64) float64 {
 
 // SelfWeight is the weight of the own estimate of a node that has run
 // for age seconds, beside m reports, when it knows known live peers: a
-// reporter of its age, or half the known peers that have not reported,
-// each a new reporter, whichever weighs more.
+// reporter of its age, and a new reporter for each known peer that has
+// not reported.
 func SelfWeight(age float64, m, known int) float64 {
-	return max(ReporterWeight(age), NewReporterWeight*(float64(known+1)/2-float64(m)))
+	return ReporterWeight(age) + NewReporterWeight*float64(max(0, known-m))
 }
 
 // Population is a node's guess of its job's size from its own estimate

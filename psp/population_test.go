@@ -41,6 +41,8 @@ func TestPopulation(t *testing.T) {
 		{"2 liars of 1e9 beside 3 honest, all just heard", 5, fresh(5, 5, 1e9, 1e9), 4, 0, 5},
 		{"9 liars of 1e9 beside 10 honest", 19, append(old(19, 19, 19, 19, 19, 19, 19, 19, 19), old(1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9)...), 18, ReporterAge, 19},
 		{"9 liars of 1 beside 10 honest, half the peers unknown", 1000, append(old(1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000, 1000), old(1, 1, 1, 1, 1, 1, 1, 1, 1)...), 100, ReporterAge, 1000},
+		// Liars quick to report: 9 heard, and 8 of the 9 honest peers.
+		{"9 fresh liars beside 10 honest, one not heard yet", 19, append(fresh(19, 19, 19, 19, 19, 19, 19, 19), fresh(1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9, 1e9)...), 18, 0, 19},
 		// As many liars as honest nodes: the node's own vote still
 		// holds a lie above.
 		{"3 liars of 1e9 beside 3 honest", 6, old(6, 6, 1e9, 1e9, 1e9), 5, ReporterAge, 6},
@@ -72,7 +74,7 @@ func TestWeights(t *testing.T) {
 		age      float64
 		m, known int
 		want     float64
-	}{{0, 0, 0, NewReporterWeight}, {ReporterAge, 0, 0, 1}, {ReporterAge, 0, 99, 50 * NewReporterWeight}, {0, 12, 99, 38 * NewReporterWeight}, {ReporterAge, 60, 99, 1}} {
+	}{{0, 0, 0, NewReporterWeight}, {ReporterAge, 0, 0, 1}, {ReporterAge, 0, 99, 1 + 99*NewReporterWeight}, {0, 12, 99, 88 * NewReporterWeight}, {ReporterAge, 99, 99, 1}, {ReporterAge, 120, 99, 1}} {
 		if got := SelfWeight(tc.age, tc.m, tc.known); got != tc.want {
 			t.Errorf("SelfWeight(%v, %d, %d) = %v, want %v", tc.age, tc.m, tc.known, got, tc.want)
 		}
