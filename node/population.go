@@ -12,7 +12,7 @@ import (
 // (psp.Population): the weighted lower median of its own estimate
 // (estimate: its overlay's zone and lookup estimators, or the exact count
 // of a small job that just lost a peer) and its peers' latest reports,
-// each peer one vote weighed by how long it has been reporting, never
+// each peer one vote weighed by how long the node has known it, never
 // fewer than itself plus the live peers it knows. Once the node has run
 // for popSettle it changes no faster than psp.BoundRate allows. It is
 // computed at most once per popTTL.

@@ -102,7 +102,9 @@ func (o *Overlay) Estimate() (n float64, stderr float64, err error) {
 }
 
 // PeerReport is a peer's latest population report (ObserveEstimate) and
-// how long the peer has been reporting, without a gap of ReportMaxAge.
+// how long the node has known the peer first-hand (or, for a peer it has
+// no record of, how long the peer has been reporting without a gap of
+// ReportMaxAge).
 type PeerReport struct {
 	N   float64
 	For time.Duration
@@ -110,7 +112,7 @@ type PeerReport struct {
 
 // PeerReports returns every peer's latest report, if it is younger than
 // ReportMaxAge and the peer is not known dead: one per peer, however often
-// it reports. Unlike Estimate it is read afresh at each call, so a report
+// it reports, with how long the peer has been known. Unlike Estimate it is read afresh at each call, so a report
 // counts at once (a joiner asks its first peers for their estimates and
 // uses them right away).
 func (o *Overlay) PeerReports() []PeerReport {
@@ -123,10 +125,16 @@ func (o *Overlay) PeerReports() []PeerReport {
 		if r.at.Before(cut) {
 			continue
 		}
-		if m, ok := o.members[p]; ok && m.dead {
-			continue
+		since := r.since
+		if m, ok := o.members[p]; ok {
+			if m.dead {
+				continue
+			}
+			if !m.known.IsZero() {
+				since = m.known
+			}
 		}
-		out = append(out, PeerReport{N: r.n, For: now.Sub(r.since)})
+		out = append(out, PeerReport{N: r.n, For: now.Sub(since)})
 	}
 	return out
 }

@@ -86,8 +86,9 @@ func TestFuseReportsEarlyLiars(t *testing.T) {
 }
 
 // PeerReports gives one report per peer, its latest, with how long the
-// peer has been reporting: a peer that reports again keeps its standing,
-// one silent for ReportMaxAge starts again.
+// peer has been reporting (for a peer the overlay has no first-hand
+// record of): a peer that reports again keeps its standing, one silent
+// for ReportMaxAge starts again.
 func TestPeerReportsStanding(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		o := bareOverlay(t, DefaultConfig())

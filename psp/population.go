@@ -18,30 +18,31 @@ import (
 //     values. Taking the lower of two middle values, not their mean,
 //     keeps two liars beside two honest reports from setting it halfway
 //     (the mean of 3 and 1e9).
-//   - The node's own estimate votes (SelfWeight): as a reporter of the
-//     node's own age, and for every live peer it knows that has not
-//     reported, as a new reporter (until they say otherwise, its peers
-//     are taken to see what it sees). Liars quick to report, heard before
-//     the honest peers, cannot set it early; and a joiner, whose own
-//     estimate knows only its bootstrap peers, follows the job's reports
-//     once it has a few.
-//   - A reporter weighs by how long it has been reporting (ReporterWeight):
-//     from NewReporterWeight for one just heard to 1 after ReporterAge. A
-//     crowd of fresh identities weighs a quarter of as many known peers.
+//   - A reporter weighs by how long the node has known it
+//     (ReporterWeight): from NewReporterWeight for one just met to 1 after
+//     ReporterAge. A crowd of fresh identities weighs a quarter of as many
+//     peers known for a minute.
+//   - The node's own estimate votes (SelfWeight), as a peer known as
+//     long as the node has run, and so does every live peer it knows that
+//     has not reported (until they say otherwise, its peers are taken to
+//     see what it sees). Liars quick to report, heard before the honest
+//     peers, cannot set it; and a joiner, whose own estimate knows only
+//     its bootstrap peers and weighs as a new reporter's, follows the
+//     job's reports once it has a few.
 //   - Never fewer than the node and the live peers it knows.
 //
 // With k liars among h honest nodes (k ≤ h − 1), a node that knows every
 // peer (a small job) has h honest votes (its own, its honest peers' that
-// reported, and for those that did not) against k at most, each of at
-// least a new reporter's weight, the liars' at most a known one's: the
-// guess is an honest estimate once the reporters are of one standing, and
-// whenever the node's own vote and its unheard peers outweigh the liars'
-// lead in standing. In a larger job the same holds while liars are fewer
-// than half the peers the node knows. The node also
-// bounds how fast its guess may change once it has one (BoundRate).
+// reported, and one for each that did not) against k at most, each
+// weighed by how long it has been known, the unheard ones as long as the
+// node has run: where liars and honest peers are of one standing (they
+// started the job together, or the liars came later), the guess is an
+// honest estimate. In a larger job the same holds while liars are fewer
+// than half the peers the node knows. The node also bounds how fast its
+// guess may change once it has one (BoundRate).
 
 // Report is one peer's latest population estimate and how long (seconds)
-// the peer has been reporting.
+// the node has known the peer.
 type Report struct {
 	N   float64
 	Age float64
@@ -51,28 +52,28 @@ const (
 	// MinReports is the fewest reports whose median counts for a node
 	// without an estimate of its own.
 	MinReports = 3
-	// ReporterAge is how long (seconds) a peer reports before its report
-	// weighs fully.
+	// ReporterAge is how long (seconds) a node knows a peer before its
+	// report weighs fully.
 	ReporterAge = 60
-	// NewReporterWeight is the weight of a report from a peer just heard.
+	// NewReporterWeight is the weight of a report from a peer just met.
 	NewReporterWeight = 0.25
 	// PopulationDoubling is the fastest a settled node's guess may double
 	// or halve, in seconds (BoundRate).
 	PopulationDoubling = 10
 )
 
-// ReporterWeight is the weight of a report from a peer that has been
-// reporting for age seconds.
+// ReporterWeight is the weight of a report from a peer the node has known
+// for age seconds.
 func ReporterWeight(age float64) float64 {
 	return NewReporterWeight + (1-NewReporterWeight)*min(1, max(age, 0)/ReporterAge)
 }
 
 // SelfWeight is the weight of the own estimate of a node that has run
 // for age seconds, beside m reports, when it knows known live peers: a
-// reporter of its age, and a new reporter for each known peer that has
-// not reported.
+// reporter known for its age, for itself and each known peer that has not
+// reported.
 func SelfWeight(age float64, m, known int) float64 {
-	return ReporterWeight(age) + NewReporterWeight*float64(max(0, known-m))
+	return ReporterWeight(age) * float64(1+max(0, known-m))
 }
 
 // Population is a node's guess of its job's size from its own estimate

@@ -6,14 +6,14 @@ import (
 )
 
 func TestPopulation(t *testing.T) {
-	old := func(ns ...float64) []Report { // reporters of long standing
+	old := func(ns ...float64) []Report { // reporters known for long
 		out := make([]Report, len(ns))
 		for i, n := range ns {
 			out[i] = Report{N: n, Age: ReporterAge}
 		}
 		return out
 	}
-	fresh := func(ns ...float64) []Report {
+	fresh := func(ns ...float64) []Report { // reporters just met
 		out := make([]Report, len(ns))
 		for i, n := range ns {
 			out[i] = Report{N: n}
@@ -74,7 +74,7 @@ func TestWeights(t *testing.T) {
 		age      float64
 		m, known int
 		want     float64
-	}{{0, 0, 0, NewReporterWeight}, {ReporterAge, 0, 0, 1}, {ReporterAge, 0, 99, 1 + 99*NewReporterWeight}, {0, 12, 99, 88 * NewReporterWeight}, {ReporterAge, 99, 99, 1}, {ReporterAge, 120, 99, 1}} {
+	}{{0, 0, 0, NewReporterWeight}, {ReporterAge, 0, 0, 1}, {ReporterAge, 0, 99, 100}, {0, 12, 99, 88 * NewReporterWeight}, {ReporterAge, 99, 99, 1}, {ReporterAge, 120, 99, 1}} {
 		if got := SelfWeight(tc.age, tc.m, tc.known); got != tc.want {
 			t.Errorf("SelfWeight(%v, %d, %d) = %v, want %v", tc.age, tc.m, tc.known, got, tc.want)
 		}
