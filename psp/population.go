@@ -1,6 +1,7 @@
 package psp
 
 import (
+	"cmp"
 	"math"
 	"slices"
 )
@@ -103,15 +104,7 @@ type vote struct{ n, w float64 }
 // lowerMedian is the smallest value of votes (not empty) at which the
 // weight at or below it reaches half the total.
 func lowerMedian(votes []vote) float64 {
-	slices.SortFunc(votes, func(a, b vote) int {
-		switch {
-		case a.n < b.n:
-			return -1
-		case a.n > b.n:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(votes, func(a, b vote) int { return cmp.Compare(a.n, b.n) })
 	total := 0.0
 	for _, v := range votes {
 		total += v.w
