@@ -139,7 +139,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Cached:       c("step_reports_cached_total", "Peers a barrier check counted without asking, because they were already seen at or above its threshold."),
 		KnownBehind:  c("barrier_checks_known_behind_total", "Barrier checks (pBSP, pSSP, BSP, SSP) that failed without asking, on a peer whose last answer was below the threshold and who promised a progress notice on reaching it."),
 		Hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
-			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
+			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the node's population, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
 		waits:  ring.New(4096),
 		checkL: ring.New(4096),
 		rtts:   ring.New(4096),
