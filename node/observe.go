@@ -70,6 +70,9 @@ func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 // note hands the evidence to the overlay and the isolation record.
 func (n *Node) note(ev *evidence) {
 	n.ov.Note(ev.dead, ev.alive, ev.estimates)
+	if len(ev.dead) > 0 {
+		n.repopulate() // fewer live peers: the population's floor and count
+	}
 	n.noteHeard(ev.alive...)
 	*ev = evidence{}
 }
