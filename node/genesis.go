@@ -29,16 +29,21 @@ import (
 //     its queries wake nothing, and its updates are not applied while it
 //     was last heard on another lineage. Having heard one, the node looks
 //     whether that lineage is the job's (converge): it asks a uniform
-//     sample of its peers for their steps; when more of them are on
-//     another lineage than on its own (counting itself), or as many and
-//     that lineage's genesis is the older, that lineage is the job, and
-//     the node adopts psp.JoinStep of its peers' steps even if it is below
-//     its own, takes the model from a peer at that step and takes the
-//     genesis. Its peers then hear the job's genesis from it and
-//     follow. A driven node hands the job's step and model to its trainer
-//     (Driver.TakeReset). So one peer, whatever genesis it claims, moves
-//     no node whose lineage another peer shares; two nodes alone settle on
-//     the older genesis.
+//     sample of its peers for their steps and lineage.Decide says, from
+//     the answers and what this node has seen: a node that has trained
+//     beside a peer of its own lineage for lineage.YoungFor moves only to
+//     a lineage it has heard for longer than it has been on its own (or
+//     about as long, and more of the sample is on it); one that has not
+//     (restarted alone, or one of nodes that started the job at once)
+//     moves where more of the sample is, a coin deciding a tie. If that
+//     is another lineage, the node adopts psp.JoinStep of its peers'
+//     steps even if it is below its own, takes the model from a peer at
+//     that step and takes the genesis (a reset: at most resetBurst per
+//     resetEvery, realign.go). Its peers then hear the job's genesis from
+//     it and follow. A driven node hands the job's step and model to its
+//     trainer (Driver.TakeReset). So identities this node has just met,
+//     however many and whatever genesis they claim, move no node that has
+//     trained with its peers; a lone node joins the job at once.
 //   - No genesis on either side, or the same one, or a 1.0.0 peer (nothing
 //     said): the peer counts as before.
 //

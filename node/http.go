@@ -77,6 +77,10 @@ func (n *Node) Status() status.Status {
 	st.NAT = n.NAT()
 	st.Startup = n.Startup()
 	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.Own().String(), uint64(status.CounterValue(n.lin.Converged)), n.ov.HeldOutCount()
+	for _, r := range status.ResetReasons {
+		st.Resets += uint64(status.CounterValue(n.m.Resets.WithLabelValues(r)))
+	}
+	st.ResetsRefused = uint64(status.CounterValue(n.m.ResetsRefused))
 	if mt, ok := n.model.(interface{ ModelName() string }); ok {
 		st.Model = mt.ModelName() // the built-in tasks' (package builtin)
 	}

@@ -45,9 +45,11 @@ func (n *Node) noteHeard(peers ...peer.ID) {
 }
 
 // noteLeft forgets p: it said it leaves, so its absence is no failure.
-// The time of the departure goes to the population estimate.
+// The time of the departure goes to the population estimate, which is
+// computed again at its next read.
 func (n *Node) noteLeft(p peer.ID) {
 	n.heard.Left(p, time.Now())
+	n.repopulate()
 	n.emit(PeerLeft, p)
 }
 

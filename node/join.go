@@ -149,9 +149,9 @@ type jobView struct {
 	from      peer.ID   // that peer
 	sources   int       // the peers that gave a part of it
 	fetchErr  error     // why no model was fetched, when one was wanted
-	// genesis is the lineage of the peers whose steps were observed: the
-	// genesis most answers are on, this node counted on its own, the older
-	// breaking a tie (zero if none said one).
+	// genesis is the lineage of the peers whose steps were observed:
+	// the one lineage.Decide picks from the answers and this node's
+	// history (zero if none said one).
 	genesis lineage.Genesis
 	// others are the peers met that run another model (their replies
 	// said so, or their model did): held out, their steps not observed.
@@ -208,19 +208,12 @@ const (
 	soloStep = 64
 )
 
-// jobStateOf is jobState over the given peers, without waiting for a
-// second answer; the model, when fetched, is a new vector.
-func (n *Node) jobStateOf(ctx context.Context, peers []peer.ID, own psp.Step, verify bool) jobView {
-	v, from, ahead := n.readJob(ctx, peers, own)
-	return n.fetchJobModel(ctx, v, from, ahead, verify, nil)
-}
-
 // readJob asks peers for their steps. Of the answers, only those of the
-// job's lineage among them count: the genesis most of them are on, with
-// this node counted on its own (the older genesis breaks a tie; all of
-// them if none said one). If that is not the node's own genesis, the node
-// is on another fork of the job: the lineage's step is adopted and its
-// model fetched even when it is not ahead of own (genesis.go). It returns
+// job's lineage among them count: the lineage lineage.Decide picks from
+// them and this node's own history (all of them if none said one). If
+// that is not the node's own genesis, the node is on another fork of the
+// job: the lineage's step is adopted and its model fetched even when it
+// is not ahead of own (genesis.go). It returns
 // the view, the peers of the job's lineage that answered, those nearest
 // the adopted step first (the model is fetched from them in that order,
 // so a peer that claims a step beyond every other's gives neither), and
@@ -253,6 +246,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			n.notePeerEstimate(r.reply.Estimate)
 		}
 	}
+	n.repopulate() // the estimates just reported count at once
 	if len(good) == 0 {
 		if len(v.others) > 0 {
 			v.fetchErr = v.others[0]
@@ -266,14 +260,11 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		return r.Ext.Genesis
 	}
 	mine := n.lin.Own()
-	counts := map[lineage.Genesis]int{}
-	if !mine.IsZero() {
-		counts[mine] = 1
+	ps, gs := make([]peer.ID, len(good)), make([]lineage.Genesis, len(good))
+	for i, a := range good {
+		ps[i], gs[i] = a.p, genesisOf(a.r)
 	}
-	for _, a := range good {
-		counts[genesisOf(a.r)]++
-	}
-	v.genesis = lineage.Pick(counts)
+	v.genesis = n.lin.Choose(ps, gs, time.Now())
 	var steps []psp.Step
 	var on []answered
 	for _, a := range good {

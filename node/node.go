@@ -114,12 +114,10 @@ type Node struct {
 	estMu      sync.Mutex // guards estAt and estVal
 	estAt      time.Time
 	estVal     float64
-	// repMu guards reportedMedian's cache of the peers' reported
-	// population: repMed (ok: repOK), computed at repAt.
-	repMu  sync.Mutex
-	repMed float64
-	repOK  bool
-	repAt  time.Time
+	// popMu guards population's cache: popVal, computed at popAt.
+	popMu  sync.Mutex
+	popVal float64
+	popAt  time.Time
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *status.Meter
 	// conns counts opened connections into opened.
@@ -149,6 +147,8 @@ type Node struct {
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
 	wedge  *psp.Wedge
 	wedged atomic.Bool
+	// resets holds realignments to their rate (resets.go).
+	resets resetGate
 	// nat follows reachability, relays and hole punches (package netsetup).
 	nat *netsetup.NAT
 	// heard is the peers heard from lately, and the last leave; isoSince

@@ -71,6 +71,9 @@ func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 // note hands the evidence to the overlay and the isolation record.
 func (n *Node) note(ev *evidence) {
 	n.ov.Note(ev.dead, ev.alive, ev.estimates)
+	if len(ev.dead) > 0 {
+		n.repopulate() // fewer live peers: the population's floor and count
+	}
 	n.noteHeard(ev.alive...)
 	*ev = evidence{}
 }
@@ -92,6 +95,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 		return psp.Observation{}, false
 	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
+		n.progress.Forget(p) // and what it showed on this one no longer holds
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
@@ -148,6 +152,7 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 				continue
 			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)
+				n.progress.Forget(r.p)
 				continue
 			}
 			ev.alive = append(ev.alive, r.p)

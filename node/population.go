@@ -8,11 +8,14 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-// population is the node's best guess of the number of nodes: the overlay's
-// estimate, unless it is off by more than a factor of two from the median
-// of the estimates peers reported lately, one vote per peer
-// (reportedPopulation), which then wins; without an overlay estimate, that
-// median; and never fewer than itself plus the live peers it knows.
+// population is the node's best guess of the number of nodes
+// (psp.Population): the weighted lower median of its own estimate
+// (estimate: its overlay's zone and lookup estimators, or the exact count
+// of a small job that just lost a peer) and its peers' latest reports,
+// each peer one vote weighed by how long the node has known it, never
+// fewer than itself plus the live peers it knows. Once the node has run
+// for popSettle it changes no faster than psp.BoundRate allows. It is
+// computed at most once per popTTL.
 //
 // It sets the learning rate (Config.ScaleLR), and through it the size of
 // the node's updates, which its peers hold to the norm bound, so nodes
@@ -20,25 +23,62 @@ import (
 // of four, estimates of 3 (and peer reports of 2) beside others' 4 made
 // some updates more than 4 times the median of others' own. A joiner's
 // overlay knows only its bootstrap peers at its first step and estimates a
-// population of about 4 (and caches that for a second, so the reports of
-// the peers it has just asked do not reach the estimate in time): it
-// scaled its rate by 1/4 where its peers used 1/50, and every peer refused
-// its first update, a dozen times the size of theirs. In a 50-node testnet
-// with churn these were 148 of 151 norm refusals.
+// population of about 4: it scaled its rate by 1/4 where its peers used
+// 1/50, and every peer refused its first update, a dozen times the size
+// of theirs (148 of 151 norm refusals in a 50-node testnet with churn).
+// Its own estimate weighs as a new reporter's, so the reports of the
+// peers it asked at its join carry it (join.go drops the cached guess).
+//
+// Reports are claims. Two liars reporting 1e9 beside three honest nodes
+// moved every node to 5e8 when the guess was the median of the reports
+// alone (the mean of 3 and 1e9), and a node then preferred that median to
+// its own estimate, more than twice off; a minority of the weight cannot
+// move a lower median with the node's own vote in it beyond the others'.
 //
 // A node alone counts itself: 1. And in a small job, the count is exact
 // for a while after a peer leaves (exactCount).
 func (n *Node) population() float64 {
+	now := time.Now()
+	n.popMu.Lock()
+	defer n.popMu.Unlock()
+	if !n.popAt.IsZero() && now.Sub(n.popAt) < popTTL {
+		return n.popVal
+	}
 	known := n.ov.PeerCount()
-	if n.exactCount() {
-		return float64(1 + known)
+	v := float64(1 + known)
+	if !n.exactCount() {
+		reps := n.ov.PeerReports()
+		rs := make([]psp.Report, len(reps))
+		for i, r := range reps {
+			rs[i] = psp.Report{N: r.N, Age: r.For.Seconds()}
+		}
+		age := now.Sub(n.started)
+		v = psp.Population(n.estimate(), rs, known, age.Seconds())
+		if age >= popSettle && !n.popAt.IsZero() {
+			v = max(psp.BoundRate(n.popVal, v, now.Sub(n.popAt).Seconds()), float64(1+known))
+		}
 	}
-	est, _, err := n.ov.Estimate()
-	if err != nil {
-		est = 0
-	}
-	rep, haveRep := n.reportedPopulation()
-	return psp.Population(est, rep, haveRep, known)
+	n.popAt, n.popVal = now, v
+	return v
+}
+
+const (
+	// popTTL is how long a computed population is reused: barriers,
+	// steps and /status read it, and each computation weighs every
+	// peer's report.
+	popTTL = time.Second
+	// popSettle is how long a node runs before its population changes no
+	// faster than psp.BoundRate: a joiner's first guesses climb from its
+	// bootstrap peers to the job's at once.
+	popSettle = 30 * time.Second
+)
+
+// repopulate drops the cached population, so that the next reads the
+// reports that just came (a joiner's, from its first peers).
+func (n *Node) repopulate() {
+	n.popMu.Lock()
+	n.popAt = time.Time{}
+	n.popMu.Unlock()
 }
 
 // Population is the node's best guess of the number of nodes in its job,
@@ -70,10 +110,10 @@ func (n *Node) exactCount() bool {
 // notePeerEstimate judges a population estimate a peer reported in a step
 // query or reply, which the caller has given the overlay
 // (Overlay.ObserveEstimate keeps each peer's latest): nonsense, or a report
-// more than overlay.ReportBand times off the median of every peer's latest
-// one, counts as a hostile message (population_outlier). It moves nothing
-// either way: the median is one vote per peer (reportedPopulation), and
-// the overlay's estimate leaves such reports out.
+// more than overlay.ReportBand times off the node's population, counts as
+// a hostile message (population_outlier). It moves nothing either way:
+// each peer is one vote of psp.Population's, and the overlay's estimate
+// leaves such reports out.
 //
 // (The node kept the last 32 reports it heard, whoever sent them: one peer
 // sending twenty queries a second reporting 1e9 filled them, and moved
@@ -83,38 +123,7 @@ func (n *Node) notePeerEstimate(est float64) {
 		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 		return
 	}
-	med, ok := n.reportedMedian()
-	if ok && (est > med*overlay.ReportBand || est < med/overlay.ReportBand) {
+	if pop := n.population(); est > pop*overlay.ReportBand || est < pop/overlay.ReportBand {
 		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 	}
-}
-
-// reportedMedianTTL is how long notePeerEstimate reuses a median: reports
-// arrive with every step query and reply, and the median sorts every
-// peer's.
-const reportedMedianTTL = time.Second
-
-// reportedMedian is reportedPopulation, computed at most once per
-// reportedMedianTTL.
-func (n *Node) reportedMedian() (float64, bool) {
-	n.repMu.Lock()
-	defer n.repMu.Unlock()
-	if now := time.Now(); now.Sub(n.repAt) >= reportedMedianTTL {
-		n.repMed, n.repOK = n.reportedPopulation()
-		n.repAt = now
-	}
-	return n.repMed, n.repOK
-}
-
-// reportedPopulation is the median of the population estimates peers
-// reported lately, one vote per peer (Overlay.ReportedMedian), if enough
-// peers reported (psp.ReportQuorum). One peer, however often it reports, is
-// one vote: the median moves only once liars are half the peers heard
-// from.
-func (n *Node) reportedPopulation() (float64, bool) {
-	med, k := n.ov.ReportedMedian()
-	if k < psp.ReportQuorum(n.ov.PeerCount()) {
-		return 0, false
-	}
-	return med, true
 }

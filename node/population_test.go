@@ -13,10 +13,11 @@ import (
 	"github.com/pspnode/pspnode/node/status"
 )
 
-// The reported population is the median of every peer's latest report,
-// one vote per peer: a peer that reports again and again is one vote, and
-// a report far from the others counts as a hostile message.
-func TestReportedPopulation(t *testing.T) {
+// The population is a weighted lower median of every peer's latest
+// report and the node's own estimate: a peer that reports again and again
+// is one vote, two liars beside two honest reports do not set it halfway,
+// and a report far from it counts as a hostile message.
+func TestPopulationVotes(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		mn := memnet.New(0)
 		t.Cleanup(func() { _ = mn.Close() })
@@ -25,28 +26,34 @@ func TestReportedPopulation(t *testing.T) {
 			n.ov.ObserveEstimate(p, v)
 			n.notePeerEstimate(v)
 		}
-		a, b, liar := peer.ID("a"), peer.ID("b"), peer.ID("liar")
+		a, b, liar, liar2 := peer.ID("a"), peer.ID("b"), peer.ID("liar"), peer.ID("liar2")
 		note(a, 50)
 		note(b, 52)
-		if _, ok := n.reportedPopulation(); ok {
-			t.Fatal("a median from two peers")
+		n.repopulate()
+		if got := n.population(); got != 1 {
+			t.Fatalf("a node alone with two reports: population %v, want itself, 1", got)
 		}
 		for range 100 { // one peer, many reports: one vote
 			note(liar, 1e6)
 		}
-		if got, ok := n.reportedPopulation(); !ok || got != 52 {
-			t.Errorf("median of 50, 52, 1e6 = %v, %v; want 52", got, ok)
+		n.repopulate()
+		if got := n.population(); got != 52 {
+			t.Errorf("median of 50, 52, 1e6 = %v; want 52", got)
+		}
+		note(liar2, 1e6)
+		n.repopulate()
+		if got := n.population(); got != 52 {
+			t.Errorf("lower median of 50, 52, 1e6, 1e6 = %v; want 52 (not the mean of 52 and 1e6)", got)
 		}
 		for _, v := range []float64{0, -3, 2e9} { // nonsense is ignored
 			note(peer.ID("c"), v)
 		}
-		if got, _ := n.reportedPopulation(); got != 52 {
-			t.Errorf("nonsense moved the median to %v", got)
+		n.repopulate()
+		if got := n.population(); got != 52 {
+			t.Errorf("nonsense moved the population to %v", got)
 		}
-		time.Sleep(reportedMedianTTL) // the cached median is the one above
-		note(liar, 1e6)
-		// Three nonsense reports, and at least the last lie (the median
-		// was cached before the lies began).
+		// Three nonsense reports, and the lies made after the population
+		// was 52.
 		if got := status.CounterValue(n.m.Hostile.WithLabelValues(status.KindPopulationOutlier)); got < 4 {
 			t.Errorf("%v reports counted as outliers, want at least 4", got)
 		}

@@ -79,6 +79,7 @@ func (n *Node) dropPeer(p peer.ID) {
 	n.ov.MarkDead(p)
 	n.progress.Forget(p)
 	n.asker.Drop(p)
+	n.repopulate()
 }
 
 // queryFailed handles a step query that failed while the node runs.

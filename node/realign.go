@@ -14,9 +14,9 @@ import (
 // A node takes the job's step and model when it joins (join.go). It takes
 // them again, between two steps, when it finds either
 //
-//   - that its lineage is not the job's: more of the peers it hears from
-//     are on another lineage, or as many and that lineage is older
-//     (genesis.go); it converges on that lineage; or
+//   - that its lineage is not the job's, as lineage.Decide rules on a
+//     sample's answers and the node's own history (genesis.go); it
+//     converges on that lineage; or
 //   - that it is wedged: far ahead of every peer it samples, check after
 //     check (psp.Wedge), as a node that adopted one liar's step at its join
 //     would be; it takes the job's step and model on its own lineage.
@@ -24,7 +24,8 @@ import (
 // Either way the step is psp.JoinStep of several peers' answers and the
 // model comes from a peer at that step, as at a join. A node that Runs
 // sets its task's parameters; a driven node hands the step and model to
-// its trainer (Driver.TakeReset), which replaces its own.
+// its trainer (Driver.TakeReset), which replaces its own. Either is a
+// reset, held to a rate and counted (resets.go).
 
 // realignDue reports whether the node should realign before its next step.
 func (n *Node) realignDue() bool {
@@ -47,30 +48,34 @@ func (n *Node) realign(ctx context.Context) bool {
 
 // converge looks whether the job's lineage is another than this node's,
 // and if so moves the node onto it: it asks a uniform sample of its peers
-// for their steps; the lineage most of them are on, with this node counted
-// on its own (the older genesis breaking a tie), is the job's. If that is
-// another lineage, the node adopts psp.JoinStep of the steps of that
-// lineage's peers in the sample (even below its own) and takes the model
-// of one of them at that step; then takes that genesis and forgets what
-// it judged of peers' reports under its old one. Only the sample counts:
-// the peers heard on the other lineage are not asked first, so that a
-// fork that talks a lot weighs no more than its share of the job.
+// for their steps, and lineage.Decide says which lineage is the job's
+// from their answers and what this node has seen of its own lineage and
+// theirs (genesis.go). If that is another lineage, the node adopts
+// psp.JoinStep of the steps of that lineage's peers in the sample (even
+// below its own) and takes the model of one of them at that step; then
+// takes that genesis and forgets what it judged of peers' reports under
+// its old one. Only the sample counts: the peers heard on the other
+// lineage are not asked first, so that a fork that talks a lot weighs no
+// more than its share of the job. A move is a reset (resets.go): refused
+// for the rate, the node looks again later, as if it had stayed.
 func (n *Node) converge(ctx context.Context) bool {
 	own := n.lin.Own()
-	js := n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), n.step.Load(), false)
+	v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), n.step.Load())
 	if ctx.Err() != nil {
 		return false
 	}
-	n.warnModels(js.others)
-	if js.genesis.IsZero() || js.genesis == own {
+	n.warnModels(v.others)
+	if v.genesis.IsZero() || v.genesis == own || !n.resetAllowed(resetLineage) {
 		n.lin.Looked(time.Now(), true)
 		return false
 	}
 	n.lin.Looked(time.Now(), false)
+	js := n.fetchJobModel(ctx, v, from, ahead, false, nil)
 	was := n.step.Load()
 	if !n.rebase(js, "met the job's lineage") {
 		return false
 	}
+	n.resetDone(resetLineage)
 	// Nodes that start a job together may each start a lineage and meet
 	// in their first steps: that is no news. Later it is a fork worth a
 	// warning (a node restarted apart from its peers).
@@ -90,17 +95,22 @@ func (n *Node) converge(ctx context.Context) bool {
 // this node's. It reports whether it did.
 func (n *Node) unwedge(ctx context.Context) bool {
 	was := n.step.Load()
-	js := n.jobStateOf(ctx, n.sample(ctx, psp.JoinSample), 0, false)
+	v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), 0)
 	if ctx.Err() != nil {
 		return false
 	}
-	if js.observed < 2 || js.adopt >= was-n.wedge.Gap {
-		n.log.Debug("far ahead of the peers sampled, but the job's step is not clear", "step", was, "job_step", js.adopt, "observed", js.observed)
+	if v.observed < 2 || v.adopt >= was-n.wedge.Gap {
+		n.log.Debug("far ahead of the peers sampled, but the job's step is not clear", "step", was, "job_step", v.adopt, "observed", v.observed)
 		return false
 	}
+	if !n.resetAllowed(resetWedged) {
+		return false
+	}
+	js := n.fetchJobModel(ctx, v, from, ahead, false, nil)
 	if !n.rebase(js, "far ahead of every peer it asked") {
 		return false
 	}
+	n.resetDone(resetWedged)
 	n.m.Unwedged.Inc()
 	n.log.Warn("this node was far ahead of every peer it asked (it had taken a step no other peer has): took the job's step and model again",
 		"step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)

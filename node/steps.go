@@ -18,7 +18,7 @@ import (
 // queryStep asks one peer for its step, within the query timeout of the
 // node's timing now.
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req wire.StepRequest) (wire.StepReply, error) {
-	return n.asker.Ask(ctx, p, req, n.timing().timeout)
+	return n.asker.Ask(ctx, p, req, n.queryTimeout())
 }
 
 // stepAnswers is the node as its step server sees it (wire.StepHandler).
@@ -42,6 +42,12 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 	if k != lineage.OtherModel {
 		n.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
 		n.ov.MarkAlive(from)
+	}
+	if k == lineage.OtherFork {
+		// Its steps are another lineage's: what it showed on this one
+		// (a step, a promise of a notice) no longer holds, and a barrier
+		// that counted it would wait on a peer that no longer trains here.
+		n.progress.Forget(from)
 	}
 	if q.Estimate > 0 && k == lineage.Kin {
 		n.ov.ObserveEstimate(from, q.Estimate)

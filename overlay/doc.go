@@ -88,7 +88,9 @@
 //     a different zone and different lookups, so the errors are roughly
 //     independent), shrinking the error by √(1+m). One report per peer
 //     and the band keep liars that report often and far off from moving
-//     it; ReportedMedian is the reports' median alone, one vote per peer.
+//     it. PeerReports hands the latest report per peer, with how long the
+//     peer has been reporting, to a caller that weighs them itself (the
+//     node's population rule, psp.Population, does).
 //
 // LocalEstimate is the first two fused by inverse variance; peers should
 // report LocalEstimate, not Estimate, to keep reports independent.

@@ -21,9 +21,12 @@ var ErrTooFewPeers = errors.New("overlay: too few peers for an estimate")
 // keyBits is the width of the DHT key space (SHA-256).
 const keyBits = 256
 
+// report is a peer's latest population report, when it came, and since
+// when the peer has been reporting (without a gap of ReportMaxAge).
 type report struct {
-	n  float64
-	at time.Time
+	n     float64
+	at    time.Time
+	since time.Time
 }
 
 type estCache struct {
@@ -49,7 +52,18 @@ func (o *Overlay) ObserveEstimate(from peer.ID, n float64) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	o.reports[from] = report{n: n, at: time.Now()}
+	o.observeLocked(from, n, time.Now())
+}
+
+// observeLocked keeps n as from's latest report at now; from has been
+// reporting since its first report without a gap of ReportMaxAge. o.mu is
+// held.
+func (o *Overlay) observeLocked(from peer.ID, n float64, now time.Time) {
+	since := now
+	if r, ok := o.reports[from]; ok && now.Sub(r.at) < o.cfg.ReportMaxAge {
+		since = r.since
+	}
+	o.reports[from] = report{n: n, at: now, since: since}
 }
 
 // estCacheTTL is how long a computed estimate is reused. Recomputing walks
@@ -87,35 +101,42 @@ func (o *Overlay) Estimate() (n float64, stderr float64, err error) {
 	return c.n, c.se, c.err
 }
 
-// ReportedMedian returns the median of the population estimates peers
-// reported (ObserveEstimate), one vote per peer: its latest report, if it
-// is younger than ReportMaxAge and the peer is not known dead; and how
-// many peers voted (0: no median). Unlike Estimate it is computed afresh
-// at each call, so a report counts at once (a joiner asks its first peers
-// for their estimates and uses them right away).
-//
-// One vote per peer is what keeps a liar from moving it: a peer that
-// reports twenty times a second has one vote, like a peer asked once; the
-// median moves only once liars are half of the peers heard from.
-func (o *Overlay) ReportedMedian() (median float64, peers int) {
-	cut := time.Now().Add(-o.cfg.ReportMaxAge)
+// PeerReport is a peer's latest population report (ObserveEstimate) and
+// how long the node has known the peer first-hand (or, for a peer it has
+// no record of, how long the peer has been reporting without a gap of
+// ReportMaxAge).
+type PeerReport struct {
+	N   float64
+	For time.Duration
+}
+
+// PeerReports returns every peer's latest report, if it is younger than
+// ReportMaxAge and the peer is not known dead: one per peer, however often
+// it reports, with how long the peer has been known. Unlike Estimate it is read afresh at each call, so a report
+// counts at once (a joiner asks its first peers for their estimates and
+// uses them right away).
+func (o *Overlay) PeerReports() []PeerReport {
+	now := time.Now()
+	cut := now.Add(-o.cfg.ReportMaxAge)
 	o.mu.Lock()
-	vals := make([]float64, 0, len(o.reports))
+	defer o.mu.Unlock()
+	out := make([]PeerReport, 0, len(o.reports))
 	for p, r := range o.reports {
 		if r.at.Before(cut) {
 			continue
 		}
-		if m, ok := o.members[p]; ok && m.dead {
-			continue
+		since := r.since
+		if m, ok := o.members[p]; ok {
+			if m.dead {
+				continue
+			}
+			if !m.known.IsZero() {
+				since = m.known
+			}
 		}
-		vals = append(vals, r.n)
+		out = append(out, PeerReport{N: r.n, For: now.Sub(since)})
 	}
-	o.mu.Unlock()
-	if len(vals) == 0 {
-		return 0, 0
-	}
-	slices.Sort(vals)
-	return medianSorted(vals), len(vals)
+	return out
 }
 
 // medianSorted is the median of sorted, non-empty xs.

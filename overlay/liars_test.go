@@ -6,13 +6,15 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/test"
+
+	"github.com/pspnode/pspnode/internal/vclock"
 )
 
 // Peers that lie about the population (reporting 1e9, the largest a node
 // accepts) and report more often than the honest ones, so that their
-// reports are always among the freshest, move neither the estimate nor the
-// median of the reports by more than a quarter: every peer's latest report
-// is one vote, and reports far from the others' median do not count.
+// reports are always among the freshest, do not move the estimate by more
+// than a quarter: every peer's latest report is one vote, and reports far
+// from the others' median do not count.
 func TestReportsResistLiars(t *testing.T) {
 	for _, tc := range []struct {
 		name           string
@@ -43,12 +45,8 @@ func TestReportsResistLiars(t *testing.T) {
 			if rerr := math.Abs(est-tc.truth) / tc.truth; rerr > tc.maxRErr {
 				t.Errorf("estimate %.4g with %d liars among %d: %.0f %% off, want at most %.0f %%", est, tc.liars, tc.honest+tc.liars, 100*rerr, 100*tc.maxRErr)
 			}
-			med, k := o.ReportedMedian()
-			if k != tc.honest+tc.liars {
-				t.Errorf("median over %d peers, want %d", k, tc.honest+tc.liars)
-			}
-			if rerr := math.Abs(med-tc.truth) / tc.truth; rerr > tc.maxRErr {
-				t.Errorf("reported median %.4g: %.0f %% off", med, 100*rerr)
+			if k := len(o.PeerReports()); k != tc.honest+tc.liars {
+				t.Errorf("%d peer reports, want %d (one per peer)", k, tc.honest+tc.liars)
 			}
 		})
 	}
@@ -85,4 +83,32 @@ func TestFuseReportsEarlyLiars(t *testing.T) {
 	if got := localVotes(60, 99); got != 1 {
 		t.Errorf("own votes beside 60 of 99 peers' reports: %d, want 1", got)
 	}
+}
+
+// PeerReports gives one report per peer, its latest, with how long the
+// peer has been reporting (for a peer the overlay has no first-hand
+// record of): a peer that reports again keeps its standing, one silent
+// for ReportMaxAge starts again.
+func TestPeerReportsStanding(t *testing.T) {
+	vclock.Test(t, func(t *testing.T) {
+		o := bareOverlay(t, DefaultConfig())
+		p := test.RandPeerIDFatal(t)
+		o.ObserveEstimate(p, 10)
+		time.Sleep(o.cfg.ReportMaxAge / 2)
+		o.ObserveEstimate(p, 12)
+		time.Sleep(o.cfg.ReportMaxAge / 2)
+		o.ObserveEstimate(p, 14)
+		r := o.PeerReports()
+		if len(r) != 1 || r[0].N != 14 || r[0].For != o.cfg.ReportMaxAge {
+			t.Errorf("reports %+v: want one, 14, reporting for %v", r, o.cfg.ReportMaxAge)
+		}
+		time.Sleep(o.cfg.ReportMaxAge + time.Second)
+		if r := o.PeerReports(); len(r) != 0 {
+			t.Errorf("a report older than ReportMaxAge counts: %+v", r)
+		}
+		o.ObserveEstimate(p, 16)
+		if r := o.PeerReports(); len(r) != 1 || r[0].For != 0 {
+			t.Errorf("a peer back after a silence kept its standing: %+v", r)
+		}
+	})
 }

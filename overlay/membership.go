@@ -17,6 +17,7 @@ type member struct {
 	key       []byte    // SHA-256 of the peer ID: its DHT key
 	cpl       int       // common-prefix length with self
 	confirmed time.Time // last first-hand evidence of life (zero: none yet)
+	known     time.Time // first first-hand evidence (zero: none yet)
 	// connected follows the host's connectedness events: while a
 	// connection is open the peer stays drawable by Sample whatever the age
 	// of its evidence, since its departure would close the connection.
@@ -72,6 +73,9 @@ func (o *Overlay) touchLocked(p peer.ID, firstHand bool, now time.Time) *member 
 	was := m.counted()
 	if firstHand {
 		m.confirmed = now
+		if m.known.IsZero() {
+			m.known = now
+		}
 		if m.unconf != nil {
 			o.unconfirmed.Remove(m.unconf)
 			m.unconf = nil

@@ -242,7 +242,7 @@ func (o *Overlay) Note(dead, alive []peer.ID, estimates []Estimate) {
 	}
 	for _, e := range estimates {
 		if e.Peer != self && !math.IsNaN(e.N) && !math.IsInf(e.N, 0) && e.N >= 1 && e.N <= 1e9 && !o.held.has(e.Peer) {
-			o.reports[e.Peer] = report{n: e.N, at: now}
+			o.observeLocked(e.Peer, e.N, now)
 		}
 	}
 }

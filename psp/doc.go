@@ -41,8 +41,10 @@
 // answering every query at once.
 //
 // Population is the rule by which a node guesses its job's size, which
-// scales its learning rate: its overlay's estimate held against the median
-// of its peers' reports (once ReportQuorum of them reported).
+// scales its learning rate: the weighted lower median of its own estimate
+// and its peers' reports, each reporter weighed by how long it has been
+// reporting, so that a minority of liars, or a crowd of fresh identities,
+// cannot move it far; BoundRate bounds how fast it changes.
 //
 // The package is pure: no I/O, no clocks, no goroutines. Time, where a
 // controller needs it, is passed in by the caller as seconds on the caller's

@@ -128,3 +128,20 @@ func ExamplePace() {
 	// slow holds
 	// 0.4 s per step, 4 of the node's steps
 }
+
+// A node of a job of five (it knows four peers) guesses the job's size
+// from its own estimate and its peers' reports, each weighed by how long
+// it has known them. Two liars reporting 1e9 beside two honest peers do
+// not move it; two honest reports beside it set it.
+func ExamplePopulation() {
+	known := []psp.Report{{N: 5, Age: 120}, {N: 5, Age: 120}}
+	liars := []psp.Report{{N: 1e9, Age: 120}, {N: 1e9, Age: 120}}
+	fmt.Println(psp.Population(5, append(known, liars...), 4, 120))
+	// A joiner's own estimate (its bootstrap peer and itself) weighs as
+	// a new reporter's: its peers' reports carry it (to their lower
+	// median, with its own vote below them).
+	fmt.Println(psp.Population(2, []psp.Report{{N: 50}, {N: 52}, {N: 49}}, 1, 0))
+	// Output:
+	// 5
+	// 49
+}

@@ -3,6 +3,8 @@ package testnet
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"math"
@@ -30,13 +32,19 @@ import (
 // model handlers the role replaces; the node itself still runs (it trains,
 // and its overlay is what makes the impostor known to the honest nodes).
 const (
-	// LineageHijack claims the oldest lineage there can be (a genesis of
-	// the Unix epoch and 1), step HijackStep and a model of every
-	// parameter HijackValue: in its answers to step queries, in step
-	// queries it sends every peer it knows each hijackEvery, and in its
-	// answers to model requests. A node that follows the oldest lineage it
-	// hears of on one peer's word moves onto it, takes its step and model,
-	// and tells its own peers.
+	// LineageHijack trains as an honest node on the job's lineage until
+	// hijackAfter into the run (so every honest node has known it there
+	// for a while), then stops training and claims a lineage older than
+	// any a node makes (a genesis of the Unix epoch), a new one each
+	// hijackRound, each older than the last, with step HijackStep and a
+	// model of every parameter HijackValue: in its answers to step
+	// queries, in step queries it sends every peer it knows each
+	// hijackEvery, and in its answers to model requests. The nodes of
+	// the role claim the same lineage at once: k of them are k
+	// identities, each on an address of its own. A node that follows the
+	// lineage most of a sample is on, or the older genesis, moves onto
+	// theirs at every round (a reset each time), takes its step and
+	// model, and tells its own peers.
 	LineageHijack Role = "lineage-hijack"
 	// JoinerWedge copies the testnet's lineage, answers step queries with
 	// step WedgeStep and model requests with every parameter WedgeValue.
@@ -77,14 +85,31 @@ const (
 	LiarQueryRate = 20
 )
 
-// hijackGenesis is the oldest genesis there is: a clock of the Unix epoch
-// and 1. Every lineage a node makes, and the testnet's, is younger.
-var hijackGenesis = func() (g lineage.Genesis) { g[len(g)-1] = 1; return }()
+// hijackGenesis is the lineage lineage-hijack nodes claim in round r
+// (from 0): a clock of the Unix epoch, then 2^32 − r, so that each round's
+// is older than the last and every one older than any lineage a node
+// makes, or the testnet's.
+func hijackGenesis(r int) (g lineage.Genesis) {
+	binary.BigEndian.PutUint64(g[8:], 1<<32-uint64(r))
+	return g
+}
+
+// isHijack reports whether g is a lineage a lineage-hijack node claims.
+func isHijack(g lineage.Genesis) bool {
+	tail := binary.BigEndian.Uint64(g[8:])
+	return binary.BigEndian.Uint64(g[:8]) == 0 && tail > 0 && tail <= 1<<32
+}
+
+// hijackAfter is when, into a run of d, lineage-hijack nodes begin: a
+// quarter in, at least 15 s (the honest nodes have then trained together
+// longer than lineage.YoungFor), at most half.
+func hijackAfter(d time.Duration) time.Duration { return min(d/2, max(d/4, 15*time.Second)) }
 
 const (
 	// hijackEvery is how often a lineage-hijack node queries every peer
-	// it knows.
+	// it knows; hijackRound how long it claims one lineage.
 	hijackEvery = time.Second
+	hijackRound = 15 * time.Second
 	// wedgeEclipse is how long a joiner-wedge node's DHT names no peers
 	// to a peer that just asked it for the first time.
 	wedgeEclipse = 5 * time.Second
@@ -116,7 +141,7 @@ type hostileCounts struct {
 type impostor struct {
 	job     string
 	step    int64
-	genesis lineage.Genesis
+	genesis func() lineage.Genesis
 	modelID uint32
 	value   float64 // every parameter
 	n       int     // parameter count
@@ -126,7 +151,7 @@ type impostor struct {
 
 // ext is the impostor's step protocol 1.1.0 fields.
 func (im *impostor) ext() wire.StepExt {
-	return wire.StepExt{Genesis: im.genesis, HasModel: true, ModelID: im.modelID, Params: uint32(im.n)}
+	return wire.StepExt{Genesis: im.genesis(), HasModel: true, ModelID: im.modelID, Params: uint32(im.n)}
 }
 
 // serve replaces m's step and model handlers with the impostor's.
@@ -205,22 +230,18 @@ func (c constModel) ReadModel(_ context.Context, lo, hi int, dst []float32) erro
 	return nil
 }
 
-// startImpostor installs the impostor of a lineage-hijack or joiner-wedge
-// node. t.mu is held.
+// startImpostor installs the impostor of a joiner-wedge node (a
+// lineage-hijack node's comes with its campaign: hijack). t.mu is held.
 func (t *testnet) startImpostor(m *member) {
-	task := m.nd.Model()
-	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams()}
-	switch m.role {
-	case LineageHijack:
-		im.step, im.genesis, im.value = HijackStep, hijackGenesis, HijackValue
-		im.replies, im.models = &t.hostile.hijackReplies, &t.hostile.hijackModels
-	case JoinerWedge:
-		im.step, im.genesis, im.value = WedgeStep, testnetGenesis(t.cfg.Seed), WedgeValue
-		im.replies, im.models = &t.hostile.wedgeReplies, &t.hostile.wedgeModels
-		eclipseDHT(m)
-	default:
+	if m.role != JoinerWedge {
 		return
 	}
+	task := m.nd.Model()
+	g := testnetGenesis(t.cfg.Seed)
+	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
+		step: WedgeStep, genesis: func() lineage.Genesis { return g }, value: WedgeValue,
+		replies: &t.hostile.wedgeReplies, models: &t.hostile.wedgeModels}
+	eclipseDHT(m)
 	im.serve(m)
 }
 
@@ -254,18 +275,35 @@ func eclipseDHT(m *member) {
 	})
 }
 
-// hijack is a lineage-hijack node's campaign, until ctx ends: every
-// hijackEvery it sends each peer its overlay knows a step query that
-// claims the old lineage and HijackStep.
-func (t *testnet) hijack(ctx context.Context, m *member) {
+// hijack is a lineage-hijack node's campaign, until ctx ends: at
+// hijackAfter it stops its node's training (stopRun) and takes over its
+// step and model protocols with an impostor of the round's lineage; then
+// every hijackEvery it sends each peer its overlay knows a step query that
+// claims that lineage and HijackStep, and every hijackRound it claims a
+// new, older lineage.
+func (t *testnet) hijack(ctx context.Context, m *member, stopRun func()) {
+	sleepCtx(ctx, hijackAfter(t.cfg.Duration))
+	if ctx.Err() != nil {
+		return
+	}
+	stopRun()
+	t.mu.Lock()
+	m.quit = true
+	t.mu.Unlock()
 	task := m.nd.Model()
-	ext := wire.StepExt{Genesis: hijackGenesis, HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
-	body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, ext)
-	proto := wire.StepProtocolExt("testnet")
+	start := time.Now()
+	round := func() int { return int(time.Since(start) / hijackRound) }
+	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
+		step: HijackStep, genesis: func() lineage.Genesis { return hijackGenesis(round()) }, value: HijackValue,
+		replies: &t.hostile.hijackReplies, models: &t.hostile.hijackModels}
+	im.serve(m)
 	h := m.nd.Host()
+	resetStepStreams(h, "testnet") // served by the node's own handler: from now on, only the impostor answers
+	proto := wire.StepProtocolExt("testnet")
 	tick := time.NewTicker(hijackEvery)
 	defer tick.Stop()
 	for {
+		body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, im.ext())
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
 		for _, p := range m.nd.Overlay().Peers() {
@@ -285,6 +323,18 @@ func (t *testnet) hijack(ctx context.Context, m *member) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
+		}
+	}
+}
+
+// resetStepStreams resets every step stream of job h holds, in either
+// direction.
+func resetStepStreams(h host.Host, job string) {
+	for _, c := range h.Network().Conns() {
+		for _, s := range c.GetStreams() {
+			if p := s.Protocol(); p == wire.StepProtocol(job) || p == wire.StepProtocolExt(job) {
+				_ = s.Reset()
+			}
 		}
 	}
 }
@@ -450,8 +500,12 @@ type LineageFigures struct {
 	OnJob    int `json:"honest_on_job_lineage"`
 	Hijacked int `json:"honest_on_hijack_lineage"`
 	Other    int `json:"honest_on_other_lineage"`
-	// ForksJoined sums the honest live nodes' psp_forks_joined_total.
-	ForksJoined uint64 `json:"forks_joined"`
+	// ForksJoined sums the honest live nodes' psp_forks_joined_total,
+	// Resets their psp_resets_total (every reason) and ResetsRefused
+	// their psp_resets_refused_total.
+	ForksJoined   uint64 `json:"forks_joined"`
+	Resets        uint64 `json:"resets"`
+	ResetsRefused uint64 `json:"resets_refused"`
 	// QueriesSent, RepliesSent and ModelsServed count what the hijackers
 	// said: step queries answered, step replies and models sent.
 	QueriesSent  uint64 `json:"queries_sent"`
@@ -507,21 +561,27 @@ func (t *testnet) impostorFigures(h *Hostility) {
 	c := &t.hostile
 	if has(LineageHijack) {
 		lf := &LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
-		job, hj := testnetGenesis(t.cfg.Seed).String(), hijackGenesis.String()
+		job := testnetGenesis(t.cfg.Seed)
 		for _, m := range t.liveLocked() {
 			if m.role != Honest || m.probe {
 				continue
 			}
 			st := m.nd.Status()
-			switch st.Lineage {
-			case job:
+			var g lineage.Genesis
+			if b, err := hex.DecodeString(st.Lineage); err == nil && len(b) == len(g) {
+				copy(g[:], b)
+			}
+			switch {
+			case g == job:
 				lf.OnJob++
-			case hj:
+			case isHijack(g):
 				lf.Hijacked++
 			default:
 				lf.Other++
 			}
 			lf.ForksJoined += st.ForksJoined
+			lf.Resets += st.Resets
+			lf.ResetsRefused += st.ResetsRefused
 		}
 		h.Lineage = lf
 	}
@@ -558,8 +618,8 @@ func (t *testnet) impostorFigures(h *Hostility) {
 // printImpostors writes the impostor roles' summary rows.
 func (h *Hostility) printImpostors(row func(k, format string, a ...any)) {
 	if l := h.Lineage; l != nil {
-		row("  lineage hijack", "honest live nodes on the job's lineage %d, on the hijackers' %d, other %d (%d forks joined); hijackers sent %d queries, %d replies, %d models",
-			l.OnJob, l.Hijacked, l.Other, l.ForksJoined, l.QueriesSent, l.RepliesSent, l.ModelsServed)
+		row("  lineage hijack", "honest live nodes on the job's lineage %d, on the hijackers' %d, other %d (%d forks joined, %d resets, %d refused for their rate); hijackers sent %d queries, %d replies, %d models",
+			l.OnJob, l.Hijacked, l.Other, l.ForksJoined, l.Resets, l.ResetsRefused, l.QueriesSent, l.RepliesSent, l.ModelsServed)
 	}
 	if w := h.Wedge; w != nil {
 		row("  joiner wedge", "%d of %d joiners through a wedge node took its step; wedge nodes sent %d step replies, %d models",

@@ -25,10 +25,11 @@ func summary(res *Result) string {
 }
 
 // TestLineageHijackRole checks that a lineage-hijack node tells every
-// honest node of its lineage and that the report accounts for every honest
-// node's lineage. (Whether they follow it is the figure the role measures.)
+// honest node of its lineage, from hijackAfter on, and that the report
+// accounts for every honest node's lineage. (Whether they follow it is the
+// figure the role measures.)
 func TestLineageHijackRole(t *testing.T) {
-	res := runLogged(t, attackConfig(LineageHijack, 10*time.Second))
+	res := runLogged(t, attackConfig(LineageHijack, 20*time.Second))
 	h := res.Hostile
 	if h == nil || h.Lineage == nil || h.Nodes[string(LineageHijack)] != 1 {
 		t.Fatalf("hostile report %+v", h)
@@ -37,7 +38,8 @@ func TestLineageHijackRole(t *testing.T) {
 	if l.OnJob+l.Hijacked+l.Other != h.HonestNodes || h.HonestNodes != 7 {
 		t.Errorf("lineages %+v do not cover the %d honest nodes", *l, h.HonestNodes)
 	}
-	// Each second the hijacker queries every peer it knows.
+	// Each second from hijackAfter (10 s in) the hijacker queries every
+	// peer it knows.
 	if l.QueriesSent < uint64(5*h.HonestNodes) {
 		t.Errorf("%d hijacking queries answered in 10 s, want at least %d", l.QueriesSent, 5*h.HonestNodes)
 	}
@@ -215,6 +217,37 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 		res := runLogged(t, cfg)
 		if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
 			t.Errorf("under a drift poisoner the honest fit is %+v, want R² above 0.9 (clean about 0.98)", res.Accuracy)
+		}
+	})
+}
+
+// The defences against a few identities that take a job through claims,
+// each failed on the code before them: as many identities as honest nodes
+// (three against three) claiming an older lineage took every honest node
+// at each of their rounds, and two liars reporting a population of 1e9
+// beside three honest nodes set every honest node's at 5e8.
+func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
+	t.Run("lineage hijack, k = h = 3", func(t *testing.T) {
+		cfg := attackConfig(LineageHijack, 40*time.Second) // the campaign from 15 s: two rounds
+		cfg.Nodes, cfg.Roles = 6, []RoleShare{{LineageHijack, 0.5}}
+		res := runLogged(t, cfg)
+		l := res.Hostile.Lineage
+		if l == nil || res.Hostile.Nodes[string(LineageHijack)] != 3 || l.QueriesSent == 0 {
+			t.Fatalf("hostile report %+v", res.Hostile)
+		}
+		if l.Hijacked != 0 || l.OnJob != res.Hostile.HonestNodes || l.Resets != 0 || res.Steps.Max > 1e6 {
+			t.Errorf("three hijackers against three honest nodes: %+v; steps %+v", *l, res.Steps)
+		}
+	})
+	t.Run("estimate liars, k = 2, h = 3", func(t *testing.T) {
+		cfg := tinyConfig(5, 20*time.Second)
+		cfg.Roles = []RoleShare{{EstimateLiar, 0.4}}
+		res := runLogged(t, cfg)
+		if res.Hostile.Nodes[string(EstimateLiar)] != 2 || res.Hostile.LiarQueries == 0 {
+			t.Fatalf("hostile report %+v", res.Hostile)
+		}
+		if u := res.Population.Used; u == nil || u.WorstFactor > 2 {
+			t.Errorf("two liars beside three honest nodes: population used %+v, want within 2× of the truth at every reading", u)
 		}
 	})
 }

@@ -37,6 +37,10 @@ type member struct {
 	leftAt   time.Duration // -1 while live
 	crashed  bool
 	lastStep int64
+	// quit: the node stopped training on purpose (a lineage-hijack
+	// node's campaign): the recorder leaves it out of the steps and
+	// stalls. Under the testnet's mu.
+	quit bool
 	// opened0 is the node's connections-opened count when it was launched
 	// (training start, or its join), so the rate covers training only.
 	opened0 uint64
@@ -389,10 +393,13 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
 	m.launched(time.Since(t.start), m.nd.Step())
+	// A lineage-hijack node's campaign stops its training (hijack).
+	run, stopRun := context.WithCancel(c)
 	t.wg.Go(func() {
 		defer close(m.done)
+		defer stopRun()
 		asNode(m.idx, func() {
-			if err := m.nd.Run(c); err != nil {
+			if err := m.nd.Run(run); err != nil {
 				t.log.Warn("node failed", "node", m.idx, "err", err)
 			}
 		})
@@ -407,7 +414,7 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 	}
 	switch m.role {
 	case LineageHijack:
-		t.wg.Go(func() { asNode(m.idx, func() { t.hijack(c, m) }) })
+		t.wg.Go(func() { asNode(m.idx, func() { t.hijack(c, m, stopRun) }) })
 	case JoinerWedge:
 		t.wg.Go(func() { asNode(m.idx, func() { t.wedgeJoin(c, m) }) })
 	case DriftPoison:

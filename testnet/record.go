@@ -50,8 +50,8 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	var rel []float64
 	sec := now.Seconds()
 	for _, m := range live {
-		if m.probe {
-			continue // reported apart (Hostility.Wedge)
+		if m.probe || m.quit {
+			continue // reported apart (Hostility.Wedge), or no longer training
 		}
 		s := m.nd.Step()
 		if s != m.lastStep {
@@ -74,6 +74,9 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			used := m.nd.Population()
 			t.usedErr = append(t.usedErr, math.Abs(used-truth)/truth)
 			t.usedMax = max(t.usedMax, used)
+			if used > 0 {
+				t.usedOff = max(t.usedOff, used/truth, truth/used)
+			}
 		}
 	}
 	// Stalled: no progress for StallWindow while the node was free to go
@@ -85,7 +88,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	minStep := slices.Min(append(steps, math.MaxInt64))
 	s := t.cfg.Barrier.BaseStaleness()
 	for _, m := range live {
-		if m.probe {
+		if m.probe || m.quit {
 			continue
 		}
 		allowed := s < 0 || minStep >= m.lastStep-int64(s)

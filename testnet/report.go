@@ -210,11 +210,13 @@ type FloodTarget struct {
 
 // UsedPopulation summarises the population the honest nodes used, read
 // every RecordEvery over the training: |N̂ − N| / N's median and p95 over
-// every node and record, and the largest N̂ any node used.
+// every node and record, the largest N̂ any node used, and the largest
+// factor any node's N̂ was off N by, either way (max(N̂/N, N/N̂)).
 type UsedPopulation struct {
 	MedianRelError float64 `json:"median_rel_error"`
 	P95RelError    float64 `json:"p95_rel_error"`
 	Max            float64 `json:"max"`
+	WorstFactor    float64 `json:"worst_factor"`
 }
 
 // Accuracy is how well the trained models do on held-out data: accuracy
@@ -376,7 +378,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *Result {
 	if len(t.usedErr) > 0 {
 		used := slices.Clone(t.usedErr)
 		slices.Sort(used)
-		r.Population.Used = &UsedPopulation{MedianRelError: sim.Percentile(used, 50), P95RelError: sim.Percentile(used, 95), Max: t.usedMax}
+		r.Population.Used = &UsedPopulation{MedianRelError: sim.Percentile(used, 50), P95RelError: sim.Percentile(used, 95), Max: t.usedMax, WorstFactor: t.usedOff}
 	}
 	r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws = uniformity(counts)
 	r.Sampling.Peers = len(counts)

@@ -41,7 +41,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 	row("stalled nodes", "%d", r.StalledNodes)
 	row("population error", "median %.1f %%, p95 %.1f %%", 100*r.Population.MedianRelError, 100*r.Population.P95RelError)
 	if u := r.Population.Used; u != nil {
-		row("  used", "median %.1f %%, p95 %.1f %% over the run; largest %.4g (what the nodes' learning rates and /status use)", 100*u.MedianRelError, 100*u.P95RelError, u.Max)
+		row("  used", "median %.1f %%, p95 %.1f %% over the run; largest %.4g, worst %.3g× off (what the nodes' learning rates and /status use)", 100*u.MedianRelError, 100*u.P95RelError, u.Max, u.WorstFactor)
 	}
 	if r.Sampling.Peers > 0 {
 		row("sampling", "max/mean %.2f, min/mean %.2f, chi-square p %.3g over %d draws of %d peers", r.Sampling.MaxOverMean, r.Sampling.MinOverMean, r.Sampling.Chi2P, r.Sampling.Draws, r.Sampling.Peers)

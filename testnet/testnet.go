@@ -76,9 +76,11 @@ type testnet struct {
 	accs   []accRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
 	// usedErr is |N̂-N|/N of the population every honest live node used,
-	// at every record; usedMax the largest N̂ among them.
+	// at every record; usedMax the largest N̂ among them, usedOff the
+	// largest factor one was off N by.
 	usedErr []float64
 	usedMax float64
+	usedOff float64
 	// quarter is the process's resources at a quarter of the training
 	// time (set by the recorder; read after it stopped).
 	quarter *resourceSample

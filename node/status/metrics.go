@@ -24,6 +24,15 @@ const (
 
 var HostileKinds = []string{KindPopulationOutlier, KindStepStreamEvicted, KindIdleInboundClosed}
 
+// Reasons label psp_resets_total: the node converged on the job's
+// lineage, or it was far ahead of every peer it asked.
+const (
+	ResetLineage = "lineage"
+	ResetWedged  = "wedged"
+)
+
+var ResetReasons = []string{ResetLineage, ResetWedged}
+
 // Metrics are a node's Prometheus metrics (names psp_*), registered on
 // the node's own registry so many nodes can live in one process.
 type Metrics struct {
@@ -61,6 +70,11 @@ type Metrics struct {
 	Staleness     prometheus.Histogram
 	Unwedged      prometheus.Counter
 	EventsDropped prometheus.Counter
+	// Resets counts the times the node replaced its step and model (and a
+	// driven node its trainer's) by the job's, by reason; ResetsRefused
+	// the ones it refused for their rate.
+	Resets        *prometheus.CounterVec
+	ResetsRefused prometheus.Counter
 	// hostile counts messages a defence judged hostile, by kind
 	// (HostileKinds).
 	Hostile *prometheus.CounterVec
@@ -115,6 +129,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Buckets: stalenessBuckets}),
 		EventsDropped: c("events_dropped_total", "Events (node.WithEvents) dropped because the program's channel was full."),
 		Unwedged:      c("unwedged_total", "Times this node found itself far ahead of every peer it asked, check after check, and took the job's step and model again (it had taken a step no other peer has)."),
+		Resets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "resets_total",
+			Help: "Times this node replaced its step and model (a driven node: its trainer's, with the next pull) by the job's, by reason: lineage (it converged on the job's lineage), wedged (it was far ahead of every peer it asked)."}, []string{"reason"}),
+		ResetsRefused: c("resets_refused_total", "Resets this node refused because it had reset too often lately (at most 3, then one per 2 minutes): it stays on its lineage and step and looks again later."),
 		NormRefused:   c("updates_norm_refused_total", "Received updates refused because their norm exceeded NormBound × the upper quartile of the norms of this node's own recent updates."),
 		Refused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "streams_refused_total",
 			Help: "Inbound streams reset, by protocol (step, model, exchange), because the peer or the node was at the protocol's concurrent-stream cap, or because the node was still joining past the query timeout or failed to start."}, []string{"protocol"}),
@@ -127,14 +144,15 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Excused: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "barrier_peers_excused_total",
 			Help: "Sampled peers behind a barrier check's threshold that the pace rule (pBSP, pSSP) did not wait for, by reason: slow (stepping more than the rule's factor times slower than this node) or far (further behind than the rule's horizon of this node's steps)."}, []string{"reason"}),
 		Hostile: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Name: "hostile_messages_total",
-			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the median of every peer's latest one, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
+			Help: "Messages a defence judged hostile, by kind: population_outlier (a peer's population report more than 4× from the node's population, or nonsense: it moves nothing), step_stream_evicted (an idle inbound step stream reset to make room for a new one), idle_inbound_closed (an idle unprotected inbound connection closed by the inbound guard, with three quarters of the inbound connection limit in use)."}, []string{"kind"}),
 		waits:  ring.New(4096),
 		checkL: ring.New(4096),
 		rtts:   ring.New(4096),
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
 		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
-		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile, m.Excused)
+		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile, m.Excused,
+		m.Resets, m.ResetsRefused)
 	for _, k := range HostileKinds {
 		m.Hostile.WithLabelValues(k)
 	}
@@ -146,6 +164,9 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	for _, p := range RefusedProtocols {
 		m.Refused.WithLabelValues(p)
+	}
+	for _, r := range ResetReasons {
+		m.Resets.WithLabelValues(r)
 	}
 	return m
 }

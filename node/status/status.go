@@ -79,12 +79,16 @@ type Status struct {
 	// exchange): each has caps of its own.
 	StreamsRefusedBy map[string]uint64 `json:"streams_refused_by_protocol"`
 	// Lineage is the node's Genesis in hex ("" for none); ForksJoined
-	// counts the times it left its lineage for an older one it met, and
+	// counts the times it left its lineage for the job's, and
 	// PeersHeldOut the peers it holds out for running another model
-	// (package node's genesis.go).
-	Lineage      string `json:"lineage,omitempty"`
-	ForksJoined  uint64 `json:"forks_joined"`
-	PeersHeldOut int    `json:"peers_held_out"`
+	// (package node's genesis.go). Resets counts the times it replaced
+	// its step and model by the job's (a fork joined, or a wedge left),
+	// ResetsRefused those it refused for their rate (resets.go).
+	Lineage       string `json:"lineage,omitempty"`
+	ForksJoined   uint64 `json:"forks_joined"`
+	PeersHeldOut  int    `json:"peers_held_out"`
+	Resets        uint64 `json:"resets"`
+	ResetsRefused uint64 `json:"resets_refused"`
 	// JoinStatus says whether the node has joined, and if not why.
 	overlay.JoinStatus
 	// Traffic is what the node's streams carried, by protocol class.

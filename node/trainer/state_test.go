@@ -213,7 +213,9 @@ func TestStateServedWithinLimits(t *testing.T) {
 		t.Fatal(err)
 	}
 	ta.mu.Lock()
-	ta.state = func() *pb.TrainerState { return &pb.TrainerState{Kind: "test.State/1", Step: 1, Data: []byte("small state")} }
+	ta.state = func() *pb.TrainerState {
+		return &pb.TrainerState{Kind: "test.State/1", Step: 1, Data: []byte("small state")}
+	}
 	ta.mu.Unlock()
 	if _, err := ta.step(context.Background(), 1, params); err != nil {
 		t.Fatal(err)
