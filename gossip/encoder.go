@@ -40,7 +40,7 @@ func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, er
 	if !(maxAbs > 0) {
 		return nil, fmt.Errorf("gossip: encoder: max abs value must be positive, got %v", maxAbs)
 	}
-	e := &Encoder{n: n, enc: enc, maxAbs: min(maxAbs, math.MaxFloat32), residual: make([]float64, n), acc: make([]float64, n)}
+	e := &Encoder{n: n, enc: enc, maxAbs: min(maxAbs, math.MaxFloat32)}
 	if enc.half() {
 		e.maxAbs = min(e.maxAbs, maxFloat16)
 	}
@@ -49,9 +49,22 @@ func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, er
 			return nil, fmt.Errorf("gossip: encoder: top-k fraction must be in (0, 1], got %v", topKFraction)
 		}
 		e.k = min(n, max(1, int(math.Ceil(topKFraction*float64(n)))))
-		e.mag = make([]float64, n)
 	}
 	return e, nil
+}
+
+// alloc makes the encoder's vectors at its first use: a node whose
+// updates never go through Encode (a trainer's float32 deltas, Encode32)
+// holds none of them (three float64 vectors: 6 copies of a float32
+// model).
+func (e *Encoder) alloc() {
+	if e.residual != nil {
+		return
+	}
+	e.residual, e.acc = make([]float64, e.n), make([]float64, e.n)
+	if e.enc.sparse() {
+		e.mag = make([]float64, e.n)
+	}
 }
 
 // K is the number of entries a top-k update carries at most (n for dense).
@@ -64,6 +77,7 @@ func (e *Encoder) K() int {
 
 // Residual returns a copy of the error-feedback residual.
 func (e *Encoder) Residual() []float64 {
+	e.alloc()
 	return append([]float64(nil), e.residual...)
 }
 
@@ -90,6 +104,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 			return nil, fmt.Errorf("gossip: encode: delta[%d] = %v is not finite", i, d)
 		}
 	}
+	e.alloc()
 	for i, d := range delta {
 		a := d + e.residual[i]
 		if math.IsInf(a, 0) {
@@ -128,6 +143,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 // Restore puts an update returned by Encode back into the residual, for when
 // it could not be published.
 func (e *Encoder) Restore(u *Update) {
+	e.alloc()
 	if u.Encoding.sparse() {
 		for j, i := range u.Indices {
 			e.residual[i] += float64(u.Values[j])

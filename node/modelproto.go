@@ -26,6 +26,13 @@ type ParamSource interface {
 	ParamsContext(ctx context.Context) ([]float64, error)
 }
 
+// ParamSource32 is a ParamSource that gives its parameters as float32,
+// in a vector the caller only reads: the model protocol serves them as
+// they are, with no copy of its own.
+type ParamSource32 interface {
+	Params32Context(ctx context.Context) ([]float32, error)
+}
+
 // shape is the node's model as peers compare it.
 func (n *Node) shape() wire.ModelShape {
 	return wire.ModelShape{ID: n.model.ModelID(), N: n.model.NumParams()}
@@ -247,13 +254,14 @@ func (n *Node) mismatch(p peer.ID, err error) error {
 // modelSource is the node as its model server sees it (wire.ModelSource).
 type modelSource struct {
 	n *Node
-	// The task's parameters as float64, kept for the blocks of the node's
-	// step (a task that has them only whole: a built-in task, a trainer
-	// under gossip); an exchange that holds the model (epidemic) serves
-	// its blocks as they are.
+	// The task's parameters as float32, kept for the blocks of the
+	// node's step (a task that has them only whole: a built-in task, a
+	// trainer under gossip, whose vector this is, read only); an
+	// exchange that holds the model (epidemic) serves its blocks as they
+	// are.
 	mu     sync.Mutex
 	at     psp.Step
-	params []float64
+	params []float32
 }
 
 // ModelHead is the node's step and model. A driven node with no model yet
@@ -277,24 +285,39 @@ func (s *modelSource) ReadModel(ctx context.Context, lo, hi int, dst []float32) 
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if step := n.step.Load(); s.params == nil || s.at != step {
-		var p []float64
-		if ps, ok := n.model.(ParamSource); ok {
+		s.params = nil // not kept while the next is made
+		var p []float32
+		switch ps := n.model.(type) {
+		case ParamSource32:
 			var err error
-			if p, err = ps.ParamsContext(ctx); err != nil {
+			if p, err = ps.Params32Context(ctx); err != nil {
 				return err
 			}
-		} else {
-			p = n.model.Params()
+		case ParamSource:
+			p64, err := ps.ParamsContext(ctx)
+			if err != nil {
+				return err
+			}
+			p = to32(p64)
+		default:
+			p = to32(n.model.Params())
 		}
 		s.params, s.at = p, step
 	}
 	if hi > len(s.params) || lo < 0 || lo > hi {
 		return fmt.Errorf("the task gave %d parameters, the model has %d", len(s.params), n.model.NumParams())
 	}
-	for i, x := range s.params[lo:hi] {
-		dst[i] = float32(x)
-	}
+	copy(dst, s.params[lo:hi])
 	return nil
+}
+
+// to32 is v as float32.
+func to32(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
 }
 
 // serveModel is the model protocol's stream handler.

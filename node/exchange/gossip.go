@@ -35,7 +35,7 @@ type gossipExchange struct {
 // newGossipExchange is n's gossip exchange before it joins the topic: the
 // norm bound and the held updates, with nothing to publish on.
 func newGossip(b *base) *gossipExchange {
-	g := &gossipExchange{base: b, buf: make([]float64, b.d.Model.NumParams()), norms: newOwnNorms()}
+	g := &gossipExchange{base: b, norms: newOwnNorms()}
 	b.serveWith(g)
 	return g
 }
@@ -208,6 +208,9 @@ func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if t32, ok := g.d.Model.(applier32); ok && !u.Encoding.Sparse() {
 		g.onUpdate32(u, t32)
 		return
+	}
+	if g.buf == nil { // made at its first use: a float32 task's updates never come here
+		g.buf = make([]float64, g.d.Model.NumParams())
 	}
 	clear(g.buf)
 	if err := u.AddTo(g.buf, 1); err != nil {

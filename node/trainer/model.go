@@ -41,7 +41,7 @@ type Model struct {
 	steps    []int64          // the senders' steps of the updates in acc
 	model    func() []float64 // epidemic: the node's model, for peers' fetches
 	sess     *session         // the active session, nil for none
-	cache    []float64        // the last parameters the trainer gave
+	cache    []float32        // the last parameters the trainer gave (read only: shared with callers of Params32Context)
 	cacheAt  int64            // the step they had taken
 	asking   chan struct{}    // closed when the request in flight ends; nil for none
 	askErr   error
@@ -203,15 +203,35 @@ func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
 		if p := model(); p != nil {
 			return p, nil
 		}
-		t.mu.Lock()
+	} else {
+		t.mu.Unlock()
 	}
+	p, err := t.Params32Context(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]float64, len(p))
+	for i, x := range p {
+		out[i] = float64(x)
+	}
+	return out, nil
+}
+
+// Params32Context is ParamsContext's gossip path, as the trainer gives
+// them: float32, one vector that later callers share until the node's
+// step moves on (read only). The model protocol serves a gossip node's
+// model from it, so that a daemon holds one copy of the trainer's
+// parameters for its peers, not float64 ones (4 copies of a float32
+// model).
+func (t *Model) Params32Context(ctx context.Context) ([]float32, error) {
+	t.mu.Lock()
 	for {
 		if t.sess == nil {
 			t.mu.Unlock()
 			return nil, errors.New("no trainer connected")
 		}
 		if t.cache != nil && t.stepNow != nil && t.cacheAt == t.stepNow() {
-			p := append([]float64(nil), t.cache...)
+			p := t.cache
 			t.mu.Unlock()
 			return p, nil
 		}
@@ -249,7 +269,7 @@ func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append([]float64(nil), p...), nil
+	return p, nil
 }
 
 // SetParams is not used: a driven node's averages go to its trainer

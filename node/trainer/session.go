@@ -375,7 +375,7 @@ func (s *Server) release(sess *session, why string) {
 
 // requestParams asks the trainer for its parameters and the steps they
 // have taken, within ParamsTimeout.
-func (sess *session) requestParams(ctx context.Context) ([]float64, int64, error) {
+func (sess *session) requestParams(ctx context.Context) ([]float32, int64, error) {
 	r, err := sess.ask(ctx, &pb.ParamsRequest{})
 	if err != nil {
 		return nil, 0, err
@@ -438,7 +438,7 @@ func (sess *session) deliver(r *pb.ParamsReply) {
 }
 
 // readParams decodes the parameters in a ParamsReply (in data).
-func (sess *session) readParams(r *pb.ParamsReply) ([]float64, error) {
+func (sess *session) readParams(r *pb.ParamsReply) ([]float32, error) {
 	if r.Params.GetShared() != nil {
 		return nil, errors.New("parameters in the shared file: a ParamsReply carries them in data")
 	}
@@ -452,8 +452,8 @@ func (sess *session) readParams(r *pb.ParamsReply) ([]float64, error) {
 	if bad := badValue(v, maxFloat32); bad != "" {
 		return nil, fmt.Errorf("parameters: %s", bad)
 	}
-	p := make([]float64, sess.n)
-	toFloat64(p, v)
+	p := make([]float32, sess.n)
+	toFloat32(p, v)
 	return p, nil
 }
 

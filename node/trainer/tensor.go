@@ -29,16 +29,14 @@ func badValue(v []byte, bound float32) string {
 // asFloats views v as float32 values in place (f32.View).
 func asFloats(v []byte) ([]float32, bool) { return f32.View(v) }
 
-// toFloat64 converts float32 little-endian values into dst.
-func toFloat64(dst []float64, v []byte) {
+// toFloat32 copies float32 little-endian values into dst.
+func toFloat32(dst []float32, v []byte) {
 	if f, ok := f32.View(v); ok && len(f) >= len(dst) {
-		for i, x := range f[:len(dst)] {
-			dst[i] = float64(x)
-		}
+		copy(dst, f)
 		return
 	}
 	for i := range dst {
-		dst[i] = float64(math.Float32frombits(binary.LittleEndian.Uint32(v[4*i:])))
+		dst[i] = math.Float32frombits(binary.LittleEndian.Uint32(v[4*i:]))
 	}
 }
 
