@@ -163,6 +163,9 @@ type jobView struct {
 	// say (1.0.0), whom only a model reply tells.
 	said   bool
 	unsaid []peer.ID
+	// agreed: a strict majority of the answers, and at least
+	// joinAgreeing of them, lie within soloStep of the adopted step.
+	agreed bool
 }
 
 // jobState asks up to psp.JoinSample peers for their steps and, if the job
@@ -172,23 +175,31 @@ type jobView struct {
 // model. When no peer that answered runs this node's model, fetchErr is a
 // *ModelMismatchError.
 //
-// A step and a model to adopt are claims: when only one peer of the job
-// answered and its step is beyond soloStep, jobState asks a fresh sample
-// again every joinQuorumPoll, up to joinQuorumWait, for a second answer,
-// so that one peer (the first a joiner met, say) does not set its step
-// alone; after that it takes the one answer (the job may have a single
-// other node), and the barrier's wedge watch corrects a lie (realign.go).
-// A job at soloStep or below has just started (its other nodes are still
-// joining): its one answer is taken at once.
+// A step and a model to adopt are claims, and a joiner's first peers are
+// whoever it was told to bootstrap through: when the job is beyond
+// soloStep, jobState takes the lower median of the answers at once only
+// when joinQuorum peers of the job answered, or a strict majority of the
+// answers, at least joinAgreeing, lie within soloStep of that median
+// (agreed); otherwise it asks a fresh sample every joinQuorumPoll, while
+// its overlay meets more of the job, until one of those holds or
+// joinQuorumWait passed, and then takes the median of what it heard.
+// Two identities claiming a step far ahead, met first, thus wait for the
+// honest peers the overlay finds, who outnumber them: the lower median
+// is an honest step once most answers are honest. A joiner of a job of
+// two other nodes waits joinQuorumWait; the barrier's wedge watch
+// corrects a lie that gets through (realign.go). A job at soloStep or
+// below has just started (its other nodes are still joining): its
+// answers are taken at once.
 // The model, when fetched, goes into dst (the model's length; nil: a new
 // vector).
 func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []float32) jobView {
 	deadline := time.Now().Add(joinQuorumWait)
 	for {
 		v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), own)
-		if v.observed != 1 || !ahead || v.adopt <= soloStep || !time.Now().Before(deadline) || ctx.Err() != nil {
-			if ahead && v.observed == 1 {
-				n.log.Warn("only one peer of the job answered: taking its step and model", "peer", from[0], "step", v.adopt, "waited", joinQuorumWait)
+		if !ahead || v.adopt <= soloStep || v.observed >= joinQuorum || v.agreed || !time.Now().Before(deadline) || ctx.Err() != nil {
+			if ahead && v.adopt > soloStep && v.observed < joinQuorum && !v.agreed {
+				n.log.Warn("few peers of the job answered, and not alike: taking the median of their steps",
+					"step", v.adopt, "answers", v.observed, "waited", joinQuorumWait)
 			}
 			return n.fetchJobModel(ctx, v, from, ahead, verify, dst)
 		}
@@ -199,12 +210,16 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 }
 
 const (
-	// joinQuorumWait bounds how long jobState asks again for a second
-	// peer's answer when one peer alone says the job is ahead.
+	// joinQuorumWait bounds how long jobState asks again for more
+	// answers when few peers said the job is ahead.
 	joinQuorumWait = 10 * time.Second
 	// joinQuorumPoll is how often it asks.
 	joinQuorumPoll = time.Second
-	// soloStep is the step up to which one answer is taken at once.
+	// joinQuorum answers are taken at once; so are joinAgreeing or more
+	// that are most of the answers and within soloStep of their median.
+	joinQuorum   = 5
+	joinAgreeing = 3
+	// soloStep is the step up to which the answers are taken at once.
 	soloStep = 64
 )
 
@@ -289,6 +304,13 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 	if ahead {
 		v.adopt = psp.JoinStep(steps)
 	}
+	near := 0
+	for _, s := range steps {
+		if stepGap(s, psp.JoinStep(steps)) <= soloStep {
+			near++
+		}
+	}
+	v.agreed = near >= joinAgreeing && 2*near > len(steps)
 	slices.SortStableFunc(on, func(a, b answered) int {
 		return cmp.Compare(stepGap(a.r.Step, v.adopt), stepGap(b.r.Step, v.adopt))
 	})

@@ -93,5 +93,12 @@ func JoinStep(observed []Step) Step {
 	return s[(len(s)-1)/2]
 }
 
+// MaxStep is the largest step a node takes or believes: 2^62, beyond any
+// job's length (a million steps a second for 146,000 years), and far
+// enough below the int64 limit that a step plus a staleness bound, or a
+// node's steps past a claimed one, never wraps around to a negative
+// step. A peer's claim of a larger step is malformed.
+const MaxStep Step = 1 << 62
+
 // JoinSample is how many peers a joiner asks for their step.
 const JoinSample = 16

@@ -24,6 +24,7 @@ import (
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
+	"github.com/pspnode/pspnode/psp"
 )
 
 // Impostors: roles that speak the job's protocols as an outside peer
@@ -49,9 +50,9 @@ const (
 	// JoinerWedge copies the testnet's lineage, answers step queries with
 	// step WedgeStep and model requests with every parameter WedgeValue.
 	// A quarter into training (at most wedgeJoinAfter) the testnet starts
-	// one fresh joiner per wedge node that bootstraps through it alone:
-	// a joiner that adopts the step of the one peer it asked can never
-	// pass its barrier again. Its DHT answers a peer with no closer peers
+	// one fresh joiner per wedge node that bootstraps through it alone,
+	// and, when there are several, one more through all of them: a joiner
+	// that adopts the wedges' step can never pass its barrier again. Its DHT answers a peer with no closer peers
 	// for wedgeEclipse after that peer's first request, then with the
 	// closest its routing table holds: a joiner through it then knows it
 	// alone when it asks for the job's step, as a joiner through a real
@@ -77,7 +78,7 @@ const (
 const (
 	HijackStep  int64   = 5_000_000
 	HijackValue float64 = 50
-	WedgeStep   int64   = math.MaxInt64 - 50 // 2^63 − 51
+	WedgeStep   int64   = psp.MaxStep - 50 // the largest step a peer may claim, less 50
 	WedgeValue  float64 = 1e6
 	// LiarEstimate and LiarQueryRate are an estimate-liar's report and
 	// its queries per second to each peer.
@@ -361,22 +362,38 @@ func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, 
 }
 
 // wedgeJoin starts, a quarter into training (at most wedgeJoinAfter), a
-// fresh joiner that bootstraps through the joiner-wedge node m alone.
+// fresh joiner that bootstraps through the joiner-wedge node m alone; the
+// first joiner-wedge node of several also starts one that bootstraps
+// through all of them (a few identities a joiner was told of together).
 func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
 	sleepCtx(ctx, min(t.cfg.Duration/4, wedgeJoinAfter))
 	if ctx.Err() != nil {
 		return
 	}
-	j, err := t.addNode(ctx, 1, true, Honest, identity{via: m})
-	if err != nil {
-		if ctx.Err() == nil {
-			t.log.Warn("join through a joiner-wedge node failed", "err", err)
-		}
-		return
-	}
+	vias := [][]*member{{m}}
 	t.mu.Lock()
-	t.launch(ctx, j)
+	var wedges []*member
+	for _, w := range t.members {
+		if w.role == JoinerWedge && w.nd != nil && w.leftAt < 0 {
+			wedges = append(wedges, w)
+		}
+	}
 	t.mu.Unlock()
+	if len(wedges) >= 2 && wedges[0] == m {
+		vias = append(vias, wedges)
+	}
+	for _, via := range vias {
+		j, err := t.addNode(ctx, 1, true, Honest, identity{via: via})
+		if err != nil {
+			if ctx.Err() == nil {
+				t.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
+			}
+			return
+		}
+		t.mu.Lock()
+		t.launch(ctx, j)
+		t.mu.Unlock()
+	}
 }
 
 // driftFactor and driftMaxAbs shape a drift-poison node's pushes: the

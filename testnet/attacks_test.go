@@ -189,8 +189,8 @@ func TestConnAndLogHogRoles(t *testing.T) {
 
 // The defences against the three attacks that take a job through claims
 // (each failed on the code the attacks were found on: every honest node
-// on the hijacker's lineage at step 5 000 009; the joiner at step
-// 2^63 − 51, passing no barrier; R² −1.4e9 under the drift poisoner).
+// on the hijacker's lineage at step 5 000 009; the joiner at the wedge's
+// step, passing no barrier; R² −1.4e9 under the drift poisoner).
 func TestOnePeerCannotTakeTheJob(t *testing.T) {
 	t.Run("lineage hijack", func(t *testing.T) {
 		res := runLogged(t, attackConfig(LineageHijack, 10*time.Second))
@@ -224,8 +224,9 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 // The defences against a few identities that take a job through claims,
 // each failed on the code before them: as many identities as honest nodes
 // (three against three) claiming an older lineage took every honest node
-// at each of their rounds, and two liars reporting a population of 1e9
-// beside three honest nodes set every honest node's at 5e8.
+// at each of their rounds, two liars reporting a population of 1e9
+// beside three honest nodes set every honest node's at 5e8, and three of
+// three joiners that met two joiner-wedge nodes first took their step.
 func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 	t.Run("lineage hijack, k = h = 3", func(t *testing.T) {
 		cfg := attackConfig(LineageHijack, 40*time.Second) // the campaign from 15 s: two rounds
@@ -237,6 +238,25 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 		}
 		if l.Hijacked != 0 || l.OnJob != res.Hostile.HonestNodes || l.Resets != 0 || res.Steps.Max > 1e6 {
 			t.Errorf("three hijackers against three honest nodes: %+v; steps %+v", *l, res.Steps)
+		}
+	})
+	t.Run("joiner through two wedge nodes, k = 2, h = 3", func(t *testing.T) {
+		cfg := attackConfig(JoinerWedge, 30*time.Second)
+		cfg.Nodes, cfg.Roles = 5, []RoleShare{{JoinerWedge, 0.4}}
+		cfg.TimeScale = 0.05 // the job beyond soloStep when they join
+		res := runLogged(t, cfg)
+		w := res.Hostile.Wedge
+		if w == nil || res.Hostile.Nodes[string(JoinerWedge)] != 2 || len(w.Probes) != 3 {
+			t.Fatalf("wedge figures %+v", w)
+		}
+		for i, j := range w.Probes {
+			if float64(j.Step) > res.Steps.Max+100 || j.BarrierPasses == 0 {
+				t.Errorf("joiner %d through wedge nodes: step %d (honest at most %.0f), %d passes in %d checks",
+					i, j.Step, res.Steps.Max, j.BarrierPasses, j.BarrierChecks)
+			}
+		}
+		if w.Wedged != 0 {
+			t.Errorf("%d of %d joiners took the wedges' step", w.Wedged, len(w.Probes))
 		}
 	})
 	t.Run("estimate liars, k = 2, h = 3", func(t *testing.T) {

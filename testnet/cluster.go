@@ -239,7 +239,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	self = nd.ID()
-	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{}), probe: id.via != nil}
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{}), probe: len(id.via) > 0}
 	if joining {
 		m.joinedAt = time.Since(t.start)
 	}
@@ -250,7 +250,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 // reserve gives a new node its number (its seed and shard), logs a join,
 // adds up to three live nodes to cfg's bootstrap list (via alone, if set),
 // and draws a host key when the node builds its own host (tcp).
-func (t *testnet) reserve(cfg *node.Config, joining bool, via *member) (idx int, key crypto.PrivKey, err error) {
+func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx int, key crypto.PrivKey, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx = t.nextIdx
@@ -258,10 +258,12 @@ func (t *testnet) reserve(cfg *node.Config, joining bool, via *member) (idx int,
 	if joining {
 		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
 	}
-	if via != nil {
-		for _, a := range via.nd.Addrs() {
-			cfg.Bootstrap = append(cfg.Bootstrap, a.String())
-			break
+	if len(via) > 0 {
+		for _, m := range via {
+			for _, a := range m.nd.Addrs() {
+				cfg.Bootstrap = append(cfg.Bootstrap, a.String())
+				break
+			}
 		}
 	} else {
 		live := t.liveLocked()

@@ -93,9 +93,9 @@ type identity struct {
 	ip  net.IP
 	// keygens is how many keys were generated to find key (sybil-zone).
 	keygens int
-	// via, if set, is the one member a joiner bootstraps through: a
-	// probe of a joiner-wedge node, whose figures are reported apart.
-	via *member
+	// via, if set, are the members a joiner bootstraps through, alone: a
+	// probe of joiner-wedge nodes, whose figures are reported apart.
+	via []*member
 }
 
 // sybilState is what the testnet knows of its Sybils.

@@ -106,8 +106,8 @@ func ReadModelHead(r *bufio.Reader, ours ModelShape) (psp.Step, error) {
 	step := psp.Step(binary.BigEndian.Uint64(body[1:]))
 	theirs := ModelShape{ID: binary.BigEndian.Uint32(body[9:]), N: int(binary.BigEndian.Uint32(body[13:]))}
 	switch {
-	case step < 0:
-		return 0, fmt.Errorf("%w: negative step %d", ErrMalformed, step)
+	case step < 0 || step > psp.MaxStep:
+		return 0, fmt.Errorf("%w: step %d outside 0 to %d", ErrMalformed, step, psp.MaxStep)
 	case theirs != ours:
 		return 0, &ModelMismatch{Theirs: theirs, Ours: ours}
 	case binary.BigEndian.Uint32(body[17:]) != ExchangeBlock:

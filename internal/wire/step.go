@@ -273,11 +273,11 @@ func checkStepBody(what string, b []byte, n int, ext bool) error {
 	return nil
 }
 
-// checkStep checks a message's step (not negative) and its estimate and
-// interval (finite, not negative).
+// checkStep checks a message's step (0 to psp.MaxStep) and its estimate
+// and interval (finite, not negative).
 func checkStep(step psp.Step, estimate, interval float64) error {
-	if step < 0 {
-		return fmt.Errorf("%w: negative step %d", ErrMalformed, step)
+	if step < 0 || step > psp.MaxStep {
+		return fmt.Errorf("%w: step %d outside 0 to %d", ErrMalformed, step, psp.MaxStep)
 	}
 	for _, f := range []struct {
 		name string

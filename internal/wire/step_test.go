@@ -22,10 +22,11 @@ import (
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/psp"
 )
 
 func TestStepCodecRoundTrip(t *testing.T) {
-	for _, q := range []StepRequest{{}, {Step: 42, Estimate: 199.5}, {Leaving: true, Step: math.MaxInt64}} {
+	for _, q := range []StepRequest{{}, {Step: 42, Estimate: 199.5}, {Leaving: true, Step: psp.MaxStep}} {
 		got, err := UnmarshalStepRequest(MarshalStepRequest(q))
 		if err != nil || got != q {
 			t.Errorf("request %+v: got %+v, %v", q, got, err)
@@ -51,6 +52,7 @@ func TestStepCodecRejects(t *testing.T) {
 		"negative": mut(func(b []byte) []byte { b[2] = 0x80; return b }),
 		"nan":      MarshalStepRequest(StepRequest{Estimate: math.NaN()}),
 		"inf":      MarshalStepRequest(StepRequest{Estimate: math.Inf(1)}),
+		"too far":  MarshalStepRequest(StepRequest{Step: psp.MaxStep + 1}),
 	} {
 		if _, err := UnmarshalStepRequest(b); !errors.Is(err, ErrMalformed) {
 			t.Errorf("%s: want ErrMalformed, got %v", name, err)
@@ -60,6 +62,7 @@ func TestStepCodecRejects(t *testing.T) {
 		"flags":    func() []byte { b := MarshalStepReply(StepReply{}); b[1] = 2; return b }(),
 		"interval": MarshalStepReply(StepReply{Interval: math.NaN()}),
 		"negative": MarshalStepReply(StepReply{Step: -1}),
+		"too far":  MarshalStepReply(StepReply{Step: psp.MaxStep + 1}),
 		"short":    MarshalStepReply(StepReply{})[:10],
 	} {
 		if _, err := UnmarshalStepReply(b); !errors.Is(err, ErrMalformed) {
@@ -75,7 +78,7 @@ func FuzzStepMessages(f *testing.F) {
 	f.Add([]byte{1, 2, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if q, err := UnmarshalStepRequest(b); err == nil {
-			if q.Step < 0 || !(q.Estimate >= 0) || math.IsInf(q.Estimate, 0) {
+			if q.Step < 0 || q.Step > psp.MaxStep || !(q.Estimate >= 0) || math.IsInf(q.Estimate, 0) {
 				t.Fatalf("accepted a bad request %+v", q)
 			}
 			if again, err := UnmarshalStepRequest(MarshalStepRequest(q)); err != nil || again != q {

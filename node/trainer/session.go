@@ -18,6 +18,7 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
 	pb "github.com/pspnode/pspnode/node/trainer/trainerpb"
+	"github.com/pspnode/pspnode/psp"
 )
 
 // session is one trainer's connection: from Hello until its stream ends.
@@ -167,8 +168,8 @@ func (s *Server) checkHello(h *pb.Hello) error {
 		return badHello("model_id", "model_id is 0: give the model an ID (the Python client derives one from the name and the parameter shapes)")
 	case h.ModelName == "" || len(h.ModelName) > 256:
 		return badHello("model_name", "model_name must be 1 to 256 bytes")
-	case h.Step < 0:
-		return badHello("step", "step %d: want the steps the parameters have taken, >= 0", h.Step)
+	case h.Step < 0 || h.Step > psp.MaxStep:
+		return badHello("step", "step %d: want the steps the parameters have taken, 0 to %d", h.Step, psp.MaxStep)
 	case len(h.Client) > 512:
 		return badHello("client", "client must be at most 512 bytes")
 	case len(h.StateKind) > maxStateKind:
@@ -446,8 +447,8 @@ func (sess *session) readParams(r *pb.ParamsReply) ([]float32, error) {
 	if err != nil {
 		return nil, err
 	}
-	if r.Step < 0 {
-		return nil, fmt.Errorf("parameters at step %d", r.Step)
+	if r.Step < 0 || r.Step > psp.MaxStep {
+		return nil, fmt.Errorf("parameters at step %d, want 0 to %d", r.Step, psp.MaxStep)
 	}
 	if bad := badValue(v, maxFloat32); bad != "" {
 		return nil, fmt.Errorf("parameters: %s", bad)
