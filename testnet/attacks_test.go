@@ -259,6 +259,38 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 			t.Errorf("%d of %d joiners took the wedges' step", w.Wedged, len(w.Probes))
 		}
 	})
+	// Drift poisoners until 30 s, then none: the honest loss (clean about
+	// 0.005) must stay within 10× with two against three and within 100×
+	// with as many as honest nodes, and come back once they are gone.
+	for _, tc := range []struct {
+		name   string
+		nodes  int
+		share  float64
+		within float64
+	}{{"drift poison, k = 2, h = 3", 5, 0.4, 10}, {"drift poison, k = h = 3", 6, 0.5, 100}} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := attackConfig(DriftPoison, 50*time.Second)
+			cfg.Nodes, cfg.Roles = tc.nodes, []RoleShare{{DriftPoison, tc.share}}
+			cfg.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4}
+			cfg.TimeScale = 0.1
+			cfg.Script = []Event{{At: 30 * time.Second, Action: CrashHostile}}
+			res := runLogged(t, cfg)
+			if d := res.Hostile.Drift; d == nil || d.Taken == 0 {
+				t.Fatalf("drift figures %+v", d)
+			}
+			const clean = 0.005
+			worst, last := 0.0, 0.0
+			for _, a := range res.accs {
+				if a.t <= 30 {
+					worst = max(worst, a.loss)
+				}
+				last = a.loss
+			}
+			if worst > tc.within*clean || last > 2*clean {
+				t.Errorf("honest loss up to %.4g while they pushed (want within %.0f× of %.3f), %.4g 20 s after they left", worst, tc.within, clean, last)
+			}
+		})
+	}
 	t.Run("estimate liars, k = 2, h = 3", func(t *testing.T) {
 		cfg := tinyConfig(5, 20*time.Second)
 		cfg.Roles = []RoleShare{{EstimateLiar, 0.4}}

@@ -108,5 +108,7 @@ func (t *testnet) playEvent(ctx context.Context, ev Event) {
 		if t.net != nil {
 			t.net.Heal()
 		}
+	case CrashHostile:
+		t.removeHostile()
 	}
 }

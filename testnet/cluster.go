@@ -519,6 +519,13 @@ func (t *testnet) remove(n int, crash bool) int {
 		t.churned = append(t.churned, churnRow{now.Seconds(), kind, m.idx})
 	}
 	t.mu.Unlock()
+	t.stop(victims, crash)
+	return len(victims)
+}
+
+// stop stops the victims (marked as left), all at once, and returns when
+// they have stopped.
+func (t *testnet) stop(victims []*member, crash bool) {
 	var wg sync.WaitGroup
 	for _, m := range victims {
 		wg.Go(func() {
@@ -536,7 +543,23 @@ func (t *testnet) remove(n int, crash bool) int {
 		})
 	}
 	wg.Wait()
-	return len(victims)
+}
+
+// removeHostile stops every running node of a hostile or faulty role at
+// once, without a word, and returns when they have stopped.
+func (t *testnet) removeHostile() {
+	t.mu.Lock()
+	var victims []*member
+	now := time.Since(t.start)
+	for _, m := range t.liveLocked() {
+		if m.role != Honest && m.cancel != nil {
+			m.leftAt, m.crashed = now, true
+			victims = append(victims, m)
+			t.churned = append(t.churned, churnRow{now.Seconds(), Crash, m.idx})
+		}
+	}
+	t.mu.Unlock()
+	t.stop(victims, true)
 }
 
 // partition cuts the network in two: n random live nodes on one side, the

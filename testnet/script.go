@@ -23,6 +23,10 @@ const (
 	Partition Action = "partition"
 	// Heal ends a partition.
 	Heal Action = "heal"
+	// CrashHostile stops every node of a hostile or faulty role (see
+	// Role) without a word: the attack ends, and the run shows how the
+	// honest nodes recover.
+	CrashHostile Action = "crash-hostile"
 )
 
 // Event is one line of a churn script: at time At, apply Action to Count
@@ -36,8 +40,8 @@ type Event struct {
 
 // String renders the event in script syntax.
 func (e Event) String() string {
-	if e.Action == Heal {
-		return fmt.Sprintf("%s heal", e.At)
+	if e.Action == Heal || e.Action == CrashHostile {
+		return fmt.Sprintf("%s %s", e.At, e.Action)
 	}
 	n := strconv.Itoa(e.Count)
 	if e.Fraction > 0 {
@@ -56,7 +60,8 @@ const maxScriptLines = 100_000
 // where TIME is a Go duration from the start of training ("90s", "2m"),
 // ACTION is join, leave, crash or partition, and COUNT a number of nodes
 // ("10") or a percentage of the live nodes ("25%"); "TIME heal" (no count)
-// ends a partition. Blank lines and text after '#' are ignored. Events are returned in time order. Errors name the line.
+// ends a partition, and "TIME crash-hostile" (no count) stops every node
+// of a hostile role. Blank lines and text after '#' are ignored. Events are returned in time order. Errors name the line.
 func ParseScript(r io.Reader) ([]Event, error) {
 	var evs []Event
 	sc := bufio.NewScanner(r)
@@ -78,11 +83,11 @@ func ParseScript(r io.Reader) ([]Event, error) {
 		fail := func(format string, a ...any) ([]Event, error) {
 			return nil, fmt.Errorf("churn script line %d %q: %s", line, strings.TrimSpace(sc.Text()), fmt.Sprintf(format, a...))
 		}
-		if len(f) == 2 && f[1] == string(Heal) {
+		if len(f) == 2 && (f[1] == string(Heal) || f[1] == string(CrashHostile)) {
 			f = append(f, "1")
 		}
 		if len(f) != 3 {
-			return fail("want TIME ACTION COUNT, e.g. \"60s crash 10%%\", or TIME heal")
+			return fail("want TIME ACTION COUNT, e.g. \"60s crash 10%%\", or TIME heal, or TIME crash-hostile")
 		}
 		at, err := time.ParseDuration(f[0])
 		if err != nil || at < 0 {
@@ -90,9 +95,9 @@ func ParseScript(r io.Reader) ([]Event, error) {
 		}
 		ev := Event{At: at, Action: Action(f[1])}
 		switch ev.Action {
-		case Join, Leave, Crash, Partition, Heal:
+		case Join, Leave, Crash, Partition, Heal, CrashHostile:
 		default:
-			return fail("action %q: want join, leave, crash, partition or heal", f[1])
+			return fail("action %q: want join, leave, crash, partition, heal or crash-hostile", f[1])
 		}
 		if pct, ok := strings.CutSuffix(f[2], "%"); ok {
 			v, err := strconv.ParseFloat(pct, 64)

@@ -93,7 +93,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.churn = fs.Float64("churn", 0, "fraction of the nodes replaced per minute (leave and join rates)")
 	f.churnReplace = fs.Bool("churn-replace", false, "bring a fresh node in as each churned node goes, so the population holds at --nodes (without it departures and joins are independent and the population wanders)")
 	f.churnMode = fs.String("churn-mode", def.ChurnMode.String(), "how churned nodes leave: crash, graceful or mixed")
-	f.script = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%' or 'TIME heal', e.g. '60s crash 30%'")
+	f.script = fs.String("churn-script", "", "a churn timeline file: lines of 'TIME join|leave|crash COUNT|PCT%', 'TIME partition PCT%', 'TIME heal' or 'TIME crash-hostile' (stops every --hostile node), e.g. '60s crash 30%'")
 	f.modelName = fs.String("model", def.Model, "model: none, linreg, logreg or mlp")
 	f.data = fs.String("data", def.Data, "data: synthetic, mnist (the MNIST test set built into pspnode) or mnist:DIR")
 	f.encoding = fs.String("encoding", def.Encoding, "update encoding: dense32, dense16, topk32 or topk16")

@@ -368,6 +368,36 @@ func TestMergeClipsPull(t *testing.T) {
 	}
 }
 
+// As many senders pushing one way as honest ones set the median distance;
+// the node's own steps still bound the clip radius, so a round moves the
+// model by about one own step, not by the pushers' distance.
+func TestMergeClipsPullOfAMajority(t *testing.T) {
+	ex, _ := exchangeFor(t, 1, 4, 100) // a loose distance bound: clipping alone
+	ex.noteNorm(0.1)
+	ex.setRef(0)
+	x := []float32{0}
+	drift := float32(0)
+	for round := range 20 {
+		ref := ex.refOf()
+		for i, y := range []float32{0.1, -0.1, 30, 30, 30} {
+			if r := takeModel(ex, peer.ID(fmt.Sprintf("p%d", i)), Epidemic, int64(round), []float32{ref[0] + y}); r != "" {
+				t.Fatal(r)
+			}
+		}
+		ex.spacing = 0 // every sender every round, for the test
+		before := x[0]
+		if k := ex.StepMerge32(int64(round), x); k != 5 {
+			t.Fatalf("averaged %d models", k)
+		}
+		ex.noteNorm(0.1) // the node's own steps stay at 0.1
+		drift = max(drift, x[0]-before)
+	}
+	// Under the median alone (30) the pushers moved it 90/6 = 15 a round.
+	if drift > 0.1 {
+		t.Errorf("three pushers of five senders moved the model by %v in a round, want at most one own step (0.1)", drift)
+	}
+}
+
 // A model made k steps behind the node's counts 1/(1 + k/StaleSteps) of a
 // fresh one: it pulls the node's model less.
 func TestStaleModelsWeighLess(t *testing.T) {
