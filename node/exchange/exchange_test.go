@@ -285,17 +285,17 @@ func TestMergeAveragesReceived(t *testing.T) {
 	tr := node.model
 	a, b := peer.ID("a"), peer.ID("b")
 	ex.Push(t.Context(), 1, []float64{1, 0}) // the first step: the reference is the task's model, [0 0]; bound 4·3·1 = 12
-	if r := takeModel(ex, a, Epidemic, 1, []float32{3, 0}); r != "" {
+	if r := takeModel(ex, a, Epidemic, 1, []float32{0.5, 0}); r != "" { // within one own step: not clipped
 		t.Fatal(r)
 	}
 	if r := takeModel(ex, b, Epidemic, 1, []float32{300, 0}); r != wire.ReasonDistance {
 		t.Fatalf("a model 300 away: %q", r)
 	}
 	ex.Merge()
-	if p := tr.Params(); p[0] != 1.5 || p[1] != 0 { // (0 + 3) / 2
-		t.Errorf("after averaging: %v, want [1.5 0]", p)
+	if p := tr.Params(); p[0] != 0.25 || p[1] != 0 { // (0 + 0.5) / 2
+		t.Errorf("after averaging: %v, want [0.25 0]", p)
 	}
-	if r := ex.refOf(); r[0] != 1.5 {
+	if r := ex.refOf(); r[0] != 0.25 {
 		t.Errorf("the reference after averaging: %v", r)
 	}
 	st := ex.Stats()
@@ -303,7 +303,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 		t.Errorf("stats %+v", st) // (the judge alone counts nothing rejected: the server does)
 	}
 	ex.Merge() // nothing new: no change
-	if p := tr.Params(); p[0] != 1.5 {
+	if p := tr.Params(); p[0] != 0.25 {
 		t.Errorf("an empty average changed the model: %v", p)
 	}
 	if ex.ScalesLR() {
