@@ -97,27 +97,37 @@ func linePlot(o Options, series []Series) (*plot.Plot, error) {
 
 // Distribution turns samples into the points of a histogram outline with
 // unit-wide integer bins (x = value, y = share of samples), for the "progress
-// distribution in steps" figures.
+// distribution in steps" figures. Samples spread over more than
+// maxDistBins values share wider bins (x is a bin's lowest value), so that
+// one far value (a node that took a liar's step) cannot make the figure
+// allocate without bound.
 func Distribution(name string, values []float64) Series {
 	if len(values) == 0 {
 		return Series{Name: name}
 	}
 	lo, hi := slices.Min(values), slices.Max(values)
-	counts := make([]float64, int(hi-lo)+1)
+	width := max(1, math.Ceil((hi-lo+1)/maxDistBins))
+	counts := make([]float64, int((hi-lo)/width)+1)
 	for _, v := range values {
-		counts[int(v-lo)]++
+		counts[int((v-lo)/width)]++
 	}
 	s := Series{Name: name}
-	s.X = append(s.X, lo-1)
+	s.X = append(s.X, lo-width)
 	s.Y = append(s.Y, 0)
 	for i, c := range counts {
-		s.X = append(s.X, lo+float64(i))
+		if width > 1 && c == 0 && i > 0 && i < len(counts)-1 && counts[i-1] == 0 && counts[i+1] == 0 {
+			continue // a run of empty wide bins: its ends draw it
+		}
+		s.X = append(s.X, lo+float64(i)*width)
 		s.Y = append(s.Y, c/float64(len(values)))
 	}
-	s.X = append(s.X, hi+1)
+	s.X = append(s.X, hi+width)
 	s.Y = append(s.Y, 0)
 	return s
 }
+
+// maxDistBins bounds a Distribution's bins.
+const maxDistBins = 4096
 
 // CSV writes rows to path, creating its directory.
 func CSV(path string, header []string, rows [][]string) error {
