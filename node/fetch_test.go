@@ -12,6 +12,8 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
@@ -150,3 +152,44 @@ type vecTask struct{ vecModel }
 
 func (*vecTask) Step(ctx context.Context) ([]float64, error) { return nil, ctx.Err() }
 func (*vecTask) Done() bool                                  { return false }
+
+// A peer that asks for the model again and again is sent at most
+// wire.ModelPeerBudget models a minute: the model protocol's 9-byte
+// request cannot make a node send without end. Another peer is still
+// served.
+func TestModelServedWithinBudget(t *testing.T) {
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	n := 2*wire.ExchangeBlock + 5
+	shape := wire.ModelShape{ID: 5, N: n}
+	mk := memHosts(t, mn)
+	server, asker, other := mk(), mk(), mk()
+	for _, h := range []host.Host{server, asker, other} {
+		t.Cleanup(func() { _ = h.Close() })
+	}
+	over := prometheus.NewCounter(prometheus.CounterOpts{Name: "over"})
+	sv := &wire.ModelServer{Life: t.Context(), Timeout: time.Minute, Source: &servedModel{shape: shape, stallAt: -1},
+		Budget: wire.NewModelBudget(), Over: over, Log: slog.New(slog.DiscardHandler)}
+	server.SetStreamHandler(wire.ModelProtocol("budgettest"), sv.Serve)
+	dst := make([]float32, n)
+	fetch := func(h host.Host) error {
+		if err := h.Connect(t.Context(), peer.AddrInfo{ID: server.ID(), Addrs: server.Addrs()}); err != nil {
+			t.Fatal(err)
+		}
+		_, _, err := wire.FetchBlocks(t.Context(), h, server.ID(), "budgettest", shape, 0, wire.Blocks(n), dst, 1e9, time.Minute)
+		return err
+	}
+	served := 0
+	for range 2 * wire.ModelPeerBudget {
+		if fetch(asker) != nil {
+			break
+		}
+		served++
+	}
+	if served != wire.ModelPeerBudget || testutil.ToFloat64(over) != 1 {
+		t.Errorf("one peer was sent %d whole models before a refusal (%v counted), want %d", served, testutil.ToFloat64(over), wire.ModelPeerBudget)
+	}
+	if err := fetch(other); err != nil {
+		t.Errorf("another peer is refused too: %v", err)
+	}
+}

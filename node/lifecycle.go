@@ -164,6 +164,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.h.SetStreamHandler(wire.StepProtocol(cfg.Job), n.serveStep)
 	n.h.SetStreamHandler(n.stepExtID, n.serveStep)
 	n.models = &modelSource{n: n}
+	n.modelBudget = wire.NewModelBudget()
 	n.h.SetStreamHandler(wire.ModelProtocol(cfg.Job), n.limitedBy(n.modelIn, "model", n.serveModel))
 
 	if err := n.newOverlay(ctx); err != nil {

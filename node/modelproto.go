@@ -322,6 +322,7 @@ func to32(v []float64) []float32 {
 
 // serveModel is the model protocol's stream handler.
 func (n *Node) serveModel(s network.Stream) {
-	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: n.models, Bad: n.m.ModelBad, None: n.m.ModelNone, Log: n.log}
+	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: n.models, Budget: n.modelBudget,
+		Bad: n.m.ModelBad, None: n.m.ModelNone, Over: n.m.ModelBudget, Log: n.log}
 	sv.Serve(s)
 }

@@ -139,6 +139,8 @@ type Node struct {
 	stepIn     *wire.Inbound
 	modelIn    *wire.Inbound
 	models     *modelSource // what the model protocol serves
+	// modelBudget bounds the model bytes served a minute.
+	modelBudget *wire.ByteBudget
 	// screen judges peers' step reports (nil: off); used only by the Run
 	// goroutine.
 	screen *psp.Screen

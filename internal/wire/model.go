@@ -225,10 +225,39 @@ type ModelServer struct {
 	// first values, each block's write.
 	Timeout time.Duration
 	Source  ModelSource
+	// Budget, if set, bounds the model bytes served a minute (see
+	// ModelPeerBudget); a request beyond it is reset before any block.
+	Budget *ByteBudget
 	// Bad counts malformed requests; None the requests reset for want of
-	// a model to give.
-	Bad, None prometheus.Counter
-	Log       *slog.Logger
+	// a model to give; Over those over the budget.
+	Bad, None, Over prometheus.Counter
+	Log             *slog.Logger
+}
+
+// ModelPeerBudget and ModelAllBudget are the models a node serves a
+// minute over the model protocol, to one peer and to all (a model counts
+// at least modelBudgetUnit bytes): a joiner takes one model, in ranges from
+// up to four peers, so a peer that asks for more is asking again and
+// again, and a 9-byte request can make the node send at most
+// ModelPeerBudget models a minute.
+const (
+	ModelPeerBudget = 4
+	ModelAllBudget  = 16
+	modelBudgetUnit = 1 << 20
+)
+
+// NewModelBudget is the model protocol's budget.
+func NewModelBudget() *ByteBudget { return NewByteBudget(ModelPeerBudget, ModelAllBudget) }
+
+// modelBytes is what blocks [first, first+count) of a model of n values
+// take on the wire.
+func modelBytes(first, count, n int) uint64 {
+	var b uint64
+	for i := first; i < first+count; i++ {
+		lo, hi := BlockRange(i, n)
+		b += uint64(chunkHeadLen + 4*(hi-lo))
+	}
+	return b
 }
 
 // Serve answers one model request on s: the head, then the blocks asked
@@ -257,6 +286,17 @@ func (sv *ModelServer) Serve(s network.Stream) {
 		inc(sv.Bad)
 		_ = s.Reset()
 		return
+	}
+	next := first // the first block not yet written
+	if sv.Budget != nil && count > 0 {
+		// Charged before any byte goes out; what was not sent is given back.
+		p, cost := s.Conn().RemotePeer(), modelBytes(first, count, shape.N)
+		if !sv.Budget.Take(p, cost, max(modelBytes(0, Blocks(shape.N), shape.N), modelBudgetUnit), time.Now()) {
+			inc(sv.Over)
+			_ = s.Reset()
+			return
+		}
+		defer func() { sv.Budget.Settle(p, cost, modelBytes(first, next-first, shape.N)) }()
 	}
 	if _, err := s.Write(AppendModelHead(nil, step, shape)); err != nil || count == 0 {
 		return
@@ -287,5 +327,6 @@ func (sv *ModelServer) Serve(s network.Stream) {
 			_ = s.Reset()
 			return
 		}
+		next = b + 1
 	}
 }

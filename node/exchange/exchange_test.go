@@ -284,7 +284,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 	ex, node := exchangeFor(t, 2, 2, 4)
 	tr := node.model
 	a, b := peer.ID("a"), peer.ID("b")
-	ex.Push(t.Context(), 1, []float64{1, 0}) // the first step: the reference is the task's model, [0 0]; bound 4·3·1 = 12
+	ex.Push(t.Context(), 1, []float64{1, 0})                            // the first step: the reference is the task's model, [0 0]; bound 4·3·1 = 12
 	if r := takeModel(ex, a, Epidemic, 1, []float32{0.5, 0}); r != "" { // within one own step: not clipped
 		t.Fatal(r)
 	}

@@ -102,50 +102,28 @@ const (
 // stateLimits are the caps on the trainer-state requests a daemon
 // answers: streams per peer and in all, and bytes per minute.
 type stateLimits struct {
-	in *wire.Inbound
+	in     *wire.Inbound
+	budget *wire.ByteBudget
 
-	mu      sync.Mutex
-	window  time.Time // the minute the budgets count
-	perPeer map[peer.ID]uint64
-	all     uint64
-	size    uint64 // the state's size, as its trainer last gave it
+	mu   sync.Mutex
+	size uint64 // the state's size, as its trainer last gave it
 }
 
 func newStateLimits() *stateLimits {
-	return &stateLimits{in: wire.NewInbound(1, stateStreams), perPeer: make(map[peer.ID]uint64)}
+	return &stateLimits{in: wire.NewInbound(1, stateStreams), budget: wire.NewByteBudget(statePeerBudget, stateAllBudget)}
 }
 
 // take charges n bytes to p's budget of this minute; false (nothing
 // charged) if p's or the node's would be spent.
 func (l *stateLimits) take(p peer.ID, n uint64, now time.Time) bool {
 	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.window) >= time.Minute {
-		l.window, l.all = now, 0
-		clear(l.perPeer)
-	}
 	unit := max(l.size, stateChunk)
-	if l.perPeer[p]+n > statePeerBudget*unit || l.all+n > stateAllBudget*unit {
-		return false
-	}
-	l.perPeer[p] += n
-	l.all += n
-	return true
+	l.mu.Unlock()
+	return l.budget.Take(p, n, unit, now)
 }
 
-// settle makes what p was charged (took) what a request cost (cost):
-// it gives back what it did not send, or charges what it sent beyond.
-func (l *stateLimits) settle(p peer.ID, took, cost uint64) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if cost >= took {
-		l.perPeer[p] += cost - took
-		l.all += cost - took
-		return
-	}
-	l.perPeer[p] -= min(took-cost, l.perPeer[p])
-	l.all -= min(took-cost, l.all)
-}
+// settle makes what p was charged (took) what a request cost (cost).
+func (l *stateLimits) settle(p peer.ID, took, cost uint64) { l.budget.Settle(p, took, cost) }
 
 // left is how much of the state there is from off, as far as the node
 // knows its size (the most a chunk may be, before it does).
