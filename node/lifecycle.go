@@ -80,7 +80,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 
 	if d.host != nil {
 		n.nat.Attach(d.host)
-		n.h = n.meter.WrapHost(d.host)
+		n.h = wire.ThrottleAnswers(n.meter.WrapHost(d.host), wire.DHTProtocol(cfg.Job), wire.DHTAnswerRate, n.m.DHTThrottled)
 	} else {
 		rm, cl, err := netsetup.ResourceManager([]protocol.ID{wire.StepProtocol(cfg.Job), wire.StepProtocolExt(cfg.Job), wire.ModelProtocol(cfg.Job), wire.ExchangeProtocol(cfg.Job)},
 			cfg.Limits.MaxStreamsPerPeer, cfg.Limits.ConnLow, cfg.Limits.ConnHigh)
@@ -116,7 +116,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			return nil, fmt.Errorf("node: libp2p host: %w", err)
 		}
 		n.nat.Attach(h)
-		n.h = n.meter.WrapHost(h)
+		n.h = wire.ThrottleAnswers(n.meter.WrapHost(h), wire.DHTProtocol(cfg.Job), wire.DHTAnswerRate, n.m.DHTThrottled)
 	}
 	n.mark(msListening)
 	seed := cfg.Seed

@@ -154,6 +154,51 @@ func TestAmplificationBounded(t *testing.T) {
 				t.Logf("%s: %d bytes sent, %d received: %.2f×", tc.name, out, in, ratio)
 			}
 		}
+		cancel() // the nodes stop training; their hosts still answer
+		wait()
+		{ // the DHT, asked as fast as the link goes: answered at its rate
+			var in, out int
+			s := open(wire.DHTProtocol(job), &in, &out)
+			body, err := proto.Marshal(pb.NewMessage(pb.Message_FIND_NODE, []byte{1}, 0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			frame := append(binary.AppendUvarint(nil, uint64(len(body))), body...)
+			const requests = 1500
+			_ = s.SetDeadline(time.Now().Add(time.Minute))
+			start := time.Now()
+			done := make(chan error, 1)
+			go func() {
+				for range requests {
+					if _, err := s.Write(frame); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			r := bufio.NewReader(s)
+			answers := 0
+			for range requests {
+				n, err := binary.ReadUvarint(r)
+				if err == nil {
+					_, err = io.CopyN(io.Discard, r, int64(n))
+				}
+				if err != nil {
+					break
+				}
+				answers++
+			}
+			elapsed := time.Since(start)
+			_ = s.Reset()
+			<-done
+			rt := wire.DHTAnswerRate
+			if limit := float64(rt.PeerBurst) + float64(rt.PerPeer)*elapsed.Seconds() + 4096; float64(in) > limit {
+				t.Errorf("dht flood: %d answers, %d bytes in %v, want at most %.0f (a burst and %v B/s)", answers, in, elapsed, limit, rt.PerPeer)
+			} else {
+				t.Logf("dht flood: %d answers, %d bytes in %v (%.0f B/s)", answers, in, elapsed, float64(in)/elapsed.Seconds())
+			}
+		}
 		{ // the model, asked again and again
 			n := victim.Model().NumParams()
 			shape := wire.ModelShape{ID: victim.Model().ModelID(), N: n}

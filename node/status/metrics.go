@@ -49,6 +49,7 @@ type Metrics struct {
 	ModelBad      prometheus.Counter
 	ModelNone     prometheus.Counter
 	ModelBudget   prometheus.Counter
+	DHTThrottled  prometheus.Counter
 	Applied       prometheus.Counter
 	ApplyRejected prometheus.Counter
 	Loss          prometheus.Gauge
@@ -116,6 +117,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Malformed:     c("step_requests_malformed_total", "Malformed step requests received."),
 		ModelBad:      c("model_requests_malformed_total", "Malformed model requests received (not one framed version byte)."),
 		ModelNone:     c("model_requests_unserved_total", "Model requests reset because this node had no model to give (a driven node without a trainer, or a trainer that did not answer in time)."),
+		DHTThrottled:  c("dht_answers_throttled_total", "DHT streams reset because answering would have waited too long for the peer's, or all peers', answer rate (32 KiB/s a peer, 512 KiB/s in all)."),
 		ModelBudget:   c("model_requests_over_budget_total", "Model requests reset because the peer, or all peers together, had been sent their minute's budget of model bytes (4 models a peer, 16 in all)."),
 		Applied:       c("updates_applied_total", "Received updates applied to the model."),
 		ApplyRejected: c("updates_apply_rejected_total", "Received updates the model refused (wrong length, not finite)."),
@@ -152,7 +154,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		rtts:   ring.New(4096),
 	}
 	reg.MustRegister(m.Step, m.Waiting, m.Isolated, m.Wait, m.Checks, m.Check, m.RTT, m.Timeouts,
-		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.ModelBudget, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
+		m.QueryErrors, m.Malformed, m.ModelBad, m.ModelNone, m.ModelBudget, m.DHTThrottled, m.Applied, m.ApplyRejected, m.Loss, m.Accuracy, m.ConnsOpened, m.ConnsTrimmed, m.StepDials,
 		m.Screened, m.NormRefused, m.Refused, m.Hedged, m.EarlyFail, m.StaleStreams, m.Pushed, m.Cached, m.KnownBehind, m.Staleness, m.Unwedged, m.EventsDropped, m.Hostile, m.Excused,
 		m.Resets, m.ResetsRefused)
 	for _, k := range HostileKinds {
