@@ -53,13 +53,8 @@ import (
 //   - each block's pull on this node's model, y − ref, is clipped to a
 //     radius τ_b: clipFactor × the median distance of the block in the
 //     models of recent rounds (one per sender per round), a reference a
-//     minority of senders cannot move, and at most ownClip × the upper
-//     quartile of the norms of this node's own recent steps on the
-//     block, a reference no sender sets: however many of a round's
-//     senders push one way, the round moves the model by about one of
-//     its own steps, which its own training undoes; a block farther than
-//     the distance bound (distanceBound) is refused, and the rest of its
-//     model with it.
+//     minority of senders cannot move; a block farther than the distance
+//     bound (distanceBound) is refused, and the rest of its model with it.
 type epidemic struct {
 	*base
 	s     int
@@ -119,15 +114,6 @@ const (
 	// one way moves this node's model by at most about that much per
 	// round, shared with the other senders.
 	clipFactor = 1
-	// ownClip × the upper quartile of this node's own recent step norms
-	// bounds the clip radius: the median distance is a reference a
-	// majority of senders sets, this one no sender does. A round then
-	// moves the model by at most about one of its own steps, whoever
-	// sends (three drift poisoners beside three honest nodes took the
-	// loss from 0.005 to 1e6 in 35 s under the median alone; 0.0076
-	// with this bound; ten beside ten, 7e8 and 0.034). At 2, ten beside
-	// ten reached 2e6; in clean runs 1 and the median alone train alike.
-	ownClip = 1
 	// distWindow is how many recent models' distances the radius reads.
 	distWindow = 64
 	// minRoundPool is the least number of senders one average takes.
@@ -545,7 +531,7 @@ func (e *epidemic) Block(from peer.ID, o wire.Offer, b int, y []float32) gossip.
 		return wire.ReasonDistance
 	}
 	c := e.cfg.staleWeight(e.d.Node.Step() - o.Step) // a stale model pulls less
-	if tau := radius(&bl.dists, &bl.norms); tau > 0 && dist > tau {
+	if tau := radius(&bl.dists); tau > 0 && dist > tau {
 		c *= tau / dist
 		e.m.clipped.Inc()
 	}
@@ -582,19 +568,14 @@ func (e *epidemic) End(from peer.ID, o wire.Offer, taken int, reason gossip.Reas
 }
 
 // radius is the clip radius of a block: clipFactor × the median distance
-// of recent models' blocks taken, and at most ownClip × the upper
-// quartile of this node's own recent steps on the block (0, no clipping,
-// before there is either).
-func radius(dists *ring.Ring, own *ownNorms) float64 {
-	tau := 0.0
-	if ds := dists.Values(); len(ds) > 0 {
-		slices.Sort(ds)
-		tau = clipFactor * ds[len(ds)/2]
+// of recent models' blocks taken (0, no clipping, before there is one).
+func radius(dists *ring.Ring) float64 {
+	ds := dists.Values()
+	if len(ds) == 0 {
+		return 0
 	}
-	if ref, ok := own.reference(); ok && (tau == 0 || ownClip*ref < tau) {
-		tau = ownClip * ref
-	}
-	return tau
+	slices.Sort(ds)
+	return clipFactor * ds[len(ds)/2]
 }
 
 // distanceBoundLocked is the norm bound's counterpart for models, per
