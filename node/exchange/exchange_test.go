@@ -355,7 +355,7 @@ func TestMergeClipsPull(t *testing.T) {
 	ex2, _ := exchangeFor(t, 1, 2, 100)
 	ex2.noteNorm(1)
 	ex2.setRef(0)
-	ex2.blk[0].dists.Add(1)
+	ex2.blk[0].dists.add(0, 1)
 	for i, y := range []float32{1, -1, 0.5} {
 		if r := takeModel(ex2, peer.ID(fmt.Sprintf("h%d", i)), Epidemic, 1, []float32{y}); r != "" {
 			t.Fatal(r)
@@ -365,6 +365,42 @@ func TestMergeClipsPull(t *testing.T) {
 	ex2.StepMerge32(1, x2)
 	if want := float32(0.5 / 4); x2[0] != want || counterValue(ex2.m.clipped) != 0 {
 		t.Errorf("honest average moved the model to %v, want %v; clipped %v", x2[0], want, counterValue(ex2.m.clipped))
+	}
+}
+
+// As many pushers as honest senders, each pusher coming every round and
+// each honest sender every other: the radius reads one distance a
+// sender, its lower quartile, so the round moves the model by about the
+// honest senders' distance, not by the pushers'.
+func TestMergeClipsPullOfAsManyPushers(t *testing.T) {
+	ex, _ := exchangeFor(t, 1, 4, 100) // a loose distance bound: clipping alone
+	ex.noteNorm(1)
+	ex.setRef(0)
+	x := []float32{0}
+	drift := float32(0)
+	for round := range 40 {
+		ref := ex.refOf()
+		ids, ys := []string{"h1", "h2", "h3"}, []float32{0.1, -0.1, 0.05}
+		if round%2 == 1 {
+			ids = []string{"h4", "h5", "h6"}
+		}
+		ids, ys = append(ids, "p1", "p2", "p3"), append(ys, 30, 30, 30)
+		for i, id := range ids {
+			if r := takeModel(ex, peer.ID(id), Epidemic, int64(round), []float32{ref[0] + ys[i]}); r != "" {
+				t.Fatal(r)
+			}
+		}
+		ex.spacing = 0 // every sender every round, for the test
+		before := x[0]
+		if k := ex.StepMerge32(int64(round), x); k != 6 {
+			t.Fatalf("averaged %d models", k)
+		}
+		drift = max(drift, x[0]-before)
+	}
+	// Under the median of every recent model's distance (30, the pushers'
+	// most of the entries) they moved it 90/7 ≈ 13 a round.
+	if drift > 0.1 {
+		t.Errorf("three pushers of six senders moved the model by %v in a round, want about the honest distance (0.1)", drift)
 	}
 }
 
