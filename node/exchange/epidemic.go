@@ -112,10 +112,11 @@ type inModel struct {
 }
 
 const (
-	// clipFactor × the median distance of recent models is the clip
-	// radius: an honest model is rarely clipped, and a sender that pushes
-	// one way moves this node's model by at most about that much per
-	// round, shared with the other senders.
+	// clipFactor × the lower quartile of the senders' recent distances
+	// is the clip radius (senderDists.radius): an honest model is pulled
+	// in a little, and a sender that pushes one way moves this node's
+	// model by at most about that much per round, shared with the other
+	// senders.
 	clipFactor = 1
 	// clipQuantile is the quantile of the senders' distances the radius
 	// reads: the lower quartile. The median of every recent model's

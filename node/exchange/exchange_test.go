@@ -316,7 +316,7 @@ func TestMergeAveragesReceived(t *testing.T) {
 
 // A sender that pushes models one way, round after round, moves the
 // node's model by at most the clip radius per round (clipFactor × the
-// median distance of recent models), shared with the other senders; an
+// lower quartile of the senders' recent distances), shared with the other senders; an
 // honest model within the radius is averaged as Epidemic Learning does.
 func TestMergeClipsPull(t *testing.T) {
 	ex, _ := exchangeFor(t, 2, 2, 100) // a loose distance bound: clipping alone

@@ -35,7 +35,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		receivedBytes: c("received_bytes_total", "Encoded bytes of the models counted in psp_exchange_received_total."),
 		merged:        c("averaged_models_total", "Received models averaged into this node's model."),
 		merges:        c("averages_total", "Times this node averaged its model with received ones."),
-		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (the median distance of the models of recent averages, one per sender per round) when averaged."),
+		clipped:       c("clipped_models_total", "Received models whose pull on this node's model was clipped to the radius (the lower quartile of the senders' latest distances among the recent models) when averaged."),
 		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "rejected_total",
 			Help: "Models this node refused once their blocks began to come, by reason: non_finite, value_too_large, distance, bad_block, malformed (psp_exchange_declined_total counts the ones refused at their offer)."}, []string{"reason"}),
 		declined: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "psp", Subsystem: "exchange", Name: "declined_total",
