@@ -84,17 +84,22 @@ func (c JoinConfig) validate() error {
 }
 
 // ParseBootstrap parses bootstrap multiaddrs (/ip4, /ip6, /dns, /dns4,
-// /dns6 ... ending in /p2p/<id>) into one AddrInfo per peer. The error
-// names the address at fault.
+// /dns6 ... ending in /p2p/<id>) into one AddrInfo per peer. Addresses
+// without a peer ID (HOST:PORT, see rendezvous.go) are checked and left
+// out: their peers are learnt at the join. The error names the address at
+// fault.
 func ParseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 	var out []peer.AddrInfo
 	for _, s := range addrs {
+		if IsRendezvous(s) { // an address alone: its peer ID is learnt at the join (rendezvous.go)
+			if _, err := ParseRendezvous(s); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {
 			return nil, fmt.Errorf("bootstrap address %q: %w", s, err)
-		}
-		if _, err := a.ValueForProtocol(ma.P_P2P); err != nil {
-			return nil, fmt.Errorf("bootstrap address %q: must end in /p2p/<peer id> (run 'pspnode id --identity FILE' on the bootstrap node to print it)", s)
 		}
 		ai, err := peer.AddrInfoFromP2pAddr(a)
 		if err != nil {
@@ -303,7 +308,7 @@ func (j *joiner) attempt(ctx context.Context) error {
 	j.attempts++
 	j.mu.Unlock()
 	timeout := j.o.cfg.JoinTimeout
-	ok, err := j.dial(ctx, j.boot, timeout)
+	ok, err := j.dial(ctx, j.boot, timeout, true)
 	if len(ok) == 0 {
 		return err
 	}
@@ -347,14 +352,27 @@ func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
 }
 
 // dial connects to peers in parallel, each within timeout, and returns
-// those that connected and, if none did, why. It clears the swarm's dial
+// those that connected and, if none did, why; withAddrs, it first learns
+// the peers at the bootstrap addresses given without a peer ID
+// (rendezvous.go), within the same timeout, and dials them too. It clears the swarm's dial
 // backoff for them first: after a failed dial go-libp2p refuses to dial an
 // address again for 5 s and more (growing with each failure, up to 5 min),
 // so that most retries on the joiner's schedule (RetryMin to RetryMax)
 // failed with "dial backoff" and dialled nothing.
-func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration) ([]peer.ID, error) {
+func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration, withAddrs bool) ([]peer.ID, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var why []string
+	if withAddrs {
+		learnt, errs := j.o.resolveRendezvous(dctx)
+		peers = slices.Clone(peers)
+		for _, ai := range learnt {
+			peers = addInfo(peers, ai)
+		}
+		for _, err := range errs {
+			why = append(why, err.Error())
+		}
+	}
 	if b, ok := j.o.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
 		for _, ai := range peers {
 			b.Backoff().Clear(ai.ID)
@@ -367,7 +385,6 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 	}
 	wg.Wait()
 	var ok []peer.ID
-	var why []string
 	for i, err := range errs {
 		if err == nil {
 			ok = append(ok, peers[i].ID)
@@ -378,7 +395,7 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 	if len(ok) > 0 {
 		return ok, nil
 	}
-	return nil, fmt.Errorf("no bootstrap peer reachable (%d tried): %s", len(peers), strings.Join(why, "; "))
+	return nil, fmt.Errorf("no bootstrap peer reachable (%d tried): %s", len(why), strings.Join(why, "; "))
 }
 
 // checkSplit dials one bootstrap peer, drawn at random among those the
@@ -390,7 +407,7 @@ func (j *joiner) checkSplit(ctx context.Context) {
 		live[p] = true
 	}
 	var apart []peer.AddrInfo
-	for _, ai := range j.boot {
+	for _, ai := range append(slices.Clone(j.boot), j.o.rv.learnt()...) {
 		if !live[ai.ID] && j.o.h.Network().Connectedness(ai.ID) != network.Connected {
 			apart = append(apart, ai)
 		}
@@ -399,7 +416,7 @@ func (j *joiner) checkSplit(ctx context.Context) {
 		return
 	}
 	ai := apart[j.rng.IntN(len(apart))]
-	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.o.cfg.JoinTimeout); len(ok) == 0 {
+	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.o.cfg.JoinTimeout, false); len(ok) == 0 {
 		return
 	}
 	j.found.Inc()
@@ -415,9 +432,10 @@ func (j *joiner) checkSplit(ctx context.Context) {
 // status is the join's part of /status.
 func (j *joiner) status() JoinStatus {
 	joined := j.inNetwork()
+	learnt := len(j.o.rv.learnt())
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	st := JoinStatus{Joined: joined, JoinAttempts: j.attempts, BootstrapPeers: len(j.boot), BootstrapRediscovered: j.met}
+	st := JoinStatus{Joined: joined, JoinAttempts: j.attempts, BootstrapPeers: len(j.boot) + learnt, BootstrapRediscovered: j.met}
 	if !joined {
 		st.JoinError = j.err
 		if st.JoinError == "" {
