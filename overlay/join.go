@@ -315,16 +315,35 @@ func (j *joiner) attempt(ctx context.Context) error {
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for !j.inNetwork() {
+		if j.o.otherJob(ok) { // nothing to wait for
+			return j.o.whyNotInNetwork(ok)
+		}
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-rctx.Done():
 			t.Stop()
-			return j.whyNotInNetwork(ok)
+			return j.o.whyNotInNetwork(ok)
 		case <-t.C:
 		}
 	}
 	j.refresh(rctx)
 	return nil
+}
+
+// otherJob reports whether every peer of ok has identified itself (its
+// protocols are known) without the job's DHT protocol: nodes of another
+// job, which will never enter the routing table.
+func (o *Overlay) otherJob(ok []peer.ID) bool {
+	ps := o.h.Peerstore()
+	for _, p := range ok {
+		if protos, _ := ps.GetProtocols(p); len(protos) == 0 {
+			return false
+		}
+		if has, _ := ps.SupportsProtocols(p, o.proto); len(has) > 0 {
+			return false
+		}
+	}
+	return len(ok) > 0
 }
 
 // refresh refreshes every bucket of the routing table, waiting until done
@@ -338,13 +357,13 @@ func (j *joiner) refresh(ctx context.Context) {
 
 // whyNotInNetwork explains why bootstrap peers that accepted a connection
 // did not enter the routing table.
-func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
-	proto := j.o.proto
+func (o *Overlay) whyNotInNetwork(ok []peer.ID) error {
+	proto := o.proto
 	for _, p := range ok {
-		if j.o.h.Network().Connectedness(p) != network.Connected {
+		if o.h.Network().Connectedness(p) != network.Connected {
 			return fmt.Errorf("bootstrap peer %s closed the connection before identifying itself: is this node in its allowlist (--allow-peers)?", p)
 		}
-		if has, _ := j.o.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
+		if has, _ := o.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
 			return fmt.Errorf("bootstrap peer %s does not speak %s: a node of another job (--job)?", p, proto)
 		}
 	}

@@ -282,22 +282,27 @@ func (o *Overlay) connectBootstrap(ctx context.Context) error {
 		return nil // its only bootstrap address was its own: it starts the job
 	}
 	tried := len(targets) + len(failures)
-	errs := make(chan error, len(targets))
-	for _, ai := range targets {
-		go func() { errs <- o.h.Connect(jctx, ai) }()
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, ai := range targets {
+		wg.Go(func() { errs[i] = o.h.Connect(jctx, ai) }) // returns once the peer has identified itself
 	}
-	ok := 0
-	for range targets {
-		if err := <-errs; err != nil {
+	wg.Wait()
+	var ok []peer.ID
+	for i, err := range errs {
+		if err != nil {
 			failures = append(failures, err)
 		} else {
-			ok++
+			ok = append(ok, targets[i].ID)
 		}
 	}
-	if ok == 0 {
+	if len(ok) == 0 {
 		return fmt.Errorf("%w (%d tried): %w", ErrJoin, tried, errors.Join(failures...))
 	}
-	o.log.Debug("connected to bootstrap peers", "ok", ok, "failed", len(failures))
+	if o.otherJob(ok) {
+		return fmt.Errorf("%w: %w", ErrJoin, o.whyNotInNetwork(ok))
+	}
+	o.log.Debug("connected to bootstrap peers", "ok", len(ok), "failed", len(failures))
 	return nil
 }
 

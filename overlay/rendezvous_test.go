@@ -171,6 +171,31 @@ func TestJoinThroughAddressBeforeItListens(t *testing.T) {
 	})
 }
 
+// A node of another job at the address is named as such at the first
+// attempt, not after the join's timeout.
+func TestJoinThroughAddressOfAnotherJob(t *testing.T) {
+	h0 := pskHost(t, "/ip4/127.0.0.1/tcp/0", nil)
+	cfg := DefaultConfig()
+	cfg.Job = "another"
+	o0, err := New(context.Background(), h0, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o0.Close() })
+	h1 := pskHost(t, "/ip4/127.0.0.1/tcp/0", nil)
+	start := time.Now()
+	o1, err := rendezvousOverlay(t, h1, nil, tcpAddr(t, h0)) // JoinTimeout 5 s
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "a join error naming another job", func() bool {
+		return strings.Contains(o1.JoinStatus().JoinError, "a node of another job")
+	})
+	if d := time.Since(start); d >= 5*time.Second {
+		t.Errorf("another job's node named after %v: want it before the join's timeout", d)
+	}
+}
+
 // The pre-handshake proves a holder of the job's key: a node with another
 // key (or none) at the address is no peer to learn, and says why.
 func TestProbePeerIDRefusesAnotherKey(t *testing.T) {

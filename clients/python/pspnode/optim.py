@@ -5,7 +5,7 @@ of a decentralised job:
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt = pspnode.Optimizer(opt, model=model, job="mnist", bootstrap=[ADDR])  # +1 line
+    opt = pspnode.Optimizer(opt, model=model, job="mnist", bootstrap="10.0.0.5:29500")  # +1 line
     for x, y in batches:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -89,9 +89,13 @@ class Optimizer(torch.optim.Optimizer):
     daemon: a running daemon's trainer address, "unix:PATH" or
     "tcp:127.0.0.1:PORT" (pspnode run --trainer). Without it, ``job`` must
     be given and the optimizer starts a daemon of its own (see
-    pspnode.daemon): job, bootstrap (multiaddrs of peers to join through;
-    none for the job's first worker), listen (multiaddrs; default a free
-    port), identity (a key file), daemon_args (other ``pspnode run``
+    pspnode.daemon): job, bootstrap (where to join: "HOST:PORT", the same
+    for every worker as DDP's MASTER_ADDR:MASTER_PORT, the worker on that
+    machine that finds the port free listening there and starting the job;
+    or multiaddrs ending in /p2p/<peer id>), swarm_key (the job's swarm key
+    file: a private job, whose address only its key's holders answer),
+    listen (multiaddrs; default a free port), identity (a key file),
+    daemon_args (other ``pspnode run``
     flags, e.g. ["--barrier", "pssp:2:4"]), pspnode_bin (the binary;
     default $PSPNODE_BIN, PATH, the repository's bin/), start_timeout
     (seconds to join the job before raising, with the daemon's reason).
@@ -120,7 +124,8 @@ class Optimizer(torch.optim.Optimizer):
                  model: Optional[torch.nn.Module] = None, *, job: Optional[str] = None,
                  bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
-                 start_timeout: float = 60.0, model_name: Optional[str] = None, model_id: Optional[int] = None,
+                 swarm_key: Optional[str] = None, start_timeout: float = 60.0, model_name: Optional[str] = None,
+                 model_id: Optional[int] = None,
                  start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
                  on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True, **client_args):
         # No torch.optim.Optimizer.__init__: param_groups, state and
@@ -133,10 +138,11 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
-                             "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
-        if daemon is not None and (job or bootstrap or listen or identity or daemon_args):
-            raise ValueError("job, bootstrap, listen, identity and daemon_args start a daemon of the optimizer's "
-                             f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
+                             "(and bootstrap='HOST:PORT', alike on every worker) to start a daemon of its own")
+        if daemon is not None and (job or bootstrap or listen or identity or daemon_args or swarm_key):
+            raise ValueError("job, bootstrap, listen, identity, swarm_key and daemon_args start a daemon of the "
+                             f"optimizer's own; the daemon at {daemon} has its own flags: drop them, or drop the "
+                             "address")
         self.inner = optimizer
         self.checkpoint_every = checkpoint_every
         self.scale_updates = scale_updates
@@ -175,7 +181,7 @@ class Optimizer(torch.optim.Optimizer):
         self.daemon: Optional[Daemon] = None
         if daemon is None:
             self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
-                                 binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
+                                 binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
             client_args.setdefault("alive", self.daemon.alive)
