@@ -342,13 +342,14 @@ class OwnDaemon(unittest.TestCase):
         dead = free.getsockname()[1]
         free.close()
         boot = f"/ip4/127.0.0.1/tcp/{dead}/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
-        with self.assertRaises(pspnode.DaemonStartError) as cm:
+        with self.assertRaises(pspnode.BootstrapError) as cm:
             mk(bootstrap=[boot], listen=["/ip4/127.0.0.1/tcp/0"], daemon_args=["--nat-traversal=false"],
                start_timeout=4)
         msg = str(cm.exception)
+        self.assertEqual(cm.exception.reason, "NO_PEER_AT_ADDRESS")
         self.assertIn("had not joined", msg)
         self.assertIn(boot, msg)
-        self.assertIn("did not answer", msg)
+        self.assertIn("nothing of this job answered", msg)
         # Without an address or a job: what to give.
         with self.assertRaises(ValueError) as cm:
             pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
