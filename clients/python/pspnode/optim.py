@@ -16,6 +16,16 @@ With ``job=`` (and no daemon address) the optimizer starts its own daemon,
 exits; with a daemon address (``pspnode.Optimizer(opt, "unix:/tmp/a.sock",
 model=model)``) it connects to a daemon started beside it.
 
+Resuming into a running job. The job is the truth: a worker restarted from
+its checkpoint (``load_state_dict``), or joining late, takes the job's step
+and parameters, whatever its own; it keeps its wrapped optimizer's state
+(momenta). Its learning-rate schedule follows the job's step: a scheduler
+given as ``scheduler=lambda opt: OneCycleLR(opt, ...)`` is the optimizer's
+own, stepped once per step and brought to the job's step whenever the step
+jumps (a resume, a late join, a reset to another lineage); one the user
+steps is the user's to bring there, told by ``on_reset`` (a Reset whose
+``step`` is the job's).
+
 A gradient that is not finite (a NaN loss, say) makes ``step()`` raise
 FloatingPointError before the wrapped optimizer steps: nothing changes, not
 even its momenta, and the next step with finite gradients trains.
@@ -74,9 +84,11 @@ log = logging.getLogger("pspnode")
 
 @dataclass
 class Reset:
-    """What ``on_reset`` receives when the daemon moved to another lineage
-    of the job: the step the new parameters have taken (the optimizer's
-    ``step_count`` now), the lineage (its genesis, hex) and why."""
+    """What ``on_reset`` receives when the optimizer's step jumped to the
+    job's: the daemon moved to another lineage of the job, or the worker
+    resumed (load_state_dict, a reconnect) into a job at another step. step:
+    the step the parameters have taken (the optimizer's ``step_count``
+    now); lineage: the new lineage's genesis, hex ("" for a resume); why."""
     step: int
     lineage: str
     reason: str
@@ -112,8 +124,15 @@ class Optimizer(torch.optim.Optimizer):
     checkpoint_every: write the parameters to the daemon's checkpoint file
     (pspnode run --checkpoint) every this many steps (0: only when
     checkpoint() is called); a restarted worker resumes from it.
-    on_reset: called with a Reset when the daemon replaced the parameters
-    and the step by the job's (its node moved to another lineage).
+    scheduler: a function that builds the learning-rate scheduler on this
+    optimizer (``lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt,
+    ...)``, any scheduler but ReduceLROnPlateau), which the optimizer then
+    owns (``opt.scheduler``): it steps it after every step and keeps it at
+    the job's step (see above), and saves it in its state_dict.
+    on_reset: called with a Reset when the parameters and the step became
+    the job's after the optimizer was built (its node moved to another
+    lineage, or it resumed into a job at another step than its own): bring
+    schedulers you step yourself to ``Reset.step``.
     shared_params: under epidemic with shared memory, keep the parameters
     in the shared region (CPU models; see above); False copies them in and
     out at every step.
@@ -127,7 +146,8 @@ class Optimizer(torch.optim.Optimizer):
                  swarm_key: Optional[str] = None, start_timeout: float = 60.0, model_name: Optional[str] = None,
                  model_id: Optional[int] = None,
                  start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
-                 on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True, **client_args):
+                 on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True,
+                 scheduler: Optional[Callable[["Optimizer"], object]] = None, **client_args):
         # No torch.optim.Optimizer.__init__: param_groups, state and
         # defaults are the wrapped optimizer's (properties below).
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -136,6 +156,10 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("this optimizer is already a pspnode.Optimizer")
         if checkpoint_every < 0:
             raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
+        if scheduler is not None and not callable(scheduler):
+            raise TypeError("scheduler= takes a function that builds the scheduler on the optimizer, e.g. "
+                            "scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 30): the optimizer then owns "
+                            "it and keeps it at the job's step")
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
                              "(and bootstrap='HOST:PORT', alike on every worker) to start a daemon of its own")
@@ -148,6 +172,10 @@ class Optimizer(torch.optim.Optimizer):
         self.scale_updates = scale_updates
         self.reconnect = reconnect
         self.on_reset = on_reset
+        self._sched_factory = scheduler
+        self.scheduler = None
+        self._sched_fresh = True  # the scheduler's state matches the lrs (not overwritten by a load)
+        self._built = False  # on_reset is called only once the optimizer is built
         self._lock = threading.Lock()  # the parameters, against the client's thread
         self._stepping = threading.Lock()  # one step() at a time
         self._closed = False
@@ -189,9 +217,13 @@ class Optimizer(torch.optim.Optimizer):
                              step=self.step_count, params_provider=self._params, **client_args)
         try:
             self._welcome(self._connect())
+            if scheduler is not None:
+                self._build_scheduler()
+                self._sync_scheduler()
         except BaseException:
             self.close()
             raise
+        self._built = True
 
     # -- set-up ------------------------------------------------------------
 
@@ -259,7 +291,13 @@ class Optimizer(torch.optim.Optimizer):
                     self._assign(params)
             if params is not None:
                 log.info("pspnode: starting from the job's parameters (%s) at step %d", w.params_source, w.step)
-            self.step_count = w.step
+            asked, self.step_count = self.client.start_step, w.step
+        if self._built and w.step != asked:
+            self._jumped(Reset(step=int(w.step), lineage="",
+                               reason=f"resumed into the job at its step {w.step} (this worker's was {asked}): the "
+                                      "parameters and the step are the job's"))
+        elif self._built:
+            self._sync_scheduler()
         log.info("pspnode: job %s, barrier %s, exchange %s, %d parameters, step %d, shared memory %s",
                  w.job, w.barrier, w.exchange, self.num_params, w.step, "on" if self.client.shared else "off")
 
@@ -340,6 +378,8 @@ class Optimizer(torch.optim.Optimizer):
         sd = self.inner.state_dict()
         sd["pspnode"] = {"step": self.step_count, "model_id": self.model_id, "model_name": self.model_name,
                          "num_params": self.num_params}
+        if self.scheduler is not None:
+            sd["pspnode"]["scheduler"] = self.scheduler.state_dict()
         return sd
 
     def load_state_dict(self, state_dict):
@@ -355,8 +395,16 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"this state_dict is of model {ps.get('model_name')!r} (id {ps['model_id']:#010x}), "
                              f"the optimizer's of {self.model_name!r} (id {self.model_id:#010x})")
         self.inner.load_state_dict(sd)
+        if self.scheduler is not None:
+            if ps is not None and "scheduler" in ps:
+                self.scheduler.load_state_dict(ps["scheduler"])
+                self._sched_fresh = True
+            else:  # the loaded learning rates are not the scheduler's: it is built anew at the next sync
+                self._sched_fresh = False
         if ps is not None and int(ps.get("step", self.step_count)) != self.step_count:
             self._resume(int(ps["step"]))
+        else:
+            self._sync_scheduler()
 
     def _resume(self, step: int):
         """Opens a new session whose parameters have taken step steps."""
@@ -445,6 +493,12 @@ class Optimizer(torch.optim.Optimizer):
                                 flat.copy_(v)  # the average, to take
                             else:
                                 flat.add_(v)  # the peers' deltas, to add
+        if self.scheduler is not None:
+            if r.reset is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the order check: this step did run the optimizer's
+                    self.scheduler.step()
+            self._sync_scheduler()
         self.population = r.barrier.population
         if self.scale_updates and r.barrier.lr_scale > 0:
             self.lr_scale = r.barrier.lr_scale
@@ -506,8 +560,54 @@ class Optimizer(torch.optim.Optimizer):
             self.step_count = int(reset.step)
         log.warning("pspnode: the daemon moved to lineage %s of the job (%s): the parameters and the step (%d) are "
                     "the job's now; the optimizer's state is kept", reset.lineage[:16], reset.reason, reset.step)
+        self._jumped(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
+
+    def _jumped(self, r: Reset):
+        """The step became the job's (r.step): the optimizer's scheduler is
+        brought there, and on_reset told."""
+        self._sync_scheduler()
         if self.on_reset is not None:
-            self.on_reset(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
+            self.on_reset(r)
+
+    # -- the scheduler -----------------------------------------------------
+
+    def _build_scheduler(self):
+        """Builds the scheduler anew, from the learning rates it started
+        from (each group's initial_lr, once a scheduler has set it)."""
+        for g in self.param_groups:
+            if "initial_lr" in g:
+                g["lr"] = g["initial_lr"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sched = self._sched_factory(self)
+        if not hasattr(sched, "step") or not hasattr(sched, "last_epoch"):
+            raise TypeError(f"scheduler= built {type(sched).__name__}, not a torch learning-rate scheduler")
+        if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise TypeError("ReduceLROnPlateau follows a metric, not the step: step it yourself "
+                            "(sched.step(val_loss)) rather than through scheduler=")
+        if getattr(sched, "optimizer", None) is not self:
+            raise ValueError("scheduler= must build the scheduler on the optimizer it is given "
+                             "(lambda opt: StepLR(opt, ...)), not on the wrapped one")
+        self.scheduler, self._sched_fresh = sched, True
+
+    def _sync_scheduler(self):
+        """Brings the optimizer's scheduler to the step: forward by its own
+        steps, or, when it is ahead or its state was overwritten by a load,
+        built anew and stepped there."""
+        if self.scheduler is None:
+            return
+        target = self.step_count
+        if not self._sched_fresh or self.scheduler.last_epoch > target:
+            self._build_scheduler()
+        n = target - self.scheduler.last_epoch
+        if n <= 0:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(n):
+                self.scheduler.step()
+        log.info("pspnode: the scheduler brought to the job's step %d (lr %s)", target,
+                 ", ".join(f"{g['lr']:.4g}" for g in self.param_groups))
 
     def checkpoint(self) -> str:
         """Writes the parameters to the daemon's checkpoint file (pspnode
