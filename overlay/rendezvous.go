@@ -56,6 +56,9 @@ import (
 // noiseID is the security protocol the pre-handshake selects.
 const noiseID = "/noise"
 
+// probeHandshake bounds the pre-handshake once the TCP connection is up.
+const probeHandshake = 5 * time.Second
+
 // IsRendezvous reports whether a bootstrap address names a peer by its
 // address alone: "host:port", or a multiaddr without /p2p/<id>.
 func IsRendezvous(s string) bool {
@@ -136,9 +139,14 @@ func ProbePeerID(ctx context.Context, key crypto.PrivKey, psk ipnet.PSK, addr ma
 		return "", fmt.Errorf("%w (%s): %v", ErrNoPeerAtAddress, hostport, err)
 	}
 	defer raw.Close()
-	if dl, ok := ctx.Deadline(); ok {
-		_ = raw.SetDeadline(dl)
+	// What answers has probeHandshake to complete the handshake: a node
+	// of the job does so within round trips, while one of another swarm
+	// key reads garbage and may wait for more of it until the deadline.
+	dl := time.Now().Add(probeHandshake)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
 	}
+	_ = raw.SetDeadline(dl)
 	stop := context.AfterFunc(ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 	conn := raw

@@ -23,9 +23,10 @@ and daemon.log) goes with it; one left by a process killed outright
 (SIGKILL, or SIGTERM without a handler) is removed by the next daemon a
 process of the same user starts, once both its owners are gone.
 
-The binary is the first of: the ``binary`` argument, $PSPNODE_BIN,
-``pspnode`` on PATH, and the repository's bin/pspnode (``make build``) when
-the client runs from a checkout.
+The binary is the first of: the ``binary`` argument, $PSPNODE_BIN, the one
+the installed wheel carries (``make dist`` builds wheels with the static
+binary inside), ``pspnode`` on PATH, and the repository's bin/pspnode
+(``make build``) when the client runs from a checkout.
 """
 
 import errno
@@ -51,9 +52,39 @@ log = logging.getLogger("pspnode")
 _LOG_LINES = 20
 
 
+def _bundled() -> Path:
+    """Where a wheel built by make dist carries the binary."""
+    return Path(__file__).resolve().parent / "bin" / ("pspnode.exe" if os.name == "nt" else "pspnode")
+
+
+def _checkout_bin() -> Optional[Path]:
+    """The repository's bin/pspnode (make build) when this module runs from
+    a checkout (clients/python/pspnode/daemon.py), else None: an installed
+    package's parents are not a repository."""
+    here = Path(__file__).resolve()
+    if here.parents[1].name != "python" or here.parents[2].name != "clients":
+        return None
+    root = here.parents[3]
+    return root / "bin" / "pspnode" if (root / "go.mod").is_file() else None
+
+
+def _executable(path: Path) -> bool:
+    if not path.is_file():
+        return False
+    if not os.access(path, os.X_OK):  # a wheel unpacked without its mode bits
+        try:
+            path.chmod(path.stat().st_mode | 0o111)
+        except OSError:
+            return False
+    return os.access(path, os.X_OK)
+
+
 def find_binary(binary: Optional[str] = None) -> str:
-    """The pspnode binary to start (see the module comment), or
-    DaemonStartError naming every place it looked."""
+    """The pspnode binary to start, or DaemonStartError naming every place
+    it looked: the ``binary`` argument, $PSPNODE_BIN, the binary the
+    installed wheel carries (pspnode/bin/), ``pspnode`` on PATH, and the
+    repository's bin/pspnode (make build) when the client runs from a
+    checkout."""
     looked = []
     for what, path in (("pspnode_bin=", binary), ("$PSPNODE_BIN", os.environ.get("PSPNODE_BIN"))):
         if path:  # named explicitly: that one or none
@@ -62,17 +93,23 @@ def find_binary(binary: Optional[str] = None) -> str:
             raise DaemonStartError(None, f"{what}{path} is not an executable file: build pspnode (make build, in "
                                    "the repository) and name its binary, e.g. bin/pspnode", "start", "NO_BINARY",
                                    {"binary": path})
+    bundled = _bundled()
+    if _executable(bundled):
+        return str(bundled)
+    looked.append(f"{bundled} (none: this package was installed without the binary; the wheels of make dist carry it)")
     on_path = shutil.which("pspnode")
     if on_path:
         return on_path
     looked.append("pspnode on PATH (none)")
-    repo = Path(__file__).resolve().parents[3] / "bin" / "pspnode"
-    if repo.is_file() and os.access(repo, os.X_OK):
-        return str(repo)
-    looked.append(f"{repo} (none)")
+    repo = _checkout_bin()
+    if repo is not None:
+        if _executable(repo):
+            return str(repo)
+        looked.append(f"{repo} (none)")
     raise DaemonStartError(None, "no pspnode binary to start a daemon: looked at " + "; ".join(looked) +
-                           ". Build it (make build, in the repository) and set PSPNODE_BIN, or put it on PATH; "
-                           "or start a daemon yourself (pspnode run --trainer unix:PATH) and pass its address",
+                           ". Install a wheel that carries it (make dist, or make wheel for this machine), or build "
+                           "it (make build, in the repository) and set PSPNODE_BIN or put it on PATH; or start a "
+                           "daemon yourself (pspnode run --trainer unix:PATH) and pass its address",
                            "start", "NO_BINARY")
 
 
@@ -114,6 +151,10 @@ def _local_listen(bootstrap: Sequence[str]) -> Optional[str]:
             return f"/{'ip4' if family == socket.AF_INET else 'ip6'}/{sa[0]}/tcp/{hp[1]}"
     return None
 
+
+# A daemon's reasons for waiting that waiting longer does not change: what
+# answers at the bootstrap address is not a node of the job.
+_DEFINITIVE = re.compile(r"a node of another job|holds another swarm key|not a libp2p node")
 
 _OWNERS = "owners"  # in a daemon's folder: "PYTHON_PID DAEMON_PID"
 
@@ -317,10 +358,16 @@ class Daemon:
         finally:
             self._stdout_done.set()
 
-    def alive(self):
-        """Raises DaemonStartError if the process has exited."""
+    def alive(self, waiting: str = ""):
+        """Raises DaemonStartError if the process has exited, and
+        BootstrapError if its reason for waiting (``waiting``, the
+        daemon's last) says it cannot join through its bootstrap addresses
+        however long it waits: a node of another job answers there, or
+        something that is not a node of the job's swarm key."""
         if self.proc is not None and self.proc.poll() is not None:
             raise self.failure("exited")
+        if self.bootstrap and waiting and _DEFINITIVE.search(waiting):
+            raise self.failure("cannot join its job", waiting=waiting)
 
     def log_tail(self, n: int = _LOG_LINES) -> List[str]:
         """The last n lines of the daemon's log."""

@@ -212,7 +212,7 @@ class Optimizer(torch.optim.Optimizer):
                                  binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
-            client_args.setdefault("alive", self.daemon.alive)
+            client_args.setdefault("alive", lambda: self.daemon.alive(self.client.last_waiting))
         self.client = Client(daemon, model_name=name, num_params=n, model_id=self.model_id,
                              step=self.step_count, params_provider=self._params, **client_args)
         try:

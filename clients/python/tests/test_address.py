@@ -92,7 +92,7 @@ class StartFromAnAddress(unittest.TestCase):
         m = net()
         with self.assertRaises(pspnode.BootstrapError) as cm:
             pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job=kw.pop("job", "address"),
-                              bootstrap=boot, start_timeout=5, daemon_args=["--nat-traversal=false"], **kw)
+                              bootstrap=boot, start_timeout=30, daemon_args=["--nat-traversal=false"], **kw)
         self.assertIsInstance(cm.exception, pspnode.DaemonStartError)
         self.assertEqual(cm.exception.metadata["bootstrap"], boot)
         return cm.exception
