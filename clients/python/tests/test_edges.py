@@ -1,14 +1,11 @@
 """The client's smaller edges: a cut reason keeps its cause, a tcp: address
 off loopback is refused, something that is not a daemon at the address is
-named within a deadline, a busy --http port gets the right advice, and a
-daemon's folder left by a killed trainer is removed."""
+named within a deadline, and a busy --http port gets the right advice."""
 
 import http.server
 import logging
 import os
-import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
@@ -18,7 +15,6 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import pspnode  # noqa: E402
-from pspnode import daemon as daemon_mod  # noqa: E402
 from pspnode.client import short_reason  # noqa: E402
 
 BIN = os.environ.get("PSPNODE_BIN", "")
@@ -28,10 +24,6 @@ logging.basicConfig(level=logging.WARNING)
 class Quiet(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
-
-
-def alive(pid):
-    return daemon_mod._alive(pid)
 
 
 class Edges(unittest.TestCase):
@@ -90,32 +82,6 @@ class DaemonEdges(unittest.TestCase):
         self.assertIn(f"its --http port is in use (127.0.0.1:{port})", msg)
         self.assertIn("daemon_args", msg)
         self.assertNotIn("pass listen=", msg)
-
-    def test_folder_of_a_killed_trainer_removed(self):
-        code = ("import sys, torch, pspnode\n"
-                "m = torch.nn.Linear(2, 1)\n"
-                "o = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job='killed')\n"
-                "print(o.daemon.proc.pid, o.daemon.dir, flush=True)\n"
-                "sys.stdin.read()\n")
-        env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
-        for sig in (signal.SIGTERM, signal.SIGKILL):
-            p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 env=env, text=True)
-            pid, folder = p.stdout.readline().split()
-            pid = int(pid)
-            self.assertTrue(os.path.isdir(folder))
-            os.kill(p.pid, sig)
-            p.wait()
-            p.stdin.close()
-            p.stdout.close()
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline and alive(pid):
-                time.sleep(0.05)
-            self.assertFalse(alive(pid), "the daemon outlived the process that started it")
-            # The next daemon started on this machine removes the folder.
-            removed = daemon_mod.clean_stale()
-            self.assertIn(folder, removed, sig.name)
-            self.assertFalse(os.path.exists(folder), sig.name)
 
 
 if __name__ == "__main__":
