@@ -425,8 +425,18 @@ func (j *joiner) checkSplit(ctx context.Context) {
 	for _, p := range j.o.Peers() {
 		live[p] = true
 	}
+	cands := slices.Clone(j.boot)
+	if j.o.rv.pending() {
+		// The node at a bootstrap address may have been replaced since
+		// (restarted with another identity, it started alone): ask the
+		// addresses again.
+		rctx, cancel := context.WithTimeout(ctx, j.o.cfg.JoinTimeout)
+		learnt, _ := j.o.resolveRendezvous(rctx)
+		cancel()
+		cands = append(cands, learnt...)
+	}
 	var apart []peer.AddrInfo
-	for _, ai := range append(slices.Clone(j.boot), j.o.rv.learnt()...) {
+	for _, ai := range cands {
 		if !live[ai.ID] && j.o.h.Network().Connectedness(ai.ID) != network.Connected {
 			apart = append(apart, ai)
 		}

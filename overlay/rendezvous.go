@@ -188,7 +188,7 @@ func dialTarget(addr ma.Multiaddr) (string, error) {
 }
 
 // rendezvousSet is an overlay's bootstrap peers known by address alone,
-// and the peers their addresses last answered with.
+// and the peer each address last answered with.
 type rendezvousSet struct {
 	mu    sync.Mutex
 	addrs []ma.Multiaddr  // not this node's
@@ -261,9 +261,14 @@ func (o *Overlay) resolveRendezvous(ctx context.Context) ([]peer.AddrInfo, []err
 		default:
 			ai := peer.AddrInfo{ID: ids[i], Addrs: []ma.Multiaddr{a}}
 			found = append(found, ai)
-			if !slices.ContainsFunc(o.rv.peers, func(p peer.AddrInfo) bool { return p.ID == ai.ID }) {
+			at := slices.IndexFunc(o.rv.peers, func(p peer.AddrInfo) bool { return p.Addrs[0].Equal(a) })
+			switch {
+			case at < 0:
 				o.log.Info("learnt the peer at a bootstrap address", "addr", a, "peer", ai.ID)
 				o.rv.peers = append(o.rv.peers, ai)
+			case o.rv.peers[at].ID != ai.ID:
+				o.log.Info("another peer answers at a bootstrap address now", "addr", a, "peer", ai.ID, "was", o.rv.peers[at].ID)
+				o.rv.peers[at] = ai
 			}
 		}
 	}

@@ -171,6 +171,57 @@ func TestJoinThroughAddressBeforeItListens(t *testing.T) {
 	})
 }
 
+// The node at the address restarted with another identity (it starts
+// alone, the address being its own): a node that joined through the
+// address finds it there at its next split check, and the two meet again.
+func TestJoinThroughAddressReplaced(t *testing.T) {
+	h0 := pskHost(t, "/ip4/127.0.0.1/tcp/0", nil)
+	addr := tcpAddr(t, h0)
+	o0, err := rendezvousOverlay(t, h0, nil, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := DefaultConfig()
+	cfg.Job, cfg.KeepJoining, cfg.JoinTimeout, cfg.BootstrapAddrs = "jointest", true, 5*time.Second, []string{addr}
+	cfg.Join.SplitCheck, cfg.Join.Check = 200*time.Millisecond, 100*time.Millisecond
+	h1 := pskHost(t, "/ip4/127.0.0.1/tcp/0", nil)
+	o1, err := New(context.Background(), h1, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = o1.Close() })
+	eventually(t, 20*time.Second, "the two know each other", func() bool {
+		return knowEachOther([]*Overlay{o0, o1}, []host.Host{h0, h1})
+	})
+	// A third node keeps o1's routing table from emptying (a job goes on
+	// without the node at the address), so only the split check can
+	// bring the new node in.
+	h2 := pskHost(t, "/ip4/127.0.0.1/tcp/0", nil)
+	o2, err := rendezvousOverlay(t, h2, nil, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 20*time.Second, "the three know each other", func() bool {
+		return knowEachOther([]*Overlay{o0, o1, o2}, []host.Host{h0, h1, h2})
+	})
+	_ = o0.Close()
+	_ = h0.Close()
+	h3 := pskHost(t, "/ip4/"+strings.Replace(addr, ":", "/tcp/", 1), nil)
+	o3, err := rendezvousOverlay(t, h3, nil, addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o3.Joining() {
+		t.Fatal("the restarted node at the address does not start alone")
+	}
+	eventually(t, 30*time.Second, "the restarted node found again at its address", func() bool {
+		return knowEachOther([]*Overlay{o1, o3}, []host.Host{h1, h3})
+	})
+	if bp := o1.BootstrapPeers(); len(bp) != 1 || bp[0].ID != h3.ID() {
+		t.Errorf("bootstrap peers %v: want the one now at %s, %s", bp, addr, h3.ID())
+	}
+}
+
 // A node of another job at the address is named as such at the first
 // attempt, not after the join's timeout.
 func TestJoinThroughAddressOfAnotherJob(t *testing.T) {
