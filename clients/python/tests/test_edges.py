@@ -15,6 +15,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 import pspnode  # noqa: E402
+from pspnode import client as client_mod  # noqa: E402
 from pspnode.client import short_reason  # noqa: E402
 
 BIN = os.environ.get("PSPNODE_BIN", "")
@@ -54,6 +55,9 @@ class Edges(unittest.TestCase):
         silent.bind(("127.0.0.1", 0))
         silent.listen()
         self.addCleanup(silent.close)
+        was = client_mod._HANDSHAKE_S
+        client_mod._HANDSHAKE_S = 1.0  # a daemon answers in milliseconds; 5 s is for a loaded machine
+        self.addCleanup(setattr, client_mod, "_HANDSHAKE_S", was)
         for what, port in (("an HTTP/1 server", srv.server_address[1]), ("a silent one", silent.getsockname()[1])):
             c = pspnode.Client(f"tcp:127.0.0.1:{port}", model_name="m", num_params=3, model_id=1)  # no timeout
             t = time.monotonic()
