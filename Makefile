@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test tidy-check test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto torch-example bench-trainer compare-ddp compare-diloco
+.PHONY: all build test tidy-check test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto wheel torch-example bench-trainer compare-ddp compare-diloco
 
 all: build
 
@@ -119,13 +119,23 @@ fuzz:
 	  done; \
 	done
 
-## dist: static binaries (CGO off) for the platforms users run
+DIST_PLATFORMS := linux/amd64 linux/arm64 darwin/arm64 windows/amd64
+
+## dist: static binaries (CGO off) for the platforms users run, and the
+## Python client's wheels that carry them (pip install dist/pspnode-*.whl
+## gives pspnode.Optimizer its binary; scripts/wheels.sh)
 dist:
-	@for p in linux/amd64 linux/arm64 darwin/arm64 windows/amd64; do \
+	@for p in $(DIST_PLATFORMS); do \
 	  os=$${p%/*}; arch=$${p#*/}; ext=; [ $$os = windows ] && ext=.exe; \
 	  echo "dist/pspnode-$$os-$$arch$$ext"; \
 	  CGO_ENABLED=0 GOOS=$$os GOARCH=$$arch $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o dist/pspnode-$$os-$$arch$$ext ./cmd/pspnode || exit 1; \
 	done
+	LDFLAGS='$(LDFLAGS)' scripts/wheels.sh dist $(DIST_PLATFORMS)
+
+## wheel: the Python client's wheel for this machine, with its binary, in
+## dist/ (pip install dist/pspnode-*.whl)
+wheel:
+	LDFLAGS='$(LDFLAGS)' scripts/wheels.sh dist host
 
 ## lint: formatting and vet
 lint:

@@ -29,8 +29,17 @@ type Config struct {
 	// WithHost.
 	Listen []string
 	// Bootstrap are multiaddrs ending in /p2p/<id> to join through; empty
-	// for the first node of a job.
+	// for the first node of a job. An address without a peer ID
+	// ("host:port", or a TCP multiaddr without /p2p) names a peer by its
+	// address alone: its ID is learnt by a handshake at the join (package
+	// overlay, rendezvous.go), secured by PSK when set; the node's own
+	// address is left out, and a node given only its own starts the job.
 	Bootstrap []string
+	// MDNS announces the node on its local network and connects to the
+	// peers of its job found there (mDNS): workers on one LAN find each
+	// other with no address at all. Off by default: it tells every host
+	// of the network that a node of the job runs here, and where.
+	MDNS bool
 	// Identity is the host's private key; nil makes a fresh one. Not used
 	// with WithHost.
 	Identity crypto.PrivKey

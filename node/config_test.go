@@ -103,7 +103,7 @@ func TestValidateNamesTheField(t *testing.T) {
 		{"gossip message size", func(c *Config) { c.Exchange.Spec, c.Gossip.MaxMessageSize = exchange.Spec{}, -1 }, "MaxMessageSize must be >= 0"},
 		{"epidemic sends whole models", func(c *Config) { c.Gossip.Encoding = gossip.EncodingTopK16 }, "Gossip.Encoding: exchange epidemic:4 sends whole models"},
 		{"exchange max value", func(c *Config) { c.Exchange.MaxAbsValue = 0 }, "Exchange.MaxAbsValue 0 must be positive"},
-		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/tcp/1"} }, "Bootstrap: bootstrap address"},
+		{"bootstrap not TCP without id", func(c *Config) { c.Bootstrap = []string{"/ip4/1.2.3.4/udp/1/quic-v1"} }, "Bootstrap: bootstrap address"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()

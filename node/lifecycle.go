@@ -225,6 +225,10 @@ func overlayConfig(cfg Config, log *slog.Logger) overlay.Config {
 	ocfg.Job = cfg.Job
 	ocfg.KeepJoining = true
 	ocfg.BootstrapAddrs = append(append([]string(nil), ocfg.BootstrapAddrs...), cfg.Bootstrap...)
+	ocfg.PSK = cfg.PSK
+	if cfg.MDNS && ocfg.MDNS == "" {
+		ocfg.MDNS = overlay.MDNSService(cfg.Job, cfg.PSK)
+	}
 	if ocfg.Logger == nil {
 		ocfg.Logger = log
 	}
@@ -256,9 +260,9 @@ func (n *Node) newOverlay(ctx context.Context) error {
 }
 
 // hasBootstrap reports whether the node joins through bootstrap peers
-// (configured, or remembered from its last run); a node without starts
-// the job.
-func (n *Node) hasBootstrap() bool { return len(n.ov.BootstrapPeers()) > 0 }
+// (configured, remembered from its last run, named by an address that is
+// not its own, or found by mDNS); a node without starts the job.
+func (n *Node) hasBootstrap() bool { return n.ov.Joining() }
 
 // overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
 // label and the seed, so it is unrelated to the node's own streams (which

@@ -31,7 +31,7 @@ func TestValidateNetwork(t *testing.T) {
 		{"key with TCP", func(c *Config) { c.PSK, c.Listen = key, []string{"/ip4/0.0.0.0/tcp/4001", "/ip6/::/tcp/4001"} }, ""},
 		{"key with websocket", func(c *Config) { c.PSK, c.Listen = key, []string{"/ip4/0.0.0.0/tcp/4001/ws"} }, "only TCP"},
 		{"short key", func(c *Config) { c.PSK, c.Listen = key[:16], []string{"/ip4/0.0.0.0/tcp/4001"} }, "16 bytes"},
-		{"bootstrap without id", func(c *Config) { c.Bootstrap = []string{"/dns4/boot/tcp/4001"} }, `"/dns4/boot/tcp/4001": must end in /p2p/`},
+		{"bootstrap without port", func(c *Config) { c.Bootstrap = []string{"boot.lan"} }, `"boot.lan": want HOST:PORT`},
 		{"bad retry bounds", func(c *Config) { c.Overlay.Join.RetryMax = 0 }, "Join.RetryMax 0s"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

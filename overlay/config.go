@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/libp2p/go-libp2p/core/pnet"
+	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/jobname"
@@ -26,7 +28,22 @@ type Config struct {
 	BootstrapPeers []peer.AddrInfo
 	// BootstrapAddrs are bootstrap peers as multiaddr strings ending in
 	// /p2p/<id>; they are parsed by New and merged with BootstrapPeers.
+	// An address without a peer ID (HOST:PORT, or a TCP multiaddr without
+	// /p2p) names a peer by its address alone: its ID is learnt by a
+	// pre-handshake at every join attempt (rendezvous.go), and an address
+	// of this node's own is left out (the node then starts the job).
 	BootstrapAddrs []string
+	// PSK is the job's swarm key, which the pre-handshake to a bootstrap
+	// address speaks through (nil: an open job). The host must be built
+	// with the same key.
+	PSK pnet.PSK
+	// MDNS, if set, is the mDNS service name under which the overlay
+	// announces itself and finds peers on the local network (mdns.go);
+	// "" turns it off. MDNSWait is how long a node with no bootstrap
+	// peers waits in New for a peer found that way before it starts
+	// alone.
+	MDNS     string
+	MDNSWait time.Duration
 
 	// BucketSize is Kademlia's k: routing-table bucket size and the number
 	// of peers a lookup returns. The zone estimator treats buckets holding
@@ -212,6 +229,7 @@ func DefaultConfig() Config {
 		MaxReports:         64,
 		PerAddress:         1,
 		Join:               DefaultJoinConfig(),
+		MDNSWait:           2 * time.Second,
 	}
 }
 
@@ -293,6 +311,12 @@ func (c Config) Validate() error {
 			return bad("%v", err)
 		}
 	}
+	if len(c.PSK) != 0 && len(c.PSK) != 32 {
+		return bad("PSK of %d bytes: want 32", len(c.PSK))
+	}
+	if c.MDNSWait < 0 {
+		return bad("MDNSWait %v must not be negative", c.MDNSWait)
+	}
 	if c.WarmupPeriod < 0 || c.DeadHold < 0 || c.RetryDead < 0 || c.RevivalProbes < 0 || c.PerAddress < 0 || c.MaxUnconfirmed < 0 {
 		return bad("WarmupPeriod, DeadHold, RetryDead, RevivalProbes, PerAddress and MaxUnconfirmed must not be negative")
 	}
@@ -303,6 +327,9 @@ func (c Config) Validate() error {
 // parsed BootstrapAddrs, one AddrInfo per peer (the addresses of one peer
 // merged).
 func (c Config) Bootstrap() ([]peer.AddrInfo, error) {
+	if _, err := c.rendezvous(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
 	var out []peer.AddrInfo
 	for _, ai := range c.BootstrapPeers {
 		out = addInfo(out, peer.AddrInfo{ID: ai.ID, Addrs: slices.Clone(ai.Addrs)})
@@ -322,4 +349,22 @@ func (c *Config) logger() *slog.Logger {
 		return c.Logger
 	}
 	return slog.New(slog.DiscardHandler)
+}
+
+// rendezvous is the bootstrap addresses given without a peer ID, parsed.
+func (c Config) rendezvous() ([]ma.Multiaddr, error) {
+	var out []ma.Multiaddr
+	for _, s := range c.BootstrapAddrs {
+		if !IsRendezvous(s) {
+			continue
+		}
+		a, err := ParseRendezvous(s)
+		if err != nil {
+			return nil, err
+		}
+		if !slices.ContainsFunc(out, a.Equal) {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }

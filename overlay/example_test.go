@@ -64,3 +64,21 @@ func Example() {
 	fmt.Println("sampled:", len(sample), "estimate:", n, err)
 	// Output: sampled: 2 estimate: 4 <nil>
 }
+
+// A bootstrap address given without a peer ID, as DDP's ranks are given
+// MASTER_ADDR:MASTER_PORT: the overlay learns the peer ID at it by a
+// handshake when it joins.
+func ExampleParseRendezvous() {
+	for _, s := range []string{"10.0.0.5:29500", "[::1]:29500", "node0.lan:29500", "/ip4/10.0.0.5/tcp/4001"} {
+		a, err := overlay.ParseRendezvous(s)
+		fmt.Println(a, err)
+	}
+	_, err := overlay.ParseRendezvous("10.0.0.5")
+	fmt.Println(err != nil)
+	// Output:
+	// /ip4/10.0.0.5/tcp/29500 <nil>
+	// /ip6/::1/tcp/29500 <nil>
+	// /dns/node0.lan/tcp/29500 <nil>
+	// /ip4/10.0.0.5/tcp/4001 <nil>
+	// true
+}

@@ -84,17 +84,22 @@ func (c JoinConfig) validate() error {
 }
 
 // ParseBootstrap parses bootstrap multiaddrs (/ip4, /ip6, /dns, /dns4,
-// /dns6 ... ending in /p2p/<id>) into one AddrInfo per peer. The error
-// names the address at fault.
+// /dns6 ... ending in /p2p/<id>) into one AddrInfo per peer. Addresses
+// without a peer ID (HOST:PORT, see rendezvous.go) are checked and left
+// out: their peers are learnt at the join. The error names the address at
+// fault.
 func ParseBootstrap(addrs []string) ([]peer.AddrInfo, error) {
 	var out []peer.AddrInfo
 	for _, s := range addrs {
+		if IsRendezvous(s) { // an address alone: its peer ID is learnt at the join (rendezvous.go)
+			if _, err := ParseRendezvous(s); err != nil {
+				return nil, err
+			}
+			continue
+		}
 		a, err := ma.NewMultiaddr(s)
 		if err != nil {
 			return nil, fmt.Errorf("bootstrap address %q: %w", s, err)
-		}
-		if _, err := a.ValueForProtocol(ma.P_P2P); err != nil {
-			return nil, fmt.Errorf("bootstrap address %q: must end in /p2p/<peer id> (run 'pspnode id --identity FILE' on the bootstrap node to print it)", s)
 		}
 		ai, err := peer.AddrInfoFromP2pAddr(a)
 		if err != nil {
@@ -303,23 +308,42 @@ func (j *joiner) attempt(ctx context.Context) error {
 	j.attempts++
 	j.mu.Unlock()
 	timeout := j.o.cfg.JoinTimeout
-	ok, err := j.dial(ctx, j.boot, timeout)
+	ok, err := j.dial(ctx, j.boot, timeout, true)
 	if len(ok) == 0 {
 		return err
 	}
 	rctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	for !j.inNetwork() {
+		if j.o.otherJob(ok) { // nothing to wait for
+			return j.o.whyNotInNetwork(ok)
+		}
 		t := time.NewTimer(50 * time.Millisecond)
 		select {
 		case <-rctx.Done():
 			t.Stop()
-			return j.whyNotInNetwork(ok)
+			return j.o.whyNotInNetwork(ok)
 		case <-t.C:
 		}
 	}
 	j.refresh(rctx)
 	return nil
+}
+
+// otherJob reports whether every peer of ok has identified itself (its
+// protocols are known) without the job's DHT protocol: nodes of another
+// job, which will never enter the routing table.
+func (o *Overlay) otherJob(ok []peer.ID) bool {
+	ps := o.h.Peerstore()
+	for _, p := range ok {
+		if protos, _ := ps.GetProtocols(p); len(protos) == 0 {
+			return false
+		}
+		if has, _ := ps.SupportsProtocols(p, o.proto); len(has) > 0 {
+			return false
+		}
+	}
+	return len(ok) > 0
 }
 
 // refresh refreshes every bucket of the routing table, waiting until done
@@ -333,13 +357,13 @@ func (j *joiner) refresh(ctx context.Context) {
 
 // whyNotInNetwork explains why bootstrap peers that accepted a connection
 // did not enter the routing table.
-func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
-	proto := j.o.proto
+func (o *Overlay) whyNotInNetwork(ok []peer.ID) error {
+	proto := o.proto
 	for _, p := range ok {
-		if j.o.h.Network().Connectedness(p) != network.Connected {
+		if o.h.Network().Connectedness(p) != network.Connected {
 			return fmt.Errorf("bootstrap peer %s closed the connection before identifying itself: is this node in its allowlist (--allow-peers)?", p)
 		}
-		if has, _ := j.o.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
+		if has, _ := o.h.Peerstore().SupportsProtocols(p, proto); len(has) == 0 {
 			return fmt.Errorf("bootstrap peer %s does not speak %s: a node of another job (--job)?", p, proto)
 		}
 	}
@@ -347,14 +371,27 @@ func (j *joiner) whyNotInNetwork(ok []peer.ID) error {
 }
 
 // dial connects to peers in parallel, each within timeout, and returns
-// those that connected and, if none did, why. It clears the swarm's dial
+// those that connected and, if none did, why; withAddrs, it first learns
+// the peers at the bootstrap addresses given without a peer ID
+// (rendezvous.go), within the same timeout, and dials them too. It clears the swarm's dial
 // backoff for them first: after a failed dial go-libp2p refuses to dial an
 // address again for 5 s and more (growing with each failure, up to 5 min),
 // so that most retries on the joiner's schedule (RetryMin to RetryMax)
 // failed with "dial backoff" and dialled nothing.
-func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration) ([]peer.ID, error) {
+func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.Duration, withAddrs bool) ([]peer.ID, error) {
 	dctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
+	var why []string
+	if withAddrs {
+		learnt, errs := j.o.resolveRendezvous(dctx)
+		peers = slices.Clone(peers)
+		for _, ai := range learnt {
+			peers = addInfo(peers, ai)
+		}
+		for _, err := range errs {
+			why = append(why, err.Error())
+		}
+	}
 	if b, ok := j.o.h.Network().(interface{ Backoff() *swarm.DialBackoff }); ok {
 		for _, ai := range peers {
 			b.Backoff().Clear(ai.ID)
@@ -367,7 +404,6 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 	}
 	wg.Wait()
 	var ok []peer.ID
-	var why []string
 	for i, err := range errs {
 		if err == nil {
 			ok = append(ok, peers[i].ID)
@@ -378,7 +414,7 @@ func (j *joiner) dial(ctx context.Context, peers []peer.AddrInfo, timeout time.D
 	if len(ok) > 0 {
 		return ok, nil
 	}
-	return nil, fmt.Errorf("no bootstrap peer reachable (%d tried): %s", len(peers), strings.Join(why, "; "))
+	return nil, fmt.Errorf("no bootstrap peer reachable (%d tried): %s", len(why), strings.Join(why, "; "))
 }
 
 // checkSplit dials one bootstrap peer, drawn at random among those the
@@ -389,8 +425,18 @@ func (j *joiner) checkSplit(ctx context.Context) {
 	for _, p := range j.o.Peers() {
 		live[p] = true
 	}
+	cands := slices.Clone(j.boot)
+	if j.o.rv.pending() {
+		// The node at a bootstrap address may have been replaced since
+		// (restarted with another identity, it started alone): ask the
+		// addresses again.
+		rctx, cancel := context.WithTimeout(ctx, j.o.cfg.JoinTimeout)
+		learnt, _ := j.o.resolveRendezvous(rctx)
+		cancel()
+		cands = append(cands, learnt...)
+	}
 	var apart []peer.AddrInfo
-	for _, ai := range j.boot {
+	for _, ai := range cands {
 		if !live[ai.ID] && j.o.h.Network().Connectedness(ai.ID) != network.Connected {
 			apart = append(apart, ai)
 		}
@@ -399,7 +445,7 @@ func (j *joiner) checkSplit(ctx context.Context) {
 		return
 	}
 	ai := apart[j.rng.IntN(len(apart))]
-	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.o.cfg.JoinTimeout); len(ok) == 0 {
+	if ok, _ := j.dial(ctx, []peer.AddrInfo{ai}, j.o.cfg.JoinTimeout, false); len(ok) == 0 {
 		return
 	}
 	j.found.Inc()
@@ -415,9 +461,10 @@ func (j *joiner) checkSplit(ctx context.Context) {
 // status is the join's part of /status.
 func (j *joiner) status() JoinStatus {
 	joined := j.inNetwork()
+	learnt := len(j.o.rv.learnt())
 	j.mu.Lock()
 	defer j.mu.Unlock()
-	st := JoinStatus{Joined: joined, JoinAttempts: j.attempts, BootstrapPeers: len(j.boot), BootstrapRediscovered: j.met}
+	st := JoinStatus{Joined: joined, JoinAttempts: j.attempts, BootstrapPeers: len(j.boot) + learnt, BootstrapRediscovered: j.met}
 	if !joined {
 		st.JoinError = j.err
 		if st.JoinError == "" {

@@ -46,9 +46,14 @@ func TestParseBootstrap(t *testing.T) {
 		{"dns4", []string{"/dns4/boot.example/tcp/4001/p2p/" + id}, 1, ""},
 		{"dns6", []string{"/dns6/boot.example/udp/4001/quic-v1/p2p/" + id}, 1, ""},
 		{"two addresses of one peer", []string{"/ip4/10.0.0.1/tcp/4001/p2p/" + id, "/dns4/boot.example/tcp/4001/p2p/" + id}, 1, ""},
-		{"no peer id", []string{"/ip4/10.0.0.1/tcp/4001"}, 0, `"/ip4/10.0.0.1/tcp/4001": must end in /p2p/<peer id>`},
+		// Addresses without a peer ID are checked and left to the join
+		// (rendezvous.go).
+		{"no peer id", []string{"/ip4/10.0.0.1/tcp/4001"}, 0, ""},
+		{"host:port", []string{"10.0.0.1:4001"}, 0, ""},
+		{"host:port beside a full address", []string{"10.0.0.1:4001", "/ip4/10.0.0.1/tcp/4001/p2p/" + id}, 1, ""},
+		{"no peer id, not TCP", []string{"/ip4/10.0.0.1/udp/4001/quic-v1"}, 0, `"/ip4/10.0.0.1/udp/4001/quic-v1": without /p2p/<peer id>`},
 		{"bad peer id", []string{"/ip4/10.0.0.1/tcp/4001/p2p/nope"}, 0, `"/ip4/10.0.0.1/tcp/4001/p2p/nope"`},
-		{"not a multiaddr", []string{"10.0.0.1:4001"}, 0, `"10.0.0.1:4001"`},
+		{"no port", []string{"10.0.0.1"}, 0, `"10.0.0.1": want HOST:PORT`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseBootstrap(tc.in)
@@ -61,8 +66,14 @@ func TestParseBootstrap(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if len(got) != tc.peers || len(got[0].Addrs) != len(tc.in) {
-				t.Errorf("got %v, want %d peer(s) with %d address(es)", got, tc.peers, len(tc.in))
+			full := 0
+			for _, a := range tc.in {
+				if !IsRendezvous(a) {
+					full++
+				}
+			}
+			if len(got) != tc.peers || (tc.peers > 0 && len(got[0].Addrs) != full) {
+				t.Errorf("got %v, want %d peer(s) with %d address(es)", got, tc.peers, full)
 			}
 		})
 	}

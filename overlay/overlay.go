@@ -49,9 +49,12 @@ type Overlay struct {
 	poolProto protocol.ID
 	selfKey   []byte
 	bootstrap []peer.AddrInfo
-	joinErr   error      // why New could not join (KeepJoining); set before New returns
-	joiner    *joiner    // keeps the overlay joined (KeepJoining with bootstrap peers); nil otherwise
-	state     *peerState // the peers file (Config.PeersFile); nil without one
+	joinErr   error                      // why New could not join (KeepJoining); set before New returns
+	joiner    *joiner                    // keeps the overlay joined (KeepJoining with bootstrap peers); nil otherwise
+	rv        rendezvousSet              // bootstrap peers known by address alone (rendezvous.go)
+	mdns      interface{ Close() error } // mDNS discovery (mdns.go); nil when off
+	mdnsCh    chan peer.AddrInfo         // peers mDNS found
+	state     *peerState                 // the peers file (Config.PeersFile); nil without one
 
 	ctx       context.Context
 	cancel    context.CancelFunc
@@ -167,7 +170,21 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	o := newOverlay(h, d, cfg, boot)
 	o.held = held
 	cancel := o.cancel
+	o.rv.addrs, _ = cfg.rendezvous() // checked by cfg.Bootstrap
+	o.dropOwnRendezvous()
+	if cfg.MDNS != "" {
+		if err := o.startMDNS(); err != nil {
+			cancel()
+			return nil, errors.Join(err, d.Close())
+		}
+		if len(boot) == 0 && !o.rv.pending() {
+			// No one to join through: a peer found on the local
+			// network in the first moments is one.
+			o.bootstrap = o.awaitMDNS(ctx)
+		}
+	}
 	if o.pm, err = pb.NewProtocolMessenger(sender); err != nil {
+		o.closeMDNS()
 		cancel()
 		return nil, errors.Join(fmt.Errorf("overlay: DHT messenger: %w", err), d.Close())
 	}
@@ -177,20 +194,23 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 		new(event.EvtPeerConnectednessChanged),
 	}, eventbus.BufSize(1024))
 	if err != nil {
+		o.closeMDNS()
 		cancel()
 		return nil, errors.Join(fmt.Errorf("overlay: subscribing to host events: %w", err), d.Close())
 	}
 
 	h.SetStreamHandler(o.poolProto, o.handlePool)
-	alone := len(boot) == 0
+	alone := !o.Joining()
 	if !alone {
 		err := o.connectBootstrap(ctx)
 		switch {
 		case err == nil:
+			alone = !o.Joining() // its only bootstrap address was its own
 		case cfg.KeepJoining && errors.Is(err, ErrJoin) && ctx.Err() == nil:
 			o.joinErr, alone = err, true
 			o.log.Debug("no bootstrap peer answered: starting alone, bootstrap peers kept", "err", err)
 		default:
+			o.closeMDNS()
 			cancel()
 			h.RemoveStreamHandler(o.poolProto)
 			return nil, errors.Join(err, sub.Close(), d.Close())
@@ -207,8 +227,11 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 	}
 	o.wg.Go(o.walkLoop)
 	o.wg.Go(o.maintainLoop)
-	if cfg.KeepJoining && len(boot) > 0 {
-		o.joiner = newJoiner(o, boot)
+	if o.mdns != nil {
+		o.wg.Go(o.mdnsLoop)
+	}
+	if cfg.KeepJoining && o.Joining() {
+		o.joiner = newJoiner(o, o.bootstrap)
 		o.joiner.start(o.ctx, o.joinErr)
 	}
 	o.keepPeers()
@@ -250,23 +273,36 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 func (o *Overlay) connectBootstrap(ctx context.Context) error {
 	jctx, cancel := context.WithTimeout(ctx, o.cfg.JoinTimeout)
 	defer cancel()
-	errs := make(chan error, len(o.bootstrap))
-	for _, ai := range o.bootstrap {
-		go func() { errs <- o.h.Connect(jctx, ai) }()
+	learnt, failures := o.resolveRendezvous(jctx)
+	targets := slices.Clone(o.bootstrap)
+	for _, ai := range learnt {
+		targets = addInfo(targets, ai)
 	}
-	var failures []error
-	ok := 0
-	for range o.bootstrap {
-		if err := <-errs; err != nil {
+	if len(targets) == 0 && !o.Joining() {
+		return nil // its only bootstrap address was its own: it starts the job
+	}
+	tried := len(targets) + len(failures)
+	errs := make([]error, len(targets))
+	var wg sync.WaitGroup
+	for i, ai := range targets {
+		wg.Go(func() { errs[i] = o.h.Connect(jctx, ai) }) // returns once the peer has identified itself
+	}
+	wg.Wait()
+	var ok []peer.ID
+	for i, err := range errs {
+		if err != nil {
 			failures = append(failures, err)
 		} else {
-			ok++
+			ok = append(ok, targets[i].ID)
 		}
 	}
-	if ok == 0 {
-		return fmt.Errorf("%w (%d tried): %w", ErrJoin, len(o.bootstrap), errors.Join(failures...))
+	if len(ok) == 0 {
+		return fmt.Errorf("%w (%d tried): %w", ErrJoin, tried, errors.Join(failures...))
 	}
-	o.log.Debug("connected to bootstrap peers", "ok", ok, "failed", len(failures))
+	if o.otherJob(ok) {
+		return fmt.Errorf("%w: %w", ErrJoin, o.whyNotInNetwork(ok))
+	}
+	o.log.Debug("connected to bootstrap peers", "ok", len(ok), "failed", len(failures))
 	return nil
 }
 
@@ -278,6 +314,7 @@ func (o *Overlay) Close() error {
 		o.closed = true
 		o.mu.Unlock()
 		o.h.RemoveStreamHandler(o.poolProto)
+		o.closeMDNS()
 		o.cancel()
 		o.wg.Wait()
 		o.mu.Lock()
@@ -299,7 +336,13 @@ func (o *Overlay) Close() error {
 // BootstrapPeers are the peers the overlay joins through: the configured
 // ones and those remembered in the peers file that answered, without this
 // node.
-func (o *Overlay) BootstrapPeers() []peer.AddrInfo { return slices.Clone(o.bootstrap) }
+func (o *Overlay) BootstrapPeers() []peer.AddrInfo {
+	out := slices.Clone(o.bootstrap)
+	for _, ai := range o.rv.learnt() {
+		out = addInfo(out, ai)
+	}
+	return out
+}
 
 // JoinError is why New could not join through the bootstrap peers (with
 // KeepJoining: it started alone and keeps joining), nil if it joined or

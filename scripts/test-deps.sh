@@ -16,7 +16,7 @@
 #                       is the reference BLAS (2.5 GFLOP/s here) unless an
 #                       optimised one is installed (OpenBLAS, single-threaded:
 #                       70 GFLOP/s, and no threads of its own beside torch's)
-#   python3-venv, python3-pip, python3-setuptools
+#   python3-venv, python3-pip, python3-setuptools, python3-wheel
 #                       the test that pip-installs the client into a venv
 #   protobuf-compiler, protobuf-compiler-grpc, mypy-protobuf
 #                       protoc, grpc_python_plugin and protoc-gen-mypy_grpc:
@@ -46,13 +46,14 @@ declare -A why=(
   [python3-venv]="a venv to pip-install the trainer client into"
   [python3-pip]="pip, to install the trainer client"
   [python3-setuptools]="the trainer client's build backend"
+  [python3-wheel]="bdist_wheel, for the client's platform wheel that carries the binary"
   [protobuf-compiler]="protoc, for the trainer API's .proto"
   [protobuf-compiler-grpc]="grpc_python_plugin, the trainer client's service stub"
   [mypy-protobuf]="protoc-gen-mypy_grpc, the trainer client's stub types (.pyi)"
   [gcc]="a C compiler: the race detector needs cgo"
 )
 pkgs=(iproute2 nftables prometheus python3 python3-torch python3-grpcio python3-protobuf
-  python3-numpy libopenblas0-serial python3-venv python3-pip python3-setuptools protobuf-compiler protobuf-compiler-grpc mypy-protobuf)
+  python3-numpy libopenblas0-serial python3-venv python3-pip python3-setuptools python3-wheel protobuf-compiler protobuf-compiler-grpc mypy-protobuf)
 if ! command -v "$(go env CC 2>/dev/null || echo gcc)" >/dev/null 2>&1; then
   pkgs+=(gcc)
 fi

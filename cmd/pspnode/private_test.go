@@ -57,8 +57,8 @@ func TestPrivateJobUsageErrors(t *testing.T) {
 		want string
 	}{
 		{[]string{"keygen"}, "--swarm-key FILE is required"},
-		{[]string{"run", "--bootstrap", "/ip4/10.0.0.1/tcp/4001"}, `"/ip4/10.0.0.1/tcp/4001": must end in /p2p/<peer id>`},
-		{[]string{"run", "--bootstrap", "10.0.0.1:4001"}, `"10.0.0.1:4001"`},
+		{[]string{"run", "--bootstrap", "/ip4/10.0.0.1/udp/4001/quic-v1"}, `"/ip4/10.0.0.1/udp/4001/quic-v1": without /p2p/<peer id>`},
+		{[]string{"run", "--bootstrap", "10.0.0.1"}, `"10.0.0.1": want HOST:PORT`},
 		{[]string{"run", "--swarm-key", filepath.Join(dir, "none")}, "--swarm-key"},
 		{[]string{"run", "--swarm-key", bad}, "swarm key"},
 		{[]string{"run", "--swarm-key", key, "--listen", "/ip4/127.0.0.1/udp/0/quic-v1"}, `"/ip4/127.0.0.1/udp/0/quic-v1" with a swarm key: only TCP`},

@@ -86,7 +86,7 @@ type runFlags struct {
 	maxSteps                                          *int64
 	duration, pollMax, queryTime                      *time.Duration
 	scale, factor, lr                                 *float64
-	traversal, relaySvc, startSig, pprof              *bool
+	traversal, relaySvc, startSig, pprof, mdns        *bool
 }
 
 // addRunFlags defines the run command's flags on fs.
@@ -124,7 +124,8 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	f.reach = fs.String("reachability", "auto", "auto (AutoNAT finds out), public (known reachable, e.g. a job's only public bootstrap node: relay at once) or private (known to be behind a NAT: use relays at once); needs --nat-traversal")
 	f.startSig = fs.Bool("start-on-signal", false, "join and serve, but take the first step only after SIGUSR1 arrives (for a harness that starts many nodes and then starts them training at once; Unix)")
 	fs.Var(&f.listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
-	fs.Var(&f.bootstrap, "bootstrap", "multiaddrs of peers to join through, ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
+	fs.Var(&f.bootstrap, "bootstrap", "peers to join through: HOST:PORT (a node's TCP address; its peer ID is learnt by a handshake, through the swarm key if set: every worker may be given the same one, the node at it included, as DDP's MASTER_ADDR:MASTER_PORT) or multiaddrs ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
+	f.mdns = fs.Bool("mdns", false, "find the job's other nodes on the local network with no address (mDNS); off by default: it announces on the network that a node of the job runs here, and where")
 	fs.Var(&f.barrier, "barrier", "barrier spec ("+psp.Grammar+")")
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
 	fs.Var(&f.pace, "pace", paceHelp)
@@ -139,7 +140,7 @@ func runCommand(stdout, stderr io.Writer) *ffcli.Command {
 	f := addRunFlags(fs)
 	return &ffcli.Command{
 		Name:       "run",
-		ShortUsage: "pspnode run [--bootstrap ADDR] [--barrier pssp:auto:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
+		ShortUsage: "pspnode run [--bootstrap HOST:PORT] [--barrier pssp:auto:4] [--model linreg] [--http 127.0.0.1:9090] [flags]",
 		ShortHelp:  "run a node: join the job, train, obey the barrier",
 		LongHelp: `Starts a node. It prints its peer ID and dialable multiaddrs on stdout, so a
 second node can join with --bootstrap <one of them>. It trains its shard of
@@ -150,9 +151,11 @@ stops it cleanly (peers are told it leaves) with exit code 0.
 Every flag can also come from the environment (PSPNODE_BARRIER=pbsp:8) or
 from --config FILE, one 'flag value' per line.
 
-Example, two nodes on one machine:
-  pspnode run --identity a.key --listen /ip4/127.0.0.1/tcp/4001 --http 127.0.0.1:9090
-  pspnode run --listen /ip4/127.0.0.1/tcp/4002 --bootstrap /ip4/127.0.0.1/tcp/4001/p2p/<id>`,
+Example, two nodes on one machine, both given the first one's address (as
+DDP's ranks are given MASTER_ADDR:MASTER_PORT; the first finds it is its own
+and starts the job):
+  pspnode run --listen /ip4/127.0.0.1/tcp/4001 --bootstrap 127.0.0.1:4001 --http 127.0.0.1:9090
+  pspnode run --listen /ip4/127.0.0.1/tcp/4002 --bootstrap 127.0.0.1:4001`,
 		FlagSet: fs,
 		Options: append(envOptions(), ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(ff.PlainParser)),
 		Exec: func(ctx context.Context, args []string) error {
@@ -243,7 +246,7 @@ func (f *runFlags) config(fs *flag.FlagSet, log *slog.Logger) (node.Config, erro
 	if len(f.listen) > 0 {
 		cfg.Listen = f.listen
 	}
-	cfg.Bootstrap = f.bootstrap
+	cfg.Bootstrap, cfg.MDNS = f.bootstrap, *f.mdns
 	if err := privateJob(&cfg, *f.swarmKey, *f.allow, len(f.listen) > 0, log); err != nil {
 		return cfg, err
 	}

@@ -297,8 +297,11 @@ func TestTrainerOwnedStopsWithStdin(t *testing.T) {
 
 // The Python client installs with pip into a virtual environment that
 // sees Debian's packages (no package index: --no-deps
-// --no-build-isolation), and the installed package, run from outside the
-// repository, starts its own daemon and takes a step.
+// --no-build-isolation) from a tree that carries the binary in
+// pspnode/bin/, as scripts/wheels.sh (make dist, make wheel) builds its
+// wheels: the wheel is a platform wheel, and the installed package, run
+// from outside the repository with no pspnode on PATH and no
+// $PSPNODE_BIN, starts the binary it carries and takes a step.
 func TestPythonPackageInstalls(t *testing.T) {
 	needPython(t)
 	bin := buildBinary(t)
@@ -309,31 +312,57 @@ func TestPythonPackageInstalls(t *testing.T) {
 	if out, err := exec.Command("cp", "-r", filepath.Join(root, "clients", "python"), src).CombinedOutput(); err != nil {
 		t.Fatalf("copy: %v: %s", err, out)
 	}
+	_ = os.RemoveAll(filepath.Join(src, "pspnode", "bin"))
+	if err := os.MkdirAll(filepath.Join(src, "pspnode", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("cp", bin, filepath.Join(src, "pspnode", "bin", "pspnode")).CombinedOutput(); err != nil {
+		t.Fatalf("copy: %v: %s", err, out)
+	}
+	wheels := filepath.Join(dir, "wheels")
+	wheel := exec.Command(python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-w", wheels, src)
+	wheel.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
+	if out, err := wheel.CombinedOutput(); err != nil {
+		t.Fatalf("pip wheel (python3-pip, python3-setuptools, python3-wheel): %v: %s", err, out)
+	}
+	built, _ := filepath.Glob(filepath.Join(wheels, "pspnode-*.whl"))
+	if len(built) != 1 || !strings.Contains(filepath.Base(built[0]), "-py3-none-linux_") {
+		t.Fatalf("wheels %v: want one platform wheel, py3-none-linux_*", built)
+	}
 	venv := filepath.Join(dir, "venv")
 	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
 		t.Fatalf("venv (Debian's python3-venv; make test-deps installs it): %v: %s", err, out)
 	}
-	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-deps", "--no-build-isolation", "--no-index", src)
+	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-deps", "--no-index", built[0])
 	pip.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
 	if out, err := pip.CombinedOutput(); err != nil {
-		t.Fatalf("pip install (python3-pip, python3-setuptools): %v: %s", err, out)
+		t.Fatalf("pip install %s: %v: %s", built[0], err, out)
 	}
 	script := `
-import os, sys, torch, pspnode
+import os, shutil, sys, torch, pspnode
 from pspnode.trainer.v3 import trainer_pb2
 here = os.path.dirname(pspnode.__file__)
 assert here.startswith(sys.prefix), (here, sys.prefix)
 assert os.path.exists(os.path.join(here, "trainer", "v3", "trainer_pb2.pyi")), "no .pyi installed"
 assert os.path.exists(os.path.join(here, "py.typed"))
+assert shutil.which("pspnode") is None and "PSPNODE_BIN" not in os.environ
+found = pspnode.find_binary()
+assert found == os.path.join(here, "bin", "pspnode"), found
 m = torch.nn.Linear(3, 1)
 opt = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job="installed", start_timeout=30)
 opt.zero_grad(); m(torch.ones(2, 3)).sum().backward(); opt.step()
-print("installed", here, "step", opt.step_count)
+print("installed", here, "binary", found, "step", opt.step_count)
 opt.close()
 `
 	run := exec.Command(filepath.Join(venv, "bin", "python"), "-c", script)
 	run.Dir = dir // not the repository: the import must come from the venv
-	run.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "PSPNODE_BIN=") && !strings.HasPrefix(kv, "PATH=") {
+			env = append(env, kv)
+		}
+	}
+	run.Env = append(env, "PATH=/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE=1")
 	out, err := run.CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "step 1") {
 		t.Fatalf("the installed package: %v\n%s", err, out)

@@ -17,13 +17,13 @@ with probabilistic barriers) from a Python training loop.
 
 from .client import Client, PullResult, StepResult, model_id_of
 from .daemon import Daemon, find_binary
-from .errors import (ApiVersionMismatch, BadEvaluation, BadTensor, BadUpdate, DaemonError, DaemonNotReady,
-                     DaemonStartError, DaemonUnavailable, ModelMismatch, NoCheckpoint, SessionLost, StepOrderError,
-                     TrainerBusy, TrainerRefused)
+from .errors import (ApiVersionMismatch, BadEvaluation, BadTensor, BadUpdate, BootstrapError, DaemonError,
+                     DaemonNotReady, DaemonStartError, DaemonUnavailable, ModelMismatch, NoCheckpoint, NotADaemon,
+                     SessionLost, StepOrderError, TrainerBusy, TrainerRefused)
 
 __all__ = ["Optimizer", "Reset", "DiLoCo", "DiLoCoMismatch", "Client", "Daemon", "find_binary", "StepResult",
            "PullResult", "model_id_of",
-           "DaemonError", "DaemonUnavailable", "DaemonStartError", "TrainerRefused", "TrainerBusy",
+           "DaemonError", "DaemonUnavailable", "NotADaemon", "DaemonStartError", "BootstrapError", "TrainerRefused", "TrainerBusy",
            "ApiVersionMismatch", "ModelMismatch", "SessionLost", "StepOrderError", "BadUpdate", "BadTensor",
            "BadEvaluation", "NoCheckpoint", "DaemonNotReady"]
 

@@ -32,10 +32,12 @@ so that a step copies nothing: the daemon averages them in place.
 """
 
 import hashlib
+import ipaddress
 import logging
 import mmap
 import os
 import queue
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -44,8 +46,8 @@ from typing import Callable, Optional, Tuple
 import grpc
 import numpy as np
 
-from pspnode.errors import (DaemonError, DaemonNotReady, DaemonStartError, DaemonUnavailable, SessionLost,
-                            TrainerBusy, from_rpc_error)
+from pspnode.errors import (DaemonError, DaemonNotReady, DaemonStartError, DaemonUnavailable, NotADaemon,
+                            SessionLost, TrainerBusy, from_rpc_error)
 from pspnode.trainer.v3 import trainer_pb2 as pb
 from pspnode.trainer.v3 import trainer_pb2_grpc as pb_grpc
 
@@ -59,6 +61,10 @@ SESSION_KEY = "pspnode-session"
 # once, then only when it changes (at most every 10 s) or every 60 s.
 _WAIT_LOG_FIRST, _WAIT_LOG_CHANGED, _WAIT_LOG_SAME = 0.0, 10.0, 60.0
 _REASON_CHARS = 160
+# How long something that accepts connections at the address may take to
+# answer as a gRPC server (HTTP/2 settings) before it is taken for another
+# program; a daemon answers within milliseconds.
+_HANDSHAKE_S = 5.0
 
 
 def model_id_of(name: str, shapes) -> int:
@@ -79,15 +85,59 @@ def grpc_target(address: str) -> str:
             raise ValueError("unix: needs a path, e.g. unix:/tmp/pspnode.sock")
         return "unix:" + os.path.abspath(path)
     if address.startswith("tcp:"):
-        return address[len("tcp:"):]
+        hostport = address[len("tcp:"):]
+        host, sep, port = hostport.rpartition(":")
+        if not sep or not port.isdigit() or not _loopback(host.strip("[]")):
+            raise ValueError(f"{address!r}: a tcp: daemon address must be on this machine's loopback "
+                             "(tcp:127.0.0.1:PORT or tcp:[::1]:PORT): the trainer API has neither authentication "
+                             "nor encryption, and `pspnode run --trainer` listens on loopback only. Run the trainer "
+                             "on the daemon's machine, or forward a local port to it (ssh -L)")
+        return hostport
     raise ValueError(f"{address!r}: want unix:PATH or tcp:127.0.0.1:PORT")
 
 
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _accepts(address: str) -> bool:
+    """Whether something accepts a connection at a daemon address."""
+    target = grpc_target(address)
+    try:
+        if target.startswith("unix:"):
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+                s.settimeout(1.0)
+                s.connect(target[len("unix:"):])
+        else:
+            host, _, port = target.rpartition(":")
+            socket.create_connection((host.strip("[]"), int(port)), timeout=1.0).close()
+        return True
+    except OSError:
+        return False
+
+
 def short_reason(reason: str, limit: int = _REASON_CHARS) -> str:
-    """A daemon's reason cut to one line of at most limit characters (the
-    whole goes to the debug log and into exceptions)."""
+    """A daemon's reason on one line of at most limit characters: its
+    beginning (what failed) and its end (the cause: a Go error ends with
+    its innermost one), the middle cut at word boundaries (the whole goes
+    to the debug log and into exceptions)."""
     one = " ".join(reason.split())
-    return one if len(one) <= limit else one[:limit - 1] + "…"
+    if len(one) <= limit:
+        return one
+    head_n = (limit - 3) * 2 // 5
+    tail_n = limit - 3 - head_n
+    head = one[:head_n]
+    if " " in head[head_n // 2:]:
+        head = head[:head.rindex(" ")]
+    tail = one[-tail_n:]
+    if " " in tail[:tail_n // 2]:
+        tail = tail[tail.index(" ") + 1:]
+    return f"{head} … {tail}"
 
 
 class _WaitLog:
@@ -217,7 +267,7 @@ class Client:
             try:
                 return self._open(deadline, waitlog)
             except (DaemonUnavailable, DaemonNotReady, SessionLost) as e:
-                if isinstance(e, DaemonStartError) or e.reason == "TIMEOUT":
+                if isinstance(e, (DaemonStartError, NotADaemon)) or e.reason == "TIMEOUT":
                     raise
                 why = e.details
             except TrainerBusy as e:
@@ -242,6 +292,7 @@ class Client:
     def _open(self, deadline, waitlog) -> "pb.Welcome":
         self._teardown()
         self._channel = grpc.insecure_channel(grpc_target(self.address), options=self._opts)
+        self._await_transport(deadline)
         self._stub = pb_grpc.TrainerStub(self._channel)
         self._out = queue.Queue()
         self._lost.clear()
@@ -284,6 +335,43 @@ class Client:
             self._out.put(None)
             raise from_rpc_error(e, "connect", in_session=False) from None
         raise SessionLost(grpc.StatusCode.UNAVAILABLE, "the daemon closed the session before its Welcome", "connect")
+
+    def _await_transport(self, deadline):
+        """Waits until the channel's transport is up: the daemon answered
+        HTTP/2's handshake. Raises DaemonUnavailable when nothing listens
+        (connect tries again), NotADaemon when something accepts
+        connections but does not answer so within _HANDSHAKE_S (an HTTP/1
+        server, the daemon's --http port: a call on it would wait for
+        ever)."""
+        ready, failed = threading.Event(), threading.Event()
+
+        def watch(state):
+            if state == grpc.ChannelConnectivity.READY:
+                ready.set()
+            elif state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                failed.set()
+
+        self._channel.subscribe(watch, try_to_connect=True)
+        try:
+            limit = _HANDSHAKE_S if deadline is None else min(_HANDSHAKE_S, max(0.0, deadline - time.monotonic()))
+            end = time.monotonic() + limit
+            while not ready.wait(0.02):
+                if failed.is_set():
+                    failed.clear()
+                    if not _accepts(self.address):
+                        raise DaemonUnavailable(grpc.StatusCode.UNAVAILABLE, f"nothing listens at {self.address}",
+                                                "connect")
+                if time.monotonic() >= end:
+                    if not _accepts(self.address):
+                        raise DaemonUnavailable(grpc.StatusCode.UNAVAILABLE, f"nothing listens at {self.address}",
+                                                "connect")
+                    raise NotADaemon(grpc.StatusCode.UNAVAILABLE,
+                                     f"something listens at {self.address} but did not answer as a pspnode daemon "
+                                     f"(gRPC over HTTP/2) within {limit:.0f} s: another program, or the daemon's "
+                                     "--http port? Give the address of its --trainer flag", "connect", "NOT_A_DAEMON",
+                                     {"address": self.address})
+        finally:
+            self._channel.unsubscribe(watch)
 
     def _take_state(self, w, responses):
         """Collects the peer's state Welcome began: its first chunk, then

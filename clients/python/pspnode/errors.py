@@ -40,10 +40,25 @@ class DaemonUnavailable(DaemonError):
     within the time allowed. No session existed: nothing was lost."""
 
 
+class NotADaemon(DaemonUnavailable):
+    """Something accepts connections at the address but does not answer as
+    a pspnode daemon (gRPC over HTTP/2) within the client's deadline: an
+    HTTP/1 server, the daemon's --http port, another program."""
+
+
 class DaemonStartError(DaemonUnavailable):
     """The daemon this client started could not start or join: the message
     says why (its last log lines, a port in use, the bootstrap peers not
     answering, the binary missing)."""
+
+
+class BootstrapError(DaemonStartError):
+    """The daemon could not join its job through the bootstrap addresses it
+    was given. ``reason`` says which way: "NO_PEER_AT_ADDRESS" (nothing
+    answered there, or what answered is no libp2p node of this job's swarm
+    key: another key, none, or another program) or "OTHER_JOB" (a pspnode
+    node answered, of another job); ``metadata["bootstrap"]`` is the
+    addresses. Nothing was started: the worker's state is as it was."""
 
 
 class TrainerRefused(DaemonError):

@@ -5,7 +5,7 @@ of a decentralised job:
 
     model = Net()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    opt = pspnode.Optimizer(opt, model=model, job="mnist", bootstrap=[ADDR])  # +1 line
+    opt = pspnode.Optimizer(opt, model=model, job="mnist", bootstrap="10.0.0.5:29500")  # +1 line
     for x, y in batches:
         opt.zero_grad()
         loss_fn(model(x), y).backward()
@@ -15,6 +15,16 @@ With ``job=`` (and no daemon address) the optimizer starts its own daemon,
 ``pspnode run --trainer``, and stops it when it closes or the process
 exits; with a daemon address (``pspnode.Optimizer(opt, "unix:/tmp/a.sock",
 model=model)``) it connects to a daemon started beside it.
+
+Resuming into a running job. The job is the truth: a worker restarted from
+its checkpoint (``load_state_dict``), or joining late, takes the job's step
+and parameters, whatever its own; it keeps its wrapped optimizer's state
+(momenta). Its learning-rate schedule follows the job's step: a scheduler
+given as ``scheduler=lambda opt: OneCycleLR(opt, ...)`` is the optimizer's
+own, stepped once per step and brought to the job's step whenever the step
+jumps (a resume, a late join, a reset to another lineage); one the user
+steps is the user's to bring there, told by ``on_reset`` (a Reset whose
+``step`` is the job's).
 
 A gradient that is not finite (a NaN loss, say) makes ``step()`` raise
 FloatingPointError before the wrapped optimizer steps: nothing changes, not
@@ -74,9 +84,11 @@ log = logging.getLogger("pspnode")
 
 @dataclass
 class Reset:
-    """What ``on_reset`` receives when the daemon moved to another lineage
-    of the job: the step the new parameters have taken (the optimizer's
-    ``step_count`` now), the lineage (its genesis, hex) and why."""
+    """What ``on_reset`` receives when the optimizer's step jumped to the
+    job's: the daemon moved to another lineage of the job, or the worker
+    resumed (load_state_dict, a reconnect) into a job at another step. step:
+    the step the parameters have taken (the optimizer's ``step_count``
+    now); lineage: the new lineage's genesis, hex ("" for a resume); why."""
     step: int
     lineage: str
     reason: str
@@ -89,9 +101,13 @@ class Optimizer(torch.optim.Optimizer):
     daemon: a running daemon's trainer address, "unix:PATH" or
     "tcp:127.0.0.1:PORT" (pspnode run --trainer). Without it, ``job`` must
     be given and the optimizer starts a daemon of its own (see
-    pspnode.daemon): job, bootstrap (multiaddrs of peers to join through;
-    none for the job's first worker), listen (multiaddrs; default a free
-    port), identity (a key file), daemon_args (other ``pspnode run``
+    pspnode.daemon): job, bootstrap (where to join: "HOST:PORT", the same
+    for every worker as DDP's MASTER_ADDR:MASTER_PORT, the worker on that
+    machine that finds the port free listening there and starting the job;
+    or multiaddrs ending in /p2p/<peer id>), swarm_key (the job's swarm key
+    file: a private job, whose address only its key's holders answer),
+    listen (multiaddrs; default a free port), identity (a key file),
+    daemon_args (other ``pspnode run``
     flags, e.g. ["--barrier", "pssp:2:4"]), pspnode_bin (the binary;
     default $PSPNODE_BIN, PATH, the repository's bin/), start_timeout
     (seconds to join the job before raising, with the daemon's reason).
@@ -108,8 +124,15 @@ class Optimizer(torch.optim.Optimizer):
     checkpoint_every: write the parameters to the daemon's checkpoint file
     (pspnode run --checkpoint) every this many steps (0: only when
     checkpoint() is called); a restarted worker resumes from it.
-    on_reset: called with a Reset when the daemon replaced the parameters
-    and the step by the job's (its node moved to another lineage).
+    scheduler: a function that builds the learning-rate scheduler on this
+    optimizer (``lambda opt: torch.optim.lr_scheduler.OneCycleLR(opt,
+    ...)``, any scheduler but ReduceLROnPlateau), which the optimizer then
+    owns (``opt.scheduler``): it steps it after every step and keeps it at
+    the job's step (see above), and saves it in its state_dict.
+    on_reset: called with a Reset when the parameters and the step became
+    the job's after the optimizer was built (its node moved to another
+    lineage, or it resumed into a job at another step than its own): bring
+    schedulers you step yourself to ``Reset.step``.
     shared_params: under epidemic with shared memory, keep the parameters
     in the shared region (CPU models; see above); False copies them in and
     out at every step.
@@ -120,9 +143,11 @@ class Optimizer(torch.optim.Optimizer):
                  model: Optional[torch.nn.Module] = None, *, job: Optional[str] = None,
                  bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
-                 start_timeout: float = 60.0, model_name: Optional[str] = None, model_id: Optional[int] = None,
+                 swarm_key: Optional[str] = None, start_timeout: float = 60.0, model_name: Optional[str] = None,
+                 model_id: Optional[int] = None,
                  start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
-                 on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True, **client_args):
+                 on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True,
+                 scheduler: Optional[Callable[["Optimizer"], object]] = None, **client_args):
         # No torch.optim.Optimizer.__init__: param_groups, state and
         # defaults are the wrapped optimizer's (properties below).
         if not isinstance(optimizer, torch.optim.Optimizer):
@@ -131,17 +156,26 @@ class Optimizer(torch.optim.Optimizer):
             raise TypeError("this optimizer is already a pspnode.Optimizer")
         if checkpoint_every < 0:
             raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
+        if scheduler is not None and not callable(scheduler):
+            raise TypeError("scheduler= takes a function that builds the scheduler on the optimizer, e.g. "
+                            "scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 30): the optimizer then owns "
+                            "it and keeps it at the job's step")
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
-                             "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
-        if daemon is not None and (job or bootstrap or listen or identity or daemon_args):
-            raise ValueError("job, bootstrap, listen, identity and daemon_args start a daemon of the optimizer's "
-                             f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
+                             "(and bootstrap='HOST:PORT', alike on every worker) to start a daemon of its own")
+        if daemon is not None and (job or bootstrap or listen or identity or daemon_args or swarm_key):
+            raise ValueError("job, bootstrap, listen, identity, swarm_key and daemon_args start a daemon of the "
+                             f"optimizer's own; the daemon at {daemon} has its own flags: drop them, or drop the "
+                             "address")
         self.inner = optimizer
         self.checkpoint_every = checkpoint_every
         self.scale_updates = scale_updates
         self.reconnect = reconnect
         self.on_reset = on_reset
+        self._sched_factory = scheduler
+        self.scheduler = None
+        self._sched_fresh = True  # the scheduler's state matches the lrs (not overwritten by a load)
+        self._built = False  # on_reset is called only once the optimizer is built
         self._lock = threading.Lock()  # the parameters, against the client's thread
         self._stepping = threading.Lock()  # one step() at a time
         self._closed = False
@@ -175,17 +209,21 @@ class Optimizer(torch.optim.Optimizer):
         self.daemon: Optional[Daemon] = None
         if daemon is None:
             self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
-                                 binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
+                                 binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
-            client_args.setdefault("alive", self.daemon.alive)
+            client_args.setdefault("alive", lambda: self.daemon.alive(self.client.last_waiting))
         self.client = Client(daemon, model_name=name, num_params=n, model_id=self.model_id,
                              step=self.step_count, params_provider=self._params, **client_args)
         try:
             self._welcome(self._connect())
+            if scheduler is not None:
+                self._build_scheduler()
+                self._sync_scheduler()
         except BaseException:
             self.close()
             raise
+        self._built = True
 
     # -- set-up ------------------------------------------------------------
 
@@ -253,7 +291,13 @@ class Optimizer(torch.optim.Optimizer):
                     self._assign(params)
             if params is not None:
                 log.info("pspnode: starting from the job's parameters (%s) at step %d", w.params_source, w.step)
-            self.step_count = w.step
+            asked, self.step_count = self.client.start_step, w.step
+        if self._built and w.step != asked:
+            self._jumped(Reset(step=int(w.step), lineage="",
+                               reason=f"resumed into the job at its step {w.step} (this worker's was {asked}): the "
+                                      "parameters and the step are the job's"))
+        elif self._built:
+            self._sync_scheduler()
         log.info("pspnode: job %s, barrier %s, exchange %s, %d parameters, step %d, shared memory %s",
                  w.job, w.barrier, w.exchange, self.num_params, w.step, "on" if self.client.shared else "off")
 
@@ -334,6 +378,8 @@ class Optimizer(torch.optim.Optimizer):
         sd = self.inner.state_dict()
         sd["pspnode"] = {"step": self.step_count, "model_id": self.model_id, "model_name": self.model_name,
                          "num_params": self.num_params}
+        if self.scheduler is not None:
+            sd["pspnode"]["scheduler"] = self.scheduler.state_dict()
         return sd
 
     def load_state_dict(self, state_dict):
@@ -349,8 +395,16 @@ class Optimizer(torch.optim.Optimizer):
             raise ValueError(f"this state_dict is of model {ps.get('model_name')!r} (id {ps['model_id']:#010x}), "
                              f"the optimizer's of {self.model_name!r} (id {self.model_id:#010x})")
         self.inner.load_state_dict(sd)
+        if self.scheduler is not None:
+            if ps is not None and "scheduler" in ps:
+                self.scheduler.load_state_dict(ps["scheduler"])
+                self._sched_fresh = True
+            else:  # the loaded learning rates are not the scheduler's: it is built anew at the next sync
+                self._sched_fresh = False
         if ps is not None and int(ps.get("step", self.step_count)) != self.step_count:
             self._resume(int(ps["step"]))
+        else:
+            self._sync_scheduler()
 
     def _resume(self, step: int):
         """Opens a new session whose parameters have taken step steps."""
@@ -439,6 +493,12 @@ class Optimizer(torch.optim.Optimizer):
                                 flat.copy_(v)  # the average, to take
                             else:
                                 flat.add_(v)  # the peers' deltas, to add
+        if self.scheduler is not None:
+            if r.reset is None:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # the order check: this step did run the optimizer's
+                    self.scheduler.step()
+            self._sync_scheduler()
         self.population = r.barrier.population
         if self.scale_updates and r.barrier.lr_scale > 0:
             self.lr_scale = r.barrier.lr_scale
@@ -500,8 +560,54 @@ class Optimizer(torch.optim.Optimizer):
             self.step_count = int(reset.step)
         log.warning("pspnode: the daemon moved to lineage %s of the job (%s): the parameters and the step (%d) are "
                     "the job's now; the optimizer's state is kept", reset.lineage[:16], reset.reason, reset.step)
+        self._jumped(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
+
+    def _jumped(self, r: Reset):
+        """The step became the job's (r.step): the optimizer's scheduler is
+        brought there, and on_reset told."""
+        self._sync_scheduler()
         if self.on_reset is not None:
-            self.on_reset(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
+            self.on_reset(r)
+
+    # -- the scheduler -----------------------------------------------------
+
+    def _build_scheduler(self):
+        """Builds the scheduler anew, from the learning rates it started
+        from (each group's initial_lr, once a scheduler has set it)."""
+        for g in self.param_groups:
+            if "initial_lr" in g:
+                g["lr"] = g["initial_lr"]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sched = self._sched_factory(self)
+        if not hasattr(sched, "step") or not hasattr(sched, "last_epoch"):
+            raise TypeError(f"scheduler= built {type(sched).__name__}, not a torch learning-rate scheduler")
+        if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise TypeError("ReduceLROnPlateau follows a metric, not the step: step it yourself "
+                            "(sched.step(val_loss)) rather than through scheduler=")
+        if getattr(sched, "optimizer", None) is not self:
+            raise ValueError("scheduler= must build the scheduler on the optimizer it is given "
+                             "(lambda opt: StepLR(opt, ...)), not on the wrapped one")
+        self.scheduler, self._sched_fresh = sched, True
+
+    def _sync_scheduler(self):
+        """Brings the optimizer's scheduler to the step: forward by its own
+        steps, or, when it is ahead or its state was overwritten by a load,
+        built anew and stepped there."""
+        if self.scheduler is None:
+            return
+        target = self.step_count
+        if not self._sched_fresh or self.scheduler.last_epoch > target:
+            self._build_scheduler()
+        n = target - self.scheduler.last_epoch
+        if n <= 0:
+            return
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            for _ in range(n):
+                self.scheduler.step()
+        log.info("pspnode: the scheduler brought to the job's step %d (lr %s)", target,
+                 ", ".join(f"{g['lr']:.4g}" for g in self.param_groups))
 
     def checkpoint(self) -> str:
         """Writes the parameters to the daemon's checkpoint file (pspnode

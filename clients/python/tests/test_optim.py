@@ -295,24 +295,31 @@ class OwnDaemon(unittest.TestCase):
 
     def test_stops_when_the_process_dies(self):
         # A process killed outright cannot close anything: its daemon
-        # notices its stdin close (--trainer-owned) and stops.
+        # notices its stdin close (--trainer-owned) and stops, and the
+        # next daemon started on this machine removes the folder it left.
         code = ("import os, sys, torch, pspnode\n"
                 "m = torch.nn.Linear(2, 1)\n"
                 "o = pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m, job='orphan')\n"
-                "print(o.daemon.proc.pid, flush=True)\n"
+                "print(o.daemon.proc.pid, o.daemon.dir, flush=True)\n"
                 "sys.stdin.read()\n")
         env = dict(os.environ, PYTHONPATH=os.path.dirname(HERE))
-        p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env,
-                             text=True)
-        pid = int(p.stdout.readline())
-        os.kill(p.pid, signal.SIGKILL)
-        p.wait()
-        p.stdin.close()
-        p.stdout.close()
-        deadline = time.time() + 30
-        while time.time() < deadline and alive(pid):
-            time.sleep(0.05)
-        self.assertFalse(alive(pid), "the daemon outlived the process that started it")
+        for sig in (signal.SIGKILL, signal.SIGTERM):
+            p = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                 env=env, text=True)
+            pid, folder = p.stdout.readline().split()
+            pid = int(pid)
+            self.assertTrue(os.path.isdir(folder))
+            os.kill(p.pid, sig)
+            p.wait()
+            p.stdin.close()
+            p.stdout.close()
+            deadline = time.time() + 30
+            while time.time() < deadline and alive(pid):
+                time.sleep(0.05)
+            self.assertFalse(alive(pid), f"the daemon outlived the process that started it ({sig.name})")
+            removed = pspnode.daemon.clean_stale()
+            self.assertIn(folder, removed, sig.name)
+            self.assertFalse(os.path.exists(folder), sig.name)
 
     def test_says_why_it_cannot_start(self):
         m = net()
@@ -342,13 +349,14 @@ class OwnDaemon(unittest.TestCase):
         dead = free.getsockname()[1]
         free.close()
         boot = f"/ip4/127.0.0.1/tcp/{dead}/p2p/12D3KooWDpJ7As7BWAwRMfu1VU2WCqNjvq387JEYKDBj4kx6nXTN"
-        with self.assertRaises(pspnode.DaemonStartError) as cm:
+        with self.assertRaises(pspnode.BootstrapError) as cm:
             mk(bootstrap=[boot], listen=["/ip4/127.0.0.1/tcp/0"], daemon_args=["--nat-traversal=false"],
                start_timeout=4)
         msg = str(cm.exception)
+        self.assertEqual(cm.exception.reason, "NO_PEER_AT_ADDRESS")
         self.assertIn("had not joined", msg)
         self.assertIn(boot, msg)
-        self.assertIn("did not answer", msg)
+        self.assertIn("nothing of this job answered", msg)
         # Without an address or a job: what to give.
         with self.assertRaises(ValueError) as cm:
             pspnode.Optimizer(torch.optim.SGD(m.parameters(), lr=0.1), model=m)
