@@ -19,25 +19,30 @@ step of a pspnode daemon:
 - **The barrier counts outer steps.** The daemon's Step is called once per
   outer step, so pSSP(β, s) bounds how many outer steps a worker runs ahead
   of the peers it samples; the inner steps make no daemon call.
-- **The exchange averages.** Under the epidemic exchange (the default) the
-  worker publishes its inner-trained parameters θ_i; the daemon averages
-  them with the models S sampled peers sent, and Δ̄ = θ_outer − that
-  average. When the workers share θ_outer this is the mean of their
-  pseudo-gradients. When they do not (under epidemic no step is global:
-  each worker averages with its own sample, and some models are outer steps
-  old), Δ̄_i = mean_j(θ_outer_j − θ_j) + (θ_outer_i − mean_j θ_outer_j):
-  the sampled peers' mean pseudo-gradient plus this worker's distance from
-  their mean outer parameters, so the outer step also pulls θ_outer_i
-  toward its peers' (gossip averaging at the outer learning rate, through
-  the momentum: a linear recurrence that is stable for Nesterov's lr <
-  2(1+μ)/(1+2μ) = 1.36 at μ = 0.9); a model that is k outer steps stale
-  contributes its pseudo-gradient and, through the consensus term, pulls
-  back toward where its sender was, which the daemon's clipping bounds.
+- **Under the epidemic exchange (the default) each worker takes its outer
+  step locally, then the exchange averages.** Worker i steps its own
+  θ_outer_i with its own pseudo-gradient Δ_i = θ_outer_i − θ_i through the
+  outer optimizer (its own momentum), publishes the result, and takes as
+  its next θ_outer_i the daemon's average of it and the models S sampled
+  peers sent. With the outer SGD (linear in its gradients) and every model
+  averaged in, this is all-reduce DiLoCo exactly: the average of
+  θ − lr·nesterov(Δ_i) over the workers is θ − lr·nesterov(mean Δ_i), the
+  mean of the momentum buffers being the momentum of the mean. With a
+  sample of the models it is decentralised SGD (D-PSGD's step, then
+  average) with DiLoCo's outer step as the local step: the consensus pull
+  toward the peers is a plain average, a contraction, and never enters
+  the momentum. (Averaging first and taking Δ̄ = θ_outer − the average as
+  the outer gradient, as an earlier version did, puts the pull toward the
+  peers into Nesterov's momentum at the outer rate: with stale models and
+  a different sample each round it fed back and diverged where the
+  all-reduce trained.) A model that is k outer steps stale pulls toward
+  where its sender was; the exchange weights it down by its staleness and
+  clips each pull (self-centred clipping).
   Under the gossip exchange the worker publishes Δ_i × 1/N̂ (the daemon's
   lr_scale) and the daemon sums the peers': Δ̄ is the mean pseudo-gradient
   over the job, each worker's applied once by every worker whenever it
-  arrives (a stale one late, as in asynchronous Local-SGD), with no
-  consensus term.
+  arrives (a stale one late, as in asynchronous Local-SGD), and the outer
+  optimizer steps on Δ̄.
 - **The round's models:** after the barrier the outer step waits up to
   ``merge_wait`` seconds (default 1) for the round's models to arrive (S
   under epidemic:S, N̂ − 1 deltas under gossip) before it pulls, so that a
@@ -93,6 +98,9 @@ from pspnode.trainer.v3 import trainer_pb2 as pb
 log = logging.getLogger("pspnode")
 
 STATE_KIND = "pspnode.DiLoCo/1"
+# The outer step's algorithm, in the model ID: a worker of another version
+# (whose outer step combines the exchange's models otherwise) is refused.
+_ALGORITHM = "local-outer/2"
 _MAGIC = b"PSPD"
 _MAX_HEADER = 4 << 20
 # How far (relative to the job's parameters' norm) a peer's θ_outer may be
@@ -238,7 +246,7 @@ class DiLoCo(torch.optim.Optimizer):
         name = model_name or (type(model).__name__ if model is not None else "model")
         self.config = f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}"
         self.model_name = f"{name}/diloco"
-        self.model_id = model_id_of(f"{name}|{STATE_KIND}|{self.config}", self.shapes)
+        self.model_id = model_id_of(f"{name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
         self.plain_model_id = model_id_of(name, self.shapes)
         self.outer_step_count = 0
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
@@ -613,12 +621,17 @@ class DiLoCo(torch.optim.Optimizer):
                     f"{big:.3g}; a diverging outer learning rate, {self._outer_lr()}, or the inner one?). Nothing "
                     "was published; the model is back at θ_outer of outer step "
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
-            scale = self.lr_scale
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
+            saved = self._save_outer()
+            if model_kind:
+                # The local outer step: θ_outer − outer(Δ_i), published
+                # for the exchange to average (see the module comment).
+                self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved, published=False)
             ups = self._region(self.client.update_buffer())
+            scale = self.lr_scale
             for p, o, u in zip(params, self.outer_params, ups):
                 if model_kind:
-                    u.copy_(p)
+                    u.copy_(o)
                     continue
                 if u.device == p.device:
                     torch.sub(p, o, out=u)
@@ -635,6 +648,7 @@ class DiLoCo(torch.optim.Optimizer):
                 r = self.client.step(n, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock:
+                self._load_outer(saved)
                 self._restore_round()
             raise FloatingPointError(
                 f"outer step {n}: the daemon refused the update ({e.details}): after {self.H} inner steps the "
@@ -647,6 +661,7 @@ class DiLoCo(torch.optim.Optimizer):
             log.warning("pspnode.DiLoCo: the daemon went away (%s): this round's inner steps are dropped; "
                         "connecting again", e.details)
             with self._lock:
+                self._load_outer(saved)
                 self._restore_round()
             self.client.start_step = self.outer_step_count
             self._welcome(self._connect())
@@ -662,43 +677,62 @@ class DiLoCo(torch.optim.Optimizer):
         self.merged_total += r.merged
         with self._lock, torch.no_grad():
             merged = self._region(r.update) if r.merged else None
-            saved_outer = [o.clone() for o in self.outer_params]
-            saved_state = copy.deepcopy(self.outer.state_dict())
-            for i, (p, o) in enumerate(zip(params, self.outer_params)):
-                if model_kind:
-                    # Δ̄ = θ_outer − the average of θ_i and the peers' models
-                    if merged is not None:
-                        g = o - merged[i].to(o.device).view(o.shape)
-                    else:
-                        g = o - p
-                else:
-                    # Δ̄ = −(own delta × scale + Σ peers' deltas)
+            if model_kind:
+                # θ_outer ← the average of this worker's stepped model and
+                # the peers' (the daemon's, block by block).
+                if merged is not None:
+                    for o, m in zip(self.outer_params, merged):
+                        o.copy_(m.to(o.device).view(o.shape))
+            else:
+                # Δ̄ = −(own delta × scale + Σ peers' deltas)
+                gs = []
+                for p, o, i in zip(params, self.outer_params, range(len(params))):
                     g = (o - p).mul_(scale)
                     if merged is not None:
                         g.sub_(merged[i].to(o.device).view(o.shape))
-                o.grad = g
-            self.outer.step()
-            for o in self.outer_params:
-                o.grad = None
-            bad = self._first_bad(self.outer_params, self.max_abs)
-            if bad is not None:
-                for o, s in zip(self.outer_params, saved_outer):
-                    o.copy_(s)
-                self.outer.load_state_dict(saved_state)
-                self._restore_round()
-                self.outer_step_count = n
-                raise FloatingPointError(
-                    f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
-                    f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
-                    f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
-                    f"step and the model is back at θ_outer; what was published (the inner-trained parameters) "
-                    "was finite, so the job's parameters are untouched")
+                    gs.append(g)
+                self._outer_apply(gs, n, saved, published=True)
             for p, o in zip(params, self.outer_params):
                 p.copy_(o)
             self.outer_step_count = n
             self.inner_step_count = 0
         if self.on_outer_step is not None:
             self.on_outer_step(n, r.merged, r.barrier)
+
+    def _save_outer(self):
+        return [o.clone() for o in self.outer_params], copy.deepcopy(self.outer.state_dict())
+
+    def _load_outer(self, saved):
+        with torch.no_grad():
+            for o, s in zip(self.outer_params, saved[0]):
+                o.copy_(s)
+        self.outer.load_state_dict(saved[1])
+
+    def _outer_apply(self, grads, n, saved, published):
+        """The outer optimizer's step on grads (θ_outer's gradient); if it
+        leaves θ_outer beyond the job's bound, θ_outer and its state are put
+        back as saved, the model back at θ_outer, and FloatingPointError
+        says so (published: outer step n was published, so it counts).
+        The lock is held."""
+        for o, g in zip(self.outer_params, grads):
+            o.grad = g
+        self.outer.step()
+        for o in self.outer_params:
+            o.grad = None
+        bad = self._first_bad(self.outer_params, self.max_abs)
+        if bad is None:
+            return
+        self._load_outer(saved)
+        self._restore_round()
+        if published:
+            self.outer_step_count = n
+        raise FloatingPointError(
+            f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
+            f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
+            f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
+            f"step and the model is back at θ_outer; " + ("what was published (the pseudo-gradient) was finite, so "
+                                                           "the job's parameters are untouched" if published else
+                                                           "nothing was published"))
 
     def _expected(self) -> int:
         """How many peers' updates one outer step should bring: S under
