@@ -4,7 +4,8 @@ them): a task of tasks.py under pspnode.DiLoCo (its own daemon, on
 loopback) or under the same outer step after a gloo all-reduce.
 
 After each outer step it evaluates θ_outer on the task's held-out set and
-records (seconds, outer step, loss, accuracy, peers merged); with --dump
+records (seconds, outer step, loss, accuracy, peers merged, the
+daemon's lr_scale); with --dump
 it also keeps θ_outer and θ_i (the inner-trained parameters before the
 exchange) of every outer step, for the consensus and pull figures of
 matrix.py's analysis. The JSON summary (--out) holds the curve, the bytes
@@ -103,7 +104,7 @@ def main():
     t0 = time.time()
     curve, dumps_outer, dumps_inner = [], [], []
     loss0, acc0 = task.evaluate(model)
-    curve.append([0.0, 0, loss0, acc0, 0])
+    curve.append([0.0, 0, loss0, acc0, 0, 1.0])
     if a.dump:
         dumps_outer.append(tasks.flat(outer_params))
     step = 0
@@ -123,7 +124,8 @@ def main():
         if opt.inner_step_count == 0:  # an outer step: the model holds θ_outer
             loss, acc = task.evaluate(model)
             merged = dl.last_merged if dl is not None else a.world - 1
-            curve.append([round(time.time() - t0, 3), opt.outer_step_count, loss, acc, merged])
+            scale = dl.lr_scale if dl is not None else 1 / a.world
+            curve.append([round(time.time() - t0, 3), opt.outer_step_count, loss, acc, merged, scale])
             if dl is not None:
                 dl.report(loss, acc)
             if a.dump:

@@ -22,22 +22,32 @@ step of a pspnode daemon:
 - **Under the epidemic exchange (the default) each worker takes its outer
   step locally, then the exchange averages.** Worker i steps its own
   θ_outer_i with its own pseudo-gradient Δ_i = θ_outer_i − θ_i through the
-  outer optimizer (its own momentum), publishes the result, and takes as
-  its next θ_outer_i the daemon's average of it and the models S sampled
-  peers sent. With the outer SGD (linear in its gradients) and every model
-  averaged in, this is all-reduce DiLoCo exactly: the average of
-  θ − lr·nesterov(Δ_i) over the workers is θ − lr·nesterov(mean Δ_i), the
-  mean of the momentum buffers being the momentum of the mean. With a
-  sample of the models it is decentralised SGD (D-PSGD's step, then
-  average) with DiLoCo's outer step as the local step: the consensus pull
-  toward the peers is a plain average, a contraction, and never enters
-  the momentum. (Averaging first and taking Δ̄ = θ_outer − the average as
-  the outer gradient, as an earlier version did, puts the pull toward the
-  peers into Nesterov's momentum at the outer rate: with stale models and
-  a different sample each round it fed back and diverged where the
-  all-reduce trained.) A model that is k outer steps stale pulls toward
-  where its sender was; the exchange weights it down by its staleness and
-  clips each pull (self-centred clipping).
+  outer optimizer, publishes the result, and takes as its next θ_outer_i
+  the daemon's average of it and the models S sampled peers sent: the step
+  of decentralised SGD (D-PSGD: a local step, then average) with DiLoCo's
+  outer step as the local step. The consensus pull toward the peers is a
+  plain average, a contraction. (Averaging first and taking θ_outer − the
+  average as the outer gradient, as an earlier version did, put that pull
+  into Nesterov's momentum at the outer rate: with peers' models one or
+  two outer steps stale the loop is marginal or unstable at lr 0.7,
+  momentum 0.9, and training collapsed where the all-reduce trained; see
+  examples/diloco/stability.py.)
+- **The outer momentum is quasi-global** (Lin et al., "Quasi-Global
+  Momentum", ICML 2021) when the outer optimizer is torch.optim.SGD with
+  momentum (DiLoCo's): after the average, each momentum buffer becomes
+  μ·b + (1 − μ)·(θ_outer before the round − θ_outer after it)/lr, the
+  round's whole move, average included, rather than μ·b + Δ_i. A buffer
+  fed only the worker's own Δ_i (a local momentum) carries that worker's
+  noise for 1/(1 − μ) rounds into every model it publishes, and the
+  sampled averages never remove it: on an MNIST MLP the models stayed a
+  third of an outer step apart and the held-out loss ended 33–85 % above
+  the all-reduce's. The quasi-global buffer is an average of the moves of
+  the averaged models, so it is nearly the same on every worker; the pull
+  enters it at weight 1 − μ, not 1 (fed at the weight that would make it
+  all-reduce DiLoCo under full averaging, 1/(1 + μ), the loop diverged).
+  Its steady step is Nesterov's, lr·Δ/(1 − μ); it responds to a change of
+  Δ more slowly. Other outer optimizers keep their own state (a local
+  momentum).
   Under the gossip exchange the worker publishes Δ_i × 1/N̂ (the daemon's
   lr_scale) and the daemon sums the peers': Δ̄ is the mean pseudo-gradient
   over the job, each worker's applied once by every worker whenever it
@@ -100,7 +110,7 @@ log = logging.getLogger("pspnode")
 STATE_KIND = "pspnode.DiLoCo/1"
 # The outer step's algorithm, in the model ID: a worker of another version
 # (whose outer step combines the exchange's models otherwise) is refused.
-_ALGORITHM = "local-outer/2"
+_ALGORITHM = "local-outer-qg/3"
 _MAGIC = b"PSPD"
 _MAX_HEADER = 4 << 20
 # How far (relative to the job's parameters' norm) a peer's θ_outer may be
@@ -623,6 +633,7 @@ class DiLoCo(torch.optim.Optimizer):
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
             saved = self._save_outer()
+            prev = self._buffers() if model_kind else None
             if model_kind:
                 # The local outer step: θ_outer − outer(Δ_i), published
                 # for the exchange to average (see the module comment).
@@ -683,6 +694,7 @@ class DiLoCo(torch.optim.Optimizer):
                 if merged is not None:
                     for o, m in zip(self.outer_params, merged):
                         o.copy_(m.to(o.device).view(o.shape))
+                self._quasi_global(saved[0], prev)
             else:
                 # Δ̄ = −(own delta × scale + Σ peers' deltas)
                 gs = []
@@ -698,6 +710,40 @@ class DiLoCo(torch.optim.Optimizer):
             self.inner_step_count = 0
         if self.on_outer_step is not None:
             self.on_outer_step(n, r.merged, r.barrier)
+
+    def _buffers(self):
+        """The outer SGD's momentum buffers before the outer step, one per
+        parameter (None: none yet), when the quasi-global momentum applies:
+        the outer optimizer is torch.optim.SGD with momentum. Else None."""
+        if not isinstance(self.outer, torch.optim.SGD):
+            return None
+        out = []
+        for o in self.outer_params:
+            if self._group(o)["momentum"] <= 0:
+                return None
+            b = self.outer.state.get(o, {}).get("momentum_buffer")
+            out.append(None if b is None else b.clone())
+        return out
+
+    def _group(self, o):
+        for g in self.outer.param_groups:
+            if any(p is o for p in g["params"]):
+                return g
+        raise KeyError("an outer parameter in no param group")
+
+    def _quasi_global(self, before, prev):
+        """The quasi-global momentum (see the module comment): each outer
+        SGD momentum buffer becomes μ·(its value before this outer step) +
+        (1 − μ)·(the move θ_outer made this round, the local step and the
+        average, over the outer rate). prev: _buffers() before the step
+        (None: not applied). The lock is held."""
+        if prev is None:
+            return
+        for o, b0, p0 in zip(self.outer_params, before, prev):
+            g = self._group(o)
+            mu, lr = g["momentum"], g["lr"]
+            d = (b0 - o).div_(lr)
+            self.outer.state[o]["momentum_buffer"] = d.mul_(1 - mu) if p0 is None else d.mul_(1 - mu).add_(p0, alpha=mu)
 
     def _save_outer(self):
         return [o.clone() for o in self.outer_params], copy.deepcopy(self.outer.state_dict())
