@@ -48,11 +48,16 @@ step of a pspnode daemon:
   Its steady step is Nesterov's, lr·Δ/(1 − μ); it responds to a change of
   Δ more slowly. Other outer optimizers keep their own state (a local
   momentum).
-  Under the gossip exchange the worker publishes Δ_i × 1/N̂ (the daemon's
-  lr_scale) and the daemon sums the peers': Δ̄ is the mean pseudo-gradient
-  over the job, each worker's applied once by every worker whenever it
-  arrives (a stale one late, as in asynchronous Local-SGD), and the outer
-  optimizer steps on Δ̄.
+- **Under the gossip exchange** the worker takes the same local outer
+  step and publishes its move (stepped θ_outer − θ_outer) × 1/N̂ (the
+  daemon's lr_scale); the daemon sums the peers' moves, and θ_outer moves
+  by its own and theirs: the mean move, which with every move delivered is
+  all-reduce DiLoCo exactly (the mean of the local momenta is the momentum
+  of the mean pseudo-gradient), each arriving whenever it does (a late
+  one late, as in asynchronous Local-SGD). Nothing pulls the workers
+  together: a move a worker never gets stays out of its θ_outer, once
+  (publishing Δ_i and running the momentum on the sum, as an earlier
+  version did, multiplied such a gap by 1/(1 − μ)).
 - **The round's models:** after the barrier the outer step waits up to
   ``merge_wait`` seconds (default 1) for the round's models to arrive (S
   under epidemic:S, N̂ − 1 deltas under gossip) before it pulls, so that a
@@ -634,20 +639,21 @@ class DiLoCo(torch.optim.Optimizer):
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
             saved = self._save_outer()
             prev = self._buffers() if model_kind else None
-            if model_kind:
-                # The local outer step: θ_outer − outer(Δ_i), published
-                # for the exchange to average (see the module comment).
-                self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved, published=False)
+            # The local outer step on this worker's own pseudo-gradient
+            # (see the module comment); under epidemic the stepped θ_outer
+            # is published for the exchange to average, under gossip its
+            # move × 1/N̂ for every peer to add.
+            self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved)
             ups = self._region(self.client.update_buffer())
             scale = self.lr_scale
-            for p, o, u in zip(params, self.outer_params, ups):
+            for o, b, u in zip(self.outer_params, saved[0], ups):
                 if model_kind:
                     u.copy_(o)
                     continue
-                if u.device == p.device:
-                    torch.sub(p, o, out=u)
+                if u.device == o.device:
+                    torch.sub(o, b, out=u)
                 else:
-                    u.copy_(p - o)
+                    u.copy_(o - b)
                 if scale != 1.0:
                     u.mul_(scale)
         ev, self._eval = self._eval, None
@@ -696,14 +702,11 @@ class DiLoCo(torch.optim.Optimizer):
                         o.copy_(m.to(o.device).view(o.shape))
                 self._quasi_global(saved[0], prev)
             else:
-                # Δ̄ = −(own delta × scale + Σ peers' deltas)
-                gs = []
-                for p, o, i in zip(params, self.outer_params, range(len(params))):
-                    g = (o - p).mul_(scale)
+                # θ_outer ← θ_outer + (own move × 1/N̂ + Σ peers' moves × 1/N̂)
+                for i, (o, b) in enumerate(zip(self.outer_params, saved[0])):
+                    o.sub_(b).mul_(scale).add_(b)
                     if merged is not None:
-                        g.sub_(merged[i].to(o.device).view(o.shape))
-                    gs.append(g)
-                self._outer_apply(gs, n, saved, published=True)
+                        o.add_(merged[i].to(o.device).view(o.shape))
             for p, o in zip(params, self.outer_params):
                 p.copy_(o)
             self.outer_step_count = n
@@ -754,12 +757,11 @@ class DiLoCo(torch.optim.Optimizer):
                 o.copy_(s)
         self.outer.load_state_dict(saved[1])
 
-    def _outer_apply(self, grads, n, saved, published):
-        """The outer optimizer's step on grads (θ_outer's gradient); if it
-        leaves θ_outer beyond the job's bound, θ_outer and its state are put
-        back as saved, the model back at θ_outer, and FloatingPointError
-        says so (published: outer step n was published, so it counts).
-        The lock is held."""
+    def _outer_apply(self, grads, n, saved):
+        """The outer optimizer's step on grads (θ_outer's gradient), before
+        anything is published; if it leaves θ_outer beyond the job's bound,
+        θ_outer and its state are put back as saved, the model back at
+        θ_outer, and FloatingPointError says so. The lock is held."""
         for o, g in zip(self.outer_params, grads):
             o.grad = g
         self.outer.step()
@@ -770,15 +772,11 @@ class DiLoCo(torch.optim.Optimizer):
             return
         self._load_outer(saved)
         self._restore_round()
-        if published:
-            self.outer_step_count = n
         raise FloatingPointError(
             f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
             f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
             f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
-            f"step and the model is back at θ_outer; " + ("what was published (the pseudo-gradient) was finite, so "
-                                                           "the job's parameters are untouched" if published else
-                                                           "nothing was published"))
+            "step and the model is back at θ_outer; nothing was published")
 
     def _expected(self) -> int:
         """How many peers' updates one outer step should bring: S under

@@ -401,6 +401,44 @@ class MergeWait(unittest.TestCase):
         self.assertEqual(fake.calls, ["publish", "barrier", "pull:0"])
         self.assertEqual(opt.last_merged, 0)
 
+    def test_local_outer_step_then_average_with_quasi_global_momentum(self):
+        # Under epidemic the worker takes the outer step on its own
+        # pseudo-gradient and publishes the result (Nesterov, lr 0.5,
+        # momentum 0.5: θ_outer − 0.5·(Δ + 0.5·Δ) on the first round), takes
+        # the average (here the published model + 0.25) as θ_outer, and
+        # its momentum buffer becomes (1 − μ)·(the round's whole move)/lr.
+        # Two rounds: the second buffer is μ·the first + (1 − μ)·its move.
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = EpidemicFake(n, np.full(n, 0.25, dtype="<f4"), 0)
+        addr = serve_fake(self, fake)
+        lr, mu = 0.5, 0.5
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
+                             connect_timeout=10, outer_lr=lr, outer_momentum=mu, merge_wait=5)
+        self.addCleanup(opt.close)
+        twin = net()
+        plain = torch.optim.SGD(twin.parameters(), lr=0.1)
+        theta = flat(opt.outer_parameters())
+        buf = None
+        for r in range(2):
+            data = batches(20 + r, 2)
+            train(opt, m, data)
+            train(plain, twin, data)
+            delta = theta - flat(twin.parameters())
+            nb = delta if buf is None else mu * buf + delta
+            published = theta - lr * (delta + mu * nb)
+            self.assertTrue(torch.allclose(torch.from_numpy(fake.model), published, atol=1e-5), r)
+            after = published + 0.25
+            self.assertTrue(torch.allclose(flat(opt.outer_parameters()), after, atol=1e-5), r)
+            move = (theta - after) / lr
+            buf = (1 - mu) * move if buf is None else mu * buf + (1 - mu) * move
+            got = flat([opt.outer.state[p]["momentum_buffer"] for p in opt.outer_parameters()])
+            self.assertTrue(torch.allclose(got, buf, atol=1e-5), (r, (got - buf).abs().max()))
+            theta = after
+            with torch.no_grad():
+                for p, q in zip(twin.parameters(), opt.outer_parameters()):
+                    p.copy_(q)
+
     def test_plain_step_without_wait(self):
         m = net()
         n = sum(p.numel() for p in m.parameters())
@@ -419,24 +457,31 @@ class WithGossipFake(unittest.TestCase):
     def make(self, fake, m, **kw):
         addr = serve_fake(self, fake)
         kw.setdefault("outer_momentum", 0.0)
+        kw.setdefault("outer_lr", 1.0)
         opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
-                             connect_timeout=10, outer_lr=1.0, **kw)
+                             connect_timeout=10, **kw)
         self.addCleanup(opt.close)
         return opt
 
-    def test_gossip_publishes_scaled_delta_and_sums(self):
-        # Publish Δ_i × lr_scale (a delta, θ_i − θ_outer); Δ̄ = −(that + the
-        # peers' deltas): with outer SGD at lr 1, θ_outer ← θ_outer + own
-        # scaled delta + the peer's.
+    def test_gossip_publishes_scaled_move_and_sums(self):
+        # The worker takes the outer step on its own pseudo-gradient Δ =
+        # θ_outer − θ_i (Nesterov, lr 0.5, momentum 0.5: a move of
+        # −0.5·1.5·Δ on the first round), publishes that move × lr_scale
+        # (0.5), and θ_outer ← θ_outer + its published move + the peer's.
         m = net()
         n = sum(p.numel() for p in m.parameters())
         peer = np.full(n, 0.01, dtype="<f4")
         fake = GossipFake(n, peer)
-        opt = self.make(fake, m)
+        opt = self.make(fake, m, outer_lr=0.5, outer_momentum=0.5)
+        twin = net()
         start = flat(opt.outer_parameters())
-        train(opt, m, batches(13, 2))  # H = 2: one outer step
+        data = batches(13, 2)
+        train(opt, m, data)  # H = 2: one outer step
+        train(torch.optim.SGD(twin.parameters(), lr=0.1), twin, data)
         self.assertEqual(len(fake.published), 1)
         own = torch.from_numpy(fake.published[0])
+        delta = start - flat(twin.parameters())
+        self.assertTrue(torch.allclose(own, 0.5 * -0.5 * 1.5 * delta, atol=1e-6))
         got = flat(opt.outer_parameters())
         self.assertTrue(torch.allclose(got, start + own + torch.from_numpy(peer), atol=1e-6))
         self.assertGreater(float(own.abs().max()), 0)
