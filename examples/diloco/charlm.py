@@ -128,6 +128,14 @@ def evaluate(model, data):
     return float(loss_of(model, *data))
 
 
+def write_file(path, text):
+    """Writes text to path whole (through a temporary file and a rename),
+    so that a reader polling for it never sees part of it."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def wchar(pid="self"):
     """What a process has written to files and sockets (/proc/PID/io)."""
     try:
@@ -278,10 +286,7 @@ def main():
             opt = daemon_opt = pspnode.Optimizer(inner, model=model, **kw)
         net_pid = daemon_opt.daemon.proc.pid
         if a.addr_file:
-            addr = [x for x in daemon_opt.daemon.addrs if "/tcp/" in x][0]
-            with open(a.addr_file + ".tmp", "w") as f:
-                f.write(addr)
-            os.replace(a.addr_file + ".tmp", a.addr_file)
+            write_file(a.addr_file, [x for x in daemon_opt.daemon.addrs if "/tcp/" in x][0])
 
     def past_deadline():
         return bool(a.deadline) and time.time() - t0 > a.deadline

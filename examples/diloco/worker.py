@@ -4,12 +4,11 @@ them): a task of tasks.py under pspnode.DiLoCo (its own daemon, on
 loopback) or under the same outer step after a gloo all-reduce.
 
 After each outer step it evaluates θ_outer on the task's held-out set and
-records (seconds, outer step, loss, accuracy, peers merged, the
-daemon's lr_scale); with --dump
-it also keeps θ_outer and θ_i (the inner-trained parameters before the
-exchange) of every outer step, for the consensus and pull figures of
-matrix.py's analysis. The JSON summary (--out) holds the curve, the bytes
-the daemon (or the gloo rank) wrote, CPU seconds and peak RSS.
+records (seconds, outer step, loss, accuracy, peers merged, the daemon's
+lr_scale); with --dump it also keeps θ_outer and θ_i (the inner-trained
+parameters before the exchange) of every outer step, to measure how far
+apart the workers' models are. The JSON summary (--out) holds the curve,
+the bytes the daemon (or the gloo rank) wrote, CPU seconds and peak RSS.
 """
 
 import argparse
@@ -92,10 +91,7 @@ def main():
         outer_params = dl.outer_parameters()
         net_pid = dl.daemon.proc.pid
         if a.addr_file:
-            addr = [x for x in dl.daemon.addrs if "/127.0.0.1/tcp/" in x][0]
-            with open(a.addr_file + ".tmp", "w") as f:
-                f.write(addr)
-            os.replace(a.addr_file + ".tmp", a.addr_file)
+            charlm.write_file(a.addr_file, [x for x in dl.daemon.addrs if "/127.0.0.1/tcp/" in x][0])
     if a.ready_file:
         open(a.ready_file, "w").close()
     while a.go_file and not os.path.exists(a.go_file) and not stop["now"]:
@@ -152,9 +148,7 @@ def main():
         np.savez_compressed(a.dump, outer=np.stack(dumps_outer),
                             inner=np.stack(dumps_inner) if dumps_inner else np.zeros((0, 0), np.float32))
     if a.out:
-        with open(a.out + ".tmp", "w") as f:
-            json.dump(summary, f)
-        os.replace(a.out + ".tmp", a.out)
+        charlm.write_file(a.out, json.dumps(summary))
     if a.done_dir:
         open(os.path.join(a.done_dir, f"w{a.rank}.done"), "w").close()
         done = [os.path.join(a.done_dir, f"w{r}.done") for r in range(a.world)]
