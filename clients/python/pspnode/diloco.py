@@ -127,6 +127,34 @@ _STATE_PARAMS_TOL = 0.5
 _IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
 
 
+# How the epidemic exchange sends the models (the daemon's --exchange
+# epidemic:S:ENCODING): float32, bfloat16, or int8 with a float32 scale
+# per 256 values; the sender feeds each round's rounding error into the
+# next round's model.
+COMPRESSIONS = ("none", "bf16", "int8")
+
+
+def _with_compression(args: list, compression: str) -> list:
+    """The daemon's arguments with the exchange that sends models in
+    compression: its --exchange epidemic:S gets the encoding, and without
+    one the default exchange (epidemic:4) is named with it."""
+    if compression == "none":
+        return args
+    for i, a in enumerate(args):
+        for flag in ("--exchange", "-exchange"):
+            if a == flag and i + 1 < len(args):
+                spec = args[i + 1]
+                if spec.startswith("epidemic:") and spec.count(":") == 1:
+                    args[i + 1] = f"{spec}:{compression}"
+                return args
+            if a.startswith(flag + "="):
+                spec = a.split("=", 1)[1]
+                if spec.startswith("epidemic:") and spec.count(":") == 1:
+                    args[i] = f"{flag}=epidemic:{spec.split(':')[1]}:{compression}"
+                return args
+    return args + ["--exchange", f"epidemic:4:{compression}"]
+
+
 class DiLoCoMismatch(ModelMismatch):
     """The daemon refused this worker: its model or its DiLoCo
     configuration (H, the inner or the outer optimizer) is not the job's."""
@@ -210,7 +238,8 @@ class DiLoCo(torch.optim.Optimizer):
                  job: Optional[str] = None, bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
-                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, **client_args):
+                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: str = "none",
+                 **client_args):
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
             raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -221,6 +250,9 @@ class DiLoCo(torch.optim.Optimizer):
                 raise ValueError(f"outer_lr={outer_lr!r}: want a finite rate > 0 (DiLoCo's is 0.7)")
             if not (isinstance(outer_momentum, (int, float)) and 0 <= outer_momentum < 1):
                 raise ValueError(f"outer_momentum={outer_momentum!r}: want 0 <= momentum < 1 (DiLoCo's is 0.9)")
+        if compression not in COMPRESSIONS:
+            raise ValueError(f"compression={compression!r}: want one of {', '.join(COMPRESSIONS)} (how the "
+                             "epidemic exchange sends the models; see the module comment)")
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
                              "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
@@ -259,7 +291,9 @@ class DiLoCo(torch.optim.Optimizer):
             if not isinstance(self.outer, torch.optim.Optimizer):
                 raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
         name = model_name or (type(model).__name__ if model is not None else "model")
-        self.config = f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}"
+        self.compression = compression
+        self.config = (f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}; "
+                       f"compression {compression}")
         self.model_name = f"{name}/diloco"
         self.model_id = model_id_of(f"{name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
         self.plain_model_id = model_id_of(name, self.shapes)
@@ -276,7 +310,8 @@ class DiLoCo(torch.optim.Optimizer):
                  self.config)
         self.daemon: Optional[Daemon] = None
         if daemon is None:
-            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
+            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity,
+                                 args=_with_compression(list(daemon_args), compression),
                                  binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
@@ -331,11 +366,21 @@ class DiLoCo(torch.optim.Optimizer):
         self.lr_scale = w.lr_scale if w.lr_scale > 0 else 1.0
         self.population = w.population
         self.max_abs = w.max_abs_value if w.max_abs_value > 0 else float("inf")
+        self.exchange = w.exchange
+        sent = "none"
         if w.exchange.startswith("epidemic:"):
+            parts = w.exchange.split(":")
             try:
-                self._fanout = max(1, int(w.exchange.split(":", 1)[1]))
+                self._fanout = max(1, int(parts[1]))
             except ValueError:
                 self._fanout = 1
+            sent = parts[2] if len(parts) > 2 else "none"
+        if sent != self.compression:
+            raise ValueError(
+                f"this DiLoCo's compression is {self.compression!r}, and its daemon's exchange, {w.exchange}, sends "
+                f"models {'as float32' if sent == 'none' else 'in ' + sent}: start the daemon with --exchange "
+                f"epidemic:S{'' if self.compression == 'none' else ':' + self.compression} (compression applies "
+                "to the epidemic exchange's models only), or give compression to match. Nothing was published")
         params = self.client.welcome_params()
         state = self.client.welcome_state()
         with self._lock, torch.no_grad():

@@ -68,7 +68,8 @@ class Refusals(unittest.TestCase):
                          ({"H": 5, "outer_lr": 0}, "outer_lr"), ({"H": 5, "outer_lr": float("nan")}, "outer_lr"),
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
                          ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
-                         ({"H": 5, "merge_wait": -1}, "merge_wait")]:
+                         ({"H": 5, "merge_wait": -1}, "merge_wait"),
+                         ({"H": 5, "compression": "int4"}, "compression")]:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
@@ -183,6 +184,31 @@ class WithDaemons(unittest.TestCase):
         self.assertEqual(a.client.status().step, 2)
         train(a, ma, batches(4, 3))
         self.assertEqual(a.outer_step_count, 3)
+
+    def test_compression(self):
+        # Two int8 workers: their daemons send models in int8 (the exchange
+        # says so in the Welcome) and each merges the other's. A worker of
+        # another compression is refused at connect, nothing published; one
+        # whose daemon runs another encoding than its own is told so.
+        ma, mb = net(), net()
+        a = self.make("dl-int8", ma, compression="int8")
+        self.assertEqual(a.exchange, "epidemic:1:int8")
+        b = self.make("dl-int8", mb, compression="int8", boot=self.boot(a))
+        merged = 0
+        for r in range(6):
+            train(a, ma, batches(30 + r, 3))
+            train(b, mb, batches(40 + r, 3))
+            merged += a.last_merged + b.last_merged
+        self.assertGreater(merged, 0)
+        self.assertGreater(a.client.status().node.updates_sent, 0)
+        mc = net()
+        with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+            self.make("dl-int8", mc, boot=self.boot(a))
+        self.assertIn("compression none", str(cm.exception))
+        md = net()
+        with self.assertRaises(ValueError) as cm:
+            self.make("dl-int8-own", md, compression="bf16", args=["--exchange", "gossip"])
+        self.assertIn("gossip", str(cm.exception))
 
     def test_diverging_outer_lr_and_nan_pseudo_gradient(self):
         ma, mb = net(), net()
