@@ -175,7 +175,14 @@ def main():
     ap.add_argument("--window", type=int, default=3, help="final figures: the mean of the last WINDOW evaluations")
     ap.add_argument("--dump", action="store_true", help="keep θ_outer and θ_i of every outer step (worker .npz)")
     ap.add_argument("--resume", action="store_true", help="reuse the cells already in --out/cells.json")
+    ap.add_argument("--table-only", action="store_true",
+                    help="judge every cell of --out/cells.json against its reference and write table.md; run nothing")
     a = ap.parse_args()
+    if a.table_only:
+        cells = json.load(open(os.path.join(a.out, "cells.json")))
+        rejudge(cells, a)
+        write_table(cells, os.path.join(a.out, "table.md"))
+        return
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "cells.json")
     done = json.load(open(path)) if a.resume and os.path.exists(path) else []
@@ -237,17 +244,31 @@ def main():
     print(f"{len(done)} cells in {time.time() - t_start:.0f} s; {failed} failed to run", file=sys.stderr)
 
 
+def rejudge(cells, a):
+    """Judges every cell against the all-reduce run of its task, inner
+    optimizer, H, workers and seed."""
+    same = lambda c: (c["task"], c["inner"], c["H"], c["workers"], c["seed"])  # noqa: E731
+    refs = {same(c): c["runs"] for c in cells if c["system"] == "allreduce"}
+    for c in cells:
+        ref = None if c["system"] == "allreduce" else refs.get(same(c))
+        if c["system"] != "allreduce" and ref is None:
+            c.pop("result", None)
+            continue
+        c["result"] = judge(c["runs"], ref, a.loss_tol, a.acc_tol, a.drop_tol, a.window)
+
+
 def write_table(cells, path):
     """The judged cells as a markdown table."""
-    rows = ["| task | inner | H | N | seed | barrier/exchange | loss (ref) | Δloss | acc (ref) | Δacc | max drop (ref) "
-            "| verdict | B/sample | CPU s |", "|" + "---|" * 14]
+    rows = ["| task | inner | H | N | seed | barrier/exchange | compression | loss (ref) | Δloss | acc (ref) | Δacc "
+            "| max drop (ref) | verdict | B/sample | CPU s |", "|" + "---|" * 15]
     for c in cells:
         r = c.get("result")
         if r is None or c["system"] == "allreduce":
             continue
         verdict = "ok" if r["pass"] else "FAIL " + ",".join(r["fails"])
         rows.append(f"| {c['task']} | {c['inner']} | {c['H']} | {c['workers']} | {c['seed']} | "
-                    f"{c['barrier']}/{c['exchange']} | {r['final_loss']:.4f} ({r['ref_loss']:.4f}) | "
+                    f"{c['barrier']}/{c['exchange']} | {c.get('diloco_args', {}).get('compression', 'none')} | "
+                    f"{r['final_loss']:.4f} ({r['ref_loss']:.4f}) | "
                     f"{r['loss_rel']:+.1%} | {r['final_acc']:.4f} ({r['ref_acc']:.4f}) | {r['acc_diff']:+.4f} | "
                     f"{r['max_drop']:.3f} ({r['ref_drop']:.3f}) | {verdict} | {r['bytes_per_sample']:.0f} | "
                     f"{r['cpu_s']:.0f} |")
