@@ -68,15 +68,17 @@ step of a pspnode daemon:
   the previous round's, was measured worse: workers under pSSP drift
   apart by seconds, and the dropped models were most of the merges.)
   ``merge_wait=0`` is the daemon's plain Step.
-- **Compression** (``compression="bf16"`` or ``"int8"``): the epidemic
-  exchange sends each round's model in bfloat16 or in int8 with a float32
-  scale per 256 values (the daemon's ``--exchange epidemic:S:bf16`` /
-  ``epidemic:S:int8``; the daemon the optimizer starts gets it), 2× or
-  3.9× fewer bytes than float32; the sender feeds the rounding error into
-  the next round's model (error feedback), and a receiver refuses and
-  counts a chunk whose scale is not finite or negative. It is part of the
-  job's configuration: a worker of another compression is refused at
-  connect.
+- **Compression** (``compression="none"``, ``"bf16"`` or ``"int8"``): the
+  epidemic exchange sends each round's model as float32, bfloat16 or int8
+  with a float32 scale per 256 values (the daemon's ``--exchange
+  epidemic:S``, ``epidemic:S:bf16``, ``epidemic:S:int8``), 1×, 2× or 3.9×
+  fewer bytes; the sender feeds the rounding error into the next round's
+  model (error feedback), and a receiver refuses and counts a chunk whose
+  scale is not finite or negative. The default (None): int8 for a daemon
+  the optimizer starts under epidemic (its --exchange gets ":int8"; the
+  matrix's cells ended as in float32), the daemon's own encoding for a
+  daemon given by address, none under gossip. It is part of the job's
+  configuration: a worker of another compression is refused at connect.
 - **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
   outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
   or what ``outer_optimizer`` builds.
@@ -116,7 +118,7 @@ from pspnode._params import checked as _checked_params
 from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
-from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
+from pspnode.errors import ApiVersionMismatch, BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
 from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
@@ -143,25 +145,51 @@ _IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
 COMPRESSIONS = ("none", "bf16", "int8")
 
 
+def _exchange_at(args):
+    """Where a daemon's arguments give --exchange: (index, prefix, spec),
+    the argument at index being prefix + spec; None when they do not."""
+    for i, a in enumerate(args):
+        for flag in ("--exchange", "-exchange"):
+            if a == flag and i + 1 < len(args):
+                return i + 1, "", args[i + 1]
+            if a.startswith(flag + "="):
+                return i, flag + "=", a.split("=", 1)[1]
+    return None
+
+
 def _with_compression(args: list, compression: str) -> list:
     """The daemon's arguments with the exchange that sends models in
     compression: its --exchange epidemic:S gets the encoding, and without
     one the default exchange (epidemic:4) is named with it."""
     if compression == "none":
         return args
-    for i, a in enumerate(args):
-        for flag in ("--exchange", "-exchange"):
-            if a == flag and i + 1 < len(args):
-                spec = args[i + 1]
-                if spec.startswith("epidemic:") and spec.count(":") == 1:
-                    args[i + 1] = f"{spec}:{compression}"
-                return args
-            if a.startswith(flag + "="):
-                spec = a.split("=", 1)[1]
-                if spec.startswith("epidemic:") and spec.count(":") == 1:
-                    args[i] = f"{flag}=epidemic:{spec.split(':')[1]}:{compression}"
-                return args
-    return args + ["--exchange", f"epidemic:4:{compression}"]
+    at = _exchange_at(args)
+    if at is None:
+        return args + ["--exchange", f"epidemic:4:{compression}"]
+    i, prefix, spec = at
+    if spec.startswith("epidemic:") and spec.count(":") == 1:
+        args[i] = f"{prefix}{spec}:{compression}"
+    return args
+
+
+def _encoding_of(exchange: str) -> str:
+    """How an exchange ("epidemic:4:int8", "gossip") sends the models."""
+    parts = exchange.split(":")
+    return parts[2] if exchange.startswith("epidemic:") and len(parts) > 2 else "none"
+
+
+def _default_compression(args) -> str:
+    """compression=None for a daemon of the optimizer's own: int8 under
+    the epidemic exchange (measured: the matrix's cells ended as they do
+    in float32, at a quarter of the model's bytes), the daemon's own
+    encoding when its --exchange names one, none under gossip."""
+    at = _exchange_at(list(args))
+    if at is None:
+        return "int8"
+    spec = at[2]
+    if not spec.startswith("epidemic:"):
+        return "none"
+    return _encoding_of(spec) if spec.count(":") > 1 else "int8"
 
 
 class DiLoCoMismatch(ModelMismatch):
@@ -237,8 +265,9 @@ class DiLoCo(torch.optim.Optimizer):
     each outer step with (outer step, merged, barrier reply). merge_wait:
     seconds an outer step waits after the barrier for the round's models
     (or deltas) to arrive (see the module comment). compression: "none",
-    "bf16" or "int8", how the epidemic exchange sends the models (see the
-    module comment). Other keyword arguments go to Client (shared_memory,
+    "bf16" or "int8", how the epidemic exchange sends the models (default:
+    int8 for a daemon of its own, the daemon's encoding for another's; see
+    the module comment). Other keyword arguments go to Client (shared_memory,
     connect_timeout).
     """
 
@@ -249,7 +278,7 @@ class DiLoCo(torch.optim.Optimizer):
                  job: Optional[str] = None, bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
-                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: str = "none",
+                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: Optional[str] = None,
                  **client_args):
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
             raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
@@ -261,7 +290,7 @@ class DiLoCo(torch.optim.Optimizer):
                 raise ValueError(f"outer_lr={outer_lr!r}: want a finite rate > 0 (DiLoCo's is 0.7)")
             if not (isinstance(outer_momentum, (int, float)) and 0 <= outer_momentum < 1):
                 raise ValueError(f"outer_momentum={outer_momentum!r}: want 0 <= momentum < 1 (DiLoCo's is 0.9)")
-        if compression not in COMPRESSIONS:
+        if compression is not None and compression not in COMPRESSIONS:
             raise ValueError(f"compression={compression!r}: want one of {', '.join(COMPRESSIONS)} (how the "
                              "epidemic exchange sends the models; see the module comment)")
         if daemon is None and not job:
@@ -302,12 +331,12 @@ class DiLoCo(torch.optim.Optimizer):
             if not isinstance(self.outer, torch.optim.Optimizer):
                 raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
         name = model_name or (type(model).__name__ if model is not None else "model")
-        self.compression = compression
-        self.config = (f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}; "
-                       f"compression {compression}")
+        self._name = name
         self.model_name = f"{name}/diloco"
-        self.model_id = model_id_of(f"{name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
         self.plain_model_id = model_id_of(name, self.shapes)
+        if compression is None and daemon is None:
+            compression = _default_compression(daemon_args)
+        self._configure(compression or "none")
         self.outer_step_count = 0
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
         self.population, self.lr_scale = 1.0, 1.0
@@ -317,8 +346,6 @@ class DiLoCo(torch.optim.Optimizer):
         self.started_from = "own"
         self._eval = None
         self._cache = {}
-        log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id, self.num_params,
-                 self.config)
         self.daemon: Optional[Daemon] = None
         if daemon is None:
             self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity,
@@ -331,12 +358,40 @@ class DiLoCo(torch.optim.Optimizer):
                              step=0, params_provider=self._params, state_kind=STATE_KIND,
                              state_provider=self._state, **client_args)
         try:
+            if compression is None:  # another's daemon: what its exchange sends
+                self._configure(self._daemons_encoding())
+                self.client.model_id = self.model_id
+            log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id,
+                     self.num_params, self.config)
             self._welcome(self._connect())
         except BaseException:
             self.close()
             raise
 
     # -- set-up ------------------------------------------------------------
+
+    def _daemons_encoding(self) -> str:
+        """How the daemon's exchange sends models, by its Status (waiting
+        up to the connect timeout for it to answer); "none" from a daemon
+        without Status."""
+        deadline = time.monotonic() + self.client.connect_timeout
+        while True:
+            try:
+                return _encoding_of(self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange)
+            except ApiVersionMismatch:
+                return "none"
+            except DaemonUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _configure(self, compression: str):
+        """The configuration every worker of the job shares, and the model
+        ID that covers it."""
+        self.compression = compression
+        self.config = (f"H={self.H}; inner {describe_optimizer(self.inner)}; outer {describe_optimizer(self.outer)}; "
+                       f"compression {compression}")
+        self.model_id = model_id_of(f"{self._name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
 
     def _check(self):
         if self._closed:
@@ -378,14 +433,12 @@ class DiLoCo(torch.optim.Optimizer):
         self.population = w.population
         self.max_abs = w.max_abs_value if w.max_abs_value > 0 else float("inf")
         self.exchange = w.exchange
-        sent = "none"
         if w.exchange.startswith("epidemic:"):
-            parts = w.exchange.split(":")
             try:
-                self._fanout = max(1, int(parts[1]))
+                self._fanout = max(1, int(w.exchange.split(":")[1]))
             except ValueError:
                 self._fanout = 1
-            sent = parts[2] if len(parts) > 2 else "none"
+        sent = _encoding_of(w.exchange)
         if sent != self.compression:
             raise ValueError(
                 f"this DiLoCo's compression is {self.compression!r}, and its daemon's exchange, {w.exchange}, sends "

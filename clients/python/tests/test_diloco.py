@@ -191,7 +191,8 @@ class WithDaemons(unittest.TestCase):
         # another compression is refused at connect, nothing published; one
         # whose daemon runs another encoding than its own is told so.
         ma, mb = net(), net()
-        a = self.make("dl-int8", ma, compression="int8")
+        a = self.make("dl-int8", ma)  # int8 is the default under epidemic
+        self.assertEqual(a.compression, "int8")
         self.assertEqual(a.exchange, "epidemic:1:int8")
         b = self.make("dl-int8", mb, compression="int8", boot=self.boot(a))
         merged = 0
@@ -203,7 +204,7 @@ class WithDaemons(unittest.TestCase):
         self.assertGreater(a.client.status().node.updates_sent, 0)
         mc = net()
         with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
-            self.make("dl-int8", mc, boot=self.boot(a))
+            self.make("dl-int8", mc, boot=self.boot(a), compression="none")
         self.assertIn("compression none", str(cm.exception))
         md = net()
         with self.assertRaises(ValueError) as cm:
