@@ -267,7 +267,7 @@ def write_table(cells, path):
             continue
         verdict = "ok" if r["pass"] else "FAIL " + ",".join(r["fails"])
         rows.append(f"| {c['task']} | {c['inner']} | {c['H']} | {c['workers']} | {c['seed']} | "
-                    f"{c['barrier']}/{c['exchange']} | {c.get('diloco_args', {}).get('compression', 'none')} | "
+                    f"{c['barrier']}/{c['exchange']} | {c['runs'][0].get('compression', 'none')} | "
                     f"{r['final_loss']:.4f} ({r['ref_loss']:.4f}) | "
                     f"{r['loss_rel']:+.1%} | {r['final_acc']:.4f} ({r['ref_acc']:.4f}) | {r['acc_diff']:+.4f} | "
                     f"{r['max_drop']:.3f} ({r['ref_drop']:.3f}) | {verdict} | {r['bytes_per_sample']:.0f} | "

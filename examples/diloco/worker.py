@@ -134,7 +134,8 @@ def main():
     if dl is not None:
         dcpu, dpeak = charlm.proc_usage(net_pid)
         cpu, peak = cpu + dcpu, peak + dpeak
-        extra = {"merged_total": dl.merged_total, "outer_steps": dl.outer_step_count}
+        extra = {"merged_total": dl.merged_total, "outer_steps": dl.outer_step_count, "compression": dl.compression,
+                 "exchange": dl.exchange}
         try:
             st = dl.client.status()
             extra.update(updates_received=st.node.updates_received, models_averaged=st.node.models_averaged)
