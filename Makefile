@@ -170,8 +170,10 @@ compare-diloco: build
 ## barriers (default, bsp, pssp:2:4) x exchanges (epidemic:1, the default,
 ## gossip), on loopback, each cell judged against DiLoCo over a gloo
 ## all-reduce; writes cells.json and table.md to results/diloco-matrix
-## (no root; ARGS=--resume goes on after an interruption; ARGS="--tasks cnn
-## --H 20 --workers 3" for a part). See docs/trainer.md, "DiLoCo"
+## (no root; a cell of 3 workers at H 20 costs about 11 CPU-s, the whole
+## matrix an estimated 11 000 CPU-s, some 2-3 hours on 2 cores;
+## ARGS=--resume goes on after an interruption; ARGS="--tasks cnn --H 20
+## --workers 3" for a part). See docs/trainer.md, "The matrix"
 diloco-matrix: build
 	nice -n 10 /usr/bin/python3 examples/diloco/matrix.py --bin $(BIN) --out results/diloco-matrix $(ARGS)
 
