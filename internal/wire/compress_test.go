@@ -10,13 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
-	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 )
 
@@ -92,20 +90,7 @@ func (k *keeper) End(_ peer.ID, _ Offer, _ int, r gossip.Reason) gossip.Reason {
 // (non_finite), nothing of the block taken.
 func TestExchangeCompressed(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		var hs [2]host.Host
-		for i := range hs {
-			h, err := mn.NewHost(10, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Close() })
-			hs[i] = h
-		}
-		if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: hs[1].ID(), Addrs: hs[1].Addrs()}); err != nil {
-			t.Fatal(err)
-		}
+		hs := connectedPair(t)
 		n := ExchangeBlock + 1000
 		k := &keeper{}
 		rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})

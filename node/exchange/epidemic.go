@@ -421,13 +421,17 @@ func (e *epidemic) Model() []float64 {
 
 // ReadModel copies the values [lo, hi) of the reference into dst and
 // returns false when there is none (before the first step).
-func (e *epidemic) ReadModel(lo, hi int, dst []float32) bool {
+func (e *epidemic) ReadModel(lo, hi int, dst []float32) bool { return e.read(&e.ref, lo, hi, dst) }
+
+// read copies the values [lo, hi) of *v (ref or sent, read under rmu)
+// into dst; false when there is none.
+func (e *epidemic) read(v *[]float32, lo, hi int, dst []float32) bool {
 	e.rmu.RLock()
 	defer e.rmu.RUnlock()
-	if e.ref == nil || hi > len(e.ref) || lo < 0 || lo > hi {
+	if *v == nil || hi > len(*v) || lo < 0 || lo > hi {
 		return false
 	}
-	copy(dst, e.ref[lo:hi])
+	copy(dst, (*v)[lo:hi])
 	return true
 }
 
@@ -466,15 +470,7 @@ func (e *epidemic) quantizeRound() {
 }
 
 // readSent is ReadModel of sent, the model as this round sends it.
-func (e *epidemic) readSent(lo, hi int, dst []float32) bool {
-	e.rmu.RLock()
-	defer e.rmu.RUnlock()
-	if e.sent == nil || hi > len(e.sent) || lo < 0 || lo > hi {
-		return false
-	}
-	copy(dst, e.sent[lo:hi])
-	return true
-}
+func (e *epidemic) readSent(lo, hi int, dst []float32) bool { return e.read(&e.sent, lo, hi, dst) }
 
 // scalesLR: averaging does not add, so the rate is the schedule's.
 func (e *epidemic) ScalesLR() bool { return false }
