@@ -171,7 +171,7 @@ compare-diloco: build
 ## gossip), on loopback, each cell judged against DiLoCo over a gloo
 ## all-reduce; writes cells.json and table.md to results/diloco-matrix
 ## (no root; a cell of 3 workers at H 20 costs about 11 CPU-s, the whole
-## matrix an estimated 11 000 CPU-s, some 2-3 hours on 2 cores;
+## matrix an estimated 9 000 CPU-s, some 2 hours on 2 cores;
 ## ARGS=--resume goes on after an interruption; ARGS="--tasks cnn --H 20
 ## --workers 3" for a part). See docs/trainer.md, "The matrix"
 diloco-matrix: build
