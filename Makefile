@@ -7,7 +7,7 @@ PKGS    := ./...
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
 LDFLAGS := -s -w -X main.version=$(VERSION)
 
-.PHONY: all build test tidy-check test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto wheel torch-example bench-trainer compare-ddp compare-diloco
+.PHONY: all build test tidy-check test-deps test-norace bench bench-idle run figures figures-sim figures-testnet dist fuzz lint clean proto wheel torch-example bench-trainer compare-ddp compare-diloco diloco-matrix
 
 all: build
 
@@ -174,6 +174,18 @@ compare-diloco: build
 	  --systems diloco/pssp:2:4/epidemic:3,diloco/pssp:2:4/epidemic:1,allreduce,ddp --slow 0,1 --seeds 1,2,3 \
 	  --steps 1200 --H 100 --lr 1e-2 --ddp-lr 1e-2 --quota 0.5 --sleep 0.03 --target 2.0 --deadline 400s \
 	  --extra "--context 32" $(ARGS)
+
+## diloco-matrix: pspnode.DiLoCo on every cell of tasks (MNIST CNN and MLP,
+## the character model) x inner SGD/AdamW x H 20/100 x 3/6 workers x
+## barriers (default, bsp, pssp:2:4) x exchanges (epidemic:1, the default,
+## gossip), on loopback, each cell judged against DiLoCo over a gloo
+## all-reduce; writes cells.json and table.md to results/diloco-matrix
+## (no root; a cell of 3 workers at H 20 costs about 11 CPU-s, the whole
+## matrix an estimated 9 000 CPU-s, some 2 hours on 2 cores;
+## ARGS=--resume goes on after an interruption; ARGS="--tasks cnn --H 20
+## --workers 3" for a part). See docs/trainer.md, "The matrix"
+diloco-matrix: build
+	nice -n 10 /usr/bin/python3 examples/diloco/matrix.py --bin $(BIN) --out results/diloco-matrix $(ARGS)
 
 ## proto: regenerate the trainer API's Go and Python code from
 ## proto/pspnode/trainer/v3/trainer.proto (the generated files are

@@ -128,6 +128,14 @@ def evaluate(model, data):
     return float(loss_of(model, *data))
 
 
+def write_file(path, text):
+    """Writes text to path whole (through a temporary file and a rename),
+    so that a reader polling for it never sees part of it."""
+    with open(path + ".tmp", "w") as f:
+        f.write(text)
+    os.replace(path + ".tmp", path)
+
+
 def wchar(pid="self"):
     """What a process has written to files and sockets (/proc/PID/io)."""
     try:
@@ -209,6 +217,8 @@ def main():
     ap.add_argument("--bootstrap", default="", help="a peer's multiaddr (diloco, psp; none for rank 0)")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="the daemon's listen multiaddr")
     ap.add_argument("--addr-file", default="", help="write the daemon's first listen address here (rank 0)")
+    ap.add_argument("--compression", choices=["none", "bf16", "int8"], default=None,
+                    help="pspnode.DiLoCo's compression (default: its own, int8 under epidemic)")
     ap.add_argument("--daemon-args", default="--barrier pssp:2:4 --exchange epidemic:1",
                     help="more `pspnode run` flags for the daemon (diloco, psp)")
     ap.add_argument("--bin", default=os.path.join(REPO, "bin", "pspnode"))
@@ -273,15 +283,13 @@ def main():
                   pspnode_bin=a.bin, start_timeout=120)
         if a.system == "diloco":
             opt = daemon_opt = pspnode.DiLoCo(inner, model=model, H=a.H, outer_lr=a.outer_lr,
-                                              outer_momentum=a.outer_momentum, merge_wait=a.merge_wait, **kw)
+                                              outer_momentum=a.outer_momentum, merge_wait=a.merge_wait,
+                                              compression=a.compression, **kw)
         else:
             opt = daemon_opt = pspnode.Optimizer(inner, model=model, **kw)
         net_pid = daemon_opt.daemon.proc.pid
         if a.addr_file:
-            addr = [x for x in daemon_opt.daemon.addrs if "/tcp/" in x][0]
-            with open(a.addr_file + ".tmp", "w") as f:
-                f.write(addr)
-            os.replace(a.addr_file + ".tmp", a.addr_file)
+            write_file(a.addr_file, [x for x in daemon_opt.daemon.addrs if "/tcp/" in x][0])
 
     def past_deadline():
         return bool(a.deadline) and time.time() - t0 > a.deadline

@@ -80,7 +80,7 @@ var exchangeCodes = []gossip.Reason{
 	"", ReasonExchangeMismatch, gossip.ReasonMalformed, gossip.ReasonBadVersion, gossip.ReasonBadEncoding,
 	gossip.ReasonSenderMismatch, gossip.ReasonModelMismatch, gossip.ReasonWrongLength, gossip.ReasonNonFinite,
 	gossip.ReasonValueTooLarge, gossip.ReasonNegativeStep, gossip.ReasonStepTooFarAhead, gossip.ReasonOversize,
-	ReasonDistance, ReasonRate, ReasonOtherLineage, ReasonNoModel, ReasonBadBlock,
+	ReasonDistance, ReasonRate, ReasonOtherLineage, ReasonNoModel, ReasonBadBlock, ReasonBadScale,
 }
 
 // ExchangeReasons are the reasons an exchange reply can give for a
@@ -104,7 +104,7 @@ const EncodingFloat32 = 1
 // blocks follow.
 type Offer struct {
 	Kind     byte  // the sender's exchange (1: epidemic)
-	Encoding byte  // EncodingFloat32
+	Encoding byte  // EncodingFloat32, EncodingBF16 or EncodingInt8 (compress.go)
 	Step     int64 // the sender's steps when it offered the model
 	ModelID  uint32
 	N        uint32 // the model's values
@@ -151,7 +151,7 @@ func ParseOffer(body []byte) (Offer, error) {
 // model ID id, whatever the receiver's state: "" when nothing is.
 func (o Offer) Check(id uint32, n int) gossip.Reason {
 	switch {
-	case o.Encoding != EncodingFloat32:
+	case o.Encoding != EncodingFloat32 && o.Encoding != EncodingBF16 && o.Encoding != EncodingInt8:
 		return gossip.ReasonBadEncoding
 	case o.ModelID != id:
 		return gossip.ReasonModelMismatch
@@ -208,17 +208,24 @@ func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer,
 	if size := min(int(o.N), ExchangeBlock); cap(buf) < size {
 		buf = make([]float32, size)
 	}
+	var enc []byte // a block's encoding, when not float32
 	for b := int(o.First); b < int(o.First+o.Count); b++ {
 		lo, hi := BlockRange(b, int(o.N))
 		v := buf[:hi-lo]
 		fill(b, v)
 		dl.arm()
-		if err := writeBlock(s, b, v); err != nil {
+		if o.Encoding == EncodingFloat32 {
+			err = writeBlock(s, b, v)
+		} else {
+			enc = encodeValues(appendBlockHead(enc[:0], b, len(v)), o.Encoding, v)
+			_, err = s.Write(enc)
+		}
+		if err != nil {
 			_ = s.Reset()
 			return "", theirs, st, err
 		}
 		st.Blocks++
-		st.Bytes += chunkHeadLen + 4*len(v)
+		st.Bytes += chunkHeadLen + EncodedLen(o.Encoding, len(v))
 	}
 	_ = s.CloseWrite()
 	dl.arm()
@@ -428,12 +435,22 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		}
 		v := buf[:hi-lo]
 		dl.arm()
-		if err := readFloats(r, v); err != nil {
+		var reason gossip.Reason
+		if o.Encoding == EncodingFloat32 {
+			err = readFloats(r, v)
+		} else {
+			reason, err = readValues(r, o.Encoding, v)
+		}
+		if err != nil {
 			sv.Budget.put(buf)
 			sv.Log.Debug("exchange block truncated", "from", from, "block", b, "err", err)
 			return i, gossip.ReasonMalformed, false
 		}
-		reason := sv.Judge.Block(from, o, b, v)
+		if reason != "" { // a bad scale: the rest of the block is not read
+			sv.Budget.put(buf)
+			return i, reason, false
+		}
+		reason = sv.Judge.Block(from, o, b, v)
 		sv.Budget.put(buf)
 		if reason != "" {
 			return i, reason, i == int(o.Count)-1
@@ -446,8 +463,7 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 // as they lie in memory on a little-endian CPU (no copy), else converted.
 func writeBlock(w io.Writer, b int, v []float32) error {
 	var head [chunkHeadLen]byte
-	binary.BigEndian.PutUint32(head[0:], uint32(b))
-	binary.BigEndian.PutUint32(head[4:], uint32(len(v)))
+	appendBlockHead(head[:0], b, len(v))
 	if !f32.LittleEndian {
 		_, err := w.Write(f32.Append(head[:], v))
 		return err
@@ -457,6 +473,13 @@ func writeBlock(w io.Writer, b int, v []float32) error {
 	}
 	_, err := w.Write(f32.Bytes(v))
 	return err
+}
+
+// appendBlockHead appends block b's head, its index and its n values, to
+// dst.
+func appendBlockHead(dst []byte, b, n int) []byte {
+	dst = binary.BigEndian.AppendUint32(dst, uint32(b))
+	return binary.BigEndian.AppendUint32(dst, uint32(n))
 }
 
 // readFloats reads len(v) little-endian float32 values into v.

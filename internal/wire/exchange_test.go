@@ -59,26 +59,34 @@ func counted(v *prometheus.CounterVec, label string) float64 {
 	return m.GetCounter().GetValue()
 }
 
+// connectedPair is two hosts of a memnet, the first connected to the
+// second.
+func connectedPair(t *testing.T) [2]host.Host {
+	t.Helper()
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	var hs [2]host.Host
+	for i := range hs {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		hs[i] = h
+	}
+	if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: hs[1].ID(), Addrs: hs[1].Addrs()}); err != nil {
+		t.Fatal(err)
+	}
+	return hs
+}
+
 // A model comes whole in blocks; a block whose head is not the next
 // expected, a body cut short, a stall past a wait's deadline, a block the
 // judge refuses: each ends the transfer, is counted, and leaves the blocks
 // taken before it taken, nothing of itself.
 func TestExchangeServerBlocks(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		var hs [2]host.Host
-		for i := range hs {
-			h, err := mn.NewHost(10, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Close() })
-			hs[i] = h
-		}
-		if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: hs[1].ID(), Addrs: hs[1].Addrs()}); err != nil {
-			t.Fatal(err)
-		}
+		hs := connectedPair(t)
 		n := 2*ExchangeBlock + 3
 		j := &judge{}
 		rejected := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "rejected"}, []string{"reason"})

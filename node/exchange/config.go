@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Kind names an exchange.
@@ -36,27 +37,48 @@ type Spec struct {
 	// S is how many peers an epidemic node sends its model to after each
 	// step (at least 1).
 	S int
+	// Encoding is how an epidemic node's model travels (wire.Encoding*:
+	// 0 or wire.EncodingFloat32 float32, wire.EncodingBF16,
+	// wire.EncodingInt8), "epidemic:S:bf16" or "epidemic:S:int8". A node
+	// sends a compressed model with error feedback: what a round's
+	// rounding left out of what it sent is added to the next round's
+	// model before it is rounded. It takes any encoding.
+	Encoding byte
 }
+
+// encodings are the names of Spec.Encoding's compressed values.
+var encodings = map[string]byte{"bf16": wire.EncodingBF16, "int8": wire.EncodingInt8}
 
 // String renders the spec as Parse reads it.
 func (s Spec) String() string {
 	if s.Kind == Epidemic {
+		for name, e := range encodings {
+			if e == s.Encoding {
+				return "epidemic:" + strconv.Itoa(s.S) + ":" + name
+			}
+		}
 		return "epidemic:" + strconv.Itoa(s.S)
 	}
 	return "gossip"
 }
 
-// Parse reads "gossip" or "epidemic:S" (S a whole number >= 1).
+// Parse reads "gossip" or "epidemic:S" (S a whole number >= 1), or
+// "epidemic:S:bf16" or "epidemic:S:int8" (models sent compressed).
 func Parse(s string) (Spec, error) {
 	if s == "gossip" {
 		return Spec{}, nil
 	}
 	if rest, ok := strings.CutPrefix(s, "epidemic:"); ok {
+		rest, name, compressed := strings.Cut(rest, ":")
+		enc, known := encodings[name]
+		if compressed && !known {
+			return Spec{}, fmt.Errorf("%q: the model's encoding %q is not one of bf16, int8 (or none: float32)", s, name)
+		}
 		v, err := strconv.Atoi(rest)
 		if err != nil || v < 1 {
 			return Spec{}, fmt.Errorf("%q: S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4", s)
 		}
-		return Spec{Kind: Epidemic, S: v}, nil
+		return Spec{Kind: Epidemic, S: v, Encoding: enc}, nil
 	}
 	return Spec{}, fmt.Errorf("%q: want gossip or epidemic:S, e.g. epidemic:4", s)
 }

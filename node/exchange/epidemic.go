@@ -19,8 +19,9 @@ import (
 // over the exchange protocol (send.go), and at each step the node averages
 // its model with the models received since its last one.
 //
-// Memory. The node holds two float32 vectors of the model's size, however
-// many peers send it models: ref, its model after its last step and
+// Memory. The node holds two float32 vectors of the model's size (four
+// when it sends its model compressed: the model as sent and the rounding's
+// residual), however many peers send it models: ref, its model after its last step and
 // average (the reference received models are judged by, and the model it
 // sends), and acc, the sum of what arrived this round. Models are taken in
 // block by block as they stream in (wire.ExchangeBlock values a block):
@@ -70,6 +71,11 @@ type epidemic struct {
 	rmu sync.RWMutex
 	ref []float32 // the model after the last step and average; nil before the first step
 	has atomic.Bool
+	// Compressed sends (Config.Encoding bf16 or int8): sent is the model
+	// as receivers decode it, made once a round, and resid what rounding
+	// left out of it, added to the next round's model before it is
+	// rounded (error feedback); nil until the first compressed send.
+	sent, resid []float32
 
 	mu         sync.Mutex
 	acc        []float32 // this round's Σ c_j y_j, block by block
@@ -398,6 +404,7 @@ func (e *epidemic) Restart(params []float32) {
 		copy(e.ref, params)
 		e.has.Store(true)
 	}
+	clear(e.resid) // it was the old model's
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	for b := range e.blk {
@@ -429,15 +436,56 @@ func (e *epidemic) Model() []float64 {
 
 // ReadModel copies the values [lo, hi) of the reference into dst and
 // returns false when there is none (before the first step).
-func (e *epidemic) ReadModel(lo, hi int, dst []float32) bool {
+func (e *epidemic) ReadModel(lo, hi int, dst []float32) bool { return e.read(&e.ref, lo, hi, dst) }
+
+// read copies the values [lo, hi) of *v (ref or sent, read under rmu)
+// into dst; false when there is none.
+func (e *epidemic) read(v *[]float32, lo, hi int, dst []float32) bool {
 	e.rmu.RLock()
 	defer e.rmu.RUnlock()
-	if e.ref == nil || hi > len(e.ref) || lo < 0 || lo > hi {
+	if *v == nil || hi > len(*v) || lo < 0 || lo > hi {
 		return false
 	}
-	copy(dst, e.ref[lo:hi])
+	copy(dst, (*v)[lo:hi])
 	return true
 }
+
+// compressed says whether models go out in bf16 or int8.
+func (e *epidemic) compressed() bool {
+	return e.cfg.Encoding == wire.EncodingBF16 || e.cfg.Encoding == wire.EncodingInt8
+}
+
+// quantizeRound makes sent, the model this round sends, from the
+// reference and the residual of the rounds before (error feedback): sent
+// = Q(ref + resid), resid = ref + resid − sent, block by block. A block
+// whose sum is not finite or beyond MaxAbsValue drops its residual.
+func (e *epidemic) quantizeRound() {
+	e.rmu.Lock()
+	defer e.rmu.Unlock()
+	if e.ref == nil {
+		return
+	}
+	if e.sent == nil {
+		e.sent, e.resid = make([]float32, e.p), make([]float32, e.p)
+	}
+	for b := range e.nb {
+		lo, hi := wire.BlockRange(b, e.p)
+		r, x, q := e.resid[lo:hi], e.ref[lo:hi], e.sent[lo:hi]
+		for i := range r {
+			r[i] += x[i]
+		}
+		if !f32.Within(r, e.limit) {
+			copy(r, x)
+		}
+		wire.Quantize(e.cfg.Encoding, q, r)
+		for i := range r {
+			r[i] -= q[i]
+		}
+	}
+}
+
+// readSent is ReadModel of sent, the model as this round sends it.
+func (e *epidemic) readSent(lo, hi int, dst []float32) bool { return e.read(&e.sent, lo, hi, dst) }
 
 // scalesLR: averaging does not add, so the rate is the schedule's.
 func (e *epidemic) ScalesLR() bool { return false }
@@ -676,6 +724,9 @@ func (e *epidemic) distanceBoundLocked(b int) (bound float64, ok bool) {
 // is passed over for another), each read from the reference block by
 // block as it goes out.
 func (e *epidemic) sendModel(step int64) {
+	if e.compressed() {
+		e.quantizeRound()
+	}
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
 	if e.closed {
@@ -711,9 +762,13 @@ func (e *epidemic) sendModel(step int64) {
 func (e *epidemic) sendTo(p peer.ID, step int64) (last peer.ID) {
 	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: step, ModelID: e.id, N: uint32(e.p),
 		Block: wire.ExchangeBlock, Count: uint32(e.nb)}
+	read := e.ReadModel
+	if e.compressed() {
+		o.Encoding, read = e.cfg.Encoding, e.readSent
+	}
 	fill := func(b int, dst []float32) {
 		lo, hi := wire.BlockRange(b, e.p)
-		if !e.ReadModel(lo, hi, dst) {
+		if !read(lo, hi, dst) {
 			clear(dst)
 		}
 	}

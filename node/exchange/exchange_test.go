@@ -131,6 +131,11 @@ func TestParse(t *testing.T) {
 		{"gossip", Spec{}, ""},
 		{"epidemic:4", Spec{Kind: Epidemic, S: 4}, ""},
 		{"epidemic:1", Spec{Kind: Epidemic, S: 1}, ""},
+		{"epidemic:4:bf16", Spec{Kind: Epidemic, S: 4, Encoding: wire.EncodingBF16}, ""},
+		{"epidemic:2:int8", Spec{Kind: Epidemic, S: 2, Encoding: wire.EncodingInt8}, ""},
+		{"epidemic:2:int4", Spec{}, "not one of bf16, int8"},
+		{"epidemic:2:", Spec{}, "not one of bf16, int8"},
+		{"epidemic:x:int8", Spec{}, "whole number >= 1"},
 		{"epidemic:0", Spec{}, "whole number >= 1"},
 		{"epidemic:-2", Spec{}, "whole number >= 1"},
 		{"epidemic:x", Spec{}, "whole number >= 1"},
@@ -245,7 +250,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if got := o.Check(7, 3); got != wire.ReasonBadBlock {
 		t.Errorf("another block size: %q", got)
 	}
-	o.Block, o.Encoding = wire.ExchangeBlock, 2
+	o.Block, o.Encoding = wire.ExchangeBlock, 4 // 2 and 3 are bf16 and int8
 	if got := o.Check(7, 3); got != gossip.ReasonBadEncoding {
 		t.Errorf("another encoding: %q", got)
 	}
@@ -618,4 +623,48 @@ func TestSendToUnsupportedPeer(t *testing.T) {
 			t.Errorf("send to a peer without the protocol: %+v", st)
 		}
 	})
+}
+
+// A node sending its model compressed sends, round after round, models
+// whose sum is the sum of its models within one rounding (error feedback):
+// over K rounds of one model the mean sent is within half a quantum / K of
+// it, where rounding alone would stay half a quantum off for good. A
+// restart drops the residual.
+func TestCompressedSendsFeedBackTheirError(t *testing.T) {
+	for _, enc := range []byte{wire.EncodingBF16, wire.EncodingInt8} {
+		e, _ := exchangeFor(t, 600, 1, 0)
+		e.cfg.Encoding = enc
+		model := make([]float32, 600)
+		for i := range model {
+			model[i] = 0.1 + float32(i)*1e-4 // far from every grid point of both encodings, most of them
+		}
+		e.setRef(slices.Clone(model)...)
+		sum := make([]float64, len(model))
+		const rounds = 64
+		var first float64
+		for r := range rounds {
+			e.quantizeRound()
+			sent := make([]float32, len(model))
+			if !e.readSent(0, len(model), sent) {
+				t.Fatal("nothing to send")
+			}
+			for i, x := range sent {
+				sum[i] += float64(x)
+				if r == 0 {
+					first = max(first, math.Abs(float64(x-model[i])))
+				}
+			}
+		}
+		var worst float64
+		for i, s := range sum {
+			worst = max(worst, math.Abs(s/rounds-float64(model[i])))
+		}
+		if first == 0 || worst > first/rounds*1.01 {
+			t.Errorf("encoding %d: first round off by %g, the mean of %d rounds by %g: want <= %g", enc, first, rounds, worst, first/rounds)
+		}
+		e.Restart(model)
+		if slices.ContainsFunc(e.resid, func(x float32) bool { return x != 0 }) {
+			t.Errorf("encoding %d: a restart left the residual", enc)
+		}
+	}
 }

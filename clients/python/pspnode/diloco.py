@@ -19,25 +19,45 @@ step of a pspnode daemon:
 - **The barrier counts outer steps.** The daemon's Step is called once per
   outer step, so pSSP(β, s) bounds how many outer steps a worker runs ahead
   of the peers it samples; the inner steps make no daemon call.
-- **The exchange averages.** Under the epidemic exchange (the default) the
-  worker publishes its inner-trained parameters θ_i; the daemon averages
-  them with the models S sampled peers sent, and Δ̄ = θ_outer − that
-  average. When the workers share θ_outer this is the mean of their
-  pseudo-gradients. When they do not (under epidemic no step is global:
-  each worker averages with its own sample, and some models are outer steps
-  old), Δ̄_i = mean_j(θ_outer_j − θ_j) + (θ_outer_i − mean_j θ_outer_j):
-  the sampled peers' mean pseudo-gradient plus this worker's distance from
-  their mean outer parameters, so the outer step also pulls θ_outer_i
-  toward its peers' (gossip averaging at the outer learning rate, through
-  the momentum: a linear recurrence that is stable for Nesterov's lr <
-  2(1+μ)/(1+2μ) = 1.36 at μ = 0.9); a model that is k outer steps stale
-  contributes its pseudo-gradient and, through the consensus term, pulls
-  back toward where its sender was, which the daemon's clipping bounds.
-  Under the gossip exchange the worker publishes Δ_i × 1/N̂ (the daemon's
-  lr_scale) and the daemon sums the peers': Δ̄ is the mean pseudo-gradient
-  over the job, each worker's applied once by every worker whenever it
-  arrives (a stale one late, as in asynchronous Local-SGD), with no
-  consensus term.
+- **Under the epidemic exchange (the default) each worker takes its outer
+  step locally, then the exchange averages.** Worker i steps its own
+  θ_outer_i with its own pseudo-gradient Δ_i = θ_outer_i − θ_i through the
+  outer optimizer, publishes the result, and takes as its next θ_outer_i
+  the daemon's average of it and the models S sampled peers sent: the step
+  of decentralised SGD (D-PSGD: a local step, then average) with DiLoCo's
+  outer step as the local step. The consensus pull toward the peers is a
+  plain average, a contraction. (Averaging first and taking θ_outer − the
+  average as the outer gradient, as an earlier version did, put that pull
+  into Nesterov's momentum at the outer rate: with peers' models one or
+  two outer steps stale the loop is marginal or unstable at lr 0.7,
+  momentum 0.9, and training collapsed where the all-reduce trained; see
+  examples/diloco/stability.py.)
+- **The outer momentum is quasi-global** (Lin et al., "Quasi-Global
+  Momentum", ICML 2021) when the outer optimizer is torch.optim.SGD with
+  momentum (DiLoCo's): after the average, each momentum buffer becomes
+  μ·b + (1 − μ)·(θ_outer before the round − θ_outer after it)/lr, the
+  round's whole move, average included, rather than μ·b + Δ_i. A buffer
+  fed only the worker's own Δ_i (a local momentum) carries that worker's
+  noise for 1/(1 − μ) rounds into every model it publishes, and the
+  sampled averages never remove it: on an MNIST MLP the models stayed a
+  third of an outer step apart and the held-out loss ended 33–85 % above
+  the all-reduce's. The quasi-global buffer is an average of the moves of
+  the averaged models, so it is nearly the same on every worker; the pull
+  enters it at weight 1 − μ, not 1 (fed at the weight that would make it
+  all-reduce DiLoCo under full averaging, 1/(1 + μ), the loop diverged).
+  Its steady step is Nesterov's, lr·Δ/(1 − μ); it responds to a change of
+  Δ more slowly. Other outer optimizers keep their own state (a local
+  momentum).
+- **Under the gossip exchange** the worker takes the same local outer
+  step and publishes its move (stepped θ_outer − θ_outer) × 1/N̂ (the
+  daemon's lr_scale); the daemon sums the peers' moves, and θ_outer moves
+  by its own and theirs: the mean move, which with every move delivered is
+  all-reduce DiLoCo exactly (the mean of the local momenta is the momentum
+  of the mean pseudo-gradient), each arriving whenever it does (a late
+  one late, as in asynchronous Local-SGD). Nothing pulls the workers
+  together: a move a worker never gets stays out of its θ_outer, once
+  (publishing Δ_i and running the momentum on the sum, as an earlier
+  version did, multiplied such a gap by 1/(1 − μ)).
 - **The round's models:** after the barrier the outer step waits up to
   ``merge_wait`` seconds (default 1) for the round's models to arrive (S
   under epidemic:S, N̂ − 1 deltas under gossip) before it pulls, so that a
@@ -48,6 +68,17 @@ step of a pspnode daemon:
   the previous round's, was measured worse: workers under pSSP drift
   apart by seconds, and the dropped models were most of the merges.)
   ``merge_wait=0`` is the daemon's plain Step.
+- **Compression** (``compression="none"``, ``"bf16"`` or ``"int8"``): the
+  epidemic exchange sends each round's model as float32, bfloat16 or int8
+  with a float32 scale per 256 values (the daemon's ``--exchange
+  epidemic:S``, ``epidemic:S:bf16``, ``epidemic:S:int8``), 1×, 2× or 3.9×
+  fewer bytes; the sender feeds the rounding error into the next round's
+  model (error feedback), and a receiver refuses and counts a chunk whose
+  scale is not finite or negative. The default (None): int8 for a daemon
+  the optimizer starts under epidemic (its --exchange gets ":int8"; the
+  matrix's cells ended as in float32), the daemon's own encoding for a
+  daemon given by address, none under gossip. It is part of the job's
+  configuration: a worker of another compression is refused at connect.
 - **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
   outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
   or what ``outer_optimizer`` builds.
@@ -59,8 +90,8 @@ step of a pspnode daemon:
 - **Every worker of a job must run the same configuration:** the model ID
   the daemon checks covers the model's parameter names and shapes, H, the
   inner optimizer's class and constructor hyperparameters, and the outer
-  optimizer's, so a worker with another is refused (DiLoCoMismatch) before
-  it publishes anything.
+  optimizer's and the compression, so a worker with another is refused
+  (DiLoCoMismatch) before it publishes anything.
 
 It is a torch.optim.Optimizer: ``param_groups``, ``state`` and
 ``defaults`` are the inner optimizer's (schedulers set the inner rates),
@@ -87,12 +118,15 @@ from pspnode._params import checked as _checked_params
 from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode.daemon import Daemon
-from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
+from pspnode.errors import ApiVersionMismatch, BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
 from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
 STATE_KIND = "pspnode.DiLoCo/1"
+# The outer step's algorithm, in the model ID: a worker of another version
+# (whose outer step combines the exchange's models otherwise) is refused.
+_ALGORITHM = "local-outer-qg/3"
 _MAGIC = b"PSPD"
 _MAX_HEADER = 4 << 20
 # How far (relative to the job's parameters' norm) a peer's θ_outer may be
@@ -102,6 +136,60 @@ _STATE_PARAMS_TOL = 0.5
 # Constructor arguments of torch optimizers that choose an implementation,
 # not the mathematics: not part of the configuration workers must share.
 _IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
+
+
+# How the epidemic exchange sends the models (the daemon's --exchange
+# epidemic:S:ENCODING): float32, bfloat16, or int8 with a float32 scale
+# per 256 values; the sender feeds each round's rounding error into the
+# next round's model.
+COMPRESSIONS = ("none", "bf16", "int8")
+
+
+def _exchange_at(args):
+    """Where a daemon's arguments give --exchange: (index, prefix, spec),
+    the argument at index being prefix + spec; None when they do not."""
+    for i, a in enumerate(args):
+        for flag in ("--exchange", "-exchange"):
+            if a == flag and i + 1 < len(args):
+                return i + 1, "", args[i + 1]
+            if a.startswith(flag + "="):
+                return i, flag + "=", a.split("=", 1)[1]
+    return None
+
+
+def _with_compression(args: list, compression: str) -> list:
+    """The daemon's arguments with the exchange that sends models in
+    compression: its --exchange epidemic:S gets the encoding, and without
+    one the default exchange (epidemic:4) is named with it."""
+    if compression == "none":
+        return args
+    at = _exchange_at(args)
+    if at is None:
+        return args + ["--exchange", f"epidemic:4:{compression}"]
+    i, prefix, spec = at
+    if spec.startswith("epidemic:") and spec.count(":") == 1:
+        args[i] = f"{prefix}{spec}:{compression}"
+    return args
+
+
+def _encoding_of(exchange: str) -> str:
+    """How an exchange ("epidemic:4:int8", "gossip") sends the models."""
+    parts = exchange.split(":")
+    return parts[2] if exchange.startswith("epidemic:") and len(parts) > 2 else "none"
+
+
+def _default_compression(args) -> str:
+    """compression=None for a daemon of the optimizer's own: int8 under
+    the epidemic exchange (measured: the matrix's cells ended as they do
+    in float32, at a quarter of the model's bytes), the daemon's own
+    encoding when its --exchange names one, none under gossip."""
+    at = _exchange_at(list(args))
+    if at is None:
+        return "int8"
+    spec = at[2]
+    if not spec.startswith("epidemic:"):
+        return "none"
+    return _encoding_of(spec) if spec.count(":") > 1 else "int8"
 
 
 class DiLoCoMismatch(ModelMismatch):
@@ -176,8 +264,11 @@ class DiLoCo(torch.optim.Optimizer):
     steps are dropped) or raise SessionLost. on_outer_step: called after
     each outer step with (outer step, merged, barrier reply). merge_wait:
     seconds an outer step waits after the barrier for the round's models
-    (or deltas) to arrive (see the module comment). Other keyword
-    arguments go to Client (shared_memory, connect_timeout).
+    (or deltas) to arrive (see the module comment). compression: "none",
+    "bf16" or "int8", how the epidemic exchange sends the models (default:
+    int8 for a daemon of its own, the daemon's encoding for another's; see
+    the module comment). Other keyword arguments go to Client (shared_memory,
+    connect_timeout).
     """
 
     def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
@@ -187,7 +278,8 @@ class DiLoCo(torch.optim.Optimizer):
                  job: Optional[str] = None, bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
-                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, **client_args):
+                 on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: Optional[str] = None,
+                 **client_args):
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
             raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -198,6 +290,9 @@ class DiLoCo(torch.optim.Optimizer):
                 raise ValueError(f"outer_lr={outer_lr!r}: want a finite rate > 0 (DiLoCo's is 0.7)")
             if not (isinstance(outer_momentum, (int, float)) and 0 <= outer_momentum < 1):
                 raise ValueError(f"outer_momentum={outer_momentum!r}: want 0 <= momentum < 1 (DiLoCo's is 0.9)")
+        if compression is not None and compression not in COMPRESSIONS:
+            raise ValueError(f"compression={compression!r}: want one of {', '.join(COMPRESSIONS)} (how the "
+                             "epidemic exchange sends the models; see the module comment)")
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
                              "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
@@ -236,10 +331,12 @@ class DiLoCo(torch.optim.Optimizer):
             if not isinstance(self.outer, torch.optim.Optimizer):
                 raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
         name = model_name or (type(model).__name__ if model is not None else "model")
-        self.config = f"H={H}; inner {describe_optimizer(optimizer)}; outer {describe_optimizer(self.outer)}"
+        self._name = name
         self.model_name = f"{name}/diloco"
-        self.model_id = model_id_of(f"{name}|{STATE_KIND}|{self.config}", self.shapes)
         self.plain_model_id = model_id_of(name, self.shapes)
+        if compression is None and daemon is None:
+            compression = _default_compression(daemon_args)
+        self._configure(compression or "none")
         self.outer_step_count = 0
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
         self.population, self.lr_scale = 1.0, 1.0
@@ -249,11 +346,10 @@ class DiLoCo(torch.optim.Optimizer):
         self.started_from = "own"
         self._eval = None
         self._cache = {}
-        log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id, self.num_params,
-                 self.config)
         self.daemon: Optional[Daemon] = None
         if daemon is None:
-            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
+            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity,
+                                 args=_with_compression(list(daemon_args), compression),
                                  binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
@@ -262,12 +358,40 @@ class DiLoCo(torch.optim.Optimizer):
                              step=0, params_provider=self._params, state_kind=STATE_KIND,
                              state_provider=self._state, **client_args)
         try:
+            if compression is None:  # another's daemon: what its exchange sends
+                self._configure(self._daemons_encoding())
+                self.client.model_id = self.model_id
+            log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id,
+                     self.num_params, self.config)
             self._welcome(self._connect())
         except BaseException:
             self.close()
             raise
 
     # -- set-up ------------------------------------------------------------
+
+    def _daemons_encoding(self) -> str:
+        """How the daemon's exchange sends models, by its Status (waiting
+        up to the connect timeout for it to answer); "none" from a daemon
+        without Status."""
+        deadline = time.monotonic() + self.client.connect_timeout
+        while True:
+            try:
+                return _encoding_of(self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange)
+            except ApiVersionMismatch:
+                return "none"
+            except DaemonUnavailable:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+    def _configure(self, compression: str):
+        """The configuration every worker of the job shares, and the model
+        ID that covers it."""
+        self.compression = compression
+        self.config = (f"H={self.H}; inner {describe_optimizer(self.inner)}; outer {describe_optimizer(self.outer)}; "
+                       f"compression {compression}")
+        self.model_id = model_id_of(f"{self._name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
 
     def _check(self):
         if self._closed:
@@ -308,11 +432,19 @@ class DiLoCo(torch.optim.Optimizer):
         self.lr_scale = w.lr_scale if w.lr_scale > 0 else 1.0
         self.population = w.population
         self.max_abs = w.max_abs_value if w.max_abs_value > 0 else float("inf")
+        self.exchange = w.exchange
         if w.exchange.startswith("epidemic:"):
             try:
-                self._fanout = max(1, int(w.exchange.split(":", 1)[1]))
+                self._fanout = max(1, int(w.exchange.split(":")[1]))
             except ValueError:
                 self._fanout = 1
+        sent = _encoding_of(w.exchange)
+        if sent != self.compression:
+            raise ValueError(
+                f"this DiLoCo's compression is {self.compression!r}, and its daemon's exchange, {w.exchange}, sends "
+                f"models {'as float32' if sent == 'none' else 'in ' + sent}: start the daemon with --exchange "
+                f"epidemic:S{'' if self.compression == 'none' else ':' + self.compression} (compression applies "
+                "to the epidemic exchange's models only), or give compression to match. Nothing was published")
         params = self.client.welcome_params()
         state = self.client.welcome_state()
         with self._lock, torch.no_grad():
@@ -613,17 +745,24 @@ class DiLoCo(torch.optim.Optimizer):
                     f"{big:.3g}; a diverging outer learning rate, {self._outer_lr()}, or the inner one?). Nothing "
                     "was published; the model is back at θ_outer of outer step "
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
-            scale = self.lr_scale
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
+            saved = self._save_outer()
+            prev = self._buffers() if model_kind else None
+            # The local outer step on this worker's own pseudo-gradient
+            # (see the module comment); under epidemic the stepped θ_outer
+            # is published for the exchange to average, under gossip its
+            # move × 1/N̂ for every peer to add.
+            self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved)
             ups = self._region(self.client.update_buffer())
-            for p, o, u in zip(params, self.outer_params, ups):
+            scale = self.lr_scale
+            for o, b, u in zip(self.outer_params, saved[0], ups):
                 if model_kind:
-                    u.copy_(p)
+                    u.copy_(o)
                     continue
-                if u.device == p.device:
-                    torch.sub(p, o, out=u)
+                if u.device == o.device:
+                    torch.sub(o, b, out=u)
                 else:
-                    u.copy_(p - o)
+                    u.copy_(o - b)
                 if scale != 1.0:
                     u.mul_(scale)
         ev, self._eval = self._eval, None
@@ -635,6 +774,7 @@ class DiLoCo(torch.optim.Optimizer):
                 r = self.client.step(n, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock:
+                self._load_outer(saved)
                 self._restore_round()
             raise FloatingPointError(
                 f"outer step {n}: the daemon refused the update ({e.details}): after {self.H} inner steps the "
@@ -647,6 +787,7 @@ class DiLoCo(torch.optim.Optimizer):
             log.warning("pspnode.DiLoCo: the daemon went away (%s): this round's inner steps are dropped; "
                         "connecting again", e.details)
             with self._lock:
+                self._load_outer(saved)
                 self._restore_round()
             self.client.start_step = self.outer_step_count
             self._welcome(self._connect())
@@ -662,43 +803,89 @@ class DiLoCo(torch.optim.Optimizer):
         self.merged_total += r.merged
         with self._lock, torch.no_grad():
             merged = self._region(r.update) if r.merged else None
-            saved_outer = [o.clone() for o in self.outer_params]
-            saved_state = copy.deepcopy(self.outer.state_dict())
-            for i, (p, o) in enumerate(zip(params, self.outer_params)):
-                if model_kind:
-                    # Δ̄ = θ_outer − the average of θ_i and the peers' models
+            if model_kind:
+                # θ_outer ← the average of this worker's stepped model and
+                # the peers' (the daemon's, block by block).
+                if merged is not None:
+                    for o, m in zip(self.outer_params, merged):
+                        o.copy_(m.to(o.device).view(o.shape))
+                self._quasi_global(saved[0], prev)
+            else:
+                # θ_outer ← θ_outer + (own move × 1/N̂ + Σ peers' moves × 1/N̂)
+                for i, (o, b) in enumerate(zip(self.outer_params, saved[0])):
+                    o.sub_(b).mul_(scale).add_(b)
                     if merged is not None:
-                        g = o - merged[i].to(o.device).view(o.shape)
-                    else:
-                        g = o - p
-                else:
-                    # Δ̄ = −(own delta × scale + Σ peers' deltas)
-                    g = (o - p).mul_(scale)
-                    if merged is not None:
-                        g.sub_(merged[i].to(o.device).view(o.shape))
-                o.grad = g
-            self.outer.step()
-            for o in self.outer_params:
-                o.grad = None
-            bad = self._first_bad(self.outer_params, self.max_abs)
-            if bad is not None:
-                for o, s in zip(self.outer_params, saved_outer):
-                    o.copy_(s)
-                self.outer.load_state_dict(saved_state)
-                self._restore_round()
-                self.outer_step_count = n
-                raise FloatingPointError(
-                    f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
-                    f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
-                    f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
-                    f"step and the model is back at θ_outer; what was published (the inner-trained parameters) "
-                    "was finite, so the job's parameters are untouched")
+                        o.add_(merged[i].to(o.device).view(o.shape))
             for p, o in zip(params, self.outer_params):
                 p.copy_(o)
             self.outer_step_count = n
             self.inner_step_count = 0
         if self.on_outer_step is not None:
             self.on_outer_step(n, r.merged, r.barrier)
+
+    def _buffers(self):
+        """The outer SGD's momentum buffers before the outer step, one per
+        parameter (None: none yet), when the quasi-global momentum applies:
+        the outer optimizer is torch.optim.SGD with momentum. Else None."""
+        if not isinstance(self.outer, torch.optim.SGD):
+            return None
+        out = []
+        for o in self.outer_params:
+            if self._group(o)["momentum"] <= 0:
+                return None
+            b = self.outer.state.get(o, {}).get("momentum_buffer")
+            out.append(None if b is None else b.clone())
+        return out
+
+    def _group(self, o):
+        for g in self.outer.param_groups:
+            if any(p is o for p in g["params"]):
+                return g
+        raise KeyError("an outer parameter in no param group")
+
+    def _quasi_global(self, before, prev):
+        """The quasi-global momentum (see the module comment): each outer
+        SGD momentum buffer becomes μ·(its value before this outer step) +
+        (1 − μ)·(the move θ_outer made this round, the local step and the
+        average, over the outer rate). prev: _buffers() before the step
+        (None: not applied). The lock is held."""
+        if prev is None:
+            return
+        for o, b0, p0 in zip(self.outer_params, before, prev):
+            g = self._group(o)
+            mu, lr = g["momentum"], g["lr"]
+            d = (b0 - o).div_(lr)
+            self.outer.state[o]["momentum_buffer"] = d.mul_(1 - mu) if p0 is None else d.mul_(1 - mu).add_(p0, alpha=mu)
+
+    def _save_outer(self):
+        return [o.clone() for o in self.outer_params], copy.deepcopy(self.outer.state_dict())
+
+    def _load_outer(self, saved):
+        with torch.no_grad():
+            for o, s in zip(self.outer_params, saved[0]):
+                o.copy_(s)
+        self.outer.load_state_dict(saved[1])
+
+    def _outer_apply(self, grads, n, saved):
+        """The outer optimizer's step on grads (θ_outer's gradient), before
+        anything is published; if it leaves θ_outer beyond the job's bound,
+        θ_outer and its state are put back as saved, the model back at
+        θ_outer, and FloatingPointError says so. The lock is held."""
+        for o, g in zip(self.outer_params, grads):
+            o.grad = g
+        self.outer.step()
+        for o in self.outer_params:
+            o.grad = None
+        bad = self._first_bad(self.outer_params, self.max_abs)
+        if bad is None:
+            return
+        self._load_outer(saved)
+        self._restore_round()
+        raise FloatingPointError(
+            f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
+            f"finite or beyond the job's bound of {self.max_abs:g}: the outer learning rate "
+            f"({self._outer_lr()}) diverges. θ_outer and the outer optimizer's state are as before this "
+            "step and the model is back at θ_outer; nothing was published")
 
     def _expected(self) -> int:
         """How many peers' updates one outer step should bring: S under

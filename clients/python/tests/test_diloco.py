@@ -68,7 +68,8 @@ class Refusals(unittest.TestCase):
                          ({"H": 5, "outer_lr": 0}, "outer_lr"), ({"H": 5, "outer_lr": float("nan")}, "outer_lr"),
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
                          ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
-                         ({"H": 5, "merge_wait": -1}, "merge_wait")]:
+                         ({"H": 5, "merge_wait": -1}, "merge_wait"),
+                         ({"H": 5, "compression": "int4"}, "compression")]:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
@@ -184,6 +185,32 @@ class WithDaemons(unittest.TestCase):
         train(a, ma, batches(4, 3))
         self.assertEqual(a.outer_step_count, 3)
 
+    def test_compression(self):
+        # Two int8 workers: their daemons send models in int8 (the exchange
+        # says so in the Welcome) and each merges the other's. A worker of
+        # another compression is refused at connect, nothing published; one
+        # whose daemon runs another encoding than its own is told so.
+        ma, mb = net(), net()
+        a = self.make("dl-int8", ma)  # int8 is the default under epidemic
+        self.assertEqual(a.compression, "int8")
+        self.assertEqual(a.exchange, "epidemic:1:int8")
+        b = self.make("dl-int8", mb, compression="int8", boot=self.boot(a))
+        merged = 0
+        for r in range(6):
+            train(a, ma, batches(30 + r, 3))
+            train(b, mb, batches(40 + r, 3))
+            merged += a.last_merged + b.last_merged
+        self.assertGreater(merged, 0)
+        self.assertGreater(a.client.status().node.updates_sent, 0)
+        mc = net()
+        with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+            self.make("dl-int8", mc, boot=self.boot(a), compression="none")
+        self.assertIn("compression none", str(cm.exception))
+        md = net()
+        with self.assertRaises(ValueError) as cm:
+            self.make("dl-int8-own", md, compression="bf16", args=["--exchange", "gossip"])
+        self.assertIn("gossip", str(cm.exception))
+
     def test_diverging_outer_lr_and_nan_pseudo_gradient(self):
         ma, mb = net(), net()
         a = self.make("dl-diverge", ma)
@@ -203,7 +230,12 @@ class WithDaemons(unittest.TestCase):
         self.assertTrue(torch.equal(flat([b.outer.state[p]["momentum_buffer"] for p in b.outer_parameters()]),
                                     momentum_before))
         self.assertTrue(torch.equal(flat(mb.parameters()), outer_before))
-        self.assertEqual(b.outer_step_count, 2)  # the daemon counted the (finite) published model
+        # Under the epidemic exchange the outer step is taken before the
+        # model is published: the diverged one was not, and the round is
+        # not counted.
+        self.assertIn("nothing was published", str(cm.exception))
+        self.assertEqual(b.outer_step_count, 1)
+        self.assertEqual(b.client.status().step, 1)
         # A pseudo-gradient that is not finite (the inner training
         # diverged): nothing is published, the model goes back to θ_outer.
         b.outer.param_groups[0]["lr"] = 0.7
@@ -213,7 +245,7 @@ class WithDaemons(unittest.TestCase):
             train(b, mb, batches(8, 3))
         self.assertIn("not finite", str(cm.exception))
         self.assertIn("Nothing was published", str(cm.exception))
-        self.assertEqual(b.client.status().step, 2)
+        self.assertEqual(b.client.status().step, 1)
         self.assertTrue(torch.equal(flat(mb.parameters()), outer_before))
         # The peer's parameters stay finite and it goes on.
         train(a, ma, batches(10, 6))
@@ -396,6 +428,44 @@ class MergeWait(unittest.TestCase):
         self.assertEqual(fake.calls, ["publish", "barrier", "pull:0"])
         self.assertEqual(opt.last_merged, 0)
 
+    def test_local_outer_step_then_average_with_quasi_global_momentum(self):
+        # Under epidemic the worker takes the outer step on its own
+        # pseudo-gradient and publishes the result (Nesterov, lr 0.5,
+        # momentum 0.5: θ_outer − 0.5·(Δ + 0.5·Δ) on the first round), takes
+        # the average (here the published model + 0.25) as θ_outer, and
+        # its momentum buffer becomes (1 − μ)·(the round's whole move)/lr.
+        # Two rounds: the second buffer is μ·the first + (1 − μ)·its move.
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = EpidemicFake(n, np.full(n, 0.25, dtype="<f4"), 0)
+        addr = serve_fake(self, fake)
+        lr, mu = 0.5, 0.5
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
+                             connect_timeout=10, outer_lr=lr, outer_momentum=mu, merge_wait=5)
+        self.addCleanup(opt.close)
+        twin = net()
+        plain = torch.optim.SGD(twin.parameters(), lr=0.1)
+        theta = flat(opt.outer_parameters())
+        buf = None
+        for r in range(2):
+            data = batches(20 + r, 2)
+            train(opt, m, data)
+            train(plain, twin, data)
+            delta = theta - flat(twin.parameters())
+            nb = delta if buf is None else mu * buf + delta
+            published = theta - lr * (delta + mu * nb)
+            self.assertTrue(torch.allclose(torch.from_numpy(fake.model), published, atol=1e-5), r)
+            after = published + 0.25
+            self.assertTrue(torch.allclose(flat(opt.outer_parameters()), after, atol=1e-5), r)
+            move = (theta - after) / lr
+            buf = (1 - mu) * move if buf is None else mu * buf + (1 - mu) * move
+            got = flat([opt.outer.state[p]["momentum_buffer"] for p in opt.outer_parameters()])
+            self.assertTrue(torch.allclose(got, buf, atol=1e-5), (r, (got - buf).abs().max()))
+            theta = after
+            with torch.no_grad():
+                for p, q in zip(twin.parameters(), opt.outer_parameters()):
+                    p.copy_(q)
+
     def test_plain_step_without_wait(self):
         m = net()
         n = sum(p.numel() for p in m.parameters())
@@ -414,24 +484,31 @@ class WithGossipFake(unittest.TestCase):
     def make(self, fake, m, **kw):
         addr = serve_fake(self, fake)
         kw.setdefault("outer_momentum", 0.0)
+        kw.setdefault("outer_lr", 1.0)
         opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), addr, model=m, H=2, shared_memory=False,
-                             connect_timeout=10, outer_lr=1.0, **kw)
+                             connect_timeout=10, **kw)
         self.addCleanup(opt.close)
         return opt
 
-    def test_gossip_publishes_scaled_delta_and_sums(self):
-        # Publish Δ_i × lr_scale (a delta, θ_i − θ_outer); Δ̄ = −(that + the
-        # peers' deltas): with outer SGD at lr 1, θ_outer ← θ_outer + own
-        # scaled delta + the peer's.
+    def test_gossip_publishes_scaled_move_and_sums(self):
+        # The worker takes the outer step on its own pseudo-gradient Δ =
+        # θ_outer − θ_i (Nesterov, lr 0.5, momentum 0.5: a move of
+        # −0.5·1.5·Δ on the first round), publishes that move × lr_scale
+        # (0.5), and θ_outer ← θ_outer + its published move + the peer's.
         m = net()
         n = sum(p.numel() for p in m.parameters())
         peer = np.full(n, 0.01, dtype="<f4")
         fake = GossipFake(n, peer)
-        opt = self.make(fake, m)
+        opt = self.make(fake, m, outer_lr=0.5, outer_momentum=0.5)
+        twin = net()
         start = flat(opt.outer_parameters())
-        train(opt, m, batches(13, 2))  # H = 2: one outer step
+        data = batches(13, 2)
+        train(opt, m, data)  # H = 2: one outer step
+        train(torch.optim.SGD(twin.parameters(), lr=0.1), twin, data)
         self.assertEqual(len(fake.published), 1)
         own = torch.from_numpy(fake.published[0])
+        delta = start - flat(twin.parameters())
+        self.assertTrue(torch.allclose(own, 0.5 * -0.5 * 1.5 * delta, atol=1e-6))
         got = flat(opt.outer_parameters())
         self.assertTrue(torch.allclose(got, start + own + torch.from_numpy(peer), atol=1e-6))
         self.assertGreater(float(own.abs().max()), 0)

@@ -1,0 +1,158 @@
+package wire
+
+import (
+	"encoding/binary"
+	"io"
+	"math"
+
+	"github.com/pspnode/pspnode/gossip"
+)
+
+// Compressed encodings of an exchanged model's values (an offer's
+// Encoding), beside EncodingFloat32:
+//
+//   - EncodingBF16: each value as bfloat16 (the float32's upper 16 bits,
+//     rounded to nearest even), 2 bytes little-endian: 8 bits of
+//     mantissa, float32's range.
+//   - EncodingInt8: the values in chunks of Int8Chunk, each chunk a
+//     float32 scale s (little-endian, finite, >= 0) and then one signed
+//     byte q per value, the value being q·s; the sender picks s =
+//     max|value|/127, so 1 + 4/Int8Chunk bytes a value.
+//
+// Decoding cannot make a value that is not finite from int8 (a scale that
+// is not finite or < 0 is refused, ReasonBadScale); a bfloat16 NaN or
+// infinity decodes as one and is refused by the receiver's value check
+// like a float32's.
+const (
+	EncodingBF16 = 2
+	EncodingInt8 = 3
+	// Int8Chunk is the values that share one int8 scale.
+	Int8Chunk = 256
+)
+
+// ReasonBadScale: an int8 chunk's scale is not finite or is negative.
+const ReasonBadScale gossip.Reason = "bad_scale"
+
+// EncodedLen is the bytes n values take in encoding enc.
+func EncodedLen(enc byte, n int) int {
+	switch enc {
+	case EncodingBF16:
+		return 2 * n
+	case EncodingInt8:
+		return n + 4*((n+Int8Chunk-1)/Int8Chunk)
+	}
+	return 4 * n
+}
+
+// Quantize writes to dst what src's values decode to after encoding enc:
+// what a receiver takes. dst may be src.
+func Quantize(enc byte, dst, src []float32) {
+	switch enc {
+	case EncodingBF16:
+		for i, x := range src {
+			dst[i] = fromBF16(toBF16(x))
+		}
+	case EncodingInt8:
+		var q [Int8Chunk]int8
+		for lo := 0; lo < len(src); lo += Int8Chunk {
+			hi := min(lo+Int8Chunk, len(src))
+			s := int8Chunk(q[:hi-lo], src[lo:hi])
+			for i := lo; i < hi; i++ {
+				dst[i] = float32(q[i-lo]) * s
+			}
+		}
+	default:
+		copy(dst, src)
+	}
+}
+
+// encodeValues appends the encoding enc of v to b.
+func encodeValues(b []byte, enc byte, v []float32) []byte {
+	switch enc {
+	case EncodingBF16:
+		for _, x := range v {
+			b = binary.LittleEndian.AppendUint16(b, toBF16(x))
+		}
+	case EncodingInt8:
+		var q [Int8Chunk]int8
+		for lo := 0; lo < len(v); lo += Int8Chunk {
+			hi := min(lo+Int8Chunk, len(v))
+			s := int8Chunk(q[:hi-lo], v[lo:hi])
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(s))
+			for _, x := range q[:hi-lo] {
+				b = append(b, byte(x))
+			}
+		}
+	}
+	return b
+}
+
+// readValues reads len(v) values of encoding enc (bf16 or int8) from r
+// into v, a chunk at a time: a refusal reason, or an error when r fails.
+func readValues(r io.Reader, enc byte, v []float32) (gossip.Reason, error) {
+	var raw [4 + 2*Int8Chunk]byte
+	for lo := 0; lo < len(v); lo += Int8Chunk {
+		hi := min(lo+Int8Chunk, len(v))
+		switch enc {
+		case EncodingBF16:
+			b := raw[:2*(hi-lo)]
+			if _, err := io.ReadFull(r, b); err != nil {
+				return "", err
+			}
+			for i := lo; i < hi; i++ {
+				v[i] = fromBF16(binary.LittleEndian.Uint16(b[2*(i-lo):]))
+			}
+		case EncodingInt8:
+			b := raw[:4+hi-lo]
+			if _, err := io.ReadFull(r, b); err != nil {
+				return "", err
+			}
+			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
+			if !(s >= 0) || math.IsInf(float64(s), 0) {
+				return ReasonBadScale, nil
+			}
+			for i := lo; i < hi; i++ {
+				v[i] = float32(int8(b[4+i-lo])) * s
+			}
+		default:
+			return gossip.ReasonBadEncoding, nil
+		}
+	}
+	return "", nil
+}
+
+// int8Chunk quantizes v to q (len(v) <= Int8Chunk) and returns the
+// scale: max|v|/127, each q the nearest whole multiple of it. Values that
+// are not finite make the scale 0 (the model is not sent then: the
+// sender checks its values before).
+func int8Chunk(q []int8, v []float32) float32 {
+	var m float32
+	for _, x := range v {
+		if a := float32(math.Abs(float64(x))); a > m {
+			m = a
+		}
+	}
+	s := m / 127
+	if s == 0 || math.IsInf(float64(s), 0) || math.IsNaN(float64(s)) {
+		clear(q)
+		return 0
+	}
+	for i, x := range v {
+		r := math.RoundToEven(float64(x / s))
+		q[i] = int8(max(-127, min(127, r)))
+	}
+	return s
+}
+
+// toBF16 rounds x to the nearest bfloat16 (ties to even); a NaN stays a
+// NaN.
+func toBF16(x float32) uint16 {
+	b := math.Float32bits(x)
+	if x != x {
+		return uint16(b>>16) | 0x40 // quiet, whatever the low bits held
+	}
+	b += 0x7fff + (b>>16)&1
+	return uint16(b >> 16)
+}
+
+func fromBF16(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
