@@ -19,6 +19,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/host/eventbus"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Errors returned by the overlay.
@@ -129,7 +131,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Overlay, error) {
 		}
 	}
 
-	prefix := protocol.ID("/psp/" + cfg.Job)
+	prefix := wire.DHTPrefix(cfg.Job)
 	held := newHeldOut()
 	var sender *rpcSender
 	opts := []dht.Option{
@@ -246,7 +248,7 @@ func newOverlay(h host.Host, d *dht.IpfsDHT, cfg Config, boot []peer.AddrInfo) *
 		log:         cfg.logger().With("component", "overlay", "self", h.ID().ShortString()),
 		h:           h,
 		dht:         d,
-		proto:       protocol.ID("/psp/"+cfg.Job) + "/kad/1.0.0",
+		proto:       wire.DHTProtocol(cfg.Job),
 		poolProto:   poolProtocol(cfg.Job),
 		selfKey:     kb.ConvertPeerID(h.ID()),
 		bootstrap:   boot,

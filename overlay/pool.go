@@ -13,6 +13,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Pool announcements: /psp/<job>/pool/1.0.0.
@@ -61,7 +63,7 @@ const (
 // ErrPoolWire is wrapped by every decoding error of the pool protocol.
 var ErrPoolWire = errors.New("overlay: malformed pool message")
 
-func poolProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/pool/1.0.0") }
+func poolProtocol(job string) protocol.ID { return wire.PoolProtocol(job) }
 
 func encodePoolRequest(op byte, seq uint64) []byte {
 	return frame(binary.BigEndian.AppendUint64([]byte{poolVersion, op}, seq))

@@ -13,7 +13,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/gossip"
@@ -38,11 +37,6 @@ import (
 // exchange protocol's 1.0.0, one frame holding a whole model, is not
 // served: a receiver held every model it was sent whole.)
 const ExchangeVersion = 2
-
-// ExchangeProtocol returns the protocol ID of a job's exchange.
-func ExchangeProtocol(job string) protocol.ID {
-	return protocol.ID("/psp/" + job + "/exchange/2.0.0")
-}
 
 // ExchangeBlock is the values in a block of an exchanged model (1 MiB of
 // float32): every node sends and takes models in blocks of this size, the

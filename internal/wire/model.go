@@ -14,7 +14,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/f32"
@@ -38,9 +37,6 @@ import (
 // protocol's 1.0.0, the whole model in one frame of float64, is not
 // served: a joiner held a model twice in float64 before it had it.)
 const ModelVersion = 2
-
-// ModelProtocol returns the ID of a job's model protocol.
-func ModelProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/model/2.0.0") }
 
 // ModelRequestLen and ModelHeaderLen are the lengths of a model request's
 // body and of the reply's head's: version, then first block and count;

@@ -24,12 +24,6 @@ import (
 // versions, and how a stream carries it: the asker's reuse of streams
 // (Asker) and the answerer's loop (StepServer).
 
-// StepProtocol returns the ID of version 1.0.0 of a job's step protocol.
-func StepProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/step/1.0.0") }
-
-// StepProtocolExt returns the ID of version 1.1.0 of a job's step protocol.
-func StepProtocolExt(job string) protocol.ID { return protocol.ID("/psp/" + job + "/step/1.1.0") }
-
 // StepRequest is what a node sends when it asks a peer for its step.
 type StepRequest struct {
 	// Leaving marks a leave notice: the sender leaves the job, and

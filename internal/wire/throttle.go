@@ -13,10 +13,6 @@ import (
 	"golang.org/x/time/rate"
 )
 
-// DHTProtocol is the job's Kademlia DHT protocol (go-libp2p-kad-dht with
-// the prefix /psp/<job>).
-func DHTProtocol(job string) protocol.ID { return protocol.ID("/psp/" + job + "/kad/1.0.0") }
-
 // AnswerRate bounds the bytes a node answers with on one protocol it
 // serves through a library (the DHT's FIND_NODE answers up to 20 peers'
 // records to a request of a few bytes, as often as it is asked): a token

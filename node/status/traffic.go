@@ -11,6 +11,8 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Traffic accounting. A node counts the bytes its streams carry, in and
@@ -98,7 +100,7 @@ type Meter struct {
 }
 
 // NewMeter is the meter of a node of job.
-func NewMeter(job string) *Meter { return &Meter{prefix: "/psp/" + job + "/"} }
+func NewMeter(job string) *Meter { return &Meter{prefix: wire.JobPrefix(job)} }
 
 // classOf maps a protocol ID to its class.
 func (m *Meter) classOf(p protocol.ID) int {

@@ -70,7 +70,7 @@ import (
 
 // StateProtocol is the protocol ID of job's trainer-state protocol.
 func StateProtocol(job string) protocol.ID {
-	return protocol.ID("/psp/" + job + "/trainer-state/2.0.0")
+	return wire.TrainerStateProtocol(job)
 }
 
 const (
