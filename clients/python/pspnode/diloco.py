@@ -254,8 +254,8 @@ class DiLoCo(torch.optim.Optimizer):
 
     daemon: a running daemon's trainer address ("unix:PATH"); without it,
     ``job`` starts a daemon of the optimizer's own, as pspnode.Optimizer
-    does (bootstrap, listen, identity, daemon_args, pspnode_bin,
-    start_timeout). model: the module (recommended: parameter names and
+    does (bootstrap: "HOST:PORT", the same on every worker, or multiaddrs;
+    swarm_key, listen, identity, daemon_args, pspnode_bin, start_timeout). model: the module (recommended: parameter names and
     order). outer_lr, outer_momentum, outer_nesterov: the outer SGD's
     (DiLoCo's 0.7, 0.9, True); outer_optimizer: instead, a function of the
     list of outer parameters that returns the outer optimizer. model_name:
@@ -279,7 +279,7 @@ class DiLoCo(torch.optim.Optimizer):
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
                  on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: Optional[str] = None,
-                 **client_args):
+                 swarm_key: Optional[str] = None, **client_args):
         if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
             raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -296,8 +296,8 @@ class DiLoCo(torch.optim.Optimizer):
         if daemon is None and not job:
             raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
                              "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
-        if daemon is not None and (job or bootstrap or listen or identity or daemon_args):
-            raise ValueError("job, bootstrap, listen, identity and daemon_args start a daemon of the optimizer's "
+        if daemon is not None and (job or bootstrap or listen or identity or daemon_args or swarm_key):
+            raise ValueError("job, bootstrap, listen, identity, swarm_key and daemon_args start a daemon of the optimizer's "
                              f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
         self.inner = optimizer
         self.H = H
@@ -350,10 +350,12 @@ class DiLoCo(torch.optim.Optimizer):
         if daemon is None:
             self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity,
                                  args=_with_compression(list(daemon_args), compression),
-                                 binary=pspnode_bin).start(timeout=min(start_timeout, 30.0))
+                                 binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
             daemon = self.daemon.address
             client_args.setdefault("connect_timeout", start_timeout)
-            client_args.setdefault("alive", self.daemon.alive)
+            # A daemon that cannot join (another job at the bootstrap
+            # address, another swarm key) says so at once (BootstrapError).
+            client_args.setdefault("alive", lambda: self.daemon.alive(self.client.last_waiting))
         self.client = Client(daemon, model_name=self.model_name, num_params=self.num_params, model_id=self.model_id,
                              step=0, params_provider=self._params, state_kind=STATE_KIND,
                              state_provider=self._state, **client_args)

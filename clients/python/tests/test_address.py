@@ -119,6 +119,12 @@ class StartFromAnAddress(unittest.TestCase):
         e = self.fails(master, job="other", swarm_key=self.key())
         self.assertEqual(e.reason, "NO_PEER_AT_ADDRESS")
         self.assertIn("another swarm key", str(e))
+        # DiLoCo starts its daemon the same way and is told as soon.
+        m = net()
+        with self.assertRaises(pspnode.BootstrapError) as cm:
+            pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), model=m, H=5, job="address", bootstrap=master,
+                           start_timeout=30, daemon_args=["--nat-traversal=false"])
+        self.assertEqual(cm.exception.reason, "OTHER_JOB", str(cm.exception))
 
     def test_bad_addresses_refused_before_anything_starts(self):
         m = net()
