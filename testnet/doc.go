@@ -84,6 +84,9 @@
 //	script.go        churn scripts: Event, ParseScript
 //	record.go        the recorder: snapshots, the stall rule, evaluation of the models
 //	report.go        Result, its summary, CSV files and figures; comparing runs
+//	report_print.go  the printed summary
+//	cost.go          what a run cost: CPU, paper node-seconds per CPU-second, memory
+//	estimate.go      what a run will cost, told before it starts
 //	compare.go       CompareWithSim: the same run in the simulator
 //	overload.go      real clock: whether the machine set the pace (the lag probe)
 //	resources.go     memory and goroutines at a quarter and at the end; goroutines of departed nodes
@@ -92,10 +95,14 @@
 //	roles.go         hostile and faulty roles: liars, poisoners, flooders, slow peers
 //	sybil.go         the Sybil roles: key grinding, victims, their figures
 //	fakepeers.go     the fake-peers role: a DHT server naming peers that do not exist
+//	attacks.go       the impostor roles: lineage hijack, joiner wedge, estimate liar; their figures
+//	drift.go         the drift-poison role: models pushed back moved one way
+//	hogs.go          the hog roles: stream, connection and log floods
 //	netns.go         netns mode: a `pspnode run` process per node, in its own namespace
 //	netns_scrape.go  netns mode: reading the nodes' /status and /metrics, tracking training
 //	netns_report.go  netns mode: the Result and NetnsReport from what was read
 //	netns_linux.go   netns mode: the children die with this process (Linux)
+//	netns_other.go   netns mode elsewhere: not available
 //	sim/             the discrete-event simulator (package sim)
 //
 // Start with Run in testnet.go, then cluster.go for how a node is made and

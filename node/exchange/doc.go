@@ -8,7 +8,8 @@
 // for updates grow with N: it receives N−1 updates per round, times
 // GossipSub's amplification.
 //
-// Epidemic (DefaultConfig's, epidemic:4; epidemic.go) is Epidemic Learning (M. de Vos,
+// Epidemic (DefaultConfig's, epidemic:4; epidemic.go, its sends in
+// epidemic_send.go, its robust references in robust.go) is Epidemic Learning (M. de Vos,
 // S. Farhadkhani, R. Guerraoui, A.-M. Kermarrec, R. Pires, R. Sharma,
 // "Epidemic Learning: Boosting Decentralized Learning with Randomized
 // Communication", NeurIPS 2023): after each local step a node sends its
