@@ -189,6 +189,11 @@ def main():
     key = lambda c: json.dumps({k: c[k] for k in sorted(c) if k not in ("result", "runs")})  # noqa: E731
     have = {key(c): c for c in done}
     split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
+    # (tasks.py's TASKS; importing it would import torch here)
+    for flag, given, allowed in (("--tasks", a.tasks, ("cnn", "mlp", "charlm")), ("--inners", a.inners, ("sgd", "adamw"))):
+        bad = [x for x in split(given) if x not in allowed]
+        if bad:
+            ap.error(f"{flag}: {', '.join(bad)} not one of {', '.join(allowed)}")
     work_root = tempfile.mkdtemp(prefix="diloco-matrix-")
     extra = json.loads(a.diloco_args)
     t_start, failed = time.time(), 0
