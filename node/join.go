@@ -300,13 +300,14 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		return v, nil, false
 	}
 	converging := !mine.IsZero() && v.genesis != mine
-	ahead := psp.JoinStep(steps) > own || converging
+	median := psp.JoinStep(steps)
+	ahead := median > own || converging
 	if ahead {
-		v.adopt = psp.JoinStep(steps)
+		v.adopt = median
 	}
 	near := 0
 	for _, s := range steps {
-		if stepGap(s, psp.JoinStep(steps)) <= soloStep {
+		if stepGap(s, median) <= soloStep {
 			near++
 		}
 	}
