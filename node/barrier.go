@@ -95,7 +95,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if rd.Stats.KnownBehind {
 				n.m.KnownBehind.Inc()
 			}
-			n.notePaces(ck, n.clock())
+			n.paces.note(ck, n.clock())
 			n.m.Excused.WithLabelValues(psp.Slow.String()).Add(float64(rd.Stats.Slow))
 			n.m.Excused.WithLabelValues(psp.Far.String()).Add(float64(rd.Stats.Far))
 			run = nil
@@ -105,7 +105,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 				return out, err
 			}
 			out.Checks++
-			n.setIsolated(rd.Isolated, time.Now())
+			n.iso.set(rd.Isolated, time.Now())
 			// A node that must realign (on another lineage than the job's,
 			// or wedged far ahead of its peers) does so here, and passes
 			// if that moved it: its step is then the job's (realign.go).
@@ -129,7 +129,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			if f := n.cfg.faults.OnSample; f != nil && run.draws == 0 && len(peers) > 0 {
 				f(peers)
 			}
-			heard := len(peers) == 0 && n.heardLately(time.Now())
+			heard := len(peers) == 0 && n.iso.lately(time.Now())
 			if run.draws == 0 && !once && !n.cfg.Barrier.Dynamic() {
 				// The check's sample: peers whose answers already put
 				// them at or above its threshold count without asking
@@ -142,7 +142,7 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 			continue
 		case rd.Known:
 			peers := n.ov.Peers()
-			ck.Known(n.progress.KnownAll(peers, time.Now()), len(peers) == 0 && n.heardLately(time.Now()), n.clock())
+			ck.Known(n.progress.KnownAll(peers, time.Now()), len(peers) == 0 && n.iso.lately(time.Now()), n.clock())
 			continue
 		}
 		var tick <-chan time.Time
@@ -187,9 +187,9 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 func (n *Node) startBarrier(ck *psp.Checker) wire.StepRequest {
 	pop := 0.0
 	if n.cfg.Barrier.Probabilistic() {
-		pop = n.population()
+		pop = n.pop.population()
 	}
-	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.pop.estimate()}
 	ck.Start(psp.CheckStart{
 		Self: req.Step, Population: pop, Now: n.clock(),
 		Compute: math.Float64frombits(n.compute.Load()), Interval: n.stepInterval(), RTT: n.rttEWMA(),

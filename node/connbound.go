@@ -1,7 +1,10 @@
 package node
 
 import (
+	"context"
 	"time"
+
+	"github.com/libp2p/go-libp2p/core/host"
 
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/status"
@@ -11,57 +14,77 @@ import (
 // trimmed to ConnLow) and guards the last quarter of a built host's
 // inbound limit; how, and why, is in netsetup's limits.go.
 
-// boundConns starts the trimming loop; it ends with the node's life.
-func (n *Node) boundConns() {
-	if !n.cfg.Limits.BoundConns || n.cfg.Limits.ConnHigh <= 0 {
+// connGuard bounds a node's connections: the trimming loop and the
+// inbound guard. Its loops end with life.
+type connGuard struct {
+	h      host.Host
+	limits LimitsConfig
+	m      *status.Metrics
+	life   context.Context
+	// inbound is the resource manager's inbound connection limit of a
+	// host the node built (0 with WithHost: no guard); kick wakes the
+	// guard when a connection comes in.
+	inbound int
+	kick    chan struct{}
+}
+
+// start starts the trimming loop (when the limits ask for it) and the
+// inbound guard (for a built host); both end with the node's life.
+func (g *connGuard) start() {
+	if g.limits.BoundConns && g.limits.ConnHigh > 0 {
+		go every(g.life, netsetup.TrimEvery, func() { g.trimConns(time.Now()) })
+	}
+	if g.inbound > 0 {
+		go func() {
+			for {
+				select {
+				case <-g.life.Done():
+					return
+				case <-g.kick:
+				}
+				g.trimInbound(time.Now(), g.inbound)
+				sleepCtx(g.life, netsetup.GuardPause)
+			}
+		}()
+	}
+}
+
+// inboundOpened wakes the inbound guard (without waiting) after an
+// inbound connection opened.
+func (g *connGuard) inboundOpened() {
+	if g.inbound <= 0 {
 		return
 	}
-	go n.every(netsetup.TrimEvery, func() { n.trimConns(time.Now()) })
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
 }
 
 // trimConns trims the host to ConnLow if it holds more than ConnHigh, and
 // counts what it closed.
-func (n *Node) trimConns(now time.Time) int {
-	k := netsetup.TrimConns(n.h, now, n.cfg.Limits.ConnLow, n.cfg.Limits.ConnHigh)
-	n.m.ConnsTrimmed.Add(float64(k))
-	n.m.Hostile.WithLabelValues(status.KindIdleInboundClosed).Add(float64(k))
+func (g *connGuard) trimConns(now time.Time) int {
+	k := netsetup.TrimConns(g.h, now, g.limits.ConnLow, g.limits.ConnHigh)
+	g.m.ConnsTrimmed.Add(float64(k))
+	g.m.Hostile.WithLabelValues(status.KindIdleInboundClosed).Add(float64(k))
 	return k
-}
-
-// guardInbound starts the inbound guard of a host the node built; it ends
-// with the node's life.
-func (n *Node) guardInbound() {
-	if n.inboundLimit <= 0 {
-		return
-	}
-	go func() {
-		for {
-			select {
-			case <-n.life.Done():
-				return
-			case <-n.guardKick:
-			}
-			n.trimInbound(time.Now(), n.inboundLimit)
-			sleepCtx(n.life, netsetup.GuardPause)
-		}
-	}()
 }
 
 // trimInbound runs the inbound guard once, and counts what it closed.
-func (n *Node) trimInbound(now time.Time, limit int) int {
-	k := netsetup.TrimInbound(n.h, now, limit)
-	n.m.ConnsTrimmed.Add(float64(k))
+func (g *connGuard) trimInbound(now time.Time, limit int) int {
+	k := netsetup.TrimInbound(g.h, now, limit)
+	g.m.ConnsTrimmed.Add(float64(k))
 	return k
 }
 
-// every calls fn every period until the node's life ends: the loop of the
-// node's periodic background chores, run on a goroutine of its own.
-func (n *Node) every(period time.Duration, fn func()) {
+// every calls fn every period until life ends: the loop of a node's
+// periodic background chores, run on a goroutine of its own.
+func every(life context.Context, period time.Duration, fn func()) {
 	t := time.NewTicker(period)
 	defer t.Stop()
 	for {
 		select {
-		case <-n.life.Done():
+		case <-life.Done():
 			return
 		case <-t.C:
 			fn()

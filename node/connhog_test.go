@@ -163,14 +163,14 @@ func TestInboundGuard(t *testing.T) {
 			last = o
 		}
 	}
-	if got := target.trimInbound(first.Add(netsetup.ConnMinAge-time.Millisecond), limit); got != 0 {
+	if got := target.guard.trimInbound(first.Add(netsetup.ConnMinAge-time.Millisecond), limit); got != 0 {
 		t.Errorf("closed %d connections younger than %v", got, netsetup.ConnMinAge)
 	}
 	later := last.Add(netsetup.ConnMinAge)
-	if got := target.trimInbound(later, 2*limit); got != 0 {
+	if got := target.guard.trimInbound(later, 2*limit); got != 0 {
 		t.Errorf("closed %d connections at half the limit", got)
 	}
-	if got := target.trimInbound(later, limit); got != limit/2 {
+	if got := target.guard.trimInbound(later, limit); got != limit/2 {
 		t.Errorf("closed %d connections, want %d (down to half the limit)", got, limit/2)
 	}
 	for _, p := range []peer.ID{protected, busy.ID()} {

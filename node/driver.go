@@ -489,7 +489,7 @@ func (d *Driver) Population() (estimate, lrScale float64) {
 	if n.cfg.ScaleLR {
 		lrScale = 1 / max(n.lrPopulation(), 1)
 	}
-	return n.population(), lrScale
+	return n.pop.population(), lrScale
 }
 
 // Evaluated records the driving program's held-out evaluation after step,

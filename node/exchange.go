@@ -79,7 +79,7 @@ func (x *exchangeNode) Population() float64 {
 	if x.ov == nil { // (a node under test without an overlay)
 		return 0
 	}
-	return (*Node)(x).population()
+	return x.pop.population()
 }
 
 // lrPopulation is the population the learning rate is scaled by (see
@@ -88,7 +88,7 @@ func (n *Node) lrPopulation() float64 {
 	if !n.exch().ScalesLR() {
 		return 1
 	}
-	return n.population()
+	return n.pop.population()
 }
 
 // UpdateStats counts the updates a node exchanged, whatever the exchange,

@@ -29,14 +29,14 @@ func (n *Node) Status() status.Status {
 	if n.driver != nil {
 		st.Trainer = n.driver.clientName()
 	}
-	if since := n.isolatedSince(); !since.IsZero() {
+	if since := n.iso.isolatedSince(); !since.IsZero() {
 		st.Isolated, st.IsolatedSince = true, since.UTC().Format(time.RFC3339)
 	}
 	// The population the node uses (its learning rate's), which is never
 	// below itself and the live peers it knows: 1 for a node alone. The
 	// error says why the estimators have none (the figure is then that
 	// count), the stderr is theirs.
-	st.PopulationEstimate = n.population()
+	st.PopulationEstimate = n.pop.population()
 	if _, se, err := n.ov.Estimate(); err != nil {
 		st.EstimateError = err.Error()
 	} else {
@@ -100,5 +100,5 @@ func (n *Node) Health() string {
 	if !st.Joined {
 		return "not joined: " + st.JoinError
 	}
-	return n.isolatedReason()
+	return n.iso.reason()
 }

@@ -2,9 +2,14 @@ package node
 
 import (
 	"fmt"
+	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
+	"github.com/pspnode/pspnode/internal/progress"
+	"github.com/pspnode/pspnode/node/status"
 )
 
 // Isolation. A barrier check passes only on what peers say, so a check
@@ -34,79 +39,85 @@ import (
 //
 // While isolated, /status says "isolated": true (with isolated_since),
 // /health answers 503, and psp_isolated is 1. A driven node sees the same
-// through Driver.Barrier, which waits as Run does. (Its state is Node's
-// heard, isoMu and isoSince.)
+// through Driver.Barrier, which waits as Run does. (Its state is the
+// node's isolation.)
 
-// noteHeard records that peers answered a step query or sent one.
-func (n *Node) noteHeard(peers ...peer.ID) {
-	for _, p := range n.heard.Note(time.Now(), n.heardHold(), peers...) {
-		n.emit(PeerJoined, p)
+// isolation is the peers heard from lately and the node's isolated state.
+// It tells the node's events and the population what it learns through
+// its two hooks, and nothing else of the node.
+type isolation struct {
+	heard progress.Heard
+	hold  time.Duration // how long a peer counts as heard: twice Overlay.DeadHold
+	job   string
+	m     *status.Metrics
+	log   *slog.Logger
+	emit  func(EventKind, peer.ID)
+	left  func() // a peer left: the population's count changed
+
+	mu    sync.Mutex
+	since time.Time // when the node became isolated; zero while it is not
+}
+
+// noteHeard records that peers answered or asked: the node is not cut off.
+func (iso *isolation) noteHeard(peers ...peer.ID) {
+	for _, p := range iso.heard.Note(time.Now(), iso.hold, peers...) {
+		iso.emit(PeerJoined, p)
 	}
 }
 
-// noteLeft forgets p: it said it leaves, so its absence is no failure.
-// The time of the departure goes to the population estimate, which is
-// computed again at its next read.
-func (n *Node) noteLeft(p peer.ID) {
-	n.heard.Left(p, time.Now())
-	n.repopulate()
-	n.emit(PeerLeft, p)
+// noteLeft records that p said it leaves.
+func (iso *isolation) noteLeft(p peer.ID) {
+	iso.heard.Left(p, time.Now())
+	iso.left()
+	iso.emit(PeerLeft, p)
 }
 
-// unheard forgets p without counting a departure: a peer held out for
-// running another model (genesis.go).
-func (n *Node) unheard(p peer.ID) { n.heard.Forget(p) }
+// forget drops p from the peers heard from: it was of another job.
+func (iso *isolation) forget(p peer.ID) { iso.heard.Forget(p) }
 
 // lastLeave is when a peer last said it leaves (zero: never).
-func (n *Node) lastLeave() time.Time { return n.heard.LastLeave() }
+func (iso *isolation) lastLeave() time.Time { return iso.heard.LastLeave() }
 
-// heardHold is how long a peer heard from counts: as long as the overlay
-// holds a dead peer before forgetting it.
-func (n *Node) heardHold() time.Duration { return 2 * n.cfg.Overlay.DeadHold }
+// lately reports whether any peer was heard from within the hold.
+func (iso *isolation) lately(now time.Time) bool { return iso.heard.Lately(now, iso.hold) }
 
-// heardLately reports whether a peer that has not left was heard from
-// within heardHold.
-func (n *Node) heardLately(now time.Time) bool { return n.heard.Lately(now, n.heardHold()) }
-
-// setIsolated records whether the node is isolated, as its last check
-// found (psp.Isolated).
-func (n *Node) setIsolated(on bool, now time.Time) {
-	n.isoMu.Lock()
-	was := !n.isoSince.IsZero()
+// set records whether the last check was isolated, and tells the change.
+func (iso *isolation) set(on bool, now time.Time) {
+	iso.mu.Lock()
+	was := !iso.since.IsZero()
 	switch {
 	case on && !was:
-		n.isoSince = now
+		iso.since = now
 	case !on && was:
-		n.isoSince = time.Time{}
+		iso.since = time.Time{}
 	}
-	since := n.isoSince
-	n.isoMu.Unlock()
+	since := iso.since
+	iso.mu.Unlock()
 	switch {
 	case on && !was:
-		n.m.Isolated.Set(1)
-		n.emit(Isolated, "")
-		n.log.Warn("isolated: no peer of the job answers; not training until one does")
+		iso.m.Isolated.Set(1)
+		iso.emit(Isolated, "")
+		iso.log.Warn("isolated: no peer of the job answers; not training until one does")
 	case !on && was:
-		n.m.Isolated.Set(0)
-		n.emit(Reconnected, "")
-		n.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
+		iso.m.Isolated.Set(0)
+		iso.emit(Reconnected, "")
+		iso.log.Info("no longer isolated: a peer answered", "isolated_for", now.Sub(since).Round(time.Millisecond))
 	}
 }
 
-// isolatedSince returns when the node became isolated (zero: it is not).
-func (n *Node) isolatedSince() time.Time {
-	n.isoMu.Lock()
-	defer n.isoMu.Unlock()
-	return n.isoSince
+// isolatedSince is when the node became isolated; zero while it is not.
+func (iso *isolation) isolatedSince() time.Time {
+	iso.mu.Lock()
+	defer iso.mu.Unlock()
+	return iso.since
 }
 
-// isolatedReason says why an isolated node waits, for /health and the
-// Driver ("" when it is not isolated).
-func (n *Node) isolatedReason() string {
-	since := n.isolatedSince()
+// reason is why the node does not train while isolated ("" while it is not).
+func (iso *isolation) reason() string {
+	since := iso.isolatedSince()
 	if since.IsZero() {
 		return ""
 	}
 	return fmt.Sprintf("isolated: no peer of job %s has answered a step query for %v; not training until one does",
-		n.cfg.Job, time.Since(since).Round(time.Second))
+		iso.job, time.Since(since).Round(time.Second))
 }

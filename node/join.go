@@ -258,10 +258,10 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			// The joiner's own estimate needs time; until then its
 			// learning rate follows what its peers report.
 			n.ov.ObserveEstimate(p, r.reply.Estimate)
-			n.notePeerEstimate(r.reply.Estimate)
+			n.pop.notePeerEstimate(r.reply.Estimate)
 		}
 	}
-	n.repopulate() // the estimates just reported count at once
+	n.pop.repopulate() // the estimates just reported count at once
 	if len(good) == 0 {
 		if len(v.others) > 0 {
 			v.fetchErr = v.others[0]

@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"time"
@@ -73,11 +72,15 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.reg = prometheus.NewRegistry()
 	}
 	n.m = status.NewMetrics(n.reg)
+	n.pop = &census{started: n.started, window: cfg.Overlay.EstimateWindow, reportAge: cfg.Overlay.ReportMaxAge, m: n.m}
+	n.iso = &isolation{hold: 2 * cfg.Overlay.DeadHold, job: cfg.Job, m: n.m, log: n.log, emit: n.emit, left: n.pop.repopulate}
+	n.pop.lastLeave = n.iso.lastLeave
 	n.lin = lineage.New(n.reg, cfg.Genesis)
 	n.meter = status.NewMeter(cfg.Job)
 	n.reg.MustRegister(n.meter.Collector(n.topicPayloadBytes))
 	n.nat = netsetup.NewNAT(n.reg)
 
+	inbound := 0 // the inbound limit of a host the node builds (connGuard)
 	if d.host != nil {
 		n.nat.Attach(d.host)
 		n.h = wire.ThrottleAnswers(n.meter.WrapHost(d.host), wire.DHTProtocol(cfg.Job), wire.DHTAnswerRate, n.m.DHTThrottled)
@@ -92,7 +95,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			_ = rm.Close()
 			return nil, fmt.Errorf("node: connection manager: %w", err)
 		}
-		n.inboundLimit = cl.Inbound
+		inbound = cl.Inbound
 		opts := []libp2p.Option{
 			libp2p.ListenAddrStrings(cfg.Listen...),
 			libp2p.ConnectionManager(cm),
@@ -145,16 +148,13 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.closeParts()
 		return nil, err
 	}
-	n.guardKick = make(chan struct{}, 1)
+	n.guard = &connGuard{h: n.h, limits: cfg.Limits, m: n.m, life: n.life, inbound: inbound, kick: make(chan struct{}, 1)}
 	n.conns = &network.NotifyBundle{
 		ConnectedF: func(_ network.Network, c network.Conn) {
 			n.opened.Add(1)
 			n.m.ConnsOpened.Inc()
-			if n.inboundLimit > 0 && c.Stat().Direction == network.DirInbound {
-				select {
-				case n.guardKick <- struct{}{}:
-				default:
-				}
+			if c.Stat().Direction == network.DirInbound {
+				n.guard.inboundOpened()
 			}
 		},
 		DisconnectedF: func(_ network.Network, c network.Conn) { n.nat.Closed(c) },
@@ -177,8 +177,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			return fail(fmt.Errorf("node: %w", err))
 		}
 	}
-	n.boundConns()
-	n.guardInbound()
+	n.guard.start()
 	n.up.Store(true)
 	close(n.ready)
 	n.mark(msNew)
@@ -256,6 +255,7 @@ func (n *Node) newOverlay(ctx context.Context) error {
 		n.log.Warn("no bootstrap peer answered: starting alone and retrying in the background", "err", err)
 	}
 	n.ov = ov
+	n.pop.ov = ov
 	return nil
 }
 
@@ -307,28 +307,6 @@ func screenFor(c psp.ScreenConfig) *psp.Screen {
 		return nil
 	}
 	return psp.NewScreen(c)
-}
-
-// estimate is the population estimate this node reports to peers: its own
-// local estimate (zone density and lookups), not the fused one, so that the
-// reports a node averages stay independent and errors do not echo.
-// It is recomputed at most once a second: every query a node sends or
-// answers carries it.
-func (n *Node) estimate() float64 {
-	n.estMu.Lock()
-	defer n.estMu.Unlock()
-	if time.Since(n.estAt) < time.Second {
-		return n.estVal
-	}
-	est, _, err := n.ov.LocalEstimate()
-	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
-		est = 0
-	}
-	if n.exactCount() { // a small job that just lost a peer (population.go)
-		est = float64(1 + n.ov.PeerCount())
-	}
-	n.estAt, n.estVal = time.Now(), est
-	return est
 }
 
 // limitedBy wraps a stream handler in the caps of l (a stream over its

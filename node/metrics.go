@@ -25,7 +25,7 @@ func (n *Node) registerGaugeFuncs() {
 		return se
 	}
 	n.reg.MustRegister(
-		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", n.population),
+		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", n.pop.population),
 		gf("population_estimate_stderr", "Standard error of the estimators' population estimate (NaN while they have too little data).", stderr),
 		gf("routing_table_size", "Peers in the Kademlia routing table.", func() float64 { return float64(n.ov.DHT().RoutingTable().Size()) }),
 		gf("connected_peers", "Peers with an open connection.", func() float64 { return float64(len(n.h.Network().Peers())) }),

@@ -111,23 +111,15 @@ type Node struct {
 	compute    atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
 	busy       atomic.Bool   // inside task.Step
 	lastEval   atomic.Pointer[evalResult]
-	estMu      sync.Mutex // guards estAt and estVal
-	estAt      time.Time
-	estVal     float64
-	// popMu guards population's cache: popVal, computed at popAt.
-	popMu  sync.Mutex
-	popVal float64
-	popAt  time.Time
+	// pop is the population estimate (population.go).
+	pop *census
 	// meter counts the bytes of the node's streams (traffic.go).
 	meter *status.Meter
 	// conns counts opened connections into opened.
 	conns  *network.NotifyBundle
 	opened atomic.Uint64
-	// inboundLimit is the resource manager's inbound connection limit of
-	// a host the node built (0 with WithHost); guardKick wakes the
-	// inbound guard (connbound.go) when a connection comes in.
-	inboundLimit int
-	guardKick    chan struct{}
+	// guard bounds the host's connections (connbound.go).
+	guard *connGuard
 	// progress holds peers' known steps and the waiters to tell when this
 	// node advances (progress.go).
 	progress *progress.Table
@@ -153,11 +145,9 @@ type Node struct {
 	resets resetGate
 	// nat follows reachability, relays and hole punches (package netsetup).
 	nat *netsetup.NAT
-	// heard is the peers heard from lately, and the last leave; isoSince
-	// when the node became isolated, zero while it is not (isolation.go).
-	heard    progress.Heard
-	isoMu    sync.Mutex
-	isoSince time.Time
+	// iso is the peers heard from lately, the last leave and the node's
+	// isolated state (isolation.go).
+	iso *isolation
 	// lin is the node's lineage of the job and what it heard of its
 	// peers' (genesis.go).
 	lin *lineage.Lineage

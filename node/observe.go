@@ -30,7 +30,7 @@ type peerAnswer struct {
 // ask queries peers in parallel; each query has its own deadline.
 func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
 	out := make([]answer, len(peers))
-	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.estimate()}
+	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.pop.estimate()}
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
@@ -62,7 +62,7 @@ func (n *Node) failed(p peer.ID, ev *evidence) {
 // stream go now, and the overlay holds it dead once the check ends.
 func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 	n.progress.Forget(p)
-	n.forgetPace(p)
+	n.paces.forget(p)
 	n.asker.Drop(p)
 	n.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
@@ -72,9 +72,9 @@ func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
 func (n *Node) note(ev *evidence) {
 	n.ov.Note(ev.dead, ev.alive, ev.estimates)
 	if len(ev.dead) > 0 {
-		n.repopulate() // fewer live peers: the population's floor and count
+		n.pop.repopulate() // fewer live peers: the population's floor and count
 	}
-	n.noteHeard(ev.alive...)
+	n.iso.noteHeard(ev.alive...)
 	*ev = evidence{}
 }
 
@@ -85,13 +85,13 @@ func (n *Node) note(ev *evidence) {
 // concurrent use).
 func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
 	if r.Leaving {
-		n.noteLeft(p)
+		n.iso.noteLeft(p)
 		n.forgetPeer(p, ev)
 		return psp.Observation{}, false
 	}
 	switch n.admit(p, r.Ext, false) { // genesis.go
 	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
-		n.unheard(p)
+		n.iso.forget(p)
 		return psp.Observation{}, false
 	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
@@ -102,7 +102,7 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 	n.mark(msFirstPeer)
 	if r.Estimate > 0 {
 		ev.estimates = append(ev.estimates, overlay.Estimate{Peer: p, N: r.Estimate})
-		n.notePeerEstimate(r.Estimate)
+		n.pop.notePeerEstimate(r.Estimate)
 	}
 	// Hold the peer to its earlier reports (psp.Screen). A stuck peer
 	// that is not behind us cannot hold us back, so it still counts.
@@ -141,14 +141,14 @@ func (n *Node) drain(results <-chan peerAnswer, k int) {
 				n.failed(r.p, &ev)
 			}
 		case r.a.reply.Leaving:
-			n.noteLeft(r.p)
+			n.iso.noteLeft(r.p)
 			n.forgetPeer(r.p, &ev)
 		default:
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
 			switch n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
 			case lineage.OtherModel: // held out
-				n.unheard(r.p)
+				n.iso.forget(r.p)
 				continue
 			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)

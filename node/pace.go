@@ -56,9 +56,9 @@ func (n *Node) PeerPace(p peer.ID) (PeerPace, bool) {
 	return pp, ok
 }
 
-// notePaces copies the paces of the peers the check that just ended
+// note copies the paces of the peers the check that just ended
 // observed. Only the barrier's goroutine calls it.
-func (n *Node) notePaces(ck *psp.Checker, now float64) {
+func (b *paceBook) note(ck *psp.Checker, now float64) {
 	pc := ck.Pace()
 	if pc == nil {
 		return
@@ -68,10 +68,10 @@ func (n *Node) notePaces(ck *psp.Checker, now float64) {
 		return
 	}
 	ref, factor, at := pc.Reference(), pc.Config().Factor, time.Now()
-	n.paces.mu.Lock()
-	defer n.paces.mu.Unlock()
-	if n.paces.m == nil {
-		n.paces.m = make(map[peer.ID]PeerPace)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.m == nil {
+		b.m = make(map[peer.ID]PeerPace)
 	}
 	for _, o := range obs {
 		iv := pc.Interval(o.Peer, now)
@@ -79,10 +79,10 @@ func (n *Node) notePaces(ck *psp.Checker, now float64) {
 			continue
 		}
 		id := peer.ID(o.Peer)
-		if _, ok := n.paces.m[id]; !ok && len(n.paces.m) >= paceBookCap {
-			n.paces.evictOldest()
+		if _, ok := b.m[id]; !ok && len(b.m) >= paceBookCap {
+			b.evictOldest()
 		}
-		n.paces.m[id] = PeerPace{Interval: iv, Reference: ref, Slow: ref > 0 && iv > factor*ref, At: at}
+		b.m[id] = PeerPace{Interval: iv, Reference: ref, Slow: ref > 0 && iv > factor*ref, At: at}
 	}
 }
 
@@ -98,9 +98,9 @@ func (b *paceBook) evictOldest() {
 	delete(b.m, oldest)
 }
 
-// forgetPace drops p's pace (it left, or failed).
-func (n *Node) forgetPace(p peer.ID) {
-	n.paces.mu.Lock()
-	delete(n.paces.m, p)
-	n.paces.mu.Unlock()
+// forget drops p's pace (it left, or failed).
+func (b *paceBook) forget(p peer.ID) {
+	b.mu.Lock()
+	delete(b.m, p)
+	b.mu.Unlock()
 }

@@ -1,12 +1,58 @@
 package node
 
 import (
+	"math"
+	"sync"
 	"time"
 
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
+
+// census is the node's population estimate: its own estimators' guess
+// (estimate) and the population its peers' reports and its own make
+// (population), each cached for a moment. It reads the overlay and the
+// time of the last leave (isolation.go) and nothing else of the node.
+type census struct {
+	ov        *overlay.Overlay // set once the overlay is up, before any read
+	started   time.Time
+	window    time.Duration // Overlay.EstimateWindow
+	reportAge time.Duration // Overlay.ReportMaxAge
+	m         *status.Metrics
+	lastLeave func() time.Time
+
+	estMu  sync.Mutex // guards estAt and estVal
+	estAt  time.Time
+	estVal float64
+	// popMu guards population's cache: popVal, computed at popAt.
+	popMu  sync.Mutex
+	popVal float64
+	popAt  time.Time
+}
+
+// estimate is the population estimate this node reports to peers: its own
+// local estimate (zone density and lookups), not the fused one, so that the
+// reports a node averages stay independent and errors do not echo; or the
+// exact count of a small job that just lost a peer; 0 while the
+// estimators have nothing. It is recomputed at most once a second: every
+// query a node sends or answers carries it.
+func (c *census) estimate() float64 {
+	c.estMu.Lock()
+	defer c.estMu.Unlock()
+	if time.Since(c.estAt) < time.Second {
+		return c.estVal
+	}
+	est, _, err := c.ov.LocalEstimate()
+	if err != nil || math.IsNaN(est) || math.IsInf(est, 0) || est < 0 {
+		est = 0
+	}
+	if c.exactCount() { // a small job that just lost a peer
+		est = float64(1 + c.ov.PeerCount())
+	}
+	c.estAt, c.estVal = time.Now(), est
+	return est
+}
 
 // population is the node's best guess of the number of nodes
 // (psp.Population): the weighted lower median of its own estimate
@@ -37,28 +83,28 @@ import (
 //
 // A node alone counts itself: 1. And in a small job, the count is exact
 // for a while after a peer leaves (exactCount).
-func (n *Node) population() float64 {
+func (c *census) population() float64 {
 	now := time.Now()
-	n.popMu.Lock()
-	defer n.popMu.Unlock()
-	if !n.popAt.IsZero() && now.Sub(n.popAt) < popTTL {
-		return n.popVal
+	c.popMu.Lock()
+	defer c.popMu.Unlock()
+	if !c.popAt.IsZero() && now.Sub(c.popAt) < popTTL {
+		return c.popVal
 	}
-	known := n.ov.PeerCount()
+	known := c.ov.PeerCount()
 	v := float64(1 + known)
-	if !n.exactCount() {
-		reps := n.ov.PeerReports()
+	if !c.exactCount() {
+		reps := c.ov.PeerReports()
 		rs := make([]psp.Report, len(reps))
 		for i, r := range reps {
 			rs[i] = psp.Report{N: r.N, Age: r.For.Seconds()}
 		}
-		age := now.Sub(n.started)
-		v = psp.Population(n.estimate(), rs, known, age.Seconds())
-		if age >= popSettle && !n.popAt.IsZero() {
-			v = max(psp.BoundRate(n.popVal, v, now.Sub(n.popAt).Seconds()), float64(1+known))
+		age := now.Sub(c.started)
+		v = psp.Population(c.estimate(), rs, known, age.Seconds())
+		if age >= popSettle && !c.popAt.IsZero() {
+			v = max(psp.BoundRate(c.popVal, v, now.Sub(c.popAt).Seconds()), float64(1+known))
 		}
 	}
-	n.popAt, n.popVal = now, v
+	c.popAt, c.popVal = now, v
 	return v
 }
 
@@ -75,15 +121,15 @@ const (
 
 // repopulate drops the cached population, so that the next reads the
 // reports that just came (a joiner's, from its first peers).
-func (n *Node) repopulate() {
-	n.popMu.Lock()
-	n.popAt = time.Time{}
-	n.popMu.Unlock()
+func (c *census) repopulate() {
+	c.popMu.Lock()
+	c.popAt = time.Time{}
+	c.popMu.Unlock()
 }
 
 // Population is the node's best guess of the number of nodes in its job,
 // as its learning rate uses it and /status reports it (population_estimate).
-func (n *Node) Population() float64 { return n.population() }
+func (n *Node) Population() float64 { return n.pop.population() }
 
 // exactCount reports whether the node should count its job as itself and
 // the live peers it knows, whatever the estimators say: in a small job
@@ -95,16 +141,16 @@ func (n *Node) Population() float64 { return n.population() }
 // the leaver was there: a job of five that lost one still read 4.4 ten
 // seconds later. In a large job one node is noise, and the estimators
 // follow departures through their windows as before.
-func (n *Node) exactCount() bool {
-	left := n.lastLeave()
+func (c *census) exactCount() bool {
+	left := c.lastLeave()
 	if left.IsZero() {
 		return false
 	}
-	memory := max(n.cfg.Overlay.EstimateWindow, n.cfg.Overlay.ReportMaxAge)
+	memory := max(c.window, c.reportAge)
 	if time.Since(left) > memory {
 		return false
 	}
-	return n.ov.EstimateDetail().ZoneDepth == 0
+	return c.ov.EstimateDetail().ZoneDepth == 0
 }
 
 // notePeerEstimate judges a population estimate a peer reported in a step
@@ -118,12 +164,12 @@ func (n *Node) exactCount() bool {
 // (The node kept the last 32 reports it heard, whoever sent them: one peer
 // sending twenty queries a second reporting 1e9 filled them, and moved
 // every node of a job of three from 3 to 1e9 within ten seconds.)
-func (n *Node) notePeerEstimate(est float64) {
+func (c *census) notePeerEstimate(est float64) {
 	if !(est >= 1) || est > 1e9 {
-		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
+		c.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 		return
 	}
-	if pop := n.population(); est > pop*overlay.ReportBand || est < pop/overlay.ReportBand {
-		n.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
+	if pop := c.population(); est > pop*overlay.ReportBand || est < pop/overlay.ReportBand {
+		c.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 	}
 }

@@ -59,7 +59,7 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 		return
 	}
 	n.m.Pushed.Add(float64(len(peers)))
-	req := wire.StepRequest{Step: step, Estimate: n.estimate()}
+	req := wire.StepRequest{Step: step, Estimate: n.pop.estimate()}
 	for _, p := range peers {
 		go func() { // ends within QueryTimeout, or when the node stops
 			r, err := n.queryStep(ctx, p, req)
@@ -79,7 +79,7 @@ func (n *Node) dropPeer(p peer.ID) {
 	n.ov.MarkDead(p)
 	n.progress.Forget(p)
 	n.asker.Drop(p)
-	n.repopulate()
+	n.pop.repopulate()
 }
 
 // queryFailed handles a step query that failed while the node runs.

@@ -27,7 +27,7 @@ type stepAnswers Node
 // Leaving takes a peer's leave notice: it is dropped at once.
 func (a *stepAnswers) Leaving(from peer.ID) {
 	n := (*Node)(a)
-	n.noteLeft(from)
+	n.iso.noteLeft(from)
 	n.dropPeer(from)
 	n.poke()
 }
@@ -40,7 +40,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 	n := (*Node)(a)
 	k := n.admit(from, q.Ext, false)
 	if k != lineage.OtherModel {
-		n.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
+		n.iso.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
 		n.ov.MarkAlive(from)
 	}
 	if k == lineage.OtherFork {
@@ -51,7 +51,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 	}
 	if q.Estimate > 0 && k == lineage.Kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
-		n.notePeerEstimate(q.Estimate)
+		n.pop.notePeerEstimate(q.Estimate)
 	}
 	if k == lineage.Kin {
 		// Before the reply's step is read: a reply below the asker's
@@ -63,7 +63,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 			n.poke() // a peer at or behind us has progressed
 		}
 	}
-	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.estimate(), Interval: n.stepInterval()}
+	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.estimate(), Interval: n.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		ctx, cancel := context.WithTimeout(n.life, n.cfg.Check.QueryTimeout)
 		defer cancel()
