@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -20,6 +24,88 @@ import (
 // (progress.go). Judging an answer (leaving peers, other lineages, the
 // screen) is in observe.go. What a check learns of its peers' liveness
 // goes to the overlay in one call when the check ends.
+
+// barrier is the node's barrier: the Checker and the state its I/O keeps
+// (the screen of peers' reports, their known steps and paces, the wake of
+// progress reports), with the parts of the node it works through. What it
+// needs of the node itself is barrierNode.
+type barrier struct {
+	n   barrierNode
+	cfg *Config
+	m   *status.Metrics
+	// The node's parts the barrier reads or tells. ov is set once the
+	// overlay is up, before the first check.
+	ov      *overlay.Overlay
+	pop     *census
+	iso     *isolation
+	boot    *startup
+	lin     *lineage.Lineage
+	asker   *wire.Asker
+	step    *atomic.Int64  // the node's step
+	compute *atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
+	// interval: float64 bits, EWMA seconds per step.
+	interval *atomic.Uint64
+	started  time.Time
+	// life ends when the node shuts down, active when it leaves too.
+	life, active context.Context
+	shuffle      func(n int, swap func(i, j int)) // the node's random source
+
+	checker *psp.Checker // the barrier's policy; only the barrier's goroutine uses it
+	// screen judges peers' step reports (nil: off); used only by the
+	// barrier's goroutine.
+	screen *psp.Screen
+	// progress holds peers' known steps and the waiters to tell when this
+	// node advances (progress.go).
+	progress *progress.Table
+	paces    paceBook // the peers' paces, for other goroutines (pace.go)
+	wake     chan struct{}
+	waiting  atomic.Bool
+}
+
+// barrierNode is what the barrier needs of its node beyond its parts:
+// the lineage's verdict on a peer (genesis.go), the realignment a failed
+// check may call for (realign.go), and the node's events.
+type barrierNode interface {
+	admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship
+	noteWedge(obs []psp.Observation)
+	realignDue() bool
+	realign(ctx context.Context) bool
+	emit(kind EventKind, p peer.ID)
+}
+
+// poke wakes a barrier that waits (a peer progressed, or left).
+func (b *barrier) poke() {
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+}
+
+// setWaiting records whether the node waits at its barrier.
+func (b *barrier) setWaiting(w bool) {
+	b.waiting.Store(w)
+	if w {
+		b.m.Waiting.Set(1)
+	} else {
+		b.m.Waiting.Set(0)
+	}
+}
+
+// stepInterval is the node's EWMA seconds per step.
+func (b *barrier) stepInterval() float64 { return math.Float64frombits(b.interval.Load()) }
+
+// resetPeers forgets what the barrier held of its peers' steps and
+// reports: they were of the node's old step or lineage.
+func (b *barrier) resetPeers() {
+	b.screen = screenFor(b.cfg.Screen)
+	b.progress.Reset()
+}
+
+// query asks one peer for its step, within the query timeout of the
+// node's timing now.
+func (b *barrier) query(ctx context.Context, p peer.ID, req wire.StepRequest) (wire.StepReply, error) {
+	return b.asker.Ask(ctx, p, req, b.queryTimeout())
+}
 
 // barrierOutcome is what one pass of the barrier took: the checks, the
 // time, and the last check that failed (its decision and how many peers
@@ -35,26 +121,26 @@ type barrierOutcome struct {
 	Realigned bool
 }
 
-// barrier blocks until the barrier lets the node start its next step. The
+// wait blocks until the barrier lets the node start its next step. The
 // timing and population it works with are taken once, at its start.
 //
 // It returns ErrClosed as soon as the node leaves or shuts down. (It does
 // not end ctx when it returns: a query of its last check runs on, to its
 // own deadline, under ctx.)
-func (n *Node) barrier(ctx context.Context) (barrierOutcome, error) {
-	out, err := n.drive(ctx, n.checker, false)
-	n.setWaiting(false)
+func (b *barrier) wait(ctx context.Context) (barrierOutcome, error) {
+	out, err := b.drive(ctx, b.checker, false)
+	b.setWaiting(false)
 	if err == nil {
-		n.m.ObserveWait(out.Waited.Seconds())
+		b.m.ObserveWait(out.Waited.Seconds())
 	}
 	return out, err
 }
 
 // observe runs one barrier check, with a Checker of its own, and returns
 // what it observed (tests and benchmarks).
-func (n *Node) observe(ctx context.Context) []psp.Observation {
-	ck := psp.NewChecker(checkConfig(n.cfg), nil)
-	_, _ = n.drive(ctx, ck, true)
+func (b *barrier) observe(ctx context.Context) []psp.Observation {
+	ck := psp.NewChecker(checkConfig(*b.cfg), nil)
+	_, _ = b.drive(ctx, ck, true)
 	return ck.Observations()
 }
 
@@ -65,53 +151,53 @@ func (n *Node) observe(ctx context.Context) []psp.Observation {
 // wake the node. Each check's queries send their answers to a channel of
 // its own; those the check no longer needs run on to their own deadline,
 // and what they tell still counts (drain).
-func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOutcome, error) {
+func (b *barrier) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOutcome, error) {
 	start := time.Now()
 	var out barrierOutcome
-	req := n.startBarrier(ck)
+	req := b.startBarrier(ck)
 	timeout := dur(ck.Timing().Timeout)
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	var run *checkRun // the check in progress; nil between checks
-	defer func() { n.endRun(run) }()
+	defer func() { b.endRun(run) }()
 	for {
 		rd := ck.Ready()
 		if run == nil && (rd.Draw > 0 || rd.Known || rd.Done) {
 			run = &checkRun{results: make(chan peerAnswer, 16), t0: time.Now()}
 		}
 		for _, p := range rd.Ask {
-			n.launch(ctx, run, peer.ID(p), req, timeout)
+			b.launch(ctx, run, peer.ID(p), req, timeout)
 		}
 		switch {
 		case rd.Done:
-			n.endRun(run)
-			n.m.Checks.Inc()
-			n.m.ObserveCheck(time.Since(run.t0).Seconds())
-			n.m.Hedged.Add(float64(rd.Stats.Hedged))
-			n.m.Cached.Add(float64(rd.Stats.Cached))
+			b.endRun(run)
+			b.m.Checks.Inc()
+			b.m.ObserveCheck(time.Since(run.t0).Seconds())
+			b.m.Hedged.Add(float64(rd.Stats.Hedged))
+			b.m.Cached.Add(float64(rd.Stats.Cached))
 			if rd.Stats.EarlyFail {
-				n.m.EarlyFail.Inc()
+				b.m.EarlyFail.Inc()
 			}
 			if rd.Stats.KnownBehind {
-				n.m.KnownBehind.Inc()
+				b.m.KnownBehind.Inc()
 			}
-			n.paces.note(ck, n.clock())
-			n.m.Excused.WithLabelValues(psp.Slow.String()).Add(float64(rd.Stats.Slow))
-			n.m.Excused.WithLabelValues(psp.Far.String()).Add(float64(rd.Stats.Far))
+			b.paces.note(ck, b.clock())
+			b.m.Excused.WithLabelValues(psp.Slow.String()).Add(float64(rd.Stats.Slow))
+			b.m.Excused.WithLabelValues(psp.Far.String()).Add(float64(rd.Stats.Far))
 			run = nil
 			// A node that left or shut down must not pass on what a
 			// closed overlay gave (no sample, so no observation).
-			if err := n.stopErr(ctx); err != nil {
+			if err := b.stopErr(ctx); err != nil {
 				return out, err
 			}
 			out.Checks++
-			n.iso.set(rd.Isolated, time.Now())
+			b.iso.set(rd.Isolated, time.Now())
 			// A node that must realign (on another lineage than the job's,
 			// or wedged far ahead of its peers) does so here, and passes
 			// if that moved it: its step is then the job's (realign.go).
 			if !rd.Pass && !once {
-				n.noteWedge(ck.Observations())
-				if n.realignDue() && n.realign(ctx) {
+				b.n.noteWedge(ck.Observations())
+				if b.n.realignDue() && b.n.realign(ctx) {
 					out.Waited, out.Realigned = time.Since(start), true
 					return out, nil
 				}
@@ -121,33 +207,33 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 				return out, nil
 			}
 			out.Failed, out.Observed, out.Isolated = rd.Decision, rd.Stats.Observed, rd.Isolated
-			n.setWaiting(true)
+			b.setWaiting(true)
 		case rd.Draw > 0:
 			// A draw never blocks: the node's lifetime, not the check's
 			// ctx, bounds it (a check ends with ctx all the same).
-			peers := n.sample(n.life, rd.Draw) // fewer (or none) when the job is small
-			if f := n.cfg.faults.OnSample; f != nil && run.draws == 0 && len(peers) > 0 {
+			peers := b.sample(b.life, rd.Draw) // fewer (or none) when the job is small
+			if f := b.cfg.faults.OnSample; f != nil && run.draws == 0 && len(peers) > 0 {
 				f(peers)
 			}
-			heard := len(peers) == 0 && n.iso.lately(time.Now())
-			if run.draws == 0 && !once && !n.cfg.Barrier.Dynamic() {
+			heard := len(peers) == 0 && b.iso.lately(time.Now())
+			if run.draws == 0 && !once && !b.cfg.Barrier.Dynamic() {
 				// The check's sample: peers whose answers already put
 				// them at or above its threshold count without asking
 				// (progress.go). observe asks every peer it draws.
-				ck.DrawnKnown(ids(peers), n.progress.VouchedAll(peers, time.Now()), heard, n.clock())
+				ck.DrawnKnown(ids(peers), b.progress.VouchedAll(peers, time.Now()), heard, b.clock())
 			} else {
-				ck.Drawn(ids(peers), heard, n.clock())
+				ck.Drawn(ids(peers), heard, b.clock())
 			}
 			run.draws++
 			continue
 		case rd.Known:
-			peers := n.ov.Peers()
-			ck.Known(n.progress.KnownAll(peers, time.Now()), len(peers) == 0 && n.iso.lately(time.Now()), n.clock())
+			peers := b.ov.Peers()
+			ck.Known(b.progress.KnownAll(peers, time.Now()), len(peers) == 0 && b.iso.lately(time.Now()), b.clock())
 			continue
 		}
 		var tick <-chan time.Time
 		if rd.Wake > 0 {
-			timer.Reset(n.until(rd.Wake))
+			timer.Reset(b.until(rd.Wake))
 			tick = timer.C
 		}
 		var results <-chan peerAnswer
@@ -156,27 +242,27 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 		}
 		select {
 		case <-ctx.Done():
-			return out, n.stopErr(ctx)
-		case <-n.active.Done():
+			return out, b.stopErr(ctx)
+		case <-b.active.Done():
 			return out, ErrClosed
-		case <-n.wake:
-			ck.Woken(n.clock())
+		case <-b.wake:
+			ck.Woken(b.clock())
 		case <-tick:
 			// The wake time has come, whatever rounding to nanoseconds
 			// and back says (a tick before it would only set the timer
 			// again, for no time at all).
-			ck.Tick(max(n.clock(), rd.Wake))
+			ck.Tick(max(b.clock(), rd.Wake))
 		case r := <-results:
 			run.inflight--
 			switch {
 			case r.a.err == nil:
-				o, counts := n.judge(r.p, r.a.reply, r.asked, &run.ev)
-				ck.Answer(string(r.p), o, counts, n.clock())
+				o, counts := b.judge(r.p, r.a.reply, r.asked, &run.ev)
+				ck.Answer(string(r.p), o, counts, b.clock())
 			case r.stopped:
-				ck.Failed(string(r.p), n.clock())
+				ck.Failed(string(r.p), b.clock())
 			default:
-				n.failed(r.p, &run.ev)
-				ck.Failed(string(r.p), n.clock())
+				b.failed(r.p, &run.ev)
+				ck.Failed(string(r.p), b.clock())
 			}
 		}
 	}
@@ -184,15 +270,15 @@ func (n *Node) drive(ctx context.Context, ck *psp.Checker, once bool) (barrierOu
 
 // startBarrier starts ck on the node's step, with its timing inputs now,
 // and returns the request its queries send.
-func (n *Node) startBarrier(ck *psp.Checker) wire.StepRequest {
+func (b *barrier) startBarrier(ck *psp.Checker) wire.StepRequest {
 	pop := 0.0
-	if n.cfg.Barrier.Probabilistic() {
-		pop = n.pop.population()
+	if b.cfg.Barrier.Probabilistic() {
+		pop = b.pop.population()
 	}
-	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.pop.estimate()}
+	req := wire.StepRequest{Step: b.step.Load(), Estimate: b.pop.estimate()}
 	ck.Start(psp.CheckStart{
-		Self: req.Step, Population: pop, Now: n.clock(),
-		Compute: math.Float64frombits(n.compute.Load()), Interval: n.stepInterval(), RTT: n.rttEWMA(),
+		Self: req.Step, Population: pop, Now: b.clock(),
+		Compute: math.Float64frombits(b.compute.Load()), Interval: b.stepInterval(), RTT: b.m.RTTEWMA(),
 	})
 	return req
 }
@@ -211,32 +297,32 @@ type checkRun struct {
 // that ends within timeout or when ctx ends; its answer goes to
 // run.results, marked stopped if ctx ended (the failure is then not the
 // peer's).
-func (n *Node) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.StepRequest, timeout time.Duration) {
+func (b *barrier) launch(ctx context.Context, run *checkRun, p peer.ID, req wire.StepRequest, timeout time.Duration) {
 	run.inflight++
 	results := run.results
 	go func() {
-		r, err := n.asker.Ask(ctx, p, req, timeout)
+		r, err := b.asker.Ask(ctx, p, req, timeout)
 		results <- peerAnswer{p: p, a: answer{r, err}, stopped: err != nil && ctx.Err() != nil, asked: req.Step} // read by the check, or by drain
 	}()
 }
 
 // endRun notes what a check learnt of its peers, and leaves the answers
 // still to come to drain. A nil run is none.
-func (n *Node) endRun(run *checkRun) {
+func (b *barrier) endRun(run *checkRun) {
 	if run == nil {
 		return
 	}
-	n.note(&run.ev)
+	b.note(&run.ev)
 	if run.inflight > 0 {
-		go n.drain(run.results, run.inflight) // ends when every query has
+		go b.drain(run.results, run.inflight) // ends when every query has
 		run.inflight = 0
 	}
 }
 
 // stopErr is why a wait under ctx must stop: ErrClosed once the node has
 // left or shut down, else ctx's error (nil while it runs).
-func (n *Node) stopErr(ctx context.Context) error {
-	if n.active.Err() != nil {
+func (b *barrier) stopErr(ctx context.Context) error {
+	if b.active.Err() != nil {
 		return ErrClosed
 	}
 	return ctx.Err()
@@ -245,31 +331,29 @@ func (n *Node) stopErr(ctx context.Context) error {
 // sample draws up to k peers uniformly through the overlay. When the overlay
 // holds fewer than k verified peers (a small job, or early on) it returns
 // every peer it knows instead, in random order.
-func (n *Node) sample(ctx context.Context, k int) []peer.ID {
+func (b *barrier) sample(ctx context.Context, k int) []peer.ID {
 	if k <= 0 {
 		return nil
 	}
-	peers, err := n.ov.Sample(ctx, k)
+	peers, err := b.ov.Sample(ctx, k)
 	if err == nil {
 		return peers
 	}
 	if !errors.Is(err, overlay.ErrNotEnoughPeers) {
 		return nil
 	}
-	peers = n.ov.Peers()
-	n.rngMu.Lock()
-	n.rng.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	n.rngMu.Unlock()
+	peers = b.ov.Peers()
+	b.shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	return peers[:min(k, len(peers))]
 }
 
 // clock is the node's time for its Checker: seconds since it started.
-func (n *Node) clock() float64 { return time.Since(n.started).Seconds() }
+func (b *barrier) clock() float64 { return time.Since(b.started).Seconds() }
 
 // until is how long until t on the node's clock (rounded up, so that a
 // timer set for t does not fire before it).
-func (n *Node) until(t float64) time.Duration {
-	return time.Until(n.started.Add(dur(t)))
+func (b *barrier) until(t float64) time.Duration {
+	return time.Until(b.started.Add(dur(t)))
 }
 
 // dur converts seconds to a duration, rounded up to the nanosecond.

@@ -85,7 +85,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 		var drew []peer.ID
 		a.cfg.faults.OnSample = func(ps []peer.ID) { drew = ps }
 		start := time.Now()
-		obs := a.observe(t.Context())
+		obs := a.bar.observe(t.Context())
 		if d := time.Since(start); d >= slow.cfg.faults.ReplyDelay {
 			t.Fatalf("the check took %v, as long as the slow peer's reply", d)
 		}
@@ -141,7 +141,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		a.step.Store(tt.step)
 		before := status.CounterValue(a.m.EarlyFail)
 		start := time.Now()
-		obs := a.observe(t.Context())
+		obs := a.bar.observe(t.Context())
 		took := time.Since(start)
 		if len(obs) != tt.wantObs {
 			t.Fatalf("%s: observe returned %d observations, want %d: %+v", tt.name, len(obs), tt.wantObs, obs)

@@ -137,7 +137,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if !n.modelUp.Load() {
 		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
 	}
-	n.mark(msSession)
+	n.boot.mark(msSession)
 	if n.hasBootstrap() && !n.awaitFirstPeer(ctx, report) {
 		return Start{}, ctx.Err()
 	}
@@ -181,8 +181,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	}
 	if forked {
 		n.lin.Set(js.genesis)
-		n.screen = screenFor(n.cfg.Screen)
-		n.progress.Reset()
+		n.bar.resetPeers()
 		n.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
@@ -193,7 +192,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	now := time.Now()
 	d.first, d.passed, d.computeFrom = start.Step+1, start.Step+1, now
 	n.lastStepAt = now
-	n.mark(msWelcome)
+	n.boot.mark(msWelcome)
 	return start, nil
 }
 
@@ -290,7 +289,7 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 	if n.realignDue() && n.realign(ctx) { // between steps, as Run does
 		return d.realigned(BarrierResult{}), nil
 	}
-	out, err := n.barrier(ctx)
+	out, err := n.bar.wait(ctx)
 	if err != nil {
 		return BarrierResult{Waited: out.Waited, Checks: out.Checks}, err
 	}

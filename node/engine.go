@@ -96,7 +96,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
 			return nil
 		}
-		if _, err := n.barrier(ctx); err != nil {
+		if _, err := n.bar.wait(ctx); err != nil {
 			return stopped() // stopped while waiting at the barrier
 		}
 	}
@@ -116,14 +116,14 @@ func (n *Node) lifetime(ctx context.Context) (context.Context, context.CancelFun
 // the exchange (exchange.Exchange.Push).
 func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	noteEWMA(&n.compute, compute.Seconds())
-	n.mark(msFirstStep)
+	n.boot.mark(msFirstStep)
 	step := n.step.Add(1)
 	n.m.Step.Set(float64(step))
 	n.emit(Stepped, "")
 	now := time.Now()
 	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
 	n.lastStepAt = now
-	n.pushProgress(ctx, step)
+	n.bar.pushProgress(ctx, step)
 	return step
 }
 
@@ -153,7 +153,7 @@ func (n *Node) evaluate(step int64) {
 }
 
 func (n *Node) setWaiting(w bool) {
-	n.waiting.Store(w)
+	n.bar.waiting.Store(w)
 	if w {
 		n.m.Waiting.Set(1)
 	} else {

@@ -45,16 +45,16 @@ type exchangeNode Node
 
 func (x *exchangeNode) Step() int64 { return x.step.Load() }
 
-func (x *exchangeNode) Sample(ctx context.Context, k int) []peer.ID { return (*Node)(x).sample(ctx, k) }
+func (x *exchangeNode) Sample(ctx context.Context, k int) []peer.ID { return x.bar.sample(ctx, k) }
 
 // Heard counts a peer's update or model of step as its answer (see
 // progress), and wakes the barrier when the peer is at or behind this
 // node: a waiting barrier may pass now.
 func (x *exchangeNode) Heard(from peer.ID, step int64) {
 	n := (*Node)(x)
-	n.progress.Vouch(from, step, time.Now())
+	n.bar.progress.Vouch(from, step, time.Now())
 	if step <= n.step.Load() {
-		n.poke()
+		n.bar.poke()
 	}
 }
 

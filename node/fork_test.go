@@ -184,7 +184,7 @@ func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
 		ext.ModelID++
 		results := make(chan peerAnswer, 1)
 		results <- peerAnswer{p: stranger, a: answer{reply: wire.StepReply{Step: 3, Ext: &ext}}, asked: 1}
-		n.drain(results, 1)
+		n.bar.drain(results, 1)
 		if !n.Overlay().HeldOut(stranger) {
 			t.Error("a drained answer of another model: its peer is not held out")
 		}

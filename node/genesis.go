@@ -106,7 +106,7 @@ func (n *Node) holdOut(p peer.ID, e *wire.StepExt, quiet bool) {
 		return
 	}
 	n.ov.HoldOut(p)
-	n.progress.Forget(p)
+	n.bar.progress.Forget(p)
 	n.asker.Drop(p)
 	n.lin.ModelMismatch.Inc()
 	mm := n.mismatchOf(p, e)

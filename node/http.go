@@ -17,7 +17,7 @@ func (n *Node) Status() status.Status {
 		Step:              n.step.Load(),
 		ConnectedPeers:    len(n.h.Network().Peers()),
 		ConnectionsOpened: n.opened.Load(),
-		Waiting:           n.waiting.Load(),
+		Waiting:           n.bar.waiting.Load(),
 		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
 		StepIntervalS:     n.stepInterval(),

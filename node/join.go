@@ -195,7 +195,7 @@ type jobView struct {
 func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []float32) jobView {
 	deadline := time.Now().Add(joinQuorumWait)
 	for {
-		v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), own)
+		v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), own)
 		if !ahead || v.adopt <= soloStep || v.observed >= joinQuorum || v.agreed || !time.Now().Before(deadline) || ctx.Err() != nil {
 			if ahead && v.adopt > soloStep && v.observed < joinQuorum && !v.agreed {
 				n.log.Warn("few peers of the job answered, and not alike: taking the median of their steps",
@@ -238,7 +238,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 	if len(peers) == 0 {
 		return v, nil, false
 	}
-	replies := n.ask(ctx, peers)
+	replies := n.bar.ask(ctx, peers)
 	type answered struct {
 		p peer.ID
 		r wire.StepReply
@@ -428,6 +428,6 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 		case <-t.C:
 		}
 	}
-	n.mark(msFirstPeer)
+	n.boot.mark(msFirstPeer)
 	return true
 }

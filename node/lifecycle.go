@@ -55,13 +55,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		reg:       d.reg,
 		givenHost: d.host != nil,
 		started:   time.Now(),
-		wake:      make(chan struct{}, 1),
 		decider:   psp.NewDecider(cfg.Barrier),
 		modelIn:   wire.NewInbound(wire.ModelStreamsPerPeer, wire.ModelStreamsTotal),
-		screen:    screenFor(cfg.Screen),
-		progress:  progress.New(),
 	}
-	n.checker = psp.NewChecker(checkConfig(cfg), n.decider)
+	n.boot.started = n.started
 	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
@@ -121,7 +118,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.nat.Attach(h)
 		n.h = wire.ThrottleAnswers(n.meter.WrapHost(h), wire.DHTProtocol(cfg.Job), wire.DHTAnswerRate, n.m.DHTThrottled)
 	}
-	n.mark(msListening)
+	n.boot.mark(msListening)
 	seed := cfg.Seed
 	if seed == 0 {
 		sum := sha256.Sum256([]byte(n.h.ID()))
@@ -161,6 +158,20 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.newStepParts()
+	n.bar = &barrier{
+		n: n, cfg: &n.cfg, m: n.m, pop: n.pop, iso: n.iso, boot: &n.boot, lin: n.lin, asker: n.asker,
+		step: &n.step, compute: &n.compute, interval: &n.interval, started: n.started,
+		life: n.life, active: n.active,
+		shuffle: func(k int, swap func(i, j int)) {
+			n.rngMu.Lock()
+			defer n.rngMu.Unlock()
+			n.rng.Shuffle(k, swap)
+		},
+		checker:  psp.NewChecker(checkConfig(cfg), n.decider),
+		screen:   screenFor(cfg.Screen),
+		progress: progress.New(),
+		wake:     make(chan struct{}, 1),
+	}
 	n.h.SetStreamHandler(wire.StepProtocol(cfg.Job), n.serveStep)
 	n.h.SetStreamHandler(n.stepExtID, n.serveStep)
 	n.models = &modelSource{n: n}
@@ -180,7 +191,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.guard.start()
 	n.up.Store(true)
 	close(n.ready)
-	n.mark(msNew)
+	n.boot.mark(msNew)
 	return n, nil
 }
 
@@ -256,6 +267,7 @@ func (n *Node) newOverlay(ctx context.Context) error {
 	}
 	n.ov = ov
 	n.pop.ov = ov
+	n.bar.ov = ov
 	return nil
 }
 

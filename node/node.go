@@ -19,7 +19,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/lineage"
-	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
@@ -88,18 +87,15 @@ type Node struct {
 	model     Model        // the task, or a driven node's model
 	work      Task         // the task Run steps; nil for a driven node
 	decider   psp.Decider
-	checker   *psp.Checker // the barrier's policy (barrier.go); only the barrier's goroutine uses it
+	bar       *barrier // the barrier: its Checker, its I/O and what it keeps of peers (barrier.go)
 	reg       *prometheus.Registry
 	m         *status.Metrics
 	stepExtID protocol.ID // step protocol 1.1.0
 	started   time.Time
-	boot      startup  // where start-up went (startup.go)
-	paces     paceBook // the barrier's peer paces, for other goroutines (pace.go)
-	wake      chan struct{}
+	boot      startup // where start-up went (startup.go)
 	rngMu     sync.Mutex
 	rng       *rand.Rand
 	step      atomic.Int64
-	waiting   atomic.Bool
 	leaving   atomic.Bool
 	// idle: the node is not training (a driven node without a trainer),
 	// so it answers step queries as leaving: its peers leave it out of
@@ -120,9 +116,6 @@ type Node struct {
 	opened atomic.Uint64
 	// guard bounds the host's connections (connbound.go).
 	guard *connGuard
-	// progress holds peers' known steps and the waiters to tell when this
-	// node advances (progress.go).
-	progress *progress.Table
 	// The step protocol (steps.go): asker keeps idle streams for reuse;
 	// stepIn caps concurrent inbound step streams, modelIn model streams
 	// (apart: slow model streams must not crowd out step queries).
@@ -133,9 +126,6 @@ type Node struct {
 	models     *modelSource // what the model protocol serves
 	// modelBudget bounds the model bytes served a minute.
 	modelBudget *wire.ByteBudget
-	// screen judges peers' step reports (nil: off); used only by the Run
-	// goroutine.
-	screen *psp.Screen
 	// wedge watches the barrier's failed checks for the node being far
 	// ahead of every peer (realign.go); wedged is set when it is, and
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
@@ -218,7 +208,7 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 func (n *Node) Step() psp.Step { return n.step.Load() }
 
 // Waiting reports whether the node is waiting at its barrier.
-func (n *Node) Waiting() bool { return n.waiting.Load() }
+func (n *Node) Waiting() bool { return n.bar.waiting.Load() }
 
 // Addrs returns the node's dialable multiaddrs, each ending in /p2p/<id>.
 func (n *Node) Addrs() []ma.Multiaddr {
@@ -227,13 +217,6 @@ func (n *Node) Addrs() []ma.Multiaddr {
 		return nil
 	}
 	return addrs
-}
-
-func (n *Node) poke() {
-	select {
-	case n.wake <- struct{}{}:
-	default:
-	}
 }
 
 func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.Load()) }

@@ -28,13 +28,13 @@ type peerAnswer struct {
 }
 
 // ask queries peers in parallel; each query has its own deadline.
-func (n *Node) ask(ctx context.Context, peers []peer.ID) []answer {
+func (b *barrier) ask(ctx context.Context, peers []peer.ID) []answer {
 	out := make([]answer, len(peers))
-	req := wire.StepRequest{Step: n.step.Load(), Estimate: n.pop.estimate()}
+	req := wire.StepRequest{Step: b.step.Load(), Estimate: b.pop.estimate()}
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
-			r, err := n.queryStep(ctx, p, req)
+			r, err := b.query(ctx, p, req)
 			out[i] = answer{r, err}
 		})
 	}
@@ -53,75 +53,75 @@ type evidence struct {
 
 // failed takes a step query that failed while the node runs: the peer is
 // dead.
-func (n *Node) failed(p peer.ID, ev *evidence) {
-	n.m.Timeouts.Inc()
-	n.forgetPeer(p, ev)
+func (b *barrier) failed(p peer.ID, ev *evidence) {
+	b.m.Timeouts.Inc()
+	b.forgetPeer(p, ev)
 }
 
 // forgetPeer forgets a peer that left or failed: its known step and idle
 // stream go now, and the overlay holds it dead once the check ends.
-func (n *Node) forgetPeer(p peer.ID, ev *evidence) {
-	n.progress.Forget(p)
-	n.paces.forget(p)
-	n.asker.Drop(p)
-	n.lin.Forget(p)
+func (b *barrier) forgetPeer(p peer.ID, ev *evidence) {
+	b.progress.Forget(p)
+	b.paces.forget(p)
+	b.asker.Drop(p)
+	b.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
 }
 
 // note hands the evidence to the overlay and the isolation record.
-func (n *Node) note(ev *evidence) {
-	n.ov.Note(ev.dead, ev.alive, ev.estimates)
+func (b *barrier) note(ev *evidence) {
+	b.ov.Note(ev.dead, ev.alive, ev.estimates)
 	if len(ev.dead) > 0 {
-		n.pop.repopulate() // fewer live peers: the population's floor and count
+		b.pop.repopulate() // fewer live peers: the population's floor and count
 	}
-	n.iso.noteHeard(ev.alive...)
+	b.iso.noteHeard(ev.alive...)
 	*ev = evidence{}
 }
 
 // judge turns one answer into an observation, or says that it does not
 // count: a leaving peer is dropped, a peer of another model or lineage
 // is no observation, and a report the screen refuses does not count. Only
-// the barrier's goroutine calls judge (n.screen is not safe for
+// the barrier's goroutine calls judge (b.screen is not safe for
 // concurrent use).
-func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
+func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
 	if r.Leaving {
-		n.iso.noteLeft(p)
-		n.forgetPeer(p, ev)
+		b.iso.noteLeft(p)
+		b.forgetPeer(p, ev)
 		return psp.Observation{}, false
 	}
-	switch n.admit(p, r.Ext, false) { // genesis.go
+	switch b.n.admit(p, r.Ext, false) { // genesis.go
 	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
-		n.iso.forget(p)
+		b.iso.forget(p)
 		return psp.Observation{}, false
 	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
-		n.progress.Forget(p) // and what it showed on this one no longer holds
+		b.progress.Forget(p) // and what it showed on this one no longer holds
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
-	n.mark(msFirstPeer)
+	b.boot.mark(msFirstPeer)
 	if r.Estimate > 0 {
 		ev.estimates = append(ev.estimates, overlay.Estimate{Peer: p, N: r.Estimate})
-		n.pop.notePeerEstimate(r.Estimate)
+		b.pop.notePeerEstimate(r.Estimate)
 	}
 	// Hold the peer to its earlier reports (psp.Screen). A stuck peer
 	// that is not behind us cannot hold us back, so it still counts.
 	v := psp.Accept
-	if n.screen != nil {
-		v = n.screen.Check(string(p), r.Step, time.Since(n.started).Seconds(), n.stepInterval())
+	if b.screen != nil {
+		v = b.screen.Check(string(p), r.Step, time.Since(b.started).Seconds(), b.stepInterval())
 	}
-	if v == psp.Stuck && r.Step >= n.step.Load() {
+	if v == psp.Stuck && r.Step >= b.step.Load() {
 		v = psp.Accept
 	}
 	if v != psp.Accept {
-		n.m.Screened.WithLabelValues(v.String()).Inc()
+		b.m.Screened.WithLabelValues(v.String()).Inc()
 		if v != psp.Stuck { // it went backwards: no answer of its counts unasked for a while
-			n.progress.Distrust(p, time.Now().Add(dur(n.cfg.Screen.Quarantine)))
+			b.progress.Distrust(p, time.Now().Add(dur(b.cfg.Screen.Quarantine)))
 		}
 		return psp.Observation{}, false
 	}
-	n.progress.Vouch(p, r.Step, time.Now())
-	n.promised(p, r, asked)
+	b.progress.Vouch(p, r.Step, time.Now())
+	b.promised(p, r, asked)
 	return psp.Observation{Peer: string(p), Step: r.Step, Interval: r.Interval}, true
 }
 
@@ -131,34 +131,34 @@ func (n *Node) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (ps
 // next check; one that never answers is found dead at its query's
 // deadline and leaves the sampler), but not at a barrier, so the screen
 // is not consulted. The overlay hears of them in one call at the end.
-func (n *Node) drain(results <-chan peerAnswer, k int) {
+func (b *barrier) drain(results <-chan peerAnswer, k int) {
 	var ev evidence
 	for range k {
 		r := <-results // every query sends, within its deadline
 		switch {
 		case r.a.err != nil:
 			if !r.stopped {
-				n.failed(r.p, &ev)
+				b.failed(r.p, &ev)
 			}
 		case r.a.reply.Leaving:
-			n.iso.noteLeft(r.p)
-			n.forgetPeer(r.p, &ev)
+			b.iso.noteLeft(r.p)
+			b.forgetPeer(r.p, &ev)
 		default:
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
-			switch n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
+			switch b.n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
 			case lineage.OtherModel: // held out
-				n.iso.forget(r.p)
+				b.iso.forget(r.p)
 				continue
 			case lineage.OtherFork: // alive, but its step is another lineage's
 				ev.alive = append(ev.alive, r.p)
-				n.progress.Forget(r.p)
+				b.progress.Forget(r.p)
 				continue
 			}
 			ev.alive = append(ev.alive, r.p)
-			n.progress.Vouch(r.p, r.a.reply.Step, time.Now())
-			n.promised(r.p, r.a.reply, r.asked)
+			b.progress.Vouch(r.p, r.a.reply.Step, time.Now())
+			b.promised(r.p, r.a.reply, r.asked)
 		}
 	}
-	n.note(&ev)
+	b.note(&ev)
 }

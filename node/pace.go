@@ -50,9 +50,9 @@ type paceBook struct {
 // has learnt nothing (its barrier has no pace rule, or has not observed p
 // at two steps).
 func (n *Node) PeerPace(p peer.ID) (PeerPace, bool) {
-	n.paces.mu.Lock()
-	defer n.paces.mu.Unlock()
-	pp, ok := n.paces.m[p]
+	n.bar.paces.mu.Lock()
+	defer n.bar.paces.mu.Unlock()
+	pp, ok := n.bar.paces.m[p]
 	return pp, ok
 }
 

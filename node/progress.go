@@ -12,20 +12,20 @@ import (
 )
 
 // What a node knows of its peers' steps without asking, and whom it
-// tells when it advances, is a progress.Table (n.progress); here is how
+// tells when it advances, is a progress.Table (b.progress); here is how
 // the node feeds it and acts on it.
 
 // noteAsker records what a step query tells about its sender: its step,
 // and, if this node's step holds back the sender's barrier, that it waits.
-func (n *Node) noteAsker(from peer.ID, step int64) {
-	n.mark(msFirstPeer)
-	n.progress.Saw(from, step)
-	s := n.cfg.Barrier.BaseStaleness()
+func (b *barrier) noteAsker(from peer.ID, step int64) {
+	b.boot.mark(msFirstPeer)
+	b.progress.Saw(from, step)
+	s := b.cfg.Barrier.BaseStaleness()
 	if s < 0 {
 		return // ASP never waits
 	}
-	if threshold := step - int64(s); n.step.Load() < threshold {
-		n.progress.Wait(from, threshold, time.Now())
+	if threshold := step - int64(s); b.step.Load() < threshold {
+		b.progress.Wait(from, threshold, time.Now())
 	}
 }
 
@@ -34,7 +34,7 @@ func (n *Node) noteAsker(from peer.ID, step int64) {
 // that sends notices (the 1.1.0 notices field), holds the peer below that
 // threshold until it says otherwise, for at most progress.PromiseSteps of this
 // node's mean compute time (none before it has one) and half progress.WaiterTTL.
-func (n *Node) promised(p peer.ID, r wire.StepReply, asked int64) {
+func (b *barrier) promised(p peer.ID, r wire.StepReply, asked int64) {
 	if r.Ext == nil || !r.Ext.Notices {
 		return
 	}
@@ -42,32 +42,32 @@ func (n *Node) promised(p peer.ID, r wire.StepReply, asked int64) {
 	if below <= 0 || r.Step >= below {
 		return
 	}
-	hold := min(progress.WaiterTTL/2, dur(progress.PromiseSteps*math.Float64frombits(n.compute.Load())))
+	hold := min(progress.WaiterTTL/2, dur(progress.PromiseSteps*math.Float64frombits(b.compute.Load())))
 	if hold <= 0 {
 		return
 	}
 	now := time.Now()
-	n.progress.Promise(p, below, now, now.Add(hold))
+	b.progress.Promise(p, below, now, now.Add(hold))
 }
 
 // pushProgress tells the waiters this node's new step releases that it
 // advanced: a step query each, whose arrival wakes their barrier. Each
 // query ends within QueryTimeout or when ctx ends; nobody waits for them.
-func (n *Node) pushProgress(ctx context.Context, step int64) {
-	peers := n.progress.Release(step, time.Now())
+func (b *barrier) pushProgress(ctx context.Context, step int64) {
+	peers := b.progress.Release(step, time.Now())
 	if len(peers) == 0 {
 		return
 	}
-	n.m.Pushed.Add(float64(len(peers)))
-	req := wire.StepRequest{Step: step, Estimate: n.pop.estimate()}
+	b.m.Pushed.Add(float64(len(peers)))
+	req := wire.StepRequest{Step: step, Estimate: b.pop.estimate()}
 	for _, p := range peers {
 		go func() { // ends within QueryTimeout, or when the node stops
-			r, err := n.queryStep(ctx, p, req)
+			r, err := b.query(ctx, p, req)
 			switch {
 			case err != nil && ctx.Err() == nil:
-				n.queryFailed(p)
+				b.queryFailed(p)
 			case err == nil && !r.Leaving:
-				n.progress.Saw(p, r.Step)
+				b.progress.Saw(p, r.Step)
 			}
 		}()
 	}
@@ -75,16 +75,16 @@ func (n *Node) pushProgress(ctx context.Context, step int64) {
 
 // dropPeer forgets a peer that left or failed: the overlay holds it dead
 // (out of samples and the known population) and its known step goes.
-func (n *Node) dropPeer(p peer.ID) {
-	n.ov.MarkDead(p)
-	n.progress.Forget(p)
-	n.asker.Drop(p)
-	n.pop.repopulate()
+func (b *barrier) dropPeer(p peer.ID) {
+	b.ov.MarkDead(p)
+	b.progress.Forget(p)
+	b.asker.Drop(p)
+	b.pop.repopulate()
 }
 
 // queryFailed handles a step query that failed while the node runs.
-func (n *Node) queryFailed(p peer.ID) {
-	n.m.Timeouts.Inc()
-	n.dropPeer(p)
-	n.emit(PeerFailed, p)
+func (b *barrier) queryFailed(p peer.ID) {
+	b.m.Timeouts.Inc()
+	b.dropPeer(p)
+	b.n.emit(PeerFailed, p)
 }

@@ -83,21 +83,21 @@ func TestPromisedNoticeIsKept(t *testing.T) {
 		if r.Step != 3 || r.Ext == nil || !r.Ext.Notices || r.Ext.Staleness != 1 {
 			t.Fatalf("reply %+v, ext %+v: want step 3 and notices with staleness 1", r, r.Ext)
 		}
-		a.progress.Vouch(b.ID(), r.Step, time.Now())
-		a.promised(b.ID(), r, 6)
-		below := func() int64 { return a.progress.VouchedAll([]peer.ID{b.ID()}, time.Now())[0].Below }
+		a.bar.progress.Vouch(b.ID(), r.Step, time.Now())
+		a.bar.promised(b.ID(), r, 6)
+		below := func() int64 { return a.bar.progress.VouchedAll([]peer.ID{b.ID()}, time.Now())[0].Below }
 		if got := below(); got != 5 {
 			t.Fatalf("promise below %d, want 5 (step 6 less staleness 1)", got)
 		}
 		// b advances short of the threshold: no notice, the promise holds.
 		b.step.Store(4)
-		b.pushProgress(ctx, 4)
+		b.bar.pushProgress(ctx, 4)
 		if got := below(); got != 5 {
 			t.Fatalf("after b reached 4: below %d, want 5", got)
 		}
 		// b reaches it: its notice ends the promise.
 		b.step.Store(5)
-		b.pushProgress(ctx, 5)
+		b.bar.pushProgress(ctx, 5)
 		if !waitFor(5*time.Second, func() bool { return below() == 0 }) {
 			t.Fatalf("the notice did not end the promise: below %d", below())
 		}
@@ -106,8 +106,8 @@ func TestPromisedNoticeIsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.progress.Vouch(b.ID(), r.Step, time.Now())
-		a.promised(b.ID(), r, 6)
+		a.bar.progress.Vouch(b.ID(), r.Step, time.Now())
+		a.bar.promised(b.ID(), r, 6)
 		if got := below(); got != 0 {
 			t.Fatalf("b at 5 promised below %d", got)
 		}

@@ -60,7 +60,7 @@ func (n *Node) realign(ctx context.Context) bool {
 // for the rate, the node looks again later, as if it had stayed.
 func (n *Node) converge(ctx context.Context) bool {
 	own := n.lin.Own()
-	v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), n.step.Load())
+	v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), n.step.Load())
 	if ctx.Err() != nil {
 		return false
 	}
@@ -95,7 +95,7 @@ func (n *Node) converge(ctx context.Context) bool {
 // this node's. It reports whether it did.
 func (n *Node) unwedge(ctx context.Context) bool {
 	was := n.step.Load()
-	v, from, ahead := n.readJob(ctx, n.sample(ctx, psp.JoinSample), 0)
+	v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), 0)
 	if ctx.Err() != nil {
 		return false
 	}
@@ -142,15 +142,14 @@ func (n *Node) rebase(js jobView, why string) bool {
 		n.checkClock(js.genesis)
 	}
 	n.adoptStep(js.adopt)
-	n.screen = screenFor(n.cfg.Screen) // reports judged under the old step or lineage
-	n.progress.Reset()
+	n.bar.resetPeers() // reports judged under the old step or lineage
 	return true
 }
 
 // noteWedge takes a failed barrier check that observed obs: the node is
 // wedged once psp.Wedge says so. Only the barrier's goroutine calls it.
 func (n *Node) noteWedge(obs []psp.Observation) {
-	if n.wedge.Check(n.step.Load(), n.clock(), obs) {
+	if n.wedge.Check(n.step.Load(), n.bar.clock(), obs) {
 		n.wedged.Store(true)
 	}
 }

@@ -28,13 +28,14 @@ const (
 // startup holds a node's milestones: nanoseconds since the node started
 // (New), 0 until reached. Each is set once.
 type startup struct {
-	at [milestones]atomic.Int64
+	started time.Time // the node's New
+	at      [milestones]atomic.Int64
 }
 
 // mark records that the node reached m now (the first time only).
-func (n *Node) mark(m milestone) {
-	d := max(time.Since(n.started), 1)
-	n.boot.at[m].CompareAndSwap(0, int64(d))
+func (s *startup) mark(m milestone) {
+	d := max(time.Since(s.started), 1)
+	s.at[m].CompareAndSwap(0, int64(d))
 }
 
 // Startup is where the node's start-up went: each milestone in seconds

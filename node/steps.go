@@ -18,7 +18,7 @@ import (
 // queryStep asks one peer for its step, within the query timeout of the
 // node's timing now.
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req wire.StepRequest) (wire.StepReply, error) {
-	return n.asker.Ask(ctx, p, req, n.queryTimeout())
+	return n.bar.query(ctx, p, req)
 }
 
 // stepAnswers is the node as its step server sees it (wire.StepHandler).
@@ -28,8 +28,8 @@ type stepAnswers Node
 func (a *stepAnswers) Leaving(from peer.ID) {
 	n := (*Node)(a)
 	n.iso.noteLeft(from)
-	n.dropPeer(from)
-	n.poke()
+	n.bar.dropPeer(from)
+	n.bar.poke()
 }
 
 // Answer is the node's reply to a peer's step query. A peer of another
@@ -47,7 +47,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 		// Its steps are another lineage's: what it showed on this one
 		// (a step, a promise of a notice) no longer holds, and a barrier
 		// that counted it would wait on a peer that no longer trains here.
-		n.progress.Forget(from)
+		n.bar.progress.Forget(from)
 	}
 	if q.Estimate > 0 && k == lineage.Kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
@@ -58,9 +58,9 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 		// threshold promises it a progress notice (the notices field),
 		// so the asker must be a waiter before this node can advance
 		// past the step it replies with (progress.go).
-		n.noteAsker(from, q.Step)
+		n.bar.noteAsker(from, q.Step)
 		if q.Step <= n.step.Load() {
-			n.poke() // a peer at or behind us has progressed
+			n.bar.poke() // a peer at or behind us has progressed
 		}
 	}
 	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.estimate(), Interval: n.stepInterval()}

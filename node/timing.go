@@ -51,7 +51,7 @@ func barrierTiming(cfg Config, sampled bool, c, r, n float64) timing {
 // on the node's compute time and round trip alone, not on the population
 // (which costs a look at every peer's report: once per query was 7 % of a
 // 200-node testnet's CPU).
-func (n *Node) queryTimeout() time.Duration {
-	c := math.Float64frombits(n.compute.Load())
-	return barrierTiming(n.cfg, n.cfg.Barrier.Probabilistic(), c, n.rttEWMA(), 0).timeout
+func (b *barrier) queryTimeout() time.Duration {
+	c := math.Float64frombits(b.compute.Load())
+	return barrierTiming(*b.cfg, b.cfg.Barrier.Probabilistic(), c, b.m.RTTEWMA(), 0).timeout
 }
