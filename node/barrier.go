@@ -9,7 +9,6 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
-	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/status"
@@ -39,7 +38,7 @@ type barrier struct {
 	pop     *census
 	iso     *isolation
 	boot    *startup
-	lin     *lineage.Lineage
+	kin     *kinship
 	asker   *wire.Asker
 	step    *atomic.Int64  // the node's step
 	compute *atomic.Uint64 // float64 bits: EWMA seconds of task compute per step
@@ -63,10 +62,9 @@ type barrier struct {
 }
 
 // barrierNode is what the barrier needs of its node beyond its parts:
-// the lineage's verdict on a peer (genesis.go), the realignment a failed
-// check may call for (realign.go), and the node's events.
+// the realignment a failed check may call for (realign.go), and the
+// node's events.
 type barrierNode interface {
-	admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship
 	noteWedge(obs []psp.Observation)
 	realignDue() bool
 	realign(ctx context.Context) bool

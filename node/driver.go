@@ -161,13 +161,13 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if mm := n.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
+	if mm := n.kin.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
 		return Start{}, mm // every peer it met runs another model
 	}
-	n.warnModels(js.others)
+	n.kin.warnModels(js.others)
 	// On another fork of the job (genesis.go), the job's lineage's step
 	// and model are the job's, even below this node's.
-	mine := n.lin.Own()
+	mine := n.kin.lin.Own()
 	forked := !mine.IsZero() && !js.genesis.IsZero() && js.genesis != mine
 	if js.adopt > start.Step || forked {
 		if js.model == nil {
@@ -180,13 +180,13 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		start = Start{Step: js.adopt, Params: js.model, Source: src}
 	}
 	if forked {
-		n.lin.Set(js.genesis)
+		n.kin.lin.Set(js.genesis)
 		n.bar.resetPeers()
-		n.lin.Converged.Inc()
+		n.kin.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
 	d.TakeReset() // the session starts from the job's state already
-	n.takeGenesis(js.genesis)
+	n.kin.takeGenesis(js.genesis)
 	n.exch().Restart(start.Params) // the session's model, or the program's own (nil: at its first push)
 	n.adoptStep(start.Step)
 	now := time.Now()

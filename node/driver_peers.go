@@ -12,5 +12,5 @@ import (
 // or asked this node something of its job) and not last heard on another
 // lineage of the job.
 func (d *Driver) Member(p peer.ID) bool {
-	return d.n.ov.Knows(p) && !d.n.lin.FromOther(p, time.Now())
+	return d.n.ov.Knows(p) && !d.n.kin.lin.FromOther(p, time.Now())
 }

@@ -61,8 +61,8 @@ func (x *exchangeNode) Heard(from peer.ID, step int64) {
 // OtherLineage drops the work of a peer last heard on another lineage of
 // the job (genesis.go), and counts it.
 func (x *exchangeNode) OtherLineage(from peer.ID) bool {
-	if x.lin.FromOther(from, time.Now()) {
-		x.lin.OtherUpdates.Inc()
+	if x.kin.lin.FromOther(from, time.Now()) {
+		x.kin.lin.OtherUpdates.Inc()
 		return true
 	}
 	return false

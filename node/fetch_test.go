@@ -113,7 +113,7 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 		dst := make([]float32, n)
 		var lines []string
 		ctx := withFetchProgress(t.Context(), func(l string) { lines = append(lines, l) })
-		f, mms, err := c.fetchModel(ctx, peers, dst)
+		f, mms, err := c.mp.fetch(ctx, peers, dst)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -140,7 +140,7 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 			t.Errorf("blocks served %v: want each of the six once (the stalled range resumed where it stopped)", all)
 		}
 		// Every peer failing: the error says how much is missing.
-		_, _, err = c.fetchModel(t.Context(), peers[:1], make([]float32, n))
+		_, _, err = c.mp.fetch(t.Context(), peers[:1], make([]float32, n))
 		if err == nil || errors.Is(err, context.Canceled) {
 			t.Errorf("a fetch from a stalling peer alone: %v", err)
 		}

@@ -180,7 +180,7 @@ func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
 			c.opts = append(c.opts, WithLogger(slog.New(slog.NewTextHandler(&log, &slog.HandlerOptions{Level: slog.LevelWarn}))))
 		})
 		n, stranger := nodes[0], nodes[1].ID()
-		ext := n.ownExt()
+		ext := n.kin.ownExt()
 		ext.ModelID++
 		results := make(chan peerAnswer, 1)
 		results <- peerAnswer{p: stranger, a: answer{reply: wire.StepReply{Step: 3, Ext: &ext}}, asked: 1}

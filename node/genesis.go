@@ -3,12 +3,15 @@ package node
 import (
 	"errors"
 	"fmt"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/overlay"
 )
 
 // Lineages and models at first contact.
@@ -60,15 +63,15 @@ const quietConverge = 10
 // modelFixed reports whether the node's model is known: always, except for
 // a driven node before its first trainer fixed it (then its NumParams is 0
 // and says nothing).
-func (n *Node) modelFixed() bool { return n.driver == nil || n.modelUp.Load() }
+func (k *kinship) modelFixed() bool { return k.fixed() }
 
 // ownExt is what this node's 1.1.0 step messages say of it.
-func (n *Node) ownExt() wire.StepExt {
-	e := wire.StepExt{Genesis: n.lin.Own()}
-	if n.modelFixed() {
-		e.HasModel, e.ModelID, e.Params = true, n.model.ModelID(), uint32(n.model.NumParams())
+func (k *kinship) ownExt() wire.StepExt {
+	e := wire.StepExt{Genesis: k.lin.Own()}
+	if k.modelFixed() {
+		e.HasModel, e.ModelID, e.Params = true, k.model.ModelID(), uint32(k.model.NumParams())
 	}
-	if s := n.cfg.Barrier.BaseStaleness(); s >= 0 { // ASP records no waiters (noteAsker)
+	if s := k.staleness; s >= 0 { // ASP records no waiters (noteAsker)
 		e.Notices, e.Staleness = true, uint32(s)
 	}
 	return e
@@ -77,50 +80,49 @@ func (n *Node) ownExt() wire.StepExt {
 // admit judges what peer p's step message said of it (e, nil for a 1.0.0
 // message; see the top of this file). A peer that runs another model is
 // held out; quiet leaves the warning to the caller.
-func (n *Node) admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
+func (k *kinship) admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
 	if e == nil {
 		return lineage.Kin
 	}
-	if e.HasModel && n.modelFixed() {
-		if e.ModelID != n.model.ModelID() || int64(e.Params) != int64(n.model.NumParams()) {
-			n.holdOut(p, e, quiet)
+	if e.HasModel && k.modelFixed() {
+		if e.ModelID != k.model.ModelID() || int64(e.Params) != int64(k.model.NumParams()) {
+			k.holdOut(p, e, quiet)
 			return lineage.OtherModel
 		}
-		if n.ov.Readmit(p) {
-			n.log.Info("a peer held out for another model now runs this node's model: let back in", "peer", p)
+		if k.ov.Readmit(p) {
+			k.log.Info("a peer held out for another model now runs this node's model: let back in", "peer", p)
 		}
 	}
-	return n.lin.Judge(p, e.Genesis, time.Now())
+	return k.lin.Judge(p, e.Genesis, time.Now())
 }
 
 // mismatchOf is the error that says p runs another model than this node.
-func (n *Node) mismatchOf(p peer.ID, e *wire.StepExt) *ModelMismatchError {
+func (k *kinship) mismatchOf(p peer.ID, e *wire.StepExt) *ModelMismatchError {
 	return &ModelMismatchError{Peer: p.String(), PeerModel: e.ModelID, PeerParams: int64(e.Params),
-		OwnModel: n.model.ModelID(), OwnParams: int64(n.model.NumParams())}
+		OwnModel: k.model.ModelID(), OwnParams: int64(k.model.NumParams())}
 }
 
 // holdOut keeps a peer that runs another model out of this node's view of
 // the job, and says so once.
-func (n *Node) holdOut(p peer.ID, e *wire.StepExt, quiet bool) {
-	if n.ov.HeldOut(p) {
+func (k *kinship) holdOut(p peer.ID, e *wire.StepExt, quiet bool) {
+	if k.ov.HeldOut(p) {
 		return
 	}
-	n.ov.HoldOut(p)
-	n.bar.progress.Forget(p)
-	n.asker.Drop(p)
-	n.lin.ModelMismatch.Inc()
-	mm := n.mismatchOf(p, e)
-	n.firstMM.CompareAndSwap(nil, mm) // the first peer of another model met
+	k.ov.HoldOut(p)
+	k.forget(p)
+	k.lin.ModelMismatch.Inc()
+	mm := k.mismatchOf(p, e)
+	k.firstMM.CompareAndSwap(nil, mm) // the first peer of another model met
 	if !quiet {
-		n.warnModels([]*ModelMismatchError{mm})
+		k.warnModels([]*ModelMismatchError{mm})
 	}
 }
 
 // warnModels says, once per peer, that peers run another model.
-func (n *Node) warnModels(ms []*ModelMismatchError) {
+func (k *kinship) warnModels(ms []*ModelMismatchError) {
 	for _, mm := range ms {
-		if p, err := peer.Decode(mm.Peer); err == nil && n.lin.WarnFirst(p) {
-			n.log.Warn("a peer runs another model: held out of this node's samples and population; every node of a job must run the same --model (and --data)",
+		if p, err := peer.Decode(mm.Peer); err == nil && k.lin.WarnFirst(p) {
+			k.log.Warn("a peer runs another model: held out of this node's samples and population; every node of a job must run the same --model (and --data)",
 				"err", mm.Error())
 		}
 	}
@@ -128,31 +130,47 @@ func (n *Node) warnModels(ms []*ModelMismatchError) {
 
 // takeGenesis sets the node's genesis after its join, if it has none: the
 // lineage of the peers it joined (g), or a new one.
-func (n *Node) takeGenesis(g lineage.Genesis) {
-	if !n.lin.Own().IsZero() {
+func (k *kinship) takeGenesis(g lineage.Genesis) {
+	if !k.lin.Own().IsZero() {
 		return
 	}
 	made := g.IsZero()
 	if made {
 		g = lineage.NewGenesis(time.Now())
 	}
-	n.lin.Set(g)
-	n.log.Debug("genesis", "genesis", g.String(), "new", made)
-	n.checkClock(g)
+	k.lin.Set(g)
+	k.log.Debug("genesis", "genesis", g.String(), "new", made)
+	k.checkClock(g)
 }
 
 // checkClock warns when the genesis this node takes was made in its
 // future: a clock is off. Lineages do not depend on clocks (genesis.go:
 // the job's lineage is the one most peers are on), so the job goes on;
 // but the logs' times and a lineage's "started" disagree.
-func (n *Node) checkClock(g lineage.Genesis) {
+func (k *kinship) checkClock(g lineage.Genesis) {
 	if ahead, off := lineage.ClockOff(g, time.Now()); off {
-		n.log.Warn("this node's clock is behind the clock of the node that started the job's lineage (or that one is ahead): the job goes on, lineages do not depend on clocks, but check the machines' time (NTP)",
+		k.log.Warn("this node's clock is behind the clock of the node that started the job's lineage (or that one is ahead): the job goes on, lineages do not depend on clocks, but check the machines' time (NTP)",
 			"lineage", g.String(), "started", g.Time().UTC().Format(time.RFC3339), "ahead_of_this_clock", ahead.Round(time.Second))
 	}
 }
 
 // errModelMismatch returns the *ModelMismatchError in err, if any.
+// kinship judges which peers are of the node's job: the same model (its
+// ID and size) and the same lineage (genesis). It holds the node's lineage
+// and the first peer of another model it met, and it holds peers of
+// another model out of the overlay.
+type kinship struct {
+	lin       *lineage.Lineage
+	model     Model
+	fixed     func() bool // the model is known: not a driven node before its trainer's model
+	staleness int         // the barrier's base staleness (a negative one: ASP)
+	ov        *overlay.Overlay
+	forget    func(peer.ID) // drop a held-out peer's known step and idle stream
+	log       *slog.Logger
+	// firstMM is the first peer of another model the node met (nil: none).
+	firstMM atomic.Pointer[ModelMismatchError]
+}
+
 func errModelMismatch(err error) *ModelMismatchError {
 	var mm *ModelMismatchError
 	if errors.As(err, &mm) {

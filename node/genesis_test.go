@@ -43,7 +43,7 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 			c.opts = append(c.opts, WithModel(task))
 			c.Bootstrap = []string{job.Addrs()[0].String()}
 		})[0]
-		if e := driven.ownExt(); e.HasModel {
+		if e := driven.kin.ownExt(); e.HasModel {
 			t.Fatalf("a driven node without its model says it runs %+v", e)
 		}
 		// Over the wire: the job asks the driven node (idle: it answers
@@ -58,11 +58,11 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		if job.Overlay().HeldOut(driven.ID()) || driven.Overlay().HeldOut(job.ID()) {
 			t.Fatal("a driven node without a model was taken for another model")
 		}
-		if k := job.admit(driven.ID(), r.Ext, false); k != lineage.Kin {
+		if k := job.kin.admit(driven.ID(), r.Ext, false); k != lineage.Kin {
 			t.Errorf("the job judges the driven node %v", k)
 		}
-		ext := job.ownExt()
-		if k := driven.admit(job.ID(), &ext, false); k != lineage.Kin {
+		ext := job.kin.ownExt()
+		if k := driven.kin.admit(job.ID(), &ext, false); k != lineage.Kin {
 			t.Errorf("the driven node judges the job %v", k)
 		}
 
@@ -73,16 +73,16 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		if err := d.Attach(t.Context()); err != nil {
 			t.Fatal(err)
 		}
-		theirs := driven.ownExt()
-		if k := job.admit(driven.ID(), &theirs, false); k != lineage.OtherModel || !job.Overlay().HeldOut(driven.ID()) {
+		theirs := driven.kin.ownExt()
+		if k := job.kin.admit(driven.ID(), &theirs, false); k != lineage.OtherModel || !job.Overlay().HeldOut(driven.ID()) {
 			t.Errorf("a driven node of another model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
 		}
-		if k := driven.admit(job.ID(), &ext, false); k != lineage.OtherModel {
+		if k := driven.kin.admit(job.ID(), &ext, false); k != lineage.OtherModel {
 			t.Errorf("the driven node judges the job's other model %v", k)
 		}
 		// Shown the job's model, it is let back in.
 		same := ext
-		if k := job.admit(driven.ID(), &same, false); k != lineage.Kin || job.Overlay().HeldOut(driven.ID()) {
+		if k := job.kin.admit(driven.ID(), &same, false); k != lineage.Kin || job.Overlay().HeldOut(driven.ID()) {
 			t.Errorf("a peer showing the job's model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
 		}
 	})
@@ -95,8 +95,8 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		nodes := memNodes(t, 2, "pssp:1:1", 0.001)
 		a, b := nodes[0], nodes[1]
-		b.lin.Set(exampleGenesis)
-		a.lin.Set(exampleGenesis)
+		b.kin.lin.Set(exampleGenesis)
+		a.kin.lin.Set(exampleGenesis)
 		if _, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 1}); err != nil {
 			t.Fatal(err)
 		}
@@ -116,12 +116,12 @@ func TestStepFieldsOncePerStream(t *testing.T) {
 		if d.OutBytes != 19 || d.InBytes != 27 {
 			t.Errorf("a reused 1.1.0 exchange sent %d and received %d bytes, want 19 and 27", d.OutBytes, d.InBytes)
 		}
-		if want := b.ownExt(); r.Ext == nil || *r.Ext != want {
+		if want := b.kin.ownExt(); r.Ext == nil || *r.Ext != want {
 			t.Errorf("the second reply reads as %+v, want b's fields %+v", r.Ext, want)
 		}
 		// Fields that change are sent again.
 		g := lineage.NewGenesis(time.Now())
-		b.lin.Set(g)
+		b.kin.lin.Set(g)
 		if r, err = a.queryStep(t.Context(), b.ID(), wire.StepRequest{Step: 3}); err != nil || r.Ext == nil || r.Ext.Genesis != g {
 			t.Errorf("after b's genesis changed a reads %+v, %v", r.Ext, err)
 		}

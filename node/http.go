@@ -76,7 +76,7 @@ func (n *Node) Status() status.Status {
 	st.Traffic = n.Traffic()
 	st.NAT = n.NAT()
 	st.Startup = n.Startup()
-	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.lin.Own().String(), uint64(status.CounterValue(n.lin.Converged)), n.ov.HeldOutCount()
+	st.Lineage, st.ForksJoined, st.PeersHeldOut = n.kin.lin.Own().String(), uint64(status.CounterValue(n.kin.lin.Converged)), n.ov.HeldOutCount()
 	for _, r := range status.ResetReasons {
 		st.Resets += uint64(status.CounterValue(n.m.Resets.WithLabelValues(r)))
 	}

@@ -113,13 +113,13 @@ func (n *Node) join(ctx context.Context) error {
 	}
 	mm := errModelMismatch(js.fetchErr)
 	if mm == nil && js.observed == 0 {
-		mm = n.firstMM.Load() // every peer it met runs another model
+		mm = n.kin.firstMM.Load() // every peer it met runs another model
 	}
 	if mm != nil && joining {
 		return mismatchExit(mm)
 	}
-	n.warnModels(js.others)
-	n.takeGenesis(js.genesis)
+	n.kin.warnModels(js.others)
+	n.kin.takeGenesis(js.genesis)
 	if js.adopt <= n.step.Load() {
 		return nil
 	}
@@ -249,8 +249,8 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			continue
 		}
 		p := peers[i]
-		if n.admit(p, r.reply.Ext, true) == lineage.OtherModel {
-			v.others = append(v.others, n.mismatchOf(p, r.reply.Ext))
+		if n.kin.admit(p, r.reply.Ext, true) == lineage.OtherModel {
+			v.others = append(v.others, n.kin.mismatchOf(p, r.reply.Ext))
 			continue
 		}
 		good = append(good, answered{p, r.reply})
@@ -274,12 +274,12 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		}
 		return r.Ext.Genesis
 	}
-	mine := n.lin.Own()
+	mine := n.kin.lin.Own()
 	ps, gs := make([]peer.ID, len(good)), make([]lineage.Genesis, len(good))
 	for i, a := range good {
 		ps[i], gs[i] = a.p, genesisOf(a.r)
 	}
-	v.genesis = n.lin.Choose(ps, gs, time.Now())
+	v.genesis = n.kin.lin.Choose(ps, gs, time.Now())
 	var steps []psp.Step
 	var on []answered
 	for _, a := range good {
@@ -289,7 +289,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			switch {
 			case a.r.Ext == nil:
 				v.unsaid = append(v.unsaid, a.p)
-			case a.r.Ext.HasModel && n.modelFixed(): // admitted: this node's model
+			case a.r.Ext.HasModel && n.kin.modelFixed(): // admitted: this node's model
 				v.said = true
 			}
 		}
@@ -348,7 +348,7 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 			// Only which model the job runs: the head of a reply is
 			// enough; the first that says decides.
 			for i := 0; i < len(v.unsaid) && i < 3; i++ {
-				err := n.peekModel(ctx, v.unsaid[i])
+				err := n.mp.peek(ctx, v.unsaid[i])
 				if mm := (*ModelMismatchError)(nil); errors.As(err, &mm) {
 					v.fetchErr = err
 					return v
@@ -368,11 +368,11 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 	// does not count among the failures. If every peer asked runs
 	// another model, fetchErr says so.
 	began := time.Now()
-	f, mismatches, err := n.fetchModel(ctx, from, dst)
+	f, mismatches, err := n.mp.fetch(ctx, from, dst)
 	for _, mm := range mismatches {
 		v.others = append(v.others, mm)
 		p, _ := peer.Decode(mm.Peer)
-		n.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
+		n.kin.holdOut(p, &wire.StepExt{HasModel: true, ModelID: mm.PeerModel, Params: uint32(mm.PeerParams)}, true)
 	}
 	if err != nil {
 		v.fetchErr = err
@@ -412,7 +412,7 @@ func (n *Node) awaitFirstPeer(ctx context.Context, report func(reason string, wa
 	next := start.Add(every)
 	t := time.NewTicker(firstPeerPoll)
 	defer t.Stop()
-	for n.ov.PeerCount() == 0 && n.firstMM.Load() == nil {
+	for n.ov.PeerCount() == 0 && n.kin.firstMM.Load() == nil {
 		if now := time.Now(); !now.Before(next) {
 			if report != nil {
 				report(n.notReady(), now.Sub(start))

@@ -13,6 +13,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/network"
+	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-libp2p/core/protocol"
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -56,7 +57,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		givenHost: d.host != nil,
 		started:   time.Now(),
 		decider:   psp.NewDecider(cfg.Barrier),
-		modelIn:   wire.NewInbound(wire.ModelStreamsPerPeer, wire.ModelStreamsTotal),
 	}
 	n.boot.started = n.started
 	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
@@ -72,7 +72,10 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.pop = &census{started: n.started, window: cfg.Overlay.EstimateWindow, reportAge: cfg.Overlay.ReportMaxAge, m: n.m}
 	n.iso = &isolation{hold: 2 * cfg.Overlay.DeadHold, job: cfg.Job, m: n.m, log: n.log, emit: n.emit, left: n.pop.repopulate}
 	n.pop.lastLeave = n.iso.lastLeave
-	n.lin = lineage.New(n.reg, cfg.Genesis)
+	n.kin = &kinship{
+		lin: lineage.New(n.reg, cfg.Genesis), staleness: cfg.Barrier.BaseStaleness(), log: n.log,
+		fixed: func() bool { return n.driver == nil || n.modelUp.Load() },
+	}
 	n.meter = status.NewMeter(cfg.Job)
 	n.reg.MustRegister(n.meter.Collector(n.topicPayloadBytes))
 	n.nat = netsetup.NewNAT(n.reg)
@@ -134,6 +137,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		n.work, n.model = noWork{}, noWork{}
 	}
 
+	n.kin.model = n.model
 	if cfg.Driven {
 		n.driver = &Driver{n: n}
 		n.idle.Store(true) // out of peers' barriers until a trainer comes
@@ -159,7 +163,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	n.h.Network().Notify(n.conns)
 	n.newStepParts()
 	n.bar = &barrier{
-		n: n, cfg: &n.cfg, m: n.m, pop: n.pop, iso: n.iso, boot: &n.boot, lin: n.lin, asker: n.asker,
+		n: n, cfg: &n.cfg, m: n.m, pop: n.pop, iso: n.iso, boot: &n.boot, kin: n.kin, asker: n.asker,
 		step: &n.step, compute: &n.compute, interval: &n.interval, started: n.started,
 		life: n.life, active: n.active,
 		shuffle: func(k int, swap func(i, j int)) {
@@ -172,11 +176,18 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		progress: progress.New(),
 		wake:     make(chan struct{}, 1),
 	}
+	n.kin.forget = func(p peer.ID) {
+		n.bar.progress.Forget(p)
+		n.asker.Drop(p)
+	}
 	n.h.SetStreamHandler(wire.StepProtocol(cfg.Job), n.serveStep)
 	n.h.SetStreamHandler(n.stepExtID, n.serveStep)
-	n.models = &modelSource{n: n}
-	n.modelBudget = wire.NewModelBudget()
-	n.h.SetStreamHandler(wire.ModelProtocol(cfg.Job), n.limitedBy(n.modelIn, "model", n.serveModel))
+	n.mp = &modelProto{
+		h: n.h, job: cfg.Job, timeout: cfg.Check.QueryTimeout, maxAbs: cfg.Exchange.MaxAbsValue, model: n.model,
+		life: n.life, m: n.m, log: n.log, src: &modelSource{n: n}, budget: wire.NewModelBudget(),
+		in: wire.NewInbound(wire.ModelStreamsPerPeer, wire.ModelStreamsTotal),
+	}
+	n.h.SetStreamHandler(wire.ModelProtocol(cfg.Job), n.limitedBy(n.mp.in, "model", n.mp.serve))
 
 	if err := n.newOverlay(ctx); err != nil {
 		return fail(fmt.Errorf("node: %w", err))
@@ -268,6 +279,7 @@ func (n *Node) newOverlay(ctx context.Context) error {
 	n.ov = ov
 	n.pop.ov = ov
 	n.bar.ov = ov
+	n.kin.ov = ov
 	return nil
 }
 

@@ -17,7 +17,7 @@ import (
 func lineagesOf(nodes []*Node) map[lineage.Genesis]int {
 	out := map[lineage.Genesis]int{}
 	for _, nd := range nodes {
-		out[nd.lin.Own()]++
+		out[nd.kin.lin.Own()]++
 	}
 	return out
 }
@@ -51,7 +51,7 @@ func TestEstablishedJobKeepsItsLineage(t *testing.T) {
 		wait := runAll(t, ctx, append(append([]*Node(nil), job...), others...))
 		defer func() { cancel(); wait() }()
 		time.Sleep(20 * time.Second)
-		g := job[0].lin.Own()
+		g := job[0].kin.lin.Own()
 		if l := lineagesOf(job); len(l) != 1 || g.IsZero() || g == epoch {
 			t.Fatalf("the job's nodes are not on one lineage of their own: %v", l)
 		}
@@ -70,7 +70,7 @@ func TestEstablishedJobKeepsItsLineage(t *testing.T) {
 		if r := resetsOf(job); r > 0 {
 			t.Errorf("the job's nodes reset %v times", r)
 		}
-		if heard := status.CounterValue(job[0].lin.Converged); heard > 0 {
+		if heard := status.CounterValue(job[0].kin.lin.Converged); heard > 0 {
 			t.Errorf("a node of the job joined another lineage %v times", heard)
 		}
 		if minStep(job) < at+50 {

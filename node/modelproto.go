@@ -4,14 +4,17 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/network"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/netsetup"
+	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -34,8 +37,8 @@ type ParamSource32 interface {
 }
 
 // shape is the node's model as peers compare it.
-func (n *Node) shape() wire.ModelShape {
-	return wire.ModelShape{ID: n.model.ModelID(), N: n.model.NumParams()}
+func (mp *modelProto) shape() wire.ModelShape {
+	return wire.ModelShape{ID: mp.model.ModelID(), N: mp.model.NumParams()}
 }
 
 // fetchPeers is how many peers a joiner fetches the model from at once:
@@ -79,13 +82,13 @@ type fetched struct {
 // it stopped at, and that peer is dropped. A peer that runs another model
 // is held out (mismatches lists them) and does not count as a failure. It
 // fails when every peer failed or fetchFailures did, or ctx ends.
-func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (f fetched, mismatches []*ModelMismatchError, err error) {
-	ours := n.shape()
+func (mp *modelProto) fetch(ctx context.Context, peers []peer.ID, dst []float32) (f fetched, mismatches []*ModelMismatchError, err error) {
+	ours := mp.shape()
 	if len(dst) != ours.N {
 		return f, nil, fmt.Errorf("node: a destination of %d values for a model of %d", len(dst), ours.N)
 	}
-	ctx = n.overRelay(ctx)
-	wait := 10 * n.cfg.Check.QueryTimeout
+	ctx = mp.overRelay(ctx)
+	wait := 10 * mp.timeout
 	nb := wire.Blocks(ours.N)
 	type span struct{ first, count int }
 	var (
@@ -125,7 +128,7 @@ func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (
 			todo = todo[:len(todo)-1]
 			working++
 			mu.Unlock()
-			step, taken, err := wire.FetchBlocks(ctx, n.h, p, n.cfg.Job, ours, sp.first, sp.count, dst, n.cfg.Exchange.MaxAbsValue, wait)
+			step, taken, err := wire.FetchBlocks(ctx, mp.h, p, mp.job, ours, sp.first, sp.count, dst, mp.maxAbs, wait)
 			mu.Lock()
 			working--
 			left -= taken
@@ -140,12 +143,12 @@ func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (
 			}
 			todo = append(todo, span{sp.first + taken, sp.count - taken})
 			var mm *ModelMismatchError
-			if errors.As(n.mismatch(p, err), &mm) {
+			if errors.As(mp.mismatch(p, err), &mm) {
 				mismatches = append(mismatches, mm)
 			} else {
 				failed++
 				lastErr = err
-				n.log.Debug("model fetch from a peer failed", "peer", p, "blocks", sp.count, "taken", taken, "err", err)
+				mp.log.Debug("model fetch from a peer failed", "peer", p, "blocks", sp.count, "taken", taken, "err", err)
 			}
 			if failed < fetchFailures {
 				start()
@@ -198,7 +201,7 @@ func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (
 			if say != nil {
 				say(line)
 			} else {
-				n.log.Info(line)
+				mp.log.Info(line)
 			}
 		}
 	}
@@ -226,29 +229,46 @@ func (n *Node) fetchModel(ctx context.Context, peers []peer.ID, dst []float32) (
 // peekModel asks p for the head of its model's reply alone: nil if p runs
 // this node's model, a *ModelMismatchError if it runs another, or why p
 // did not say.
-func (n *Node) peekModel(ctx context.Context, p peer.ID) error {
-	ctx, cancel := context.WithTimeout(ctx, n.cfg.Check.QueryTimeout)
+func (mp *modelProto) peek(ctx context.Context, p peer.ID) error {
+	ctx, cancel := context.WithTimeout(ctx, mp.timeout)
 	defer cancel()
-	_, err := wire.PeekModel(n.overRelay(ctx), n.h, p, n.cfg.Job, n.shape())
-	return n.mismatch(p, err)
+	_, err := wire.PeekModel(mp.overRelay(ctx), mp.h, p, mp.job, mp.shape())
+	return mp.mismatch(p, err)
 }
 
 // overRelay lets a model stream cross a relay only if a range fits
 // (netsetup.OverRelay): the answerer writes it all before it sees a
 // reset.
-func (n *Node) overRelay(ctx context.Context) context.Context {
-	return netsetup.OverRelay(ctx, 4*min(n.model.NumParams(), fetchRange*wire.ExchangeBlock), "model")
+func (mp *modelProto) overRelay(ctx context.Context) context.Context {
+	return netsetup.OverRelay(ctx, 4*min(mp.model.NumParams(), fetchRange*wire.ExchangeBlock), "model")
 }
 
 // mismatch turns wire's model mismatch from p into a *ModelMismatchError;
 // other errors pass as they are.
-func (n *Node) mismatch(p peer.ID, err error) error {
+func (mp *modelProto) mismatch(p peer.ID, err error) error {
 	var wm *wire.ModelMismatch
 	if !errors.As(err, &wm) {
 		return err
 	}
 	return &ModelMismatchError{Peer: p.String(), PeerModel: wm.Theirs.ID, PeerParams: int64(wm.Theirs.N),
 		OwnModel: wm.Ours.ID, OwnParams: int64(wm.Ours.N)}
+}
+
+// modelProto is the node's side of the model protocol (the messages and
+// their streams are package wire's): it serves the node's model block by
+// block, within a byte budget, and fetches the job's from peers.
+type modelProto struct {
+	h       host.Host
+	job     string
+	timeout time.Duration // the step query timeout: a model stream's is 10 times it
+	maxAbs  float64       // the bound on a fetched value (Exchange.MaxAbsValue)
+	model   Model
+	life    context.Context
+	m       *status.Metrics
+	log     *slog.Logger
+	src     *modelSource     // what it serves
+	budget  *wire.ByteBudget // the model bytes served a minute
+	in      *wire.Inbound    // the inbound model streams (apart from step streams: slow model streams must not crowd out step queries)
 }
 
 // modelSource is the node as its model server sees it (wire.ModelSource).
@@ -272,7 +292,7 @@ func (s *modelSource) ModelHead() (psp.Step, wire.ModelShape, bool) {
 	if n.driver != nil && (!n.modelUp.Load() || n.idle.Load()) {
 		return 0, wire.ModelShape{}, false
 	}
-	return n.step.Load(), n.shape(), true
+	return n.step.Load(), n.mp.shape(), true
 }
 
 // ReadModel writes the values [lo, hi) of the node's model into dst: from
@@ -321,8 +341,8 @@ func to32(v []float64) []float32 {
 }
 
 // serveModel is the model protocol's stream handler.
-func (n *Node) serveModel(s network.Stream) {
-	sv := wire.ModelServer{Life: n.life, Timeout: 10 * n.cfg.Check.QueryTimeout, Source: n.models, Budget: n.modelBudget,
-		Bad: n.m.ModelBad, None: n.m.ModelNone, Over: n.m.ModelBudget, Log: n.log}
+func (mp *modelProto) serve(s network.Stream) {
+	sv := wire.ModelServer{Life: mp.life, Timeout: 10 * mp.timeout, Source: mp.src, Budget: mp.budget,
+		Bad: mp.m.ModelBad, None: mp.m.ModelNone, Over: mp.m.ModelBudget, Log: mp.log}
 	sv.Serve(s)
 }

@@ -377,10 +377,10 @@ func TestNATRelayedPairCarriesModelAndPool(t *testing.T) {
 	}
 	mctx, mcancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer mcancel()
-	if err := c.peekModel(mctx, b.ID()); err != nil {
+	if err := c.mp.peek(mctx, b.ID()); err != nil {
 		t.Errorf("peek at the model over the relayed connection: %v", err)
 	}
-	if _, _, err := c.fetchModel(mctx, []peer.ID{b.ID()}, make([]float32, c.model.NumParams())); err != nil {
+	if _, _, err := c.mp.fetch(mctx, []peer.ID{b.ID()}, make([]float32, c.model.NumParams())); err != nil {
 		t.Errorf("model fetch over the relayed connection: %v", err)
 	}
 	// C's pool join reaches B over the relayed connection: B counts two

@@ -18,7 +18,6 @@ import (
 	ma "github.com/multiformats/go-multiaddr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
@@ -117,15 +116,11 @@ type Node struct {
 	// guard bounds the host's connections (connbound.go).
 	guard *connGuard
 	// The step protocol (steps.go): asker keeps idle streams for reuse;
-	// stepIn caps concurrent inbound step streams, modelIn model streams
-	// (apart: slow model streams must not crowd out step queries).
+	// stepIn caps concurrent inbound step streams.
 	asker      *wire.Asker
 	stepServer *wire.StepServer
 	stepIn     *wire.Inbound
-	modelIn    *wire.Inbound
-	models     *modelSource // what the model protocol serves
-	// modelBudget bounds the model bytes served a minute.
-	modelBudget *wire.ByteBudget
+	mp         *modelProto // the model protocol (modelproto.go)
 	// wedge watches the barrier's failed checks for the node being far
 	// ahead of every peer (realign.go); wedged is set when it is, and
 	// cleared by the realignment. Only the barrier's goroutine uses wedge.
@@ -138,11 +133,9 @@ type Node struct {
 	// iso is the peers heard from lately, the last leave and the node's
 	// isolated state (isolation.go).
 	iso *isolation
-	// lin is the node's lineage of the job and what it heard of its
-	// peers' (genesis.go).
-	lin *lineage.Lineage
-	// firstMM is the first peer of another model the node met (nil: none).
-	firstMM atomic.Pointer[ModelMismatchError]
+	// kin judges which peers are of the job: the model and the lineage
+	// (genesis.go).
+	kin *kinship
 
 	leaveOnce sync.Once
 	closeOnce sync.Once

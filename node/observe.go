@@ -64,7 +64,7 @@ func (b *barrier) forgetPeer(p peer.ID, ev *evidence) {
 	b.progress.Forget(p)
 	b.paces.forget(p)
 	b.asker.Drop(p)
-	b.lin.Forget(p)
+	b.kin.lin.Forget(p)
 	ev.dead = append(ev.dead, p)
 }
 
@@ -89,7 +89,7 @@ func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) 
 		b.forgetPeer(p, ev)
 		return psp.Observation{}, false
 	}
-	switch b.n.admit(p, r.Ext, false) { // genesis.go
+	switch b.kin.admit(p, r.Ext, false) { // genesis.go
 	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
 		b.iso.forget(p)
 		return psp.Observation{}, false
@@ -146,7 +146,7 @@ func (b *barrier) drain(results <-chan peerAnswer, k int) {
 		default:
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
-			switch b.n.admit(r.p, r.a.reply.Ext, false) { // genesis.go
+			switch b.kin.admit(r.p, r.a.reply.Ext, false) { // genesis.go
 			case lineage.OtherModel: // held out
 				b.iso.forget(r.p)
 				continue

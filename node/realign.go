@@ -29,14 +29,14 @@ import (
 
 // realignDue reports whether the node should realign before its next step.
 func (n *Node) realignDue() bool {
-	return n.wedged.Load() || n.lin.Due(time.Now())
+	return n.wedged.Load() || n.kin.lin.Due(time.Now())
 }
 
 // realign converges on the job's lineage, or unwedges, as due. It reports
 // whether the node's step and model changed.
 func (n *Node) realign(ctx context.Context) bool {
 	moved := false
-	if n.lin.Due(time.Now()) {
+	if n.kin.lin.Due(time.Now()) {
 		moved = n.converge(ctx)
 	}
 	if n.wedged.Swap(false) && !moved {
@@ -59,17 +59,17 @@ func (n *Node) realign(ctx context.Context) bool {
 // more than its share of the job. A move is a reset (resets.go): refused
 // for the rate, the node looks again later, as if it had stayed.
 func (n *Node) converge(ctx context.Context) bool {
-	own := n.lin.Own()
+	own := n.kin.lin.Own()
 	v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), n.step.Load())
 	if ctx.Err() != nil {
 		return false
 	}
-	n.warnModels(v.others)
+	n.kin.warnModels(v.others)
 	if v.genesis.IsZero() || v.genesis == own || !n.resetAllowed(resetLineage) {
-		n.lin.Looked(time.Now(), true)
+		n.kin.lin.Looked(time.Now(), true)
 		return false
 	}
-	n.lin.Looked(time.Now(), false)
+	n.kin.lin.Looked(time.Now(), false)
 	js := n.fetchJobModel(ctx, v, from, ahead, false, nil)
 	was := n.step.Load()
 	if !n.rebase(js, "met the job's lineage") {
@@ -136,10 +136,10 @@ func (n *Node) rebase(js jobView, why string) bool {
 			return false
 		}
 	}
-	if !js.genesis.IsZero() && js.genesis != n.lin.Own() {
-		n.lin.Set(js.genesis)
-		n.lin.Converged.Inc()
-		n.checkClock(js.genesis)
+	if !js.genesis.IsZero() && js.genesis != n.kin.lin.Own() {
+		n.kin.lin.Set(js.genesis)
+		n.kin.lin.Converged.Inc()
+		n.kin.checkClock(js.genesis)
 	}
 	n.adoptStep(js.adopt)
 	n.bar.resetPeers() // reports judged under the old step or lineage

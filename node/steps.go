@@ -38,7 +38,7 @@ func (a *stepAnswers) Leaving(from peer.ID) {
 // node's job's (genesis.go).
 func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply, more, drop bool) {
 	n := (*Node)(a)
-	k := n.admit(from, q.Ext, false)
+	k := n.kin.admit(from, q.Ext, false)
 	if k != lineage.OtherModel {
 		n.iso.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
 		n.ov.MarkAlive(from)
@@ -102,12 +102,12 @@ func (n *Node) serveStep(s network.Stream) {
 // newStepParts makes the asker and the server of the step protocol.
 func (n *Node) newStepParts() {
 	n.stepExtID = wire.StepProtocolExt(n.cfg.Job)
-	n.asker = wire.NewAsker(n.h, n.cfg.Job, n.cfg.Limits.StepStreams, n.ownExt, wire.AskerMetrics{
+	n.asker = wire.NewAsker(n.h, n.cfg.Job, n.cfg.Limits.StepStreams, n.kin.ownExt, wire.AskerMetrics{
 		Dials: n.m.StepDials, Stale: n.m.StaleStreams, BadReplies: n.m.QueryErrors, RTT: n.m.ObserveRTT,
 	})
 	n.stepIn = wire.NewInbound(n.cfg.Limits.MaxStreamsPerPeer, n.cfg.Limits.MaxInboundStreams)
 	n.stepServer = &wire.StepServer{
 		Life: n.life, QueryTimeout: n.cfg.Check.QueryTimeout, Handler: (*stepAnswers)(n), Inbound: n.stepIn,
-		Own: n.ownExt, Malformed: n.m.Malformed, Log: n.log,
+		Own: n.kin.ownExt, Malformed: n.m.Malformed, Log: n.log,
 	}
 }
