@@ -59,16 +59,28 @@ type barrier struct {
 	paces    paceBook // the peers' paces, for other goroutines (pace.go)
 	wake     chan struct{}
 	waiting  atomic.Bool
+	// wedge watches the failed checks for the node being far ahead of
+	// every peer (realign.go); wedged is set when it is, and cleared by
+	// the realignment. Only the barrier's goroutine uses wedge.
+	wedge  *psp.Wedge
+	wedged atomic.Bool
 }
 
 // barrierNode is what the barrier needs of its node beyond its parts:
 // the realignment a failed check may call for (realign.go), and the
 // node's events.
 type barrierNode interface {
-	noteWedge(obs []psp.Observation)
 	realignDue() bool
 	realign(ctx context.Context) bool
 	emit(kind EventKind, p peer.ID)
+}
+
+// noteWedge takes a failed check that observed obs: the node is wedged
+// once psp.Wedge says so. Only the barrier's goroutine calls it.
+func (b *barrier) noteWedge(obs []psp.Observation) {
+	if b.wedge.Check(b.step.Load(), b.clock(), obs) {
+		b.wedged.Store(true)
+	}
 }
 
 // poke wakes a barrier that waits (a peer progressed, or left).
@@ -194,7 +206,7 @@ func (b *barrier) drive(ctx context.Context, ck *psp.Checker, once bool) (barrie
 			// or wedged far ahead of its peers) does so here, and passes
 			// if that moved it: its step is then the job's (realign.go).
 			if !rd.Pass && !once {
-				b.n.noteWedge(ck.Observations())
+				b.noteWedge(ck.Observations())
 				if b.n.realignDue() && b.n.realign(ctx) {
 					out.Waited, out.Realigned = time.Since(start), true
 					return out, nil

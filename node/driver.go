@@ -78,7 +78,7 @@ func (n *Node) notReady() string {
 		}
 		return "not joined: " + why
 	}
-	if n.ov.PeerCount() == 0 && n.hasBootstrap() {
+	if n.ov.PeerCount() == 0 && n.ov.Joining() {
 		return "joined, but no peer of job " + n.cfg.Job + " known yet"
 	}
 	return ""
@@ -138,7 +138,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 		return Start{}, errors.New("node: begin: no model attached (Driver.Attach)")
 	}
 	n.boot.mark(msSession)
-	if n.hasBootstrap() && !n.awaitFirstPeer(ctx, report) {
+	if n.ov.Joining() && !n.awaitFirstPeer(ctx, report) {
 		return Start{}, ctx.Err()
 	}
 	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
@@ -161,7 +161,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if mm := (*ModelMismatchError)(nil); errors.As(js.fetchErr, &mm) {
 		return Start{}, mm
 	}
-	if mm := n.kin.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.hasBootstrap() {
+	if mm := n.kin.firstMM.Load(); mm != nil && js.observed == 0 && n.ov.PeerCount() == 0 && n.ov.Joining() {
 		return Start{}, mm // every peer it met runs another model
 	}
 	n.kin.warnModels(js.others)

@@ -151,12 +151,3 @@ func (n *Node) evaluate(step int64) {
 	n.lastEval.Store(&evalResult{Step: step, Loss: m.Loss, Accuracy: m.Accuracy})
 	n.log.Info("evaluated", "step", step, "loss", m.Loss, "accuracy", m.Accuracy)
 }
-
-func (n *Node) setWaiting(w bool) {
-	n.bar.waiting.Store(w)
-	if w {
-		n.m.Waiting.Set(1)
-	} else {
-		n.m.Waiting.Set(0)
-	}
-}

@@ -20,7 +20,7 @@ func (n *Node) Status() status.Status {
 		Waiting:           n.bar.waiting.Load(),
 		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
-		StepIntervalS:     n.stepInterval(),
+		StepIntervalS:     n.bar.stepInterval(),
 		JoinStatus:        n.ov.JoinStatus(),
 	}
 	for _, a := range n.Addrs() {

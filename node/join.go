@@ -103,7 +103,7 @@ func (n *Node) waitPeers(ctx context.Context) error {
 // without them starts the job: peers of another model that reach it are
 // held out, and it goes on.)
 func (n *Node) join(ctx context.Context) error {
-	joining := n.hasBootstrap() // (a node whose only bootstrap address is its own starts the job)
+	joining := n.ov.Joining() // (a node whose only bootstrap address is its own starts the job)
 	if joining && !n.awaitFirstPeer(ctx, nil) {
 		return nil
 	}

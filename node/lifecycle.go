@@ -59,7 +59,6 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		decider:   psp.NewDecider(cfg.Barrier),
 	}
 	n.boot.started = n.started
-	n.wedge = psp.NewWedge(cfg.Barrier.BaseStaleness())
 	n.life, n.endLife = context.WithCancel(context.Background())
 	n.active, n.endActive = context.WithCancel(n.life)
 	if n.log == nil {
@@ -108,7 +107,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 			opts = append(opts, libp2p.Identity(cfg.Identity))
 		}
 		opts = append(opts, netsetup.GateOptions(cfg.PSK, cfg.AllowPeers, cfg.hostFaults.RefuseDirectInbound, n.log, n.reg)...)
-		opts = append(opts, n.natOptions(cfg)...)
+		opts = append(opts, natOptions(cfg, n.nat, n.reg)...)
 		h, err := libp2p.New(opts...)
 		if err != nil {
 			// Both run goroutines from their constructors; libp2p closes
@@ -175,7 +174,9 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		screen:   screenFor(cfg.Screen),
 		progress: progress.New(),
 		wake:     make(chan struct{}, 1),
+		wedge:    psp.NewWedge(cfg.Barrier.BaseStaleness()),
 	}
+	n.resets.m, n.resets.log, n.resets.life = n.m, n.log, n.life
 	n.kin.forget = func(p peer.ID) {
 		n.bar.progress.Forget(p)
 		n.asker.Drop(p)
@@ -193,7 +194,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		return fail(fmt.Errorf("node: %w", err))
 	}
 	n.stepIn.SetKnown(n.ov.Knows) // idle step streams of unknown peers make room (wire.Inbound)
-	n.registerGaugeFuncs()
+	registerGauges(n.reg, n.h, n.ov, n.pop)
 	if n.model.NumParams() > 0 {
 		if err := n.attachModel(ctx); err != nil {
 			return fail(fmt.Errorf("node: %w", err))
@@ -282,11 +283,6 @@ func (n *Node) newOverlay(ctx context.Context) error {
 	n.kin.ov = ov
 	return nil
 }
-
-// hasBootstrap reports whether the node joins through bootstrap peers
-// (configured, remembered from its last run, named by an address that is
-// not its own, or found by mDNS); a node without starts the job.
-func (n *Node) hasBootstrap() bool { return n.ov.Joining() }
 
 // overlaySeed derives the overlay's seed from a node seed: SHA-256 of a
 // label and the seed, so it is unrelated to the node's own streams (which

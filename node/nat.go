@@ -5,6 +5,7 @@ import (
 
 	"github.com/libp2p/go-libp2p"
 	"github.com/libp2p/go-libp2p/core/peer"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/node/netsetup"
 )
@@ -16,7 +17,7 @@ import (
 
 // natOptions are the libp2p options of cfg.NAT and of the test hook
 // faults.Host.Announce.
-func (n *Node) natOptions(cfg Config) []libp2p.Option {
+func natOptions(cfg Config, nat *netsetup.NAT, reg prometheus.Registerer) []libp2p.Option {
 	var opts []libp2p.Option
 	if f := cfg.hostFaults.Announce; f != nil {
 		opts = append(opts, libp2p.AddrsFactory(f))
@@ -35,7 +36,7 @@ func (n *Node) natOptions(cfg Config) []libp2p.Option {
 		boot = nil
 	}
 	boot = slices.DeleteFunc(boot, func(ai peer.AddrInfo) bool { return ai.ID == self })
-	return append(opts, n.nat.HostOptions(cfg.NAT, boot, n.reg)...)
+	return append(opts, nat.HostOptions(cfg.NAT, boot, reg)...)
 }
 
 // NAT returns the node's reachability, relays and connections by kind.

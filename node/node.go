@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -121,11 +120,6 @@ type Node struct {
 	stepServer *wire.StepServer
 	stepIn     *wire.Inbound
 	mp         *modelProto // the model protocol (modelproto.go)
-	// wedge watches the barrier's failed checks for the node being far
-	// ahead of every peer (realign.go); wedged is set when it is, and
-	// cleared by the realignment. Only the barrier's goroutine uses wedge.
-	wedge  *psp.Wedge
-	wedged atomic.Bool
 	// resets holds realignments to their rate (resets.go).
 	resets resetGate
 	// nat follows reachability, relays and hole punches (package netsetup).
@@ -211,8 +205,6 @@ func (n *Node) Addrs() []ma.Multiaddr {
 	}
 	return addrs
 }
-
-func (n *Node) stepInterval() float64 { return math.Float64frombits(n.interval.Load()) }
 
 // emit sends an event to the channel of WithEvents without waiting: an
 // event that finds it full is dropped and counted

@@ -29,7 +29,7 @@ import (
 
 // realignDue reports whether the node should realign before its next step.
 func (n *Node) realignDue() bool {
-	return n.wedged.Load() || n.kin.lin.Due(time.Now())
+	return n.bar.wedged.Load() || n.kin.lin.Due(time.Now())
 }
 
 // realign converges on the job's lineage, or unwedges, as due. It reports
@@ -39,10 +39,10 @@ func (n *Node) realign(ctx context.Context) bool {
 	if n.kin.lin.Due(time.Now()) {
 		moved = n.converge(ctx)
 	}
-	if n.wedged.Swap(false) && !moved {
+	if n.bar.wedged.Swap(false) && !moved {
 		moved = n.unwedge(ctx)
 	}
-	n.wedge.Reset()
+	n.bar.wedge.Reset()
 	return moved
 }
 
@@ -65,7 +65,7 @@ func (n *Node) converge(ctx context.Context) bool {
 		return false
 	}
 	n.kin.warnModels(v.others)
-	if v.genesis.IsZero() || v.genesis == own || !n.resetAllowed(resetLineage) {
+	if v.genesis.IsZero() || v.genesis == own || !n.resets.allowed(resetLineage) {
 		n.kin.lin.Looked(time.Now(), true)
 		return false
 	}
@@ -75,7 +75,7 @@ func (n *Node) converge(ctx context.Context) bool {
 	if !n.rebase(js, "met the job's lineage") {
 		return false
 	}
-	n.resetDone(resetLineage)
+	n.resets.done(resetLineage)
 	// Nodes that start a job together may each start a lineage and meet
 	// in their first steps: that is no news. Later it is a fork worth a
 	// warning (a node restarted apart from its peers).
@@ -99,18 +99,18 @@ func (n *Node) unwedge(ctx context.Context) bool {
 	if ctx.Err() != nil {
 		return false
 	}
-	if v.observed < 2 || v.adopt >= was-n.wedge.Gap {
+	if v.observed < 2 || v.adopt >= was-n.bar.wedge.Gap {
 		n.log.Debug("far ahead of the peers sampled, but the job's step is not clear", "step", was, "job_step", v.adopt, "observed", v.observed)
 		return false
 	}
-	if !n.resetAllowed(resetWedged) {
+	if !n.resets.allowed(resetWedged) {
 		return false
 	}
 	js := n.fetchJobModel(ctx, v, from, ahead, false, nil)
 	if !n.rebase(js, "far ahead of every peer it asked") {
 		return false
 	}
-	n.resetDone(resetWedged)
+	n.resets.done(resetWedged)
 	n.m.Unwedged.Inc()
 	n.log.Warn("this node was far ahead of every peer it asked (it had taken a step no other peer has): took the job's step and model again",
 		"step", js.adopt, "was", was, "model_from", js.from, "observed", js.observed)
@@ -144,12 +144,4 @@ func (n *Node) rebase(js jobView, why string) bool {
 	n.adoptStep(js.adopt)
 	n.bar.resetPeers() // reports judged under the old step or lineage
 	return true
-}
-
-// noteWedge takes a failed barrier check that observed obs: the node is
-// wedged once psp.Wedge says so. Only the barrier's goroutine calls it.
-func (n *Node) noteWedge(obs []psp.Observation) {
-	if n.wedge.Check(n.step.Load(), n.bar.clock(), obs) {
-		n.wedged.Store(true)
-	}
 }

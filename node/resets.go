@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -31,6 +32,10 @@ const (
 // resetGate is the resets' token bucket and the refusals' log rate. The
 // zero value is full.
 type resetGate struct {
+	m    *status.Metrics
+	log  *slog.Logger
+	life context.Context // the node's: its logs carry it
+
 	mu      sync.Mutex
 	used    float64   // tokens spent, at at; the bucket holds resetBurst − used
 	at      time.Time // when used was last brought up to date
@@ -77,24 +82,24 @@ func (g *resetGate) refuse(now time.Time) (say bool, count int) {
 	return true, count
 }
 
-// resetAllowed reports whether the node may reset its step and model now
+// allowed reports whether the node may reset its step and model now
 // for why (resetLineage, resetWedged); if not, it counts and (at a bounded
 // rate) says the refusal.
-func (n *Node) resetAllowed(why string) bool {
+func (g *resetGate) allowed(why string) bool {
 	now := time.Now()
-	if n.resets.allows(now) {
+	if g.allows(now) {
 		return true
 	}
-	n.m.ResetsRefused.Inc()
-	if say, count := n.resets.refuse(now); say {
-		n.log.Log(n.life, slog.LevelWarn, "not resetting to the job's step and model: this node reset too often lately (a peer group that keeps claiming another lineage, or a node that keeps finding itself far ahead)",
+	g.m.ResetsRefused.Inc()
+	if say, count := g.refuse(now); say {
+		g.log.Log(g.life, slog.LevelWarn, "not resetting to the job's step and model: this node reset too often lately (a peer group that keeps claiming another lineage, or a node that keeps finding itself far ahead)",
 			"reason", why, "refused", count, "at_most", resetBurst, "then_one_per", resetEvery)
 	}
 	return false
 }
 
-// resetDone counts a reset for why.
-func (n *Node) resetDone(why string) {
-	n.resets.take(time.Now())
-	n.m.Resets.WithLabelValues(why).Inc()
+// done counts a reset for why.
+func (g *resetGate) done(why string) {
+	g.take(time.Now())
+	g.m.Resets.WithLabelValues(why).Inc()
 }

@@ -63,7 +63,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 			n.bar.poke() // a peer at or behind us has progressed
 		}
 	}
-	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.estimate(), Interval: n.stepInterval()}
+	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.estimate(), Interval: n.bar.stepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		ctx, cancel := context.WithTimeout(n.life, n.cfg.Check.QueryTimeout)
 		defer cancel()
