@@ -21,13 +21,29 @@ package node
 // Where things are (for the people who work on this package):
 //
 //	node.go        the Node and Driver types (their state), ErrClosed, ModelMismatchError, the accessors
+//
+// The node coordinates; its parts are types of their own, each holding its
+// state and told only what it needs of the node (the rest of its parts, or
+// a narrow interface such as barrierNode):
+//
+//	barrier       barrier.go, observe.go, progress.go, pace.go, timing.go: the Checker, peers' known steps and paces, the wedge
+//	kinship       genesis.go: who is of the job (the model's identity, the lineage), the peers held out
+//	modelProto    modelproto.go: the model protocol, served within a byte budget and fetched from peers
+//	census        population.go: the node's own estimate and the population the learning rate follows
+//	isolation     isolation.go: the peers heard from lately, the isolated state
+//	resetGate     resets.go: how often the node may take the job's step and model
+//	connGuard     connbound.go: the connection bound and the inbound guard
+//
+// The files:
+//
 //	lifecycle.go   New, Leave, Close: building the host, the overlay, the exchange, and closing them
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run: the step loop
-//	barrier.go     the barrier: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
+//	barrier.go     the barrier type: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
 //	driver.go      Driver's calls: the step loop's parts for a program with its own loop (a trainer)
+//	driver_peers.go Driver.Member: which peers count as the job's for what a trainer serves
 //	timing.go      barrier timing: Config's shares, floors and caps for psp.BarrierTiming
 //	population.go  the population estimate that scales the learning rate (psp.Population is the rule)
 //	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
@@ -36,6 +52,10 @@ package node
 //	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
 //	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
 //	progress.go    feeding the peers' known steps (internal/progress), and waking the peers this node held back
+//	pace.go        each peer's pace as the barrier's last checks saw it (Node.PeerPace)
+//	realign.go     moving onto the job's lineage, or back from far ahead: the job's step and model taken as at a join
+//	resets.go      the rate at which realignments may reset the node's step and model
+//	startup.go     where start-up went: the milestones /status reports
 //	steps.go       the node's side of the step protocol: what it asks, what it answers (messages and streams: internal/wire)
 //	modelproto.go  the node's side of the model protocol: a joiner fetches the current model
 //	task.go        Model, Task, the optional interfaces a task may add, and the task of a node given none
