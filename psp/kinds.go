@@ -2,6 +2,7 @@ package psp
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -117,31 +118,43 @@ func grammar() string {
 	return strings.Join(forms, " | ") + " (" + paramLegend + ")"
 }
 
-// Kinds returns the kinds table, in Kind order (a copy).
+// Kinds returns the kinds table, in Kind order (a copy: changing it
+// changes nothing in the package).
 func Kinds() []KindInfo {
 	out := make([]KindInfo, len(kinds))
-	copy(out, kinds[:])
+	for i, k := range kinds {
+		out[i], _ = k.Kind.Info()
+	}
 	return out
 }
 
-// Info returns the kind's table entry, and whether the kind is valid (the
-// zero KindInfo if not).
+// Info returns a copy of the kind's table entry, and whether the kind is
+// valid (the zero KindInfo if not).
 func (k Kind) Info() (KindInfo, bool) {
-	if k < 1 || int(k) > len(kinds) {
+	i := k.info()
+	if i.Kind == 0 {
 		return KindInfo{}, false
 	}
-	return kinds[k-1], true
+	out := *i
+	out.Params = slices.Clone(i.Params)
+	return out, true
 }
 
-// info is Info without the flag.
-func (k Kind) info() KindInfo {
-	i, _ := k.Info()
-	return i
+// noKind is an invalid kind's entry.
+var noKind KindInfo
+
+// info is Info without the flag or the copy, for the predicates a check
+// calls often.
+func (k Kind) info() *KindInfo {
+	if i := uint(k) - 1; i < uint(len(kinds)) { // Kind 0 wraps around
+		return &kinds[i]
+	}
+	return &noKind
 }
 
 // String returns the kind's name as used in specs ("pssp").
 func (k Kind) String() string {
-	if i, ok := k.Info(); ok {
+	if i := k.info(); i.Kind != 0 {
 		return i.Name
 	}
 	return fmt.Sprintf("kind(%d)", uint8(k))

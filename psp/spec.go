@@ -132,8 +132,8 @@ func (s Spec) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
 	}
-	info, ok := s.Kind.Info()
-	if !ok {
+	info := s.Kind.info()
+	if info.Kind == 0 {
 		return bad("unknown kind %d", s.Kind)
 	}
 	if s.Beta < 0 || s.Beta > MaxBeta {
@@ -177,8 +177,8 @@ func (s Spec) betaText() string {
 
 // String returns the canonical spec ("pssp:10:4").
 func (s Spec) String() string {
-	info, ok := s.Kind.Info()
-	if !ok {
+	info := s.Kind.info()
+	if info.Kind == 0 {
 		return s.Kind.String()
 	}
 	out := info.Name
