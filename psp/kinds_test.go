@@ -66,6 +66,14 @@ func TestKindsTable(t *testing.T) {
 			t.Errorf("%s: Parse(%q) = %+v, %v", k.Name, sp, back, err)
 		}
 	}
+	// The copies handed out do not reach the table.
+	ks := Kinds()
+	ks[PSSP-1].Params[0].Name, ks[PSSP-1].Name = "X", "x"
+	info, _ := PSSP.Info()
+	info.Params[1].Field = FieldUpper
+	if PSSP.String() != "pssp" || MustParse("pssp:3:2") != (Spec{Kind: PSSP, Beta: 3, Staleness: 2}) || !strings.Contains(Grammar, "pssp:B:S") {
+		t.Error("changing the copies of the table changed it")
+	}
 	if _, ok := Kind(0).Info(); ok {
 		t.Error("Kind 0 is valid")
 	}
