@@ -55,8 +55,9 @@ type Decider interface {
 	Decide(self Step, now float64, observed []Observation) Decision
 }
 
-// NewDecider returns the Decider for a spec. ASP, BSP, SSP, pBSP and pSSP
-// are stateless; DSSP and pDSSP return a fresh *PDSSPDecider (one per node): in a
+// NewDecider returns the Decider for a spec. The static kinds (ASP, BSP,
+// SSP, pBSP, pSSP) are the stateless test at BaseStaleness; the dynamic
+// ones (DSSP, pDSSP) return a fresh *PDSSPDecider (one per node): in a
 // network without a server, DSSP is pDSSP over every known peer. The
 // simulator also offers the server-based DSSP of the reference as a
 // baseline, through DSSPController.

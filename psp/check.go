@@ -107,7 +107,7 @@ func NewChecker(cfg CheckConfig, d Decider) *Checker {
 		d = NewDecider(cfg.Spec)
 	}
 	c := &Checker{cfg: cfg, decider: d}
-	if sp := cfg.Spec; cfg.Pace.On() && (sp.Kind == PBSP || sp.Kind == PSSP) {
+	if cfg.Pace.On() && cfg.Spec.Kind.info().Pace {
 		c.pace = NewPace(cfg.Pace)
 	}
 	return c
@@ -240,7 +240,7 @@ func (c *Checker) begin(now float64) CheckOut {
 	c.replacing, c.answered, c.hedged, c.cached, c.next, c.want, c.budget = 0, 0, 0, 0, 0, 0, 0
 	c.knownBehind = false
 	switch {
-	case sp.Kind == ASP:
+	case sp.Scope() == NoCheck:
 		return c.decide(now, false, false)
 	case sp.Global():
 		c.phase = drawing
@@ -638,7 +638,7 @@ func (c *Checker) decide(now float64, heardLately, early bool) CheckOut {
 // peers all left. ASP and β = 0 never check, so never isolate.
 func Isolated(sp Spec, asked, answered, observed int, heardLately bool) bool {
 	switch {
-	case sp.Kind == ASP || (sp.Probabilistic() && sp.Beta == 0):
+	case sp.Scope() == NoCheck || (sp.Probabilistic() && sp.Beta == 0):
 		return false
 	case answered > 0:
 		return false

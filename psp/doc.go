@@ -46,6 +46,20 @@
 // reporting, so that a minority of liars, or a crowd of fresh identities,
 // cannot move it far; BoundRate bounds how fast it changes.
 //
+// # Adding a barrier kind
+//
+// A kind is one entry of the kinds table (kinds.go) and its Kind constant
+// beside it: its name, its parameters (Params: the name:p1:p2 grammar,
+// each parameter setting a Spec field), which peers a check asks (Scope),
+// whether its staleness is dynamic, whether the pace rule applies, whether
+// the simulator runs a server-based baseline of it, and its help line.
+// Parse, String, Validate, the Spec predicates, SampleSize,
+// BaseStaleness, NewDecider, the Checker, the simulator (testnet/sim) and
+// the CLI's help texts and errors all read the table; TestKindsTable
+// checks a new entry against what they assume. A kind with semantics the
+// table cannot say (a new Decider, a new Spec field) adds a field to
+// KindInfo, read where the semantics live, rather than a switch on Kind.
+//
 // The package is pure: no I/O, no clocks, no goroutines. Time, where a
 // controller needs it, is passed in by the caller as seconds on the caller's
 // own clock, and randomness comes from a *rand.Rand the caller owns, so the

@@ -10,32 +10,6 @@ import (
 // Step counts the iterations a node has completed.
 type Step = int64
 
-// Kind names a barrier family.
-type Kind uint8
-
-// The barrier kinds. The zero Kind is invalid, so an unset Spec is caught.
-const (
-	ASP   Kind = iota + 1 // asynchronous: never wait
-	BSP                   // bulk synchronous: every node has step >= c
-	SSP                   // stale synchronous: every node has step >= c-s
-	PBSP                  // probabilistic BSP: β sampled nodes have step >= c
-	PSSP                  // probabilistic SSP: β sampled nodes have step >= c-s
-	DSSP                  // dynamic SSP: staleness within [S_L, S_U], global view
-	PDSSP                 // decentralised dynamic SSP over a sample of β peers
-)
-
-var kindNames = map[Kind]string{
-	ASP: "asp", BSP: "bsp", SSP: "ssp", PBSP: "pbsp", PSSP: "pssp", DSSP: "dssp", PDSSP: "pdssp",
-}
-
-// String returns the kind's name as used in specs ("pssp").
-func (k Kind) String() string {
-	if n, ok := kindNames[k]; ok {
-		return n
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
-
 // Limits on spec parameters. They are far beyond any useful value and keep
 // arithmetic on steps free of overflow.
 const (
@@ -47,7 +21,8 @@ const (
 //
 // Beta is the sample size β of the probabilistic kinds (PBSP, PSSP, PDSSP).
 // Staleness is s for SSP and PSSP, and S_L for DSSP and PDSSP. Upper is S_U
-// for DSSP and PDSSP. Fields a kind does not use are zero.
+// for DSSP and PDSSP. Which fields a kind uses are its Params in the kinds
+// table (Kind.Info); fields it does not use are zero.
 //
 // Auto (written "auto" in place of β: "pssp:auto:4") sizes the sample to
 // the job: a third of the other nodes, at least 1 and at most Beta
@@ -67,10 +42,6 @@ type Spec struct {
 // AutoBetaCap is the largest β an auto spec draws.
 const AutoBetaCap = 10
 
-// Grammar is the barrier spec grammar, for help texts.
-const Grammar = "asp | bsp | ssp:S | pbsp:B | pssp:B:S | dssp:SL:SU | pdssp:B:SL:SU " +
-	"(B = sample size β, or auto: a third of the other nodes, 1 to 10; S = staleness, SL..SU = DSSP staleness range)"
-
 // ErrSpec is wrapped by every error Parse returns.
 var ErrSpec = errors.New("invalid barrier spec")
 
@@ -86,60 +57,39 @@ func Parse(s string) (Spec, error) {
 	}
 	parts := strings.Split(s, ":")
 	name, args := parts[0], parts[1:]
-	var kind Kind
-	for k, n := range kindNames {
-		if n == name {
-			kind = k
+	var info KindInfo
+	for _, k := range kinds {
+		if k.Name == name {
+			info = k
 		}
 	}
-	if kind == 0 {
-		for k, n := range kindNames {
-			if strings.EqualFold(n, strings.TrimSpace(name)) {
-				return fail("unknown barrier %q (did you mean %q?)", name, k.String())
+	if info.Kind == 0 {
+		for _, k := range kinds {
+			if strings.EqualFold(k.Name, strings.TrimSpace(name)) {
+				return fail("unknown barrier %q (did you mean %q?)", name, k.Name)
 			}
 		}
 		return fail("unknown barrier %q", name)
 	}
-	want := map[Kind][]string{
-		ASP: nil, BSP: nil, SSP: {"S"}, PBSP: {"B"}, PSSP: {"B", "S"},
-		DSSP: {"SL", "SU"}, PDSSP: {"B", "SL", "SU"},
-	}[kind]
-	if len(args) != len(want) {
-		form := name
-		for _, w := range want {
-			form += ":" + w
-		}
-		return fail("%s takes %d parameter(s), got %d: write %s", name, len(want), len(args), form)
+	if len(args) != len(info.Params) {
+		return fail("%s takes %d parameter(s), got %d: write %s", name, len(info.Params), len(args), info.Form())
 	}
-	vals := make([]int, len(args))
-	auto := false
+	sp := Spec{Kind: info.Kind}
 	for i, a := range args {
+		p := info.Params[i]
+		if p.Field == FieldBeta && a == "auto" {
+			sp.Beta, sp.Auto = AutoBetaCap, true
+			continue
+		}
 		limit := MaxStaleness
-		if want[i] == "B" {
+		if p.Field == FieldBeta {
 			limit = MaxBeta
-			if a == "auto" {
-				vals[i], auto = AutoBetaCap, true
-				continue
-			}
 		}
 		v, err := parseNat(a, limit)
 		if err != nil {
-			return fail("parameter %s: %v", want[i], err)
+			return fail("parameter %s: %v", p.Name, err)
 		}
-		vals[i] = v
-	}
-	sp := Spec{Kind: kind, Auto: auto}
-	switch kind {
-	case SSP:
-		sp.Staleness = vals[0]
-	case PBSP:
-		sp.Beta = vals[0]
-	case PSSP:
-		sp.Beta, sp.Staleness = vals[0], vals[1]
-	case DSSP:
-		sp.Staleness, sp.Upper = vals[0], vals[1]
-	case PDSSP:
-		sp.Beta, sp.Staleness, sp.Upper = vals[0], vals[1], vals[2]
+		*sp.field(p.Field) = v
 	}
 	if err := sp.Validate(); err != nil {
 		return fail("%s", strings.TrimPrefix(err.Error(), ErrSpec.Error()+": "))
@@ -182,7 +132,8 @@ func (s Spec) Validate() error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("%w: %s", ErrSpec, fmt.Sprintf(format, a...))
 	}
-	if _, ok := kindNames[s.Kind]; !ok {
+	info := s.Kind.info()
+	if info.Kind == 0 {
 		return bad("unknown kind %d", s.Kind)
 	}
 	if s.Beta < 0 || s.Beta > MaxBeta {
@@ -191,18 +142,16 @@ func (s Spec) Validate() error {
 	if s.Staleness < 0 || s.Staleness > MaxStaleness || s.Upper < 0 || s.Upper > MaxStaleness {
 		return bad("staleness out of range [0, %d]", MaxStaleness)
 	}
-	uses := map[Kind][3]bool{ // beta, staleness, upper
-		ASP: {}, BSP: {}, SSP: {false, true, false}, PBSP: {true, false, false},
-		PSSP: {true, true, false}, DSSP: {false, true, true}, PDSSP: {true, true, true},
-	}[s.Kind]
-	if (!uses[0] && s.Beta != 0) || (!uses[1] && s.Staleness != 0) || (!uses[2] && s.Upper != 0) {
-		return bad("%s does not take the parameters set in %+v", s.Kind, s)
+	for _, f := range []Field{FieldBeta, FieldStaleness, FieldUpper} {
+		if !info.Takes(f) && *s.field(f) != 0 {
+			return bad("%s does not take the parameters set in %+v", s.Kind, s)
+		}
 	}
-	if uses[2] && s.Upper < s.Staleness {
+	if info.Takes(FieldUpper) && s.Upper < s.Staleness {
 		return bad("S_L=%d is above S_U=%d", s.Staleness, s.Upper)
 	}
-	if s.Auto && (!uses[0] || s.Beta != AutoBetaCap) {
-		return bad("an auto sample size is for pbsp, pssp and pdssp, with Beta %d", AutoBetaCap)
+	if s.Auto && (!info.Takes(FieldBeta) || s.Beta != AutoBetaCap) {
+		return bad("an auto sample size is for %s, with Beta %d", KindList("and", takesBeta), AutoBetaCap)
 	}
 	return nil
 }
@@ -228,20 +177,36 @@ func (s Spec) betaText() string {
 
 // String returns the canonical spec ("pssp:10:4").
 func (s Spec) String() string {
-	switch s.Kind {
-	case SSP:
-		return fmt.Sprintf("ssp:%d", s.Staleness)
-	case PBSP:
-		return fmt.Sprintf("pbsp:%s", s.betaText())
-	case PSSP:
-		return fmt.Sprintf("pssp:%s:%d", s.betaText(), s.Staleness)
-	case DSSP:
-		return fmt.Sprintf("dssp:%d:%d", s.Staleness, s.Upper)
-	case PDSSP:
-		return fmt.Sprintf("pdssp:%s:%d:%d", s.betaText(), s.Staleness, s.Upper)
+	info := s.Kind.info()
+	if info.Kind == 0 {
+		return s.Kind.String()
 	}
-	return s.Kind.String()
+	out := info.Name
+	for _, p := range info.Params {
+		if p.Field == FieldBeta {
+			out += ":" + s.betaText()
+			continue
+		}
+		out += ":" + strconv.Itoa(*s.field(p.Field))
+	}
+	return out
 }
+
+// field is the Spec field f.
+func (s *Spec) field(f Field) *int {
+	switch f {
+	case FieldBeta:
+		return &s.Beta
+	case FieldStaleness:
+		return &s.Staleness
+	case FieldUpper:
+		return &s.Upper
+	}
+	panic(fmt.Sprintf("psp: no Spec field %d", f))
+}
+
+// takesBeta keeps the kinds with a sample size (KindList).
+func takesBeta(k KindInfo) bool { return k.Takes(FieldBeta) }
 
 // MarshalText makes a Spec print as its canonical string in JSON and flags.
 func (s Spec) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
@@ -256,17 +221,21 @@ func (s *Spec) UnmarshalText(b []byte) error {
 	return nil
 }
 
+// Scope is which peers the barrier's check asks (its kind's Scope; 0 for
+// an invalid kind).
+func (s Spec) Scope() Scope { return s.Kind.info().Scope }
+
 // Probabilistic reports whether the barrier decides on a sample of β peers
 // (pBSP, pSSP, pDSSP) rather than on every node.
-func (s Spec) Probabilistic() bool { return s.Kind == PBSP || s.Kind == PSSP || s.Kind == PDSSP }
+func (s Spec) Probabilistic() bool { return s.Scope() == Sampled }
 
 // Global reports whether the barrier needs every node's step (BSP, SSP,
 // DSSP). In a real network that means every peer the node knows; testnets
 // and the simulator may offer an oracle of true global state as a baseline.
-func (s Spec) Global() bool { return s.Kind == BSP || s.Kind == SSP || s.Kind == DSSP }
+func (s Spec) Global() bool { return s.Scope() == Everyone }
 
 // Dynamic reports whether the staleness varies at run time (DSSP, pDSSP).
-func (s Spec) Dynamic() bool { return s.Kind == DSSP || s.Kind == PDSSP }
+func (s Spec) Dynamic() bool { return s.Kind.info().Dynamic }
 
 // SampleSize returns how many of the other nodes a node must observe to
 // decide: 0 for ASP, all of them for the global barriers, and min(β, others)
@@ -275,24 +244,24 @@ func (s Spec) SampleSize(others int) int {
 	if others < 0 {
 		others = 0
 	}
-	switch {
-	case s.Kind == ASP:
+	switch s.Scope() {
+	case NoCheck:
 		return 0
-	case s.Global():
+	case Everyone:
 		return others
-	default:
-		return min(s.BetaFor(float64(others+1)), others)
 	}
+	return min(s.BetaFor(float64(others+1)), others)
 }
 
 // BaseStaleness is the staleness the barrier applies before any dynamic
-// allowance: 0 for BSP and pBSP, s for SSP and pSSP, S_L for DSSP and pDSSP,
-// and -1 (no bound) for ASP.
+// allowance: its Staleness (s, or S_L) if its kind takes one, else 0 (BSP,
+// pBSP), and -1 (no bound) for a kind that never checks (ASP).
 func (s Spec) BaseStaleness() int {
-	switch s.Kind {
-	case ASP:
+	info := s.Kind.info()
+	switch {
+	case info.Scope == NoCheck:
 		return -1
-	case SSP, PSSP, DSSP, PDSSP:
+	case info.Takes(FieldStaleness):
 		return s.Staleness
 	}
 	return 0

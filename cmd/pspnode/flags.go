@@ -19,8 +19,8 @@ const pollShareHelp = "waiting at a sampled barrier, re-check once per expected 
 const exchangeHelp = "how nodes combine their work: epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N; epidemic:S:bf16 or epidemic:S:int8 send it compressed, with error feedback; receivers take any encoding) or gossip (every update to every node over GossipSub: every node sees every gradient, traffic per node grows with N); see docs/exchange.md. Nodes of a job must agree"
 
 // paceHelp is --pace's help, shared by run, testnet and sim
-// (psp.PaceConfig).
-const paceHelp = "the pace rule of pbsp and pssp checks, FACTOR:HORIZON or off: a sampled peer behind the threshold that steps more than FACTOR times slower than this node's own compute time, or would need more than HORIZON of this node's steps to reach the threshold, is not waited for (docs/barriers.md)"
+// (psp.PaceConfig), naming the kinds the rule applies to.
+var paceHelp = "the pace rule of " + psp.KindList("and", func(k psp.KindInfo) bool { return k.Pace }) + " checks, FACTOR:HORIZON or off: a sampled peer behind the threshold that steps more than FACTOR times slower than this node's own compute time, or would need more than HORIZON of this node's steps to reach the threshold, is not waited for (docs/barriers.md)"
 
 // paceFlag is --pace: FACTOR:HORIZON, or off.
 type paceFlag struct{ c psp.PaceConfig }
@@ -82,6 +82,14 @@ func (l *floatList) Set(v string) error {
 	*l = out
 	return nil
 }
+
+// barrierHelp is --barrier's help: what follows names the spec (or list)
+// the flag takes, then the grammar (psp.Grammar).
+func barrierHelp(what string) string { return what + " (" + psp.Grammar + ")" }
+
+// barrierSpecsHelp is the list of barrier kinds closing the long help of
+// the commands that take --barrier (psp.KindsHelp).
+var barrierSpecsHelp = "\n\nBarrier specs (--barrier):\n" + psp.KindsHelp("  ")
 
 // specList is a comma-separated list of barrier specs.
 type specList []psp.Spec

@@ -126,7 +126,7 @@ func addRunFlags(fs *flag.FlagSet) *runFlags {
 	fs.Var(&f.listen, "listen", "multiaddrs to listen on, repeatable or comma-separated (default TCP and QUIC on all interfaces, port 4001)")
 	fs.Var(&f.bootstrap, "bootstrap", "peers to join through: HOST:PORT (a node's TCP address; its peer ID is learnt by a handshake, through the swarm key if set: every worker may be given the same one, the node at it included, as DDP's MASTER_ADDR:MASTER_PORT) or multiaddrs ending in /p2p/<id> (/ip4, /ip6, /dns4, /dns6); repeatable or comma-separated; unreachable ones are retried with backoff (none for the first node)")
 	f.mdns = fs.Bool("mdns", false, "find the job's other nodes on the local network with no address (mDNS); off by default: it announces on the network that a node of the job runs here, and where")
-	fs.Var(&f.barrier, "barrier", "barrier spec ("+psp.Grammar+")")
+	fs.Var(&f.barrier, "barrier", barrierHelp("barrier spec"))
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
 	fs.Var(&f.pace, "pace", paceHelp)
 	fs.Var(&f.exchange, "exchange", exchangeHelp)
@@ -155,7 +155,7 @@ Example, two nodes on one machine, both given the first one's address (as
 DDP's ranks are given MASTER_ADDR:MASTER_PORT; the first finds it is its own
 and starts the job):
   pspnode run --listen /ip4/127.0.0.1/tcp/4001 --bootstrap 127.0.0.1:4001 --http 127.0.0.1:9090
-  pspnode run --listen /ip4/127.0.0.1/tcp/4002 --bootstrap 127.0.0.1:4001`,
+  pspnode run --listen /ip4/127.0.0.1/tcp/4002 --bootstrap 127.0.0.1:4001` + barrierSpecsHelp,
 		FlagSet: fs,
 		Options: append(envOptions(), ff.WithConfigFileFlag("config"), ff.WithConfigFileParser(ff.PlainParser)),
 		Exec: func(ctx context.Context, args []string) error {

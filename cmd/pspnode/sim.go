@@ -42,7 +42,7 @@ func simCommand(stdout, stderr io.Writer) *ffcli.Command {
 		asJSON    = fs.Bool("json", false, "print exactly one JSON value on stdout (an object, or an array for several runs)")
 	)
 	_ = barriers.Set(paperBarriers)
-	fs.Var(&barriers, "barrier", "barrier spec, or a comma-separated list to compare ("+psp.Grammar+")")
+	fs.Var(&barriers, "barrier", barrierHelp("barrier spec, or a comma-separated list to compare"))
 	fs.Var(&sweep, "sweep-beta", "run the (single, probabilistic) barrier once per sample size in this list, e.g. 0,1,2,4,8,16,32,64")
 	fs.Var(&stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&factor, "straggle-factor", "task time multiplier of stragglers")
@@ -62,7 +62,7 @@ Examples:
   pspnode sim --barrier pbsp:10 --sweep-beta 0,1,2,4,8,16,32,64 --json
   pspnode sim --barrier bsp,pssp:10:4 --churn 0.2 --churn-mode crash
   pspnode sim --nodes 10000 --barrier pbsp:10 --mode poll
-  pspnode sim --barrier pbsp:10,pssp:10:4 --mode timed   # the nodes' own re-check policy`,
+  pspnode sim --barrier pbsp:10,pssp:10:4 --mode timed   # the nodes' own re-check policy` + barrierSpecsHelp,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {
@@ -100,7 +100,7 @@ Examples:
 				if !barrierSet {
 					base = psp.Spec{Kind: psp.PBSP} // a sweep of the paper's pBSP
 				} else if len(specs) != 1 || !base.Probabilistic() {
-					return usagef("--sweep-beta needs one probabilistic barrier (pbsp, pssp or pdssp), got %q", barriers.String())
+					return usagef("--sweep-beta needs one probabilistic barrier (%s), got %q", psp.KindList("or", func(k psp.KindInfo) bool { return k.Scope == psp.Sampled }), barriers.String())
 				}
 				specs = nil
 				for _, b := range sweep {

@@ -132,7 +132,7 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.poolSize = fs.Int("pool-size", 0, "each node's sampler pool, peers kept connected and verified (0: by --nodes: 64, 32 above 100 nodes, 24 above 500, 32 over tcp; at least β)")
 	f.force = fs.Bool("force", false, "run even when the run's memory estimate exceeds the memory this machine has available (it is refused otherwise)")
 	f.gcPercent = fs.Int("gc-percent", 0, "the Go collector's heap growth target (GOGC) for this process; 0: 200 up to 500 nodes, Go's 100 above (memory); a GOGC environment variable wins. The memory estimate follows it: 50 takes about a fifth less memory for a third more CPU at 1000 nodes")
-	fs.Var(&f.barriers, "barrier", "barrier spec, or a comma-separated list run one after another and compared ("+psp.Grammar+")")
+	fs.Var(&f.barriers, "barrier", barrierHelp("barrier spec, or a comma-separated list run one after another and compared"))
 	fs.Var(&f.stragg, "stragglers", "fraction of nodes that are stragglers")
 	fs.Var(&f.factor, "straggle-factor", "task time multiplier of stragglers")
 	fs.Var(&f.pollShare, "poll-share", pollShareHelp)
@@ -181,7 +181,7 @@ bridge, and reads the report from the nodes' /status and /metrics. It
 needs root and iproute2 (ip, tc), and nftables with --nat. Links take
 --bandwidth (tc tbf), not --latency or --loss (tc netem). Everything it
 makes is removed when it ends or is interrupted; --cleanup removes what a
-killed run left.`,
+killed run left.` + barrierSpecsHelp,
 		FlagSet: fs,
 		Options: envOptions(),
 		Exec: func(ctx context.Context, args []string) error {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strings"
 
 	"github.com/pspnode/pspnode/psp"
 )
@@ -146,8 +147,8 @@ func (c Config) Validate() error {
 	if !(c.StraggleFactor >= 1) || math.IsInf(c.StraggleFactor, 0) {
 		bad("straggle factor %v must be >= 1", c.StraggleFactor)
 	}
-	if c.Mode == Timed && c.Barrier.Kind == psp.DSSP {
-		bad("timed mode runs the nodes' barrier policy; the simulator's DSSP is the server-based baseline: use fidelity or poll")
+	if c.Mode == Timed && server(c.Barrier) {
+		bad("timed mode runs the nodes' barrier policy; the simulator's %s is the server-based baseline: use fidelity or poll", strings.ToUpper(c.Barrier.Kind.String()))
 	}
 	if c.Mode == Poll && !(c.PollInterval > 0) {
 		bad("poll interval %v must be positive", c.PollInterval)
@@ -162,4 +163,11 @@ func (c Config) Validate() error {
 		bad("record interval %v too small for duration %v", c.RecordEvery, c.Duration)
 	}
 	return errors.Join(errs...)
+}
+
+// server reports whether the simulator runs sp as its kind's server-based
+// baseline (psp.DSSPController) rather than through each node's Checker.
+func server(sp psp.Spec) bool {
+	info, _ := sp.Kind.Info()
+	return info.Server
 }

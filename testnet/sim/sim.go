@@ -121,11 +121,11 @@ func Run(cfg Config) (*Result, error) {
 	s.lagR = cfg.LagR
 	if s.lagR < 0 {
 		s.lagR = max(cfg.Barrier.BaseStaleness(), 0)
-		if cfg.Barrier.Kind == psp.ASP {
+		if cfg.Barrier.BaseStaleness() < 0 { // no bound (ASP): the paper's r
 			s.lagR = 4
 		}
 	}
-	if cfg.Barrier.Kind == psp.DSSP {
+	if server(cfg.Barrier) {
 		s.ctrl = psp.NewDSSPController(0, cfg.Barrier.Staleness, cfg.Barrier.Upper)
 	}
 	// Stragglers: exactly round(F·N) nodes, chosen by the seed.
@@ -185,7 +185,7 @@ func (s *sim) addNode(step psp.Step, factor float64) int {
 		alive:  true, inView: true,
 		joinedAt: s.now, progress: s.now, lastDone: s.now,
 	}
-	if s.cfg.Barrier.Kind != psp.DSSP {
+	if !server(s.cfg.Barrier) {
 		n.checker = psp.NewChecker(psp.CheckConfig{Spec: s.cfg.Barrier, Replacements: 2, GlobalQueries: 32, Timing: psp.DefaultTimingConfig(), Pace: s.cfg.Pace}, nil)
 	}
 	if s.ctrl != nil {
