@@ -8,25 +8,27 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/f32"
+	"github.com/pspnode/pspnode/internal/wire"
 )
 
 // Reason names why an incoming update was dropped. Reasons are metric label
-// values, so they are short snake_case words.
-type Reason string
+// values, so they are short snake_case words. (The type is the wire
+// formats': they give the same reasons for the exchange protocol's models.)
+type Reason = wire.Reason
 
 // Rejection reasons.
 const (
-	ReasonOversize        Reason = "oversize"           // message longer than MaxMessageSize
-	ReasonMalformed       Reason = "malformed"          // does not parse
-	ReasonBadVersion      Reason = "bad_version"        // unknown wire version
-	ReasonBadEncoding     Reason = "bad_encoding"       // unknown encoding kind
-	ReasonSenderMismatch  Reason = "sender_mismatch"    // sender field != signed pubsub From
-	ReasonModelMismatch   Reason = "model_mismatch"     // model ID differs from ours
-	ReasonWrongLength     Reason = "wrong_length"       // param count differs from ours
-	ReasonNonFinite       Reason = "non_finite"         // NaN or ±Inf value
-	ReasonValueTooLarge   Reason = "value_too_large"    // |value| > MaxAbsValue
-	ReasonNegativeStep    Reason = "negative_step"      // step < 0
-	ReasonStepTooFarAhead Reason = "step_too_far_ahead" // step > local step + MaxStepAhead
+	ReasonOversize        = wire.ReasonOversize        // message longer than MaxMessageSize
+	ReasonMalformed       = wire.ReasonMalformed       // does not parse
+	ReasonBadVersion      = wire.ReasonBadVersion      // unknown wire version
+	ReasonBadEncoding     = wire.ReasonBadEncoding     // unknown encoding kind
+	ReasonSenderMismatch  = wire.ReasonSenderMismatch  // sender field != signed pubsub From
+	ReasonModelMismatch   = wire.ReasonModelMismatch   // model ID differs from ours
+	ReasonWrongLength     = wire.ReasonWrongLength     // param count differs from ours
+	ReasonNonFinite       = wire.ReasonNonFinite       // NaN or ±Inf value
+	ReasonValueTooLarge   = wire.ReasonValueTooLarge   // |value| > MaxAbsValue
+	ReasonNegativeStep    = wire.ReasonNegativeStep    // step < 0
+	ReasonStepTooFarAhead = wire.ReasonStepTooFarAhead // step > local step + MaxStepAhead
 )
 
 // Reasons lists every rejection reason, for metrics and reports.
@@ -35,13 +37,6 @@ var Reasons = []Reason{
 	ReasonSenderMismatch, ReasonModelMismatch, ReasonWrongLength, ReasonNonFinite,
 	ReasonValueTooLarge, ReasonNegativeStep, ReasonStepTooFarAhead,
 }
-
-// Ignore reports whether a message dropped for this reason should be ignored
-// rather than rejected in GossipSub terms. Only a step too far ahead is
-// ignored: it depends on the receiver's own progress, so an honest fast peer
-// (or a slow receiver) can trigger it and must not lose score. Every other
-// reason is a property of the message alone and costs the sender score.
-func (r Reason) Ignore() bool { return r == ReasonStepTooFarAhead }
 
 // RejectError is the error Validate returns: the reason and the detail.
 type RejectError struct {

@@ -4,8 +4,6 @@ import (
 	"encoding/binary"
 	"io"
 	"math"
-
-	"github.com/pspnode/pspnode/gossip"
 )
 
 // Compressed encodings of an exchanged model's values (an offer's
@@ -31,7 +29,7 @@ const (
 )
 
 // ReasonBadScale: an int8 chunk's scale is not finite or is negative.
-const ReasonBadScale gossip.Reason = "bad_scale"
+const ReasonBadScale Reason = "bad_scale"
 
 // EncodedLen is the bytes n values take in encoding enc.
 func EncodedLen(enc byte, n int) int {
@@ -89,7 +87,7 @@ func encodeValues(b []byte, enc byte, v []float32) []byte {
 
 // readValues reads len(v) values of encoding enc (bf16 or int8) from r
 // into v, a chunk at a time: a refusal reason, or an error when r fails.
-func readValues(r io.Reader, enc byte, v []float32) (gossip.Reason, error) {
+func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 	var raw [4 + 2*Int8Chunk]byte
 	for lo := 0; lo < len(v); lo += Int8Chunk {
 		hi := min(lo+Int8Chunk, len(v))
@@ -115,7 +113,7 @@ func readValues(r io.Reader, enc byte, v []float32) (gossip.Reason, error) {
 				v[i] = float32(int8(b[4+i-lo])) * s
 			}
 		default:
-			return gossip.ReasonBadEncoding, nil
+			return ReasonBadEncoding, nil
 		}
 	}
 	return "", nil

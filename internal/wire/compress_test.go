@@ -13,7 +13,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/vclock"
 )
@@ -66,11 +65,11 @@ type keeper struct {
 	vals []float32
 }
 
-func (k *keeper) Offer(peer.ID, Offer) gossip.Reason { return "" }
+func (k *keeper) Offer(peer.ID, Offer) Reason { return "" }
 
-func (k *keeper) Block(_ peer.ID, o Offer, b int, v []float32) gossip.Reason {
+func (k *keeper) Block(_ peer.ID, o Offer, b int, v []float32) Reason {
 	if !f32.Within(v, f32.Limit(1e4)) {
-		return gossip.ReasonNonFinite
+		return ReasonNonFinite
 	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
@@ -82,7 +81,7 @@ func (k *keeper) Block(_ peer.ID, o Offer, b int, v []float32) gossip.Reason {
 	return ""
 }
 
-func (k *keeper) End(_ peer.ID, _ Offer, _ int, r gossip.Reason) gossip.Reason { return r }
+func (k *keeper) End(_ peer.ID, _ Offer, _ int, r Reason) Reason { return r }
 
 // A model sent in bf16 or int8 arrives as Quantize makes it, in
 // EncodedLen bytes a block; an int8 chunk whose scale is not finite or is
@@ -148,12 +147,12 @@ func TestExchangeCompressed(t *testing.T) {
 			name  string
 			enc   byte
 			bytes []byte
-			why   gossip.Reason
+			why   Reason
 		}{
 			{"int8 scale NaN", EncodingInt8, int8Block(float32(math.NaN())), ReasonBadScale},
 			{"int8 scale +Inf", EncodingInt8, int8Block(float32(math.Inf(1))), ReasonBadScale},
 			{"int8 scale negative", EncodingInt8, int8Block(-1), ReasonBadScale},
-			{"bf16 NaN", EncodingBF16, bf16NaN, gossip.ReasonNonFinite},
+			{"bf16 NaN", EncodingBF16, bf16NaN, ReasonNonFinite},
 		} {
 			before := counted(rejected, string(tc.why))
 			k.vals = nil

@@ -15,7 +15,6 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
 )
 
@@ -53,35 +52,35 @@ func BlockRange(b, n int) (lo, hi int) {
 	return lo, min(lo+ExchangeBlock, n)
 }
 
-// Reasons a received model is refused, beside gossip's validation reasons
-// (see gossip.Reason): the sender runs another exchange; the model is too
+// Reasons a received model is refused, beside those of gossip's validation
+// (reason.go): the sender runs another exchange; the model is too
 // far from the receiver's; the sender sent more models since the
 // receiver's last average than it may; the sender was last heard on
 // another lineage of the job; the receiver has no model of its own yet to
 // judge it by; a block came out of order or of the wrong size.
 const (
-	ReasonExchangeMismatch gossip.Reason = "exchange_mismatch"
-	ReasonDistance         gossip.Reason = "distance"
-	ReasonRate             gossip.Reason = "rate"
-	ReasonOtherLineage     gossip.Reason = "other_lineage"
-	ReasonNoModel          gossip.Reason = "no_model"
-	ReasonBadBlock         gossip.Reason = "bad_block"
+	ReasonExchangeMismatch Reason = "exchange_mismatch"
+	ReasonDistance         Reason = "distance"
+	ReasonRate             Reason = "rate"
+	ReasonOtherLineage     Reason = "other_lineage"
+	ReasonNoModel          Reason = "no_model"
+	ReasonBadBlock         Reason = "bad_block"
 )
 
 // exchangeCodes are the reply statuses: the index is the code; 0 means
 // taken (or, in a verdict, "send the blocks"). New reasons go at the end.
-var exchangeCodes = []gossip.Reason{
-	"", ReasonExchangeMismatch, gossip.ReasonMalformed, gossip.ReasonBadVersion, gossip.ReasonBadEncoding,
-	gossip.ReasonSenderMismatch, gossip.ReasonModelMismatch, gossip.ReasonWrongLength, gossip.ReasonNonFinite,
-	gossip.ReasonValueTooLarge, gossip.ReasonNegativeStep, gossip.ReasonStepTooFarAhead, gossip.ReasonOversize,
+var exchangeCodes = []Reason{
+	"", ReasonExchangeMismatch, ReasonMalformed, ReasonBadVersion, ReasonBadEncoding,
+	ReasonSenderMismatch, ReasonModelMismatch, ReasonWrongLength, ReasonNonFinite,
+	ReasonValueTooLarge, ReasonNegativeStep, ReasonStepTooFarAhead, ReasonOversize,
 	ReasonDistance, ReasonRate, ReasonOtherLineage, ReasonNoModel, ReasonBadBlock, ReasonBadScale,
 }
 
 // ExchangeReasons are the reasons an exchange reply can give for a
 // refusal, in the order of their codes.
-func ExchangeReasons() []gossip.Reason { return exchangeCodes[1:] }
+func ExchangeReasons() []Reason { return exchangeCodes[1:] }
 
-func exchangeCode(r gossip.Reason) byte {
+func exchangeCode(r Reason) byte {
 	for i, c := range exchangeCodes {
 		if c == r {
 			return byte(i)
@@ -143,16 +142,16 @@ func ParseOffer(body []byte) (Offer, error) {
 
 // Check says what is wrong with an offer for a model of n values and
 // model ID id, whatever the receiver's state: "" when nothing is.
-func (o Offer) Check(id uint32, n int) gossip.Reason {
+func (o Offer) Check(id uint32, n int) Reason {
 	switch {
 	case o.Encoding != EncodingFloat32 && o.Encoding != EncodingBF16 && o.Encoding != EncodingInt8:
-		return gossip.ReasonBadEncoding
+		return ReasonBadEncoding
 	case o.ModelID != id:
-		return gossip.ReasonModelMismatch
+		return ReasonModelMismatch
 	case int64(o.N) != int64(n):
-		return gossip.ReasonWrongLength
+		return ReasonWrongLength
 	case o.Step < 0:
-		return gossip.ReasonNegativeStep
+		return ReasonNegativeStep
 	case o.Block != ExchangeBlock || o.Count == 0 || int64(o.First)+int64(o.Count) > int64(Blocks(n)):
 		return ReasonBadBlock
 	}
@@ -176,7 +175,7 @@ type ExchangeStats struct {
 // ctx ends the whole. buf is a buffer of a block's values (nil: one is
 // made). It returns the reason p refused the model ("" when
 // it took it) and p's exchange kind.
-func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer, fill func(b int, dst []float32), buf []float32, step time.Duration) (reason gossip.Reason, theirs byte, st ExchangeStats, err error) {
+func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer, fill func(b int, dst []float32), buf []float32, step time.Duration) (reason Reason, theirs byte, st ExchangeStats, err error) {
 	s, err := h.NewStream(ctx, p, ExchangeProtocol(job))
 	if err != nil {
 		return "", 0, st, err
@@ -233,7 +232,7 @@ func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer,
 }
 
 // readReply reads a verdict or a final answer.
-func readReply(r *bufio.Reader) (gossip.Reason, byte, error) {
+func readReply(r *bufio.Reader) (Reason, byte, error) {
 	reply, err := ReadFrame(r, replyLen)
 	if err == nil && (len(reply) != replyLen || reply[0] != ExchangeVersion || int(reply[1]) >= len(exchangeCodes)) {
 		err = fmt.Errorf("%w: exchange reply % x", ErrMalformed, reply)
@@ -245,7 +244,7 @@ func readReply(r *bufio.Reader) (gossip.Reason, byte, error) {
 }
 
 // writeReply writes a verdict or a final answer.
-func writeReply(w io.Writer, reason gossip.Reason, kind byte) error {
+func writeReply(w io.Writer, reason Reason, kind byte) error {
 	return WriteFrame(w, []byte{ExchangeVersion, exchangeCode(reason), kind})
 }
 
@@ -279,16 +278,16 @@ type ExchangeJudge interface {
 	// Offer judges an offer from its head alone (checked with
 	// Offer.Check): "" to have the blocks sent. A refused model's blocks
 	// never flow.
-	Offer(from peer.ID, o Offer) gossip.Reason
+	Offer(from peer.ID, o Offer) Reason
 	// Block judges and takes block b of a model whose offer it took:
 	// values (BlockRange(b, N)) are valid only during the call. A refusal
 	// ends the transfer; the blocks taken before stay taken.
-	Block(from peer.ID, o Offer, b int, values []float32) gossip.Reason
+	Block(from peer.ID, o Offer, b int, values []float32) Reason
 	// End is called once for every offer Offer took, when its transfer
 	// ends: taken blocks of o.Count came (complete when all did), and
 	// reason is why it ended early ("" when it did not). It returns the
 	// final answer the sender gets.
-	End(from peer.ID, o Offer, taken int, reason gossip.Reason) gossip.Reason
+	End(from peer.ID, o Offer, taken int, reason Reason) Reason
 }
 
 // ExchangeServer takes in models sent by peers.
@@ -359,7 +358,7 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 		o, err = ParseOffer(body)
 	}
 	if err != nil {
-		sv.refused(gossip.ReasonMalformed, from, err)
+		sv.refused(ReasonMalformed, from, err)
 		_ = s.Reset()
 		return
 	}
@@ -381,7 +380,7 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 		return
 	}
 	if err := writeReply(s, "", sv.Kind); err != nil {
-		sv.Judge.End(from, o, 0, gossip.ReasonMalformed)
+		sv.Judge.End(from, o, 0, ReasonMalformed)
 		_ = s.Reset()
 		return
 	}
@@ -408,7 +407,7 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 // buffer of the budget, and has the judge take each: it returns how many
 // it took, why it stopped early ("" when it did not), and whether every
 // byte of the model was read.
-func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, gossip.Reason, bool) {
+func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, Reason, bool) {
 	var head [chunkHeadLen]byte
 	for i := range int(o.Count) {
 		b := int(o.First) + i
@@ -416,7 +415,7 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		dl.arm()
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			sv.Log.Debug("exchange block not received", "from", from, "block", b, "err", err)
-			return i, gossip.ReasonMalformed, false
+			return i, ReasonMalformed, false
 		}
 		if int(binary.BigEndian.Uint32(head[0:])) != b || int(binary.BigEndian.Uint32(head[4:])) != hi-lo {
 			return i, ReasonBadBlock, false // its values are not read
@@ -425,11 +424,11 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		buf, err := sv.Budget.get(bctx)
 		cancel()
 		if err != nil {
-			return i, gossip.ReasonMalformed, false
+			return i, ReasonMalformed, false
 		}
 		v := buf[:hi-lo]
 		dl.arm()
-		var reason gossip.Reason
+		var reason Reason
 		if o.Encoding == EncodingFloat32 {
 			err = readFloats(r, v)
 		} else {
@@ -438,7 +437,7 @@ func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio
 		if err != nil {
 			sv.Budget.put(buf)
 			sv.Log.Debug("exchange block truncated", "from", from, "block", b, "err", err)
-			return i, gossip.ReasonMalformed, false
+			return i, ReasonMalformed, false
 		}
 		if reason != "" { // a bad scale: the rest of the block is not read
 			sv.Budget.put(buf)
@@ -492,7 +491,7 @@ func readFloats(r io.Reader, v []float32) error {
 	return nil
 }
 
-func (sv *ExchangeServer) refused(reason gossip.Reason, from peer.ID, err error) {
+func (sv *ExchangeServer) refused(reason Reason, from peer.ID, err error) {
 	sv.Rejected.WithLabelValues(string(reason)).Inc()
 	if err != nil {
 		sv.Log.Debug("exchange request malformed", "from", from, "err", err)

@@ -14,7 +14,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 
-	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
@@ -26,19 +25,19 @@ type judge struct {
 	mu     sync.Mutex
 	offers int
 	blocks []int
-	ends   []gossip.Reason
+	ends   []Reason
 }
 
-func (j *judge) Offer(peer.ID, Offer) gossip.Reason {
+func (j *judge) Offer(peer.ID, Offer) Reason {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.offers++
 	return ""
 }
 
-func (j *judge) Block(_ peer.ID, _ Offer, b int, v []float32) gossip.Reason {
+func (j *judge) Block(_ peer.ID, _ Offer, b int, v []float32) Reason {
 	if !f32.Within(v, f32.Limit(1e4)) {
-		return gossip.ReasonNonFinite
+		return ReasonNonFinite
 	}
 	j.mu.Lock()
 	defer j.mu.Unlock()
@@ -46,7 +45,7 @@ func (j *judge) Block(_ peer.ID, _ Offer, b int, v []float32) gossip.Reason {
 	return ""
 }
 
-func (j *judge) End(_ peer.ID, _ Offer, _ int, r gossip.Reason) gossip.Reason {
+func (j *judge) End(_ peer.ID, _ Offer, _ int, r Reason) Reason {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	j.ends = append(j.ends, r)
@@ -130,14 +129,14 @@ func TestExchangeServerBlocks(t *testing.T) {
 			name  string
 			bytes []byte
 			wait  time.Duration
-			why   gossip.Reason
+			why   Reason
 			taken int // blocks the judge took
 		}{
 			{"wrong index", block(1, ExchangeBlock, 1), 0, ReasonBadBlock, 0},
 			{"oversized block", block(0, ExchangeBlock+1, 1)[:8], 0, ReasonBadBlock, 0},
-			{"truncated body", block(0, ExchangeBlock, 1)[:1000], 0, gossip.ReasonMalformed, 0},
-			{"stall after a block", block(0, ExchangeBlock, 1), 3 * time.Second, gossip.ReasonMalformed, 1},
-			{"a NaN in the second block", append(block(0, ExchangeBlock, 1), block(1, ExchangeBlock, float32(math.NaN()))...), 0, gossip.ReasonNonFinite, 1},
+			{"truncated body", block(0, ExchangeBlock, 1)[:1000], 0, ReasonMalformed, 0},
+			{"stall after a block", block(0, ExchangeBlock, 1), 3 * time.Second, ReasonMalformed, 1},
+			{"a NaN in the second block", append(block(0, ExchangeBlock, 1), block(1, ExchangeBlock, float32(math.NaN()))...), 0, ReasonNonFinite, 1},
 		}
 		for _, tc := range cases {
 			j.mu.Lock()
@@ -164,14 +163,14 @@ func TestExchangeOfferDeclined(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		edit func(*Offer)
-		why  gossip.Reason
+		why  Reason
 	}{
-		{"another model", func(o *Offer) { o.ModelID = 8 }, gossip.ReasonModelMismatch},
-		{"another length", func(o *Offer) { o.N++ }, gossip.ReasonWrongLength},
+		{"another model", func(o *Offer) { o.ModelID = 8 }, ReasonModelMismatch},
+		{"another length", func(o *Offer) { o.N++ }, ReasonWrongLength},
 		{"another block size", func(o *Offer) { o.Block = 1024 }, ReasonBadBlock},
 		{"beyond the model", func(o *Offer) { o.First = 1 }, ReasonBadBlock},
-		{"negative step", func(o *Offer) { o.Step = -1 }, gossip.ReasonNegativeStep},
-		{"another encoding", func(o *Offer) { o.Encoding = 9 }, gossip.ReasonBadEncoding},
+		{"negative step", func(o *Offer) { o.Step = -1 }, ReasonNegativeStep},
+		{"another encoding", func(o *Offer) { o.Encoding = 9 }, ReasonBadEncoding},
 	} {
 		o := Offer{Kind: 1, Encoding: EncodingFloat32, Step: 3, ModelID: 7, N: 10, Block: ExchangeBlock, Count: 1}
 		tc.edit(&o)
