@@ -47,6 +47,7 @@ func (m *vecModel) SetParams(p []float64) error {
 type servedModel struct {
 	shape   wire.ModelShape
 	stallAt int
+	mul     float32 // serves value(i) × mul (0: × 1)
 	mu      sync.Mutex
 	served  []int
 }
@@ -60,8 +61,12 @@ func (m *servedModel) ReadModel(ctx context.Context, lo, hi int, dst []float32) 
 		<-ctx.Done() // a peer that stalls: the joiner's deadline ends it
 		return ctx.Err()
 	}
+	mul := m.mul
+	if mul == 0 {
+		mul = 1
+	}
 	for i := range dst {
-		dst[i] = value(lo + i)
+		dst[i] = value(lo+i) * mul
 	}
 	m.mu.Lock()
 	m.served = append(m.served, b)

@@ -369,6 +369,16 @@ func (n *Node) fetchJobModel(ctx context.Context, v jobView, from []peer.ID, ahe
 	// another model, fetchErr says so.
 	began := time.Now()
 	f, mismatches, err := n.mp.fetch(ctx, from, dst)
+	if err == nil {
+		// Each part's giver held to other peers' copies (crosscheck.go):
+		// an outvoted giver's parts come again from the others, once.
+		if out := n.mp.crossCheck(ctx, from, f, dst); len(out) > 0 {
+			from = slices.DeleteFunc(slices.Clone(from), func(p peer.ID) bool { return slices.Contains(out, p) })
+			var more []*ModelMismatchError
+			f, more, err = n.mp.fetch(ctx, from, dst)
+			mismatches = append(mismatches, more...)
+		}
+	}
 	for _, mm := range mismatches {
 		v.others = append(v.others, mm)
 		p, _ := peer.Decode(mm.Peer)

@@ -73,6 +73,9 @@ type fetched struct {
 	step  psp.Step
 	from  peer.ID
 	peers int // peers that gave a part
+	// block is one block each peer that gave a part gave (the first of
+	// its first range), for the cross-check (crosscheck.go).
+	block map[peer.ID]int
 }
 
 // fetchModel fetches the node's model from peers, in ranges of fetchRange
@@ -99,6 +102,7 @@ func (mp *modelProto) fetch(ctx context.Context, peers []peer.ID, dst []float32)
 		failed  int
 		lastErr = errors.New("no peer answered")
 		gave    = map[int]psp.Step{} // index in peers -> its step, for those that gave blocks
+		first   = map[int]int{}      // index in peers -> the first block it gave
 	)
 	for b := 0; b < nb; b += fetchRange {
 		todo = append(todo, span{b, min(fetchRange, nb-b)})
@@ -134,7 +138,7 @@ func (mp *modelProto) fetch(ctx context.Context, peers []peer.ID, dst []float32)
 			left -= taken
 			if taken > 0 {
 				if _, ok := gave[i]; !ok {
-					gave[i] = step
+					gave[i], first[i] = step, sp.first
 				}
 			}
 			if err == nil {
@@ -217,6 +221,10 @@ func (mp *modelProto) fetch(ctx context.Context, peers []peer.ID, dst []float32)
 		return f, mismatches, fmt.Errorf("%d of %d blocks of the model not fetched: %w", left, nb, lastErr)
 	}
 	f.peers = len(gave)
+	f.block = make(map[peer.ID]int, len(gave))
+	for i, b := range first {
+		f.block[peers[i]] = b
+	}
 	for i := range peers {
 		if s, ok := gave[i]; ok {
 			f.step, f.from = s, peers[i]

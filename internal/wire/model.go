@@ -135,7 +135,7 @@ func FetchBlocks(ctx context.Context, h host.Host, p peer.ID, job string, ours M
 		return 0, 0, err
 	}
 	_ = s.CloseWrite()
-	step, taken, err = readModelReply(bufio.NewReaderSize(s, 64<<10), ours, first, count, dst, maxAbs, dl.arm)
+	step, taken, err = readModelReply(bufio.NewReaderSize(s, 64<<10), ours, first, count, dst, 0, maxAbs, dl.arm)
 	if err != nil {
 		_ = s.Reset()
 		return step, taken, err
@@ -144,10 +144,41 @@ func FetchBlocks(ctx context.Context, h host.Host, p peer.ID, job string, ours M
 	return step, count, nil
 }
 
+// FetchBlock asks p, over h, for block b of its model alone, and reads it
+// into dst (the block's values: BlockRange(b, ours.N)), checked as
+// FetchBlocks checks: a witness's copy of one block, to compare with what
+// another peer served, without a second whole model in memory.
+func FetchBlock(ctx context.Context, h host.Host, p peer.ID, job string, ours ModelShape, b int, dst []float32, maxAbs float64, wait time.Duration) (psp.Step, error) {
+	lo, hi := BlockRange(b, ours.N)
+	if b < 0 || b >= Blocks(ours.N) || len(dst) != hi-lo {
+		return 0, fmt.Errorf("block %d of a model of %d blocks, into %d values", b, Blocks(ours.N), len(dst))
+	}
+	s, err := h.NewStream(ctx, p, ModelProtocol(job))
+	if err != nil {
+		return 0, err
+	}
+	defer Guard(ctx, s)()
+	dl := newDeadline(s, wait)
+	defer dl.stop()
+	if _, err := s.Write(AppendModelRequest(nil, b, 1)); err != nil {
+		_ = s.Reset()
+		return 0, err
+	}
+	_ = s.CloseWrite()
+	step, _, err := readModelReply(bufio.NewReaderSize(s, 64<<10), ours, b, 1, dst, lo, maxAbs, dl.arm)
+	if err != nil {
+		_ = s.Reset()
+		return step, err
+	}
+	_ = s.Close()
+	return step, nil
+}
+
 // readModelReply reads a reply to a request for count blocks from first:
-// its head (checked against ours), then the blocks into dst (the whole
-// model), each checked (see FetchBlocks); arm starts each block's wait.
-func readModelReply(r *bufio.Reader, ours ModelShape, first, count int, dst []float32, maxAbs float64, arm func()) (step psp.Step, taken int, err error) {
+// its head (checked against ours), then the blocks into dst (the model's
+// values from base: the whole model, or one block), each checked (see
+// FetchBlocks); arm starts each block's wait.
+func readModelReply(r *bufio.Reader, ours ModelShape, first, count int, dst []float32, base int, maxAbs float64, arm func()) (step psp.Step, taken int, err error) {
 	if step, err = ReadModelHead(r, ours); err != nil {
 		return 0, 0, err
 	}
@@ -167,7 +198,10 @@ func readModelReply(r *bufio.Reader, ours ModelShape, first, count int, dst []fl
 			return step, i, fmt.Errorf("%w: block %d of %d values came as block %d of %d", ErrMalformed, b, hi-lo,
 				binary.BigEndian.Uint32(head[0:]), binary.BigEndian.Uint32(head[4:]))
 		}
-		v := dst[lo:hi]
+		if lo < base || hi-base > len(dst) {
+			return step, i, fmt.Errorf("block %d of values [%d, %d) beyond the %d values from %d asked for", b, lo, hi, len(dst), base)
+		}
+		v := dst[lo-base : hi-base]
 		if err := readFloats(r, v); err != nil {
 			return step, i, fmt.Errorf("%w: block %d: %w", ErrMalformed, b, err)
 		}

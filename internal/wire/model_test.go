@@ -25,7 +25,7 @@ func modelReply(step int64, shape ModelShape, first int, values []float32, count
 
 func readModelBytes(b []byte, ours ModelShape, first, count int, maxAbs float64) ([]float32, int64, int, error) {
 	dst := make([]float32, ours.N)
-	step, taken, err := readModelReply(bufio.NewReader(bytes.NewReader(b)), ours, first, count, dst, maxAbs, func() {})
+	step, taken, err := readModelReply(bufio.NewReader(bytes.NewReader(b)), ours, first, count, dst, 0, maxAbs, func() {})
 	return dst, step, taken, err
 }
 

@@ -20,9 +20,10 @@ const (
 	KindPopulationOutlier = "population_outlier"
 	KindStepStreamEvicted = "step_stream_evicted"
 	KindIdleInboundClosed = "idle_inbound_closed"
+	KindModelOutvoted     = "model_outvoted"
 )
 
-var HostileKinds = []string{KindPopulationOutlier, KindStepStreamEvicted, KindIdleInboundClosed}
+var HostileKinds = []string{KindPopulationOutlier, KindStepStreamEvicted, KindIdleInboundClosed, KindModelOutvoted}
 
 // Reasons label psp_resets_total: the node converged on the job's
 // lineage, or it was far ahead of every peer it asked.
