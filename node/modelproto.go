@@ -66,7 +66,7 @@ func withFetchProgress(ctx context.Context, progress func(string)) context.Conte
 // fetchProgressEvery is how often a long fetch says how far it is.
 const fetchProgressEvery = 5 * time.Second
 
-// fetched is what fetchModel got: the model into dst, the step of the
+// fetched is what fetch got: the model into dst, the step of the
 // peer nearest the front of the list that gave a part of it, and who
 // gave it.
 type fetched struct {
@@ -78,7 +78,7 @@ type fetched struct {
 	block map[peer.ID]int
 }
 
-// fetchModel fetches the node's model from peers, in ranges of fetchRange
+// fetch fetches the node's model from peers, in ranges of fetchRange
 // blocks, from up to fetchPeers of them at once, in their order: a range
 // that a peer does not finish (its stream breaks or stalls past a block's
 // deadline, or a block is malformed) goes to another peer from the block
@@ -234,7 +234,7 @@ func (mp *modelProto) fetch(ctx context.Context, peers []peer.ID, dst []float32)
 	return f, mismatches, nil
 }
 
-// peekModel asks p for the head of its model's reply alone: nil if p runs
+// peek asks p for the head of its model's reply alone: nil if p runs
 // this node's model, a *ModelMismatchError if it runs another, or why p
 // did not say.
 func (mp *modelProto) peek(ctx context.Context, p peer.ID) error {
@@ -348,7 +348,7 @@ func to32(v []float64) []float32 {
 	return out
 }
 
-// serveModel is the model protocol's stream handler.
+// serve is the model protocol's stream handler.
 func (mp *modelProto) serve(s network.Stream) {
 	sv := wire.ModelServer{Life: mp.life, Timeout: 10 * mp.timeout, Source: mp.src, Budget: mp.budget,
 		Bad: mp.m.ModelBad, None: mp.m.ModelNone, Over: mp.m.ModelBudget, Log: mp.log}
