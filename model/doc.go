@@ -22,14 +22,14 @@
 //
 // # Training and updates
 //
-// A Trainer owns one node's parameters and shard. Step runs one step of
+// An SGD owns one node's parameters and shard. Step runs one step of
 // mini-batch SGD with the learning rate LR0/(1 + Decay·t) of local step t,
 // applies it locally and returns the update delta = new − old, which the
 // node publishes. Apply adds an update received from a peer. Updates are
 // additive, so every node's model is the initial parameters plus the sum of
 // the updates it has applied, its own included (read-my-writes). Apply and
 // SetParams reject, without touching the parameters, vectors of the wrong
-// length (ErrLength) or holding NaN or ±Inf (ErrNotFinite). A Trainer is
+// length (ErrLength) or holding NaN or ±Inf (ErrNotFinite). An SGD is
 // safe for concurrent use: the node's loop calls Step while the gossip
 // goroutine calls Apply; Step computes its gradient on a snapshot, outside
 // the lock, so Apply never waits for a gradient.

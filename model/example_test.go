@@ -23,7 +23,7 @@ func Example() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	tr, err := model.NewTrainer(m, shard, m.Init(nil), model.DefaultSGDConfig())
+	tr, err := model.NewSGD(m, shard, m.Init(nil), model.DefaultSGDConfig())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -45,10 +45,10 @@ func Example() {
 }
 
 // Apply rejects a bad update and leaves the parameters as they were.
-func ExampleTrainer_Apply() {
+func ExampleSGD_Apply() {
 	data, _ := model.Open("synthetic:regression")
 	m, _ := model.New("linreg", data.Train.Dim, 0)
-	tr, _ := model.NewTrainer(m, data.Train, m.Init(nil), model.DefaultSGDConfig())
+	tr, _ := model.NewSGD(m, data.Train, m.Init(nil), model.DefaultSGDConfig())
 
 	fmt.Println(tr.Apply(make([]float64, 3)))
 	bad := make([]float64, m.NumParams())

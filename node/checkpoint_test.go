@@ -36,7 +36,7 @@ func TestNodeResumesFromCheckpoint(t *testing.T) {
 		if other.Step() != 12 {
 			t.Errorf("resumed at step %d, want 12", other.Step())
 		}
-		if got := other.model.(*builtin.ModelTask).Trainer().Steps(); got != 12 {
+		if got := other.model.(*builtin.ModelTask).SGD().Steps(); got != 12 {
 			t.Errorf("resumed schedule at step %d, want 12", got)
 		}
 		got := other.model.Params()

@@ -30,7 +30,7 @@ func newTestTrainer(t testing.TB, init []float64) *builtin.ModelTask {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := model.NewTrainer(m, ds, init, model.DefaultSGDConfig())
+	tr, err := model.NewSGD(m, ds, init, model.DefaultSGDConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -39,7 +39,7 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 		if got := joiner.Step(); got != 100 {
 			t.Fatalf("joiner at step %d, want the job's 100", got)
 		}
-		if got := joiner.model.(*builtin.ModelTask).Trainer().Steps(); got != 100 {
+		if got := joiner.model.(*builtin.ModelTask).SGD().Steps(); got != 100 {
 			t.Errorf("joiner's schedule at step %d, want 100", got)
 		}
 		if g := joiner.Gossip(); (g == nil) != (ex.Kind == exchange.Epidemic) {

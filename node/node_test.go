@@ -74,7 +74,7 @@ func buildTestNodesWith(t testing.TB, n int, barrier string, scale float64, mk f
 		if err != nil {
 			t.Fatal(err)
 		}
-		tr, err := model.NewTrainer(m, shard, m.Init(rand.New(rand.NewPCG(1, 1))), model.DefaultSGDConfig())
+		tr, err := model.NewSGD(m, shard, m.Init(rand.New(rand.NewPCG(1, 1))), model.DefaultSGDConfig())
 		if err != nil {
 			t.Fatal(err)
 		}

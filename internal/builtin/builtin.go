@@ -73,7 +73,7 @@ func New(spec Spec, data model.Data) (Task, error) {
 		return nil, fmt.Errorf("task: %w", err)
 	}
 	init := m.Init(rand.New(rand.NewPCG(spec.InitSeed, 0x1217)))
-	tr, err := model.NewTrainer(m, shard, init, spec.SGD)
+	tr, err := model.NewSGD(m, shard, init, spec.SGD)
 	if err != nil {
 		return nil, fmt.Errorf("task: %w", err)
 	}

@@ -91,22 +91,22 @@ func (t *SleepTask) SetParams(p []float64) error {
 }
 func (t *SleepTask) Done() bool { return false }
 
-// ModelTask trains a model.Trainer on its shard: a step is one SGD step
+// ModelTask trains a model.SGD on its shard: a step is one SGD step
 // plus the time model's delay, and its update is the parameter delta.
 type ModelTask struct {
-	trainer *model.Trainer
-	test    *model.Dataset
-	time    TimeModel
-	id      uint32
-	mu      sync.Mutex // guards rng
-	rng     *rand.Rand
+	sgd  *model.SGD
+	test *model.Dataset
+	time TimeModel
+	id   uint32
+	mu   sync.Mutex // guards rng
+	rng  *rand.Rand
 }
 
-// NewModelTask wraps a trainer. test is the held-out set for Evaluate (nil
+// NewModelTask wraps an SGD of a model on its shard. test is the held-out set for Evaluate (nil
 // for none).
-func NewModelTask(tr *model.Trainer, test *model.Dataset, tm TimeModel, seed uint64) *ModelTask {
+func NewModelTask(tr *model.SGD, test *model.Dataset, tm TimeModel, seed uint64) *ModelTask {
 	return &ModelTask{
-		trainer: tr, test: test, time: tm,
+		sgd: tr, test: test, time: tm,
 		id:  modelIDOf(tr.Model()),
 		rng: rand.New(rand.NewPCG(seed, 0x7a5c)),
 	}
@@ -125,10 +125,10 @@ func (t *ModelTask) Step(ctx context.Context) ([]float64, error) {
 	// when it ends, so that what peers fetch and evaluations see meanwhile
 	// is the model the step started from (under the epidemic exchange, the
 	// average it just took), as on a node whose compute takes that long.
-	delta, _, err := t.trainer.Compute(t.rng)
+	delta, _, err := t.sgd.Compute(t.rng)
 	if err == nil {
 		if err = t.time.sleep(ctx, t.rng); err == nil {
-			t.trainer.Commit(delta)
+			t.sgd.Commit(delta)
 		}
 	}
 	t.mu.Unlock()
@@ -138,37 +138,37 @@ func (t *ModelTask) Step(ctx context.Context) ([]float64, error) {
 	return delta, nil
 }
 
-func (t *ModelTask) Apply(u []float64) error     { return t.trainer.Apply(u) }
-func (t *ModelTask) NumParams() int              { return t.trainer.Model().NumParams() }
+func (t *ModelTask) Apply(u []float64) error     { return t.sgd.Apply(u) }
+func (t *ModelTask) NumParams() int              { return t.sgd.Model().NumParams() }
 func (t *ModelTask) ModelID() uint32             { return t.id }
-func (t *ModelTask) Params() []float64           { return t.trainer.Params() }
-func (t *ModelTask) SetParams(p []float64) error { return t.trainer.SetParams(p) }
+func (t *ModelTask) Params() []float64           { return t.sgd.Params() }
+func (t *ModelTask) SetParams(p []float64) error { return t.sgd.SetParams(p) }
 func (t *ModelTask) Done() bool                  { return false }
 
 // SetPopulation scales the learning rate by 1/n: with n nodes each adding
 // every update, the sum of one round of updates is then one step of the
-// mean gradient (see model.Trainer.SetLRScale).
+// mean gradient (see model.SGD.SetLRScale).
 func (t *ModelTask) SetPopulation(n float64) {
 	if n >= 1 {
-		t.trainer.SetLRScale(1 / n)
+		t.sgd.SetLRScale(1 / n)
 	}
 }
 
 // SetStep moves the learning-rate schedule to the node's step (see
-// node.StepAware and model.Trainer.SetSteps).
-func (t *ModelTask) SetStep(step int64) { t.trainer.SetSteps(int(step)) }
+// node.StepAware and model.SGD.SetSteps).
+func (t *ModelTask) SetStep(step int64) { t.sgd.SetSteps(int(step)) }
 
 // ModelName is the model's name (linreg, logreg, mlp...), which a node's
 // Status shows.
-func (t *ModelTask) ModelName() string { return t.trainer.Model().Name() }
+func (t *ModelTask) ModelName() string { return t.sgd.Model().Name() }
 
-// Trainer returns the wrapped trainer.
-func (t *ModelTask) Trainer() *model.Trainer { return t.trainer }
+// SGD returns the wrapped SGD.
+func (t *ModelTask) SGD() *model.SGD { return t.sgd }
 
 // Evaluate reports loss and accuracy on the held-out set.
 func (t *ModelTask) Evaluate() (model.Metrics, error) {
 	if t.test == nil {
 		return model.Metrics{}, fmt.Errorf("no held-out data")
 	}
-	return t.trainer.Evaluate(t.test)
+	return t.sgd.Evaluate(t.test)
 }

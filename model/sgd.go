@@ -58,17 +58,17 @@ func (c SGDConfig) validate() error {
 	return nil
 }
 
-// Trainer owns one node's parameter vector and data shard and runs
+// SGD owns one node's parameter vector and data shard and runs
 // mini-batch SGD on them.
 //
-// Concurrency: a Trainer is safe for concurrent use. The node's loop
+// Concurrency: an SGD is safe for concurrent use. The node's loop
 // goroutine calls Step while the gossip goroutine calls Apply. Step copies
 // the parameters under the lock, computes the gradient outside it (so Apply
 // never waits for a gradient), then adds its own update under the lock:
 // updates that arrive during a step are kept, and the step's gradient is
 // that of the parameters at the start of the step. Concurrent Steps are
 // serialised.
-type Trainer struct {
+type SGD struct {
 	model Model
 	shard *Dataset
 	cfg   SGDConfig
@@ -89,9 +89,9 @@ type Trainer struct {
 	batchIx []int
 }
 
-// NewTrainer returns a trainer of m on shard, starting from a copy of
+// NewSGD returns a trainer of m on shard, starting from a copy of
 // params (m.Init's output, or a model fetched from a peer).
-func NewTrainer(m Model, shard *Dataset, params []float64, cfg SGDConfig) (*Trainer, error) {
+func NewSGD(m Model, shard *Dataset, params []float64, cfg SGDConfig) (*SGD, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
@@ -108,7 +108,7 @@ func NewTrainer(m Model, shard *Dataset, params []float64, cfg SGDConfig) (*Trai
 		return nil, fmt.Errorf("model: trainer: %w", err)
 	}
 	n := m.NumParams()
-	return &Trainer{
+	return &SGD{
 		model:  m,
 		shard:  shard,
 		cfg:    cfg,
@@ -119,13 +119,13 @@ func NewTrainer(m Model, shard *Dataset, params []float64, cfg SGDConfig) (*Trai
 }
 
 // Model returns the trainer's model.
-func (t *Trainer) Model() Model { return t.model }
+func (t *SGD) Model() Model { return t.model }
 
 // Shard returns the trainer's data shard. Do not modify it.
-func (t *Trainer) Shard() *Dataset { return t.shard }
+func (t *SGD) Shard() *Dataset { return t.shard }
 
 // Config returns the trainer's SGD hyperparameters.
-func (t *Trainer) Config() SGDConfig { return t.cfg }
+func (t *SGD) Config() SGDConfig { return t.cfg }
 
 // SetLRScale multiplies the learning rate of the following steps by f (1 or
 // 0 restore the schedule). In data-parallel training where every node adds
@@ -133,7 +133,7 @@ func (t *Trainer) Config() SGDConfig { return t.cfg }
 // move the model N times as far as one would; a node that scales its rate by
 // 1/N̂ (its population estimate) makes the sum of all updates one step of the
 // mean gradient. Non-positive or non-finite f are ignored.
-func (t *Trainer) SetLRScale(f float64) {
+func (t *SGD) SetLRScale(f float64) {
 	if !(f > 0) || math.IsInf(f, 0) {
 		return
 	}
@@ -144,7 +144,7 @@ func (t *Trainer) SetLRScale(f float64) {
 
 // Steps returns the step the learning-rate schedule is at: the number of
 // local steps taken, counted from the last SetSteps.
-func (t *Trainer) Steps() int {
+func (t *SGD) Steps() int {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 	return t.steps
@@ -154,14 +154,14 @@ func (t *Trainer) Steps() int {
 // uses LR(steps). A node that resumes from a checkpoint or joins a running
 // job at step s calls SetSteps(s), so that its rate is the job's, not LR0
 // again. Negative values are taken as 0.
-func (t *Trainer) SetSteps(steps int) {
+func (t *SGD) SetSteps(steps int) {
 	t.stepMu.Lock()
 	t.steps = max(steps, 0)
 	t.stepMu.Unlock()
 }
 
 // Applied returns the number of received updates Apply accepted.
-func (t *Trainer) Applied() int {
+func (t *SGD) Applied() int {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.applied
@@ -177,7 +177,7 @@ func (t *Trainer) Applied() int {
 // permutation drawn from rng, so the same rng sequence gives the same
 // steps. If the gradient is not finite (the model diverged), Step returns
 // an error wrapping ErrNotFinite and leaves the parameters unchanged.
-func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error) {
+func (t *SGD) Step(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 	delta, loss, err = t.computeLocked(rng)
@@ -194,14 +194,14 @@ func (t *Trainer) Step(rng *rand.Rand) (delta []float64, loss float64, err error
 // so that its parameters change when the compute ends, as a real step's
 // do. The caller serialises Compute/Commit pairs; Step holds its lock
 // across both.
-func (t *Trainer) Compute(rng *rand.Rand) (delta []float64, loss float64, err error) {
+func (t *SGD) Compute(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 	return t.computeLocked(rng)
 }
 
 // computeLocked is Compute with stepMu held.
-func (t *Trainer) computeLocked(rng *rand.Rand) (delta []float64, loss float64, err error) {
+func (t *SGD) computeLocked(rng *rand.Rand) (delta []float64, loss float64, err error) {
 	t.nextBatch(rng)
 	t.mu.Lock()
 	copy(t.snap, t.params)
@@ -226,14 +226,14 @@ func (t *Trainer) computeLocked(rng *rand.Rand) (delta []float64, loss float64, 
 }
 
 // Commit adds delta, from Compute, to the parameters and counts the step.
-func (t *Trainer) Commit(delta []float64) {
+func (t *SGD) Commit(delta []float64) {
 	t.stepMu.Lock()
 	defer t.stepMu.Unlock()
 	t.commitLocked(delta)
 }
 
 // commitLocked is Commit with stepMu held.
-func (t *Trainer) commitLocked(delta []float64) {
+func (t *SGD) commitLocked(delta []float64) {
 	t.mu.Lock()
 	axpy(1, delta, t.params)
 	t.mu.Unlock()
@@ -242,7 +242,7 @@ func (t *Trainer) commitLocked(delta []float64) {
 
 // nextBatch fills t.batch with the next BatchSize examples of the epoch
 // order, starting a new epoch (a fresh permutation) when needed.
-func (t *Trainer) nextBatch(rng *rand.Rand) {
+func (t *SGD) nextBatch(rng *rand.Rand) {
 	n := t.shard.Len()
 	bs := min(t.cfg.BatchSize, n)
 	t.batchIx = t.batchIx[:0]
@@ -262,7 +262,7 @@ func (t *Trainer) nextBatch(rng *rand.Rand) {
 // wrapping ErrLength) or holding a NaN or an infinity (ErrNotFinite).
 // It takes a few microseconds for MNIST logistic regression (7850
 // parameters) and does not allocate.
-func (t *Trainer) Apply(delta []float64) error {
+func (t *SGD) Apply(delta []float64) error {
 	if err := checkVector(delta, t.model.NumParams(), "update"); err != nil {
 		return fmt.Errorf("model: apply: %w", err)
 	}
@@ -274,7 +274,7 @@ func (t *Trainer) Apply(delta []float64) error {
 }
 
 // Params returns a copy of the current parameters.
-func (t *Trainer) Params() []float64 {
+func (t *SGD) Params() []float64 {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return append([]float64(nil), t.params...)
@@ -283,7 +283,7 @@ func (t *Trainer) Params() []float64 {
 // SetParams replaces the parameters by a copy of p (for instance a model
 // fetched from a peer on joining). It rejects, without touching the
 // parameters, a vector of the wrong length or holding a NaN or an infinity.
-func (t *Trainer) SetParams(p []float64) error {
+func (t *SGD) SetParams(p []float64) error {
 	if err := checkVector(p, t.model.NumParams(), "params"); err != nil {
 		return fmt.Errorf("model: set params: %w", err)
 	}
@@ -296,7 +296,7 @@ func (t *Trainer) SetParams(p []float64) error {
 // Evaluate returns the loss and accuracy of the current parameters on ds
 // (usually the held-out set). It does not block Step or Apply while it
 // computes.
-func (t *Trainer) Evaluate(ds *Dataset) (Metrics, error) {
+func (t *SGD) Evaluate(ds *Dataset) (Metrics, error) {
 	return Evaluate(t.model, t.Params(), ds)
 }
 

@@ -26,20 +26,20 @@ func loadMNIST(tb testing.TB) Data {
 	return d
 }
 
-func mnistTrainer(tb testing.TB, d Data) *Trainer {
+func mnistTrainer(tb testing.TB, d Data) *SGD {
 	tb.Helper()
 	m, err := New("logreg", d.Train.Dim, d.Train.Classes)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	tr, err := NewTrainer(m, d.Train, m.Init(nil), DefaultSGDConfig())
+	tr, err := NewSGD(m, d.Train, m.Init(nil), DefaultSGDConfig())
 	if err != nil {
 		tb.Fatal(err)
 	}
 	return tr
 }
 
-func syntheticTrainer(t *testing.T, name string, regression bool) (*Trainer, Data) {
+func syntheticTrainer(t *testing.T, name string, regression bool) (*SGD, Data) {
 	t.Helper()
 	d, err := Synthetic(DefaultSyntheticConfig(regression))
 	if err != nil {
@@ -49,7 +49,7 @@ func syntheticTrainer(t *testing.T, name string, regression bool) (*Trainer, Dat
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr, err := NewTrainer(m, d.Train, m.Init(newRNG(1)), DefaultSGDConfig())
+	tr, err := NewSGD(m, d.Train, m.Init(newRNG(1)), DefaultSGDConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestStepDeterministic(t *testing.T) {
 func TestStepDivergenceIsAnError(t *testing.T) {
 	d, _ := Synthetic(DefaultSyntheticConfig(true))
 	m, _ := New("linreg", d.Train.Dim, 0)
-	tr, err := NewTrainer(m, d.Train, m.Init(nil), SGDConfig{BatchSize: 8, LR0: 50})
+	tr, err := NewSGD(m, d.Train, m.Init(nil), SGDConfig{BatchSize: 8, LR0: 50})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +222,7 @@ func TestNewTrainerErrors(t *testing.T) {
 		{"NaN params", m, d.Train, append([]float64{math.NaN()}, p[1:]...), good},
 	}
 	for _, tc := range tests {
-		if _, err := NewTrainer(tc.m, tc.ds, tc.params, tc.cfg); err == nil {
+		if _, err := NewSGD(tc.m, tc.ds, tc.params, tc.cfg); err == nil {
 			t.Errorf("%s: no error", tc.name)
 		}
 	}
@@ -333,7 +333,7 @@ func TestTrainersExchangingUpdates(t *testing.T) {
 	d, _ := Synthetic(DefaultSyntheticConfig(true))
 	m, _ := New("linreg", d.Train.Dim, 0)
 	const n = 4
-	var trs []*Trainer
+	var trs []*SGD
 	for i := range n {
 		s, err := ShardOf(d.Train, i, n)
 		if err != nil {
@@ -341,7 +341,7 @@ func TestTrainersExchangingUpdates(t *testing.T) {
 		}
 		cfg := DefaultSGDConfig()
 		cfg.LR0 /= n
-		tr, err := NewTrainer(m, s, m.Init(nil), cfg)
+		tr, err := NewSGD(m, s, m.Init(nil), cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -403,7 +403,7 @@ func TestLRSchedule(t *testing.T) {
 func BenchmarkApplyMNISTLogreg(b *testing.B) {
 	m, _ := New("logreg", 784, 10)
 	d := &Dataset{Name: "one", Dim: 784, Classes: 10, X: make([]float64, 784), Labels: []int{3}}
-	tr, err := NewTrainer(m, d, m.Init(nil), DefaultSGDConfig())
+	tr, err := NewSGD(m, d, m.Init(nil), DefaultSGDConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -434,7 +434,7 @@ func BenchmarkStepMNISTLogreg(b *testing.B) {
 func BenchmarkStepMNISTMLP(b *testing.B) {
 	d := loadMNIST(b)
 	m, _ := New("mlp", d.Train.Dim, d.Train.Classes)
-	tr, err := NewTrainer(m, d.Train, m.Init(newRNG(1)), DefaultSGDConfig())
+	tr, err := NewSGD(m, d.Train, m.Init(newRNG(1)), DefaultSGDConfig())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -546,15 +546,15 @@ func TestComputeThenCommitIsStep(t *testing.T) {
 }
 
 // twoTrainers are two identical linreg trainers on the synthetic data.
-func twoTrainers(t *testing.T) (*Trainer, *Trainer) {
+func twoTrainers(t *testing.T) (*SGD, *SGD) {
 	t.Helper()
 	data, err := Synthetic(DefaultSyntheticConfig(true))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m, _ := New("linreg", data.Train.Dim, 0)
-	mk := func() *Trainer {
-		tr, err := NewTrainer(m, data.Train, m.Init(nil), DefaultSGDConfig())
+	mk := func() *SGD {
+		tr, err := NewSGD(m, data.Train, m.Init(nil), DefaultSGDConfig())
 		if err != nil {
 			t.Fatal(err)
 		}
