@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -22,6 +21,7 @@ import (
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // Impostors: roles that speak the job's protocols as an outside peer
@@ -79,7 +79,7 @@ const (
 	WedgeValue  float64 = 1e6
 	// LiarEstimate and LiarQueryRate are an estimate-liar's report and
 	// its queries per second to each peer.
-	LiarEstimate  = 1e9
+	LiarEstimate  = report.LiarEstimate
 	LiarQueryRate = 20
 )
 
@@ -398,64 +398,9 @@ type streamOpener interface {
 	NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error)
 }
 
-// LineageFigures is what a run with lineage-hijack nodes measured: the
-// lineage the honest live nodes are on at the end.
-type LineageFigures struct {
-	// OnJob, Hijacked and Other count honest live nodes on the testnet's
-	// lineage, on the hijackers', and on another (or none).
-	OnJob    int `json:"honest_on_job_lineage"`
-	Hijacked int `json:"honest_on_hijack_lineage"`
-	Other    int `json:"honest_on_other_lineage"`
-	// ForksJoined sums the honest live nodes' psp_forks_joined_total,
-	// Resets their psp_resets_total (every reason) and ResetsRefused
-	// their psp_resets_refused_total.
-	ForksJoined   uint64 `json:"forks_joined"`
-	Resets        uint64 `json:"resets"`
-	ResetsRefused uint64 `json:"resets_refused"`
-	// QueriesSent, RepliesSent and ModelsServed count what the hijackers
-	// said: step queries answered, step replies and models sent.
-	QueriesSent  uint64 `json:"queries_sent"`
-	RepliesSent  uint64 `json:"replies_sent"`
-	ModelsServed uint64 `json:"models_served"`
-}
-
-// WedgeFigures is what a run with joiner-wedge nodes measured: the
-// joiners started through them.
-type WedgeFigures struct {
-	Joiners int `json:"joiners"`
-	// Wedged counts joiners that took the wedge's step (or one past it):
-	// no peer of the job is within any staleness bound of them, so they
-	// pass their barrier only when a sample holds no honest peer (in a
-	// job of 100, 48 passes in 39 428 checks).
-	Wedged       int           `json:"wedged"`
-	RepliesSent  uint64        `json:"replies_sent"`
-	ModelsServed uint64        `json:"models_served"`
-	Probes       []WedgeJoiner `json:"probes"`
-}
-
-// WedgeJoiner is one joiner through a joiner-wedge node, at the end.
-type WedgeJoiner struct {
-	Step          int64    `json:"step"`
-	BarrierChecks uint64   `json:"barrier_checks"`
-	BarrierPasses uint64   `json:"barrier_passes"`
-	Live          bool     `json:"live"`
-	Loss          *float64 `json:"loss,omitempty"` // of its model on the held-out data
-}
-
-// DriftFigures counts the drift-poison nodes' pushes and how the honest
-// nodes answered them.
-type DriftFigures struct {
-	Pushes        uint64 `json:"pushes"`
-	Taken         uint64 `json:"taken"`
-	Distance      uint64 `json:"refused_distance"`
-	Rate          uint64 `json:"refused_rate"`
-	Other         uint64 `json:"refused_other_or_failed"`
-	ModelsFetched uint64 `json:"victim_models_fetched"`
-}
-
 // impostorFigures fills h's figures of the impostor roles in the run.
 // t.mu is held.
-func (t *testnet) impostorFigures(h *Hostility) {
+func (t *testnet) impostorFigures(h *report.Hostility) {
 	has := func(r Role) bool {
 		for _, s := range t.cfg.Roles {
 			if s.Role == r {
@@ -466,7 +411,7 @@ func (t *testnet) impostorFigures(h *Hostility) {
 	}
 	c := &t.hostile
 	if has(LineageHijack) {
-		lf := &LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
+		lf := &report.LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
 		job := testnetGenesis(t.cfg.Seed)
 		for _, m := range t.liveLocked() {
 			if m.role != Honest || m.probe {
@@ -492,13 +437,13 @@ func (t *testnet) impostorFigures(h *Hostility) {
 		h.Lineage = lf
 	}
 	if has(JoinerWedge) {
-		wf := &WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
+		wf := &report.WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
 		for _, m := range t.members {
 			if !m.probe || m.nd == nil {
 				continue
 			}
 			st := m.nd.Status()
-			j := WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
+			j := report.WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
 			if ev, ok := m.nd.Model().(node.Evaluator); ok {
 				if r, err := ev.Evaluate(); err == nil {
 					j.Loss = &r.Loss
@@ -516,34 +461,8 @@ func (t *testnet) impostorFigures(h *Hostility) {
 		h.LiarQueries = c.liarQueries.Load()
 	}
 	if has(DriftPoison) {
-		h.Drift = &DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
+		h.Drift = &report.DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
 			Rate: c.driftRate.Load(), Other: c.driftOther.Load(), ModelsFetched: c.driftModelsFetched.Load()}
-	}
-}
-
-// printImpostors writes the impostor roles' summary rows.
-func (h *Hostility) printImpostors(row func(k, format string, a ...any)) {
-	if l := h.Lineage; l != nil {
-		row("  lineage hijack", "honest live nodes on the job's lineage %d, on the hijackers' %d, other %d (%d forks joined, %d resets, %d refused for their rate); hijackers sent %d queries, %d replies, %d models",
-			l.OnJob, l.Hijacked, l.Other, l.ForksJoined, l.Resets, l.ResetsRefused, l.QueriesSent, l.RepliesSent, l.ModelsServed)
-	}
-	if w := h.Wedge; w != nil {
-		row("  joiner wedge", "%d of %d joiners through a wedge node took its step; wedge nodes sent %d step replies, %d models",
-			w.Wedged, w.Joiners, w.RepliesSent, w.ModelsServed)
-		for i, j := range w.Probes {
-			loss := "n/a"
-			if j.Loss != nil {
-				loss = fmt.Sprintf("%.4g", *j.Loss)
-			}
-			row(fmt.Sprintf("    joiner %d", i), "step %d, %d barrier checks, %d passes, loss %s, live %v", j.Step, j.BarrierChecks, j.BarrierPasses, loss, j.Live)
-		}
-	}
-	if h.LiarQueries > 0 {
-		row("  estimate liars", "%d step queries answered that reported a population of %.0g (see population used)", h.LiarQueries, float64(LiarEstimate))
-	}
-	if d := h.Drift; d != nil {
-		row("  drift poison", "%d models pushed: %d taken, %d refused for distance, %d for rate, %d other; %d victims' models fetched",
-			d.Pushes, d.Taken, d.Distance, d.Rate, d.Other, d.ModelsFetched)
 	}
 }
 

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node/exchange"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // attackConfig is a small run of linear regression over the epidemic
@@ -18,7 +19,7 @@ func attackConfig(r Role, d time.Duration) Config {
 }
 
 // summary is res's printed summary.
-func summary(res *Result) string {
+func summary(res *report.Result) string {
 	var sb strings.Builder
 	res.PrintSummary(&sb)
 	return sb.String()
@@ -280,18 +281,18 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 			}
 			const clean = 0.005
 			worst, last := 0.0, 0.0
-			for _, a := range res.accs {
-				if a.t <= 30 {
-					worst = max(worst, a.loss)
+			for _, a := range res.Rows.Accuracy {
+				if a.T <= 30 {
+					worst = max(worst, a.Loss)
 				}
-				last = a.loss
+				last = a.Loss
 			}
 			if worst > tc.times*clean || last > 2*clean {
 				t.Errorf("honest loss up to %.4g while they pushed (want within %.0f× of %.3f), %.4g 20 s after they left", worst, tc.times, clean, last)
 			}
 			crashed := 0
-			for _, c := range res.churned {
-				if c.kind == Crash && c.t >= 30 {
+			for _, c := range res.Rows.Churn {
+				if Action(c.Kind) == Crash && c.T >= 30 {
 					crashed++
 				}
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -58,8 +59,8 @@ func TestChurnOnSchedule(t *testing.T) {
 		return out
 	}
 	got := map[Action][]float64{}
-	for _, c := range res.churned {
-		got[c.kind] = append(got[c.kind], c.t)
+	for _, c := range res.Rows.Churn {
+		got[Action(c.Kind)] = append(got[Action(c.Kind)], c.T)
 	}
 	for _, tc := range []struct {
 		kind   Action
@@ -105,14 +106,14 @@ func TestChurnReplaceHoldsPopulation(t *testing.T) {
 	// Every join follows a departure: at no time are more nodes in than
 	// at the start.
 	live := cfg.Nodes
-	for _, c := range res.churned {
-		if c.kind == Join {
+	for _, c := range res.Rows.Churn {
+		if Action(c.Kind) == Join {
 			live++
 		} else {
 			live--
 		}
 		if live > cfg.Nodes {
-			t.Fatalf("at %.2f s %d nodes were in, above the %d the run started with", c.t, live, cfg.Nodes)
+			t.Fatalf("at %.2f s %d nodes were in, above the %d the run started with", c.T, live, cfg.Nodes)
 		}
 	}
 }
@@ -134,19 +135,19 @@ func TestLinkLatencyOnVirtualClock(t *testing.T) {
 func TestOverloadJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    Overload
+		o    report.Overload
 		want bool
 	}{
-		{"light", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 2, StepTimeS: 2}, false},
-		{"timers just within", Overload{TimerLagP95Ms: 99, TimerLagP99Ms: 99, StepTimeS: 2}, false},
-		{"timers late", Overload{TimerLagP95Ms: 120, TimerLagP99Ms: 120, StepTimeS: 2}, true},
-		{"late only now and then", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 300, StepTimeS: 2}, false},
-		{"fast steps are stricter", Overload{TimerLagP95Ms: 30, TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
-		{"churn behind", Overload{TimerLagP95Ms: 1, TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
-		{"no step time", Overload{TimerLagP95Ms: 500, TimerLagP99Ms: 500}, false},
+		{"light", report.Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 2, StepTimeS: 2}, false},
+		{"timers just within", report.Overload{TimerLagP95Ms: 99, TimerLagP99Ms: 99, StepTimeS: 2}, false},
+		{"timers late", report.Overload{TimerLagP95Ms: 120, TimerLagP99Ms: 120, StepTimeS: 2}, true},
+		{"late only now and then", report.Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 300, StepTimeS: 2}, false},
+		{"fast steps are stricter", report.Overload{TimerLagP95Ms: 30, TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
+		{"churn behind", report.Overload{TimerLagP95Ms: 1, TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
+		{"no step time", report.Overload{TimerLagP95Ms: 500, TimerLagP99Ms: 500}, false},
 	} {
 		o := tc.o
-		o.judge()
+		o.Judge()
 		if o.Flagged != tc.want || (o.Flagged != (o.Reason != "")) {
 			t.Errorf("%s: flagged %v (reason %q), want %v", tc.name, o.Flagged, o.Reason, tc.want)
 		}
@@ -270,7 +271,7 @@ func TestLagProbeCountsLateStart(t *testing.T) {
 // run itself until it ended.)
 func TestOverloadFlag(t *testing.T) {
 	spinners := 512 * runtime.GOMAXPROCS(0)
-	run := func(load bool) *Result {
+	run := func(load bool) *report.Result {
 		cfg := tinyConfig(8, 7*time.Second)
 		cfg.Clock = Real
 		cfg.TimeScale = 10 // a 20-s mean step: the threshold is 1 s
@@ -292,7 +293,7 @@ func TestOverloadFlag(t *testing.T) {
 		t.Errorf("unloaded run flagged: %+v", *o)
 	}
 	o := run(true).Overload
-	if !o.Flagged || o.TimerLagP95Ms < 1000*OverloadLagShare*o.StepTimeS {
+	if !o.Flagged || o.TimerLagP95Ms < 1000*report.OverloadLagShare*o.StepTimeS {
 		t.Errorf("run under %d spinning goroutines not flagged: %+v", spinners, *o)
 	}
 }

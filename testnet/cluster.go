@@ -23,6 +23,7 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // member is one node of the testnet, live or gone.
@@ -256,7 +257,7 @@ func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx in
 	idx = t.nextIdx
 	t.nextIdx++
 	if joining {
-		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
+		t.churned = append(t.churned, report.ChurnRow{T: time.Since(t.start).Seconds(), Kind: string(Join), Node: idx})
 	}
 	if len(via) > 0 {
 		for _, m := range via {
@@ -516,7 +517,7 @@ func (t *testnet) remove(n int, crash bool) int {
 		m := live[j]
 		m.leftAt, m.crashed = now, crash
 		victims = append(victims, m)
-		t.churned = append(t.churned, churnRow{now.Seconds(), kind, m.idx})
+		t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(kind), Node: m.idx})
 	}
 	t.mu.Unlock()
 	t.stop(victims, crash)
@@ -555,7 +556,7 @@ func (t *testnet) removeHostile() {
 		if m.role != Honest && m.cancel != nil {
 			m.leftAt, m.crashed = now, true
 			victims = append(victims, m)
-			t.churned = append(t.churned, churnRow{now.Seconds(), Crash, m.idx})
+			t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(Crash), Node: m.idx})
 		}
 	}
 	t.mu.Unlock()

@@ -24,6 +24,7 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // Hogs: roles that take a node's resources rather than lie, all aimed at
@@ -384,44 +385,17 @@ type countWriter int
 
 func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
 
-// HogFigures is what a run with stream-hog, conn-hog or log-flood nodes
-// measured.
-type HogFigures struct {
-	Identities      int64  `json:"identities"`
-	StreamsOpened   uint64 `json:"streams_opened"`
-	HalfOpenSockets uint64 `json:"half_open_sockets_opened"`
-	JunkConnections uint64 `json:"junk_connections"`
-	// FreshTried and FreshAnswered count fresh peers that tried to
-	// connect to the target and ask its step, one every 2 s, and those
-	// that were answered.
-	FreshTried    uint64 `json:"fresh_peers_tried"`
-	FreshAnswered uint64 `json:"fresh_peers_answered"`
-	// TargetConnectionsMax is the most connections the target held (read
-	// every 2 s), and TargetTrimmed what it closed to hold its bound.
-	TargetConnectionsMax int64  `json:"target_connections_max"`
-	TargetTrimmed        uint64 `json:"target_connections_trimmed"`
-	// TargetEvicted counts the idle step streams the target reset to make
-	// room (psp_hostile_messages_total{kind=step_stream_evicted}).
-	TargetEvicted uint64 `json:"target_step_streams_evicted"`
-}
-
 // hogFigures returns the hogs' figures, nil without hogs. t.mu is held.
-func (t *testnet) hogFigures() *HogFigures {
+func (t *testnet) hogFigures() *report.HogFigures {
 	if !t.hasRole(StreamHog, ConnHog, LogFlood) || t.target == nil {
 		return nil
 	}
 	c := &t.hogs
 	st := t.target.nd.Status()
-	return &HogFigures{Identities: c.identities.Load(), StreamsOpened: c.streamsOpen.Load(), HalfOpenSockets: c.halfOpen.Load(),
+	return &report.HogFigures{Identities: c.identities.Load(), StreamsOpened: c.streamsOpen.Load(), HalfOpenSockets: c.halfOpen.Load(),
 		JunkConnections: c.junk.Load(), FreshTried: c.freshTried.Load(), FreshAnswered: c.freshAnswerd.Load(),
 		TargetConnectionsMax: c.targetMax.Load(), TargetTrimmed: st.ConnectionsTrimmed,
 		TargetEvicted: uint64(counterOf(t.target.nd.Registry(), "psp_hostile_messages_total", "kind", "step_stream_evicted"))}
-}
-
-func (h *HogFigures) print(row func(k, format string, a ...any)) {
-	row("  hogs", "%d identities; %d step streams held, %d half-open sockets, %d junk connections opened; fresh peers answered by the target: %d of %d",
-		h.Identities, h.StreamsOpened, h.HalfOpenSockets, h.JunkConnections, h.FreshAnswered, h.FreshTried)
-	row("    target", "at most %d connections held, %d trimmed, %d idle step streams evicted", h.TargetConnectionsMax, h.TargetTrimmed, h.TargetEvicted)
 }
 
 // hasRole reports whether the run has nodes of any of rs.

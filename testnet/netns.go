@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/internal/netns"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // CPUQuota gives a Fraction of a netns testnet's nodes Cores CPUs each
@@ -94,7 +95,7 @@ type netnsRun struct {
 
 // runNetns runs the testnet as one `pspnode run` process per node, each in
 // its own network namespace, and reads their /status and /metrics.
-func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
+func runNetns(ctx context.Context, cfg Config) (res *report.Result, err error) {
 	if err := netns.Check(cfg.NAT > 0); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}

@@ -8,36 +8,9 @@ import (
 
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
-
-type stepRow struct {
-	t    float64
-	node int
-	step int64
-}
-
-type estRow struct {
-	t          float64
-	truth      int
-	median, lo float64
-	hi         float64
-}
-
-// churnRow is one churn event: at t, node left, crashed or began to join.
-type churnRow struct {
-	t    float64
-	kind Action // Leave, Crash or Join
-	node int
-}
-
-type accRow struct {
-	t        float64
-	accuracy float64
-	loss     float64
-	updates  float64
-	inBytes  float64 // mean bytes an honest live node received since its launch
-}
 
 // record takes one snapshot of every live node.
 func (t *testnet) record(now time.Duration) Snapshot {
@@ -58,7 +31,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			m.lastStep, m.freeSince, m.progressAt = s, -1, now
 		}
 		steps = append(steps, s)
-		t.steps = append(t.steps, stepRow{sec, m.idx, s})
+		t.steps = append(t.steps, report.StepRow{T: sec, Node: m.idx, Step: s})
 		if m.nd.Waiting() {
 			snap.Waiting++
 		}
@@ -102,7 +75,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 	}
 	t.relErr = rel
 	if len(t.accs) > 0 {
-		snap.Accuracy = t.accs[len(t.accs)-1].accuracy
+		snap.Accuracy = t.accs[len(t.accs)-1].Accuracy
 	}
 	return snap
 }
@@ -234,23 +207,23 @@ func (t *testnet) evaluate(now time.Duration) {
 		return
 	}
 	t.mu.Lock()
-	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates, inBytes: inBytes})
+	t.accs = append(t.accs, report.AccRow{T: now.Seconds(), Accuracy: acc / float64(k), Loss: loss / float64(k), Updates: updates, InBytes: inBytes})
 	t.mu.Unlock()
 }
 
 // summarise fills a snapshot's step range and median estimate error from
 // the live nodes' steps and relative errors (sorting steps), and returns
 // the estimate row at time sec (ok false without errors).
-func summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (estRow, bool) {
+func summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (report.EstRow, bool) {
 	if len(steps) > 0 {
 		slices.Sort(steps)
 		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
 	}
 	if len(rel) == 0 {
-		return estRow{}, false
+		return report.EstRow{}, false
 	}
 	sorted := slices.Clone(rel)
 	slices.Sort(sorted)
 	snap.EstimateError = sorted[(len(sorted)-1)/2]
-	return estRow{t: sec, truth: truth, median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)}, true
+	return report.EstRow{T: sec, Truth: truth, Median: sim.Percentile(sorted, 50), Lo: sim.Percentile(sorted, 5), Hi: sim.Percentile(sorted, 95)}, true
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -203,44 +204,13 @@ func (t *testnet) countDraws(drawer peer.ID, peers []peer.ID) {
 	}
 }
 
-// SybilFigures reports a run with Sybil roles (part of Hostility).
-type SybilFigures struct {
-	// IDShare is the Sybils' share of the initial nodes' identities and
-	// AddrShare their share of the initial nodes' network addresses.
-	IDShare   float64 `json:"sybil_id_share"`
-	AddrShare float64 `json:"sybil_addr_share"`
-	// SampleShare is the share of the peers drawn in honest nodes'
-	// barrier samples that were Sybils, over HonestDraws draws;
-	// VictimSampleShare is the same over the victims' samples.
-	SampleShare       float64 `json:"sybil_sample_share"`
-	HonestDraws       int     `json:"sybil_honest_draws"`
-	VictimSampleShare float64 `json:"sybil_victim_sample_share"`
-	// Defence says whether the nodes ran the overlay's address limits
-	// (overlay.Config.PerAddress).
-	Defence bool `json:"sybil_defence"`
-	// Victims are the honest nodes the sybil-zone nodes crowd (0 without
-	// sybil-zone). VictimError is the median, over the victims and every
-	// record of the training, of |N̂ − N| / N of the estimate the node
-	// uses (overlay Estimate), with its 95th percentile; VictimZoneError
-	// the same of the zone-density estimator alone.
-	Victims         int     `json:"sybil_victims,omitempty"`
-	VictimError     float64 `json:"sybil_victim_median_rel_error"`
-	VictimErrorP95  float64 `json:"sybil_victim_p95_rel_error"`
-	VictimZoneError float64 `json:"sybil_victim_zone_median_rel_error"`
-	// PrefixBits is how many leading bits of a victim's key each
-	// sybil-zone node's key shares at least, and KeygensMean the keys
-	// generated per sybil-zone node to find one.
-	PrefixBits  int     `json:"sybil_prefix_bits,omitempty"`
-	KeygensMean float64 `json:"sybil_keygens_mean,omitempty"`
-}
-
 // sybilFigures computes the figures; t.mu must be held.
-func (t *testnet) sybilFigures() *SybilFigures {
+func (t *testnet) sybilFigures() *report.SybilFigures {
 	s := t.syb
 	if s == nil {
 		return nil
 	}
-	f := &SybilFigures{Defence: !t.cfg.NoSybilDefence, Victims: len(s.victims)}
+	f := &report.SybilFigures{Defence: !t.cfg.NoSybilDefence, Victims: len(s.victims)}
 	if n := t.cfg.Nodes; n > 0 {
 		f.IDShare = float64(s.ids) / float64(n)
 	}
@@ -272,14 +242,4 @@ func (t *testnet) sybilFigures() *SybilFigures {
 		f.KeygensMean = float64(sum) / float64(len(s.keygens))
 	}
 	return f
-}
-
-// print writes the Sybil rows of the summary.
-func (f *SybilFigures) print(row func(k, format string, a ...any)) {
-	row("  sybils", "%.1f %% of identities, %.1f %% of addresses; %.2f %% of honest barrier-sample draws (%d draws), %.2f %% of the victims'; defence %v",
-		100*f.IDShare, 100*f.AddrShare, 100*f.SampleShare, f.HonestDraws, 100*f.VictimSampleShare, f.Defence)
-	if f.Victims > 0 {
-		row("  victims", "%d: population error median %.1f %%, p95 %.1f %% (zone estimator alone: median %.1f %%); keys share >= %d bits with a victim's, %.0f keys generated per Sybil",
-			f.Victims, 100*f.VictimError, 100*f.VictimErrorP95, 100*f.VictimZoneError, f.PrefixBits, f.KeygensMean)
-	}
 }

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // TestSybilRoles runs both Sybil roles small on the virtual clock: the
@@ -12,7 +14,7 @@ import (
 // what identities behind one address are drawn: about one address's share
 // with the defence, about their share of identities without it.
 func TestSybilRoles(t *testing.T) {
-	host := func(defence bool) *SybilFigures {
+	host := func(defence bool) *report.SybilFigures {
 		cfg := tinyConfig(24, 4*time.Second)
 		cfg.Roles = []RoleShare{{SybilHost, 0.25}}
 		cfg.NoSybilDefence = !defence
@@ -64,7 +66,7 @@ func TestSybilRoles(t *testing.T) {
 
 // sybilJSON returns the Sybil figures as the JSON carries them, failing
 // the test when any is missing.
-func sybilJSON(t *testing.T, res *Result) *SybilFigures {
+func sybilJSON(t *testing.T, res *report.Result) *report.SybilFigures {
 	t.Helper()
 	b, err := json.Marshal(res)
 	if err != nil {

@@ -27,6 +27,7 @@ import (
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // Snapshot is the testnet's state at one moment, for live progress.
@@ -65,15 +66,15 @@ type testnet struct {
 	mu      sync.Mutex
 	rng     *rand.Rand // bootstrap choice, churn victims, partitions, evaluation picks
 	members []*member
-	nextIdx int          // the next node's number
-	stalls  map[int]bool // members found stalled at some point
-	joins   []float64    // seconds from each join's start to its first step
-	lags    []float64    // seconds each churn event started after its time
-	churned []churnRow   // every leave, crash and join, as it started
+	nextIdx int               // the next node's number
+	stalls  map[int]bool      // members found stalled at some point
+	joins   []float64         // seconds from each join's start to its first step
+	lags    []float64         // seconds each churn event started after its time
+	churned []report.ChurnRow // every leave, crash and join, as it started
 
-	steps  []stepRow
-	ests   []estRow
-	accs   []accRow
+	steps  []report.StepRow
+	ests   []report.EstRow
+	accs   []report.AccRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
 	// usedErr is |N̂-N|/N of the population every honest live node used,
 	// at every record; usedMax the largest N̂ among them, usedOff the
@@ -116,7 +117,7 @@ func (t *testnet) params() int {
 // and returns what it measured. The context stops it early (the result
 // covers the time run). On the virtual clock Run must be called inside a
 // testing/synctest bubble, and ctx must have been made inside it.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg Config) (*report.Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -242,7 +243,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Overload = t.overload(probe, elapsed, cpu, res)
 	}
 	res.Membership = t.membership()
-	res.cost()
+	res.FillCost()
 	// Stop every node, then wait for their loops.
 	t.mu.Lock()
 	for _, m := range t.members {

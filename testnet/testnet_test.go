@@ -14,6 +14,7 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 func TestParseScript(t *testing.T) {
@@ -172,9 +173,9 @@ func smallConfig(d time.Duration) Config {
 // runLogged runs a testnet on the virtual clock (or, with Clock Real, on
 // the machine's) and logs its summary. On the virtual clock the run is
 // pace-independent: time moves only when every node waits.
-func runLogged(t *testing.T, cfg Config) *Result {
+func runLogged(t *testing.T, cfg Config) *report.Result {
 	t.Helper()
-	var res *Result
+	var res *report.Result
 	run := func(t *testing.T) {
 		var err error
 		res, err = Run(context.Background(), cfg)

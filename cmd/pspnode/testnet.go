@@ -26,6 +26,7 @@ import (
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -338,7 +339,7 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 	}
 	stopProfiles := j.profile(&cfg)
 	defer stopProfiles() // Run has returned: its progress calls are over
-	var results []*testnet.Result
+	var results []*report.Result
 	for i, sp := range j.barriers {
 		c := cfg
 		c.Barrier = sp
@@ -505,10 +506,10 @@ func (j *testnetJob) profile(cfg *testnet.Config) (stop func()) {
 
 // report writes the comparison of several runs with --out, and prints the
 // results: one JSON value with --json, else a summary or a comparison.
-func (j *testnetJob) report(results []*testnet.Result, wall func() time.Duration) error {
+func (j *testnetJob) report(results []*report.Result, wall func() time.Duration) error {
 	if j.out != "" {
 		if len(results) > 1 {
-			if err := testnet.WriteComparison(j.out, results); err != nil {
+			if err := report.WriteComparison(j.out, results); err != nil {
 				return err
 			}
 		}
@@ -535,7 +536,7 @@ func (j *testnetJob) report(results []*testnet.Result, wall func() time.Duration
 	if len(results) == 1 {
 		results[0].PrintSummary(j.stdout)
 	} else {
-		testnet.PrintComparison(j.stdout, results)
+		report.PrintComparison(j.stdout, results)
 	}
 	return nil
 }
