@@ -21,54 +21,8 @@ import (
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
-)
-
-// Impostors: roles that speak the job's protocols as an outside peer
-// would, from the bytes docs/protocols.md specifies, in place of (or
-// beside) their own node. Each is one node of the testnet whose step and
-// model handlers the role replaces; the node itself still runs (it trains,
-// and its overlay is what makes the impostor known to the honest nodes).
-const (
-	// LineageHijack trains as an honest node on the job's lineage until
-	// hijackAfter into the run (so every honest node has known it there
-	// for a while), then stops training and claims a lineage older than
-	// any a node makes (a genesis of the Unix epoch), a new one each
-	// hijackRound, each older than the last, with step HijackStep and a
-	// model of every parameter HijackValue: in its answers to step
-	// queries, in step queries it sends every peer it knows each
-	// hijackEvery, and in its answers to model requests. The nodes of
-	// the role claim the same lineage at once: k of them are k
-	// identities, each on an address of its own. A node that follows the
-	// lineage most of a sample is on, or the older genesis, moves onto
-	// theirs at every round (a reset each time), takes its step and
-	// model, and tells its own peers.
-	LineageHijack Role = "lineage-hijack"
-	// JoinerWedge copies the testnet's lineage, answers step queries with
-	// step WedgeStep and model requests with every parameter WedgeValue.
-	// A quarter into training (at most wedgeJoinAfter) the testnet starts
-	// one fresh joiner per wedge node that bootstraps through it alone,
-	// and, when there are several, one more through all of them: a joiner
-	// that adopts the wedges' step can never pass its barrier again. Its DHT answers a peer with no closer peers
-	// for wedgeEclipse after that peer's first request, then with the
-	// closest its routing table holds: a joiner through it then knows it
-	// alone when it asks for the job's step, as a joiner through a real
-	// node's first peer usually does (in-process, the joiner's first
-	// lookup was often done before it asked), and meets the job soon after.
-	JoinerWedge Role = "joiner-wedge"
-	// DriftPoison (epidemic exchange only) sends none of its own models;
-	// instead it sends every honest peer it knows, as fast as the per-sender
-	// cap lets it, that peer's own model moved in one fixed direction (all
-	// parameters up) by a distance it fits to the peer's distance bound
-	// from the peer's replies: ×1.5 after a model taken, ×0.6 after one
-	// refused for distance. Values are clamped to 0.9 × MaxAbsValue.
-	DriftPoison Role = "drift-poison"
-	// EstimateLiar sends every honest peer it knows LiarQueryRate step
-	// queries a second, on one stream each, on the job's lineage and with
-	// its true step, each reporting a population of LiarEstimate (the
-	// largest a node accepts): a node that keeps the last reports it heard
-	// rather than one per peer hears mostly the liar.
-	EstimateLiar Role = "estimate-liar"
 )
 
 // The impostors' claims.
@@ -231,7 +185,7 @@ func (c constModel) ReadModel(_ context.Context, lo, hi int, dst []float32) erro
 // startImpostor installs the impostor of a joiner-wedge node (a
 // lineage-hijack node's comes with its campaign: hijack). t.mu is held.
 func (t *testnet) startImpostor(m *member) {
-	if m.role != JoinerWedge {
+	if m.role != plan.JoinerWedge {
 		return
 	}
 	task := m.nd.Model()
@@ -371,7 +325,7 @@ func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
 	t.mu.Lock()
 	var wedges []*member
 	for _, w := range t.members {
-		if w.role == JoinerWedge && w.nd != nil && w.leftAt < 0 {
+		if w.role == plan.JoinerWedge && w.nd != nil && w.leftAt < 0 {
 			wedges = append(wedges, w)
 		}
 	}
@@ -380,7 +334,7 @@ func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
 		vias = append(vias, wedges)
 	}
 	for _, via := range vias {
-		j, err := t.addNode(ctx, 1, true, Honest, identity{via: via})
+		j, err := t.addNode(ctx, 1, true, plan.Honest, identity{via: via})
 		if err != nil {
 			if ctx.Err() == nil {
 				t.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
@@ -401,7 +355,7 @@ type streamOpener interface {
 // impostorFigures fills h's figures of the impostor roles in the run.
 // t.mu is held.
 func (t *testnet) impostorFigures(h *report.Hostility) {
-	has := func(r Role) bool {
+	has := func(r plan.Role) bool {
 		for _, s := range t.cfg.Roles {
 			if s.Role == r {
 				return true
@@ -410,11 +364,11 @@ func (t *testnet) impostorFigures(h *report.Hostility) {
 		return false
 	}
 	c := &t.hostile
-	if has(LineageHijack) {
+	if has(plan.LineageHijack) {
 		lf := &report.LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
 		job := testnetGenesis(t.cfg.Seed)
 		for _, m := range t.liveLocked() {
-			if m.role != Honest || m.probe {
+			if m.role != plan.Honest || m.probe {
 				continue
 			}
 			st := m.nd.Status()
@@ -436,7 +390,7 @@ func (t *testnet) impostorFigures(h *report.Hostility) {
 		}
 		h.Lineage = lf
 	}
-	if has(JoinerWedge) {
+	if has(plan.JoinerWedge) {
 		wf := &report.WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
 		for _, m := range t.members {
 			if !m.probe || m.nd == nil {
@@ -457,10 +411,10 @@ func (t *testnet) impostorFigures(h *report.Hostility) {
 		}
 		h.Wedge = wf
 	}
-	if has(EstimateLiar) {
+	if has(plan.EstimateLiar) {
 		h.LiarQueries = c.liarQueries.Load()
 	}
-	if has(DriftPoison) {
+	if has(plan.DriftPoison) {
 		h.Drift = &report.DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
 			Rate: c.driftRate.Load(), Other: c.driftOther.Load(), ModelsFetched: c.driftModelsFetched.Load()}
 	}

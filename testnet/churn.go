@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -83,7 +84,7 @@ func (t *testnet) sleepUntil(ctx context.Context, at time.Duration) bool {
 }
 
 // playEvent applies one churn-script event.
-func (t *testnet) playEvent(ctx context.Context, ev Event) {
+func (t *testnet) playEvent(ctx context.Context, ev plan.Event) {
 	n := ev.Count
 	if ev.Fraction > 0 {
 		t.mu.Lock()
@@ -92,23 +93,23 @@ func (t *testnet) playEvent(ctx context.Context, ev Event) {
 	}
 	t.log.Info("churn script", "event", ev.String(), "nodes", n)
 	switch ev.Action {
-	case Join:
+	case plan.Join:
 		var wg sync.WaitGroup
 		for range n { // the joins of one event start together
 			wg.Go(func() { t.join(ctx) })
 		}
 		wg.Wait()
-	case Leave:
+	case plan.Leave:
 		t.remove(n, false)
-	case Crash:
+	case plan.Crash:
 		t.remove(n, true)
-	case Partition:
+	case plan.Partition:
 		t.partition(n)
-	case Heal:
+	case plan.Heal:
 		if t.net != nil {
 			t.net.Heal()
 		}
-	case CrashHostile:
+	case plan.CrashHostile:
 		t.removeHostile()
 	}
 }

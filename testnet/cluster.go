@@ -23,6 +23,7 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
 
@@ -31,7 +32,7 @@ type member struct {
 	idx      int
 	nd       *node.Node
 	factor   float64
-	role     Role
+	role     plan.Role
 	cancel   context.CancelFunc
 	done     chan struct{}
 	joinedAt time.Duration // since training started (0 for initial nodes)
@@ -93,7 +94,7 @@ func (m *member) updateStats() gossip.Stats {
 // the report reads. Hostile nodes and the flood target are kept: their
 // goroutines and figures refer to them to the end. t.mu must be held.
 func (t *testnet) release(m *member) {
-	if m.role != Honest || m.probe || m == t.target || m.gone != nil {
+	if m.role != plan.Honest || m.probe || m == t.target || m.gone != nil {
 		return
 	}
 	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
@@ -204,7 +205,7 @@ func stepStreams(cfg node.Config) int {
 
 // addNode creates a node (not yet training) bootstrapped from up to three
 // random live members, with identity id on the mem transport.
-func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role plan.Role, id identity) (*member, error) {
 	cfg, err := t.nodeConfig(joining)
 	if err != nil {
 		return nil, err
@@ -257,7 +258,7 @@ func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx in
 	idx = t.nextIdx
 	t.nextIdx++
 	if joining {
-		t.churned = append(t.churned, report.ChurnRow{T: time.Since(t.start).Seconds(), Kind: string(Join), Node: idx})
+		t.churned = append(t.churned, report.ChurnRow{T: time.Since(t.start).Seconds(), Kind: string(plan.Join), Node: idx})
 	}
 	if len(via) > 0 {
 		for _, m := range via {
@@ -283,7 +284,7 @@ func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx in
 
 // newHost builds node idx's host on the mem transport, and notes the
 // addresses of the initial nodes for the Sybil figures; nil on others.
-func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id identity) (host.Host, error) {
+func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role plan.Role, id identity) (host.Host, error) {
 	if t.net == nil {
 		return nil, nil
 	}
@@ -300,7 +301,7 @@ func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id 
 		for _, a := range h.Addrs() {
 			if ip, err := manet.ToIP(a); err == nil {
 				t.syb.addrs[ip.String()] = true
-				if role.sybil() {
+				if role.Sybil() {
 					t.syb.sybAddr[ip.String()] = true
 				}
 			}
@@ -329,7 +330,7 @@ func (t *testnet) newTask(idx int, factor float64, cfg node.Config) (node.Task, 
 // of a run with hostile roles counts the poison it receives), and a
 // fake-peers node starts its DHT servers.
 func (t *testnet) register(m *member, seed uint64) {
-	if m.role != Honest {
+	if m.role != plan.Honest {
 		t.roleOf.Store(m.nd.ID(), m.role)
 	} else if g := m.nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
 		// Count what honest nodes receive from poisoners.
@@ -337,16 +338,16 @@ func (t *testnet) register(m *member, seed uint64) {
 			r, ok := t.roleOf.Load(u.Sender)
 			switch {
 			case !ok:
-			case r.(Role).invalidPoison():
+			case r.(plan.Role).InvalidPoison():
 				t.poisonApplied.Add(1)
-			case r.(Role) == PoisonNorm:
+			case r.(plan.Role) == plan.PoisonNorm:
 				t.normDelivered.Add(1)
 			}
 		})
 	}
 	t.mu.Lock()
 	t.members = append(t.members, m)
-	if m.role == FakePeers {
+	if m.role == plan.FakePeers {
 		t.serveFakePeers(m, seed)
 	}
 	t.startImpostor(m)
@@ -407,31 +408,31 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 			}
 		})
 	})
-	if m.role == Flooder && t.target != nil {
+	if m.role == plan.Flooder && t.target != nil {
 		target := t.target.nd.ID()
 		t.wg.Go(func() { asNode(m.idx, func() { t.flood(c, m, target) }) })
 	}
-	if m.role == SlowModel && t.target != nil {
+	if m.role == plan.SlowModel && t.target != nil {
 		target := t.target.nd.ID()
 		t.wg.Go(func() { asNode(m.idx, func() { t.slowModel(c, m, target) }) })
 	}
 	switch m.role {
-	case LineageHijack:
+	case plan.LineageHijack:
 		t.wg.Go(func() { asNode(m.idx, func() { t.hijack(c, m, stopRun) }) })
-	case JoinerWedge:
+	case plan.JoinerWedge:
 		t.wg.Go(func() { asNode(m.idx, func() { t.wedgeJoin(c, m) }) })
-	case DriftPoison:
+	case plan.DriftPoison:
 		t.wg.Go(func() { asNode(m.idx, func() { t.drift(c, m) }) })
-	case EstimateLiar:
+	case plan.EstimateLiar:
 		t.wg.Go(func() { asNode(m.idx, func() { t.lie(c, m) }) })
-	case StreamHog, ConnHog, LogFlood:
+	case plan.StreamHog, plan.ConnHog, plan.LogFlood:
 		if t.target == nil {
 			break
 		}
 		switch m.role {
-		case StreamHog:
+		case plan.StreamHog:
 			t.wg.Go(func() { asNode(m.idx, func() { t.streamHog(c, m) }) })
-		case ConnHog:
+		case plan.ConnHog:
 			t.wg.Go(func() { asNode(m.idx, func() { t.connHog(c, m) }) })
 		default:
 			t.wg.Go(func() { asNode(m.idx, func() { t.logFlood(c, m) }) })
@@ -476,7 +477,7 @@ func (t *testnet) closeAll() {
 	if t.net != nil {
 		_ = t.net.Close()
 	}
-	if t.cfg.Clock == Virtual {
+	if t.cfg.Clock == plan.Virtual {
 		// Some library goroutines outlive their host by a bounded sleep
 		// (go-libp2p-pubsub's announceRetry sleeps up to 1 s, then sees
 		// its context is done). On the virtual clock that time costs
@@ -509,9 +510,9 @@ func (t *testnet) remove(n int, crash bool) int {
 	n = min(n, len(live)-2) // keep a network
 	now := time.Since(t.start)
 	var victims []*member
-	kind := Leave
+	kind := plan.Leave
 	if crash {
-		kind = Crash
+		kind = plan.Crash
 	}
 	for _, j := range t.rng.Perm(len(live))[:n] {
 		m := live[j]
@@ -553,10 +554,10 @@ func (t *testnet) removeHostile() {
 	var victims []*member
 	now := time.Since(t.start)
 	for _, m := range t.liveLocked() {
-		if m.role != Honest && m.cancel != nil {
+		if m.role != plan.Honest && m.cancel != nil {
 			m.leftAt, m.crashed = now, true
 			victims = append(victims, m)
-			t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(Crash), Node: m.idx})
+			t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(plan.Crash), Node: m.idx})
 		}
 	}
 	t.mu.Unlock()
@@ -583,7 +584,7 @@ func (t *testnet) partition(n int) {
 // start to its first step (joinWatch).
 func (t *testnet) join(ctx context.Context) {
 	begun := time.Now()
-	m, err := t.addNode(ctx, 1, true, Honest, identity{})
+	m, err := t.addNode(ctx, 1, true, plan.Honest, identity{})
 	if err != nil {
 		if ctx.Err() == nil {
 			t.log.Warn("join failed", "err", err)

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -11,7 +12,7 @@ import (
 // CompareWithSim runs the simulator with the testnet's parameters, in
 // fidelity mode and in poll mode at the nodes' measured re-check rate, and
 // stores the real/simulated ratios in r.CompareSim.
-func CompareWithSim(cfg Config, r *report.Result) error {
+func CompareWithSim(cfg plan.Config, r *report.Result) error {
 	if cfg.TimeScale <= 0 {
 		return errors.New("comparing with the simulator needs the time model: a positive time scale")
 	}

@@ -17,13 +17,6 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// FakePeers nodes answer every DHT request with FakePeersPerReply made-up
-// peer IDs, fresh ones each time, each with an address nobody listens on:
-// every lookup that asks one hears of peers that do not exist, which an
-// overlay that keeps whatever it is told would add to its member set
-// without end. They otherwise train and answer step queries honestly.
-const FakePeers Role = "fake-peers"
-
 // FakePeersPerReply is how many made-up peers a fake-peers node names in
 // each DHT reply: more than the 2k = 40 an honest reply may carry, which
 // is all a receiver reads of one reply.

@@ -24,31 +24,8 @@ import (
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
-)
-
-// Hogs: roles that take a node's resources rather than lie, all aimed at
-// the flood target (the first honest node), as the flooders' are. Their
-// sizes are the attack's whole, shared among the nodes of the role: with
-// one node it does all of it, with ten each does a tenth.
-const (
-	// StreamHog holds StreamHogPeers × MaxStreamsPerPeer (8) idle step
-	// streams on the target, from StreamHogPeers identities of its own:
-	// each opens a step stream, sends nothing, and opens another
-	// floodPause after the target resets it (a quarter second after a
-	// refusal). 640 streams against the target's 512 slots.
-	StreamHog Role = "stream-hog"
-	// ConnHog holds ConnHogPeers idle connections to the target, from
-	// identities of its own that connect, do nothing, and connect again a
-	// second after they are closed; on the TCP transport also
-	// ConnHogHalfOpen half-open sockets (connected, never a byte of
-	// handshake), each held until the target closes it or for 15 s,
-	// then opened again.
-	ConnHog Role = "conn-hog"
-	// LogFlood (TCP transport, private job) opens junk connections to the
-	// target as fast as 16 workers can (a few bytes that are no
-	// handshake, then closed): each one is a refused handshake.
-	LogFlood Role = "log-flood"
 )
 
 // The hogs' sizes, in all.
@@ -81,7 +58,7 @@ type hogCounts struct {
 
 // hogShare is how many of total a node of role r takes: an even share
 // among the initial nodes of that role (rounded up).
-func (t *testnet) hogShare(r Role, total int) int {
+func (t *testnet) hogShare(r plan.Role, total int) int {
 	k := 0
 	for _, s := range t.cfg.Roles {
 		if s.Role == r {
@@ -138,7 +115,7 @@ func (t *testnet) streamHog(ctx context.Context, m *member) {
 	ai := t.targetInfo()
 	proto := wire.StepProtocolExt("testnet")
 	var wg sync.WaitGroup
-	for range t.hogShare(StreamHog, StreamHogPeers) {
+	for range t.hogShare(plan.StreamHog, StreamHogPeers) {
 		h, err := t.hogHost(m)
 		if err != nil {
 			t.log.Warn("stream hog: no host", "err", err)
@@ -197,11 +174,11 @@ func (t *testnet) connHog(ctx context.Context, m *member) {
 	ai := t.targetInfo()
 	var wg sync.WaitGroup
 	if addr := t.targetTCP(); addr != "" {
-		for range t.hogShare(ConnHog, ConnHogHalfOpen) {
+		for range t.hogShare(plan.ConnHog, ConnHogHalfOpen) {
 			wg.Go(func() { t.halfOpen(ctx, addr) })
 		}
 	}
-	for range t.hogShare(ConnHog, ConnHogPeers) {
+	for range t.hogShare(plan.ConnHog, ConnHogPeers) {
 		if ctx.Err() != nil {
 			break
 		}
@@ -387,7 +364,7 @@ func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); 
 
 // hogFigures returns the hogs' figures, nil without hogs. t.mu is held.
 func (t *testnet) hogFigures() *report.HogFigures {
-	if !t.hasRole(StreamHog, ConnHog, LogFlood) || t.target == nil {
+	if !t.hasRole(plan.StreamHog, plan.ConnHog, plan.LogFlood) || t.target == nil {
 		return nil
 	}
 	c := &t.hogs
@@ -399,7 +376,7 @@ func (t *testnet) hogFigures() *report.HogFigures {
 }
 
 // hasRole reports whether the run has nodes of any of rs.
-func (t *testnet) hasRole(rs ...Role) bool {
+func (t *testnet) hasRole(rs ...plan.Role) bool {
 	for _, s := range t.cfg.Roles {
 		for _, r := range rs {
 			if s.Role == r {

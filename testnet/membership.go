@@ -4,6 +4,7 @@ import (
 	"context"
 	"time"
 
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
 
@@ -17,7 +18,7 @@ func (t *testnet) membership() *report.Membership {
 	t.mu.Lock()
 	var honest []*member
 	for _, m := range t.liveLocked() {
-		if m.role == Honest {
+		if m.role == plan.Honest {
 			honest = append(honest, m)
 		}
 	}
@@ -44,7 +45,7 @@ func (t *testnet) membership() *report.Membership {
 	f.Drawable /= n
 
 	wall := t.wallNow
-	if t.cfg.Clock == Real {
+	if t.cfg.Clock == plan.Real {
 		wall = func() time.Duration { return time.Duration(time.Now().UnixNano()) }
 	}
 	start := wall()

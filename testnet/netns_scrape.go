@@ -22,12 +22,13 @@ import (
 	"github.com/pspnode/pspnode/internal/promhist"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node/status"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // checkData opens the configured data set once, so a bad path is one
 // error, not one per node.
-func checkData(cfg Config) error {
+func checkData(cfg plan.Config) error {
 	if _, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data)); err != nil {
 		return fmt.Errorf("testnet: %w", err)
 	}
@@ -208,8 +209,8 @@ type netnsTrack struct {
 }
 
 // record notes one round of readings taken at now into training.
-func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapshot {
-	snap := Snapshot{Elapsed: now, Wall: now, EstimateError: math.NaN(), Accuracy: math.NaN()}
+func (k *netnsTrack) record(cfg plan.Config, now time.Duration, rs []reading) report.Snapshot {
+	snap := report.Snapshot{Elapsed: now, Wall: now, EstimateError: math.NaN(), Accuracy: math.NaN()}
 	var steps []int64
 	var rel []float64
 	var acc, loss float64

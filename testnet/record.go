@@ -8,17 +8,18 @@ import (
 
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/node"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
 // record takes one snapshot of every live node.
-func (t *testnet) record(now time.Duration) Snapshot {
+func (t *testnet) record(now time.Duration) report.Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	live := t.liveLocked()
 	truth := float64(len(live))
-	snap := Snapshot{Elapsed: now, Wall: -1, Live: len(live), EstimateError: math.NaN(), Accuracy: math.NaN()}
+	snap := report.Snapshot{Elapsed: now, Wall: -1, Live: len(live), EstimateError: math.NaN(), Accuracy: math.NaN()}
 	var steps []int64
 	var rel []float64
 	sec := now.Seconds()
@@ -43,7 +44,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 		if t.syb != nil && t.syb.victims[m.nd.ID()] {
 			t.recordVictim(m, rel[len(rel)-1], truth)
 		}
-		if m.role == Honest {
+		if m.role == plan.Honest {
 			used := m.nd.Population()
 			t.usedErr = append(t.usedErr, math.Abs(used-truth)/truth)
 			t.usedMax = max(t.usedMax, used)
@@ -170,7 +171,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	t.mu.Lock()
 	var honest []*member
 	for _, m := range t.liveLocked() {
-		if m.role == Honest && !m.probe {
+		if m.role == plan.Honest && !m.probe {
 			honest = append(honest, m)
 		}
 	}
@@ -214,7 +215,7 @@ func (t *testnet) evaluate(now time.Duration) {
 // summarise fills a snapshot's step range and median estimate error from
 // the live nodes' steps and relative errors (sorting steps), and returns
 // the estimate row at time sec (ok false without errors).
-func summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (report.EstRow, bool) {
+func summarise(snap *report.Snapshot, steps []int64, rel []float64, sec float64, truth int) (report.EstRow, bool) {
 	if len(steps) > 0 {
 		slices.Sort(steps)
 		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]

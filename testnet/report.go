@@ -9,6 +9,7 @@ import (
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -35,7 +36,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 	var held, opened, nodeMin, dials float64
 	var traffic trafficSum
 	if len(c.Roles) > 0 {
-		r.Hostile = &report.Hostility{Roles: FormatRoles(c.Roles), Nodes: map[string]int{},
+		r.Hostile = &report.Hostility{Roles: plan.FormatRoles(c.Roles), Nodes: map[string]int{},
 			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load(),
 			SybilFigures: t.sybilFigures(), FakePeersNamed: t.fakesNamed()}
 	}
@@ -45,7 +46,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 		if m.probe {
 			continue // Hostility.Wedge
 		}
-		if m.role != Honest {
+		if m.role != plan.Honest {
 			if m.joinedAt == 0 {
 				r.Hostile.Nodes[string(m.role)]++
 			}
@@ -137,7 +138,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
-		if t.target != nil && t.hasRole(Flooder, SlowModel, StreamHog, ConnHog, LogFlood) {
+		if t.target != nil && t.hasRole(plan.Flooder, plan.SlowModel, plan.StreamHog, plan.ConnHog, plan.LogFlood) {
 			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
 		t.impostorFigures(r.Hostile)
@@ -181,7 +182,7 @@ func (t *testnet) floodTarget(honestMeanSteps float64) *report.FloodTarget {
 		StreamsRefused: st.StreamsRefused, StepStreamsRefused: st.StreamsRefusedBy["step"],
 		ModelStreamsRefused: st.StreamsRefusedBy["model"], Live: t.target.leftAt < 0}
 	for _, m := range t.liveLocked() {
-		if m == t.target || m.role != Honest {
+		if m == t.target || m.role != plan.Honest {
 			continue
 		}
 		tg.HonestPeers++

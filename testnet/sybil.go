@@ -11,81 +11,10 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/peer"
 
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
-
-// Sybil roles: many identities of one attacker, which otherwise behave
-// honestly (they train, answer step queries truly and report their own
-// estimates), so that only the honest nodes' population estimate and
-// sampler are attacked.
-const (
-	// SybilZone nodes grind keys: each generates Ed25519 keys until its
-	// DHT key (SHA-256 of the peer ID) shares at least SybilPrefix leading
-	// bits with the key of its victim, one of SybilVictims honest nodes
-	// chosen by the seed. They crowd the victims' zone of the ID space,
-	// which the zone-density estimator reads as a dense (large) network.
-	SybilZone Role = "sybil-zone"
-	// SybilHost nodes are many identities behind one network address:
-	// every one of them has the same IP.
-	SybilHost Role = "sybil-host"
-)
-
-// Defaults of Config.SybilVictims and Config.SybilPrefix.
-const (
-	DefaultSybilVictims = 2
-	// DefaultSybilPrefix bits cost 2^12 = 4 096 key generations per Sybil
-	// on average (about 0.1 s of one core).
-	DefaultSybilPrefix = 12
-	// MaxSybilPrefix bounds the grinding: 2^20 key generations (about half
-	// a minute of one core) per Sybil on average.
-	MaxSybilPrefix = 20
-)
-
-func (r Role) sybil() bool { return r == SybilZone || r == SybilHost }
-
-// sybilVictims returns how many victims sybil-zone nodes have.
-func (c Config) sybilVictims() int {
-	if c.SybilVictims > 0 {
-		return c.SybilVictims
-	}
-	return DefaultSybilVictims
-}
-
-func (c Config) sybilPrefix() int {
-	if c.SybilPrefix > 0 {
-		return c.SybilPrefix
-	}
-	return DefaultSybilPrefix
-}
-
-// validateSybil checks the Sybil settings; bad reports each problem.
-func (c Config) validateSybil(bad func(format string, a ...any)) {
-	if c.SybilVictims < 0 {
-		bad("sybil victims %d: want a number of honest nodes >= 1 (0: %d)", c.SybilVictims, DefaultSybilVictims)
-	}
-	if c.SybilPrefix < 0 || c.SybilPrefix > MaxSybilPrefix {
-		bad("sybil prefix %d: want a number of bits in [1, %d] (0: %d)", c.SybilPrefix, MaxSybilPrefix, DefaultSybilPrefix)
-	}
-	sybils, honest := 0.0, 1.0
-	zone := false
-	for _, r := range c.Roles {
-		honest -= r.Fraction
-		if r.Role.sybil() {
-			sybils += r.Fraction
-			zone = zone || r.Role == SybilZone
-		}
-	}
-	if sybils == 0 {
-		return
-	}
-	if c.Transport != "mem" {
-		bad("sybil roles need the mem transport (it sets the nodes' keys and addresses)")
-	}
-	if zone && int(float64(c.Nodes)*honest+0.5) < c.sybilVictims() {
-		bad("sybil-zone: %d victims, but only about %.0f honest nodes", c.sybilVictims(), float64(c.Nodes)*honest)
-	}
-}
 
 // identity is a node's key and address on the mem transport; zero values
 // take the network's next key and a fresh address.
@@ -120,12 +49,12 @@ type sybilState struct {
 func (t *testnet) chooseVictims() {
 	var honest []*member
 	for _, m := range t.members {
-		if m.role == Honest {
+		if m.role == plan.Honest {
 			honest = append(honest, m)
 		}
 	}
 	r := rand.New(rand.NewPCG(t.cfg.Seed, 0x5b11))
-	k := min(t.cfg.sybilVictims(), len(honest))
+	k := min(t.cfg.SybilVictimCount(), len(honest))
 	for _, j := range r.Perm(len(honest))[:k] {
 		t.syb.victims[honest[j].nd.ID()] = true
 	}
@@ -133,14 +62,14 @@ func (t *testnet) chooseVictims() {
 
 // sybilIdentity returns the identity of a sybil-zone node (its key ground
 // against victim) or of a sybil-host node (the shared address).
-func (t *testnet) sybilIdentity(role Role, victim peer.ID) (identity, error) {
-	if role == SybilHost {
+func (t *testnet) sybilIdentity(role plan.Role, victim peer.ID) (identity, error) {
+	if role == plan.SybilHost {
 		if t.syb.hostIP == nil {
 			t.syb.hostIP = t.net.NewIP()
 		}
 		return identity{ip: t.syb.hostIP}, nil
 	}
-	return grindKey(t.syb.keys, kb.ConvertPeerID(victim), t.cfg.sybilPrefix())
+	return grindKey(t.syb.keys, kb.ConvertPeerID(victim), t.cfg.SybilPrefixBits())
 }
 
 // grindKey generates Ed25519 keys from keys until one's DHT key shares at
@@ -190,7 +119,7 @@ func (t *testnet) countDraws(drawer peer.ID, peers []peer.ID) {
 	victim := t.syb.victims[drawer]
 	for _, p := range peers {
 		r, ok := t.roleOf.Load(p)
-		s := ok && r.(Role).sybil()
+		s := ok && r.(plan.Role).Sybil()
 		t.syb.draws.all++
 		if s {
 			t.syb.draws.sybil++
@@ -234,7 +163,7 @@ func (t *testnet) sybilFigures() *report.SybilFigures {
 		f.VictimZoneError = sim.Percentile(z, 50)
 	}
 	if len(s.keygens) > 0 {
-		f.PrefixBits = t.cfg.sybilPrefix()
+		f.PrefixBits = t.cfg.SybilPrefixBits()
 		sum := 0
 		for _, k := range s.keygens {
 			sum += k

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestSybilRoles(t *testing.T) {
 	host := func(defence bool) *report.SybilFigures {
 		cfg := tinyConfig(24, 4*time.Second)
-		cfg.Roles = []RoleShare{{SybilHost, 0.25}}
+		cfg.Roles = []plan.RoleShare{{Role: plan.SybilHost, Fraction: 0.25}}
 		cfg.NoSybilDefence = !defence
 		res := runLogged(t, cfg)
 		f := sybilJSON(t, res)
@@ -38,11 +39,11 @@ func TestSybilRoles(t *testing.T) {
 	}
 
 	cfg := tinyConfig(24, 4*time.Second)
-	cfg.Roles = []RoleShare{{SybilZone, 0.25}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.SybilZone, Fraction: 0.25}}
 	cfg.SybilPrefix = 8
 	res := runLogged(t, cfg)
 	f := sybilJSON(t, res)
-	if f.IDShare != 0.25 || f.AddrShare != 0.25 || f.Victims != DefaultSybilVictims || f.PrefixBits != 8 {
+	if f.IDShare != 0.25 || f.AddrShare != 0.25 || f.Victims != plan.DefaultSybilVictims || f.PrefixBits != 8 {
 		t.Errorf("sybil-zone: figures %+v", f)
 	}
 	if !(f.KeygensMean >= 1 && f.KeygensMean <= 64<<8) {

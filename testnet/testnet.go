@@ -27,28 +27,13 @@ import (
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
 
-// Snapshot is the testnet's state at one moment, for live progress.
-type Snapshot struct {
-	Elapsed time.Duration // training time on the run's clock
-	// Wall is the wall time since training started, or -1 when the run
-	// cannot tell (the virtual clock without Config.WallClock).
-	Wall          time.Duration
-	Live          int
-	StepMin       int64
-	StepMedian    int64
-	StepMax       int64
-	EstimateError float64 // median |N̂ - N| / N over live nodes, NaN if none
-	UpdatesPerSec float64
-	Waiting       int
-	Accuracy      float64 // last evaluation (accuracy, or R² for linreg), NaN if none
-}
-
 // testnet is one run in progress.
 type testnet struct {
-	cfg   Config
+	cfg   plan.Config
 	log   *slog.Logger
 	net   *memnet.Net // nil for tcp
 	data  model.Data
@@ -117,7 +102,7 @@ func (t *testnet) params() int {
 // and returns what it measured. The context stops it early (the result
 // covers the time run). On the virtual clock Run must be called inside a
 // testing/synctest bubble, and ctx must have been made inside it.
-func Run(ctx context.Context, cfg Config) (*report.Result, error) {
+func Run(ctx context.Context, cfg plan.Config) (*report.Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -142,7 +127,7 @@ func Run(ctx context.Context, cfg Config) (*report.Result, error) {
 		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.log = slog.New(warnCounter{next: t.log.Handler(), lines: &t.warnLines, bytes: &t.warnBytes})
-	if slices.ContainsFunc(cfg.Roles, func(r RoleShare) bool { return r.Role.sybil() }) {
+	if slices.ContainsFunc(cfg.Roles, func(r plan.RoleShare) bool { return r.Role.Sybil() }) {
 		t.syb = &sybilState{
 			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),
 			victims: make(map[peer.ID]bool),
@@ -157,14 +142,14 @@ func Run(ctx context.Context, cfg Config) (*report.Result, error) {
 		}
 		t.data = d
 	}
-	est := estimate(cfg, t.params(), runtime.GOMAXPROCS(0))
+	est := plan.EstimateRun(cfg, t.params(), runtime.GOMAXPROCS(0))
 	if cfg.Estimated != nil {
 		cfg.Estimated(est)
 	}
 	if avail := availableMemory(); !cfg.Force && avail > 0 && est.RSSBytes > avail {
-		return nil, fmt.Errorf("testnet: %w", &ErrTooLarge{Estimate: est, Available: avail})
+		return nil, fmt.Errorf("testnet: %w", &plan.ErrTooLarge{Estimate: est, Available: avail})
 	}
-	if cfg.Clock == Virtual && !vclock.InBubble() {
+	if cfg.Clock == plan.Virtual && !vclock.InBubble() {
 		return nil, errors.New("testnet: the virtual clock needs Run to be called inside a testing/synctest bubble " +
 			"(synctest.Test in a test; pspnode testnet makes one itself); set Config.Clock to Real to run on the machine's clock")
 	}
@@ -203,7 +188,7 @@ func Run(ctx context.Context, cfg Config) (*report.Result, error) {
 	// found no stalled node.
 	var bg, ready sync.WaitGroup
 	var probe *lagProbe
-	if cfg.Clock == Real {
+	if cfg.Clock == plan.Real {
 		probe = &lagProbe{}
 		ready.Add(1)
 		bg.Go(func() { probe.run(runCtx, t.start, ready.Done) })
@@ -266,16 +251,16 @@ func (t *testnet) build(ctx context.Context) error {
 	for _, i := range pick.Perm(cfg.Nodes)[:int(math.Round(cfg.Stragglers*float64(cfg.Nodes)))] {
 		straggler[i] = true
 	}
-	roles := assignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
+	roles := plan.AssignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
 	order := make([]int, 0, cfg.Nodes)
 	for i, r := range roles {
-		if r != SybilZone {
+		if r != plan.SybilZone {
 			order = append(order, i)
 		}
 	}
 	firstZone := len(order)
 	for i, r := range roles {
-		if r == SybilZone {
+		if r == plan.SybilZone {
 			order = append(order, i)
 		}
 	}
@@ -290,7 +275,7 @@ func (t *testnet) build(ctx context.Context) error {
 			f = cfg.StraggleFactor
 		}
 		var id identity
-		if roles[i].sybil() {
+		if roles[i].Sybil() {
 			if built == firstZone {
 				t.chooseVictims()
 				victims = slices.Sorted(maps.Keys(t.syb.victims))
@@ -303,7 +288,7 @@ func (t *testnet) build(ctx context.Context) error {
 			if id, err = t.sybilIdentity(roles[i], victim); err != nil {
 				return fmt.Errorf("testnet: node %d: %w", i, err)
 			}
-			if roles[i] == SybilZone {
+			if roles[i] == plan.SybilZone {
 				t.syb.keygens = append(t.syb.keygens, id.keygens)
 			}
 			t.syb.ids++
@@ -312,7 +297,7 @@ func (t *testnet) build(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("testnet: node %d: %w", i, err)
 		}
-		if t.target == nil && m.role == Honest {
+		if t.target == nil && m.role == plan.Honest {
 			t.target = m
 		}
 		if cfg.BuildProgress != nil && ((built+1)%50 == 0 || built+1 == cfg.Nodes) {
@@ -328,7 +313,7 @@ func (t *testnet) wallNow() time.Duration {
 	switch {
 	case t.cfg.WallClock != nil:
 		return t.cfg.WallClock()
-	case t.cfg.Clock == Real:
+	case t.cfg.Clock == plan.Real:
 		return time.Duration(time.Now().UnixNano())
 	}
 	return -1
