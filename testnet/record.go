@@ -10,7 +10,6 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
-	"github.com/pspnode/pspnode/testnet/sim"
 )
 
 // record takes one snapshot of every live node.
@@ -71,7 +70,7 @@ func (t *testnet) record(now time.Duration) report.Snapshot {
 			t.stalls[m.idx] = true
 		}
 	}
-	if row, ok := summarise(&snap, steps, rel, sec, len(live)); ok {
+	if row, ok := report.Summarise(&snap, steps, rel, sec, len(live)); ok {
 		t.ests = append(t.ests, row)
 	}
 	t.relErr = rel
@@ -210,21 +209,4 @@ func (t *testnet) evaluate(now time.Duration) {
 	t.mu.Lock()
 	t.accs = append(t.accs, report.AccRow{T: now.Seconds(), Accuracy: acc / float64(k), Loss: loss / float64(k), Updates: updates, InBytes: inBytes})
 	t.mu.Unlock()
-}
-
-// summarise fills a snapshot's step range and median estimate error from
-// the live nodes' steps and relative errors (sorting steps), and returns
-// the estimate row at time sec (ok false without errors).
-func summarise(snap *report.Snapshot, steps []int64, rel []float64, sec float64, truth int) (report.EstRow, bool) {
-	if len(steps) > 0 {
-		slices.Sort(steps)
-		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
-	}
-	if len(rel) == 0 {
-		return report.EstRow{}, false
-	}
-	sorted := slices.Clone(rel)
-	slices.Sort(sorted)
-	snap.EstimateError = sorted[(len(sorted)-1)/2]
-	return report.EstRow{T: sec, Truth: truth, Median: sim.Percentile(sorted, 50), Lo: sim.Percentile(sorted, 5), Hi: sim.Percentile(sorted, 95)}, true
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/testnet/netns"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
@@ -107,7 +108,7 @@ func Run(ctx context.Context, cfg plan.Config) (*report.Result, error) {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	if cfg.Transport == "netns" {
-		return runNetns(ctx, cfg)
+		return netns.Run(ctx, cfg)
 	}
 	// The run's cost is its own, not that of runs before it in this
 	// process (a command with several barriers runs one after another):

@@ -1,6 +1,11 @@
 package report
 
-import "time"
+import (
+	"slices"
+	"time"
+
+	"github.com/pspnode/pspnode/testnet/sim"
+)
 
 // Snapshot is the testnet's state at one moment, for live progress.
 type Snapshot struct {
@@ -16,4 +21,21 @@ type Snapshot struct {
 	UpdatesPerSec float64
 	Waiting       int
 	Accuracy      float64 // last evaluation (accuracy, or R² for linreg), NaN if none
+}
+
+// Summarise fills a snapshot's step range and median estimate error from
+// the live nodes' steps and relative errors (sorting steps), and returns
+// the estimate row at time sec (ok false without errors).
+func Summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (EstRow, bool) {
+	if len(steps) > 0 {
+		slices.Sort(steps)
+		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
+	}
+	if len(rel) == 0 {
+		return EstRow{}, false
+	}
+	sorted := slices.Clone(rel)
+	slices.Sort(sorted)
+	snap.EstimateError = sorted[(len(sorted)-1)/2]
+	return EstRow{T: sec, Truth: truth, Median: sim.Percentile(sorted, 50), Lo: sim.Percentile(sorted, 5), Hi: sim.Percentile(sorted, 95)}, true
 }

@@ -1,4 +1,4 @@
-package testnet
+package netns
 
 import (
 	"bufio"
@@ -16,7 +16,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pspnode/pspnode/internal/netns"
+	ns "github.com/pspnode/pspnode/internal/netns"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
@@ -31,7 +31,7 @@ const (
 // proc is one `pspnode run` process of a netns testnet.
 type proc struct {
 	idx     int
-	host    *netns.Host
+	host    *ns.Host
 	factor  float64 // straggle factor of the time model
 	cores   float64 // CPU quota, 0 for none
 	cmd     *exec.Cmd
@@ -67,15 +67,15 @@ func (b *tailBuffer) String() string {
 // netnsRun is one netns testnet in progress: its network and processes.
 type netnsRun struct {
 	cfg    plan.Config
-	net    *netns.Net
+	net    *ns.Net
 	procs  []*proc
 	client *http.Client
 }
 
-// runNetns runs the testnet as one `pspnode run` process per node, each in
+// Run runs the testnet as one `pspnode run` process per node, each in
 // its own network namespace, and reads their /status and /metrics.
-func runNetns(ctx context.Context, cfg plan.Config) (res *report.Result, err error) {
-	if err := netns.Check(cfg.NAT > 0); err != nil {
+func Run(ctx context.Context, cfg plan.Config) (res *report.Result, err error) {
+	if err := ns.Check(cfg.NAT > 0); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	exe := cfg.Executable
@@ -92,7 +92,7 @@ func runNetns(ctx context.Context, cfg plan.Config) (res *report.Result, err err
 	}
 	// With NATed nodes, the bridge is public-looking address space, so
 	// that AutoNAT, relays and hole punching act as on the internet.
-	n, err := netns.New(ctx, netns.Options{PublicWAN: cfg.NAT > 0})
+	n, err := ns.New(ctx, ns.Options{PublicWAN: cfg.NAT > 0})
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}

@@ -1,4 +1,4 @@
-package testnet
+package netns
 
 import (
 	"cmp"
@@ -265,7 +265,7 @@ func (k *netnsTrack) record(cfg plan.Config, now time.Duration, rs []reading) re
 			k.stalled[i] = true
 		}
 	}
-	if row, ok := summarise(&snap, steps, rel, now.Seconds(), len(rs)); ok {
+	if row, ok := report.Summarise(&snap, steps, rel, now.Seconds(), len(rs)); ok {
 		k.ests = append(k.ests, row)
 	}
 	k.relErr = rel
