@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node/exchange"
+	"github.com/pspnode/pspnode/testnet/hostile"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 )
@@ -112,7 +113,7 @@ func TestEstimateLiarRole(t *testing.T) {
 	if h == nil || h.Nodes[string(plan.EstimateLiar)] != 1 {
 		t.Fatalf("hostile report %+v", h)
 	}
-	if want := uint64(3 * LiarQueryRate * 10 / 2); h.LiarQueries < want {
+	if want := uint64(3 * hostile.LiarQueryRate * 10 / 2); h.LiarQueries < want {
 		t.Errorf("%d lying queries answered, want at least %d", h.LiarQueries, want)
 	}
 	u := res.Population.Used
@@ -137,8 +138,8 @@ func TestStreamHogRole(t *testing.T) {
 		t.Fatalf("hostile report %+v", h)
 	}
 	g := h.Hogs
-	if g.Identities != StreamHogPeers || g.StreamsOpened < StreamHogPeers*8 {
-		t.Errorf("hog figures %+v: want %d identities holding 8 streams each", *g, StreamHogPeers)
+	if g.Identities != hostile.StreamHogPeers || g.StreamsOpened < hostile.StreamHogPeers*8 {
+		t.Errorf("hog figures %+v: want %d identities holding 8 streams each", *g, hostile.StreamHogPeers)
 	}
 	if g.FreshTried == 0 || g.FreshAnswered != g.FreshTried || g.TargetEvicted == 0 {
 		t.Errorf("hog figures %+v: want every fresh peer answered, idle streams evicted", *g)
@@ -174,8 +175,8 @@ func TestConnAndLogHogRoles(t *testing.T) {
 			case plan.ConnHog:
 				// The identities come up one by one (all 300 within
 				// seconds, more under the race detector).
-				if g.Identities < 50 || g.HalfOpenSockets < ConnHogHalfOpen {
-					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, ConnHogHalfOpen)
+				if g.Identities < 50 || g.HalfOpenSockets < hostile.ConnHogHalfOpen {
+					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, hostile.ConnHogHalfOpen)
 				}
 			case plan.LogFlood:
 				if g.JunkConnections < 1000 {

@@ -113,3 +113,4 @@ func (t *testnet) playEvent(ctx context.Context, ev plan.Event) {
 		t.removeHostile()
 	}
 }
+

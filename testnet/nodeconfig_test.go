@@ -27,7 +27,7 @@ var nodeConfigRows = []struct {
 	{"Barrier", func(c node.Config) any { return c.Barrier }, func(tn *testnet, _ bool) any { return tn.cfg.Barrier }},
 	{"EvalEvery", func(c node.Config) any { return c.EvalEvery }, func(*testnet, bool) any { return 0 }},
 	{"JoinFetch", func(c node.Config) any { return c.JoinFetch }, func(_ *testnet, joining bool) any { return joining }},
-	{"Genesis", func(c node.Config) any { return c.Genesis }, func(tn *testnet, _ bool) any { return testnetGenesis(tn.cfg.Seed) }},
+	{"Genesis", func(c node.Config) any { return c.Genesis }, func(tn *testnet, _ bool) any { return plan.Genesis(tn.cfg.Seed) }},
 	{"Check.QueryTimeout", func(c node.Config) any { return c.Check.QueryTimeout }, func(*testnet, bool) any { return 2 * time.Second }},
 	{"NAT", func(c node.Config) any { return c.NAT }, func(*testnet, bool) any { return netsetup.NATConfig{} }},
 	{"Check.PollShare", func(c node.Config) any { return c.Check.PollShare }, func(tn *testnet, _ bool) any { return tn.cfg.PollShare }},

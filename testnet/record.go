@@ -40,8 +40,8 @@ func (t *testnet) record(now time.Duration) report.Snapshot {
 		} else {
 			rel = append(rel, 1) // no estimate counts as 100 % off
 		}
-		if t.syb != nil && t.syb.victims[m.nd.ID()] {
-			t.recordVictim(m, rel[len(rel)-1], truth)
+		if t.play.IsVictim(m.nd.ID()) {
+			t.play.RecordVictim(m.nd, rel[len(rel)-1], truth)
 		}
 		if m.role == plan.Honest {
 			used := m.nd.Population()

@@ -1,6 +1,5 @@
-// Run: build, warm up, train, record, report; Snapshot for live
-// progress. The package doc, what a testnet is and where to start
-// reading, is in doc.go.
+// Run: build, warm up, train, record, report. The package doc, what a
+// testnet is and where to start reading, is in doc.go.
 
 package testnet
 
@@ -10,12 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,6 +24,7 @@ import (
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/testnet/hostile"
 	"github.com/pspnode/pspnode/testnet/netns"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
@@ -73,13 +71,9 @@ type testnet struct {
 	quarter *resourceSample
 	wg      sync.WaitGroup
 
-	roleOf        sync.Map      // peer.ID -> Role, hostile nodes only
-	syb           *sybilState   // nil without Sybil roles
+	roleOf        sync.Map      // peer.ID -> plan.Role, hostile nodes only
+	play          *hostile.Play // the hostile roles
 	target        *member       // the honest node flooders attack
-	fakes         []*fakeDHT    // the fake-peers nodes' DHT servers
-	hostile       hostileCounts // what the impostor roles sent (attacks.go)
-	hogs          hogCounts     // what the hogs did (hogs.go)
-	freshOnce     sync.Once     // starts the fresh peers against the flood target
 	warnLines     atomic.Uint64 // warnings the nodes logged (warnCounter)
 	warnBytes     atomic.Uint64
 	poisonApplied atomic.Uint64
@@ -128,14 +122,6 @@ func Run(ctx context.Context, cfg plan.Config) (*report.Result, error) {
 		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.log = slog.New(warnCounter{next: t.log.Handler(), lines: &t.warnLines, bytes: &t.warnBytes})
-	if slices.ContainsFunc(cfg.Roles, func(r plan.RoleShare) bool { return r.Role.Sybil() }) {
-		t.syb = &sybilState{
-			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),
-			victims: make(map[peer.ID]bool),
-			addrs:   make(map[string]bool),
-			sybAddr: make(map[string]bool),
-		}
-	}
 	if cfg.Model != "none" {
 		d, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data))
 		if err != nil {
@@ -160,6 +146,7 @@ func Run(ctx context.Context, cfg plan.Config) (*report.Result, error) {
 			Bandwidth: cfg.Bandwidth, Seed: cfg.Seed,
 		})
 	}
+	t.play = hostile.New(cfg, t, t.net, t.log)
 	defer t.closeAll()
 
 	buildStart := time.Now()
@@ -275,31 +262,27 @@ func (t *testnet) build(ctx context.Context) error {
 		if straggler[i] {
 			f = cfg.StraggleFactor
 		}
-		var id identity
+		var id hostile.Identity
 		if roles[i].Sybil() {
 			if built == firstZone {
-				t.chooseVictims()
-				victims = slices.Sorted(maps.Keys(t.syb.victims))
+				victims = t.play.ChooseVictims(t.honestIDs())
 			}
 			var victim peer.ID
 			if len(victims) > 0 {
 				victim = victims[(built-firstZone)%len(victims)]
 			}
 			var err error
-			if id, err = t.sybilIdentity(roles[i], victim); err != nil {
+			if id, err = t.play.SybilIdentity(roles[i], victim); err != nil {
 				return fmt.Errorf("testnet: node %d: %w", i, err)
 			}
-			if roles[i] == plan.SybilZone {
-				t.syb.keygens = append(t.syb.keygens, id.keygens)
-			}
-			t.syb.ids++
 		}
-		m, err := t.addNode(ctx, f, false, roles[i], id)
+		m, err := t.addNode(ctx, f, false, roles[i], id, nil)
 		if err != nil {
 			return fmt.Errorf("testnet: node %d: %w", i, err)
 		}
 		if t.target == nil && m.role == plan.Honest {
 			t.target = m
+			t.play.SetTarget(m.nd)
 		}
 		if cfg.BuildProgress != nil && ((built+1)%50 == 0 || built+1 == cfg.Nodes) {
 			cfg.BuildProgress(built+1, cfg.Nodes, time.Since(buildStart))

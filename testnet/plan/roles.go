@@ -288,3 +288,13 @@ const (
 // overlay that keeps whatever it is told would add to its member set
 // without end. They otherwise train and answer step queries honestly.
 const FakePeers Role = "fake-peers"
+
+// HasRole reports whether c gives a share of the nodes any of rs.
+func (c Config) HasRole(rs ...Role) bool {
+	for _, s := range c.Roles {
+		if slices.Contains(rs, s.Role) {
+			return true
+		}
+	}
+	return false
+}

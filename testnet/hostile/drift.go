@@ -1,4 +1,4 @@
-package testnet
+package hostile
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
 )
 
@@ -36,59 +37,59 @@ const (
 
 // drift is a drift-poison node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
-func (t *testnet) drift(ctx context.Context, m *member) {
+func (p *Play) drift(ctx context.Context, nd *node.Node) {
 	var wg sync.WaitGroup
-	for _, p := range m.nd.Overlay().Peers() {
-		if _, hostile := t.roleOf.Load(p); hostile {
+	for _, q := range nd.Overlay().Peers() {
+		if _, hostile := p.net.RoleOf(q); hostile {
 			continue
 		}
-		wg.Go(func() { t.driftAt(ctx, m, p) })
+		wg.Go(func() { p.driftAt(ctx, nd, q) })
 	}
 	wg.Wait()
 }
 
 // driftAt pushes poisoned models at one victim: fetch its model, push it
 // moved by dist along (1, …, 1)/√n, and fit dist to what the victim takes.
-func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
-	task := m.nd.Model()
+func (p *Play) driftAt(ctx context.Context, nd *node.Node, victim peer.ID) {
+	task := nd.Model()
 	n, modelID := task.NumParams(), task.ModelID()
 	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
 	dist := driftStart * math.Sqrt(float64(n))
 	backoff := driftBackoffMin
-	h := m.nd.Host()
+	h := nd.Host()
 	for ctx.Err() == nil {
 		step, params, err := fetchModelT(ctx, h, victim, modelID, n)
 		if err != nil {
-			t.hostile.driftOther.Add(1)
+			p.counts.driftOther.Add(1)
 			sleepCtx(ctx, driftBackoffMax)
 			continue
 		}
-		t.hostile.driftModelsFetched.Add(1)
+		p.counts.driftModelsFetched.Add(1)
 		shift := dist / math.Sqrt(float64(n))
 		for i, v := range params {
 			params[i] = max(-maxAbs, min(maxAbs, v+shift))
 		}
 		status, err := pushModelT(ctx, h, victim, step, modelID, params)
-		t.hostile.driftPushes.Add(1)
+		p.counts.driftPushes.Add(1)
 		switch {
 		case err != nil:
-			t.hostile.driftOther.Add(1)
+			p.counts.driftOther.Add(1)
 			sleepCtx(ctx, driftBackoffMax)
 		case status == "":
-			t.hostile.driftTaken.Add(1)
+			p.counts.driftTaken.Add(1)
 			dist *= driftGrow
 			backoff = driftBackoffMin
 			sleepCtx(ctx, floodPause)
 		case status == wire.ReasonDistance:
-			t.hostile.driftDistance.Add(1)
+			p.counts.driftDistance.Add(1)
 			dist *= driftShrink
 			sleepCtx(ctx, floodPause)
 		case status == wire.ReasonRate:
-			t.hostile.driftRate.Add(1)
+			p.counts.driftRate.Add(1)
 			sleepCtx(ctx, backoff)
 			backoff = min(2*backoff, driftBackoffMax)
 		default:
-			t.hostile.driftOther.Add(1)
+			p.counts.driftOther.Add(1)
 			sleepCtx(ctx, driftBackoffMax)
 		}
 	}

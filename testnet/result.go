@@ -8,7 +8,9 @@ import (
 
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/procstat"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/hostile"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
@@ -37,8 +39,7 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 	var traffic trafficSum
 	if len(c.Roles) > 0 {
 		r.Hostile = &report.Hostility{Roles: plan.FormatRoles(c.Roles), Nodes: map[string]int{},
-			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load(),
-			SybilFigures: t.sybilFigures(), FakePeersNamed: t.fakesNamed()}
+			PoisonApplied: t.poisonApplied.Load(), NormPoisonDelivered: t.normDelivered.Load()}
 	}
 	for _, m := range t.members {
 		live := m.leftAt < 0
@@ -76,9 +77,9 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 		r.Defences.ReportsScreened += st.ReportsScreened
 		r.Defences.UpdatesNormRefused += st.UpdatesNormRefused
 		r.Defences.StreamsRefused += st.StreamsRefused
-		r.Defences.StepQueriesFailed += uint64(counterOf(m.nd.Registry(), "psp_samples_timed_out_total", "", ""))
-		r.BarrierExcused.Slow += uint64(counterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Slow.String()))
-		r.BarrierExcused.Far += uint64(counterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Far.String()))
+		r.Defences.StepQueriesFailed += uint64(report.CounterOf(m.nd.Registry(), "psp_samples_timed_out_total", "", ""))
+		r.BarrierExcused.Slow += uint64(report.CounterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Slow.String()))
+		r.BarrierExcused.Far += uint64(report.CounterOf(m.nd.Registry(), "psp_barrier_peers_excused_total", "reason", psp.Far.String()))
 		held += float64(st.ConnectedPeers)
 		r.Connections.HeldMax = max(r.Connections.HeldMax, st.ConnectedPeers)
 		dials += float64(st.StepDials)
@@ -138,11 +139,20 @@ func (t *testnet) result(elapsed, warm time.Duration) *report.Result {
 	r.Steps = sim.Summarize(all)
 	if r.Hostile != nil {
 		r.Hostile.HonestNodes = len(all)
-		if t.target != nil && t.hasRole(plan.Flooder, plan.SlowModel, plan.StreamHog, plan.ConnHog, plan.LogFlood) {
+		if t.target != nil && c.HasRole(plan.Flooder, plan.SlowModel, plan.StreamHog, plan.ConnHog, plan.LogFlood) {
 			r.Hostile.Target = t.floodTarget(r.Steps.Mean)
 		}
-		t.impostorFigures(r.Hostile)
-		r.Hostile.Hogs = t.hogFigures()
+		var honest []*node.Node
+		var probes []hostile.Probe
+		for _, m := range t.members {
+			switch {
+			case m.probe && m.nd != nil:
+				probes = append(probes, hostile.Probe{Node: m.nd, Live: m.leftAt < 0})
+			case m.role == plan.Honest && !m.probe && m.leftAt < 0:
+				honest = append(honest, m.nd)
+			}
+		}
+		t.play.Figures(r.Hostile, honest, probes)
 	}
 	if len(slow) > 0 && len(fast) > 0 {
 		f, s := sim.Summarize(fast), sim.Summarize(slow)

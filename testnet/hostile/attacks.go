@@ -1,4 +1,4 @@
-package testnet
+package hostile
 
 import (
 	"bufio"
@@ -106,9 +106,9 @@ func (im *impostor) ext() wire.StepExt {
 	return wire.StepExt{Genesis: im.genesis(), HasModel: true, ModelID: im.modelID, Params: uint32(im.n)}
 }
 
-// serve replaces m's step and model handlers with the impostor's.
-func (im *impostor) serve(m *member) {
-	h := m.nd.Host()
+// serve replaces nd's step and model handlers with the impostor's.
+func (im *impostor) serve(nd *node.Node) {
+	h := nd.Host()
 	h.SetStreamHandler(wire.StepProtocol(im.job), im.handleStep)
 	h.SetStreamHandler(wire.StepProtocolExt(im.job), im.handleStep)
 	h.SetStreamHandler(wire.ModelProtocol(im.job), im.handleModel)
@@ -183,28 +183,25 @@ func (c constModel) ReadModel(_ context.Context, lo, hi int, dst []float32) erro
 }
 
 // startImpostor installs the impostor of a joiner-wedge node (a
-// lineage-hijack node's comes with its campaign: hijack). t.mu is held.
-func (t *testnet) startImpostor(m *member) {
-	if m.role != plan.JoinerWedge {
-		return
-	}
-	task := m.nd.Model()
-	g := testnetGenesis(t.cfg.Seed)
+// lineage-hijack node's comes with its campaign: hijack).
+func (p *Play) startImpostor(nd *node.Node) {
+	task := nd.Model()
+	g := plan.Genesis(p.cfg.Seed)
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
 		step: WedgeStep, genesis: func() lineage.Genesis { return g }, value: WedgeValue,
-		replies: &t.hostile.wedgeReplies, models: &t.hostile.wedgeModels}
-	eclipseDHT(m)
-	im.serve(m)
+		replies: &p.counts.wedgeReplies, models: &p.counts.wedgeModels}
+	eclipseDHT(nd)
+	im.serve(nd)
 }
 
-// eclipseDHT makes m's DHT answer a peer with no closer peers for
-// wedgeEclipse after its first request, then with the closest peers m's
+// eclipseDHT makes nd's DHT answer a peer with no closer peers for
+// wedgeEclipse after its first request, then with the closest peers nd's
 // routing table holds (see JoinerWedge).
-func eclipseDHT(m *member) {
-	h, rt := m.nd.Host(), m.nd.Overlay().DHT().RoutingTable()
+func eclipseDHT(nd *node.Node) {
+	h, rt := nd.Host(), nd.Overlay().DHT().RoutingTable()
 	var mu sync.Mutex
 	first := make(map[peer.ID]time.Time)
-	h.SetStreamHandler(m.nd.Overlay().Protocol(), func(s network.Stream) {
+	h.SetStreamHandler(nd.Overlay().Protocol(), func(s network.Stream) {
 		serveDHT(s, func(from peer.ID, key []byte) []*pb.Message_Peer {
 			now := time.Now()
 			mu.Lock()
@@ -228,28 +225,25 @@ func eclipseDHT(m *member) {
 }
 
 // hijack is a lineage-hijack node's campaign, until ctx ends: at
-// hijackAfter it stops its node's training (stopRun) and takes over its
+// hijackAfter it stops its node's training for good (quit) and takes over its
 // step and model protocols with an impostor of the round's lineage; then
 // every hijackEvery it sends each peer its overlay knows a step query that
 // claims that lineage and HijackStep, and every hijackRound it claims a
 // new, older lineage.
-func (t *testnet) hijack(ctx context.Context, m *member, stopRun func()) {
-	sleepCtx(ctx, hijackAfter(t.cfg.Duration))
+func (p *Play) hijack(ctx context.Context, nd *node.Node, quit func()) {
+	sleepCtx(ctx, hijackAfter(p.cfg.Duration))
 	if ctx.Err() != nil {
 		return
 	}
-	stopRun()
-	t.mu.Lock()
-	m.quit = true
-	t.mu.Unlock()
-	task := m.nd.Model()
+	quit()
+	task := nd.Model()
 	start := time.Now()
 	round := func() int { return int(time.Since(start) / hijackRound) }
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
 		step: HijackStep, genesis: func() lineage.Genesis { return hijackGenesis(round()) }, value: HijackValue,
-		replies: &t.hostile.hijackReplies, models: &t.hostile.hijackModels}
-	im.serve(m)
-	h := m.nd.Host()
+		replies: &p.counts.hijackReplies, models: &p.counts.hijackModels}
+	im.serve(nd)
+	h := nd.Host()
 	resetStepStreams(h, "testnet") // served by the node's own handler: from now on, only the impostor answers
 	proto := wire.StepProtocolExt("testnet")
 	tick := time.NewTicker(hijackEvery)
@@ -258,15 +252,15 @@ func (t *testnet) hijack(ctx context.Context, m *member, stopRun func()) {
 		body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, im.ext())
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
-		for _, p := range m.nd.Overlay().Peers() {
-			if _, hostile := t.roleOf.Load(p); hostile {
+		for _, q := range nd.Overlay().Peers() {
+			if _, hostile := p.net.RoleOf(q); hostile {
 				continue
 			}
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if askOnce(ctx, h, p, proto, body) == nil {
-					t.hostile.hijackQueries.Add(1)
+				if askOnce(ctx, h, q, proto, body) == nil {
+					p.counts.hijackQueries.Add(1)
 				}
 			})
 		}
@@ -313,37 +307,25 @@ func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, 
 }
 
 // wedgeJoin starts, a quarter into training (at most wedgeJoinAfter), a
-// fresh joiner that bootstraps through the joiner-wedge node m alone; the
+// fresh joiner that bootstraps through the joiner-wedge node nd alone; the
 // first joiner-wedge node of several also starts one that bootstraps
 // through all of them (a few identities a joiner was told of together).
-func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
-	sleepCtx(ctx, min(t.cfg.Duration/4, wedgeJoinAfter))
+func (p *Play) wedgeJoin(ctx context.Context, nd *node.Node) {
+	sleepCtx(ctx, min(p.cfg.Duration/4, wedgeJoinAfter))
 	if ctx.Err() != nil {
 		return
 	}
-	vias := [][]*member{{m}}
-	t.mu.Lock()
-	var wedges []*member
-	for _, w := range t.members {
-		if w.role == plan.JoinerWedge && w.nd != nil && w.leftAt < 0 {
-			wedges = append(wedges, w)
-		}
-	}
-	t.mu.Unlock()
-	if len(wedges) >= 2 && wedges[0] == m {
+	vias := [][]*node.Node{{nd}}
+	if wedges := p.net.Live(plan.JoinerWedge); len(wedges) >= 2 && wedges[0] == nd {
 		vias = append(vias, wedges)
 	}
 	for _, via := range vias {
-		j, err := t.addNode(ctx, 1, true, plan.Honest, identity{via: via})
-		if err != nil {
+		if err := p.net.JoinVia(ctx, via); err != nil {
 			if ctx.Err() == nil {
-				t.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
+				p.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
 			}
 			return
 		}
-		t.mu.Lock()
-		t.launch(ctx, j)
-		t.mu.Unlock()
 	}
 }
 
@@ -352,26 +334,17 @@ type streamOpener interface {
 	NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error)
 }
 
-// impostorFigures fills h's figures of the impostor roles in the run.
-// t.mu is held.
-func (t *testnet) impostorFigures(h *report.Hostility) {
-	has := func(r plan.Role) bool {
-		for _, s := range t.cfg.Roles {
-			if s.Role == r {
-				return true
-			}
-		}
-		return false
-	}
-	c := &t.hostile
+// impostorFigures fills h's figures of the impostor roles in the run:
+// honest are the honest live nodes, probes the joiners through
+// joiner-wedge nodes.
+func (p *Play) impostorFigures(h *report.Hostility, honest []*node.Node, probes []Probe) {
+	has := func(r plan.Role) bool { return p.cfg.HasRole(r) }
+	c := &p.counts
 	if has(plan.LineageHijack) {
 		lf := &report.LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
-		job := testnetGenesis(t.cfg.Seed)
-		for _, m := range t.liveLocked() {
-			if m.role != plan.Honest || m.probe {
-				continue
-			}
-			st := m.nd.Status()
+		job := plan.Genesis(p.cfg.Seed)
+		for _, nd := range honest {
+			st := nd.Status()
 			var g lineage.Genesis
 			if b, err := hex.DecodeString(st.Lineage); err == nil && len(b) == len(g) {
 				copy(g[:], b)
@@ -392,13 +365,11 @@ func (t *testnet) impostorFigures(h *report.Hostility) {
 	}
 	if has(plan.JoinerWedge) {
 		wf := &report.WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
-		for _, m := range t.members {
-			if !m.probe || m.nd == nil {
-				continue
-			}
-			st := m.nd.Status()
-			j := report.WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
-			if ev, ok := m.nd.Model().(node.Evaluator); ok {
+		for _, pr := range probes {
+			nd := pr.Node
+			st := nd.Status()
+			j := report.WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: pr.Live}
+			if ev, ok := nd.Model().(node.Evaluator); ok {
 				if r, err := ev.Evaluate(); err == nil {
 					j.Loss = &r.Loss
 				}
@@ -422,29 +393,29 @@ func (t *testnet) impostorFigures(h *report.Hostility) {
 
 // lie is an estimate-liar node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
-func (t *testnet) lie(ctx context.Context, m *member) {
+func (p *Play) lie(ctx context.Context, nd *node.Node) {
 	var wg sync.WaitGroup
-	for _, p := range m.nd.Overlay().Peers() {
-		if _, hostile := t.roleOf.Load(p); hostile {
+	for _, q := range nd.Overlay().Peers() {
+		if _, hostile := p.net.RoleOf(q); hostile {
 			continue
 		}
-		wg.Go(func() { t.lieTo(ctx, m, p) })
+		wg.Go(func() { p.lieTo(ctx, nd, q) })
 	}
 	wg.Wait()
 }
 
-// lieTo sends p LiarQueryRate step queries a second reporting
+// lieTo sends peer q LiarQueryRate step queries a second reporting
 // LiarEstimate, on one stream as long as it lasts (as an honest asker
 // reuses its streams), on a new one after a second when it fails.
-func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
-	task := m.nd.Model()
-	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
-	h := m.nd.Host()
+func (p *Play) lieTo(ctx context.Context, nd *node.Node, q peer.ID) {
+	task := nd.Model()
+	ext := wire.StepExt{Genesis: plan.Genesis(p.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
+	h := nd.Host()
 	tick := time.NewTicker(time.Second / LiarQueryRate)
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := h.NewStream(sctx, p, wire.StepProtocolExt("testnet"))
+		s, err := h.NewStream(sctx, q, wire.StepProtocolExt("testnet"))
 		cancel()
 		if err != nil {
 			sleepCtx(ctx, time.Second)
@@ -454,7 +425,7 @@ func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
 		r := bufio.NewReader(s)
 		first := true
 		for ctx.Err() == nil {
-			q := wire.StepRequest{Step: m.nd.Step(), Estimate: LiarEstimate}
+			q := wire.StepRequest{Step: nd.Step(), Estimate: LiarEstimate}
 			e := wire.StepExt{}
 			if first { // the fields go in a stream's first message (wire.StepExt)
 				e, first = ext, false
@@ -466,7 +437,7 @@ func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
 			if _, err := wire.ReadFrame(r, wire.MaxStepFrameExt); err != nil {
 				break
 			}
-			t.hostile.liarQueries.Add(1)
+			p.counts.liarQueries.Add(1)
 			select {
 			case <-ctx.Done():
 			case <-tick.C:

@@ -1,4 +1,4 @@
-package testnet
+package hostile
 
 import (
 	"context"
@@ -13,14 +13,15 @@ import (
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/plan"
 )
 
-// faults returns the node faults that play role r. self is filled in once
-// the node's peer ID is known (poisoned messages carry it).
-func (t *testnet) faults(r plan.Role, seed uint64, self *peer.ID, params int, modelID uint32) faults.Node {
-	honest := r == plan.Honest
-	f := faults.Node{Loss: t.cfg.Loss, OnSample: func(peers []peer.ID) { t.countSample(*self, honest, peers) }}
+// Faults returns the node faults that play role r (and the run's Loss).
+// self is filled in once the node's peer ID is known (poisoned messages
+// carry it). OnSample is left to the caller.
+func (p *Play) Faults(r plan.Role, seed uint64, self *peer.ID, params int, modelID uint32) faults.Node {
+	f := faults.Node{Loss: p.cfg.Loss}
 	var mu sync.Mutex
 	rng := rand.New(rand.NewPCG(seed, 0x11a5))
 	switch r {
@@ -35,7 +36,7 @@ func (t *testnet) faults(r plan.Role, seed uint64, self *peer.ID, params int, mo
 			return rng.Int64N(2*s + 11)
 		}
 	case plan.Slow:
-		f.ReplyDelay = t.cfg.SlowDelay
+		f.ReplyDelay = p.cfg.SlowDelay
 	case plan.DriftPoison:
 		// Its own models are not sent: only the poisoned ones (drift).
 		f.Poison = func(int64, []float64) []byte { return nil }
@@ -78,8 +79,8 @@ const floodPause = 5 * time.Millisecond
 // that each open a step stream, announce a frame far over the size cap (or
 // send half a frame and stall), and start again after floodPause; and junk
 // updates of the largest allowed size, 20 a second.
-func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
-	h := m.nd.Host()
+func (p *Play) flood(ctx context.Context, nd *node.Node, target peer.ID) {
+	h := nd.Host()
 	proto := wire.StepProtocol("testnet")
 	var wg sync.WaitGroup
 	for w := range 32 {
@@ -108,8 +109,8 @@ func (t *testnet) flood(ctx context.Context, m *member, target peer.ID) {
 			}
 		})
 	}
-	if g := m.nd.Gossip(); g != nil {
-		size := gossip.MaxEncodedSize(m.nd.Model().NumParams())
+	if g := nd.Gossip(); g != nil {
+		size := gossip.MaxEncodedSize(nd.Model().NumParams())
 		tick := time.NewTicker(50 * time.Millisecond)
 		defer tick.Stop()
 		for i := 0; ctx.Err() == nil; i++ {
@@ -133,8 +134,8 @@ const slowModelStreams = 8
 
 // slowModel is a slow-model node's attack on the target, until ctx ends
 // (see SlowModel).
-func (t *testnet) slowModel(ctx context.Context, m *member, target peer.ID) {
-	h := m.nd.Host()
+func (p *Play) slowModel(ctx context.Context, nd *node.Node, target peer.ID) {
+	h := nd.Host()
 	proto := wire.ModelProtocol("testnet")
 	var wg sync.WaitGroup
 	for range slowModelStreams {
