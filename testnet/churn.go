@@ -113,4 +113,3 @@ func (t *testnet) playEvent(ctx context.Context, ev plan.Event) {
 		t.removeHostile()
 	}
 }
-
