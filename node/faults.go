@@ -7,6 +7,12 @@ import (
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
+// The testnets reach a node's faults and figures through these.
+var (
+	_ faults.NodeConfig = (*Config)(nil)
+	_ faults.Observed   = (*Node)(nil)
+)
+
 // FaultSlots hands internal/faults the node's fault settings, which are
 // not part of the public API (Config.faults and Config.hostFaults): its
 // SetNode and SetHost set them through it. Only this module can call it:

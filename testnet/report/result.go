@@ -164,7 +164,7 @@ type Hostility struct {
 	// their DHT replies (see Result.Membership for what honest nodes kept).
 	FakePeersNamed int `json:"fake_peers_named,omitempty"`
 	// Lineage, Wedge and Drift are present with the lineage-hijack,
-	// joiner-wedge and drift-poison roles (attacks.go).
+	// joiner-wedge and drift-poison roles (testnet/hostile).
 	Lineage *LineageFigures `json:"lineage,omitempty"`
 	Wedge   *WedgeFigures   `json:"joiner_wedge,omitempty"`
 	Drift   *DriftFigures   `json:"drift_poison,omitempty"`
