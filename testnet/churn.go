@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
@@ -72,7 +73,7 @@ func (t *testnet) poisson(ctx context.Context, rate float64, stream uint64, next
 // sleepUntil waits until at (training time) and notes how late it woke
 // (the churn schedule's lag); false if ctx ended first.
 func (t *testnet) sleepUntil(ctx context.Context, at time.Duration) bool {
-	sleepCtx(ctx, at-time.Since(t.start))
+	vclock.Sleep(ctx, at-time.Since(t.start))
 	if ctx.Err() != nil {
 		return false
 	}

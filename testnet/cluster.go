@@ -15,6 +15,7 @@ import (
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/status"
@@ -416,7 +417,7 @@ func (t *testnet) waitWarm(ctx context.Context) {
 		if ready == n {
 			return
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		vclock.Sleep(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -635,14 +636,4 @@ func (t *testnet) honestIDs() []peer.ID {
 		}
 	}
 	return out
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-	case <-tm.C:
-	}
 }

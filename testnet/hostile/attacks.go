@@ -18,6 +18,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
@@ -231,7 +232,7 @@ func eclipseDHT(nd *node.Node) {
 // claims that lineage and HijackStep, and every hijackRound it claims a
 // new, older lineage.
 func (p *Play) hijack(ctx context.Context, nd *node.Node, quit func()) {
-	sleepCtx(ctx, hijackAfter(p.cfg.Duration))
+	vclock.Sleep(ctx, hijackAfter(p.cfg.Duration))
 	if ctx.Err() != nil {
 		return
 	}
@@ -311,7 +312,7 @@ func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, 
 // first joiner-wedge node of several also starts one that bootstraps
 // through all of them (a few identities a joiner was told of together).
 func (p *Play) wedgeJoin(ctx context.Context, nd *node.Node) {
-	sleepCtx(ctx, min(p.cfg.Duration/4, wedgeJoinAfter))
+	vclock.Sleep(ctx, min(p.cfg.Duration/4, wedgeJoinAfter))
 	if ctx.Err() != nil {
 		return
 	}
@@ -418,7 +419,7 @@ func (p *Play) lieTo(ctx context.Context, nd *node.Node, q peer.ID) {
 		s, err := h.NewStream(sctx, q, wire.StepProtocolExt("testnet"))
 		cancel()
 		if err != nil {
-			sleepCtx(ctx, time.Second)
+			vclock.Sleep(ctx, time.Second)
 			continue
 		}
 		stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
@@ -445,6 +446,6 @@ func (p *Play) lieTo(ctx context.Context, nd *node.Node, q peer.ID) {
 		}
 		stop()
 		_ = s.Reset()
-		sleepCtx(ctx, time.Second)
+		vclock.Sleep(ctx, time.Second)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
@@ -61,7 +62,7 @@ func (p *Play) driftAt(ctx context.Context, nd *node.Node, victim peer.ID) {
 		step, params, err := fetchModelT(ctx, h, victim, modelID, n)
 		if err != nil {
 			p.counts.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			vclock.Sleep(ctx, driftBackoffMax)
 			continue
 		}
 		p.counts.driftModelsFetched.Add(1)
@@ -74,23 +75,23 @@ func (p *Play) driftAt(ctx context.Context, nd *node.Node, victim peer.ID) {
 		switch {
 		case err != nil:
 			p.counts.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			vclock.Sleep(ctx, driftBackoffMax)
 		case status == "":
 			p.counts.driftTaken.Add(1)
 			dist *= driftGrow
 			backoff = driftBackoffMin
-			sleepCtx(ctx, floodPause)
+			vclock.Sleep(ctx, floodPause)
 		case status == wire.ReasonDistance:
 			p.counts.driftDistance.Add(1)
 			dist *= driftShrink
-			sleepCtx(ctx, floodPause)
+			vclock.Sleep(ctx, floodPause)
 		case status == wire.ReasonRate:
 			p.counts.driftRate.Add(1)
-			sleepCtx(ctx, backoff)
+			vclock.Sleep(ctx, backoff)
 			backoff = min(2*backoff, driftBackoffMax)
 		default:
 			p.counts.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			vclock.Sleep(ctx, driftBackoffMax)
 		}
 	}
 }

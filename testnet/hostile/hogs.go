@@ -20,6 +20,7 @@ import (
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/plan"
@@ -142,7 +143,7 @@ func (p *Play) holdStreams(ctx context.Context, h host.Host, ai peer.AddrInfo, p
 			err := h.Connect(cctx, ai)
 			cancel()
 			if err != nil {
-				sleepCtx(ctx, time.Second)
+				vclock.Sleep(ctx, time.Second)
 				continue
 			}
 		}
@@ -150,7 +151,7 @@ func (p *Play) holdStreams(ctx context.Context, h host.Host, ai peer.AddrInfo, p
 		s, err := h.NewStream(sctx, ai.ID, proto)
 		cancel()
 		if err != nil {
-			sleepCtx(ctx, 250*time.Millisecond)
+			vclock.Sleep(ctx, 250*time.Millisecond)
 			continue
 		}
 		p.hogs.streamsOpen.Add(1)
@@ -160,9 +161,9 @@ func (p *Play) holdStreams(ctx context.Context, h host.Host, ai peer.AddrInfo, p
 		stop()
 		_ = s.Reset()
 		if time.Since(start) < 100*time.Millisecond {
-			sleepCtx(ctx, 250*time.Millisecond) // refused at once
+			vclock.Sleep(ctx, 250*time.Millisecond) // refused at once
 		} else {
-			sleepCtx(ctx, floodPause)
+			vclock.Sleep(ctx, floodPause)
 		}
 	}
 }
@@ -194,7 +195,7 @@ func (p *Play) connHog(ctx context.Context, nd *node.Node) {
 					_ = h.Connect(cctx, ai)
 					cancel()
 				}
-				sleepCtx(ctx, time.Second)
+				vclock.Sleep(ctx, time.Second)
 			}
 		})
 	}
@@ -228,7 +229,7 @@ func (p *Play) halfOpen(ctx context.Context, addr string) {
 		c, err := d.DialContext(dctx, "tcp", addr)
 		cancel()
 		if err != nil {
-			sleepCtx(ctx, time.Second)
+			vclock.Sleep(ctx, time.Second)
 			continue
 		}
 		p.hogs.halfOpen.Add(1)
@@ -237,7 +238,7 @@ func (p *Play) halfOpen(ctx context.Context, addr string) {
 		_, _ = io.Copy(io.Discard, c) // until the target closes it, or the hold ends
 		stop()
 		_ = c.Close()
-		sleepCtx(ctx, floodPause)
+		vclock.Sleep(ctx, floodPause)
 	}
 }
 
@@ -257,7 +258,7 @@ func (p *Play) logFlood(ctx context.Context, nd *node.Node) {
 				c, err := d.DialContext(dctx, "tcp", addr)
 				cancel()
 				if err != nil {
-					sleepCtx(ctx, 50*time.Millisecond)
+					vclock.Sleep(ctx, 50*time.Millisecond)
 					continue
 				}
 				p.hogs.junk.Add(1)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/faults"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/plan"
@@ -91,10 +92,10 @@ func (p *Play) flood(ctx context.Context, nd *node.Node, target peer.ID) {
 				s, err := h.NewStream(sctx, target, proto)
 				if err != nil {
 					cancel()
-					sleepCtx(ctx, 50*time.Millisecond)
+					vclock.Sleep(ctx, 50*time.Millisecond)
 					continue
 				}
-				sleepCtx(ctx, floodPause)
+				vclock.Sleep(ctx, floodPause)
 				if w%2 == 0 {
 					k := binary.PutUvarint(hdr[:], 1<<30) // a 1 GiB frame
 					_, _ = s.Write(append(hdr[:k], make([]byte, 4096)...))
@@ -144,7 +145,7 @@ func (p *Play) slowModel(ctx context.Context, nd *node.Node, target peer.ID) {
 			for ctx.Err() == nil {
 				s, err := h.NewStream(ctx, target, proto)
 				if err != nil {
-					sleepCtx(ctx, time.Second)
+					vclock.Sleep(ctx, time.Second)
 					continue
 				}
 				stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
@@ -154,21 +155,12 @@ func (p *Play) slowModel(ctx context.Context, nd *node.Node, target peer.ID) {
 				_ = s.Reset()
 				stop()
 				if time.Since(start) < time.Second {
-					sleepCtx(ctx, time.Second) // refused at once: try again later
+					vclock.Sleep(ctx, time.Second) // refused at once: try again later
 				} else {
-					sleepCtx(ctx, floodPause)
+					vclock.Sleep(ctx, floodPause)
 				}
 			}
 		})
 	}
 	wg.Wait()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) {
-	tm := time.NewTimer(d)
-	defer tm.Stop()
-	select {
-	case <-ctx.Done():
-	case <-tm.C:
-	}
 }
