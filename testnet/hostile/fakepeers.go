@@ -14,8 +14,9 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/libp2p/go-msgio"
 	ma "github.com/multiformats/go-multiaddr"
-	"github.com/pspnode/pspnode/node"
 	"google.golang.org/protobuf/proto"
+
+	"github.com/pspnode/pspnode/node"
 )
 
 // FakePeersPerReply is how many made-up peers a fake-peers node names in

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/testnet/plan"

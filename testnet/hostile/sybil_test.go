@@ -5,6 +5,7 @@ import (
 
 	kb "github.com/libp2p/go-libp2p-kbucket"
 	"github.com/libp2p/go-libp2p/core/peer"
+
 	"github.com/pspnode/pspnode/internal/memnet"
 )
 
