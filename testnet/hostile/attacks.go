@@ -395,12 +395,18 @@ func (p *Play) impostorFigures(h *report.Hostility, honest []*node.Node, probes 
 // lie is an estimate-liar node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
 func (p *Play) lie(ctx context.Context, nd *node.Node) {
+	p.eachHonestPeer(nd, func(q peer.ID) { p.lieTo(ctx, nd, q) })
+}
+
+// eachHonestPeer runs work for each honest peer nd's overlay knows now,
+// each in a goroutine of its own, and returns when they have all returned.
+func (p *Play) eachHonestPeer(nd *node.Node, work func(q peer.ID)) {
 	var wg sync.WaitGroup
 	for _, q := range nd.Overlay().Peers() {
 		if _, hostile := p.net.RoleOf(q); hostile {
 			continue
 		}
-		wg.Go(func() { p.lieTo(ctx, nd, q) })
+		wg.Go(func() { work(q) })
 	}
 	wg.Wait()
 }

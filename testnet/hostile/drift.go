@@ -3,7 +3,6 @@ package hostile
 import (
 	"context"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
@@ -39,14 +38,7 @@ const (
 // drift is a drift-poison node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
 func (p *Play) drift(ctx context.Context, nd *node.Node) {
-	var wg sync.WaitGroup
-	for _, q := range nd.Overlay().Peers() {
-		if _, hostile := p.net.RoleOf(q); hostile {
-			continue
-		}
-		wg.Go(func() { p.driftAt(ctx, nd, q) })
-	}
-	wg.Wait()
+	p.eachHonestPeer(nd, func(q peer.ID) { p.driftAt(ctx, nd, q) })
 }
 
 // driftAt pushes poisoned models at one victim: fetch its model, push it
