@@ -117,12 +117,13 @@ type Config struct {
 	drop func() bool
 }
 
-func init() {
-	faults.SetGossipDrop = func(cfg any, drop func() bool) { cfg.(*Config).drop = drop }
-	faults.PublishRaw = func(g any, ctx context.Context, data []byte) error {
-		return g.(*Gossip).publishRaw(ctx, data)
-	}
-}
+// FaultDrop hands internal/faults the drop hook (faults.SetGossipDrop).
+// Only this module can call it: its argument's type is internal.
+func (c *Config) FaultDrop(faults.Key) *func() bool { return &c.drop }
+
+// FaultPublish hands internal/faults publishRaw (faults.PublishRaw). Only
+// this module can call it: its argument's type is internal.
+func (g *Gossip) FaultPublish(faults.Key) faults.PublishFunc { return g.publishRaw }
 
 // DefaultConfig returns a configuration for a job of 2..1000 nodes: dense
 // float32 updates, top-k fraction 0.1 (when a top-k encoding is chosen), peer

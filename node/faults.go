@@ -7,13 +7,25 @@ import (
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
-// The testnets' fault hooks (internal/faults) set Config.faults, which is
-// not part of the public API, and read what only testnets measure.
-func init() {
-	faults.SetNode = func(cfg any, f faults.Node) { cfg.(*Config).faults = f }
-	faults.SetHost = func(cfg any, h faults.Host) { cfg.(*Config).hostFaults = h }
-	faults.Recent = func(nd any) (waits, checks, rtts []float64) { return nd.(*Node).m.Recent() }
-	faults.Computing = func(nd any) bool { return nd.(*Node).busy.Load() }
+// The testnets reach a node's faults and figures through these.
+var (
+	_ faults.NodeConfig = (*Config)(nil)
+	_ faults.Observed   = (*Node)(nil)
+)
+
+// FaultSlots hands internal/faults the node's fault settings, which are
+// not part of the public API (Config.faults and Config.hostFaults): its
+// SetNode and SetHost set them through it. Only this module can call it:
+// its argument's type is internal.
+func (c *Config) FaultSlots(faults.Key) (*faults.Node, *faults.Host) {
+	return &c.faults, &c.hostFaults
+}
+
+// FaultProbe hands internal/faults what testnets measure of the node and
+// its API does not tell (faults.Recent, faults.Computing). Only this
+// module can call it: its argument's type is internal.
+func (n *Node) FaultProbe(faults.Key) faults.Probe {
+	return faults.Probe{Recent: n.m.Recent, Computing: n.busy.Load}
 }
 
 // lost draws whether one incoming message is lost under faults.Loss.

@@ -6,19 +6,22 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node/exchange"
+	"github.com/pspnode/pspnode/testnet/hostile"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // attackConfig is a small run of linear regression over the epidemic
 // exchange with one node of role r among 8.
-func attackConfig(r Role, d time.Duration) Config {
+func attackConfig(r plan.Role, d time.Duration) plan.Config {
 	cfg := tinyConfig(8, d)
 	cfg.Model = "linreg"
-	cfg.Roles = []RoleShare{{r, 0.125}}
+	cfg.Roles = []plan.RoleShare{{Role: r, Fraction: 0.125}}
 	return cfg
 }
 
 // summary is res's printed summary.
-func summary(res *Result) string {
+func summary(res *report.Result) string {
 	var sb strings.Builder
 	res.PrintSummary(&sb)
 	return sb.String()
@@ -29,9 +32,9 @@ func summary(res *Result) string {
 // accounts for every honest node's lineage. (Whether they follow it is the
 // figure the role measures.)
 func TestLineageHijackRole(t *testing.T) {
-	res := runLogged(t, attackConfig(LineageHijack, 20*time.Second))
+	res := runLogged(t, attackConfig(plan.LineageHijack, 20*time.Second))
 	h := res.Hostile
-	if h == nil || h.Lineage == nil || h.Nodes[string(LineageHijack)] != 1 {
+	if h == nil || h.Lineage == nil || h.Nodes[string(plan.LineageHijack)] != 1 {
 		t.Fatalf("hostile report %+v", h)
 	}
 	l := h.Lineage
@@ -52,7 +55,7 @@ func TestLineageHijackRole(t *testing.T) {
 // node, asks it, and is reported apart from the honest nodes, whose step
 // figures its claimed step must not reach.
 func TestJoinerWedgeRole(t *testing.T) {
-	res := runLogged(t, attackConfig(JoinerWedge, 20*time.Second))
+	res := runLogged(t, attackConfig(plan.JoinerWedge, 20*time.Second))
 	h := res.Hostile
 	if h == nil || h.Wedge == nil {
 		t.Fatalf("hostile report %+v", h)
@@ -78,7 +81,7 @@ func TestJoinerWedgeRole(t *testing.T) {
 // grows only with the pushes taken, one per victim's average at most:
 // it reaches the bound in 20 to 30 s.)
 func TestDriftPoisonRole(t *testing.T) {
-	res := runLogged(t, attackConfig(DriftPoison, 40*time.Second))
+	res := runLogged(t, attackConfig(plan.DriftPoison, 40*time.Second))
 	h := res.Hostile
 	if h == nil || h.Drift == nil {
 		t.Fatalf("hostile report %+v", h)
@@ -104,13 +107,13 @@ func TestDriftPoisonRole(t *testing.T) {
 // beside it.
 func TestEstimateLiarRole(t *testing.T) {
 	cfg := tinyConfig(4, 10*time.Second)
-	cfg.Roles = []RoleShare{{EstimateLiar, 0.25}} // 1 beside 3 honest
+	cfg.Roles = []plan.RoleShare{{Role: plan.EstimateLiar, Fraction: 0.25}} // 1 beside 3 honest
 	res := runLogged(t, cfg)
 	h := res.Hostile
-	if h == nil || h.Nodes[string(EstimateLiar)] != 1 {
+	if h == nil || h.Nodes[string(plan.EstimateLiar)] != 1 {
 		t.Fatalf("hostile report %+v", h)
 	}
-	if want := uint64(3 * LiarQueryRate * 10 / 2); h.LiarQueries < want {
+	if want := uint64(3 * hostile.LiarQueryRate * 10 / 2); h.LiarQueries < want {
 		t.Errorf("%d lying queries answered, want at least %d", h.LiarQueries, want)
 	}
 	u := res.Population.Used
@@ -128,15 +131,15 @@ func TestEstimateLiarRole(t *testing.T) {
 // answered.
 func TestStreamHogRole(t *testing.T) {
 	cfg := tinyConfig(4, 10*time.Second)
-	cfg.Roles = []RoleShare{{StreamHog, 0.25}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.StreamHog, Fraction: 0.25}}
 	res := runLogged(t, cfg)
 	h := res.Hostile
 	if h == nil || h.Hogs == nil || h.Target == nil {
 		t.Fatalf("hostile report %+v", h)
 	}
 	g := h.Hogs
-	if g.Identities != StreamHogPeers || g.StreamsOpened < StreamHogPeers*8 {
-		t.Errorf("hog figures %+v: want %d identities holding 8 streams each", *g, StreamHogPeers)
+	if g.Identities != hostile.StreamHogPeers || g.StreamsOpened < hostile.StreamHogPeers*8 {
+		t.Errorf("hog figures %+v: want %d identities holding 8 streams each", *g, hostile.StreamHogPeers)
 	}
 	if g.FreshTried == 0 || g.FreshAnswered != g.FreshTried || g.TargetEvicted == 0 {
 		t.Errorf("hog figures %+v: want every fresh peer answered, idle streams evicted", *g)
@@ -152,13 +155,13 @@ func TestStreamHogRole(t *testing.T) {
 // log-flood leave a few warnings, not one each.
 func TestConnAndLogHogRoles(t *testing.T) {
 	for _, tc := range []struct {
-		role    Role
+		role    plan.Role
 		private bool
-	}{{ConnHog, false}, {LogFlood, true}} {
+	}{{plan.ConnHog, false}, {plan.LogFlood, true}} {
 		t.Run(string(tc.role), func(t *testing.T) {
 			cfg := tinyConfig(4, 10*time.Second)
-			cfg.Clock, cfg.Transport, cfg.Private = Real, "tcp", tc.private
-			cfg.Roles = []RoleShare{{tc.role, 0.25}}
+			cfg.Clock, cfg.Transport, cfg.Private = plan.Real, "tcp", tc.private
+			cfg.Roles = []plan.RoleShare{{Role: tc.role, Fraction: 0.25}}
 			res := runLogged(t, cfg)
 			h := res.Hostile
 			if h == nil || h.Hogs == nil {
@@ -169,13 +172,13 @@ func TestConnAndLogHogRoles(t *testing.T) {
 				t.Errorf("hog figures %+v: want every fresh peer answered", *g)
 			}
 			switch tc.role {
-			case ConnHog:
+			case plan.ConnHog:
 				// The identities come up one by one (all 300 within
 				// seconds, more under the race detector).
-				if g.Identities < 50 || g.HalfOpenSockets < ConnHogHalfOpen {
-					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, ConnHogHalfOpen)
+				if g.Identities < 50 || g.HalfOpenSockets < hostile.ConnHogHalfOpen {
+					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, hostile.ConnHogHalfOpen)
 				}
-			case LogFlood:
+			case plan.LogFlood:
 				if g.JunkConnections < 1000 {
 					t.Errorf("%d junk connections in 10 s", g.JunkConnections)
 				}
@@ -193,14 +196,14 @@ func TestConnAndLogHogRoles(t *testing.T) {
 // step, passing no barrier; R² −1.4e9 under the drift poisoner).
 func TestOnePeerCannotTakeTheJob(t *testing.T) {
 	t.Run("lineage hijack", func(t *testing.T) {
-		res := runLogged(t, attackConfig(LineageHijack, 10*time.Second))
+		res := runLogged(t, attackConfig(plan.LineageHijack, 10*time.Second))
 		l := res.Hostile.Lineage
 		if l == nil || l.Hijacked != 0 || l.OnJob != res.Hostile.HonestNodes || res.Steps.Max > 1e6 {
 			t.Errorf("honest nodes on the hijacker's lineage: %+v; steps %+v", l, res.Steps)
 		}
 	})
 	t.Run("joiner wedge", func(t *testing.T) {
-		res := runLogged(t, attackConfig(JoinerWedge, 20*time.Second))
+		res := runLogged(t, attackConfig(plan.JoinerWedge, 20*time.Second))
 		w := res.Hostile.Wedge
 		if w == nil || len(w.Probes) != 1 {
 			t.Fatalf("wedge figures %+v", w)
@@ -212,7 +215,7 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 		}
 	})
 	t.Run("drift poison", func(t *testing.T) {
-		cfg := attackConfig(DriftPoison, 20*time.Second)
+		cfg := attackConfig(plan.DriftPoison, 20*time.Second)
 		cfg.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4}
 		res := runLogged(t, cfg)
 		if res.Accuracy == nil || !(res.Accuracy.Final > 0.9) {
@@ -230,11 +233,11 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 // three joiners that met two joiner-wedge nodes first took their step.
 func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 	t.Run("lineage hijack, k = h = 3", func(t *testing.T) {
-		cfg := attackConfig(LineageHijack, 40*time.Second) // the campaign from 15 s: two rounds
-		cfg.Nodes, cfg.Roles = 6, []RoleShare{{LineageHijack, 0.5}}
+		cfg := attackConfig(plan.LineageHijack, 40*time.Second) // the campaign from 15 s: two rounds
+		cfg.Nodes, cfg.Roles = 6, []plan.RoleShare{{Role: plan.LineageHijack, Fraction: 0.5}}
 		res := runLogged(t, cfg)
 		l := res.Hostile.Lineage
-		if l == nil || res.Hostile.Nodes[string(LineageHijack)] != 3 || l.QueriesSent == 0 {
+		if l == nil || res.Hostile.Nodes[string(plan.LineageHijack)] != 3 || l.QueriesSent == 0 {
 			t.Fatalf("hostile report %+v", res.Hostile)
 		}
 		if l.Hijacked != 0 || l.OnJob != res.Hostile.HonestNodes || l.Resets != 0 || res.Steps.Max > 1e6 {
@@ -242,12 +245,12 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 		}
 	})
 	t.Run("joiner through two wedge nodes, k = 2, h = 3", func(t *testing.T) {
-		cfg := attackConfig(JoinerWedge, 30*time.Second)
-		cfg.Nodes, cfg.Roles = 5, []RoleShare{{JoinerWedge, 0.4}}
+		cfg := attackConfig(plan.JoinerWedge, 30*time.Second)
+		cfg.Nodes, cfg.Roles = 5, []plan.RoleShare{{Role: plan.JoinerWedge, Fraction: 0.4}}
 		cfg.TimeScale = 0.05 // the job beyond soloStep when they join
 		res := runLogged(t, cfg)
 		w := res.Hostile.Wedge
-		if w == nil || res.Hostile.Nodes[string(JoinerWedge)] != 2 || len(w.Probes) != 3 {
+		if w == nil || res.Hostile.Nodes[string(plan.JoinerWedge)] != 2 || len(w.Probes) != 3 {
 			t.Fatalf("wedge figures %+v", w)
 		}
 		for i, j := range w.Probes {
@@ -269,29 +272,29 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 		share, times float64
 	}{{"drift poison, k = 2, h = 3", 5, 2, 0.4, 10}, {"drift poison, k = h = 3", 6, 3, 0.5, 100}} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := attackConfig(DriftPoison, 50*time.Second)
-			cfg.Nodes, cfg.Roles = tc.nodes, []RoleShare{{DriftPoison, tc.share}}
+			cfg := attackConfig(plan.DriftPoison, 50*time.Second)
+			cfg.Nodes, cfg.Roles = tc.nodes, []plan.RoleShare{{Role: plan.DriftPoison, Fraction: tc.share}}
 			cfg.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4}
 			cfg.TimeScale = 0.1
-			cfg.Script = []Event{{At: 30 * time.Second, Action: CrashHostile}}
+			cfg.Script = []plan.Event{{At: 30 * time.Second, Action: plan.CrashHostile}}
 			res := runLogged(t, cfg)
 			if d := res.Hostile.Drift; d == nil || d.Taken == 0 {
 				t.Fatalf("drift figures %+v", d)
 			}
 			const clean = 0.005
 			worst, last := 0.0, 0.0
-			for _, a := range res.accs {
-				if a.t <= 30 {
-					worst = max(worst, a.loss)
+			for _, a := range res.Rows.Accuracy {
+				if a.T <= 30 {
+					worst = max(worst, a.Loss)
 				}
-				last = a.loss
+				last = a.Loss
 			}
 			if worst > tc.times*clean || last > 2*clean {
 				t.Errorf("honest loss up to %.4g while they pushed (want within %.0f× of %.3f), %.4g 20 s after they left", worst, tc.times, clean, last)
 			}
 			crashed := 0
-			for _, c := range res.churned {
-				if c.kind == Crash && c.t >= 30 {
+			for _, c := range res.Rows.Churn {
+				if plan.Action(c.Kind) == plan.Crash && c.T >= 30 {
 					crashed++
 				}
 			}
@@ -302,9 +305,9 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 	}
 	t.Run("estimate liars, k = 2, h = 3", func(t *testing.T) {
 		cfg := tinyConfig(5, 20*time.Second)
-		cfg.Roles = []RoleShare{{EstimateLiar, 0.4}}
+		cfg.Roles = []plan.RoleShare{{Role: plan.EstimateLiar, Fraction: 0.4}}
 		res := runLogged(t, cfg)
-		if res.Hostile.Nodes[string(EstimateLiar)] != 2 || res.Hostile.LiarQueries == 0 {
+		if res.Hostile.Nodes[string(plan.EstimateLiar)] != 2 || res.Hostile.LiarQueries == 0 {
 			t.Fatalf("hostile report %+v", res.Hostile)
 		}
 		if u := res.Population.Used; u == nil || u.WorstFactor > 2 {

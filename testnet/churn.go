@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/vclock"
+	"github.com/pspnode/pspnode/testnet/plan"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -71,7 +73,7 @@ func (t *testnet) poisson(ctx context.Context, rate float64, stream uint64, next
 // sleepUntil waits until at (training time) and notes how late it woke
 // (the churn schedule's lag); false if ctx ended first.
 func (t *testnet) sleepUntil(ctx context.Context, at time.Duration) bool {
-	sleepCtx(ctx, at-time.Since(t.start))
+	vclock.Sleep(ctx, at-time.Since(t.start))
 	if ctx.Err() != nil {
 		return false
 	}
@@ -83,7 +85,7 @@ func (t *testnet) sleepUntil(ctx context.Context, at time.Duration) bool {
 }
 
 // playEvent applies one churn-script event.
-func (t *testnet) playEvent(ctx context.Context, ev Event) {
+func (t *testnet) playEvent(ctx context.Context, ev plan.Event) {
 	n := ev.Count
 	if ev.Fraction > 0 {
 		t.mu.Lock()
@@ -92,23 +94,23 @@ func (t *testnet) playEvent(ctx context.Context, ev Event) {
 	}
 	t.log.Info("churn script", "event", ev.String(), "nodes", n)
 	switch ev.Action {
-	case Join:
+	case plan.Join:
 		var wg sync.WaitGroup
 		for range n { // the joins of one event start together
 			wg.Go(func() { t.join(ctx) })
 		}
 		wg.Wait()
-	case Leave:
+	case plan.Leave:
 		t.remove(n, false)
-	case Crash:
+	case plan.Crash:
 		t.remove(n, true)
-	case Partition:
+	case plan.Partition:
 		t.partition(n)
-	case Heal:
+	case plan.Heal:
 		if t.net != nil {
 			t.net.Heal()
 		}
-	case CrashHostile:
+	case plan.CrashHostile:
 		t.removeHostile()
 	}
 }

@@ -13,12 +13,14 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
 // tinyConfig is a fast virtual-clock testnet for the clock and churn tests.
-func tinyConfig(nodes int, d time.Duration) Config {
-	cfg := DefaultConfig()
+func tinyConfig(nodes int, d time.Duration) plan.Config {
+	cfg := plan.DefaultConfig()
 	cfg.Nodes, cfg.Duration = nodes, d
 	cfg.Model = "none"
 	cfg.TimeScale = 0.25
@@ -45,7 +47,7 @@ func TestChurnOnSchedule(t *testing.T) {
 	cfg := tinyConfig(24, 30*time.Second)
 	cfg.Churn = 1 // 24 leaves and 24 joins a minute
 	cfg.ChurnMode = sim.Crash
-	cfg.Latency = Latency{100 * time.Millisecond, 100 * time.Millisecond}
+	cfg.Latency = plan.Latency{Min: 100 * time.Millisecond, Max: 100 * time.Millisecond}
 	res := runLogged(t, cfg)
 	// The schedule: cumulative Exp draws from each process's own stream.
 	rate := cfg.Churn * float64(cfg.Nodes) / 60
@@ -57,14 +59,14 @@ func TestChurnOnSchedule(t *testing.T) {
 		}
 		return out
 	}
-	got := map[Action][]float64{}
-	for _, c := range res.churned {
-		got[c.kind] = append(got[c.kind], c.t)
+	got := map[plan.Action][]float64{}
+	for _, c := range res.Rows.Churn {
+		got[plan.Action(c.Kind)] = append(got[plan.Action(c.Kind)], c.T)
 	}
 	for _, tc := range []struct {
-		kind   Action
+		kind   plan.Action
 		stream uint64
-	}{{Crash, 0x1ea7e}, {Join, 0x701}} {
+	}{{plan.Crash, 0x1ea7e}, {plan.Join, 0x701}} {
 		want := schedule(tc.stream)
 		if len(want) < 5 {
 			t.Fatalf("the seed schedules only %d %s events: pick another", len(want), tc.kind)
@@ -105,14 +107,14 @@ func TestChurnReplaceHoldsPopulation(t *testing.T) {
 	// Every join follows a departure: at no time are more nodes in than
 	// at the start.
 	live := cfg.Nodes
-	for _, c := range res.churned {
-		if c.kind == Join {
+	for _, c := range res.Rows.Churn {
+		if plan.Action(c.Kind) == plan.Join {
 			live++
 		} else {
 			live--
 		}
 		if live > cfg.Nodes {
-			t.Fatalf("at %.2f s %d nodes were in, above the %d the run started with", c.t, live, cfg.Nodes)
+			t.Fatalf("at %.2f s %d nodes were in, above the %d the run started with", c.T, live, cfg.Nodes)
 		}
 	}
 }
@@ -121,7 +123,7 @@ func TestChurnReplaceHoldsPopulation(t *testing.T) {
 // query's round trip is 100 ms of virtual time, however busy the machine.
 func TestLinkLatencyOnVirtualClock(t *testing.T) {
 	cfg := tinyConfig(8, 10*time.Second)
-	cfg.Latency = Latency{50 * time.Millisecond, 50 * time.Millisecond}
+	cfg.Latency = plan.Latency{Min: 50 * time.Millisecond, Max: 50 * time.Millisecond}
 	res := runLogged(t, cfg)
 	if rtt := res.SampleRTTMs.P50; rtt < 100 || rtt > 101 {
 		t.Errorf("step query round trip p50 %.2f ms of virtual time, want 100 ms (two 50 ms links)", rtt)
@@ -134,19 +136,19 @@ func TestLinkLatencyOnVirtualClock(t *testing.T) {
 func TestOverloadJudge(t *testing.T) {
 	for _, tc := range []struct {
 		name string
-		o    Overload
+		o    report.Overload
 		want bool
 	}{
-		{"light", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 2, StepTimeS: 2}, false},
-		{"timers just within", Overload{TimerLagP95Ms: 99, TimerLagP99Ms: 99, StepTimeS: 2}, false},
-		{"timers late", Overload{TimerLagP95Ms: 120, TimerLagP99Ms: 120, StepTimeS: 2}, true},
-		{"late only now and then", Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 300, StepTimeS: 2}, false},
-		{"fast steps are stricter", Overload{TimerLagP95Ms: 30, TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
-		{"churn behind", Overload{TimerLagP95Ms: 1, TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
-		{"no step time", Overload{TimerLagP95Ms: 500, TimerLagP99Ms: 500}, false},
+		{"light", report.Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 2, StepTimeS: 2}, false},
+		{"timers just within", report.Overload{TimerLagP95Ms: 99, TimerLagP99Ms: 99, StepTimeS: 2}, false},
+		{"timers late", report.Overload{TimerLagP95Ms: 120, TimerLagP99Ms: 120, StepTimeS: 2}, true},
+		{"late only now and then", report.Overload{TimerLagP95Ms: 2, TimerLagP99Ms: 300, StepTimeS: 2}, false},
+		{"fast steps are stricter", report.Overload{TimerLagP95Ms: 30, TimerLagP99Ms: 30, StepTimeS: 0.4}, true},
+		{"churn behind", report.Overload{TimerLagP95Ms: 1, TimerLagP99Ms: 1, ChurnLagS: 3, StepTimeS: 2}, true},
+		{"no step time", report.Overload{TimerLagP95Ms: 500, TimerLagP99Ms: 500}, false},
 	} {
 		o := tc.o
-		o.judge()
+		o.Judge()
 		if o.Flagged != tc.want || (o.Flagged != (o.Reason != "")) {
 			t.Errorf("%s: flagged %v (reason %q), want %v", tc.name, o.Flagged, o.Reason, tc.want)
 		}
@@ -172,7 +174,7 @@ func TestLagProbeBounded(t *testing.T) {
 // A real-clock run measures its own overload figures.
 func TestRealClockReportsOverload(t *testing.T) {
 	cfg := tinyConfig(6, 3*time.Second)
-	cfg.Clock = Real
+	cfg.Clock = plan.Real
 	cfg.TimeScale = 0.5
 	res := runLogged(t, cfg)
 	o := res.Overload
@@ -270,14 +272,14 @@ func TestLagProbeCountsLateStart(t *testing.T) {
 // run itself until it ended.)
 func TestOverloadFlag(t *testing.T) {
 	spinners := 512 * runtime.GOMAXPROCS(0)
-	run := func(load bool) *Result {
+	run := func(load bool) *report.Result {
 		cfg := tinyConfig(8, 7*time.Second)
-		cfg.Clock = Real
+		cfg.Clock = plan.Real
 		cfg.TimeScale = 10 // a 20-s mean step: the threshold is 1 s
 		wait := func() {}
 		if load {
 			var once sync.Once
-			cfg.Progress = func(Snapshot) {
+			cfg.Progress = func(report.Snapshot) {
 				once.Do(func() { wait = spin(spinners, time.Now().Add(4*time.Second)) })
 			}
 		}
@@ -292,7 +294,7 @@ func TestOverloadFlag(t *testing.T) {
 		t.Errorf("unloaded run flagged: %+v", *o)
 	}
 	o := run(true).Overload
-	if !o.Flagged || o.TimerLagP95Ms < 1000*OverloadLagShare*o.StepTimeS {
+	if !o.Flagged || o.TimerLagP95Ms < 1000*report.OverloadLagShare*o.StepTimeS {
 		t.Errorf("run under %d spinning goroutines not flagged: %+v", spinners, *o)
 	}
 }
@@ -317,25 +319,25 @@ func TestVirtualClockWall(t *testing.T) {
 func TestParseLatency(t *testing.T) {
 	for _, tc := range []struct {
 		in   string
-		want Latency
+		want plan.Latency
 		ok   bool
 	}{
-		{"0", Latency{}, true},
-		{"20ms", Latency{20 * time.Millisecond, 20 * time.Millisecond}, true},
-		{"uniform:10ms-80ms", Latency{10 * time.Millisecond, 80 * time.Millisecond}, true},
-		{"uniform:5ms-5ms", Latency{5 * time.Millisecond, 5 * time.Millisecond}, true},
-		{"uniform:80ms-10ms", Latency{}, false},
-		{"uniform:10ms", Latency{}, false},
-		{"normal:1ms-2ms", Latency{}, false},
-		{"-5ms", Latency{}, false},
-		{"fast", Latency{}, false},
+		{"0", plan.Latency{}, true},
+		{"20ms", plan.Latency{Min: 20 * time.Millisecond, Max: 20 * time.Millisecond}, true},
+		{"uniform:10ms-80ms", plan.Latency{Min: 10 * time.Millisecond, Max: 80 * time.Millisecond}, true},
+		{"uniform:5ms-5ms", plan.Latency{Min: 5 * time.Millisecond, Max: 5 * time.Millisecond}, true},
+		{"uniform:80ms-10ms", plan.Latency{}, false},
+		{"uniform:10ms", plan.Latency{}, false},
+		{"normal:1ms-2ms", plan.Latency{}, false},
+		{"-5ms", plan.Latency{}, false},
+		{"fast", plan.Latency{}, false},
 	} {
-		got, err := ParseLatency(tc.in)
+		got, err := plan.ParseLatency(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParseLatency(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
 		}
 		if tc.ok && got.Max > 0 {
-			if back, _ := ParseLatency(got.String()); back != got {
+			if back, _ := plan.ParseLatency(got.String()); back != got {
 				t.Errorf("%v does not round-trip through String (%q)", got, got.String())
 			}
 		}
@@ -359,7 +361,7 @@ func TestParseBandwidth(t *testing.T) {
 		{"fastmbit", 0, false},
 		{"10mbps", 0, false},
 	} {
-		got, err := ParseBandwidth(tc.in)
+		got, err := plan.ParseBandwidth(tc.in)
 		if (err == nil) != tc.ok || got != tc.want {
 			t.Errorf("ParseBandwidth(%q) = %v, %v; want %v, ok %v", tc.in, got, err, tc.want, tc.ok)
 		}
@@ -372,7 +374,7 @@ func TestHostileRoles(t *testing.T) {
 	cfg := tinyConfig(12, 4*time.Second)
 	cfg.Model = "linreg"
 	cfg.Exchange = exchange.Spec{} // gossip: the poison is counted on its topic
-	cfg.Roles = []RoleShare{{LiarRandom, 0.1}, {PoisonNaN, 0.1}, {PoisonNorm, 0.1}, {Flooder, 0.1}, {Slow, 0.1}, {SlowModel, 0.1}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.LiarRandom, Fraction: 0.1}, {Role: plan.PoisonNaN, Fraction: 0.1}, {Role: plan.PoisonNorm, Fraction: 0.1}, {Role: plan.Flooder, Fraction: 0.1}, {Role: plan.Slow, Fraction: 0.1}, {Role: plan.SlowModel, Fraction: 0.1}}
 	cfg.Churn = 1
 	res := runLogged(t, cfg)
 	h := res.Hostile

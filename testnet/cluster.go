@@ -2,8 +2,6 @@ package testnet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"slices"
 	"sync"
 	"time"
@@ -11,18 +9,20 @@ import (
 	"github.com/libp2p/go-libp2p/core/crypto"
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
-	"github.com/libp2p/go-libp2p/core/pnet"
 	manet "github.com/multiformats/go-multiaddr/net"
 
 	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/faults"
-	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/memnet"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/hostile"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // member is one node of the testnet, live or gone.
@@ -30,7 +30,7 @@ type member struct {
 	idx      int
 	nd       *node.Node
 	factor   float64
-	role     Role
+	role     plan.Role
 	cancel   context.CancelFunc
 	done     chan struct{}
 	joinedAt time.Duration // since training started (0 for initial nodes)
@@ -92,7 +92,7 @@ func (m *member) updateStats() gossip.Stats {
 // the report reads. Hostile nodes and the flood target are kept: their
 // goroutines and figures refer to them to the end. t.mu must be held.
 func (t *testnet) release(m *member) {
-	if m.role != Honest || m.probe || m == t.target || m.gone != nil {
+	if m.role != plan.Honest || m.probe || m == t.target || m.gone != nil {
 		return
 	}
 	m.gone = &goneNode{step: m.nd.Step(), updates: m.nd.UpdateStats()}
@@ -124,22 +124,6 @@ func (m *member) noteFree(now time.Duration, free bool, window time.Duration) bo
 	return now-m.freeSince >= window
 }
 
-// testnetGenesis is the lineage of every node of a testnet, whose nodes
-// start the job together (without it each would start its own, and the
-// nodes would then converge on one): a genesis of the Unix epoch and
-// the seed, older than any a real node makes.
-func testnetGenesis(seed uint64) lineage.Genesis {
-	var g lineage.Genesis
-	binary.BigEndian.PutUint64(g[8:], seed|1<<63)
-	return g
-}
-
-// testnetPSK is the swarm key of a private testnet: a function of the seed.
-func testnetPSK(seed uint64) pnet.PSK {
-	sum := sha256.Sum256(binary.BigEndian.AppendUint64([]byte("testnet swarm key"), seed))
-	return pnet.PSK(sum[:])
-}
-
 // nodeConfig is what every node of the testnet is configured with before
 // its own parts (bootstrap peers, host or identity, seed, task, faults):
 // node.DefaultLocalConfig with the testnet's settings. A joining node
@@ -150,7 +134,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	cfg.Barrier = t.cfg.Barrier
 	cfg.EvalEvery = 0 // the recorder evaluates the models, on the run's clock
 	cfg.JoinFetch = joining
-	cfg.Genesis = testnetGenesis(t.cfg.Seed) // one lineage: the nodes start the job together
+	cfg.Genesis = plan.Genesis(t.cfg.Seed) // one lineage: the nodes start the job together
 	cfg.Overlay.Logger = t.log
 	cfg.Gossip.Logger = t.log
 	enc, err := gossip.ParseEncoding(t.cfg.Encoding)
@@ -160,7 +144,7 @@ func (t *testnet) nodeConfig(joining bool) (node.Config, error) {
 	cfg.Gossip.Encoding = enc
 	cfg.Check.PollShare, cfg.Check.Pace = t.cfg.PollShare, t.cfg.Pace
 	if t.cfg.Private {
-		cfg.PSK = testnetPSK(t.cfg.Seed)
+		cfg.PSK = plan.PSK(t.cfg.Seed)
 	}
 	cfg.Exchange.Spec = t.cfg.Exchange
 	if t.cfg.NoScreen {
@@ -202,13 +186,14 @@ func stepStreams(cfg node.Config) int {
 }
 
 // addNode creates a node (not yet training) bootstrapped from up to three
-// random live members, with identity id on the mem transport.
-func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role Role, id identity) (*member, error) {
+// random live members (via alone, if set: a probe of joiner-wedge nodes,
+// reported apart), with identity id on the mem transport.
+func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, role plan.Role, id hostile.Identity, via []*node.Node) (*member, error) {
 	cfg, err := t.nodeConfig(joining)
 	if err != nil {
 		return nil, err
 	}
-	idx, key, err := t.reserve(&cfg, joining, id.via)
+	idx, key, err := t.reserve(&cfg, joining, via)
 	if err != nil {
 		return nil, err
 	}
@@ -228,7 +213,10 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	var self peer.ID
-	faults.SetNode(&cfg, t.faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID()))
+	f := t.play.Faults(role, cfg.Seed, &self, task.NumParams(), task.ModelID())
+	honest := role == plan.Honest
+	f.OnSample = func(peers []peer.ID) { t.countSample(self, honest, peers) }
+	faults.SetNode(&cfg, f)
 	opts := []node.Option{node.WithTask(task), node.WithLogger(t.log)}
 	if h != nil {
 		opts = append(opts, node.WithHost(h))
@@ -239,7 +227,7 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 		return nil, err
 	}
 	self = nd.ID()
-	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{}), probe: len(id.via) > 0}
+	m := &member{idx: idx, nd: nd, factor: factor, role: role, leftAt: -1, freeSince: -1, done: make(chan struct{}), probe: len(via) > 0}
 	if joining {
 		m.joinedAt = time.Since(t.start)
 	}
@@ -250,17 +238,17 @@ func (t *testnet) addNode(ctx context.Context, factor float64, joining bool, rol
 // reserve gives a new node its number (its seed and shard), logs a join,
 // adds up to three live nodes to cfg's bootstrap list (via alone, if set),
 // and draws a host key when the node builds its own host (tcp).
-func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx int, key crypto.PrivKey, err error) {
+func (t *testnet) reserve(cfg *node.Config, joining bool, via []*node.Node) (idx int, key crypto.PrivKey, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	idx = t.nextIdx
 	t.nextIdx++
 	if joining {
-		t.churned = append(t.churned, churnRow{time.Since(t.start).Seconds(), Join, idx})
+		t.churned = append(t.churned, report.ChurnRow{T: time.Since(t.start).Seconds(), Kind: string(plan.Join), Node: idx})
 	}
 	if len(via) > 0 {
-		for _, m := range via {
-			for _, a := range m.nd.Addrs() {
+		for _, nd := range via {
+			for _, a := range nd.Addrs() {
 				cfg.Bootstrap = append(cfg.Bootstrap, a.String())
 				break
 			}
@@ -282,29 +270,26 @@ func (t *testnet) reserve(cfg *node.Config, joining bool, via []*member) (idx in
 
 // newHost builds node idx's host on the mem transport, and notes the
 // addresses of the initial nodes for the Sybil figures; nil on others.
-func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role Role, id identity) (host.Host, error) {
+func (t *testnet) newHost(idx int, cfg node.Config, joining bool, role plan.Role, id hostile.Identity) (host.Host, error) {
 	if t.net == nil {
 		return nil, nil
 	}
 	var h host.Host
 	var err error
 	asNode(idx, func() {
-		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.Limits.ConnLow, High: cfg.Limits.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.key, IP: id.ip})
+		h, err = t.net.NewHostWith(memnet.HostOptions{Low: cfg.Limits.ConnLow, High: cfg.Limits.ConnHigh, Grace: t.cfg.ConnGrace, Key: id.Key, IP: id.IP})
 	})
 	if err != nil {
 		return nil, err
 	}
-	if t.syb != nil && !joining {
-		t.mu.Lock()
+	if !joining {
+		var ips []string
 		for _, a := range h.Addrs() {
 			if ip, err := manet.ToIP(a); err == nil {
-				t.syb.addrs[ip.String()] = true
-				if role.sybil() {
-					t.syb.sybAddr[ip.String()] = true
-				}
+				ips = append(ips, ip.String())
 			}
 		}
-		t.mu.Unlock()
+		t.play.NoteAddrs(ips, role.Sybil())
 	}
 	return h, nil
 }
@@ -325,10 +310,10 @@ func (t *testnet) newTask(idx int, factor float64, cfg node.Config) (node.Task, 
 }
 
 // register makes m a member of the run: its role is noted (an honest node
-// of a run with hostile roles counts the poison it receives), and a
-// fake-peers node starts its DHT servers.
+// of a run with hostile roles counts the poison it receives), and the
+// hostile roles ready it (hostile.Play.Install).
 func (t *testnet) register(m *member, seed uint64) {
-	if m.role != Honest {
+	if m.role != plan.Honest {
 		t.roleOf.Store(m.nd.ID(), m.role)
 	} else if g := m.nd.Gossip(); g != nil && len(t.cfg.Roles) > 0 {
 		// Count what honest nodes receive from poisoners.
@@ -336,19 +321,16 @@ func (t *testnet) register(m *member, seed uint64) {
 			r, ok := t.roleOf.Load(u.Sender)
 			switch {
 			case !ok:
-			case r.(Role).invalidPoison():
+			case r.(plan.Role).InvalidPoison():
 				t.poisonApplied.Add(1)
-			case r.(Role) == PoisonNorm:
+			case r.(plan.Role) == plan.PoisonNorm:
 				t.normDelivered.Add(1)
 			}
 		})
 	}
 	t.mu.Lock()
 	t.members = append(t.members, m)
-	if m.role == FakePeers {
-		t.serveFakePeers(m, seed)
-	}
-	t.startImpostor(m)
+	t.play.Install(m.nd, m.role, seed)
 	t.mu.Unlock()
 }
 
@@ -368,10 +350,10 @@ func (t *testnet) countSample(drawer peer.ID, honest bool, peers []peer.ID) {
 	for _, p := range peers {
 		t.sampled[p]++
 	}
-	if honest {
-		t.countDraws(drawer, peers)
-	}
 	t.sampledMu.Unlock()
+	if honest {
+		t.play.CountDraws(drawer, peers)
+	}
 }
 
 // launch starts a member's training loop. t.mu must be held.
@@ -395,7 +377,6 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 	c, cancel := context.WithCancel(ctx)
 	m.cancel = cancel
 	m.launched(time.Since(t.start), m.nd.Step())
-	// A lineage-hijack node's campaign stops its training (hijack).
 	run, stopRun := context.WithCancel(c)
 	t.wg.Go(func() {
 		defer close(m.done)
@@ -406,36 +387,15 @@ func (t *testnet) kickoff(ctx context.Context, m *member) {
 			}
 		})
 	})
-	if m.role == Flooder && t.target != nil {
-		target := t.target.nd.ID()
-		t.wg.Go(func() { asNode(m.idx, func() { t.flood(c, m, target) }) })
+	// A lineage-hijack node's campaign quits training for good.
+	quit := func() {
+		stopRun()
+		t.mu.Lock()
+		m.quit = true
+		t.mu.Unlock()
 	}
-	if m.role == SlowModel && t.target != nil {
-		target := t.target.nd.ID()
-		t.wg.Go(func() { asNode(m.idx, func() { t.slowModel(c, m, target) }) })
-	}
-	switch m.role {
-	case LineageHijack:
-		t.wg.Go(func() { asNode(m.idx, func() { t.hijack(c, m, stopRun) }) })
-	case JoinerWedge:
-		t.wg.Go(func() { asNode(m.idx, func() { t.wedgeJoin(c, m) }) })
-	case DriftPoison:
-		t.wg.Go(func() { asNode(m.idx, func() { t.drift(c, m) }) })
-	case EstimateLiar:
-		t.wg.Go(func() { asNode(m.idx, func() { t.lie(c, m) }) })
-	case StreamHog, ConnHog, LogFlood:
-		if t.target == nil {
-			break
-		}
-		switch m.role {
-		case StreamHog:
-			t.wg.Go(func() { asNode(m.idx, func() { t.streamHog(c, m) }) })
-		case ConnHog:
-			t.wg.Go(func() { asNode(m.idx, func() { t.connHog(c, m) }) })
-		default:
-			t.wg.Go(func() { asNode(m.idx, func() { t.logFlood(c, m) }) })
-		}
-		t.freshOnce.Do(func() { t.wg.Go(func() { asNode(m.idx, func() { t.freshPeers(c, m) }) }) })
+	for _, campaign := range t.play.Campaigns(m.role, m.nd, quit) {
+		t.wg.Go(func() { asNode(m.idx, func() { campaign(c) }) })
 	}
 }
 
@@ -457,7 +417,7 @@ func (t *testnet) waitWarm(ctx context.Context) {
 		if ready == n {
 			return
 		}
-		sleepCtx(ctx, 100*time.Millisecond)
+		vclock.Sleep(ctx, 100*time.Millisecond)
 	}
 }
 
@@ -475,7 +435,7 @@ func (t *testnet) closeAll() {
 	if t.net != nil {
 		_ = t.net.Close()
 	}
-	if t.cfg.Clock == Virtual {
+	if t.cfg.Clock == plan.Virtual {
 		// Some library goroutines outlive their host by a bounded sleep
 		// (go-libp2p-pubsub's announceRetry sleeps up to 1 s, then sees
 		// its context is done). On the virtual clock that time costs
@@ -508,15 +468,15 @@ func (t *testnet) remove(n int, crash bool) int {
 	n = min(n, len(live)-2) // keep a network
 	now := time.Since(t.start)
 	var victims []*member
-	kind := Leave
+	kind := plan.Leave
 	if crash {
-		kind = Crash
+		kind = plan.Crash
 	}
 	for _, j := range t.rng.Perm(len(live))[:n] {
 		m := live[j]
 		m.leftAt, m.crashed = now, crash
 		victims = append(victims, m)
-		t.churned = append(t.churned, churnRow{now.Seconds(), kind, m.idx})
+		t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(kind), Node: m.idx})
 	}
 	t.mu.Unlock()
 	t.stop(victims, crash)
@@ -552,10 +512,10 @@ func (t *testnet) removeHostile() {
 	var victims []*member
 	now := time.Since(t.start)
 	for _, m := range t.liveLocked() {
-		if m.role != Honest && m.cancel != nil {
+		if m.role != plan.Honest && m.cancel != nil {
 			m.leftAt, m.crashed = now, true
 			victims = append(victims, m)
-			t.churned = append(t.churned, churnRow{now.Seconds(), Crash, m.idx})
+			t.churned = append(t.churned, report.ChurnRow{T: now.Seconds(), Kind: string(plan.Crash), Node: m.idx})
 		}
 	}
 	t.mu.Unlock()
@@ -582,7 +542,7 @@ func (t *testnet) partition(n int) {
 // start to its first step (joinWatch).
 func (t *testnet) join(ctx context.Context) {
 	begun := time.Now()
-	m, err := t.addNode(ctx, 1, true, Honest, identity{})
+	m, err := t.addNode(ctx, 1, true, plan.Honest, hostile.Identity{}, nil)
 	if err != nil {
 		if ctx.Err() == nil {
 			t.log.Warn("join failed", "err", err)
@@ -624,4 +584,56 @@ func (t *testnet) joinWatch(ctx context.Context, m *member, begun time.Time) {
 			return
 		}
 	}
+}
+
+// The testnet is the hostile roles' network (hostile.Net).
+var _ hostile.Net = (*testnet)(nil)
+
+// RoleOf returns the role of node p; false for an honest node.
+func (t *testnet) RoleOf(p peer.ID) (plan.Role, bool) {
+	r, ok := t.roleOf.Load(p)
+	if !ok {
+		return plan.Honest, false
+	}
+	return r.(plan.Role), true
+}
+
+// Live returns the live nodes of role r, in the order they were made.
+func (t *testnet) Live(r plan.Role) []*node.Node {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []*node.Node
+	for _, m := range t.members {
+		if m.role == r && m.nd != nil && m.leftAt < 0 {
+			out = append(out, m.nd)
+		}
+	}
+	return out
+}
+
+// JoinVia starts a fresh honest joiner that bootstraps through via alone:
+// a probe of joiner-wedge nodes, reported apart (Hostility.Wedge).
+func (t *testnet) JoinVia(ctx context.Context, via []*node.Node) error {
+	j, err := t.addNode(ctx, 1, true, plan.Honest, hostile.Identity{}, via)
+	if err != nil {
+		return err
+	}
+	t.mu.Lock()
+	t.launch(ctx, j)
+	t.mu.Unlock()
+	return nil
+}
+
+// honestIDs returns the honest members' peer IDs, in the order they were
+// made.
+func (t *testnet) honestIDs() []peer.ID {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var out []peer.ID
+	for _, m := range t.members {
+		if m.role == plan.Honest {
+			out = append(out, m.nd.ID())
+		}
+	}
+	return out
 }

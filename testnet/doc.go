@@ -13,24 +13,24 @@
 // in-memory network whose links can take a latency and a bandwidth, and
 // which a churn script can partition (Loss, a share of step queries and
 // gossip messages lost, goes through the nodes' internal/faults hooks);
-// on the tcp transport they use loopback sockets. Run builds the nodes,
-// waits for their
-// overlays to form (Config.Warmup), starts every node training at once,
-// plays the churn, and after Config.Duration returns a Result.
+// on the tcp transport they use loopback sockets. Run takes a plan.Config,
+// builds the nodes, waits for their overlays to form (Warmup), starts
+// every node training at once, plays the churn, and after Duration
+// returns a report.Result.
 //
 // # Clocks
 //
-// By default a testnet runs on a virtual clock (Config.Clock Virtual): a
+// By default a testnet runs on a virtual clock (plan.Virtual): a
 // testing/synctest bubble (internal/vclock), where time moves only when
 // every goroutine of the run is blocked. The time model's task times,
-// (Exp(1)+1) s × straggle factor × Config.TimeScale, and the links'
+// (Exp(1)+1) s × straggle factor × TimeScale, and the links'
 // latency and bandwidth are then the only things that take time; CPU work
 // takes none, so the figures are the protocol's whatever the machine's
 // load, and only the wall time a run takes depends on the machine. Run
 // must then be called inside a bubble: a test wraps it in synctest.Test,
-// and `pspnode testnet` makes one. On the real clock (Real) the figures
+// and `pspnode testnet` makes one. On the real clock (plan.Real) the figures
 // include this machine's CPU, and the run measures whether the machine set
-// the pace (Overload, overload.go).
+// the pace (report.Overload, overload.go).
 //
 // # Stragglers, churn and roles
 //
@@ -38,13 +38,13 @@
 // are round(Stragglers × N) nodes whose task times are StraggleFactor
 // times longer. Churn replaces Churn × N nodes per minute: leaves and
 // joins are two independent Poisson processes, and ChurnMode says whether
-// leavers crash or leave gracefully; a churn script (Script, ParseScript)
+// leavers crash or leave gracefully; a churn script (plan.ParseScript)
 // adds joins, leaves, crashes, a partition and its heal at given times.
 // A joiner joins the running job as a real node does, fetching the model
 // from its peers.
 //
-// Roles make shares of the initial nodes hostile or faulty (Role,
-// ParseRoles): step liars, update poisoners, flooders, slow peers,
+// Roles make shares of the initial nodes hostile or faulty (plan.Role,
+// plan.ParseRoles, played by package hostile): step liars, update poisoners, flooders, slow peers,
 // slow-model nodes, Sybil identities (ground into a victim's zone of the
 // DHT key space, or many behind one address) and fake-peers nodes that
 // name peers which do not exist. Hostile nodes train like the others; the
@@ -53,57 +53,57 @@
 //
 // # Netns mode
 //
-// With Config.Transport "netns" the nodes are real processes instead:
+// With Transport "netns" the nodes are real processes instead (package
+// testnet/netns):
 // each node is a `pspnode run` child of this binary in a network namespace
 // of its own, with its own address on a bridge (internal/netns), some
 // optionally behind a NAT router (NAT) or with a cgroup CPU quota
 // (CPUQuota). It needs root and runs on the real clock. The run reads the
 // nodes' /status and /metrics over HTTP and reports the same Result, plus
-// a NetnsReport of what each process cost.
+// a report.NetnsReport of what each process cost.
 //
 // # What a run reports
 //
-// Result is what `pspnode testnet --json` prints: the step figures (final
+// report.Result is what `pspnode testnet --json` prints: the step figures (final
 // steps of live honest nodes, and of stragglers and the others apart),
 // stalled nodes (no progress for StallWindow although the barrier, on the
 // true steps of every node, would have let them go on), the population
-// estimate's error, barrier
-// check and wait times, accuracy, traffic, churn and join times, and the
+// estimate's error, barrier check and wait times, accuracy, traffic, churn and join times, and the
 // process's resources. PrintSummary prints it, and WriteOut writes its CSV
 // files, PNG figures and summary.json; WriteComparison and PrintComparison
 // set several runs (one per barrier) side by side, and CompareWithSim sets
 // a run beside the simulator with the same parameters.
 //
+// # Rooms
+//
+// The package is the in-process network and Run; what is not special to
+// it lives in subpackages, which import none of their parents:
+//
+//	plan/      what a run is before it runs: Config, the churn script, the roles by name, the estimate
+//	report/    what a run measured and how it is shown: Result, Snapshot, the summary, CSV files, figures
+//	hostile/   the hostile and faulty roles, played on the nodes this package builds (hostile.Net)
+//	netns/     netns mode: a `pspnode run` process per node, each in its own namespace
+//	sim/       the discrete-event simulator
+//
+// Run dispatches a Config whose Transport is "netns" to netns.Run;
+// otherwise it builds the nodes here, asks a hostile.Play what each
+// hostile node does, and fills a report.Result.
+//
 // # Where things are
 //
 //	doc.go           this overview
-//	config.go        Config, DefaultConfig, Validate; Clock, Latency, bandwidth parsing
-//	testnet.go       Run: build, warm up, train, record, report; Snapshot for live progress
-//	cluster.go       the members: adding a node (its node.Config), kickoff, leaves, crashes, joins, partitions
+//	testnet.go       Run: build, warm up, train, record, report
+//	cluster.go       the members: adding a node (its node.Config), kickoff, leaves, crashes, joins, partitions; the hostile roles' Net
 //	churn.go         the churn: Poisson leaves and joins, the script's events
-//	script.go        churn scripts: Event, ParseScript
 //	record.go        the recorder: snapshots, the stall rule, evaluation of the models
-//	report.go        Result, its summary, CSV files and figures; comparing runs
-//	report_print.go  the printed summary
-//	cost.go          what a run cost: CPU, paper node-seconds per CPU-second, memory
-//	estimate.go      what a run will cost, told before it starts
+//	result.go        the Result from the members and the recorder's rows
 //	compare.go       CompareWithSim: the same run in the simulator
 //	overload.go      real clock: whether the machine set the pace (the lag probe)
 //	resources.go     memory and goroutines at a quarter and at the end; goroutines of departed nodes
 //	membership.go    what the honest nodes' overlays hold at the end
 //	traffic.go       bytes the honest nodes' streams carried, by protocol class
-//	roles.go         hostile and faulty roles: liars, poisoners, flooders, slow peers
-//	sybil.go         the Sybil roles: key grinding, victims, their figures
-//	fakepeers.go     the fake-peers role: a DHT server naming peers that do not exist
-//	attacks.go       the impostor roles: lineage hijack, joiner wedge, estimate liar; their figures
-//	drift.go         the drift-poison role: models pushed back moved one way
-//	hogs.go          the hog roles: stream, connection and log floods
-//	netns.go         netns mode: a `pspnode run` process per node, in its own namespace
-//	netns_scrape.go  netns mode: reading the nodes' /status and /metrics, tracking training
-//	netns_report.go  netns mode: the Result and NetnsReport from what was read
-//	netns_linux.go   netns mode: the children die with this process (Linux)
-//	netns_other.go   netns mode elsewhere: not available
-//	sim/             the discrete-event simulator (package sim)
+//	memory.go        the memory the machine has left, which Run checks the estimate against
+//	warnings.go      counting the warnings the nodes log
 //
 // Start with Run in testnet.go, then cluster.go for how a node is made and
 // record.go for what is measured.

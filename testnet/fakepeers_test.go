@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/overlay"
+	"github.com/pspnode/pspnode/testnet/plan"
 )
 
 // TestFakePeersRole runs fake-peers nodes small on the virtual clock: they
@@ -13,10 +14,10 @@ import (
 // MaxUnconfirmed of them, never draw one, and train as usual.
 func TestFakePeersRole(t *testing.T) {
 	cfg := tinyConfig(24, 20*time.Second)
-	cfg.Roles = []RoleShare{{FakePeers, 0.125}} // 3 of 24
+	cfg.Roles = []plan.RoleShare{{Role: plan.FakePeers, Fraction: 0.125}} // 3 of 24
 	res := runLogged(t, cfg)
 	h, mb := res.Hostile, res.Membership
-	if h == nil || h.Nodes[string(FakePeers)] != 3 || mb == nil {
+	if h == nil || h.Nodes[string(plan.FakePeers)] != 3 || mb == nil {
 		t.Fatalf("hostile %+v, membership %+v", h, mb)
 	}
 	bound := overlay.DefaultConfig().MaxUnconfirmed

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 )
 
 // The whole-testnet runs in this file take minutes under the race detector
@@ -23,7 +24,7 @@ import (
 // churn script with crashes leaves no stalled node.
 func TestSmallTestnet(t *testing.T) {
 	cfg := smallConfig(12 * time.Second)
-	cfg.Script = []Event{{At: 4 * time.Second, Action: Crash, Fraction: 0.2}, {At: 6 * time.Second, Action: Join, Count: 2}}
+	cfg.Script = []plan.Event{{At: 4 * time.Second, Action: plan.Crash, Fraction: 0.2}, {At: 6 * time.Second, Action: plan.Join, Count: 2}}
 	res := runLogged(t, cfg)
 	if res.Crashed != 4 || res.Joined != 2 || res.LiveNodes != 18 {
 		t.Errorf("churn script not applied: crashed %d joined %d live %d", res.Crashed, res.Joined, res.LiveNodes)
@@ -74,7 +75,7 @@ func TestSmallTestnet(t *testing.T) {
 func TestHostileTestnet(t *testing.T) {
 	cfg := smallConfig(10 * time.Second)
 	cfg.Exchange = exchange.Spec{} // gossip: the poison is counted on its topic
-	cfg.Roles = []RoleShare{{LiarZero, 0.1}, {PoisonNaN, 0.05}, {PoisonNorm, 0.05}, {Flooder, 0.05}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.LiarZero, Fraction: 0.1}, {Role: plan.PoisonNaN, Fraction: 0.05}, {Role: plan.PoisonNorm, Fraction: 0.05}, {Role: plan.Flooder, Fraction: 0.05}}
 	res := runLogged(t, cfg)
 	h := res.Hostile
 	if h == nil || h.HonestNodes != 15 {
@@ -111,7 +112,7 @@ func TestHostileTestnet(t *testing.T) {
 func TestReproducible(t *testing.T) {
 	cfg := tinyConfig(20, 30*time.Second)
 	cfg.Barrier = psp.MustParse("pbsp:4")
-	cfg.Latency = Latency{Min: time.Millisecond, Max: 5 * time.Millisecond}
+	cfg.Latency = plan.Latency{Min: time.Millisecond, Max: 5 * time.Millisecond}
 	a, b := runLogged(t, cfg), runLogged(t, cfg)
 	if d := math.Abs(a.Steps.Mean-b.Steps.Mean) / a.Steps.Mean; d > 0.015 {
 		t.Errorf("mean steps %.2f then %.2f with the same seed: %.1f %% apart", a.Steps.Mean, b.Steps.Mean, 100*d)
@@ -123,17 +124,17 @@ func TestReproducible(t *testing.T) {
 // heals, lossy links with a latency spread, a bandwidth limit, and a real
 // model on the built-in MNIST set.
 func TestVirtualClockFeatures(t *testing.T) {
-	cfg := DefaultConfig()
+	cfg := plan.DefaultConfig()
 	cfg.Nodes, cfg.Duration, cfg.TimeScale = 16, 40*time.Second, 0.1
 	cfg.Barrier = psp.MustParse("pssp:4:2")
 	cfg.Model, cfg.Data = "logreg", "mnist"
 	cfg.Stragglers, cfg.StraggleFactor = 0.25, 3
-	cfg.Latency = Latency{5 * time.Millisecond, 40 * time.Millisecond}
+	cfg.Latency = plan.Latency{Min: 5 * time.Millisecond, Max: 40 * time.Millisecond}
 	cfg.Bandwidth = 10e6 // 10 MB/s: a 31 KB update takes 3 ms of each link it crosses
 	cfg.Loss = 0.02
 	cfg.EvalEvery = 5 * time.Second
 	cfg.StallWindow = 5 * time.Second
-	cfg.Script = []Event{{At: 5 * time.Second, Action: Partition, Fraction: 0.5}, {At: 10 * time.Second, Action: Heal}}
+	cfg.Script = []plan.Event{{At: 5 * time.Second, Action: plan.Partition, Fraction: 0.5}, {At: 10 * time.Second, Action: plan.Heal}}
 	res := runLogged(t, cfg)
 	if res.FastSteps == nil || !(res.FastSteps.Mean > res.StragglerSteps.Mean) {
 		t.Errorf("stragglers not slower: fast %+v, stragglers %+v", res.FastSteps, res.StragglerSteps)
@@ -164,7 +165,7 @@ func TestVirtualClockFeatures(t *testing.T) {
 // a zone estimator the Sybils did not reach, or a fusion that follows it.
 func TestSybilZoneEstimate(t *testing.T) {
 	cfg := tinyConfig(60, 12*time.Second)
-	cfg.Roles = []RoleShare{{SybilZone, 0.15}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.SybilZone, Fraction: 0.15}}
 	cfg.SybilVictims, cfg.SybilPrefix = 1, 10
 	res := runLogged(t, cfg)
 	f := res.Hostile.SybilFigures

@@ -12,6 +12,7 @@ import (
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 )
 
 // What the testnet sets in a node's configuration, field by field, for
@@ -26,7 +27,7 @@ var nodeConfigRows = []struct {
 	{"Barrier", func(c node.Config) any { return c.Barrier }, func(tn *testnet, _ bool) any { return tn.cfg.Barrier }},
 	{"EvalEvery", func(c node.Config) any { return c.EvalEvery }, func(*testnet, bool) any { return 0 }},
 	{"JoinFetch", func(c node.Config) any { return c.JoinFetch }, func(_ *testnet, joining bool) any { return joining }},
-	{"Genesis", func(c node.Config) any { return c.Genesis }, func(tn *testnet, _ bool) any { return testnetGenesis(tn.cfg.Seed) }},
+	{"Genesis", func(c node.Config) any { return c.Genesis }, func(tn *testnet, _ bool) any { return plan.Genesis(tn.cfg.Seed) }},
 	{"Check.QueryTimeout", func(c node.Config) any { return c.Check.QueryTimeout }, func(*testnet, bool) any { return 2 * time.Second }},
 	{"NAT", func(c node.Config) any { return c.NAT }, func(*testnet, bool) any { return netsetup.NATConfig{} }},
 	{"Check.PollShare", func(c node.Config) any { return c.Check.PollShare }, func(tn *testnet, _ bool) any { return tn.cfg.PollShare }},
@@ -133,24 +134,24 @@ func TestNodeConfig(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name string
-		mod  func(*Config)
+		mod  func(*plan.Config)
 	}{
-		{"defaults", func(*Config) {}},
-		{"tcp", func(c *Config) { c.Transport = "tcp" }},
-		{"1000 nodes", func(c *Config) { c.Nodes = 1000 }},
-		{"150 nodes, pool set", func(c *Config) { c.Nodes, c.PoolSize, c.ConnLow, c.ConnHigh = 150, 40, 10, 20 }},
-		{"pbsp:80, above the default pool", func(c *Config) { c.Barrier = psp.MustParse("pbsp:80") }},
-		{"no screen, no sybil defence", func(c *Config) { c.NoScreen, c.NoSybilDefence = true, true }},
-		{"norm bound set", func(c *Config) { c.NormBound = 2.5 }},
-		{"norm bound off", func(c *Config) { c.NormBound = -1 }},
-		{"top-k, poll share", func(c *Config) { c.Encoding, c.PollShare, c.Exchange = "topk16", 0.25, exchange.Spec{} }},
-		{"epidemic", func(c *Config) { c.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 3} }},
-		{"seed", func(c *Config) { c.Seed = 42 }},
-		{"step streams set", func(c *Config) { c.StepStreams = 8 }},
-		{"1000 nodes, step streams set", func(c *Config) { c.Nodes, c.StepStreams = 1000, 100 }},
+		{"defaults", func(*plan.Config) {}},
+		{"tcp", func(c *plan.Config) { c.Transport = "tcp" }},
+		{"1000 nodes", func(c *plan.Config) { c.Nodes = 1000 }},
+		{"150 nodes, pool set", func(c *plan.Config) { c.Nodes, c.PoolSize, c.ConnLow, c.ConnHigh = 150, 40, 10, 20 }},
+		{"pbsp:80, above the default pool", func(c *plan.Config) { c.Barrier = psp.MustParse("pbsp:80") }},
+		{"no screen, no sybil defence", func(c *plan.Config) { c.NoScreen, c.NoSybilDefence = true, true }},
+		{"norm bound set", func(c *plan.Config) { c.NormBound = 2.5 }},
+		{"norm bound off", func(c *plan.Config) { c.NormBound = -1 }},
+		{"top-k, poll share", func(c *plan.Config) { c.Encoding, c.PollShare, c.Exchange = "topk16", 0.25, exchange.Spec{} }},
+		{"epidemic", func(c *plan.Config) { c.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 3} }},
+		{"seed", func(c *plan.Config) { c.Seed = 42 }},
+		{"step streams set", func(c *plan.Config) { c.StepStreams = 8 }},
+		{"1000 nodes, step streams set", func(c *plan.Config) { c.Nodes, c.StepStreams = 1000, 100 }},
 	} {
 		for _, joining := range []bool{false, true} {
-			c := DefaultConfig()
+			c := plan.DefaultConfig()
 			tc.mod(&c)
 			tn := &testnet{cfg: c, log: slog.New(slog.DiscardHandler)}
 			got, err := tn.nodeConfig(joining)
@@ -196,7 +197,7 @@ func TestLimitsByNodes(t *testing.T) {
 		{50, "mem", false}, {100, "mem", false}, {101, "mem", false}, {200, "mem", false},
 		{500, "mem", false}, {501, "mem", true}, {1000, "mem", true}, {100, "tcp", true},
 	} {
-		c := DefaultConfig()
+		c := plan.DefaultConfig()
 		c.Nodes, c.Transport = tc.nodes, tc.transport
 		low, high, pool := c.Limits()
 		if trims := high < tc.nodes-1; trims != tc.trims || low > high || pool < c.Barrier.Beta {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
 )
 
 // A slow node costs the fast ones nothing under the pace rule: with one
@@ -16,7 +17,7 @@ import (
 // pace (×4: 26 steps in 100 s against 95) and pssp:auto:4 cost them 3 %
 // to 6 %. The slow node is excused, not waited for.
 func TestSlowNodeCostsFastOnesNothing(t *testing.T) {
-	base := func(barrier string) Config {
+	base := func(barrier string) plan.Config {
 		cfg := tinyConfig(4, 100*time.Second)
 		cfg.TimeScale = 0.5
 		cfg.Barrier = psp.MustParse(barrier)

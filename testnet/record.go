@@ -8,44 +8,17 @@ import (
 
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/node"
-	"github.com/pspnode/pspnode/testnet/sim"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
-type stepRow struct {
-	t    float64
-	node int
-	step int64
-}
-
-type estRow struct {
-	t          float64
-	truth      int
-	median, lo float64
-	hi         float64
-}
-
-// churnRow is one churn event: at t, node left, crashed or began to join.
-type churnRow struct {
-	t    float64
-	kind Action // Leave, Crash or Join
-	node int
-}
-
-type accRow struct {
-	t        float64
-	accuracy float64
-	loss     float64
-	updates  float64
-	inBytes  float64 // mean bytes an honest live node received since its launch
-}
-
 // record takes one snapshot of every live node.
-func (t *testnet) record(now time.Duration) Snapshot {
+func (t *testnet) record(now time.Duration) report.Snapshot {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	live := t.liveLocked()
 	truth := float64(len(live))
-	snap := Snapshot{Elapsed: now, Wall: -1, Live: len(live), EstimateError: math.NaN(), Accuracy: math.NaN()}
+	snap := report.Snapshot{Elapsed: now, Wall: -1, Live: len(live), EstimateError: math.NaN(), Accuracy: math.NaN()}
 	var steps []int64
 	var rel []float64
 	sec := now.Seconds()
@@ -58,7 +31,7 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			m.lastStep, m.freeSince, m.progressAt = s, -1, now
 		}
 		steps = append(steps, s)
-		t.steps = append(t.steps, stepRow{sec, m.idx, s})
+		t.steps = append(t.steps, report.StepRow{T: sec, Node: m.idx, Step: s})
 		if m.nd.Waiting() {
 			snap.Waiting++
 		}
@@ -67,10 +40,10 @@ func (t *testnet) record(now time.Duration) Snapshot {
 		} else {
 			rel = append(rel, 1) // no estimate counts as 100 % off
 		}
-		if t.syb != nil && t.syb.victims[m.nd.ID()] {
-			t.recordVictim(m, rel[len(rel)-1], truth)
+		if t.play.IsVictim(m.nd.ID()) {
+			t.play.RecordVictim(m.nd, rel[len(rel)-1], truth)
 		}
-		if m.role == Honest {
+		if m.role == plan.Honest {
 			used := m.nd.Population()
 			t.usedErr = append(t.usedErr, math.Abs(used-truth)/truth)
 			t.usedMax = max(t.usedMax, used)
@@ -97,12 +70,12 @@ func (t *testnet) record(now time.Duration) Snapshot {
 			t.stalls[m.idx] = true
 		}
 	}
-	if row, ok := summarise(&snap, steps, rel, sec, len(live)); ok {
+	if row, ok := report.Summarise(&snap, steps, rel, sec, len(live)); ok {
 		t.ests = append(t.ests, row)
 	}
 	t.relErr = rel
 	if len(t.accs) > 0 {
-		snap.Accuracy = t.accs[len(t.accs)-1].accuracy
+		snap.Accuracy = t.accs[len(t.accs)-1].Accuracy
 	}
 	return snap
 }
@@ -197,7 +170,7 @@ func (t *testnet) evaluate(now time.Duration) {
 	t.mu.Lock()
 	var honest []*member
 	for _, m := range t.liveLocked() {
-		if m.role == Honest && !m.probe {
+		if m.role == plan.Honest && !m.probe {
 			honest = append(honest, m)
 		}
 	}
@@ -234,23 +207,6 @@ func (t *testnet) evaluate(now time.Duration) {
 		return
 	}
 	t.mu.Lock()
-	t.accs = append(t.accs, accRow{t: now.Seconds(), accuracy: acc / float64(k), loss: loss / float64(k), updates: updates, inBytes: inBytes})
+	t.accs = append(t.accs, report.AccRow{T: now.Seconds(), Accuracy: acc / float64(k), Loss: loss / float64(k), Updates: updates, InBytes: inBytes})
 	t.mu.Unlock()
-}
-
-// summarise fills a snapshot's step range and median estimate error from
-// the live nodes' steps and relative errors (sorting steps), and returns
-// the estimate row at time sec (ok false without errors).
-func summarise(snap *Snapshot, steps []int64, rel []float64, sec float64, truth int) (estRow, bool) {
-	if len(steps) > 0 {
-		slices.Sort(steps)
-		snap.StepMin, snap.StepMedian, snap.StepMax = steps[0], steps[(len(steps)-1)/2], steps[len(steps)-1]
-	}
-	if len(rel) == 0 {
-		return estRow{}, false
-	}
-	sorted := slices.Clone(rel)
-	slices.Sort(sorted)
-	snap.EstimateError = sorted[(len(sorted)-1)/2]
-	return estRow{t: sec, truth: truth, median: sim.Percentile(sorted, 50), lo: sim.Percentile(sorted, 5), hi: sim.Percentile(sorted, 95)}, true
 }

@@ -12,45 +12,8 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/internal/procstat"
+	"github.com/pspnode/pspnode/testnet/report"
 )
-
-// Resources is what the testnet process held at a quarter of the training
-// time and at its end, for long runs that look for slow leaks: a leak
-// shows as a count that grows between the two while the live population
-// stays about the same.
-//
-// Heap is the live heap after a forced collection (the collector's
-// growth target would otherwise make it swing by a factor of GOGC/100).
-// Stacks are the goroutines' stacks, which the heap does not count: at
-// a thousand nodes, most of a node's goroutines wait on idle streams.
-// The goroutine figures count every goroutine of the process; the per
-// node figure divides them by the live nodes. GoroutinesOfDeparted counts
-// goroutines still running at the end on behalf of nodes that left or
-// crashed at least DepartedGrace earlier: each node's goroutines carry a
-// pprof label with its number, inherited by every goroutine they start.
-// Goroutines that a peer starts to serve a node carry the peer's label,
-// so this counts what a departed node itself left running.
-type Resources struct {
-	RSSBytesAtQuarter        int64   `json:"rss_bytes_at_quarter"`
-	RSSBytesEnd              int64   `json:"rss_bytes_end"`
-	HeapBytesAtQuarter       uint64  `json:"heap_bytes_at_quarter"`
-	HeapBytesEnd             uint64  `json:"heap_bytes_end"`
-	StackBytesAtQuarter      uint64  `json:"stack_bytes_at_quarter"`
-	StackBytesEnd            uint64  `json:"stack_bytes_end"`
-	GoroutinesAtQuarter      int     `json:"goroutines_at_quarter"`
-	GoroutinesEnd            int     `json:"goroutines_end"`
-	LiveAtQuarter            int     `json:"live_at_quarter"`
-	LiveEnd                  int     `json:"live_end"`
-	GoroutinesPerNodeQuarter float64 `json:"goroutines_per_node_at_quarter"`
-	GoroutinesPerNodeEnd     float64 `json:"goroutines_per_node_end"`
-	Departed                 int     `json:"departed"` // nodes gone at least DepartedGrace before the end
-	GoroutinesOfDeparted     int     `json:"goroutines_of_departed"`
-}
-
-// DepartedGrace is how long after a node leaves its goroutines may still
-// wind down (bounded library sleeps, in-flight stream deadlines) before
-// Resources counts them as left over.
-const DepartedGrace = 30 * time.Second
 
 // nodeLabel is the pprof label that names the node a goroutine works for.
 const nodeLabel = "psp_node"
@@ -118,12 +81,12 @@ func parseGoroutineLabels(r *bytes.Buffer) map[int]int {
 
 // resources assembles the report from the quarter and end samples and
 // counts what departed nodes left running. t.mu must not be held.
-func (t *testnet) resources(end resourceSample, now time.Duration) *Resources {
+func (t *testnet) resources(end resourceSample, now time.Duration) *report.Resources {
 	q := t.quarter
 	if q == nil {
 		return nil
 	}
-	r := &Resources{
+	r := &report.Resources{
 		RSSBytesAtQuarter: q.rss, RSSBytesEnd: end.rss,
 		HeapBytesAtQuarter: q.heap, HeapBytesEnd: end.heap,
 		StackBytesAtQuarter: q.stack, StackBytesEnd: end.stack,
@@ -140,7 +103,7 @@ func (t *testnet) resources(end resourceSample, now time.Duration) *Resources {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for _, m := range t.members {
-		if m.leftAt >= 0 && now-m.leftAt >= DepartedGrace {
+		if m.leftAt >= 0 && now-m.leftAt >= report.DepartedGrace {
 			r.Departed++
 			r.GoroutinesOfDeparted += byNode[m.idx]
 		}

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -60,7 +61,7 @@ func TestGoroutinesByNodeFollowsChildren(t *testing.T) {
 func TestDepartedLeaveNoGoroutines(t *testing.T) {
 	for _, mode := range []sim.ChurnMode{sim.Graceful, sim.Crash} {
 		t.Run(mode.String(), func(t *testing.T) {
-			cfg := tinyConfig(16, 2*DepartedGrace)
+			cfg := tinyConfig(16, 2*report.DepartedGrace)
 			cfg.Churn = 0.5
 			cfg.ChurnMode = mode
 			res := runLogged(t, cfg)
@@ -69,7 +70,7 @@ func TestDepartedLeaveNoGoroutines(t *testing.T) {
 				t.Fatal("no resources in the report")
 			}
 			if rs.Departed == 0 {
-				t.Fatalf("no node departed %s before the end (%d left, %d crashed)", DepartedGrace, res.Left, res.Crashed)
+				t.Fatalf("no node departed %s before the end (%d left, %d crashed)", report.DepartedGrace, res.Left, res.Crashed)
 			}
 			t.Logf("resources %+v", rs)
 			if rs.GoroutinesOfDeparted != 0 {

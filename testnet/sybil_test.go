@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // TestSybilRoles runs both Sybil roles small on the virtual clock: the
@@ -12,9 +15,9 @@ import (
 // what identities behind one address are drawn: about one address's share
 // with the defence, about their share of identities without it.
 func TestSybilRoles(t *testing.T) {
-	host := func(defence bool) *SybilFigures {
+	host := func(defence bool) *report.SybilFigures {
 		cfg := tinyConfig(24, 4*time.Second)
-		cfg.Roles = []RoleShare{{SybilHost, 0.25}}
+		cfg.Roles = []plan.RoleShare{{Role: plan.SybilHost, Fraction: 0.25}}
 		cfg.NoSybilDefence = !defence
 		res := runLogged(t, cfg)
 		f := sybilJSON(t, res)
@@ -36,11 +39,11 @@ func TestSybilRoles(t *testing.T) {
 	}
 
 	cfg := tinyConfig(24, 4*time.Second)
-	cfg.Roles = []RoleShare{{SybilZone, 0.25}}
+	cfg.Roles = []plan.RoleShare{{Role: plan.SybilZone, Fraction: 0.25}}
 	cfg.SybilPrefix = 8
 	res := runLogged(t, cfg)
 	f := sybilJSON(t, res)
-	if f.IDShare != 0.25 || f.AddrShare != 0.25 || f.Victims != DefaultSybilVictims || f.PrefixBits != 8 {
+	if f.IDShare != 0.25 || f.AddrShare != 0.25 || f.Victims != plan.DefaultSybilVictims || f.PrefixBits != 8 {
 		t.Errorf("sybil-zone: figures %+v", f)
 	}
 	if !(f.KeygensMean >= 1 && f.KeygensMean <= 64<<8) {
@@ -64,7 +67,7 @@ func TestSybilRoles(t *testing.T) {
 
 // sybilJSON returns the Sybil figures as the JSON carries them, failing
 // the test when any is missing.
-func sybilJSON(t *testing.T, res *Result) *SybilFigures {
+func sybilJSON(t *testing.T, res *report.Result) *report.SybilFigures {
 	t.Helper()
 	b, err := json.Marshal(res)
 	if err != nil {

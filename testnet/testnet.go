@@ -1,6 +1,5 @@
-// Run: build, warm up, train, record, report; Snapshot for live
-// progress. The package doc, what a testnet is and where to start
-// reading, is in doc.go.
+// Run: build, warm up, train, record, report. The package doc, what a
+// testnet is and where to start reading, is in doc.go.
 
 package testnet
 
@@ -10,12 +9,10 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"maps"
 	"math"
 	"math/rand/v2"
 	"runtime"
 	"runtime/debug"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -27,27 +24,15 @@ import (
 	"github.com/pspnode/pspnode/internal/procstat"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/testnet/hostile"
+	"github.com/pspnode/pspnode/testnet/netns"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
-
-// Snapshot is the testnet's state at one moment, for live progress.
-type Snapshot struct {
-	Elapsed time.Duration // training time on the run's clock
-	// Wall is the wall time since training started, or -1 when the run
-	// cannot tell (the virtual clock without Config.WallClock).
-	Wall          time.Duration
-	Live          int
-	StepMin       int64
-	StepMedian    int64
-	StepMax       int64
-	EstimateError float64 // median |N̂ - N| / N over live nodes, NaN if none
-	UpdatesPerSec float64
-	Waiting       int
-	Accuracy      float64 // last evaluation (accuracy, or R² for linreg), NaN if none
-}
 
 // testnet is one run in progress.
 type testnet struct {
-	cfg   Config
+	cfg   plan.Config
 	log   *slog.Logger
 	net   *memnet.Net // nil for tcp
 	data  model.Data
@@ -65,15 +50,15 @@ type testnet struct {
 	mu      sync.Mutex
 	rng     *rand.Rand // bootstrap choice, churn victims, partitions, evaluation picks
 	members []*member
-	nextIdx int          // the next node's number
-	stalls  map[int]bool // members found stalled at some point
-	joins   []float64    // seconds from each join's start to its first step
-	lags    []float64    // seconds each churn event started after its time
-	churned []churnRow   // every leave, crash and join, as it started
+	nextIdx int               // the next node's number
+	stalls  map[int]bool      // members found stalled at some point
+	joins   []float64         // seconds from each join's start to its first step
+	lags    []float64         // seconds each churn event started after its time
+	churned []report.ChurnRow // every leave, crash and join, as it started
 
-	steps  []stepRow
-	ests   []estRow
-	accs   []accRow
+	steps  []report.StepRow
+	ests   []report.EstRow
+	accs   []report.AccRow
 	relErr []float64 // |N̂-N|/N of live nodes at the last record
 	// usedErr is |N̂-N|/N of the population every honest live node used,
 	// at every record; usedMax the largest N̂ among them, usedOff the
@@ -86,13 +71,9 @@ type testnet struct {
 	quarter *resourceSample
 	wg      sync.WaitGroup
 
-	roleOf        sync.Map      // peer.ID -> Role, hostile nodes only
-	syb           *sybilState   // nil without Sybil roles
+	roleOf        sync.Map      // peer.ID -> plan.Role, hostile nodes only
+	play          *hostile.Play // the hostile roles
 	target        *member       // the honest node flooders attack
-	fakes         []*fakeDHT    // the fake-peers nodes' DHT servers
-	hostile       hostileCounts // what the impostor roles sent (attacks.go)
-	hogs          hogCounts     // what the hogs did (hogs.go)
-	freshOnce     sync.Once     // starts the fresh peers against the flood target
 	warnLines     atomic.Uint64 // warnings the nodes logged (warnCounter)
 	warnBytes     atomic.Uint64
 	poisonApplied atomic.Uint64
@@ -116,12 +97,12 @@ func (t *testnet) params() int {
 // and returns what it measured. The context stops it early (the result
 // covers the time run). On the virtual clock Run must be called inside a
 // testing/synctest bubble, and ctx must have been made inside it.
-func Run(ctx context.Context, cfg Config) (*Result, error) {
+func Run(ctx context.Context, cfg plan.Config) (*report.Result, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	if cfg.Transport == "netns" {
-		return runNetns(ctx, cfg)
+		return netns.Run(ctx, cfg)
 	}
 	// The run's cost is its own, not that of runs before it in this
 	// process (a command with several barriers runs one after another):
@@ -141,14 +122,6 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		t.log = slog.New(slog.DiscardHandler)
 	}
 	t.log = slog.New(warnCounter{next: t.log.Handler(), lines: &t.warnLines, bytes: &t.warnBytes})
-	if slices.ContainsFunc(cfg.Roles, func(r RoleShare) bool { return r.Role.sybil() }) {
-		t.syb = &sybilState{
-			keys:    memnet.KeySource(cfg.Seed, "testnet sybil keys"),
-			victims: make(map[peer.ID]bool),
-			addrs:   make(map[string]bool),
-			sybAddr: make(map[string]bool),
-		}
-	}
 	if cfg.Model != "none" {
 		d, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data))
 		if err != nil {
@@ -156,14 +129,14 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		}
 		t.data = d
 	}
-	est := estimate(cfg, t.params(), runtime.GOMAXPROCS(0))
+	est := plan.EstimateRun(cfg, t.params(), runtime.GOMAXPROCS(0))
 	if cfg.Estimated != nil {
 		cfg.Estimated(est)
 	}
 	if avail := availableMemory(); !cfg.Force && avail > 0 && est.RSSBytes > avail {
-		return nil, fmt.Errorf("testnet: %w", &ErrTooLarge{Estimate: est, Available: avail})
+		return nil, fmt.Errorf("testnet: %w", &plan.ErrTooLarge{Estimate: est, Available: avail})
 	}
-	if cfg.Clock == Virtual && !vclock.InBubble() {
+	if cfg.Clock == plan.Virtual && !vclock.InBubble() {
 		return nil, errors.New("testnet: the virtual clock needs Run to be called inside a testing/synctest bubble " +
 			"(synctest.Test in a test; pspnode testnet makes one itself); set Config.Clock to Real to run on the machine's clock")
 	}
@@ -173,6 +146,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 			Bandwidth: cfg.Bandwidth, Seed: cfg.Seed,
 		})
 	}
+	t.play = hostile.New(cfg, t, t.net, t.log)
 	defer t.closeAll()
 
 	buildStart := time.Now()
@@ -202,7 +176,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 	// found no stalled node.
 	var bg, ready sync.WaitGroup
 	var probe *lagProbe
-	if cfg.Clock == Real {
+	if cfg.Clock == plan.Real {
 		probe = &lagProbe{}
 		ready.Add(1)
 		bg.Go(func() { probe.run(runCtx, t.start, ready.Done) })
@@ -242,7 +216,7 @@ func Run(ctx context.Context, cfg Config) (*Result, error) {
 		res.Overload = t.overload(probe, elapsed, cpu, res)
 	}
 	res.Membership = t.membership()
-	res.cost()
+	res.FillCost()
 	// Stop every node, then wait for their loops.
 	t.mu.Lock()
 	for _, m := range t.members {
@@ -265,16 +239,16 @@ func (t *testnet) build(ctx context.Context) error {
 	for _, i := range pick.Perm(cfg.Nodes)[:int(math.Round(cfg.Stragglers*float64(cfg.Nodes)))] {
 		straggler[i] = true
 	}
-	roles := assignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
+	roles := plan.AssignRoles(cfg.Nodes, cfg.Roles, cfg.Seed)
 	order := make([]int, 0, cfg.Nodes)
 	for i, r := range roles {
-		if r != SybilZone {
+		if r != plan.SybilZone {
 			order = append(order, i)
 		}
 	}
 	firstZone := len(order)
 	for i, r := range roles {
-		if r == SybilZone {
+		if r == plan.SybilZone {
 			order = append(order, i)
 		}
 	}
@@ -288,31 +262,27 @@ func (t *testnet) build(ctx context.Context) error {
 		if straggler[i] {
 			f = cfg.StraggleFactor
 		}
-		var id identity
-		if roles[i].sybil() {
+		var id hostile.Identity
+		if roles[i].Sybil() {
 			if built == firstZone {
-				t.chooseVictims()
-				victims = slices.Sorted(maps.Keys(t.syb.victims))
+				victims = t.play.ChooseVictims(t.honestIDs())
 			}
 			var victim peer.ID
 			if len(victims) > 0 {
 				victim = victims[(built-firstZone)%len(victims)]
 			}
 			var err error
-			if id, err = t.sybilIdentity(roles[i], victim); err != nil {
+			if id, err = t.play.SybilIdentity(roles[i], victim); err != nil {
 				return fmt.Errorf("testnet: node %d: %w", i, err)
 			}
-			if roles[i] == SybilZone {
-				t.syb.keygens = append(t.syb.keygens, id.keygens)
-			}
-			t.syb.ids++
 		}
-		m, err := t.addNode(ctx, f, false, roles[i], id)
+		m, err := t.addNode(ctx, f, false, roles[i], id, nil)
 		if err != nil {
 			return fmt.Errorf("testnet: node %d: %w", i, err)
 		}
-		if t.target == nil && m.role == Honest {
+		if t.target == nil && m.role == plan.Honest {
 			t.target = m
+			t.play.SetTarget(m.nd)
 		}
 		if cfg.BuildProgress != nil && ((built+1)%50 == 0 || built+1 == cfg.Nodes) {
 			cfg.BuildProgress(built+1, cfg.Nodes, time.Since(buildStart))
@@ -327,7 +297,7 @@ func (t *testnet) wallNow() time.Duration {
 	switch {
 	case t.cfg.WallClock != nil:
 		return t.cfg.WallClock()
-	case t.cfg.Clock == Real:
+	case t.cfg.Clock == plan.Real:
 		return time.Duration(time.Now().UnixNano())
 	}
 	return -1

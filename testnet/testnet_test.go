@@ -2,43 +2,22 @@ package testnet
 
 import (
 	"context"
-	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	kb "github.com/libp2p/go-libp2p-kbucket"
-	"github.com/libp2p/go-libp2p/core/peer"
-
-	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
-	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
-
-func TestParseScript(t *testing.T) {
-	evs, err := ParseScript(strings.NewReader("# comment\n60s crash 10%\n\n 30s join 5 # trailing\n90s leave 2\n100s partition 50%\n160s heal\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs) != 5 || evs[3].Action != Partition || evs[3].Fraction != 0.5 || evs[4].Action != Heal || evs[0].Action != Join || evs[0].Count != 5 || evs[1].Fraction != 0.1 || evs[2].At != 90*time.Second {
-		t.Errorf("parsed %+v", evs)
-	}
-	for _, bad := range []string{
-		"60s crash", "60 crash 1", "-5s join 1", "60s explode 1", "60s heal 2 3", "60s join 0", "60s join 101%", "60s join x", "60s join 1 extra",
-	} {
-		if _, err := ParseScript(strings.NewReader(bad)); err == nil || !strings.Contains(err.Error(), "line 1") {
-			t.Errorf("%q: want an error naming line 1, got %v", bad, err)
-		}
-	}
-}
 
 func FuzzParseScript(f *testing.F) {
 	f.Add("60s crash 10%\n30s join 5\n")
 	f.Add("1h leave 100%")
 	f.Add("#\n\n5ms join 1 # x")
 	f.Fuzz(func(t *testing.T, s string) {
-		evs, err := ParseScript(strings.NewReader(s))
+		evs, err := plan.ParseScript(strings.NewReader(s))
 		if err != nil {
 			return
 		}
@@ -53,113 +32,10 @@ func FuzzParseScript(f *testing.F) {
 	})
 }
 
-func TestConfigValidate(t *testing.T) {
-	for _, mod := range []func(*Config){
-		func(c *Config) { c.Nodes = 1 },
-		func(c *Config) { c.Duration = 0 },
-		func(c *Config) { c.Model = "cnn" },
-		func(c *Config) { c.Transport = "udp" },
-		func(c *Config) { c.Transport, c.Nodes = "tcp", 1000 },
-		func(c *Config) { c.Stragglers = 2 },
-		func(c *Config) { c.Barrier = psp.Spec{} },
-		func(c *Config) { c.ConnLow, c.ConnHigh = 100, 50 },
-		func(c *Config) { c.ConnLow = 500 }, // above the default high watermark
-		func(c *Config) { c.PoolSize = -1 },
-		func(c *Config) { c.ConnGrace = -time.Second },
-		func(c *Config) { c.StepStreams = -1 },
-		func(c *Config) { c.Clock = "wall" },
-		func(c *Config) { c.Transport = "tcp" }, // virtual clock: no real sockets
-		func(c *Config) { c.TimeScale = 0 },     // virtual clock: compute takes no time
-		func(c *Config) { c.TimeScale = -1 },
-		func(c *Config) { c.Clock, c.TimeScale = Real, -0.5 },
-		func(c *Config) { c.Latency = Latency{20 * time.Millisecond, 10 * time.Millisecond} },
-		func(c *Config) { c.Bandwidth = -1 },
-		func(c *Config) { c.Clock, c.Transport, c.Bandwidth = Real, "tcp", 1e6 },
-		func(c *Config) { c.Roles = []RoleShare{{SybilZone, 1}} },
-		func(c *Config) { c.Roles = []RoleShare{{SybilHost, 0}} },
-		func(c *Config) { c.Roles = []RoleShare{{"sybil", 0.1}} },
-		func(c *Config) { c.Roles = []RoleShare{{SybilZone, 0.5}, {LiarZero, 0.5}} },
-		func(c *Config) { c.Roles, c.SybilPrefix = []RoleShare{{SybilZone, 0.1}}, MaxSybilPrefix+1 },
-		func(c *Config) { c.SybilPrefix = -1 },
-		func(c *Config) { c.SybilVictims = -1 },
-		func(c *Config) { c.Roles, c.Nodes, c.SybilVictims = []RoleShare{{SybilZone, 0.8}}, 10, 3 }, // 2 honest nodes
-		func(c *Config) { c.Clock, c.Transport, c.Roles = Real, "tcp", []RoleShare{{SybilHost, 0.1}} },
-		func(c *Config) { c.Roles = []RoleShare{{PoisonNorm, 0.1}} },                               // counted over gossip only
-		func(c *Config) { c.Roles, c.Exchange = []RoleShare{{DriftPoison, 0.1}}, exchange.Spec{} }, // epidemic only
-		func(c *Config) { c.Roles, c.Model = []RoleShare{{DriftPoison, 0.1}}, "none" },             // a model to push
-	} {
-		c := DefaultConfig()
-		mod(&c)
-		if c.Validate() == nil {
-			t.Errorf("config %+v should be invalid", c)
-		}
-	}
-	// The real clock takes real compute only, and real sockets.
-	for _, mod := range []func(*Config){
-		func(c *Config) { c.Clock, c.TimeScale = Real, 0 },
-		func(c *Config) { c.Clock, c.Transport = Real, "tcp" },
-	} {
-		c := DefaultConfig()
-		mod(&c)
-		if err := c.Validate(); err != nil {
-			t.Errorf("config %+v: %v", c, err)
-		}
-	}
-}
-
-func TestParseRoles(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []RoleShare
-		wantErr bool
-	}{
-		{"liar-zero:5%", []RoleShare{{LiarZero, 0.05}}, false},
-		{"poison-nan:0.1, flooder:1%", []RoleShare{{PoisonNaN, 0.1}, {Flooder, 0.01}}, false},
-		{"", nil, false},
-		{"liar:5%", nil, true},
-		{"liar-zero", nil, true},
-		{"liar-zero:0%", nil, true},
-		{"liar-zero:120%", nil, true},
-		{"liar-zero:60%,slow:50%", nil, true},
-		{"sybil-zone:10%", []RoleShare{{SybilZone, 0.1}}, false},
-		{"sybil-host:0.05,sybil-zone:5%", []RoleShare{{SybilHost, 0.05}, {SybilZone, 0.05}}, false},
-		{"sybil-zone:0.999", []RoleShare{{SybilZone, 0.999}}, false},
-		{"sybil-zone:1", nil, true},    // no honest node left
-		{"sybil-host:100%", nil, true}, // the same
-		{"sybil-zone:0", nil, true},
-		{"sybil-zone:-5%", nil, true},
-		{"sybil-zone:1.5", nil, true},
-		{"sybil-zone:NaN", nil, true},
-		{"sybil-zone:", nil, true},
-		{"sybil-zone:ten", nil, true},
-		{"sybil:10%", nil, true},
-		{"Sybil-Zone:10%", nil, true},
-		{"sybil-zone:50%,sybil-host:50%", nil, true},
-	}
-	for _, tt := range tests {
-		got, err := ParseRoles(tt.in)
-		if (err != nil) != tt.wantErr {
-			t.Errorf("ParseRoles(%q) error %v, want error %v", tt.in, err, tt.wantErr)
-			continue
-		}
-		if !tt.wantErr && !slices.Equal(got, tt.want) {
-			t.Errorf("ParseRoles(%q) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-	roles := assignRoles(100, []RoleShare{{LiarZero, 0.05}, {PoisonNaN, 0.1}}, 1)
-	count := map[Role]int{}
-	for _, r := range roles {
-		count[r]++
-	}
-	if count[LiarZero] != 5 || count[PoisonNaN] != 10 || count[Honest] != 85 {
-		t.Errorf("assignRoles: %v", count)
-	}
-}
-
 // smallConfig is the 20-node pSSP(5,2) testnet the tests run: fast steps,
 // short stall window, frequent evaluation.
-func smallConfig(d time.Duration) Config {
-	cfg := DefaultConfig()
+func smallConfig(d time.Duration) plan.Config {
+	cfg := plan.DefaultConfig()
 	cfg.Nodes = 20
 	cfg.Duration = d
 	cfg.TimeScale = 0.05
@@ -172,9 +48,9 @@ func smallConfig(d time.Duration) Config {
 // runLogged runs a testnet on the virtual clock (or, with Clock Real, on
 // the machine's) and logs its summary. On the virtual clock the run is
 // pace-independent: time moves only when every node waits.
-func runLogged(t *testing.T, cfg Config) *Result {
+func runLogged(t *testing.T, cfg plan.Config) *report.Result {
 	t.Helper()
-	var res *Result
+	var res *report.Result
 	run := func(t *testing.T) {
 		var err error
 		res, err = Run(context.Background(), cfg)
@@ -182,7 +58,7 @@ func runLogged(t *testing.T, cfg Config) *Result {
 			t.Fatal(err)
 		}
 	}
-	if cfg.Clock == Virtual {
+	if cfg.Clock == plan.Virtual {
 		vclock.Test(t, run)
 	} else {
 		run(t)
@@ -267,42 +143,8 @@ func TestStallFree(t *testing.T) {
 			t.Errorf("%s: free %v, want %v", tc.name, got, tc.want)
 		}
 	}
-	tn := &testnet{cfg: Config{TimeScale: 0.05}}
+	tn := &testnet{cfg: plan.Config{TimeScale: 0.05}}
 	if got := tn.longestStep(&member{factor: 4}); got != 4*time.Second {
 		t.Errorf("longest step of a straggler (×4) at time scale 0.05: %v, want 4 s", got)
-	}
-}
-
-// grindKey finds keys whose DHT key shares the asked prefix with the
-// target, within its bound, and the same keys for the same stream.
-func TestGrindKey(t *testing.T) {
-	target := kb.ConvertKey("victim")
-	total := 0
-	for i := range 8 {
-		id, err := grindKey(memnet.KeySource(uint64(i+1), "grind"), target, 6)
-		if err != nil {
-			t.Fatal(err)
-		}
-		p, err := peer.IDFromPrivateKey(id.key)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if c := kb.CommonPrefixLen(kb.ConvertPeerID(p), target); c < 6 {
-			t.Errorf("ground key shares %d bits, want >= 6", c)
-		}
-		if id.keygens < 1 || id.keygens > 64<<6 {
-			t.Errorf("%d keys generated, want 1 to %d", id.keygens, 64<<6)
-		}
-		total += id.keygens
-		again, _ := grindKey(memnet.KeySource(uint64(i+1), "grind"), target, 6)
-		if !again.key.Equals(id.key) {
-			t.Error("the same stream ground a different key")
-		}
-	}
-	// 2^6 tries on average: 8 grinds take 512, and far more than 4× that
-	// would mean the prefix is not what is searched for.
-	t.Logf("%d keys generated for 8 prefixes of 6 bits", total)
-	if total > 4*8<<6 {
-		t.Errorf("%d keys generated for 8 prefixes of 6 bits, want about %d", total, 8<<6)
 	}
 }

@@ -4,29 +4,8 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/node/status"
+	"github.com/pspnode/pspnode/testnet/report"
 )
-
-// TrafficReport is what the honest live nodes' streams carried during
-// training (status.Traffic, from each node's launch to the end), per node:
-// bytes per second of training, bytes received per step taken, and the
-// same by protocol class (status.Classes).
-type TrafficReport struct {
-	InBytesPerNodeS  float64 `json:"in_bytes_per_node_s"`
-	OutBytesPerNodeS float64 `json:"out_bytes_per_node_s"`
-	InBytesPerStep   float64 `json:"in_bytes_per_step"`
-	// ByProtocol holds each class's bytes per node per second.
-	ByProtocol map[string]ClassTraffic `json:"by_protocol"`
-	// GossipAmplification is the GossipSub bytes the nodes received per
-	// byte of update payload GossipSub delivered to them (absent without
-	// gossip).
-	GossipAmplification float64 `json:"gossip_amplification,omitempty"`
-}
-
-// ClassTraffic is one protocol class's bytes per node per second.
-type ClassTraffic struct {
-	InBytesPerNodeS  float64 `json:"in_bytes_per_node_s"`
-	OutBytesPerNodeS float64 `json:"out_bytes_per_node_s"`
-}
 
 // trafficSum adds up the training traffic of nodes.
 type trafficSum struct {
@@ -57,20 +36,20 @@ func (s *trafficSum) add(m *member, up time.Duration) {
 	s.steps += m.nd.Step() - m.step0
 }
 
-func (s *trafficSum) report() *TrafficReport {
+func (s *trafficSum) report() *report.TrafficReport {
 	if !s.filled || s.nodeS <= 0 {
 		return nil
 	}
-	r := &TrafficReport{
+	r := &report.TrafficReport{
 		InBytesPerNodeS:  float64(s.t.InBytes) / s.nodeS,
 		OutBytesPerNodeS: float64(s.t.OutBytes) / s.nodeS,
-		ByProtocol:       map[string]ClassTraffic{},
+		ByProtocol:       map[string]report.ClassTraffic{},
 	}
 	if s.steps > 0 {
 		r.InBytesPerStep = float64(s.t.InBytes) / float64(s.steps)
 	}
 	for k, v := range s.t.ByProtocol {
-		r.ByProtocol[k] = ClassTraffic{float64(v.InBytes) / s.nodeS, float64(v.OutBytes) / s.nodeS}
+		r.ByProtocol[k] = report.ClassTraffic{InBytesPerNodeS: float64(v.InBytes) / s.nodeS, OutBytesPerNodeS: float64(v.OutBytes) / s.nodeS}
 	}
 	if s.t.GossipPayloadBytes > 0 {
 		r.GossipAmplification = float64(s.t.ByProtocol["gossip"].InBytes) / float64(s.t.GossipPayloadBytes)

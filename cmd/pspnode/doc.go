@@ -17,7 +17,7 @@
 //	trainer.go      run --trainer: a node driven by a trainer process
 //	startsignal_*.go  run --start-on-signal
 //	libp2plog.go    go-libp2p's logs, without fx's repeated start errors
-//	testnet.go      pspnode testnet: its flags, the testnet.Config, progress, profiles, output
+//	testnet.go      pspnode testnet: its flags, the plan.Config, progress, profiles, output
 //	sim.go          pspnode sim
 //	bound.go        pspnode bound
 //	flags.go        flag types shared by the subcommands (lists, bounded floats)

@@ -5,15 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pspnode/pspnode/testnet"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // The progress line tells the run's speed in paper node-seconds per wall
 // and per CPU second, and when it will end, from its second snapshot on.
 func TestProgressRate(t *testing.T) {
 	var r progressRate
-	snap := func(elapsed, wall time.Duration) testnet.Snapshot {
-		return testnet.Snapshot{Elapsed: elapsed, Wall: wall, Live: 100}
+	snap := func(elapsed, wall time.Duration) report.Snapshot {
+		return report.Snapshot{Elapsed: elapsed, Wall: wall, Live: 100}
 	}
 	const scale = 0.5 // a second of the run's clock is 2 paper seconds
 	if got := r.line(snap(time.Second, time.Second), time.Minute, scale, 10*time.Second); got != "" {

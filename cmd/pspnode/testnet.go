@@ -26,11 +26,13 @@ import (
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 	"github.com/pspnode/pspnode/testnet"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
 // testnetGCPercent is the collector target the testnet sets for its
-// process, or 0 to leave it: testnet.DefaultGCPercent for its size (at
+// process, or 0 to leave it: plan.DefaultGCPercent for its size (at
 // 200 nodes, GOGC=200 in place of Go's 100 raised pBSP(10)'s real/simulated
 // step ratio from 0.76–0.82 to 0.88–0.90 for 2.0 → 2.7 GiB of peak RSS).
 // An explicit flag wins over that, and GOGC in the environment over both
@@ -42,7 +44,7 @@ func testnetGCPercent(flag, nodes int, env string) int {
 	case flag > 0:
 		return flag
 	}
-	return testnet.DefaultGCPercent(nodes)
+	return plan.DefaultGCPercent(nodes)
 }
 
 // estimateGCPercent is the collector target the run's estimate assumes:
@@ -77,7 +79,7 @@ type testnetFlags struct {
 
 // addTestnetFlags defines the testnet command's flags on fs.
 func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
-	def := testnet.DefaultConfig()
+	def := plan.DefaultConfig()
 	f := &testnetFlags{
 		barriers:  specList{def.Barrier},
 		stragg:    fractionFlag(0),
@@ -116,8 +118,8 @@ func addTestnetFlags(fs *flag.FlagSet) *testnetFlags {
 	f.memProf = fs.String("mem-profile", "", "write a heap profile to this file halfway through the (first) run's training, and a goroutine profile to FILE.goroutines")
 	f.hostile = fs.String("hostile", "", "hostile or faulty roles for shares of the nodes, ROLE:SHARE,... with each SHARE in (0, 1) or (0%, 100%), adding up to less than all: "+roleNames()+" (e.g. liar-zero:5%; see docs/reliability.md)")
 	f.sybilDef = fs.Bool("sybil-defence", true, "the nodes' address limits against many identities behind one address (sampler weights, routing-table diversity filter); false to measure what they defend against")
-	f.victims = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", testnet.DefaultSybilVictims))
-	f.prefix = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", testnet.DefaultSybilPrefix, testnet.MaxSybilPrefix))
+	f.victims = fs.Int("sybil-victims", 0, fmt.Sprintf("honest nodes the sybil-zone nodes crowd (0: %d)", plan.DefaultSybilVictims))
+	f.prefix = fs.Int("sybil-prefix", 0, fmt.Sprintf("leading bits of its victim's DHT key each sybil-zone node's key shares, found by generating about 2^bits keys (0: %d; at most %d)", plan.DefaultSybilPrefix, plan.MaxSybilPrefix))
 	f.slowDelay = fs.Duration("slow-delay", def.SlowDelay, "how late slow nodes answer step queries")
 	f.latency = fs.String("latency", "0", "one-way latency of every link (mem transport): a duration (20ms), or drawn once per link from uniform:MIN-MAX (uniform:10ms-80ms)")
 	f.bandwidth = fs.String("bandwidth", "0", "each node's uplink and downlink, shared by all its streams (mem transport; netns: tc tbf on its link): e.g. 100mbit, 1gbit, 12.5MB (per second); 0: unlimited")
@@ -205,7 +207,7 @@ func (f *testnetFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr
 	clockSet := false
 	fs.Visit(func(fl *flag.Flag) { clockSet = clockSet || fl.Name == "clock" })
 	if *f.transport == "netns" && !clockSet {
-		*f.clock = string(testnet.Real)
+		*f.clock = string(plan.Real)
 		if !*f.quiet {
 			fmt.Fprintln(stderr, "testnet: the netns transport runs real processes: using --clock real")
 		}
@@ -236,7 +238,7 @@ func (f *testnetFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr
 		}
 		job.cpu = newCPUProfile(file, *f.cpuProf, stderr)
 	}
-	if cfg.Clock == testnet.Real {
+	if cfg.Clock == plan.Real {
 		start := time.Now()
 		return job.run(ctx, func() time.Duration { return time.Since(start) })
 	}
@@ -248,8 +250,8 @@ func (f *testnetFlags) run(ctx context.Context, fs *flag.FlagSet, stdout, stderr
 
 // config is the testnet's Config from the flags (the first barrier's);
 // a bad flag is a usage error.
-func (f *testnetFlags) config() (testnet.Config, error) {
-	cfg := testnet.DefaultConfig()
+func (f *testnetFlags) config() (plan.Config, error) {
+	cfg := plan.DefaultConfig()
 	cfg.Nodes, cfg.Duration, cfg.Barrier = *f.nodes, *f.duration, f.barriers[0]
 	cfg.TimeScale, cfg.Stragglers, cfg.StraggleFactor = f.scale.x, f.stragg.x, f.factor.x
 	if err := checkData(*f.data); err != nil {
@@ -271,20 +273,20 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 	cfg.ConnGrace, cfg.StepStreams = *f.connGrace, *f.stepStreams
 	cfg.NAT, cfg.NodeLogLevel = *f.nat, *f.logLevel
 	var err error
-	if cfg.CPUQuota, err = testnet.ParseCPUQuota(*f.cpuQuota); err != nil {
+	if cfg.CPUQuota, err = plan.ParseCPUQuota(*f.cpuQuota); err != nil {
 		return cfg, usageError{err}
 	}
-	if cfg.Clock, err = testnet.ParseClock(*f.clock); err != nil {
+	if cfg.Clock, err = plan.ParseClock(*f.clock); err != nil {
 		return cfg, usageError{err}
 	}
-	if cfg.Latency, err = testnet.ParseLatency(*f.latency); err != nil {
+	if cfg.Latency, err = plan.ParseLatency(*f.latency); err != nil {
 		return cfg, usageError{err}
 	}
-	if cfg.Bandwidth, err = testnet.ParseBandwidth(*f.bandwidth); err != nil {
+	if cfg.Bandwidth, err = plan.ParseBandwidth(*f.bandwidth); err != nil {
 		return cfg, usageError{err}
 	}
 	if *f.hostile != "" {
-		rs, err := testnet.ParseRoles(*f.hostile)
+		rs, err := plan.ParseRoles(*f.hostile)
 		if err != nil {
 			return cfg, usageError{err}
 		}
@@ -300,7 +302,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 		if err != nil {
 			return cfg, usagef("--churn-script: %v", err)
 		}
-		evs, err := testnet.ParseScript(file)
+		evs, err := plan.ParseScript(file)
 		file.Close()
 		if err != nil {
 			return cfg, usagef("--churn-script %s: %v", *f.script, err)
@@ -320,7 +322,7 @@ func (f *testnetFlags) config() (testnet.Config, error) {
 // one testnet run per barrier, then the report. On the virtual clock it runs
 // inside the bubble, so it must not wait on anything made outside it.
 type testnetJob struct {
-	cfg                    testnet.Config
+	cfg                    plan.Config
 	barriers               []psp.Spec
 	out                    string
 	asJSON, quiet, compare bool
@@ -338,7 +340,7 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 	}
 	stopProfiles := j.profile(&cfg)
 	defer stopProfiles() // Run has returned: its progress calls are over
-	var results []*testnet.Result
+	var results []*report.Result
 	for i, sp := range j.barriers {
 		c := cfg
 		c.Barrier = sp
@@ -346,7 +348,7 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 			fmt.Fprintf(j.stderr, "testnet: run %d/%d: %s\n", i+1, len(j.barriers), sp)
 		}
 		res, err := testnet.Run(ctx, c)
-		if tooLarge := (*testnet.ErrTooLarge)(nil); errors.As(err, &tooLarge) {
+		if tooLarge := (*plan.ErrTooLarge)(nil); errors.As(err, &tooLarge) {
 			return usageError{err} // what was asked does not fit: exit 2
 		}
 		if err != nil {
@@ -375,8 +377,8 @@ func (j *testnetJob) run(ctx context.Context, wall func() time.Duration) error {
 }
 
 // watch sets cfg's hooks that print the build and live progress to stderr.
-func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
-	virtual := cfg.Clock == testnet.Virtual
+func (j *testnetJob) watch(cfg *plan.Config, wall func() time.Duration) {
+	virtual := cfg.Clock == plan.Virtual
 	fmt.Fprintf(j.stderr, "testnet: starting %d nodes (%s transport, %s clock), barrier %s, model %s\n", cfg.Nodes, cfg.Transport, cfg.Clock, cfg.Barrier, cfg.Model)
 	if !virtual {
 		fmt.Fprintln(j.stderr, "testnet: real clock: the figures include this machine's CPU; the run reports whether the machine set the pace")
@@ -384,7 +386,7 @@ func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
 	cfg.NetnsRun = func(id, subnet string) {
 		fmt.Fprintf(j.stderr, "testnet: netns run %s on %s (namespaces %s%s-*; --cleanup removes them if this process is killed)\n", id, subnet, netns.Prefix, id)
 	}
-	cfg.Estimated = func(e testnet.Estimate) {
+	cfg.Estimated = func(e plan.Estimate) {
 		fmt.Fprintf(j.stderr, "testnet: estimate: %s\n", e)
 	}
 	cfg.BuildProgress = func(built, total int, d time.Duration) {
@@ -396,7 +398,7 @@ func (j *testnetJob) watch(cfg *testnet.Config, wall func() time.Duration) {
 	}
 	var printed time.Duration = -1
 	var rate progressRate
-	cfg.Progress = func(s testnet.Snapshot) {
+	cfg.Progress = func(s report.Snapshot) {
 		// On the virtual clock snapshots can come many times a wall
 		// second: print at most one a wall second. (The job's wall
 		// time: each run's own, s.Wall, starts again at 0.)
@@ -436,7 +438,7 @@ type progressRate struct {
 // line returns the rate part of a progress line for snapshot s of a run
 // of the given training duration and time scale; cpu is the process's CPU
 // time so far. It is empty until there is something to tell.
-func (r *progressRate) line(s testnet.Snapshot, duration time.Duration, timeScale float64, cpu time.Duration) string {
+func (r *progressRate) line(s report.Snapshot, duration time.Duration, timeScale float64, cpu time.Duration) string {
 	if s.Wall < 0 || timeScale <= 0 {
 		return ""
 	}
@@ -464,13 +466,13 @@ func (r *progressRate) line(s testnet.Snapshot, duration time.Duration, timeScal
 // profile sets cfg's progress hook to start the CPU profile and time the
 // heap profile, when the job has them. The stop it returns ends both; call
 // it once testnet.Run has returned.
-func (j *testnetJob) profile(cfg *testnet.Config) (stop func()) {
+func (j *testnetJob) profile(cfg *plan.Config) (stop func()) {
 	var stops []func()
 	if j.cpu != nil {
 		// Profile the training phase only (from the first progress tick),
 		// not the overlay's warm-up.
 		progress := cfg.Progress
-		cfg.Progress = func(s testnet.Snapshot) {
+		cfg.Progress = func(s report.Snapshot) {
 			j.cpu.begin()
 			if progress != nil {
 				progress(s)
@@ -484,7 +486,7 @@ func (j *testnetJob) profile(cfg *testnet.Config) (stop func()) {
 		var once sync.Once
 		var tm *time.Timer
 		progress := cfg.Progress
-		cfg.Progress = func(s testnet.Snapshot) {
+		cfg.Progress = func(s report.Snapshot) {
 			once.Do(func() { tm = time.AfterFunc(cfg.Duration/2, func() { writeMemProfile(j.memProf, j.stderr) }) })
 			if progress != nil {
 				progress(s)
@@ -505,10 +507,10 @@ func (j *testnetJob) profile(cfg *testnet.Config) (stop func()) {
 
 // report writes the comparison of several runs with --out, and prints the
 // results: one JSON value with --json, else a summary or a comparison.
-func (j *testnetJob) report(results []*testnet.Result, wall func() time.Duration) error {
+func (j *testnetJob) report(results []*report.Result, wall func() time.Duration) error {
 	if j.out != "" {
 		if len(results) > 1 {
-			if err := testnet.WriteComparison(j.out, results); err != nil {
+			if err := report.WriteComparison(j.out, results); err != nil {
 				return err
 			}
 		}
@@ -535,7 +537,7 @@ func (j *testnetJob) report(results []*testnet.Result, wall func() time.Duration
 	if len(results) == 1 {
 		results[0].PrintSummary(j.stdout)
 	} else {
-		testnet.PrintComparison(j.stdout, results)
+		report.PrintComparison(j.stdout, results)
 	}
 	return nil
 }
@@ -642,8 +644,8 @@ func netnsCleanup(ctx context.Context, stderr io.Writer) error {
 
 // roleNames lists the testnet's hostile roles for --hostile's help.
 func roleNames() string {
-	names := make([]string, len(testnet.Roles))
-	for i, r := range testnet.Roles {
+	names := make([]string, len(plan.Roles))
+	for i, r := range plan.Roles {
 		names[i] = string(r)
 	}
 	return strings.Join(names, ", ")

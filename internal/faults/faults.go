@@ -35,19 +35,6 @@ func (f Node) Misbehaves() bool {
 	return f.StepLie != nil || f.ReplyDelay > 0 || f.Loss > 0 || f.Poison != nil
 }
 
-// SetNode attaches f to cfg, a *node.Config. Package node installs it.
-var SetNode func(cfg any, f Node)
-
-// PublishRaw publishes data on the topic of g, a *gossip.Gossip, as it is,
-// unchecked: testnets play peers that send malformed or hostile updates
-// with it. Package gossip installs it.
-var PublishRaw func(g any, ctx context.Context, data []byte) error
-
-// SetGossipDrop makes the gossip.Config cfg ask drop for every incoming
-// message before validation, and drop the message when it returns true
-// (lossy links). Package gossip installs it.
-var SetGossipDrop func(cfg any, drop func() bool)
-
 // Host changes how a node's host meets the network, so that tests on one
 // machine can play a public relay and a node behind a NAT (with
 // netsetup.NATConfig.Reachability fixing each one's reachability). The zero
@@ -61,14 +48,77 @@ type Host struct {
 	RefuseDirectInbound bool
 }
 
-// SetHost attaches h to cfg, a *node.Config. Package node installs it.
-var SetHost func(cfg any, h Host)
+// Key is the argument of the methods through which this package reaches
+// into node and gossip (see the package comment). Only this package makes
+// one, so only this module can call them.
+type Key struct{ _ struct{} }
 
-// Recent returns a node's (a *node.Node's) recent barrier waits, barrier
-// decision latencies and step-query round trips, in seconds (up to the
-// last 4096 of each), for the testnet's percentiles.
-var Recent func(nd any) (waits, checks, rtts []float64)
+// NodeConfig is a *node.Config: where a node's faults are kept.
+type NodeConfig interface {
+	FaultSlots(Key) (*Node, *Host)
+}
 
-// Computing reports whether a node (a *node.Node) is inside its task's
-// Step, for the testnet's stall detector.
-var Computing func(nd any) bool
+// SetNode attaches f to cfg.
+func SetNode(cfg NodeConfig, f Node) {
+	n, _ := cfg.FaultSlots(Key{})
+	*n = f
+}
+
+// SetHost attaches h to cfg.
+func SetHost(cfg NodeConfig, h Host) {
+	_, p := cfg.FaultSlots(Key{})
+	*p = h
+}
+
+// Probe reads what testnets measure of a running node and its API does
+// not tell.
+type Probe struct {
+	// Recent returns the node's recent barrier waits, barrier decision
+	// latencies and step-query round trips, in seconds (up to the last
+	// 4096 of each).
+	Recent func() (waits, checks, rtts []float64)
+	// Computing reports whether the node is inside its task's Step.
+	Computing func() bool
+}
+
+// Observed is a *node.Node.
+type Observed interface {
+	FaultProbe(Key) Probe
+}
+
+// Recent returns nd's recent barrier waits, barrier decision latencies and
+// step-query round trips, in seconds, for the testnet's percentiles.
+func Recent(nd Observed) (waits, checks, rtts []float64) {
+	return nd.FaultProbe(Key{}).Recent()
+}
+
+// Computing reports whether nd is inside its task's Step, for the
+// testnet's stall detector.
+func Computing(nd Observed) bool {
+	return nd.FaultProbe(Key{}).Computing()
+}
+
+// GossipConfig is a *gossip.Config.
+type GossipConfig interface {
+	FaultDrop(Key) *func() bool
+}
+
+// SetGossipDrop makes cfg ask drop for every incoming message before
+// validation, and drop the message when it returns true (lossy links).
+func SetGossipDrop(cfg GossipConfig, drop func() bool) {
+	*cfg.FaultDrop(Key{}) = drop
+}
+
+// PublishFunc publishes data on a gossip topic as it is, unchecked.
+type PublishFunc func(ctx context.Context, data []byte) error
+
+// RawPublisher is a *gossip.Gossip.
+type RawPublisher interface {
+	FaultPublish(Key) PublishFunc
+}
+
+// PublishRaw publishes data on g's topic as it is, unchecked: testnets
+// play peers that send malformed or hostile updates with it.
+func PublishRaw(g RawPublisher, ctx context.Context, data []byte) error {
+	return g.FaultPublish(Key{})(ctx, data)
+}

@@ -116,3 +116,14 @@ func InBubble() (in bool) {
 	synctest.Wait() // panics outside a bubble
 	return true
 }
+
+// Sleep waits for d on the caller's clock (virtual inside a bubble) or
+// until ctx ends, whichever comes first.
+func Sleep(ctx context.Context, d time.Duration) {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+	case <-tm.C:
+	}
+}

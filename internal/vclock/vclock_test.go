@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 )
 
@@ -72,5 +73,35 @@ func TestExitRelaysCancel(t *testing.T) {
 func TestInBubble(t *testing.T) {
 	if InBubble() {
 		t.Error("InBubble outside a bubble")
+	}
+}
+
+// Sleep waits its whole duration on the bubble's clock, and no longer than
+// its context lasts.
+func TestSleep(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		d      time.Duration
+		cancel time.Duration // 0: never
+		want   time.Duration
+	}{
+		{"whole", time.Minute, 0, time.Minute},
+		{"cut short", time.Minute, 5 * time.Second, 5 * time.Second},
+		{"nothing", 0, 0, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := context.WithCancel(context.Background())
+				defer cancel()
+				if tc.cancel > 0 {
+					time.AfterFunc(tc.cancel, cancel)
+				}
+				start := time.Now()
+				Sleep(ctx, tc.d)
+				if got := time.Since(start); got != tc.want {
+					t.Errorf("slept %v, want %v", got, tc.want)
+				}
+			})
+		})
 	}
 }

@@ -1,11 +1,8 @@
-package testnet
+package plan
 
 import (
 	"fmt"
 	"math"
-	"os"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/pspnode/pspnode/psp"
@@ -46,8 +43,8 @@ type Estimate struct {
 	WallS    float64 // wall seconds, on this machine's cores
 }
 
-// estimate returns cfg's estimate for a model of params parameters.
-func estimate(cfg Config, params, cores int) Estimate {
+// EstimateRun returns cfg's estimate for a model of params parameters.
+func EstimateRun(cfg Config, params, cores int) Estimate {
 	n := float64(cfg.Nodes)
 	// The clock's seconds the run lasts: warm-up (at most Config.Warmup,
 	// usually a fraction) and training.
@@ -137,48 +134,4 @@ func (e *ErrTooLarge) Error() string {
 		"use fewer nodes, a smaller model, --exchange epidemic:S (memory constant in N), "+
 		"--gc-percent 50 (about a fifth less memory for a third more CPU at 1000 nodes), or --force to run it anyway",
 		e.Estimate.RSSBytes/(1<<30), e.Available/(1<<30))
-}
-
-// availableMemory returns the bytes this process can still use: the
-// kernel's MemAvailable, or the cgroup's limit less its usage if smaller;
-// 0 if neither can be read.
-var availableMemory = machineMemory
-
-// machineMemory is availableMemory on this machine.
-func machineMemory() float64 {
-	avail := meminfo("MemAvailable:")
-	if lim, ok := readNumber("/sys/fs/cgroup/memory.max"); ok {
-		used, _ := readNumber("/sys/fs/cgroup/memory.current")
-		if left := lim - used; avail == 0 || left < avail {
-			avail = left
-		}
-	}
-	return avail
-}
-
-// meminfo reads one field of /proc/meminfo, in bytes (0 if absent).
-func meminfo(field string) float64 {
-	b, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0
-	}
-	for line := range strings.Lines(string(b)) {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			if err == nil {
-				return 1024 * kb
-			}
-		}
-	}
-	return 0
-}
-
-// readNumber reads a file holding one number ("max" is not one).
-func readNumber(path string) (float64, bool) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return 0, false
-	}
-	v, err := strconv.ParseFloat(strings.TrimSpace(string(b)), 64)
-	return v, err == nil
 }

@@ -1,4 +1,4 @@
-package testnet
+package report
 
 import (
 	"fmt"
@@ -29,7 +29,7 @@ func (r *Result) PrintSummary(w0 io.Writer) {
 		row("  joins", "p50 %.2f s, p99 %.2f s from a join's start to its first step", r.JoinS.P50, r.JoinS.P99)
 	}
 	switch {
-	case r.Clock == string(Virtual) && r.WallS > 0:
+	case r.Clock == "virtual" && r.WallS > 0:
 		row("duration", "%.1f s of training (virtual) after %.1f s of warm-up; %.1f s of wall time (%.2f× real time)", r.DurationS, r.WarmupS, r.WallS, r.VirtualPerWall)
 	default:
 		row("duration", "%.1f s of training after %.1f s of warm-up", r.DurationS, r.WarmupS)

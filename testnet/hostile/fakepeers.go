@@ -1,4 +1,4 @@
-package testnet
+package hostile
 
 import (
 	"encoding/binary"
@@ -15,14 +15,9 @@ import (
 	"github.com/libp2p/go-msgio"
 	ma "github.com/multiformats/go-multiaddr"
 	"google.golang.org/protobuf/proto"
-)
 
-// FakePeers nodes answer every DHT request with FakePeersPerReply made-up
-// peer IDs, fresh ones each time, each with an address nobody listens on:
-// every lookup that asks one hears of peers that do not exist, which an
-// overlay that keeps whatever it is told would add to its member set
-// without end. They otherwise train and answer step queries honestly.
-const FakePeers Role = "fake-peers"
+	"github.com/pspnode/pspnode/node"
+)
 
 // FakePeersPerReply is how many made-up peers a fake-peers node names in
 // each DHT reply: more than the 2k = 40 an honest reply may carry, which
@@ -37,12 +32,14 @@ type fakeDHT struct {
 	named int
 }
 
-// serveFakePeers replaces m's DHT stream handler with the fake one (the
+// serveFakePeers replaces nd's DHT stream handler with the fake one (the
 // node's own lookups still go out through its overlay).
-func (t *testnet) serveFakePeers(m *member, seed uint64) {
+func (p *Play) serveFakePeers(nd *node.Node, seed uint64) {
 	f := &fakeDHT{rng: rand.New(rand.NewPCG(seed, 0xfa6e))}
-	t.fakes = append(t.fakes, f)
-	m.nd.Host().SetStreamHandler(m.nd.Overlay().Protocol(), func(s network.Stream) {
+	p.fakesMu.Lock()
+	p.fakes = append(p.fakes, f)
+	p.fakesMu.Unlock()
+	nd.Host().SetStreamHandler(nd.Overlay().Protocol(), func(s network.Stream) {
 		serveDHT(s, func(peer.ID, []byte) []*pb.Message_Peer { return f.madeUp(FakePeersPerReply) })
 	})
 }
@@ -121,9 +118,11 @@ func (f *fakeDHT) madeUp(n int) []*pb.Message_Peer {
 }
 
 // fakesNamed is how many made-up peers the fake-peers nodes have named.
-func (t *testnet) fakesNamed() int {
+func (p *Play) fakesNamed() int {
+	p.fakesMu.Lock()
+	defer p.fakesMu.Unlock()
 	n := 0
-	for _, f := range t.fakes {
+	for _, f := range p.fakes {
 		f.mu.Lock()
 		n += f.named
 		f.mu.Unlock()

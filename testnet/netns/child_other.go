@@ -1,10 +1,10 @@
 //go:build !linux
 
-package testnet
+package netns
 
 import "syscall"
 
-// childAttr: the netns transport runs on Linux only (netns.Check says so).
+// childAttr: the netns transport runs on Linux only (internal/netns.Check says so).
 func childAttr() *syscall.SysProcAttr { return nil }
 
 // startSignal is unused off Linux.

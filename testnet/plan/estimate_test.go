@@ -1,9 +1,6 @@
-package testnet
+package plan
 
 import (
-	"context"
-	"errors"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,7 +25,7 @@ func TestEstimate(t *testing.T) {
 		{"gossip over epidemic", with(func(c *Config) { c.Exchange = exchange.Spec{Kind: exchange.Epidemic, S: 4} }), base, logreg, true, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			s, l := estimate(tc.small, tc.params, 2), estimate(tc.large, tc.params, 2)
+			s, l := EstimateRun(tc.small, tc.params, 2), EstimateRun(tc.large, tc.params, 2)
 			if (l.RSSBytes > s.RSSBytes) != tc.moreMem || !(l.CPUS > s.CPUS) == tc.more || !(s.WallS > 0) {
 				t.Errorf("small %+v, large %+v", s, l)
 			}
@@ -36,7 +33,7 @@ func TestEstimate(t *testing.T) {
 	}
 	// Gossip with a model grows with N², epidemic with N.
 	g := func(n int, ex exchange.Spec) float64 {
-		return estimate(with(func(c *Config) { c.Nodes, c.Exchange = n, ex }), logreg, 2).RSSBytes
+		return EstimateRun(with(func(c *Config) { c.Nodes, c.Exchange = n, ex }), logreg, 2).RSSBytes
 	}
 	gossip, epi := exchange.Spec{}, exchange.Spec{Kind: exchange.Epidemic, S: 4}
 	if r := g(400, gossip) / g(100, gossip); r < 10 {
@@ -74,7 +71,7 @@ func TestEstimateFitsMeasuredRuns(t *testing.T) {
 		{"1000 nodes pSSP(10,4) 30 s at 0.2, GOGC 50", gc(run(1000, "pssp:10:4", 30*time.Second, 0.2), 50), 0, 670.0, 3.87},
 		{"make run (linreg, 21 parameters)", DefaultConfig(), 21, 4.8, 0},
 	} {
-		e := estimate(tc.cfg, tc.params, 2)
+		e := EstimateRun(tc.cfg, tc.params, 2)
 		if r := e.CPUS / tc.measured; r > 1.6 || r < 1/1.6 {
 			t.Errorf("%s: estimate %.1f CPU-seconds, measured %.1f (%.2f×)", tc.name, e.CPUS, tc.measured, r)
 		}
@@ -92,7 +89,7 @@ func TestEstimateFollowsGCPercent(t *testing.T) {
 	for _, nodes := range []int{200, 1000} {
 		c := DefaultConfig()
 		c.Nodes, c.Model = nodes, "none"
-		rss := func(p int) float64 { c.GCPercent = p; return estimate(c, 0, 2).RSSBytes }
+		rss := func(p int) float64 { c.GCPercent = p; return EstimateRun(c, 0, 2).RSSBytes }
 		def := rss(0)
 		if d := rss(DefaultGCPercent(nodes)); d != def {
 			t.Errorf("%d nodes: the default target set explicitly estimates %.0f, unset %.0f", nodes, d, def)
@@ -100,27 +97,5 @@ func TestEstimateFollowsGCPercent(t *testing.T) {
 		if lo, hi := rss(50), rss(400); !(lo < def && def < hi) {
 			t.Errorf("%d nodes: estimates %.2f, %.2f, %.2f GiB at GOGC 50, default, 400: want increasing", nodes, lo/(1<<30), def/(1<<30), hi/(1<<30))
 		}
-	}
-}
-
-// A run whose estimate does not fit in the machine's memory is refused
-// before any node is built, naming the way out; Force runs it.
-func TestRunRefusesTooLarge(t *testing.T) {
-	defer func(f func() float64) { availableMemory = f }(availableMemory)
-	availableMemory = func() float64 { return 1 << 30 }
-	cfg := DefaultConfig()
-	cfg.Nodes, cfg.Model, cfg.Data = 400, "logreg", "synthetic"
-	var told *Estimate
-	cfg.Estimated = func(e Estimate) { told = &e }
-	_, err := Run(context.Background(), cfg)
-	var tl *ErrTooLarge
-	if !errors.As(err, &tl) || !strings.Contains(err.Error(), "--force") || told == nil || told.RSSBytes != tl.Estimate.RSSBytes {
-		t.Fatalf("Run: %v (told %+v)", err, told)
-	}
-	// With Force, the refusal is gone: Run goes on to its next check (the
-	// virtual clock needs a bubble), which is as far as this test goes.
-	cfg.Force = true
-	if _, err := Run(context.Background(), cfg); errors.As(err, &tl) || err == nil || !strings.Contains(err.Error(), "bubble") {
-		t.Fatalf("forced Run: %v", err)
 	}
 }

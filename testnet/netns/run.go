@@ -1,4 +1,4 @@
-package testnet
+package netns
 
 import (
 	"bufio"
@@ -16,30 +16,10 @@ import (
 	"sync"
 	"time"
 
-	"github.com/pspnode/pspnode/internal/netns"
+	ns "github.com/pspnode/pspnode/internal/netns"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
-
-// CPUQuota gives a Fraction of a netns testnet's nodes Cores CPUs each
-// (a cgroup CPU quota): stragglers whose slowness is real compute.
-type CPUQuota struct {
-	Fraction float64
-	Cores    float64
-}
-
-// ParseCPUQuota reads "F:Q", a fraction of the nodes and the cores each of
-// them gets ("0.25:0.1"), or "" for none.
-func ParseCPUQuota(s string) (CPUQuota, error) {
-	if s == "" {
-		return CPUQuota{}, nil
-	}
-	f, q, ok := strings.Cut(s, ":")
-	a, err1 := strconv.ParseFloat(f, 64)
-	b, err2 := strconv.ParseFloat(q, 64)
-	if !ok || err1 != nil || err2 != nil || !(a > 0 && a <= 1) || !(b >= 0.01 && b <= 1024) {
-		return CPUQuota{}, fmt.Errorf("cpu quota %q: want FRACTION:CORES with a fraction of the nodes in (0, 1] and cores in [0.01, 1024], e.g. 0.25:0.1", s)
-	}
-	return CPUQuota{a, b}, nil
-}
 
 // netnsHTTPPort and netnsP2PPort are where every netns node listens, on its
 // own address.
@@ -51,7 +31,7 @@ const (
 // proc is one `pspnode run` process of a netns testnet.
 type proc struct {
 	idx     int
-	host    *netns.Host
+	host    *ns.Host
 	factor  float64 // straggle factor of the time model
 	cores   float64 // CPU quota, 0 for none
 	cmd     *exec.Cmd
@@ -86,16 +66,16 @@ func (b *tailBuffer) String() string {
 
 // netnsRun is one netns testnet in progress: its network and processes.
 type netnsRun struct {
-	cfg    Config
-	net    *netns.Net
+	cfg    plan.Config
+	net    *ns.Net
 	procs  []*proc
 	client *http.Client
 }
 
-// runNetns runs the testnet as one `pspnode run` process per node, each in
+// Run runs the testnet as one `pspnode run` process per node, each in
 // its own network namespace, and reads their /status and /metrics.
-func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
-	if err := netns.Check(cfg.NAT > 0); err != nil {
+func Run(ctx context.Context, cfg plan.Config) (res *report.Result, err error) {
+	if err := ns.Check(cfg.NAT > 0); err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
 	exe := cfg.Executable
@@ -112,7 +92,7 @@ func runNetns(ctx context.Context, cfg Config) (res *Result, err error) {
 	}
 	// With NATed nodes, the bridge is public-looking address space, so
 	// that AutoNAT, relays and hole punching act as on the internet.
-	n, err := netns.New(ctx, netns.Options{PublicWAN: cfg.NAT > 0})
+	n, err := ns.New(ctx, ns.Options{PublicWAN: cfg.NAT > 0})
 	if err != nil {
 		return nil, fmt.Errorf("testnet: %w", err)
 	}
@@ -258,7 +238,7 @@ func (r *netnsRun) args(p *proc, boot string) []string {
 
 // netnsEvalSteps is how many steps apart the nodes evaluate their models
 // (pspnode run counts evaluation in steps): about EvalEvery of steps.
-func netnsEvalSteps(c Config) int {
+func netnsEvalSteps(c plan.Config) int {
 	if c.Model == "none" || c.EvalEvery == 0 {
 		return 0
 	}
@@ -373,39 +353,4 @@ func (r *netnsRun) stop() error {
 		<-p.exited
 	}
 	return r.net.Close()
-}
-
-// netnsMaxNodes bounds a netns testnet: each node is a process with its
-// own Go runtime (about 30–50 MiB resident).
-const netnsMaxNodes = 300
-
-// validateNetns checks what the netns transport supports: it links nodes
-// with tc tbf (a rate), not netem (delay and loss), and runs each node as
-// a plain `pspnode run`, without the in-process testnet's churn and
-// hostile roles.
-func (c Config) validateNetns() []error {
-	var errs []error
-	bad := func(format string, a ...any) { errs = append(errs, fmt.Errorf(format, a...)) }
-	if c.Nodes > netnsMaxNodes {
-		bad("netns transport: %d nodes, at most %d (a process each)", c.Nodes, netnsMaxNodes)
-	}
-	if c.Latency.Max > 0 || c.Loss > 0 {
-		bad("netns transport: link latency and loss need tc's netem qdisc, which it does not use (netem is missing from this kind of kernel); it supports --bandwidth (tc tbf); use --transport mem for latency and loss")
-	}
-	if c.Churn > 0 || len(c.Script) > 0 {
-		bad("netns transport: churn and churn scripts need --transport mem or tcp")
-	}
-	if len(c.Roles) > 0 || c.NoScreen || c.NormBound != 0 {
-		bad("netns transport: hostile roles, --no-screen and --norm-bound need --transport mem or tcp")
-	}
-	if c.Encoding != "dense32" {
-		bad("netns transport: pspnode run sends dense32 updates; encoding %s needs --transport mem or tcp", c.Encoding)
-	}
-	if c.NAT < 0 || c.NAT > c.Nodes-1 {
-		bad("nat %d: want 0 to nodes-1 = %d (node 0, the bootstrap node, stays public)", c.NAT, c.Nodes-1)
-	}
-	if c.CPUQuota != (CPUQuota{}) && !(c.CPUQuota.Fraction > 0 && c.CPUQuota.Fraction <= 1 && c.CPUQuota.Cores >= 0.01) {
-		bad("cpu quota %v: want a fraction in (0, 1] and at least 0.01 cores", c.CPUQuota)
-	}
-	return errs
 }

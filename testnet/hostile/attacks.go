@@ -1,11 +1,10 @@
-package testnet
+package hostile
 
 import (
 	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/hex"
-	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -19,56 +18,12 @@ import (
 	"github.com/libp2p/go-libp2p/core/protocol"
 
 	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/psp"
-)
-
-// Impostors: roles that speak the job's protocols as an outside peer
-// would, from the bytes docs/protocols.md specifies, in place of (or
-// beside) their own node. Each is one node of the testnet whose step and
-// model handlers the role replaces; the node itself still runs (it trains,
-// and its overlay is what makes the impostor known to the honest nodes).
-const (
-	// LineageHijack trains as an honest node on the job's lineage until
-	// hijackAfter into the run (so every honest node has known it there
-	// for a while), then stops training and claims a lineage older than
-	// any a node makes (a genesis of the Unix epoch), a new one each
-	// hijackRound, each older than the last, with step HijackStep and a
-	// model of every parameter HijackValue: in its answers to step
-	// queries, in step queries it sends every peer it knows each
-	// hijackEvery, and in its answers to model requests. The nodes of
-	// the role claim the same lineage at once: k of them are k
-	// identities, each on an address of its own. A node that follows the
-	// lineage most of a sample is on, or the older genesis, moves onto
-	// theirs at every round (a reset each time), takes its step and
-	// model, and tells its own peers.
-	LineageHijack Role = "lineage-hijack"
-	// JoinerWedge copies the testnet's lineage, answers step queries with
-	// step WedgeStep and model requests with every parameter WedgeValue.
-	// A quarter into training (at most wedgeJoinAfter) the testnet starts
-	// one fresh joiner per wedge node that bootstraps through it alone,
-	// and, when there are several, one more through all of them: a joiner
-	// that adopts the wedges' step can never pass its barrier again. Its DHT answers a peer with no closer peers
-	// for wedgeEclipse after that peer's first request, then with the
-	// closest its routing table holds: a joiner through it then knows it
-	// alone when it asks for the job's step, as a joiner through a real
-	// node's first peer usually does (in-process, the joiner's first
-	// lookup was often done before it asked), and meets the job soon after.
-	JoinerWedge Role = "joiner-wedge"
-	// DriftPoison (epidemic exchange only) sends none of its own models;
-	// instead it sends every honest peer it knows, as fast as the per-sender
-	// cap lets it, that peer's own model moved in one fixed direction (all
-	// parameters up) by a distance it fits to the peer's distance bound
-	// from the peer's replies: ×1.5 after a model taken, ×0.6 after one
-	// refused for distance. Values are clamped to 0.9 × MaxAbsValue.
-	DriftPoison Role = "drift-poison"
-	// EstimateLiar sends every honest peer it knows LiarQueryRate step
-	// queries a second, on one stream each, on the job's lineage and with
-	// its true step, each reporting a population of LiarEstimate (the
-	// largest a node accepts): a node that keeps the last reports it heard
-	// rather than one per peer hears mostly the liar.
-	EstimateLiar Role = "estimate-liar"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // The impostors' claims.
@@ -79,7 +34,7 @@ const (
 	WedgeValue  float64 = 1e6
 	// LiarEstimate and LiarQueryRate are an estimate-liar's report and
 	// its queries per second to each peer.
-	LiarEstimate  = 1e9
+	LiarEstimate  = report.LiarEstimate
 	LiarQueryRate = 20
 )
 
@@ -152,9 +107,9 @@ func (im *impostor) ext() wire.StepExt {
 	return wire.StepExt{Genesis: im.genesis(), HasModel: true, ModelID: im.modelID, Params: uint32(im.n)}
 }
 
-// serve replaces m's step and model handlers with the impostor's.
-func (im *impostor) serve(m *member) {
-	h := m.nd.Host()
+// serve replaces nd's step and model handlers with the impostor's.
+func (im *impostor) serve(nd *node.Node) {
+	h := nd.Host()
 	h.SetStreamHandler(wire.StepProtocol(im.job), im.handleStep)
 	h.SetStreamHandler(wire.StepProtocolExt(im.job), im.handleStep)
 	h.SetStreamHandler(wire.ModelProtocol(im.job), im.handleModel)
@@ -229,28 +184,25 @@ func (c constModel) ReadModel(_ context.Context, lo, hi int, dst []float32) erro
 }
 
 // startImpostor installs the impostor of a joiner-wedge node (a
-// lineage-hijack node's comes with its campaign: hijack). t.mu is held.
-func (t *testnet) startImpostor(m *member) {
-	if m.role != JoinerWedge {
-		return
-	}
-	task := m.nd.Model()
-	g := testnetGenesis(t.cfg.Seed)
+// lineage-hijack node's comes with its campaign: hijack).
+func (p *Play) startImpostor(nd *node.Node) {
+	task := nd.Model()
+	g := plan.Genesis(p.cfg.Seed)
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
 		step: WedgeStep, genesis: func() lineage.Genesis { return g }, value: WedgeValue,
-		replies: &t.hostile.wedgeReplies, models: &t.hostile.wedgeModels}
-	eclipseDHT(m)
-	im.serve(m)
+		replies: &p.counts.wedgeReplies, models: &p.counts.wedgeModels}
+	eclipseDHT(nd)
+	im.serve(nd)
 }
 
-// eclipseDHT makes m's DHT answer a peer with no closer peers for
-// wedgeEclipse after its first request, then with the closest peers m's
+// eclipseDHT makes nd's DHT answer a peer with no closer peers for
+// wedgeEclipse after its first request, then with the closest peers nd's
 // routing table holds (see JoinerWedge).
-func eclipseDHT(m *member) {
-	h, rt := m.nd.Host(), m.nd.Overlay().DHT().RoutingTable()
+func eclipseDHT(nd *node.Node) {
+	h, rt := nd.Host(), nd.Overlay().DHT().RoutingTable()
 	var mu sync.Mutex
 	first := make(map[peer.ID]time.Time)
-	h.SetStreamHandler(m.nd.Overlay().Protocol(), func(s network.Stream) {
+	h.SetStreamHandler(nd.Overlay().Protocol(), func(s network.Stream) {
 		serveDHT(s, func(from peer.ID, key []byte) []*pb.Message_Peer {
 			now := time.Now()
 			mu.Lock()
@@ -274,28 +226,25 @@ func eclipseDHT(m *member) {
 }
 
 // hijack is a lineage-hijack node's campaign, until ctx ends: at
-// hijackAfter it stops its node's training (stopRun) and takes over its
+// hijackAfter it stops its node's training for good (quit) and takes over its
 // step and model protocols with an impostor of the round's lineage; then
 // every hijackEvery it sends each peer its overlay knows a step query that
 // claims that lineage and HijackStep, and every hijackRound it claims a
 // new, older lineage.
-func (t *testnet) hijack(ctx context.Context, m *member, stopRun func()) {
-	sleepCtx(ctx, hijackAfter(t.cfg.Duration))
+func (p *Play) hijack(ctx context.Context, nd *node.Node, quit func()) {
+	vclock.Sleep(ctx, hijackAfter(p.cfg.Duration))
 	if ctx.Err() != nil {
 		return
 	}
-	stopRun()
-	t.mu.Lock()
-	m.quit = true
-	t.mu.Unlock()
-	task := m.nd.Model()
+	quit()
+	task := nd.Model()
 	start := time.Now()
 	round := func() int { return int(time.Since(start) / hijackRound) }
 	im := &impostor{job: "testnet", modelID: task.ModelID(), n: task.NumParams(),
 		step: HijackStep, genesis: func() lineage.Genesis { return hijackGenesis(round()) }, value: HijackValue,
-		replies: &t.hostile.hijackReplies, models: &t.hostile.hijackModels}
-	im.serve(m)
-	h := m.nd.Host()
+		replies: &p.counts.hijackReplies, models: &p.counts.hijackModels}
+	im.serve(nd)
+	h := nd.Host()
 	resetStepStreams(h, "testnet") // served by the node's own handler: from now on, only the impostor answers
 	proto := wire.StepProtocolExt("testnet")
 	tick := time.NewTicker(hijackEvery)
@@ -304,15 +253,15 @@ func (t *testnet) hijack(ctx context.Context, m *member, stopRun func()) {
 		body := wire.MarshalStepRequestExt(wire.StepRequest{Step: HijackStep}, im.ext())
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
-		for _, p := range m.nd.Overlay().Peers() {
-			if _, hostile := t.roleOf.Load(p); hostile {
+		for _, q := range nd.Overlay().Peers() {
+			if _, hostile := p.net.RoleOf(q); hostile {
 				continue
 			}
 			sem <- struct{}{}
 			wg.Go(func() {
 				defer func() { <-sem }()
-				if askOnce(ctx, h, p, proto, body) == nil {
-					t.hostile.hijackQueries.Add(1)
+				if askOnce(ctx, h, q, proto, body) == nil {
+					p.counts.hijackQueries.Add(1)
 				}
 			})
 		}
@@ -359,37 +308,25 @@ func askOnce(ctx context.Context, h streamOpener, p peer.ID, proto protocol.ID, 
 }
 
 // wedgeJoin starts, a quarter into training (at most wedgeJoinAfter), a
-// fresh joiner that bootstraps through the joiner-wedge node m alone; the
+// fresh joiner that bootstraps through the joiner-wedge node nd alone; the
 // first joiner-wedge node of several also starts one that bootstraps
 // through all of them (a few identities a joiner was told of together).
-func (t *testnet) wedgeJoin(ctx context.Context, m *member) {
-	sleepCtx(ctx, min(t.cfg.Duration/4, wedgeJoinAfter))
+func (p *Play) wedgeJoin(ctx context.Context, nd *node.Node) {
+	vclock.Sleep(ctx, min(p.cfg.Duration/4, wedgeJoinAfter))
 	if ctx.Err() != nil {
 		return
 	}
-	vias := [][]*member{{m}}
-	t.mu.Lock()
-	var wedges []*member
-	for _, w := range t.members {
-		if w.role == JoinerWedge && w.nd != nil && w.leftAt < 0 {
-			wedges = append(wedges, w)
-		}
-	}
-	t.mu.Unlock()
-	if len(wedges) >= 2 && wedges[0] == m {
+	vias := [][]*node.Node{{nd}}
+	if wedges := p.net.Live(plan.JoinerWedge); len(wedges) >= 2 && wedges[0] == nd {
 		vias = append(vias, wedges)
 	}
 	for _, via := range vias {
-		j, err := t.addNode(ctx, 1, true, Honest, identity{via: via})
-		if err != nil {
+		if err := p.net.JoinVia(ctx, via); err != nil {
 			if ctx.Err() == nil {
-				t.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
+				p.log.Warn("join through joiner-wedge nodes failed", "through", len(via), "err", err)
 			}
 			return
 		}
-		t.mu.Lock()
-		t.launch(ctx, j)
-		t.mu.Unlock()
 	}
 }
 
@@ -398,81 +335,17 @@ type streamOpener interface {
 	NewStream(ctx context.Context, p peer.ID, pids ...protocol.ID) (network.Stream, error)
 }
 
-// LineageFigures is what a run with lineage-hijack nodes measured: the
-// lineage the honest live nodes are on at the end.
-type LineageFigures struct {
-	// OnJob, Hijacked and Other count honest live nodes on the testnet's
-	// lineage, on the hijackers', and on another (or none).
-	OnJob    int `json:"honest_on_job_lineage"`
-	Hijacked int `json:"honest_on_hijack_lineage"`
-	Other    int `json:"honest_on_other_lineage"`
-	// ForksJoined sums the honest live nodes' psp_forks_joined_total,
-	// Resets their psp_resets_total (every reason) and ResetsRefused
-	// their psp_resets_refused_total.
-	ForksJoined   uint64 `json:"forks_joined"`
-	Resets        uint64 `json:"resets"`
-	ResetsRefused uint64 `json:"resets_refused"`
-	// QueriesSent, RepliesSent and ModelsServed count what the hijackers
-	// said: step queries answered, step replies and models sent.
-	QueriesSent  uint64 `json:"queries_sent"`
-	RepliesSent  uint64 `json:"replies_sent"`
-	ModelsServed uint64 `json:"models_served"`
-}
-
-// WedgeFigures is what a run with joiner-wedge nodes measured: the
-// joiners started through them.
-type WedgeFigures struct {
-	Joiners int `json:"joiners"`
-	// Wedged counts joiners that took the wedge's step (or one past it):
-	// no peer of the job is within any staleness bound of them, so they
-	// pass their barrier only when a sample holds no honest peer (in a
-	// job of 100, 48 passes in 39 428 checks).
-	Wedged       int           `json:"wedged"`
-	RepliesSent  uint64        `json:"replies_sent"`
-	ModelsServed uint64        `json:"models_served"`
-	Probes       []WedgeJoiner `json:"probes"`
-}
-
-// WedgeJoiner is one joiner through a joiner-wedge node, at the end.
-type WedgeJoiner struct {
-	Step          int64    `json:"step"`
-	BarrierChecks uint64   `json:"barrier_checks"`
-	BarrierPasses uint64   `json:"barrier_passes"`
-	Live          bool     `json:"live"`
-	Loss          *float64 `json:"loss,omitempty"` // of its model on the held-out data
-}
-
-// DriftFigures counts the drift-poison nodes' pushes and how the honest
-// nodes answered them.
-type DriftFigures struct {
-	Pushes        uint64 `json:"pushes"`
-	Taken         uint64 `json:"taken"`
-	Distance      uint64 `json:"refused_distance"`
-	Rate          uint64 `json:"refused_rate"`
-	Other         uint64 `json:"refused_other_or_failed"`
-	ModelsFetched uint64 `json:"victim_models_fetched"`
-}
-
-// impostorFigures fills h's figures of the impostor roles in the run.
-// t.mu is held.
-func (t *testnet) impostorFigures(h *Hostility) {
-	has := func(r Role) bool {
-		for _, s := range t.cfg.Roles {
-			if s.Role == r {
-				return true
-			}
-		}
-		return false
-	}
-	c := &t.hostile
-	if has(LineageHijack) {
-		lf := &LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
-		job := testnetGenesis(t.cfg.Seed)
-		for _, m := range t.liveLocked() {
-			if m.role != Honest || m.probe {
-				continue
-			}
-			st := m.nd.Status()
+// impostorFigures fills h's figures of the impostor roles in the run:
+// honest are the honest live nodes, probes the joiners through
+// joiner-wedge nodes.
+func (p *Play) impostorFigures(h *report.Hostility, honest []*node.Node, probes []Probe) {
+	has := func(r plan.Role) bool { return p.cfg.HasRole(r) }
+	c := &p.counts
+	if has(plan.LineageHijack) {
+		lf := &report.LineageFigures{QueriesSent: c.hijackQueries.Load(), RepliesSent: c.hijackReplies.Load(), ModelsServed: c.hijackModels.Load()}
+		job := plan.Genesis(p.cfg.Seed)
+		for _, nd := range honest {
+			st := nd.Status()
 			var g lineage.Genesis
 			if b, err := hex.DecodeString(st.Lineage); err == nil && len(b) == len(g) {
 				copy(g[:], b)
@@ -491,15 +364,13 @@ func (t *testnet) impostorFigures(h *Hostility) {
 		}
 		h.Lineage = lf
 	}
-	if has(JoinerWedge) {
-		wf := &WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
-		for _, m := range t.members {
-			if !m.probe || m.nd == nil {
-				continue
-			}
-			st := m.nd.Status()
-			j := WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: m.leftAt < 0}
-			if ev, ok := m.nd.Model().(node.Evaluator); ok {
+	if has(plan.JoinerWedge) {
+		wf := &report.WedgeFigures{RepliesSent: c.wedgeReplies.Load(), ModelsServed: c.wedgeModels.Load()}
+		for _, pr := range probes {
+			nd := pr.Node
+			st := nd.Status()
+			j := report.WedgeJoiner{Step: st.Step, BarrierChecks: st.BarrierChecks, BarrierPasses: st.BarrierPasses, Live: pr.Live}
+			if ev, ok := nd.Model().(node.Evaluator); ok {
 				if r, err := ev.Evaluate(); err == nil {
 					j.Loss = &r.Loss
 				}
@@ -512,76 +383,56 @@ func (t *testnet) impostorFigures(h *Hostility) {
 		}
 		h.Wedge = wf
 	}
-	if has(EstimateLiar) {
+	if has(plan.EstimateLiar) {
 		h.LiarQueries = c.liarQueries.Load()
 	}
-	if has(DriftPoison) {
-		h.Drift = &DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
+	if has(plan.DriftPoison) {
+		h.Drift = &report.DriftFigures{Pushes: c.driftPushes.Load(), Taken: c.driftTaken.Load(), Distance: c.driftDistance.Load(),
 			Rate: c.driftRate.Load(), Other: c.driftOther.Load(), ModelsFetched: c.driftModelsFetched.Load()}
-	}
-}
-
-// printImpostors writes the impostor roles' summary rows.
-func (h *Hostility) printImpostors(row func(k, format string, a ...any)) {
-	if l := h.Lineage; l != nil {
-		row("  lineage hijack", "honest live nodes on the job's lineage %d, on the hijackers' %d, other %d (%d forks joined, %d resets, %d refused for their rate); hijackers sent %d queries, %d replies, %d models",
-			l.OnJob, l.Hijacked, l.Other, l.ForksJoined, l.Resets, l.ResetsRefused, l.QueriesSent, l.RepliesSent, l.ModelsServed)
-	}
-	if w := h.Wedge; w != nil {
-		row("  joiner wedge", "%d of %d joiners through a wedge node took its step; wedge nodes sent %d step replies, %d models",
-			w.Wedged, w.Joiners, w.RepliesSent, w.ModelsServed)
-		for i, j := range w.Probes {
-			loss := "n/a"
-			if j.Loss != nil {
-				loss = fmt.Sprintf("%.4g", *j.Loss)
-			}
-			row(fmt.Sprintf("    joiner %d", i), "step %d, %d barrier checks, %d passes, loss %s, live %v", j.Step, j.BarrierChecks, j.BarrierPasses, loss, j.Live)
-		}
-	}
-	if h.LiarQueries > 0 {
-		row("  estimate liars", "%d step queries answered that reported a population of %.0g (see population used)", h.LiarQueries, float64(LiarEstimate))
-	}
-	if d := h.Drift; d != nil {
-		row("  drift poison", "%d models pushed: %d taken, %d refused for distance, %d for rate, %d other; %d victims' models fetched",
-			d.Pushes, d.Taken, d.Distance, d.Rate, d.Other, d.ModelsFetched)
 	}
 }
 
 // lie is an estimate-liar node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
-func (t *testnet) lie(ctx context.Context, m *member) {
+func (p *Play) lie(ctx context.Context, nd *node.Node) {
+	p.eachHonestPeer(nd, func(q peer.ID) { p.lieTo(ctx, nd, q) })
+}
+
+// eachHonestPeer runs work for each honest peer nd's overlay knows now,
+// each in a goroutine of its own, and returns when they have all returned.
+func (p *Play) eachHonestPeer(nd *node.Node, work func(q peer.ID)) {
 	var wg sync.WaitGroup
-	for _, p := range m.nd.Overlay().Peers() {
-		if _, hostile := t.roleOf.Load(p); hostile {
+	for _, q := range nd.Overlay().Peers() {
+		if _, hostile := p.net.RoleOf(q); hostile {
 			continue
 		}
-		wg.Go(func() { t.lieTo(ctx, m, p) })
+		wg.Go(func() { work(q) })
 	}
 	wg.Wait()
 }
 
-// lieTo sends p LiarQueryRate step queries a second reporting
+// lieTo sends peer q LiarQueryRate step queries a second reporting
 // LiarEstimate, on one stream as long as it lasts (as an honest asker
 // reuses its streams), on a new one after a second when it fails.
-func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
-	task := m.nd.Model()
-	ext := wire.StepExt{Genesis: testnetGenesis(t.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
-	h := m.nd.Host()
+func (p *Play) lieTo(ctx context.Context, nd *node.Node, q peer.ID) {
+	task := nd.Model()
+	ext := wire.StepExt{Genesis: plan.Genesis(p.cfg.Seed), HasModel: true, ModelID: task.ModelID(), Params: uint32(task.NumParams())}
+	h := nd.Host()
 	tick := time.NewTicker(time.Second / LiarQueryRate)
 	defer tick.Stop()
 	for ctx.Err() == nil {
 		sctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		s, err := h.NewStream(sctx, p, wire.StepProtocolExt("testnet"))
+		s, err := h.NewStream(sctx, q, wire.StepProtocolExt("testnet"))
 		cancel()
 		if err != nil {
-			sleepCtx(ctx, time.Second)
+			vclock.Sleep(ctx, time.Second)
 			continue
 		}
 		stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 		r := bufio.NewReader(s)
 		first := true
 		for ctx.Err() == nil {
-			q := wire.StepRequest{Step: m.nd.Step(), Estimate: LiarEstimate}
+			q := wire.StepRequest{Step: nd.Step(), Estimate: LiarEstimate}
 			e := wire.StepExt{}
 			if first { // the fields go in a stream's first message (wire.StepExt)
 				e, first = ext, false
@@ -593,7 +444,7 @@ func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
 			if _, err := wire.ReadFrame(r, wire.MaxStepFrameExt); err != nil {
 				break
 			}
-			t.hostile.liarQueries.Add(1)
+			p.counts.liarQueries.Add(1)
 			select {
 			case <-ctx.Done():
 			case <-tick.C:
@@ -601,6 +452,6 @@ func (t *testnet) lieTo(ctx context.Context, m *member, p peer.ID) {
 		}
 		stop()
 		_ = s.Reset()
-		sleepCtx(ctx, time.Second)
+		vclock.Sleep(ctx, time.Second)
 	}
 }

@@ -1,4 +1,4 @@
-package testnet
+package plan
 
 import (
 	"errors"
@@ -14,6 +14,7 @@ import (
 	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
+	"github.com/pspnode/pspnode/testnet/report"
 	"github.com/pspnode/pspnode/testnet/sim"
 )
 
@@ -238,7 +239,7 @@ type Config struct {
 	// BuildProgress, if set, is told as nodes are built.
 	BuildProgress func(built, total int, elapsed time.Duration)
 	// Progress, if set, receives a snapshot every RecordEvery.
-	Progress func(Snapshot)
+	Progress func(report.Snapshot)
 	// Logger receives the nodes' logs (warnings by default); nil discards.
 	Logger *slog.Logger
 }
@@ -368,7 +369,7 @@ func (c Config) Validate() error {
 		if r.Role == DriftPoison && (c.Exchange.Kind != exchange.Epidemic || c.Model == "none") {
 			bad("role %q pushes models over the epidemic exchange: it needs a model and --exchange epidemic:S", r.Role)
 		}
-		if r.Role.poisoner() && c.Exchange.Kind == exchange.Epidemic {
+		if r.Role.Poisoner() && c.Exchange.Kind == exchange.Epidemic {
 			bad("role %q: poisoned updates are counted on the gossip topic only; add --exchange gossip (under %s the distance bound refuses such models, counted as exchange.rejected.distance)", r.Role, c.Exchange)
 		}
 	}

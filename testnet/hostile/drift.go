@@ -1,16 +1,17 @@
-package testnet
+package hostile
 
 import (
 	"context"
 	"math"
-	"sync"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node"
 	"github.com/pspnode/pspnode/node/exchange"
 )
 
@@ -36,60 +37,53 @@ const (
 
 // drift is a drift-poison node's campaign, until ctx ends: one worker for
 // each honest peer its overlay knows when training starts.
-func (t *testnet) drift(ctx context.Context, m *member) {
-	var wg sync.WaitGroup
-	for _, p := range m.nd.Overlay().Peers() {
-		if _, hostile := t.roleOf.Load(p); hostile {
-			continue
-		}
-		wg.Go(func() { t.driftAt(ctx, m, p) })
-	}
-	wg.Wait()
+func (p *Play) drift(ctx context.Context, nd *node.Node) {
+	p.eachHonestPeer(nd, func(q peer.ID) { p.driftAt(ctx, nd, q) })
 }
 
 // driftAt pushes poisoned models at one victim: fetch its model, push it
 // moved by dist along (1, …, 1)/√n, and fit dist to what the victim takes.
-func (t *testnet) driftAt(ctx context.Context, m *member, victim peer.ID) {
-	task := m.nd.Model()
+func (p *Play) driftAt(ctx context.Context, nd *node.Node, victim peer.ID) {
+	task := nd.Model()
 	n, modelID := task.NumParams(), task.ModelID()
 	maxAbs := driftMaxAbs * gossip.DefaultConfig().MaxAbsValue
 	dist := driftStart * math.Sqrt(float64(n))
 	backoff := driftBackoffMin
-	h := m.nd.Host()
+	h := nd.Host()
 	for ctx.Err() == nil {
 		step, params, err := fetchModelT(ctx, h, victim, modelID, n)
 		if err != nil {
-			t.hostile.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			p.counts.driftOther.Add(1)
+			vclock.Sleep(ctx, driftBackoffMax)
 			continue
 		}
-		t.hostile.driftModelsFetched.Add(1)
+		p.counts.driftModelsFetched.Add(1)
 		shift := dist / math.Sqrt(float64(n))
 		for i, v := range params {
 			params[i] = max(-maxAbs, min(maxAbs, v+shift))
 		}
 		status, err := pushModelT(ctx, h, victim, step, modelID, params)
-		t.hostile.driftPushes.Add(1)
+		p.counts.driftPushes.Add(1)
 		switch {
 		case err != nil:
-			t.hostile.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			p.counts.driftOther.Add(1)
+			vclock.Sleep(ctx, driftBackoffMax)
 		case status == "":
-			t.hostile.driftTaken.Add(1)
+			p.counts.driftTaken.Add(1)
 			dist *= driftGrow
 			backoff = driftBackoffMin
-			sleepCtx(ctx, floodPause)
+			vclock.Sleep(ctx, floodPause)
 		case status == wire.ReasonDistance:
-			t.hostile.driftDistance.Add(1)
+			p.counts.driftDistance.Add(1)
 			dist *= driftShrink
-			sleepCtx(ctx, floodPause)
+			vclock.Sleep(ctx, floodPause)
 		case status == wire.ReasonRate:
-			t.hostile.driftRate.Add(1)
-			sleepCtx(ctx, backoff)
+			p.counts.driftRate.Add(1)
+			vclock.Sleep(ctx, backoff)
 			backoff = min(2*backoff, driftBackoffMax)
 		default:
-			t.hostile.driftOther.Add(1)
-			sleepCtx(ctx, driftBackoffMax)
+			p.counts.driftOther.Add(1)
+			vclock.Sleep(ctx, driftBackoffMax)
 		}
 	}
 }

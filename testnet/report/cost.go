@@ -1,4 +1,4 @@
-package testnet
+package report
 
 // Cost is what a run cost this machine, in the units that decide which
 // experiments fit on it: CPU per simulated node-second, memory and
@@ -21,8 +21,8 @@ type Cost struct {
 	ConnectionsOpenedPerNode float64 `json:"connections_opened_per_node_min"` // over training, per minute of the run's clock
 }
 
-// cost fills r.Cost from the figures already in r; call it last.
-func (r *Result) cost() {
+// FillCost fills r.Cost from the figures already in r; call it last.
+func (r *Result) FillCost() {
 	c := &Cost{
 		CPUS:                     r.CPUS,
 		ConnectionsHeldPerNode:   r.Connections.HeldMean,

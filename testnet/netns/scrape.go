@@ -1,4 +1,4 @@
-package testnet
+package netns
 
 import (
 	"cmp"
@@ -22,11 +22,13 @@ import (
 	"github.com/pspnode/pspnode/internal/promhist"
 	"github.com/pspnode/pspnode/model"
 	"github.com/pspnode/pspnode/node/status"
+	"github.com/pspnode/pspnode/testnet/plan"
+	"github.com/pspnode/pspnode/testnet/report"
 )
 
 // checkData opens the configured data set once, so a bad path is one
 // error, not one per node.
-func checkData(cfg Config) error {
+func checkData(cfg plan.Config) error {
 	if _, err := model.Open(builtin.DataFor(cfg.Model, cfg.Data)); err != nil {
 		return fmt.Errorf("testnet: %w", err)
 	}
@@ -200,15 +202,15 @@ type netnsTrack struct {
 	lastStep  []int64
 	freeSince []time.Duration
 	stalled   map[int]bool
-	steps     []stepRow
-	ests      []estRow
-	accs      []accRow
+	steps     []report.StepRow
+	ests      []report.EstRow
+	accs      []report.AccRow
 	relErr    []float64
 }
 
 // record notes one round of readings taken at now into training.
-func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapshot {
-	snap := Snapshot{Elapsed: now, Wall: now, EstimateError: math.NaN(), Accuracy: math.NaN()}
+func (k *netnsTrack) record(cfg plan.Config, now time.Duration, rs []reading) report.Snapshot {
+	snap := report.Snapshot{Elapsed: now, Wall: now, EstimateError: math.NaN(), Accuracy: math.NaN()}
 	var steps []int64
 	var rel []float64
 	var acc, loss float64
@@ -225,7 +227,7 @@ func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapsho
 			k.lastStep[i], k.freeSince[i] = s, -1
 		}
 		steps = append(steps, s)
-		k.steps = append(k.steps, stepRow{now.Seconds(), i, s})
+		k.steps = append(k.steps, report.StepRow{T: now.Seconds(), Node: i, Step: s})
 		if rd.st.Waiting {
 			snap.Waiting++
 		}
@@ -263,20 +265,20 @@ func (k *netnsTrack) record(cfg Config, now time.Duration, rs []reading) Snapsho
 			k.stalled[i] = true
 		}
 	}
-	if row, ok := summarise(&snap, steps, rel, now.Seconds(), len(rs)); ok {
+	if row, ok := report.Summarise(&snap, steps, rel, now.Seconds(), len(rs)); ok {
 		k.ests = append(k.ests, row)
 	}
 	k.relErr = rel
 	if nacc > 0 {
 		snap.Accuracy = acc / float64(nacc)
-		k.accs = append(k.accs, accRow{t: now.Seconds(), accuracy: acc / float64(nacc), loss: loss / float64(nacc), updates: sent})
+		k.accs = append(k.accs, report.AccRow{T: now.Seconds(), Accuracy: acc / float64(nacc), Loss: loss / float64(nacc), Updates: sent})
 	}
 	return snap
 }
 
 // train runs the training window: the nodes already train (each started
 // once it knew most of its peers); the window counts steps from its start.
-func (r *netnsRun) train(ctx context.Context, warm time.Duration) (*Result, error) {
+func (r *netnsRun) train(ctx context.Context, warm time.Duration) (*report.Result, error) {
 	cfg := r.cfg
 	load0 := loadAvg1()
 	// Readings outlive runCtx: the last one is taken after it ends.
