@@ -173,10 +173,15 @@ func TestConnAndLogHogRoles(t *testing.T) {
 			}
 			switch tc.role {
 			case plan.ConnHog:
-				// The identities come up one by one (all 300 within
-				// seconds, more under the race detector).
-				if g.Identities < 50 || g.HalfOpenSockets < hostile.ConnHogHalfOpen {
-					t.Errorf("hog figures %+v: want identities up and %d half-open sockets", *g, hostile.ConnHogHalfOpen)
+				// The identities come up one by one: all 300 within
+				// seconds on a quiet machine, a few dozen in the run's
+				// 10 s on a loaded one (34 at a load of 12), so what is
+				// asserted is that the attack ran (its half-open sockets,
+				// some identities, the target holding their
+				// connections beside its three honest peers'), not how
+				// far it got.
+				if g.Identities < 10 || g.HalfOpenSockets < hostile.ConnHogHalfOpen || g.TargetConnectionsMax < 3+10 {
+					t.Errorf("hog figures %+v: want identities up, their connections held and %d half-open sockets", *g, hostile.ConnHogHalfOpen)
 				}
 			case plan.LogFlood:
 				if g.JunkConnections < 1000 {
