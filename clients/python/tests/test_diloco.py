@@ -490,6 +490,54 @@ class WithGossipFake(unittest.TestCase):
         self.addCleanup(opt.close)
         return opt
 
+    def test_model_changed_after_wrapping(self):
+        # The checks pspnode.Optimizer makes (one copy, in the session):
+        # a parameter no longer contiguous, of another dtype or shape, or a
+        # layer replaced is refused at zero_grad and step, naming the fix.
+        m = net()
+        opt = self.make(FakeDaemon(sum(p.numel() for p in m.parameters())), m, merge_wait=0)
+        train(opt, m, batches(2, 1))
+        w, last = m[0].weight.data, m[2]
+        cases = [("contiguous", lambda: setattr(m[0].weight, "data", w.t().contiguous().t()),
+                  lambda: setattr(m[0].weight, "data", w), "no longer contiguous"),
+                 ("double", m.double, m.float, "float32"),
+                 ("shape", lambda: setattr(m[0].bias, "data", torch.zeros(5)),
+                  lambda: setattr(m[0].bias, "data", torch.zeros(8)), "changed shape"),
+                 ("layer", lambda: m.__setitem__(2, torch.nn.Linear(8, 1)), lambda: m.__setitem__(2, last),
+                  "layer added, removed or replaced")]
+        for name, change, undo, says in cases:
+            with self.subTest(name):
+                change()
+                for call in (opt.zero_grad, opt.step):
+                    with self.assertRaises(RuntimeError) as cm:
+                        call()
+                    self.assertIn(says, str(cm.exception))
+                undo()
+        train(opt, m, batches(3, 1))
+        self.assertEqual((opt.outer_step_count, opt.inner_step_count), (1, 0))
+
+    def test_scheduler_steps_per_inner_step_and_follows_a_reset(self):
+        # scheduler= is stepped once per inner step; when the daemon moves
+        # to another lineage at outer step 40, the scheduler is brought to
+        # inner step 40 × H and on_reset is told so.
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = FakeDaemon(n, reset_at=2, reset_params=np.full(n, 0.5, dtype="<f4"))
+        resets = []
+        opt = self.make(fake, m, merge_wait=0, scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5),
+                        on_reset=resets.append)
+        self.assertIsInstance(opt.scheduler, torch.optim.lr_scheduler.StepLR)
+        train(opt, m, batches(4, 3))  # 3 inner steps: one halving
+        self.assertEqual(opt.scheduler.last_epoch, 3)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.05)
+        self.assertEqual(opt.state_dict()["diloco"]["scheduler"]["last_epoch"], 3)
+        train(opt, m, batches(5, 1))  # the second outer step: the reset
+        self.assertEqual(opt.outer_step_count, 40)
+        self.assertEqual([r.step for r in resets], [80])
+        self.assertEqual(opt.scheduler.last_epoch, 80)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 0.5 ** (80 // 3))
+        self.assertTrue(torch.equal(flat(m.parameters()), torch.full((n,), 0.5)))
+
     def test_gossip_publishes_scaled_move_and_sums(self):
         # The worker takes the outer step on its own pseudo-gradient Δ =
         # θ_outer − θ_i (Nesterov, lr 0.5, momentum 0.5: a move of
