@@ -133,6 +133,11 @@ func TestParse(t *testing.T) {
 		{"epidemic:1", Spec{Kind: Epidemic, S: 1}, ""},
 		{"epidemic:4:bf16", Spec{Kind: Epidemic, S: 4, Encoding: wire.EncodingBF16}, ""},
 		{"epidemic:2:int8", Spec{Kind: Epidemic, S: 2, Encoding: wire.EncodingInt8}, ""},
+		{"epidemic:4:fragments=2", Spec{Kind: Epidemic, S: 4, Fragments: 2}, ""},
+		{"epidemic:3:int8:fragments=4", Spec{Kind: Epidemic, S: 3, Encoding: wire.EncodingInt8, Fragments: 4}, ""},
+		{"epidemic:3:fragments=0", Spec{}, "want fragments=F"},
+		{"epidemic:3:int8:fragments=x", Spec{}, "want fragments=F"},
+		{"epidemic:3:fragments=2:int8", Spec{}, "want epidemic:S[:bf16|:int8][:fragments=F]"},
 		{"epidemic:2:int4", Spec{}, "not one of bf16, int8"},
 		{"epidemic:2:", Spec{}, "not one of bf16, int8"},
 		{"epidemic:x:int8", Spec{}, "whole number >= 1"},
@@ -195,7 +200,7 @@ func (e *epidemic) roundSum() (sumC []float64, k []int, acc []float32) {
 	}
 	for b, bl := range e.blk {
 		if bl.k > 0 {
-			lo, hi := wire.BlockRange(b, e.p)
+			lo, hi := e.lay.Range(b)
 			acc = append(acc, e.acc[lo:hi]...)
 		}
 	}
