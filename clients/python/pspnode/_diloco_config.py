@@ -30,25 +30,56 @@ def _exchange_at(args):
     return None
 
 
-def _with_compression(args: list, compression: str) -> list:
+def _spec(exchange: str):
+    """An exchange spec's parts: (kind, S, encoding, fragments), as the
+    daemon's --exchange reads "gossip" or "epidemic:S[:bf16|:int8][:fragments=F]"
+    (S None when it does not say)."""
+    if not exchange.startswith("epidemic:"):
+        return "gossip", None, "none", 1
+    parts = exchange.split(":")[1:]
+    s = int(parts[0]) if parts and parts[0].isdigit() else None
+    enc, frags = "none", 1
+    for p in parts[1:]:
+        if p.startswith("fragments="):
+            frags = int(p.split("=", 1)[1]) if p.split("=", 1)[1].isdigit() else frags
+        elif p:
+            enc = p
+    return "epidemic", s, enc, frags
+
+
+def _with_exchange(args: list, compression: str, fragments: int) -> list:
     """The daemon's arguments with the exchange that sends models in
-    compression: its --exchange epidemic:S gets the encoding, and without
-    one the default exchange (epidemic:4) is named with it."""
-    if compression == "none":
+    compression, fragments fragments: its --exchange epidemic:S gets the
+    encoding and the fragments it does not name, and without one the
+    default exchange (epidemic:4) is named with them."""
+    if compression == "none" and fragments <= 1:
         return args
     at = _exchange_at(args)
     if at is None:
-        return args + ["--exchange", f"epidemic:4:{compression}"]
-    i, prefix, spec = at
-    if spec.startswith("epidemic:") and spec.count(":") == 1:
-        args[i] = f"{prefix}{spec}:{compression}"
+        i, prefix, spec = None, "", "epidemic:4"
+    else:
+        i, prefix, spec = at
+    kind, s, enc, frags = _spec(spec)
+    if kind != "epidemic":
+        return args
+    enc = compression if enc == "none" else enc
+    frags = fragments if frags <= 1 else frags
+    spec = f"epidemic:{s if s is not None else 4}" + ("" if enc == "none" else f":{enc}") + \
+        ("" if frags <= 1 else f":fragments={frags}")
+    if i is None:
+        return args + ["--exchange", spec]
+    args[i] = prefix + spec
     return args
 
 
 def _encoding_of(exchange: str) -> str:
     """How an exchange ("epidemic:4:int8", "gossip") sends the models."""
-    parts = exchange.split(":")
-    return parts[2] if exchange.startswith("epidemic:") and len(parts) > 2 else "none"
+    return _spec(exchange)[2]
+
+
+def _fragments_of(exchange: str) -> int:
+    """How many fragments an exchange cuts the model into (1: none)."""
+    return _spec(exchange)[3]
 
 
 def _default_compression(args) -> str:
@@ -59,11 +90,17 @@ def _default_compression(args) -> str:
     at = _exchange_at(list(args))
     if at is None:
         return "int8"
-    spec = at[2]
-    if not spec.startswith("epidemic:"):
+    kind, _, enc, _ = _spec(at[2])
+    if kind != "epidemic":
         return "none"
-    return _encoding_of(spec) if spec.count(":") > 1 else "int8"
+    return "int8" if enc == "none" else enc  # an --exchange that names no encoding
 
+
+def _default_fragments(args) -> int:
+    """fragments=None for a daemon of the optimizer's own: what its
+    --exchange names, else 1."""
+    at = _exchange_at(list(args))
+    return 1 if at is None else _fragments_of(at[2])
 
 
 def describe_optimizer(opt: torch.optim.Optimizer) -> str:

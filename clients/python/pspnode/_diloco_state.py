@@ -55,18 +55,21 @@ class _StateView:
 def wire_view(opt) -> "_StateView":
     """θ_outer and the outer optimizer's state, as wire_state lays
     them out, viewed in place."""
-    sd = opt.outer.state_dict()["state"]
     tensors, scalars, vecs = [], [], [o.detach().reshape(-1) for o in opt.outer_params]
-    for idx in sorted(sd):
-        for key in sorted(sd[idx]):
-            v = sd[idx][key]
-            if isinstance(v, torch.Tensor) and v.dim() > 0:
-                tensors.append([int(idx), key, list(v.shape)])
-                vecs.append(v.detach().reshape(-1))
-            elif isinstance(v, torch.Tensor):
-                scalars.append([int(idx), key, float(v.item()), True])
-            elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                scalars.append([int(idx), key, float(v), False])
+    base = 0  # the outer optimizers' parameters, numbered across them (one per fragment)
+    for outer in opt.outers:
+        sd = outer.opt.state_dict()["state"]
+        for idx in sorted(sd):
+            for key in sorted(sd[idx]):
+                v = sd[idx][key]
+                if isinstance(v, torch.Tensor) and v.dim() > 0:
+                    tensors.append([base + int(idx), key, list(v.shape)])
+                    vecs.append(v.detach().reshape(-1))
+                elif isinstance(v, torch.Tensor):
+                    scalars.append([base + int(idx), key, float(v.item()), True])
+                elif isinstance(v, (int, float)) and not isinstance(v, bool):
+                    scalars.append([base + int(idx), key, float(v), False])
+        base += len(outer.params)
     header = json.dumps({"config": opt.config, "outer_step": opt.outer_step_count, "n": opt.num_params,
                          "tensors": tensors, "scalars": scalars}).encode()
     return _StateView(_MAGIC + struct.pack("<I", len(header)) + header, vecs)
@@ -97,7 +100,7 @@ def load_wire_state(opt, data: bytes, job_params=None):
     shapes, total = [], opt.num_params
     for t in tensors:
         if (not isinstance(t, list) or len(t) != 3 or not isinstance(t[0], int) or not isinstance(t[1], str)
-                or not 0 <= t[0] < len(opt.outer_params) or not isinstance(t[2], list)
+                or not 0 <= t[0] < sum(len(o.params) for o in opt.outers) or not isinstance(t[2], list)
                 or not all(isinstance(d, int) and d >= 0 for d in t[2])):
             raise ValueError(f"a bad tensor entry {t!r}")
         k = int(np.prod(t[2], dtype=np.int64)) if t[2] else 1
@@ -127,13 +130,16 @@ def load_wire_state(opt, data: bytes, job_params=None):
         off += k
     for s in scalars:
         if (not isinstance(s, list) or len(s) != 4 or not isinstance(s[0], int) or not isinstance(s[1], str)
-                or not 0 <= s[0] < len(opt.outer_params) or not isinstance(s[2], (int, float))
+                or not 0 <= s[0] < sum(len(o.params) for o in opt.outers) or not isinstance(s[2], (int, float))
                 or not math.isfinite(s[2])):
             raise ValueError(f"a bad scalar entry {s!r}")
         state.setdefault(s[0], {})[s[1]] = torch.tensor(float(s[2])) if s[3] else s[2]
-    sd = opt.outer.state_dict()
-    sd["state"] = state
-    opt.outer.load_state_dict(sd)  # checks the groups; casts to the parameters' device
+    base = 0
+    for outer in opt.outers:
+        sd = outer.opt.state_dict()
+        sd["state"] = {i - base: v for i, v in state.items() if base <= i < base + len(outer.params)}
+        outer.opt.load_state_dict(sd)  # checks the groups; casts to the parameters' device
+        base += len(outer.params)
     opt._assign(flat[:opt.num_params], opt.outer_params)
 
 

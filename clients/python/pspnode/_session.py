@@ -18,6 +18,7 @@ and ``_sched_step()`` (the step its scheduler is kept at).
 
 import logging
 import threading
+import time
 import warnings
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
@@ -25,7 +26,7 @@ from typing import Callable, Optional, Sequence
 import torch
 
 from pspnode._params import checked as _checked_params
-from pspnode.client import Client
+from pspnode.client import Client, StepResult
 from pspnode.daemon import Daemon
 from pspnode.errors import DaemonStartError, DaemonUnavailable, ModelMismatch
 
@@ -240,6 +241,32 @@ class Session(torch.optim.Optimizer):
         with torch.no_grad():
             for t, v in zip(self._pf if into is None else into, self._region(vec)):
                 t.copy_(v.to(t.device) if t.device != v.device else v)
+
+    # -- steps --------------------------------------------------------------
+
+    def _received(self):
+        """The peers' updates the daemon has taken in so far (None when
+        its status cannot be read)."""
+        try:
+            return int(self.client.status(timeout=5).node.updates_received)
+        except Exception:  # a daemon without Status: merge as Step does
+            return None
+
+    def _step_waiting(self, n, loss, acc, wait: float, expected: Callable[[], int]) -> StepResult:
+        """Step n as publish, barrier, then a wait of up to wait seconds
+        for the round's updates from the peers (expected() of them) to
+        arrive before the pull."""
+        c = self.client
+        now = self._received()
+        if now is None:  # no status to tell arrivals by
+            return c.step(n, loss=loss, accuracy=acc)
+        c.publish(n, None, loss=loss, accuracy=acc)
+        b = c.barrier(n + 1)
+        want, deadline = expected(), time.monotonic() + wait
+        while (self._received() or now) - now < want and time.monotonic() < deadline:
+            time.sleep(0.01)
+        p = c.pull()
+        return StepResult(barrier=b, merged=p.merged, update=p.update, reset=p.reset)
 
     # -- torch.optim.Optimizer ---------------------------------------------
     # (param_groups, state, defaults and add_param_group: _wraps_inner)

@@ -79,6 +79,19 @@ step of a pspnode daemon:
   matrix's cells ended as in float32), the daemon's own encoding for a
   daemon given by address, none under gossip. It is part of the job's
   configuration: a worker of another compression is refused at connect.
+- **Fragments** (``fragments=F``, streaming DiLoCo, Douillard et al.
+  2025): θ_outer is cut into F fragments of consecutive values, each
+  synchronised every H inner steps, fragment f's outer steps offset by
+  f·H/F inner steps: outer step k (a daemon step) comes after inner step
+  ⌊k·H/F⌋ and synchronises fragment k mod F alone, with an outer
+  optimizer (and momentum) of its own, while the other fragments go on
+  with their inner steps. The daemon's exchange (``--exchange
+  epidemic:S:fragments=F``, which a daemon of the optimizer's own gets)
+  sends and averages that fragment alone: the link carries 1/F of the
+  model F times as often, a steady stream in place of a burst every H
+  steps. The barrier then counts fragment rounds. 1 (the default for a
+  daemon of its own; a daemon given by address: its exchange's) is
+  DiLoCo. Epidemic exchange only; part of the job's configuration.
 - **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
   outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
   or what ``outer_optimizer`` builds.
@@ -89,8 +102,8 @@ step of a pspnode daemon:
   says so.
 - **Every worker of a job must run the same configuration:** the model ID
   the daemon checks covers the model's parameter names and shapes, H, the
-  inner optimizer's class and constructor hyperparameters, and the outer
-  optimizer's and the compression, so a worker with another is refused
+  inner optimizer's class and constructor hyperparameters, the outer
+  optimizer's, the compression and the fragments, so a worker with another is refused
   (DiLoCoMismatch) before it publishes anything.
 
 It is a torch.optim.Optimizer: ``param_groups``, ``state`` and
@@ -107,10 +120,11 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from pspnode.client import StepResult, model_id_of
-from pspnode._diloco_config import (COMPRESSIONS, _default_compression, _encoding_of,  # noqa: F401 (COMPRESSIONS)
-                                    _with_compression, describe_optimizer)
+from pspnode.client import model_id_of
+from pspnode._diloco_config import (COMPRESSIONS, _default_compression, _default_fragments,  # noqa: F401
+                                    _encoding_of, _fragments_of, _spec, _with_exchange, describe_optimizer)
 from pspnode._diloco_state import STATE_KIND, load_wire_state, wire_state, wire_view
+from pspnode._outer import Outer, fragment_ranges, pieces
 from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
 from pspnode._session import Reset, Session
@@ -148,7 +162,9 @@ class DiLoCo(Session):
     (or deltas) to arrive (see the module comment). compression: "none",
     "bf16" or "int8", how the epidemic exchange sends the models (default:
     int8 for a daemon of its own, the daemon's encoding for another's; see
-    the module comment). scheduler: a function that builds a
+    the module comment). fragments: F, the fragments of θ_outer
+    synchronised in turn (1 <= F <= H; see the module comment).
+    scheduler: a function that builds a
     learning-rate scheduler of the inner rates on this optimizer
     (``lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt,
     T_max=...)``, any but ReduceLROnPlateau), which the optimizer then owns
@@ -176,7 +192,8 @@ class DiLoCo(Session):
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
                  on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: Optional[str] = None,
                  swarm_key: Optional[str] = None, scheduler: Optional[Callable[["DiLoCo"], object]] = None,
-                 on_reset: Optional[Callable[[Reset], None]] = None, **client_args):
+                 on_reset: Optional[Callable[[Reset], None]] = None, fragments: Optional[int] = None,
+                 **client_args):
         self._prepare(optimizer, daemon, model, job=job, bootstrap=bootstrap, listen=listen, identity=identity,
                       daemon_args=daemon_args, swarm_key=swarm_key, scheduler=scheduler, on_reset=on_reset)
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
@@ -192,29 +209,36 @@ class DiLoCo(Session):
                              "epidemic exchange sends the models; see the module comment)")
         if not (merge_wait >= 0 and math.isfinite(merge_wait)):
             raise ValueError(f"merge_wait={merge_wait!r}: want seconds >= 0")
+        if fragments is None and daemon is None:
+            fragments = _default_fragments(daemon_args)
+        if fragments is not None and (isinstance(fragments, bool) or not isinstance(fragments, int)
+                                      or not 1 <= fragments <= min(H, 256, self.num_params)):
+            raise ValueError(f"fragments={fragments!r}: the fragments synchronised in turn, a whole number from 1 "
+                             f"to H ({H}), 256 and the parameters ({self.num_params}); 1 synchronises the whole model")
         self.H = H
         self.reconnect = reconnect
         self.on_outer_step = on_outer_step
         self.merge_wait = float(merge_wait)
         self.merged_total = 0
         self._fanout = 1
-        # θ_outer: a copy of the parameters, which the outer optimizer steps.
+        # θ_outer: a copy of the parameters, which the outer optimizers
+        # step: one flat vector, viewed per parameter (_outer.py).
         with torch.no_grad():
-            self.outer_params = [p.detach().clone() for _, p in self._named]
+            self._outer_flat = torch.cat([p.detach().reshape(-1) for _, p in self._named]).clone()
+        self.outer_params = self._views(self._outer_flat)
         if outer_optimizer is None:
-            self.outer = torch.optim.SGD(self.outer_params, lr=outer_lr, momentum=outer_momentum,
-                                         nesterov=outer_nesterov and outer_momentum > 0)
-        else:
-            self.outer = outer_optimizer(self.outer_params)
-            if not isinstance(self.outer, torch.optim.Optimizer):
-                raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
+            def outer_optimizer(params):
+                return torch.optim.SGD(params, lr=outer_lr, momentum=outer_momentum,
+                                       nesterov=outer_nesterov and outer_momentum > 0)
+        self._make_outer = outer_optimizer
+        self._cut(fragments or 1)
         name = model_name or (type(model).__name__ if model is not None else "model")
         self._name = name
         self.model_name = f"{name}/diloco"
         self.plain_model_id = model_id_of(name, self.shapes)
         if compression is None and daemon is None:
             compression = _default_compression(daemon_args)
-        self._configure(compression or "none")
+        self._configure(compression or "none", self.fragments)
         self.outer_step_count = 0
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
         self.last_merged = 0
@@ -222,14 +246,17 @@ class DiLoCo(Session):
         # parameters" (a fresh outer optimizer) or "peer state".
         self.started_from = "own"
         self._start(daemon, job=job, bootstrap=bootstrap, listen=listen, identity=identity,
-                    daemon_args=_with_compression(list(daemon_args), compression), pspnode_bin=pspnode_bin,
+                    daemon_args=_with_exchange(list(daemon_args), compression, self.fragments), pspnode_bin=pspnode_bin,
                     swarm_key=swarm_key, start_timeout=start_timeout, client_args=client_args,
                     model_name=self.model_name, model_id=self.model_id, step=0, state_kind=STATE_KIND,
                     state_provider=self._state)
 
         def configure():
-            if compression is None:  # another's daemon: what its exchange sends
-                self._configure(self._daemons_encoding())
+            if compression is None or fragments is None:  # another's daemon: what its exchange sends
+                sent = self._daemons_exchange()
+                if fragments is None:
+                    self._cut(_fragments_of(sent))
+                self._configure(compression or _encoding_of(sent), self.fragments)
                 self.client.model_id = self.model_id
             log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id,
                      self.num_params, self.config)
@@ -238,27 +265,41 @@ class DiLoCo(Session):
 
     # -- set-up ------------------------------------------------------------
 
-    def _daemons_encoding(self) -> str:
-        """How the daemon's exchange sends models, by its Status (waiting
-        up to the connect timeout for it to answer); "none" from a daemon
-        without Status."""
+    def _daemons_exchange(self) -> str:
+        """The daemon's exchange, by its Status (waiting up to the connect
+        timeout for it to answer); "" from a daemon without Status."""
         deadline = time.monotonic() + self.client.connect_timeout
         while True:
             try:
-                return _encoding_of(self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange)
+                return self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange
             except ApiVersionMismatch:
-                return "none"
+                return ""
             except DaemonUnavailable:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
 
-    def _configure(self, compression: str):
+    def _cut(self, fragments: int):
+        """Cuts θ_outer into fragments, each with an outer optimizer of its
+        own (one fragment: one optimizer over the per-parameter views)."""
+        self.fragments = max(1, fragments)
+        if self.fragments == 1:
+            self.outers = [Outer(self._make_outer(self.outer_params), self.outer_params, self.names, 0,
+                                 self.num_params)]
+        else:
+            self.outers = []
+            for f, (lo, hi) in enumerate(fragment_ranges(self.num_params, self.fragments)):
+                params = [self._outer_flat[lo:hi]]
+                self.outers.append(Outer(self._make_outer(params), params, [f"fragment {f}"], lo, hi))
+        self.outer = self.outers[0].opt  # the (first) outer optimizer
+        self._pieces = [pieces(self._sizes, self._offsets, o.lo, o.hi) for o in self.outers]
+
+    def _configure(self, compression: str, fragments: int):
         """The configuration every worker of the job shares, and the model
         ID that covers it."""
         self.compression = compression
         self.config = (f"H={self.H}; inner {describe_optimizer(self.inner)}; outer {describe_optimizer(self.outer)}; "
-                       f"compression {compression}")
+                       f"compression {compression}" + (f"; fragments {fragments}" if fragments > 1 else ""))
         self.model_id = model_id_of(f"{self._name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
 
     def _mismatch(self, e: ModelMismatch) -> ModelMismatch:
@@ -269,7 +310,8 @@ class DiLoCo(Session):
                 f"({details}). Its model ID {self.model_id:#010x} covers the model's parameter names and shapes "
                 f"(alone: {self.plain_model_id:#010x}) and this configuration: {self.config}. Every worker of a job "
                 "must build the same model with the same H, the same inner optimizer (class and constructor "
-                "arguments; schedulers may differ) and the same outer optimizer. Nothing was published, and "
+                "arguments; schedulers may differ), the same outer optimizer, compression and fragments. Nothing "
+                "was published, and "
                 "the job's parameters are as they were.")
 
     def _welcome(self, w: "pb.Welcome"):
@@ -279,7 +321,13 @@ class DiLoCo(Session):
                 self._fanout = max(1, int(w.exchange.split(":")[1]))
             except ValueError:
                 self._fanout = 1
-        sent = _encoding_of(w.exchange)
+        kind, _, sent, frags = _spec(w.exchange)
+        if frags != self.fragments:
+            raise ValueError(
+                f"this DiLoCo synchronises {self.fragments} fragment(s) in turn, and its daemon's exchange, "
+                f"{w.exchange}, cuts the model into {frags}: start the daemon with --exchange "
+                f"epidemic:S[:ENCODING]:fragments={self.fragments} (fragments need the epidemic exchange), or give "
+                "fragments to match. Nothing was published")
         if sent != self.compression:
             raise ValueError(
                 f"this DiLoCo's compression is {self.compression!r}, and its daemon's exchange, {w.exchange}, sends "
@@ -301,7 +349,8 @@ class DiLoCo(Session):
                                 "parameters with a fresh outer optimizer", w.state_source, e)
             if not took and params is not None:
                 self._assign(torch.from_numpy(params.copy()), self.outer_params)
-                self.outer.state.clear()
+                for o in self.outers:
+                    o.opt.state.clear()
                 log.warning("pspnode.DiLoCo: starting from the job's parameters (%s) at outer step %d, with a fresh "
                             "outer optimizer: %s", w.params_source, w.step,
                             "its state was not usable" if state is not None else "no peer gave its outer state")
@@ -312,7 +361,7 @@ class DiLoCo(Session):
                 self.inner_step_count = 0
             asked, self.outer_step_count = self.client.start_step, int(w.step)
         if self._built and w.step != asked:
-            self._jumped(Reset(step=int(w.step) * self.H, lineage="",
+            self._jumped(Reset(step=self._synced(int(w.step)), lineage="",
                                reason=f"resumed into the job at its outer step {w.step} (this worker's was {asked}): "
                                       "θ_outer and the outer step are the job's"))
         elif self._built:
@@ -351,7 +400,8 @@ class DiLoCo(Session):
         Save it with the model's state_dict (θ_i, mid-round)."""
         sd = self.inner.state_dict()
         with self._lock:
-            sd["diloco"] = {"outer": copy.deepcopy(self.outer.state_dict()),
+            outer = [copy.deepcopy(o.opt.state_dict()) for o in self.outers]
+            sd["diloco"] = {"outer": outer[0] if self.fragments == 1 else outer,
                             "outer_params": [o.detach().clone() for o in self.outer_params],
                             "outer_step": self.outer_step_count, "inner_step": self.inner_step_count,
                             "H": self.H, "model_id": self.model_id, "model_name": self.model_name,
@@ -382,7 +432,8 @@ class DiLoCo(Session):
                 self.scheduler.load_state_dict(d["scheduler"])
             self._sched_fresh = "scheduler" in d  # else built anew at the sync below
         with self._lock, torch.no_grad():
-            self.outer.load_state_dict(d["outer"])
+            for o, osd in zip(self.outers, [d["outer"]] if self.fragments == 1 else d["outer"]):
+                o.opt.load_state_dict(osd)
             for o, t in zip(self.outer_params, outer_params):
                 o.copy_(t)
             self.inner_step_count = int(d["inner_step"])
@@ -439,9 +490,19 @@ class DiLoCo(Session):
                 "and the parameters are as they were; the next step with finite gradients trains")
         loss = self.inner.step(closure) if closure is not None else self.inner.step()
         self.inner_step_count += 1
-        if self.inner_step_count >= self.H:
+        if self.inner_step_count >= self._gap(self.outer_step_count):
             self._outer_step()
         return loss
+
+    def _gap(self, k: int) -> int:
+        """The inner steps between outer steps k and k + 1: H, or with F
+        fragments their share, so that outer step k comes after inner step
+        ⌊k·H/F⌋ (fragment k mod F's, every H inner steps)."""
+        return (k + 1) * self.H // self.fragments - self._synced(k)
+
+    def _synced(self, k: int) -> int:
+        """The inner steps before outer step k's: ⌊k·H/F⌋."""
+        return k * self.H // self.fragments
 
     def _restore_round(self):
         """Back to θ_outer: the round's inner steps are dropped."""
@@ -450,10 +511,10 @@ class DiLoCo(Session):
                 p.copy_(o)
         self.inner_step_count = 0
 
-    def _first_bad(self, tensors, bound=float("inf")):
+    def _first_bad(self, tensors, bound=float("inf"), names=None):
         """(name, index, value) of the first value not finite or beyond
         bound, None if none."""
-        for (name, _), t in zip(self._named, tensors):
+        for name, t in zip(self.names if names is None else names, tensors):
             ok = torch.isfinite(t) if math.isinf(bound) else (t.abs() <= bound)
             if not bool(ok.all()):
                 i = int((~ok).reshape(-1).nonzero()[0])
@@ -462,6 +523,8 @@ class DiLoCo(Session):
 
     def _outer_step(self):
         n = self.outer_step_count + 1
+        f = n % self.fragments  # the fragment this outer step synchronises (the daemon's cut: step mod F)
+        outer = self.outers[f]
         with self._lock, torch.no_grad():
             params = [p for _, p in self._named]
             bad = self._first_bad(params)
@@ -475,19 +538,21 @@ class DiLoCo(Session):
                     "was published; the model is back at θ_outer of outer step "
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
-            saved = self._save_outer()
-            prev = self._buffers() if model_kind else None
+            saved = outer.save()
+            prev = outer.buffers() if model_kind else None
             # The local outer step on this worker's own pseudo-gradient
             # (see the module comment); under epidemic the stepped θ_outer
-            # is published for the exchange to average, under gossip its
-            # move × 1/N̂ for every peer to add.
-            self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved)
+            # is published for the exchange to average (with fragments,
+            # its fragment f alone goes), under gossip its move × 1/N̂ for
+            # every peer to add.
+            self._outer_apply(outer, [o - p for o, p in zip(outer.params, self._inner_of(f))], n, saved)
             ups = self._region(self.client.update_buffer())
             scale = self.lr_scale
-            for o, b, u in zip(self.outer_params, saved[0], ups):
+            for i, (o, u) in enumerate(zip(self.outer_params, ups)):
                 if model_kind:
                     u.copy_(o)
                     continue
+                b = saved[0][i]  # gossip: one fragment, the whole model
                 if u.device == o.device:
                     torch.sub(o, b, out=u)
                 else:
@@ -498,12 +563,12 @@ class DiLoCo(Session):
         loss, acc = ev if ev is not None else (None, None)
         try:
             if self.merge_wait > 0:
-                r = self._exchange_waiting(n, loss, acc)
+                r = self._step_waiting(n, loss, acc, self.merge_wait, self._expected)
             else:
                 r = self.client.step(n, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock:
-                self._load_outer(saved)
+                outer.load(saved)
                 self._restore_round()
             raise FloatingPointError(
                 f"outer step {n}: the daemon refused the update ({e.details}): after {self.H} inner steps the "
@@ -516,7 +581,7 @@ class DiLoCo(Session):
             log.warning("pspnode.DiLoCo: the daemon went away (%s): this round's inner steps are dropped; "
                         "connecting again", e.details)
             with self._lock:
-                self._load_outer(saved)
+                outer.load(saved)
                 self._restore_round()
             self.client.start_step = self.outer_step_count
             self._welcome(self._connect())
@@ -534,81 +599,43 @@ class DiLoCo(Session):
             merged = self._region(r.update) if r.merged else None
             if model_kind:
                 # θ_outer ← the average of this worker's stepped model and
-                # the peers' (the daemon's, block by block).
+                # the peers' (the daemon's, block by block; with fragments,
+                # of fragment f: the rest of the vector is ours as sent).
                 if merged is not None:
-                    for o, m in zip(self.outer_params, merged):
-                        o.copy_(m.to(o.device).view(o.shape))
-                self._quasi_global(saved[0], prev)
+                    for i, a, b in self._pieces[f]:
+                        self.outer_params[i].view(-1)[a:b].copy_(merged[i].reshape(-1)[a:b].to(self._device))
+                outer.quasi_global(saved[0], prev)
             else:
                 # θ_outer ← θ_outer + (own move × 1/N̂ + Σ peers' moves × 1/N̂)
                 for i, (o, b) in enumerate(zip(self.outer_params, saved[0])):
                     o.sub_(b).mul_(scale).add_(b)
                     if merged is not None:
                         o.add_(merged[i].to(o.device).view(o.shape))
-            for p, o in zip(params, self.outer_params):
-                p.copy_(o)
+            for i, a, b in self._pieces[f]:  # the next round of fragment f starts at θ_outer
+                params[i].view(-1)[a:b].copy_(self.outer_params[i].view(-1)[a:b])
             self.outer_step_count = n
             self.inner_step_count = 0
         if self.on_outer_step is not None:
             self.on_outer_step(n, r.merged, r.barrier)
 
-    def _buffers(self):
-        """The outer SGD's momentum buffers before the outer step, one per
-        parameter (None: none yet), when the quasi-global momentum applies:
-        the outer optimizer is torch.optim.SGD with momentum. Else None."""
-        if not isinstance(self.outer, torch.optim.SGD):
-            return None
-        out = []
-        for o in self.outer_params:
-            if self._group(o)["momentum"] <= 0:
-                return None
-            b = self.outer.state.get(o, {}).get("momentum_buffer")
-            out.append(None if b is None else b.clone())
-        return out
+    def _inner_of(self, f: int):
+        """θ_i where outer optimizer f steps θ_outer: the parameters, or
+        fragment f's values of them (a copy)."""
+        params = [p for _, p in self._named]
+        if self.fragments == 1:
+            return params
+        return [torch.cat([params[i].detach().reshape(-1)[a:b] for i, a, b in self._pieces[f]])]
 
-    def _group(self, o):
-        for g in self.outer.param_groups:
-            if any(p is o for p in g["params"]):
-                return g
-        raise KeyError("an outer parameter in no param group")
-
-    def _quasi_global(self, before, prev):
-        """The quasi-global momentum (see the module comment): each outer
-        SGD momentum buffer becomes μ·(its value before this outer step) +
-        (1 − μ)·(the move θ_outer made this round, the local step and the
-        average, over the outer rate). prev: _buffers() before the step
-        (None: not applied). The lock is held."""
-        if prev is None:
-            return
-        for o, b0, p0 in zip(self.outer_params, before, prev):
-            g = self._group(o)
-            mu, lr = g["momentum"], g["lr"]
-            d = (b0 - o).div_(lr)
-            self.outer.state[o]["momentum_buffer"] = d.mul_(1 - mu) if p0 is None else d.mul_(1 - mu).add_(p0, alpha=mu)
-
-    def _save_outer(self):
-        return [o.clone() for o in self.outer_params], copy.deepcopy(self.outer.state_dict())
-
-    def _load_outer(self, saved):
-        with torch.no_grad():
-            for o, s in zip(self.outer_params, saved[0]):
-                o.copy_(s)
-        self.outer.load_state_dict(saved[1])
-
-    def _outer_apply(self, grads, n, saved):
+    def _outer_apply(self, outer: Outer, grads, n, saved):
         """The outer optimizer's step on grads (θ_outer's gradient), before
         anything is published; if it leaves θ_outer beyond the job's bound,
         θ_outer and its state are put back as saved, the model back at
         θ_outer, and FloatingPointError says so. The lock is held."""
-        for o, g in zip(self.outer_params, grads):
-            o.grad = g
-        self.outer.step()
-        for o in self.outer_params:
-            o.grad = None
-        bad = self._first_bad(self.outer_params, self.max_abs)
+        outer.step(grads)
+        bad = self._first_bad(outer.params, self.max_abs, outer.names)
         if bad is None:
             return
-        self._load_outer(saved)
+        outer.load(saved)
         self._restore_round()
         raise FloatingPointError(
             f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
@@ -624,31 +651,8 @@ class DiLoCo(Session):
             return min(self._fanout, peers)
         return peers
 
-    def _received(self):
-        """The peers' updates the daemon has taken in so far (None when
-        its status cannot be read)."""
-        try:
-            return int(self.client.status(timeout=5).node.updates_received)
-        except Exception:  # a daemon without Status: merge as Step does
-            return None
-
-    def _exchange_waiting(self, n, loss, acc) -> StepResult:
-        """Publish, barrier, then wait up to merge_wait for the round's
-        models before the pull."""
-        c = self.client
-        now = self._received()
-        if now is None:  # no status to tell arrivals by
-            return c.step(n, loss=loss, accuracy=acc)
-        c.publish(n, None, loss=loss, accuracy=acc)
-        b = c.barrier(n + 1)
-        expected, deadline = self._expected(), time.monotonic() + self.merge_wait
-        while (self._received() or now) - now < expected and time.monotonic() < deadline:
-            time.sleep(0.01)
-        p = c.pull()
-        return StepResult(barrier=b, merged=p.merged, update=p.update, reset=p.reset)
-
     def _outer_lr(self):
-        lrs = sorted({float(g.get("lr", float("nan"))) for g in self.outer.param_groups})
+        lrs = sorted({float(g.get("lr", float("nan"))) for o in self.outers for g in o.opt.param_groups})
         return "outer lr " + ", ".join(f"{lr:g}" for lr in lrs)
 
     def _reset(self, reset: "pb.Reset"):
@@ -661,7 +665,7 @@ class DiLoCo(Session):
             self.outer_step_count = int(reset.step)
         log.warning("pspnode.DiLoCo: the daemon moved to lineage %s of the job (%s): θ_outer and the outer step "
                     "(%d) are the job's now", reset.lineage[:16], reset.reason, reset.step)
-        self._jumped(Reset(step=int(reset.step) * self.H, lineage=reset.lineage, reason=reset.reason))
+        self._jumped(Reset(step=self._synced(int(reset.step)), lineage=reset.lineage, reason=reset.reason))
 
     def checkpoint(self) -> str:
         """Writes θ_outer to the daemon's checkpoint file (pspnode run
@@ -675,4 +679,4 @@ class DiLoCo(Session):
 
     def _sched_step(self) -> int:
         """The scheduler's step: the inner steps θ_i has taken."""
-        return self.outer_step_count * self.H + self.inner_step_count
+        return self._synced(self.outer_step_count) + self.inner_step_count

@@ -25,7 +25,7 @@ from pspnode.trainer.v3 import trainer_pb2 as pb  # noqa: E402
 from test_fake import FakeDaemon, serve_fake  # noqa: E402
 
 BIN = os.environ.get("PSPNODE_BIN", "")
-F = torch.nn.functional
+F = F_ = torch.nn.functional
 ARGS = ["--nat-traversal=false", "--exchange", "epidemic:1", "--barrier", "asp"]
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 
@@ -69,7 +69,9 @@ class Refusals(unittest.TestCase):
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
                          ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
                          ({"H": 5, "merge_wait": -1}, "merge_wait"),
-                         ({"H": 5, "compression": "int4"}, "compression")]:
+                         ({"H": 5, "compression": "int4"}, "compression"),
+                         ({"H": 5, "fragments": 0}, "fragments"), ({"H": 2, "fragments": 3}, "fragments"),
+                         ({"H": 5, "fragments": 2.0}, "fragments")]:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
@@ -210,6 +212,53 @@ class WithDaemons(unittest.TestCase):
         with self.assertRaises(ValueError) as cm:
             self.make("dl-int8-own", md, compression="bf16", args=["--exchange", "gossip"])
         self.assertIn("gossip", str(cm.exception))
+
+    def test_fragments_train_and_send_a_fragment_a_round(self):
+        # Streaming DiLoCo: two workers whose models are cut into F
+        # fragments, synchronised in turn, fragment k mod F at outer step
+        # k, every H inner steps each. They train (the loss falls), merge
+        # each other's fragments, and each outer step sends about 1/F of
+        # the model. A worker of another F is refused at connect.
+        torch.manual_seed(0)
+        w = torch.randn(64, 64) / 8
+        for F in (2, 4):
+            with self.subTest(F=F):
+                models = [torch.nn.Linear(64, 64, bias=False) for _ in range(2)]
+                for m in models:
+                    torch.nn.init.zeros_(m.weight)
+                a = self.make(f"dl-frag{F}", models[0], H=4, fragments=F, compression="none", merge_wait=0,
+                              inner=torch.optim.SGD(models[0].parameters(), lr=4.0))
+                b = self.make(f"dl-frag{F}", models[1], H=4, fragments=F, compression="none", merge_wait=0,
+                              boot=self.boot(a), inner=torch.optim.SGD(models[1].parameters(), lr=4.0))
+                self.assertEqual(a.exchange, f"epidemic:1:fragments={F}")
+                g = torch.Generator().manual_seed(F)
+                losses, merged = [], 0
+                for _ in range(24):
+                    for opt, m in ((a, models[0]), (b, models[1])):
+                        x = torch.randn(32, 64, generator=g)
+                        opt.zero_grad()
+                        loss = F_.mse_loss(m(x), x @ w)
+                        loss.backward()
+                        opt.step()
+                        losses.append(loss.item())
+                    merged += a.last_merged + b.last_merged
+                self.assertEqual(a.outer_step_count, 24 * F // 4)  # F outer steps every H inner steps
+                self.assertLess(sum(losses[-8:]) / 8, 0.5 * sum(losses[:8]) / 8)
+                self.assertGreater(merged, 0)
+                # The bytes the daemons sent per model (a fragment) delivered:
+                # the fragment's 4·N/F, and the streams' other bytes.
+                sa, sb = a.client.status().node, b.client.status().node
+                per_model = (sa.out_bytes + sb.out_bytes) / (sa.updates_sent + sb.updates_sent)
+                whole = 4 * 64 * 64
+                self.assertLess(per_model, 1.3 * whole / F + 1024)
+                self.assertGreater(per_model, 0.9 * whole / F)
+                with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+                    mc = torch.nn.Linear(64, 64, bias=False)
+                    self.make(f"dl-frag{F}", mc, H=4, fragments=1, compression="none", boot=self.boot(a),
+                              inner=torch.optim.SGD(mc.parameters(), lr=4.0))
+                self.assertIn("fragments", str(cm.exception))
+                a.close()
+                b.close()
 
     def test_diverging_outer_lr_and_nan_pseudo_gradient(self):
         ma, mb = net(), net()
