@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/gossip"
-	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 )
@@ -599,17 +598,7 @@ func TestNormBound(t *testing.T) {
 // unsupported once identify has said so, and the sender goes on.
 func TestSendToUnsupportedPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		var hs [2]*memnet.Host
-		for i := range hs {
-			h, err := mn.NewHost(10, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Close() })
-			hs[i] = h
-		}
+		hs := twoHosts(t)
 		b, _ := testBase(t, 3, 1, 4)
 		b.d.Host, b.d.Life, b.d.SendTimeout = hs[0], t.Context(), time.Second
 		if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: hs[1].ID(), Addrs: hs[1].Addrs()}); err != nil {

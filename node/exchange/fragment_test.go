@@ -19,17 +19,7 @@ import (
 // fa and fb fragments, on two connected memnet hosts: a sends, b serves.
 func fragmentPair(t *testing.T, n, fa, fb int, enc byte) (a, b *epidemic, bHost *memnet.Host) {
 	t.Helper()
-	mn := memnet.New(0)
-	t.Cleanup(func() { _ = mn.Close() })
-	var hs [2]*memnet.Host
-	for i := range hs {
-		h, err := mn.NewHost(10, 20)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = h.Close() })
-		hs[i] = h
-	}
+	hs := twoHosts(t)
 	mk := func(h *memnet.Host, f int) *epidemic {
 		base, _ := testBase(t, n, 1, 0)
 		base.cfg.Fragments, base.cfg.Encoding = f, enc
@@ -43,6 +33,23 @@ func fragmentPair(t *testing.T, n, fa, fb int, enc byte) (a, b *epidemic, bHost 
 		t.Fatal(err)
 	}
 	return a, b, hs[1]
+}
+
+// twoHosts are two hosts of a memnet network, closed with the test.
+func twoHosts(t *testing.T) [2]*memnet.Host {
+	t.Helper()
+	mn := memnet.New(0)
+	t.Cleanup(func() { _ = mn.Close() })
+	var hs [2]*memnet.Host
+	for i := range hs {
+		h, err := mn.NewHost(10, 20)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = h.Close() })
+		hs[i] = h
+	}
+	return hs
 }
 
 // waitFor waits (on the virtual clock) until ok.
