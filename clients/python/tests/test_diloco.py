@@ -529,6 +529,71 @@ class MergeWait(unittest.TestCase):
         self.assertEqual(fake.calls, ["step"])
 
 
+class FragmentFake(EpidemicFake):
+    """EpidemicFake whose exchange cuts the model into 2 fragments."""
+
+    def Status(self, request, context):
+        return pb.StatusReply(exchange="epidemic:1:fragments=2", node=pb.NodeStatus(updates_received=self.received))
+
+    def Session(self, request_iterator, context):
+        hello = next(request_iterator).hello
+        yield pb.DaemonMessage(welcome=pb.Welcome(
+            session="s1", step=0, job="fake", exchange="epidemic:1:fragments=2", update_kind=pb.UPDATE_KIND_MODEL,
+            population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
+        for _ in request_iterator:
+            pass
+
+
+class Fragments(unittest.TestCase):
+    def make(self, m):
+        n = sum(p.numel() for p in m.parameters())
+        fake = FragmentFake(n, np.zeros(n, dtype="<f4"), 0)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), serve_fake(self, fake), model=m, H=4,
+                             shared_memory=False, connect_timeout=10, merge_wait=0)
+        self.addCleanup(opt.close)
+        return opt, fake
+
+    def test_schedule_outer_state_per_fragment_and_its_round_trips(self):
+        # A daemon cutting the model into 2 fragments: outer step k comes
+        # after inner step 2k and steps fragment k mod 2 alone, with its own
+        # momentum; the other fragment's parameters keep their inner steps.
+        # Its outer state (a joiner's bytes, the state dict) round-trips.
+        m = net()
+        a, fake = self.make(m)
+        self.assertEqual((a.fragments, len(a.outers)), (2, 2))
+        lo, hi = a.outers[1].lo, a.outers[1].hi
+        start = flat(a.outer_parameters())
+        train(a, m, batches(3, 2))  # outer step 1: fragment 1
+        self.assertEqual((a.outer_step_count, a.inner_step_count), (1, 0))
+        theta = flat(a.outer_parameters())
+        self.assertTrue(torch.equal(theta[:lo], start[:lo]))  # fragment 0 not stepped
+        self.assertFalse(torch.equal(theta[lo:hi], start[lo:hi]))
+        self.assertFalse(torch.equal(flat(m.parameters())[:lo], start[:lo]))  # its inner steps go on
+        self.assertTrue(torch.equal(flat(m.parameters())[lo:hi], theta[lo:hi]))
+        self.assertNotIn(a.outers[1].params[0], a.outers[0].opt.state)
+        train(a, m, batches(4, 6))  # outer steps 2, 3, 4
+        self.assertEqual(a.outer_step_count, 4)
+        b, _ = self.make(net(seed=5))
+        from pspnode._diloco_state import load_wire_state
+        load_wire_state(b, a._wire_state(), None)
+        self.assertTrue(torch.equal(flat(b.outer_parameters()), flat(a.outer_parameters())))
+        for oa, ob in zip(a.outers, b.outers):
+            self.assertTrue(torch.equal(oa.opt.state[oa.params[0]]["momentum_buffer"],
+                                        ob.opt.state[ob.params[0]]["momentum_buffer"]))
+        sd = a.state_dict()
+        self.assertEqual(len(sd["diloco"]["outer"]), 2)
+        c, _ = self.make(net(seed=6))
+        c.load_state_dict(sd)
+        for oa, oc in zip(a.outers, c.outers):
+            self.assertTrue(torch.equal(oa.opt.state[oa.params[0]]["momentum_buffer"],
+                                        oc.opt.state[oc.params[0]]["momentum_buffer"]))
+        # A worker of another F than its daemon's is told so.
+        with self.assertRaises(ValueError) as cm:
+            pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), serve_fake(self, FragmentFake(1, None, 0)),
+                           model=m, H=4, fragments=4, shared_memory=False, connect_timeout=10)
+        self.assertIn("fragments=4", str(cm.exception))
+
+
 class WithGossipFake(unittest.TestCase):
     def make(self, fake, m, **kw):
         addr = serve_fake(self, fake)
