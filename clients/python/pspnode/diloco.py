@@ -255,6 +255,9 @@ class DiLoCo(Session):
             if compression is None or fragments is None:  # another's daemon: what its exchange sends
                 sent = self._daemons_exchange()
                 if fragments is None:
+                    if not 1 <= _fragments_of(sent) <= min(H, self.num_params):
+                        raise ValueError(f"the daemon's exchange, {sent}, cuts the model into more fragments than "
+                                         f"H ({H}) or the parameters: give it another --exchange")
                     self._cut(_fragments_of(sent))
                 self._configure(compression or _encoding_of(sent), self.fragments)
                 self.client.model_id = self.model_id
