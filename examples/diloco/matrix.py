@@ -193,7 +193,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "cells.json")
     done = json.load(open(path)) if a.resume and os.path.exists(path) else []
-    key = lambda c: json.dumps({k: c[k] for k in sorted(c) if k not in ("result", "runs")})  # noqa: E731
+    # (what a run adds to its cell, wall_s and load too, is not the cell's key: --resume finds it)
+    key = lambda c: json.dumps({k: c[k] for k in sorted(c) if k not in ("result", "runs", "wall_s", "load")})  # noqa: E731
     have = {key(c): c for c in done}
     split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     # (tasks.py's TASKS; importing it would import torch here)
