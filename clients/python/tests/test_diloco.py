@@ -397,6 +397,8 @@ class EpidemicFake(FakeDaemon):
     and each Pull hands back the model published moved by `change` (the
     average to take) when models came since the last."""
 
+    exchange = "epidemic:1"
+
     def __init__(self, n, change, came_in_round, arriving=1):
         super().__init__(n)
         self.change, self.came_in_round, self.arriving = change, came_in_round, arriving
@@ -405,7 +407,7 @@ class EpidemicFake(FakeDaemon):
     def Session(self, request_iterator, context):
         hello = next(request_iterator).hello
         yield pb.DaemonMessage(welcome=pb.Welcome(
-            session="s1", step=0, job="fake", exchange="epidemic:1", update_kind=pb.UPDATE_KIND_MODEL,
+            session="s1", step=0, job="fake", exchange=self.exchange, update_kind=pb.UPDATE_KIND_MODEL,
             population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
         for _ in request_iterator:
             pass
@@ -530,18 +532,13 @@ class MergeWait(unittest.TestCase):
 
 
 class FragmentFake(EpidemicFake):
-    """EpidemicFake whose exchange cuts the model into 2 fragments."""
+    """EpidemicFake whose exchange cuts the model into 2 fragments (its
+    Status says so)."""
+
+    exchange = "epidemic:1:fragments=2"
 
     def Status(self, request, context):
-        return pb.StatusReply(exchange="epidemic:1:fragments=2", node=pb.NodeStatus(updates_received=self.received))
-
-    def Session(self, request_iterator, context):
-        hello = next(request_iterator).hello
-        yield pb.DaemonMessage(welcome=pb.Welcome(
-            session="s1", step=0, job="fake", exchange="epidemic:1:fragments=2", update_kind=pb.UPDATE_KIND_MODEL,
-            population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
-        for _ in request_iterator:
-            pass
+        return pb.StatusReply(exchange=self.exchange, node=pb.NodeStatus(updates_received=self.received))
 
 
 class Fragments(unittest.TestCase):
