@@ -6,6 +6,7 @@ against DiLoCo over a gloo all-reduce with the same outer step.
     make diloco-matrix                       # every cell, seeds 1
     /usr/bin/python3 examples/diloco/matrix.py --tasks cnn --inners sgd \\
         --H 20 --workers 3 --barriers default --exchanges default --seeds 1,2,3
+    ... --fragments 1,2,4                     # streaming DiLoCo's fragments, an axis
 
 A cell passes when its final held-out loss (the median over its workers'
 θ_outer) is within --loss-tol (2 %) of the all-reduce run's with the same
@@ -127,6 +128,11 @@ def judge(runs, ref, loss_tol, acc_tol, drop_tol, window=3):
            "last_loss": med([r["final_loss"] for r in runs]), "last_acc": med([r["final_acc"] for r in runs]),
            "cpu_s": sum(r["cpu_s"] for r in runs), "peak_rss": max(r["peak_rss"] for r in runs),
            "bytes_per_sample": sum(r["bytes_written"] for r in runs) / max(1, sum(r["samples"] for r in runs)),
+           "bytes_per_outer": sum(r["bytes_written"] for r in runs) / max(1, sum(r.get("outer_steps", 0) for r in runs)),
+           "model_bytes_per_outer": sum(r.get("exchange_sent_bytes", 0) for r in runs)
+           / max(1, sum(r.get("outer_steps", 0) for r in runs)),
+           "peak_Bps_100ms": max(r.get("peak_Bps_100ms", 0) for r in runs),
+           "peak_Bps_1s": max(r.get("peak_Bps_1s", 0) for r in runs),
            "merged": sum(r.get("merged_total", 0) for r in runs)}
     if ref is not None:
         rl, ra = med([tail(r, 2) for r in ref]), med([tail(r, 3) for r in ref])
@@ -167,6 +173,7 @@ def main():
     ap.add_argument("--barriers", default="default,bsp,pssp:2:4")
     ap.add_argument("--exchanges", default="epidemic:1,default,gossip")
     ap.add_argument("--seeds", default="1")
+    ap.add_argument("--fragments", default="1", help="pspnode.DiLoCo's fragments (streaming DiLoCo), e.g. 1,2,4")
     ap.add_argument("--rounds", type=int, default=20, help="outer steps a run takes (its inner steps: rounds × H)")
     ap.add_argument("--diloco-args", default="{}", help="pspnode.DiLoCo keyword arguments, as JSON")
     ap.add_argument("--loss-tol", type=float, default=0.02)
@@ -186,7 +193,8 @@ def main():
     os.makedirs(a.out, exist_ok=True)
     path = os.path.join(a.out, "cells.json")
     done = json.load(open(path)) if a.resume and os.path.exists(path) else []
-    key = lambda c: json.dumps({k: c[k] for k in sorted(c) if k not in ("result", "runs")})  # noqa: E731
+    # (what a run adds to its cell, wall_s and load too, is not the cell's key: --resume finds it)
+    key = lambda c: json.dumps({k: c[k] for k in sorted(c) if k not in ("result", "runs", "wall_s", "load")})  # noqa: E731
     have = {key(c): c for c in done}
     split = lambda s: [x for x in s.split(",") if x]  # noqa: E731
     # (tasks.py's TASKS; importing it would import torch here)
@@ -202,8 +210,10 @@ def main():
                                                          map(int, split(a.workers)), map(int, split(a.seeds))):
             common = {"task": task, "inner": inner, "H": h, "workers": n, "seed": seed, "steps": a.rounds * h}
             ref_cell = dict(common, system="allreduce", barrier="", exchange="", diloco_args={})
-            cells = [ref_cell] + [dict(common, system="diloco", barrier=b, exchange=e, diloco_args=extra)
-                                  for b in split(a.barriers) for e in split(a.exchanges)]
+            cells = [ref_cell] + [dict(common, system="diloco", barrier=b, exchange=e,
+                                       diloco_args=dict(extra, fragments=f) if f > 1 else extra)
+                                  for b in split(a.barriers) for e in split(a.exchanges)
+                                  for f in map(int, split(a.fragments))]
             ref = None
             for c in cells:
                 k = key(c)
@@ -237,6 +247,8 @@ def main():
                             a.window)
                 have[k]["result"] = res
                 name = "all-reduce" if c["system"] == "allreduce" else f"{c['barrier']}/{c['exchange']}"
+                if c["diloco_args"].get("fragments", 1) > 1:
+                    name += f"/F{c['diloco_args']['fragments']}"
                 verdict = {True: "ok", False: "FAIL " + ",".join(res.get("fails", [])), None: "ref"}[res.get("pass")]
                 vs = "" if "loss_rel" not in res else f"Δloss {res['loss_rel']:+.1%} Δacc {res['acc_diff']:+.3f} "
                 print(f"{task} {inner} H={h} N={n} seed={seed} {name:22s} loss {res['final_loss']:.4f} "
@@ -264,8 +276,9 @@ def rejudge(cells, a):
 
 def write_table(cells, path):
     """The judged cells as a markdown table."""
-    rows = ["| task | inner | H | N | seed | barrier/exchange | compression | loss (ref) | Δloss | acc (ref) | Δacc "
-            "| max drop (ref) | verdict | B/sample | CPU s |", "|" + "---|" * 15]
+    rows = ["| task | inner | H | N | seed | barrier/exchange | compression | F | loss (ref) | Δloss | acc (ref) | Δacc "
+            "| max drop (ref) | verdict | B/sample | B/outer step (models) | peak B/s (0.1 s, 1 s) | CPU s | peak RSS MB |",
+            "|" + "---|" * 19]
     for c in cells:
         r = c.get("result")
         if r is None or c["system"] == "allreduce":
@@ -273,10 +286,13 @@ def write_table(cells, path):
         verdict = "ok" if r["pass"] else "FAIL " + ",".join(r["fails"])
         rows.append(f"| {c['task']} | {c['inner']} | {c['H']} | {c['workers']} | {c['seed']} | "
                     f"{c['barrier']}/{c['exchange']} | {c['runs'][0].get('compression', 'none')} | "
+                    f"{c['runs'][0].get('fragments', 1)} | "
                     f"{r['final_loss']:.4f} ({r['ref_loss']:.4f}) | "
                     f"{r['loss_rel']:+.1%} | {r['final_acc']:.4f} ({r['ref_acc']:.4f}) | {r['acc_diff']:+.4f} | "
                     f"{r['max_drop']:.3f} ({r['ref_drop']:.3f}) | {verdict} | {r['bytes_per_sample']:.0f} | "
-                    f"{r['cpu_s']:.0f} |")
+                    f"{r.get('bytes_per_outer', 0):.0f} ({r.get('model_bytes_per_outer', 0):.0f}) | "
+                    f"{r.get('peak_Bps_100ms', 0):.3g}, {r.get('peak_Bps_1s', 0):.3g} | "
+                    f"{r['cpu_s']:.0f} | {r['peak_rss'] / 2**20:.0f} |")
     with open(path, "w") as f:
         f.write("\n".join(rows) + "\n")
 

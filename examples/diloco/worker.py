@@ -12,6 +12,7 @@ the bytes the daemon (or the gloo rank) wrote, CPU seconds and peak RSS.
 """
 
 import argparse
+import copy
 import datetime
 import json
 import logging
@@ -19,6 +20,7 @@ import os
 import resource
 import signal
 import sys
+import threading
 import time
 
 import numpy as np
@@ -83,11 +85,12 @@ def main():
         kw = json.loads(a.diloco_args)
         if a.bin:
             kw["pspnode_bin"] = a.bin
+        http = f"127.0.0.1:{free_port()}"  # its /metrics: what the exchange itself sent
         opt = dl = pspnode.DiLoCo(inner, model=model, H=a.H, outer_lr=a.outer_lr, outer_momentum=a.outer_momentum,
                                   job=a.job, bootstrap=[a.bootstrap] if a.bootstrap else [],
                                   listen=["/ip4/127.0.0.1/tcp/0"], start_timeout=120,
-                                  daemon_args=["--nat-traversal=false", "--log-level", "warn"] + a.daemon_args.split(),
-                                  **kw)
+                                  daemon_args=["--nat-traversal=false", "--log-level", "warn", "--http", http]
+                                  + a.daemon_args.split(), **kw)
         outer_params = dl.outer_parameters()
         net_pid = dl.daemon.proc.pid
         if a.addr_file:
@@ -96,7 +99,14 @@ def main():
         open(a.ready_file, "w").close()
     while a.go_file and not os.path.exists(a.go_file) and not stop["now"]:
         time.sleep(0.02)
+    frags = dl.fragments if dl is not None else 1
+    if a.dump and frags > 1:
+        sys.exit("--dump keeps θ_i at the end of each round: not with fragments")
+    # With fragments the model is never all θ_outer: it is evaluated on a
+    # copy that is (every H inner steps, after the round's last fragment).
+    evaluated = model if frags == 1 else copy.deepcopy(model)
     w0 = charlm.wchar(net_pid)
+    link = LinkSampler(net_pid)
     t0 = time.time()
     curve, dumps_outer, dumps_inner = [], [], []
     loss0, acc0 = task.evaluate(model)
@@ -117,8 +127,12 @@ def main():
         step += 1
         if a.sleep:
             time.sleep(a.sleep)
-        if opt.inner_step_count == 0:  # an outer step: the model holds θ_outer
-            loss, acc = task.evaluate(model)
+        if opt.inner_step_count == 0 and opt.outer_step_count % frags == 0:  # an outer step (of every fragment)
+            if frags > 1:
+                with torch.no_grad():
+                    for p, o in zip(evaluated.parameters(), outer_params):
+                        p.copy_(o)
+            loss, acc = task.evaluate(evaluated)
             merged = dl.last_merged if dl is not None else a.world - 1
             scale = dl.lr_scale if dl is not None else 1 / a.world
             curve.append([round(time.time() - t0, 3), opt.outer_step_count, loss, acc, merged, scale])
@@ -128,6 +142,7 @@ def main():
                 dumps_outer.append(tasks.flat(outer_params))
     elapsed = time.time() - t0
     written = charlm.wchar(net_pid) - w0
+    peaks = link.stop()
     cpu = time.process_time()
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     extra = {}
@@ -135,7 +150,8 @@ def main():
         dcpu, dpeak = charlm.proc_usage(net_pid)
         cpu, peak = cpu + dcpu, peak + dpeak
         extra = {"merged_total": dl.merged_total, "outer_steps": dl.outer_step_count, "compression": dl.compression,
-                 "exchange": dl.exchange}
+                 "exchange": dl.exchange, "fragments": dl.fragments,
+                 "exchange_sent_bytes": metric(http, "psp_exchange_sent_bytes_total")}
         try:
             st = dl.client.status()
             extra.update(updates_received=st.node.updates_received, models_averaged=st.node.models_averaged)
@@ -144,7 +160,7 @@ def main():
     summary = {"system": a.system, "task": a.task, "inner": a.inner, "rank": a.rank, "world": a.world, "H": a.H,
                "steps": step, "samples": step * task.batch, "elapsed_s": elapsed, "curve": curve,
                "final_loss": curve[-1][2], "final_acc": curve[-1][3], "bytes_written": written, "cpu_s": cpu,
-               "peak_rss": peak, "params": sum(p.numel() for p in model.parameters()), **extra}
+               "peak_rss": peak, "params": sum(p.numel() for p in model.parameters()), **peaks, **extra}
     if a.dump:
         np.savez_compressed(a.dump, outer=np.stack(dumps_outer),
                             inner=np.stack(dumps_inner) if dumps_inner else np.zeros((0, 0), np.float32))
@@ -165,6 +181,56 @@ def main():
         import torch.distributed as dist
         dist.barrier()
         dist.destroy_process_group()
+
+
+def free_port():
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def metric(http, name):
+    """A counter of the daemon's /metrics (0 when it cannot be read)."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{http}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return float(line.split()[1])
+    except OSError as e:
+        logging.warning("metrics: %s", e)
+    return 0.0
+
+
+class LinkSampler:
+    """Samples what a process (the daemon, or this one for gloo) has
+    written (/proc/PID/io wchar) every 10 ms, in a thread, until stop():
+    then the most it wrote in any 0.1 s and any 1 s window, as bytes per
+    second (peak_Bps_100ms, peak_Bps_1s)."""
+
+    def __init__(self, pid, every=0.01):
+        self.pid, self.every, self.samples = pid, every, []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        while not self.done.wait(self.every):
+            self.samples.append((time.monotonic(), charlm.wchar(self.pid)))
+
+    def stop(self):
+        self.done.set()
+        self.thread.join()
+        out = {}
+        for name, w in (("peak_Bps_100ms", 0.1), ("peak_Bps_1s", 1.0)):
+            best, j = 0, 0
+            for t, b in self.samples:
+                while self.samples[j][0] < t - w:
+                    j += 1
+                best = max(best, b - self.samples[j][1])
+            out[name] = best / w
+        return out
 
 
 def _outer_only(opt):

@@ -57,6 +57,10 @@
 //	         int8: per chunk of 256 values (the last shorter), scale f32 LE | that many × i8,
 //	         each value i8 × scale (compress.go)
 //
+// A model cut into fragments (streaming DiLoCo) goes one fragment per
+// offer: the offer's fourth byte is then 1 and it ends with the
+// fragment's index and the number of fragments, u32 each (fragment.go).
+//
 // Inbound streams of each protocol are capped per peer and in all
 // (inbound.go); the step protocol's idle streams make room for new ones.
 package wire

@@ -74,6 +74,7 @@ var exchangeCodes = []Reason{
 	ReasonSenderMismatch, ReasonModelMismatch, ReasonWrongLength, ReasonNonFinite,
 	ReasonValueTooLarge, ReasonNegativeStep, ReasonStepTooFarAhead, ReasonOversize,
 	ReasonDistance, ReasonRate, ReasonOtherLineage, ReasonNoModel, ReasonBadBlock, ReasonBadScale,
+	ReasonFragmentMismatch, ReasonBadFragment,
 }
 
 // ExchangeReasons are the reasons an exchange reply can give for a
@@ -104,6 +105,10 @@ type Offer struct {
 	Block    uint32 // values per block (ExchangeBlock)
 	First    uint32 // the first block sent
 	Count    uint32 // blocks sent, First to First+Count−1, in order
+	// Fragment and Fragments: the model is cut into Fragments fragments
+	// (0 or 1: none) and this offer is of fragment Fragment, whose blocks
+	// First and Count must be (fragment.go).
+	Fragment, Fragments uint32
 }
 
 // OfferLen is the length of an offer's body.
@@ -115,21 +120,35 @@ const chunkHeadLen = 8
 
 const replyLen = 3
 
-// AppendOffer appends o's frame to b.
+// AppendOffer appends o's frame to b: an offer of a fragment when
+// o.Fragments > 1 (fragment.go).
 func AppendOffer(b []byte, o Offer) []byte {
-	b = binary.AppendUvarint(b, OfferLen)
-	b = append(b, ExchangeVersion, o.Kind, o.Encoding, 0)
+	frag := o.Fragments > 1
+	if frag {
+		b = binary.AppendUvarint(b, FragmentOfferLen)
+		b = append(b, ExchangeVersion, o.Kind, o.Encoding, 1)
+	} else {
+		b = binary.AppendUvarint(b, OfferLen)
+		b = append(b, ExchangeVersion, o.Kind, o.Encoding, 0)
+	}
 	b = binary.BigEndian.AppendUint64(b, uint64(o.Step))
 	for _, v := range []uint32{o.ModelID, o.N, o.Block, o.First, o.Count} {
 		b = binary.BigEndian.AppendUint32(b, v)
+	}
+	if frag {
+		b = appendFragment(b, o)
 	}
 	return b
 }
 
 // ParseOffer decodes an offer's body.
 func ParseOffer(body []byte) (Offer, error) {
-	if len(body) != OfferLen {
-		return Offer{}, fmt.Errorf("%w: exchange offer of %d bytes, want %d", ErrMalformed, len(body), OfferLen)
+	want := OfferLen
+	if len(body) > 3 && body[3] == 1 {
+		want = FragmentOfferLen
+	}
+	if len(body) != want {
+		return Offer{}, fmt.Errorf("%w: exchange offer of %d bytes, want %d", ErrMalformed, len(body), want)
 	}
 	if body[0] != ExchangeVersion {
 		return Offer{}, fmt.Errorf("%w: exchange offer version %d, want %d", ErrMalformed, body[0], ExchangeVersion)
@@ -137,12 +156,22 @@ func ParseOffer(body []byte) (Offer, error) {
 	u := func(i int) uint32 { return binary.BigEndian.Uint32(body[12+4*i:]) }
 	o := Offer{Kind: body[1], Encoding: body[2], Step: int64(binary.BigEndian.Uint64(body[4:])),
 		ModelID: u(0), N: u(1), Block: u(2), First: u(3), Count: u(4)}
+	if want == FragmentOfferLen {
+		o.Fragment, o.Fragments = u(5), u(6)
+		if o.Fragments < 2 || o.Fragments > MaxFragments {
+			return Offer{}, fmt.Errorf("%w: exchange offer of %d fragments, want 2 to %d", ErrMalformed, o.Fragments, MaxFragments)
+		}
+	}
 	return o, nil
 }
 
 // Check says what is wrong with an offer for a model of n values and
-// model ID id, whatever the receiver's state: "" when nothing is.
-func (o Offer) Check(id uint32, n int) Reason {
+// model ID id, not cut into fragments, whatever the receiver's state: ""
+// when nothing is (CheckLayout for a model cut into fragments).
+func (o Offer) Check(id uint32, n int) Reason { return o.CheckLayout(id, Layout{N: n, F: 1}) }
+
+// checkHead is what Check and CheckLayout check of every offer.
+func (o Offer) checkHead(id uint32, n int) Reason {
 	switch {
 	case o.Encoding != EncodingFloat32 && o.Encoding != EncodingBF16 && o.Encoding != EncodingInt8:
 		return ReasonBadEncoding
@@ -152,8 +181,6 @@ func (o Offer) Check(id uint32, n int) Reason {
 		return ReasonWrongLength
 	case o.Step < 0:
 		return ReasonNegativeStep
-	case o.Block != ExchangeBlock || o.Count == 0 || int64(o.First)+int64(o.Count) > int64(Blocks(n)):
-		return ReasonBadBlock
 	}
 	return ""
 }
@@ -169,9 +196,10 @@ type ExchangeStats struct {
 }
 
 // SendModel offers a model to p, over h, and sends its blocks if p takes
-// them: fill writes block b's values (BlockRange(b, N)) into dst. Each
-// wait, for the verdict, a block's write or the final answer, has its own
-// deadline of step (a slow link sends a large model in many of them);
+// them: fill writes block b's values (o.Layout().Range(b): BlockRange(b,
+// N) for a whole model) into dst. Each wait, for the verdict, a block's
+// write or the final answer, has its own deadline of step (a slow link
+// sends a large model in many of them);
 // ctx ends the whole. buf is a buffer of a block's values (nil: one is
 // made). It returns the reason p refused the model ("" when
 // it took it) and p's exchange kind.
@@ -202,8 +230,9 @@ func SendModel(ctx context.Context, h host.Host, p peer.ID, job string, o Offer,
 		buf = make([]float32, size)
 	}
 	var enc []byte // a block's encoding, when not float32
+	lay := o.Layout()
 	for b := int(o.First); b < int(o.First+o.Count); b++ {
-		lo, hi := BlockRange(b, int(o.N))
+		lo, hi := lay.Range(b)
 		v := buf[:hi-lo]
 		fill(b, v)
 		dl.arm()
@@ -280,7 +309,7 @@ type ExchangeJudge interface {
 	// never flow.
 	Offer(from peer.ID, o Offer) Reason
 	// Block judges and takes block b of a model whose offer it took:
-	// values (BlockRange(b, N)) are valid only during the call. A refusal
+	// values (o.Layout().Range(b)) are valid only during the call. A refusal
 	// ends the transfer; the blocks taken before stay taken.
 	Block(from peer.ID, o Offer, b int, values []float32) Reason
 	// End is called once for every offer Offer took, when its transfer
@@ -299,7 +328,10 @@ type ExchangeServer struct {
 	Kind    byte // this node's exchange, said in every reply
 	ModelID uint32
 	N       int // this node's model's values
-	Judge   ExchangeJudge
+	// Fragments is how many fragments the node's model is cut into (0 or
+	// 1: none): offers of another number are refused.
+	Fragments int
+	Judge     ExchangeJudge
 	// Budget bounds the blocks read at once by all receives (each a
 	// buffer of ExchangeBlock values): the bytes a node holds for models
 	// on their way in, whatever the number of senders.
@@ -352,7 +384,7 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 	dl := newDeadline(s, sv.Timeout)
 	defer dl.stop()
 	r := bufio.NewReaderSize(s, 4096)
-	body, err := ReadFrame(r, OfferLen)
+	body, err := ReadFrame(r, FragmentOfferLen)
 	var o Offer
 	if err == nil {
 		o, err = ParseOffer(body)
@@ -362,7 +394,7 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 		_ = s.Reset()
 		return
 	}
-	reason := o.Check(sv.ModelID, sv.N)
+	reason := o.CheckLayout(sv.ModelID, Layout{N: sv.N, F: sv.Fragments})
 	if reason == "" {
 		reason = sv.Judge.Offer(from, o)
 	}
@@ -409,9 +441,10 @@ func (sv *ExchangeServer) Serve(s network.Stream) {
 // byte of the model was read.
 func (sv *ExchangeServer) blocks(ctx context.Context, s network.Stream, r *bufio.Reader, dl *deadline, from peer.ID, o Offer) (int, Reason, bool) {
 	var head [chunkHeadLen]byte
+	lay := o.Layout()
 	for i := range int(o.Count) {
 		b := int(o.First) + i
-		lo, hi := BlockRange(b, int(o.N))
+		lo, hi := lay.Range(b)
 		dl.arm()
 		if _, err := io.ReadFull(r, head[:]); err != nil {
 			sv.Log.Debug("exchange block not received", "from", from, "block", b, "err", err)

@@ -44,6 +44,14 @@ type Spec struct {
 	// rounding left out of what it sent is added to the next round's
 	// model before it is rounded. It takes any encoding.
 	Encoding byte
+	// Fragments cuts an epidemic node's model into that many fragments of
+	// consecutive values (0 or 1: none), "epidemic:S:fragments=F": the
+	// round of step k sends, takes in and averages fragment k mod F alone
+	// (wire.Layout), so each round carries 1/F of the model (streaming
+	// DiLoCo, where each outer step synchronises one fragment). Every node
+	// of a job must cut its model alike: a fragment of another F is refused
+	// at its offer.
+	Fragments int
 }
 
 // encodings are the names of Spec.Encoding's compressed values.
@@ -51,36 +59,57 @@ var encodings = map[string]byte{"bf16": wire.EncodingBF16, "int8": wire.Encoding
 
 // String renders the spec as Parse reads it.
 func (s Spec) String() string {
-	if s.Kind == Epidemic {
-		for name, e := range encodings {
-			if e == s.Encoding {
-				return "epidemic:" + strconv.Itoa(s.S) + ":" + name
-			}
-		}
-		return "epidemic:" + strconv.Itoa(s.S)
+	if s.Kind != Epidemic {
+		return "gossip"
 	}
-	return "gossip"
+	out := "epidemic:" + strconv.Itoa(s.S)
+	for name, e := range encodings {
+		if e == s.Encoding {
+			out += ":" + name
+		}
+	}
+	if s.Fragments > 1 {
+		out += ":fragments=" + strconv.Itoa(s.Fragments)
+	}
+	return out
 }
 
-// Parse reads "gossip" or "epidemic:S" (S a whole number >= 1), or
-// "epidemic:S:bf16" or "epidemic:S:int8" (models sent compressed).
+// Parse reads "gossip" or "epidemic:S" (S a whole number >= 1), then
+// optionally ":bf16" or ":int8" (models sent compressed), then
+// optionally ":fragments=F" (the model sent a fragment a round).
 func Parse(s string) (Spec, error) {
 	if s == "gossip" {
 		return Spec{}, nil
 	}
-	if rest, ok := strings.CutPrefix(s, "epidemic:"); ok {
-		rest, name, compressed := strings.Cut(rest, ":")
-		enc, known := encodings[name]
-		if compressed && !known {
-			return Spec{}, fmt.Errorf("%q: the model's encoding %q is not one of bf16, int8 (or none: float32)", s, name)
-		}
-		v, err := strconv.Atoi(rest)
-		if err != nil || v < 1 {
-			return Spec{}, fmt.Errorf("%q: S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4", s)
-		}
-		return Spec{Kind: Epidemic, S: v, Encoding: enc}, nil
+	rest, ok := strings.CutPrefix(s, "epidemic:")
+	if !ok {
+		return Spec{}, fmt.Errorf("%q: want gossip or epidemic:S, e.g. epidemic:4", s)
 	}
-	return Spec{}, fmt.Errorf("%q: want gossip or epidemic:S, e.g. epidemic:4", s)
+	parts := strings.Split(rest, ":")
+	v, err := strconv.Atoi(parts[0])
+	if err != nil || v < 1 {
+		return Spec{}, fmt.Errorf("%q: S must be a whole number >= 1 (peers each model goes to), e.g. epidemic:4", s)
+	}
+	spec := Spec{Kind: Epidemic, S: v}
+	parts = parts[1:]
+	if len(parts) > 0 && !strings.HasPrefix(parts[0], "fragments=") {
+		enc, known := encodings[parts[0]]
+		if !known {
+			return Spec{}, fmt.Errorf("%q: the model's encoding %q is not one of bf16, int8 (or none: float32)", s, parts[0])
+		}
+		spec.Encoding, parts = enc, parts[1:]
+	}
+	if len(parts) > 0 {
+		f, err := strconv.Atoi(strings.TrimPrefix(parts[0], "fragments="))
+		if !strings.HasPrefix(parts[0], "fragments=") || err != nil || f < 1 || f > wire.MaxFragments {
+			return Spec{}, fmt.Errorf("%q: %q: want fragments=F, 1 <= F <= %d (the model sent a fragment a round)", s, parts[0], wire.MaxFragments)
+		}
+		spec.Fragments, parts = f, parts[1:]
+	}
+	if len(parts) > 0 {
+		return Spec{}, fmt.Errorf("%q: want epidemic:S[:bf16|:int8][:fragments=F]", s)
+	}
+	return spec, nil
 }
 
 // Set implements flag.Value.
@@ -156,6 +185,9 @@ func (c Config) Validate() error {
 	case c.Kind == Epidemic && c.S >= 1 && c.S <= maxS:
 	default:
 		errs = append(errs, fmt.Sprintf("Exchange %s (kind %d, S %d): want gossip or epidemic:S with 1 <= S <= %d", c.Spec, c.Kind, c.S, maxS))
+	}
+	if c.Fragments < 0 || c.Fragments > wire.MaxFragments || c.Fragments > 1 && c.Kind != Epidemic {
+		errs = append(errs, fmt.Sprintf("Exchange.Fragments %d: want 0 to %d, and more than 1 only under the epidemic exchange", c.Fragments, wire.MaxFragments))
 	}
 	if !(c.NormBound >= 0) || math.IsInf(c.NormBound, 0) {
 		errs = append(errs, fmt.Sprintf("Exchange.NormBound %v must be a finite number >= 0", c.NormBound))

@@ -26,6 +26,14 @@
 // sum of what arrived is kept, not the models, so a node holds one extra
 // parameter vector however many arrive.
 //
+// Fragments (Spec.Fragments, epidemic:S:fragments=F): the model is cut
+// into F fragments of consecutive values, and the round of step k sends,
+// takes in and averages fragment k mod F alone (wire.Layout): a round's
+// link carries 1/F of the model. A fragment that arrives ahead of its
+// turn (from a peer a step ahead) is kept for its fragment's next
+// average. It is for streaming DiLoCo, whose outer steps synchronise one
+// fragment each (clients/python, pspnode.DiLoCo's fragments).
+//
 // Learning rate. Under gossip every node adds every update, so N nodes
 // stepping at rate η move every model by N steps' worth; a node scales its
 // rate by 1/N̂ (node.Config's ScaleLR; ScalesLR says which) so that a round moves the models by one

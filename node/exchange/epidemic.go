@@ -60,8 +60,9 @@ import (
 type epidemic struct {
 	*base
 	s     int
-	p     int // parameters
-	nb    int // blocks
+	p     int         // parameters
+	lay   wire.Layout // the model's fragments and blocks (Config.Fragments)
+	nb    int         // blocks
 	id    uint32
 	limit uint32 // f32.Limit of MaxAbsValue
 	ahead int64  // MaxStepAhead (<= 0: no check)
@@ -70,6 +71,7 @@ type epidemic struct {
 	// read it a block at a time. Taken before mu.
 	rmu sync.RWMutex
 	ref []float32 // the model after the last step and average; nil before the first step
+	cur int       // the fragment of the last step pushed: the one its average takes in
 	has atomic.Bool
 	// Compressed sends (Config.Encoding bf16 or int8): sent is the model
 	// as receivers decode it, made once a round, and resid what rounding
@@ -152,7 +154,7 @@ func newEpidemic(b *base) *epidemic {
 		base:    b,
 		s:       b.cfg.S,
 		p:       params,
-		nb:      wire.Blocks(params),
+		lay:     wire.Layout{N: params, F: b.cfg.Fragments},
 		id:      b.d.Model.ModelID(),
 		limit:   f32.Limit(float32(min(b.cfg.MaxAbsValue, math.MaxFloat32))),
 		ahead:   b.cfg.MaxStepAhead,
@@ -164,12 +166,13 @@ func newEpidemic(b *base) *epidemic {
 		budget:  wire.NewBlockBudget(receiveBlocks, params),
 		busy:    make(map[peer.ID]bool),
 	}
+	e.nb = e.lay.Blocks()
 	e.blk = make([]blockState, e.nb)
 	for i := range e.blk {
 		e.blk[i] = blockState{dists: newSenderDists(distWindow), norms: newOwnNorms()}
 	}
 	b.server = &wire.ExchangeServer{Life: b.d.Life, Timeout: b.d.SendTimeout, Kind: byte(Epidemic), ModelID: e.id, N: params,
-		Judge: e, Budget: e.budget, Rejected: b.m.rejected, Declined: b.m.declined, Log: b.d.Log}
+		Fragments: e.lay.Frags(), Judge: e, Budget: e.budget, Rejected: b.m.rejected, Declined: b.m.declined, Log: b.d.Log}
 	return e
 }
 
@@ -192,12 +195,13 @@ func (e *epidemic) Push(_ context.Context, step int64, upd []float64) {
 	for i, x := range params {
 		e.ref[i] = float32(x)
 	}
+	e.cur = e.lay.FragmentOf(step)
 	e.rmu.Unlock()
 	e.has.Store(true)
 	if upd != nil {
 		e.mu.Lock()
 		for b := range e.nb {
-			lo, hi := wire.BlockRange(b, e.p)
+			lo, hi := e.lay.Range(b)
 			e.blk[b].norms.note(upd[lo:hi])
 		}
 		e.mu.Unlock()
@@ -220,9 +224,10 @@ func (e *epidemic) Push32(_ context.Context, step int64, x []float32, copied fun
 	if first {
 		e.ref = slices.Clone(x)
 	}
+	e.cur = e.lay.FragmentOf(step)
 	e.mu.Lock()
 	for b := range e.nb {
-		lo, hi := wire.BlockRange(b, e.p)
+		lo, hi := e.lay.Range(b)
 		if !first {
 			e.blk[b].norms.noteNorm(math.Sqrt(f32.CopyDist2(e.ref[lo:hi], x[lo:hi])))
 		}
@@ -248,6 +253,7 @@ func (e *epidemic) StepMerge32(step int64, x []float32) int {
 	if first {
 		e.ref = slices.Clone(x)
 	}
+	e.cur = e.lay.FragmentOf(step)
 	e.mu.Lock()
 	k := e.averageLocked(x, !first)
 	e.mu.Unlock()
@@ -277,13 +283,16 @@ func (e *epidemic) Merge32(x []float32) int {
 // averageLocked makes x and ref the average of x and the round, block by
 // block, noting the distance of x from ref as the step's norm when note
 // is set, and starts the next round. It returns the round's senders
-// averaged. rmu and mu are held.
+// averaged. With fragments only the current fragment's blocks are
+// averaged: the others take x, and what arrived for them waits for
+// their turn. rmu and mu are held.
 func (e *epidemic) averageLocked(x []float32, note bool) int {
+	first, count := e.lay.FragmentBlocks(e.cur)
 	for b := range e.nb {
-		lo, hi := wire.BlockRange(b, e.p)
+		lo, hi := e.lay.Range(b)
 		bl := &e.blk[b]
 		var d2 float64
-		if bl.k == 0 {
+		if bl.k == 0 || b < first || b >= first+count {
 			d2 = f32.CopyDist2(e.ref[lo:hi], x[lo:hi])
 		} else {
 			d2 = f32.StepMerge(x[lo:hi], e.ref[lo:hi], e.acc[lo:hi], float32(bl.sumC), float32(1/float64(1+bl.k)))
@@ -296,11 +305,19 @@ func (e *epidemic) averageLocked(x []float32, note bool) int {
 }
 
 // nextRoundLocked ends the round after its average: it counts and
-// returns its senders, and clears it but for the transfers under way,
+// returns its senders (with fragments, the most that sent a block of the
+// current fragment), and clears it but for the transfers under way,
 // whose next blocks go into the next round. mu is held.
 func (e *epidemic) nextRoundLocked() int {
 	e.rounds++ // every average counts, empty or not: the spacing is in this node's steps
 	k := e.merged
+	first, count := e.lay.FragmentBlocks(e.cur)
+	if e.lay.Frags() > 1 {
+		k = 0
+		for b := first; b < first+count; b++ {
+			k = max(k, e.blk[b].k)
+		}
+	}
 	now := e.d.Node.Step()
 	for from, m := range e.round {
 		if m.taken {
@@ -312,7 +329,7 @@ func (e *epidemic) nextRoundLocked() int {
 		}
 		m.taken = false
 	}
-	for b := range e.blk {
+	for b := first; b < first+count; b++ {
 		e.blk[b].k, e.blk[b].sumC = 0, 0
 	}
 	e.merged = 0
@@ -344,10 +361,11 @@ func (e *epidemic) Merge() {
 		e.scratch = make([]float32, e.p)
 	}
 	d := e.scratch
+	first, count := e.lay.FragmentBlocks(e.cur)
 	for b := range e.nb {
-		lo, hi := wire.BlockRange(b, e.p)
+		lo, hi := e.lay.Range(b)
 		bl := &e.blk[b]
-		if bl.k == 0 {
+		if bl.k == 0 || b < first || b >= first+count {
 			clear(d[lo:hi])
 			continue
 		}
@@ -451,8 +469,9 @@ func (e *epidemic) quantizeRound() {
 	if e.sent == nil {
 		e.sent, e.resid = make([]float32, e.p), make([]float32, e.p)
 	}
-	for b := range e.nb {
-		lo, hi := wire.BlockRange(b, e.p)
+	first, count := e.lay.FragmentBlocks(e.cur) // the blocks this round sends
+	for b := first; b < first+count; b++ {
+		lo, hi := e.lay.Range(b)
 		r, x, q := e.resid[lo:hi], e.ref[lo:hi], e.sent[lo:hi]
 		for i := range r {
 			r[i] += x[i]
@@ -556,7 +575,7 @@ func (e *epidemic) roomLocked(from peer.ID) gossip.Reason {
 // (wire.ExchangeJudge): its values, its distance from this node's block
 // (the distance bound), and its pull, clipped to the block's radius.
 func (e *epidemic) Block(from peer.ID, o wire.Offer, b int, y []float32) gossip.Reason {
-	lo, hi := wire.BlockRange(b, e.p)
+	lo, hi := e.lay.Range(b)
 	e.rmu.RLock()
 	defer e.rmu.RUnlock()
 	if e.ref == nil {
@@ -608,7 +627,8 @@ func (e *epidemic) End(from peer.ID, o wire.Offer, taken int, reason gossip.Reas
 		return reason
 	}
 	e.m.received.Inc()
-	e.m.receivedBytes.Add(float64(4 * int(o.N)))
+	lo, hi := o.Layout().Fragment(int(o.Fragment))
+	e.m.receivedBytes.Add(float64(4 * (hi - lo)))
 	e.heard(from, o.Step) // a model of a step counts as an answer, and may wake the barrier
 	return ""
 }

@@ -12,7 +12,8 @@ import (
 // The epidemic exchange's sending: the node's model to S sampled peers
 // after each step, one in flight per peer.
 
-// sendModel sends the reference, the node's model, to S peers drawn
+// sendModel sends the reference, the node's model (with fragments, the
+// step's fragment of it), to S peers drawn
 // from the barrier's sampler, in the background (sendTo): one model in
 // flight per peer at most (a peer whose link still carries the last one
 // is passed over for another), each read from the reference block by
@@ -54,14 +55,19 @@ func (e *epidemic) sendModel(step int64) {
 // at its offer; it returns the last peer tried (busy until the caller
 // frees it).
 func (e *epidemic) sendTo(p peer.ID, step int64) (last peer.ID) {
+	f := e.lay.FragmentOf(step)
+	first, count := e.lay.FragmentBlocks(f)
 	o := wire.Offer{Kind: byte(Epidemic), Encoding: wire.EncodingFloat32, Step: step, ModelID: e.id, N: uint32(e.p),
-		Block: wire.ExchangeBlock, Count: uint32(e.nb)}
+		Block: wire.ExchangeBlock, First: uint32(first), Count: uint32(count)}
+	if e.lay.Frags() > 1 {
+		o.Fragment, o.Fragments = uint32(f), uint32(e.lay.Frags())
+	}
 	read := e.ReadModel
 	if e.compressed() {
 		o.Encoding, read = e.cfg.Encoding, e.readSent
 	}
 	fill := func(b int, dst []float32) {
-		lo, hi := wire.BlockRange(b, e.p)
+		lo, hi := e.lay.Range(b)
 		if !read(lo, hi, dst) {
 			clear(dst)
 		}

@@ -2,6 +2,7 @@ package exchange
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -159,6 +160,9 @@ type Deps struct {
 // New builds the exchange of cfg for the node of d, which has a model:
 // under gossip it joins the job's update topic.
 func New(ctx context.Context, cfg Config, d Deps) (Exchange, error) {
+	if cfg.Fragments > 1 && cfg.Fragments > d.Model.NumParams() {
+		return nil, fmt.Errorf("exchange %s: %d fragments of a model of %d parameters: want at most one a parameter", cfg.Spec, cfg.Fragments, d.Model.NumParams())
+	}
 	b := &base{d: d, cfg: cfg, m: newMetrics(d.Registry)}
 	if cfg.Kind == Epidemic {
 		return newEpidemic(b), nil

@@ -17,7 +17,6 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/pspnode/pspnode/gossip"
-	"github.com/pspnode/pspnode/internal/memnet"
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 )
@@ -133,6 +132,11 @@ func TestParse(t *testing.T) {
 		{"epidemic:1", Spec{Kind: Epidemic, S: 1}, ""},
 		{"epidemic:4:bf16", Spec{Kind: Epidemic, S: 4, Encoding: wire.EncodingBF16}, ""},
 		{"epidemic:2:int8", Spec{Kind: Epidemic, S: 2, Encoding: wire.EncodingInt8}, ""},
+		{"epidemic:4:fragments=2", Spec{Kind: Epidemic, S: 4, Fragments: 2}, ""},
+		{"epidemic:3:int8:fragments=4", Spec{Kind: Epidemic, S: 3, Encoding: wire.EncodingInt8, Fragments: 4}, ""},
+		{"epidemic:3:fragments=0", Spec{}, "want fragments=F"},
+		{"epidemic:3:int8:fragments=x", Spec{}, "want fragments=F"},
+		{"epidemic:3:fragments=2:int8", Spec{}, "want epidemic:S[:bf16|:int8][:fragments=F]"},
 		{"epidemic:2:int4", Spec{}, "not one of bf16, int8"},
 		{"epidemic:2:", Spec{}, "not one of bf16, int8"},
 		{"epidemic:x:int8", Spec{}, "whole number >= 1"},
@@ -195,7 +199,7 @@ func (e *epidemic) roundSum() (sumC []float64, k []int, acc []float32) {
 	}
 	for b, bl := range e.blk {
 		if bl.k > 0 {
-			lo, hi := wire.BlockRange(b, e.p)
+			lo, hi := e.lay.Range(b)
 			acc = append(acc, e.acc[lo:hi]...)
 		}
 	}
@@ -594,17 +598,7 @@ func TestNormBound(t *testing.T) {
 // unsupported once identify has said so, and the sender goes on.
 func TestSendToUnsupportedPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		mn := memnet.New(0)
-		t.Cleanup(func() { _ = mn.Close() })
-		var hs [2]*memnet.Host
-		for i := range hs {
-			h, err := mn.NewHost(10, 20)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() { _ = h.Close() })
-			hs[i] = h
-		}
+		hs := twoHosts(t)
 		b, _ := testBase(t, 3, 1, 4)
 		b.d.Host, b.d.Life, b.d.SendTimeout = hs[0], t.Context(), time.Second
 		if err := hs[0].Connect(t.Context(), peer.AddrInfo{ID: hs[1].ID(), Addrs: hs[1].Addrs()}); err != nil {

@@ -8,7 +8,8 @@ with probabilistic barriers) from a Python training loop.
   closes; given a daemon address it connects to a daemon started beside it.
 - ``pspnode.DiLoCo`` is DiLoCo over a pspnode job: H steps of the user's
   inner optimizer, then an outer step (publish, barrier on outer steps,
-  merge, outer Nesterov step on the averaged pseudo-gradient).
+  merge, outer Nesterov step on the averaged pseudo-gradient); with
+  ``fragments=F``, streaming DiLoCo (a fragment of the model a round).
 - ``pspnode.Client`` is the low-level client of the trainer API (numpy and
   grpcio only); ``pspnode.Daemon`` starts a daemon as a child process.
 - Errors are ``pspnode.DaemonError`` subclasses, chosen by the reason the

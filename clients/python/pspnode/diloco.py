@@ -79,6 +79,19 @@ step of a pspnode daemon:
   matrix's cells ended as in float32), the daemon's own encoding for a
   daemon given by address, none under gossip. It is part of the job's
   configuration: a worker of another compression is refused at connect.
+- **Fragments** (``fragments=F``, streaming DiLoCo, Douillard et al.
+  2025): θ_outer is cut into F fragments of consecutive values, each
+  synchronised every H inner steps, fragment f's outer steps offset by
+  f·H/F inner steps: outer step k (a daemon step) comes after inner step
+  ⌊k·H/F⌋ and synchronises fragment k mod F alone, with an outer
+  optimizer (and momentum) of its own, while the other fragments go on
+  with their inner steps. The daemon's exchange (``--exchange
+  epidemic:S:fragments=F``, which a daemon of the optimizer's own gets)
+  sends and averages that fragment alone: the link carries 1/F of the
+  model F times as often, a steady stream in place of a burst every H
+  steps. The barrier then counts fragment rounds. 1 (the default for a
+  daemon of its own; a daemon given by address: its exchange's) is
+  DiLoCo. Epidemic exchange only; part of the job's configuration.
 - **The outer optimizer** is torch.optim.SGD(lr=outer_lr, momentum=
   outer_momentum, nesterov=True) over a copy of the parameters (θ_outer),
   or what ``outer_optimizer`` builds.
@@ -89,8 +102,8 @@ step of a pspnode daemon:
   says so.
 - **Every worker of a job must run the same configuration:** the model ID
   the daemon checks covers the model's parameter names and shapes, H, the
-  inner optimizer's class and constructor hyperparameters, and the outer
-  optimizer's and the compression, so a worker with another is refused
+  inner optimizer's class and constructor hyperparameters, the outer
+  optimizer's, the compression and the fragments, so a worker with another is refused
   (DiLoCoMismatch) before it publishes anything.
 
 It is a torch.optim.Optimizer: ``param_groups``, ``state`` and
@@ -100,154 +113,36 @@ and the counts.
 """
 
 import copy
-import json
 import logging
 import math
-import struct
-import threading
 import time
-import warnings
 from typing import Callable, Optional, Sequence
 
-import numpy as np
 import torch
 
-from pspnode.client import Client, StepResult, model_id_of
-from pspnode._params import Unpickled as _Unpickled
-from pspnode._params import checked as _checked_params
+from pspnode.client import model_id_of
+from pspnode._diloco_config import (COMPRESSIONS, _default_compression, _default_fragments,  # noqa: F401
+                                    _encoding_of, _fragments_of, _spec, _with_exchange, describe_optimizer)
+from pspnode._diloco_state import STATE_KIND, load_wire_state, wire_state, wire_view
+from pspnode._outer import Outer, fragment_ranges, pieces
 from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
-from pspnode.daemon import Daemon
-from pspnode.errors import ApiVersionMismatch, BadUpdate, DaemonStartError, DaemonUnavailable, ModelMismatch, SessionLost
+from pspnode._session import Reset, Session
+from pspnode.errors import ApiVersionMismatch, BadUpdate, DaemonUnavailable, ModelMismatch, SessionLost
 from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
-STATE_KIND = "pspnode.DiLoCo/1"
 # The outer step's algorithm, in the model ID: a worker of another version
 # (whose outer step combines the exchange's models otherwise) is refused.
 _ALGORITHM = "local-outer-qg/3"
-_MAGIC = b"PSPD"
-_MAX_HEADER = 4 << 20
-# How far (relative to the job's parameters' norm) a peer's θ_outer may be
-# from the parameters the job's peers serve: a round's outer step moves
-# them a few percent; a state of another job, or a forged one, is far.
-_STATE_PARAMS_TOL = 0.5
-# Constructor arguments of torch optimizers that choose an implementation,
-# not the mathematics: not part of the configuration workers must share.
-_IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
-
-
-# How the epidemic exchange sends the models (the daemon's --exchange
-# epidemic:S:ENCODING): float32, bfloat16, or int8 with a float32 scale
-# per 256 values; the sender feeds each round's rounding error into the
-# next round's model.
-COMPRESSIONS = ("none", "bf16", "int8")
-
-
-def _exchange_at(args):
-    """Where a daemon's arguments give --exchange: (index, prefix, spec),
-    the argument at index being prefix + spec; None when they do not."""
-    for i, a in enumerate(args):
-        for flag in ("--exchange", "-exchange"):
-            if a == flag and i + 1 < len(args):
-                return i + 1, "", args[i + 1]
-            if a.startswith(flag + "="):
-                return i, flag + "=", a.split("=", 1)[1]
-    return None
-
-
-def _with_compression(args: list, compression: str) -> list:
-    """The daemon's arguments with the exchange that sends models in
-    compression: its --exchange epidemic:S gets the encoding, and without
-    one the default exchange (epidemic:4) is named with it."""
-    if compression == "none":
-        return args
-    at = _exchange_at(args)
-    if at is None:
-        return args + ["--exchange", f"epidemic:4:{compression}"]
-    i, prefix, spec = at
-    if spec.startswith("epidemic:") and spec.count(":") == 1:
-        args[i] = f"{prefix}{spec}:{compression}"
-    return args
-
-
-def _encoding_of(exchange: str) -> str:
-    """How an exchange ("epidemic:4:int8", "gossip") sends the models."""
-    parts = exchange.split(":")
-    return parts[2] if exchange.startswith("epidemic:") and len(parts) > 2 else "none"
-
-
-def _default_compression(args) -> str:
-    """compression=None for a daemon of the optimizer's own: int8 under
-    the epidemic exchange (measured: the matrix's cells ended as they do
-    in float32, at a quarter of the model's bytes), the daemon's own
-    encoding when its --exchange names one, none under gossip."""
-    at = _exchange_at(list(args))
-    if at is None:
-        return "int8"
-    spec = at[2]
-    if not spec.startswith("epidemic:"):
-        return "none"
-    return _encoding_of(spec) if spec.count(":") > 1 else "int8"
-
-
 class DiLoCoMismatch(ModelMismatch):
     """The daemon refused this worker: its model or its DiLoCo
     configuration (H, the inner or the outer optimizer) is not the job's."""
 
 
-def describe_optimizer(opt: torch.optim.Optimizer) -> str:
-    """An optimizer's class and constructor hyperparameters, as workers of
-    one job must share them: "AdamW(amsgrad=False, betas=(0.9, 0.95), ...)"
-    (flags that choose an implementation, such as foreach, are left out).
-    Schedulers change param_groups, not these."""
-    parts = []
-    for k in sorted(opt.defaults):
-        v = opt.defaults[k]
-        if k in _IMPLEMENTATION or k == "params":
-            continue
-        if isinstance(v, torch.Tensor) and v.numel() == 1:
-            v = v.item()
-        if isinstance(v, (bool, int, float, str)) or v is None:
-            parts.append(f"{k}={v!r}")
-        elif isinstance(v, (tuple, list)) and all(isinstance(x, (bool, int, float)) for x in v):
-            parts.append(f"{k}={tuple(v)!r}")
-    return f"{type(opt).__name__}({', '.join(parts)})"
-
-
-class _StateView:
-    """The bytes of a DiLoCo state (a header, then tensors as float32
-    little-endian), given a range at a time from the tensors where they
-    lie: len() and slicing, as bytes have."""
-
-    def __init__(self, head: bytes, vecs):
-        self.head = head
-        self.vecs = [v.detach().float().cpu() for v in vecs]  # views when already float32 on the CPU
-        self.size = len(head) + 4 * sum(v.numel() for v in self.vecs)
-
-    def __len__(self):
-        return self.size
-
-    def __getitem__(self, s: slice) -> bytes:
-        lo, hi, _ = s.indices(self.size)
-        out, at = [], 0
-        for seg in [self.head] + self.vecs:
-            n = len(seg) if isinstance(seg, bytes) else 4 * seg.numel()
-            a, b = max(lo, at), min(hi, at + n)
-            if a < b:
-                if isinstance(seg, bytes):
-                    out.append(seg[a - at:b - at])
-                else:  # whole values of the tensor, then the bytes asked for
-                    i, j = (a - at) // 4, (b - at + 3) // 4
-                    raw = seg[i:j].numpy().astype("<f4", copy=False).tobytes()
-                    out.append(raw[a - at - 4 * i:b - at - 4 * i])
-            at += n
-        return b"".join(out)
-
-
 @_wraps_inner("pspnode.DiLoCo", "inner optimizer")
-class DiLoCo(torch.optim.Optimizer):
+class DiLoCo(Session):
     """DiLoCo over a pspnode job: ``optimizer`` is the inner optimizer (any
     torch.optim.Optimizer over the model's parameters), H the inner steps
     per outer step.
@@ -255,8 +150,8 @@ class DiLoCo(torch.optim.Optimizer):
     daemon: a running daemon's trainer address ("unix:PATH"); without it,
     ``job`` starts a daemon of the optimizer's own, as pspnode.Optimizer
     does (bootstrap: "HOST:PORT", the same on every worker, or multiaddrs;
-    swarm_key, listen, identity, daemon_args, pspnode_bin, start_timeout). model: the module (recommended: parameter names and
-    order). outer_lr, outer_momentum, outer_nesterov: the outer SGD's
+    swarm_key, listen, identity, daemon_args, pspnode_bin, start_timeout).
+    model: the module (recommended: parameter names and order). outer_lr, outer_momentum, outer_nesterov: the outer SGD's
     (DiLoCo's 0.7, 0.9, True); outer_optimizer: instead, a function of the
     list of outer parameters that returns the outer optimizer. model_name:
     the model's name (default its class name). reconnect: when the daemon
@@ -267,9 +162,26 @@ class DiLoCo(torch.optim.Optimizer):
     (or deltas) to arrive (see the module comment). compression: "none",
     "bf16" or "int8", how the epidemic exchange sends the models (default:
     int8 for a daemon of its own, the daemon's encoding for another's; see
-    the module comment). Other keyword arguments go to Client (shared_memory,
-    connect_timeout).
+    the module comment). fragments: F, the fragments of θ_outer
+    synchronised in turn (1 <= F <= H; see the module comment).
+    scheduler: a function that builds a
+    learning-rate scheduler of the inner rates on this optimizer
+    (``lambda opt: torch.optim.lr_scheduler.CosineAnnealingLR(opt,
+    T_max=...)``, any but ReduceLROnPlateau), which the optimizer then owns
+    (``opt.scheduler``): it steps it once per inner step (step() of this
+    optimizer, the torch convention: T_max and step_size count inner
+    steps), keeps it at outer step × H + the round's inner steps when the
+    outer step jumps to the job's or a round's inner steps are dropped,
+    and saves it in its state_dict. on_reset: called with a Reset (its
+    step counted in inner steps, outer step × H) when θ_outer and the outer
+    step became the job's after the optimizer was built: bring schedulers
+    you step yourself there. Other keyword arguments go to Client
+    (shared_memory, connect_timeout).
     """
+
+    _what = "pspnode.DiLoCo"
+    _inner_what = "inner optimizer"
+    _shaped = True
 
     def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
                  model: Optional[torch.nn.Module] = None, *, H: int, outer_lr: float = 0.7,
@@ -279,9 +191,11 @@ class DiLoCo(torch.optim.Optimizer):
                  identity: Optional[str] = None, daemon_args: Sequence[str] = (), pspnode_bin: Optional[str] = None,
                  start_timeout: float = 60.0, model_name: Optional[str] = None, reconnect: bool = True,
                  on_outer_step: Optional[Callable] = None, merge_wait: float = 1.0, compression: Optional[str] = None,
-                 swarm_key: Optional[str] = None, **client_args):
-        if not isinstance(optimizer, torch.optim.Optimizer) or isinstance(optimizer, DiLoCo):
-            raise TypeError(f"pspnode.DiLoCo wraps the inner torch.optim.Optimizer, got {type(optimizer).__name__}")
+                 swarm_key: Optional[str] = None, scheduler: Optional[Callable[["DiLoCo"], object]] = None,
+                 on_reset: Optional[Callable[[Reset], None]] = None, fragments: Optional[int] = None,
+                 **client_args):
+        self._prepare(optimizer, daemon, model, job=job, bootstrap=bootstrap, listen=listen, identity=identity,
+                      daemon_args=daemon_args, swarm_key=swarm_key, scheduler=scheduler, on_reset=on_reset)
         if isinstance(H, bool) or not isinstance(H, int) or H < 1:
             raise ValueError(f"H={H!r}: H is the number of inner steps between outer steps, a positive integer "
                              "(DiLoCo used 500 for language models; small models 20 to 100)")
@@ -293,154 +207,130 @@ class DiLoCo(torch.optim.Optimizer):
         if compression is not None and compression not in COMPRESSIONS:
             raise ValueError(f"compression={compression!r}: want one of {', '.join(COMPRESSIONS)} (how the "
                              "epidemic exchange sends the models; see the module comment)")
-        if daemon is None and not job:
-            raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
-                             "(and bootstrap=[...] but for the job's first worker) to start a daemon of its own")
-        if daemon is not None and (job or bootstrap or listen or identity or daemon_args or swarm_key):
-            raise ValueError("job, bootstrap, listen, identity, swarm_key and daemon_args start a daemon of the optimizer's "
-                             f"own; the daemon at {daemon} has its own flags: drop them, or drop the address")
-        self.inner = optimizer
+        if not (merge_wait >= 0 and math.isfinite(merge_wait)):
+            raise ValueError(f"merge_wait={merge_wait!r}: want seconds >= 0")
+        if fragments is None and daemon is None:
+            fragments = _default_fragments(daemon_args)
+        if fragments is not None and (isinstance(fragments, bool) or not isinstance(fragments, int)
+                                      or not 1 <= fragments <= min(H, 256, self.num_params)):
+            raise ValueError(f"fragments={fragments!r}: the fragments synchronised in turn, a whole number from 1 "
+                             f"to H ({H}), 256 and the parameters ({self.num_params}); 1 synchronises the whole model")
         self.H = H
         self.reconnect = reconnect
         self.on_outer_step = on_outer_step
-        if not (merge_wait >= 0 and math.isfinite(merge_wait)):
-            raise ValueError(f"merge_wait={merge_wait!r}: want seconds >= 0")
         self.merge_wait = float(merge_wait)
         self.merged_total = 0
         self._fanout = 1
-        self._lock = threading.Lock()  # θ_outer and the outer state, against the client's thread
-        self._stepping = threading.Lock()
-        self._closed = False
-        named, self._device = _checked_params(optimizer, model, "inner optimizer")
-        self._model = model
-        self._model_ids = None if model is None else tuple(id(p) for p in model.parameters())
-        self._named = named
-        self.names = [n for n, _ in named]
-        self.shapes = [(n, tuple(p.shape)) for n, p in named]
-        self._sizes = [p.numel() for _, p in named]
-        self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
-        self.num_params = sum(self._sizes)
-        # θ_outer: a copy of the parameters, which the outer optimizer steps.
+        # θ_outer: a copy of the parameters, which the outer optimizers
+        # step: one flat vector, viewed per parameter (_outer.py).
         with torch.no_grad():
-            self.outer_params = [p.detach().clone() for _, p in named]
+            self._outer_flat = torch.cat([p.detach().reshape(-1) for _, p in self._named]).clone()
+        self.outer_params = self._views(self._outer_flat)
         if outer_optimizer is None:
-            self.outer = torch.optim.SGD(self.outer_params, lr=outer_lr, momentum=outer_momentum,
-                                         nesterov=outer_nesterov and outer_momentum > 0)
-        else:
-            self.outer = outer_optimizer(self.outer_params)
-            if not isinstance(self.outer, torch.optim.Optimizer):
-                raise TypeError("outer_optimizer must return a torch.optim.Optimizer over the list it is given")
+            def outer_optimizer(params):
+                return torch.optim.SGD(params, lr=outer_lr, momentum=outer_momentum,
+                                       nesterov=outer_nesterov and outer_momentum > 0)
+        self._make_outer = outer_optimizer
+        self._cut(fragments or 1)
         name = model_name or (type(model).__name__ if model is not None else "model")
         self._name = name
         self.model_name = f"{name}/diloco"
         self.plain_model_id = model_id_of(name, self.shapes)
         if compression is None and daemon is None:
             compression = _default_compression(daemon_args)
-        self._configure(compression or "none")
+        self._configure(compression or "none", self.fragments)
         self.outer_step_count = 0
         self.inner_step_count = 0  # inner steps in the current round, 0 <= . < H
-        self.population, self.lr_scale = 1.0, 1.0
         self.last_merged = 0
         # Where the last session's θ_outer came from: "own", "job
         # parameters" (a fresh outer optimizer) or "peer state".
         self.started_from = "own"
-        self._eval = None
-        self._cache = {}
-        self.daemon: Optional[Daemon] = None
-        if daemon is None:
-            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity,
-                                 args=_with_compression(list(daemon_args), compression),
-                                 binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
-            daemon = self.daemon.address
-            client_args.setdefault("connect_timeout", start_timeout)
-            # A daemon that cannot join (another job at the bootstrap
-            # address, another swarm key) says so at once (BootstrapError).
-            client_args.setdefault("alive", lambda: self.daemon.alive(self.client.last_waiting))
-        self.client = Client(daemon, model_name=self.model_name, num_params=self.num_params, model_id=self.model_id,
-                             step=0, params_provider=self._params, state_kind=STATE_KIND,
-                             state_provider=self._state, **client_args)
-        try:
-            if compression is None:  # another's daemon: what its exchange sends
-                self._configure(self._daemons_encoding())
+        self._start(daemon, job=job, bootstrap=bootstrap, listen=listen, identity=identity,
+                    daemon_args=_with_exchange(list(daemon_args), compression, self.fragments), pspnode_bin=pspnode_bin,
+                    swarm_key=swarm_key, start_timeout=start_timeout, client_args=client_args,
+                    model_name=self.model_name, model_id=self.model_id, step=0, state_kind=STATE_KIND,
+                    state_provider=self._state)
+
+        def configure():
+            if compression is None or fragments is None:  # another's daemon: what its exchange sends
+                sent = self._daemons_exchange()
+                if fragments is None:
+                    if not 1 <= _fragments_of(sent) <= min(H, self.num_params):
+                        raise ValueError(f"the daemon's exchange, {sent}, cuts the model into more fragments than "
+                                         f"H ({H}) or the parameters: give it another --exchange")
+                    self._cut(_fragments_of(sent))
+                self._configure(compression or _encoding_of(sent), self.fragments)
                 self.client.model_id = self.model_id
             log.info("pspnode.DiLoCo: model %s (id %#010x): %d parameters; %s", name, self.model_id,
                      self.num_params, self.config)
-            self._welcome(self._connect())
-        except BaseException:
-            self.close()
-            raise
+
+        self._open(configure)
 
     # -- set-up ------------------------------------------------------------
 
-    def _daemons_encoding(self) -> str:
-        """How the daemon's exchange sends models, by its Status (waiting
-        up to the connect timeout for it to answer); "none" from a daemon
-        without Status."""
+    def _daemons_exchange(self) -> str:
+        """The daemon's exchange, by its Status (waiting up to the connect
+        timeout for it to answer); "" from a daemon without Status."""
         deadline = time.monotonic() + self.client.connect_timeout
         while True:
             try:
-                return _encoding_of(self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange)
+                return self.client.status(timeout=max(1.0, deadline - time.monotonic())).exchange
             except ApiVersionMismatch:
-                return "none"
+                return ""
             except DaemonUnavailable:
                 if time.monotonic() > deadline:
                     raise
                 time.sleep(0.2)
 
-    def _configure(self, compression: str):
+    def _cut(self, fragments: int):
+        """Cuts θ_outer into fragments, each with an outer optimizer of its
+        own (one fragment: one optimizer over the per-parameter views)."""
+        self.fragments = max(1, fragments)
+        if self.fragments == 1:
+            self.outers = [Outer(self._make_outer(self.outer_params), self.outer_params, self.names, 0,
+                                 self.num_params)]
+        else:
+            self.outers = []
+            for f, (lo, hi) in enumerate(fragment_ranges(self.num_params, self.fragments)):
+                params = [self._outer_flat[lo:hi]]
+                self.outers.append(Outer(self._make_outer(params), params, [f"fragment {f}"], lo, hi))
+        self.outer = self.outers[0].opt  # the (first) outer optimizer
+        self._pieces = [pieces(self._sizes, self._offsets, o.lo, o.hi) for o in self.outers]
+
+    def _configure(self, compression: str, fragments: int):
         """The configuration every worker of the job shares, and the model
         ID that covers it."""
         self.compression = compression
         self.config = (f"H={self.H}; inner {describe_optimizer(self.inner)}; outer {describe_optimizer(self.outer)}; "
-                       f"compression {compression}")
+                       f"compression {compression}" + (f"; fragments {fragments}" if fragments > 1 else ""))
         self.model_id = model_id_of(f"{self._name}|{STATE_KIND}|{_ALGORITHM}|{self.config}", self.shapes)
 
-    def _check(self):
-        if self._closed:
-            raise RuntimeError("this pspnode.DiLoCo is closed")
-        fix = "build the model completely and move it before building the optimizers"
-        for (name, p), (_, shape) in zip(self._named, self.shapes):
-            if p.device != self._device or p.dtype != torch.float32 or tuple(p.shape) != shape:
-                raise RuntimeError(f"parameter {name!r} changed after wrapping (now {p.dtype} {tuple(p.shape)} on "
-                                   f"{p.device}): {fix}")
-        if self._model is not None and tuple(id(p) for p in self._model.parameters()) != self._model_ids:
-            raise RuntimeError(f"the model's parameters changed after wrapping (a layer added, removed or "
-                               f"replaced): {fix}")
-
-    def _connect(self):
-        try:
-            return self.client.connect()
-        except ModelMismatch as e:
-            raise DiLoCoMismatch(e.code, self._mismatch_message(e.details), e.call, e.reason, e.metadata) from None
-        except DaemonUnavailable as e:
-            if self.daemon is not None and not isinstance(e, DaemonStartError):
-                if self.daemon.running and e.reason == "TIMEOUT":
-                    raise self.daemon.failure(f"had not joined its job within {self.client.connect_timeout:.0f} s",
-                                              waiting=e.metadata.get("waiting", self.client.last_waiting)) from None
-                raise self.daemon.failure("could not be reached", waiting=self.client.last_waiting) from None
-            raise
+    def _mismatch(self, e: ModelMismatch) -> ModelMismatch:
+        return DiLoCoMismatch(e.code, self._mismatch_message(e.details), e.call, e.reason, e.metadata)
 
     def _mismatch_message(self, details: str) -> str:
         return (f"this DiLoCo worker was refused: its model or its DiLoCo configuration is not the job's "
                 f"({details}). Its model ID {self.model_id:#010x} covers the model's parameter names and shapes "
                 f"(alone: {self.plain_model_id:#010x}) and this configuration: {self.config}. Every worker of a job "
                 "must build the same model with the same H, the same inner optimizer (class and constructor "
-                "arguments; schedulers may differ) and the same outer optimizer. Nothing was published, and "
+                "arguments; schedulers may differ), the same outer optimizer, compression and fragments. Nothing "
+                "was published, and "
                 "the job's parameters are as they were.")
 
     def _welcome(self, w: "pb.Welcome"):
-        self._cache.clear()
-        self.update_kind = w.update_kind
-        self.lr_scale = w.lr_scale if w.lr_scale > 0 else 1.0
-        self.population = w.population
-        self.max_abs = w.max_abs_value if w.max_abs_value > 0 else float("inf")
-        self.exchange = w.exchange
+        self._welcome_session(w)
         if w.exchange.startswith("epidemic:"):
             try:
                 self._fanout = max(1, int(w.exchange.split(":")[1]))
             except ValueError:
                 self._fanout = 1
-        sent = _encoding_of(w.exchange)
+        kind, _, sent, frags = _spec(w.exchange)
+        if frags != self.fragments:
+            raise ValueError(
+                f"this DiLoCo synchronises {self.fragments} fragment(s) in turn, and its daemon's exchange, "
+                f"{w.exchange}, cuts the model into {frags}: start the daemon with --exchange "
+                f"epidemic:S[:ENCODING]:fragments={self.fragments} (fragments need the epidemic exchange), or give "
+                "fragments to match. Nothing was published")
         if sent != self.compression:
             raise ValueError(
                 f"this DiLoCo's compression is {self.compression!r}, and its daemon's exchange, {w.exchange}, sends "
@@ -453,7 +343,7 @@ class DiLoCo(torch.optim.Optimizer):
             took = False
             if state is not None:
                 try:
-                    self._load_wire_state(state.data, params)
+                    load_wire_state(self, state.data, params)
                     took = True
                     log.info("pspnode.DiLoCo: starting from the job's outer parameters and outer optimizer state "
                              "(%s, outer step %d) at outer step %d", w.state_source, state.step, w.step)
@@ -461,8 +351,9 @@ class DiLoCo(torch.optim.Optimizer):
                     log.warning("pspnode.DiLoCo: the outer state %s gave is not usable (%s): taking the job's "
                                 "parameters with a fresh outer optimizer", w.state_source, e)
             if not took and params is not None:
-                self._assign(self.outer_params, torch.from_numpy(params.copy()))
-                self.outer.state.clear()
+                self._assign(torch.from_numpy(params.copy()), self.outer_params)
+                for o in self.outers:
+                    o.opt.state.clear()
                 log.warning("pspnode.DiLoCo: starting from the job's parameters (%s) at outer step %d, with a fresh "
                             "outer optimizer: %s", w.params_source, w.step,
                             "its state was not usable" if state is not None else "no peer gave its outer state")
@@ -471,34 +362,17 @@ class DiLoCo(torch.optim.Optimizer):
                 for (_, p), o in zip(self._named, self.outer_params):
                     p.copy_(o)
                 self.inner_step_count = 0
-            self.outer_step_count = int(w.step)
+            asked, self.outer_step_count = self.client.start_step, int(w.step)
+        if self._built and w.step != asked:
+            self._jumped(Reset(step=self._synced(int(w.step)), lineage="",
+                               reason=f"resumed into the job at its outer step {w.step} (this worker's was {asked}): "
+                                      "θ_outer and the outer step are the job's"))
+        elif self._built:
+            self._sync_scheduler()
         log.info("pspnode.DiLoCo: job %s, barrier %s (on outer steps), exchange %s, H=%d, outer step %d",
                  w.job, w.barrier, w.exchange, self.H, w.step)
 
     # -- vectors -----------------------------------------------------------
-
-    def _views(self, flat):
-        return [flat[o:o + k].view(s) for o, k, (_, s) in zip(self._offsets, self._sizes, self.shapes)]
-
-    def _region(self, vec):
-        """Per-parameter views of a float32 numpy vector from the client."""
-        if vec.flags.writeable:
-            t = torch.from_numpy(vec)
-        else:
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t = torch.from_numpy(vec)
-        key = (t.data_ptr(), t.numel())
-        v = self._cache.get(key)
-        if v is None:
-            if len(self._cache) >= 8:
-                self._cache.clear()
-            v = self._cache[key] = self._views(t)
-        return v
-
-    def _assign(self, tensors, flat):
-        for t, v in zip(tensors, self._views(flat)):
-            t.copy_(v.to(t.device))
 
     def _flat_outer(self) -> torch.Tensor:
         return torch.cat([o.detach().reshape(-1).cpu() for o in self.outer_params])
@@ -514,109 +388,13 @@ class DiLoCo(torch.optim.Optimizer):
         the whole (a peer's daemon fetches a large state a chunk at a
         time)."""
         with self._lock, torch.no_grad():
-            return self.outer_step_count, self._wire_view()
-
-    def _wire_view(self) -> "_StateView":
-        """θ_outer and the outer optimizer's state, as _wire_state lays
-        them out, viewed in place."""
-        sd = self.outer.state_dict()["state"]
-        tensors, scalars, vecs = [], [], [o.detach().reshape(-1) for o in self.outer_params]
-        for idx in sorted(sd):
-            for key in sorted(sd[idx]):
-                v = sd[idx][key]
-                if isinstance(v, torch.Tensor) and v.dim() > 0:
-                    tensors.append([int(idx), key, list(v.shape)])
-                    vecs.append(v.detach().reshape(-1))
-                elif isinstance(v, torch.Tensor):
-                    scalars.append([int(idx), key, float(v.item()), True])
-                elif isinstance(v, (int, float)) and not isinstance(v, bool):
-                    scalars.append([int(idx), key, float(v), False])
-        header = json.dumps({"config": self.config, "outer_step": self.outer_step_count, "n": self.num_params,
-                             "tensors": tensors, "scalars": scalars}).encode()
-        return _StateView(_MAGIC + struct.pack("<I", len(header)) + header, vecs)
+            return self.outer_step_count, wire_view(self)
 
     def _wire_state(self) -> bytes:
-        """θ_outer and the outer optimizer's state as bytes: "PSPD", the
-        header's length (uint32 LE), a JSON header, then float32 LE values
-        (θ_outer, then each tensor of the outer state the header names).
-        No pickle: the bytes go to other machines."""
-        v = self._wire_view()
-        return v[0:len(v)]
-
-    def _load_wire_state(self, data: bytes, job_params=None):
-        """Takes θ_outer and the outer state from a peer's bytes
-        (_wire_state), checking everything; ValueError if unusable, with
-        nothing changed. One peer's state is checked against what the
-        job's other peers say: every value within the job's MaxAbsValue,
-        and θ_outer within _STATE_PARAMS_TOL (relative) of job_params,
-        the parameters the daemon fetched from the job's peers (a peer's
-        model protocol serves its θ_outer)."""
-        if len(data) < 8 or data[:4] != _MAGIC:
-            raise ValueError("not a pspnode.DiLoCo state")
-        (hl,) = struct.unpack("<I", data[4:8])
-        if hl > _MAX_HEADER or 8 + hl > len(data):
-            raise ValueError(f"a header of {hl} bytes")
-        try:
-            h = json.loads(data[8:8 + hl])
-            config, n, tensors, scalars = h["config"], h["n"], h["tensors"], h["scalars"]
-        except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"a bad header: {e}") from None
-        if config != self.config:
-            raise ValueError(f"the peer's configuration is {config!r}, this worker's {self.config!r}")
-        if n != self.num_params or not isinstance(tensors, list) or not isinstance(scalars, list):
-            raise ValueError(f"{n} parameters, this model has {self.num_params}")
-        shapes, total = [], self.num_params
-        for t in tensors:
-            if (not isinstance(t, list) or len(t) != 3 or not isinstance(t[0], int) or not isinstance(t[1], str)
-                    or not 0 <= t[0] < len(self.outer_params) or not isinstance(t[2], list)
-                    or not all(isinstance(d, int) and d >= 0 for d in t[2])):
-                raise ValueError(f"a bad tensor entry {t!r}")
-            k = int(np.prod(t[2], dtype=np.int64)) if t[2] else 1
-            shapes.append(k)
-            total += k
-        body = memoryview(data)[8 + hl:]
-        if len(body) != 4 * total:
-            raise ValueError(f"{len(body)} bytes of values, the header says {4 * total}")
-        vals = np.frombuffer(body, dtype="<f4")
-        if not np.isfinite(vals).all():
-            raise ValueError("values that are not finite")
-        big = float(np.abs(vals).max()) if len(vals) else 0.0
-        if big > self.max_abs:
-            raise ValueError(f"a value of magnitude {big:.3g}, beyond the job's limit {self.max_abs:.3g}")
-        if job_params is not None:
-            theta = vals[:self.num_params].astype(np.float64)
-            ref = np.asarray(job_params, dtype=np.float64).reshape(-1)
-            dist, norm = float(np.linalg.norm(theta - ref)), float(np.linalg.norm(ref))
-            if len(ref) != self.num_params or dist > _STATE_PARAMS_TOL * norm + 1e-3 * math.sqrt(self.num_params):
-                raise ValueError(f"outer parameters {dist:.3g} from the job's parameters (of norm {norm:.3g}): "
-                                 "not the job's")
-        flat = torch.from_numpy(vals.copy())
-        state = {}
-        off = self.num_params
-        for (idx, key, shape), k in zip(tensors, shapes):
-            state.setdefault(idx, {})[key] = flat[off:off + k].view(shape).to(self._device)
-            off += k
-        for s in scalars:
-            if (not isinstance(s, list) or len(s) != 4 or not isinstance(s[0], int) or not isinstance(s[1], str)
-                    or not 0 <= s[0] < len(self.outer_params) or not isinstance(s[2], (int, float))
-                    or not math.isfinite(s[2])):
-                raise ValueError(f"a bad scalar entry {s!r}")
-            state.setdefault(s[0], {})[s[1]] = torch.tensor(float(s[2])) if s[3] else s[2]
-        sd = self.outer.state_dict()
-        sd["state"] = state
-        self.outer.load_state_dict(sd)  # checks the groups; casts to the parameters' device
-        self._assign(self.outer_params, flat[:self.num_params])
+        return wire_state(self)
 
     # -- torch.optim.Optimizer ---------------------------------------------
     # (param_groups, state, defaults and add_param_group: _wraps_inner)
-
-    def zero_grad(self, set_to_none: Optional[bool] = None):
-        """The inner optimizer's zero_grad."""
-        self._check()
-        if set_to_none is None:
-            self.inner.zero_grad()
-        else:
-            self.inner.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
         """The inner optimizer's state_dict, plus "diloco": the outer
@@ -625,11 +403,14 @@ class DiLoCo(torch.optim.Optimizer):
         Save it with the model's state_dict (θ_i, mid-round)."""
         sd = self.inner.state_dict()
         with self._lock:
-            sd["diloco"] = {"outer": copy.deepcopy(self.outer.state_dict()),
+            outer = [copy.deepcopy(o.opt.state_dict()) for o in self.outers]
+            sd["diloco"] = {"outer": outer[0] if self.fragments == 1 else outer,
                             "outer_params": [o.detach().clone() for o in self.outer_params],
                             "outer_step": self.outer_step_count, "inner_step": self.inner_step_count,
                             "H": self.H, "model_id": self.model_id, "model_name": self.model_name,
                             "config": self.config}
+            if self.scheduler is not None:
+                sd["diloco"]["scheduler"] = self.scheduler.state_dict()
         return sd
 
     def load_state_dict(self, state_dict):
@@ -649,8 +430,13 @@ class DiLoCo(torch.optim.Optimizer):
         if [tuple(t.shape) for t in outer_params] != [s for _, s in self.shapes]:
             raise ValueError("the state_dict's outer parameters have other shapes than the model's")
         self.inner.load_state_dict(sd)
+        if self.scheduler is not None:
+            if "scheduler" in d:
+                self.scheduler.load_state_dict(d["scheduler"])
+            self._sched_fresh = "scheduler" in d  # else built anew at the sync below
         with self._lock, torch.no_grad():
-            self.outer.load_state_dict(d["outer"])
+            for o, osd in zip(self.outers, [d["outer"]] if self.fragments == 1 else d["outer"]):
+                o.opt.load_state_dict(osd)
             for o, t in zip(self.outer_params, outer_params):
                 o.copy_(t)
             self.inner_step_count = int(d["inner_step"])
@@ -663,11 +449,7 @@ class DiLoCo(torch.optim.Optimizer):
             self._welcome(self._connect())
             if self.client.welcome_params() is None:
                 self.inner_step_count = inner_step  # our own state: mid-round as saved
-
-    def __reduce__(self):
-        # A scheduler's saved state_dict can hold the optimizer (see
-        # _params.Unpickled): it pickles as a stand-in, not the session.
-        return _Unpickled, ("pspnode.DiLoCo", self.model_name, self.outer_step_count)
+        self._sync_scheduler()
 
     def __repr__(self):
         return (f"pspnode.DiLoCo({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
@@ -675,46 +457,55 @@ class DiLoCo(torch.optim.Optimizer):
 
     # -- training ----------------------------------------------------------
 
-    def report(self, loss: float, accuracy: Optional[float] = None):
-        """Sends a held-out evaluation with the next outer step."""
-        self._eval = (loss, accuracy)
-
     def outer_parameters(self):
         """θ_outer, one tensor per parameter (the outer optimizer's)."""
         return self.outer_params
 
-    def step(self, closure=None):
+    def _step(self, closure):
         """An inner step; after every H-th, the outer step: publish, barrier
         (on outer steps), merge, outer optimizer step. Returns the inner
         step's loss (the closure's)."""
-        if not self._stepping.acquire(blocking=False):
-            raise RuntimeError("pspnode.DiLoCo.step() called from two threads at once: call it from the training "
-                               "thread only")
+        self._check()
         try:
-            self._check()
-            if closure is None and (bad := _nonfinite_grad(self._named)) is not None:
-                n = self.outer_step_count + 1
-                with self._lock, torch.no_grad():
-                    diverged = self._first_bad([p for _, p in self._named])
-                    if diverged is not None:  # the parameters themselves: this round's training diverged
-                        self._restore_round()
-                if diverged is not None:
-                    raise FloatingPointError(
-                        f"outer step {n}: parameter {diverged[0]!r}[{diverged[1]}] is {diverged[2]}, so the gradient "
-                        f"is not finite: the inner training diverged from θ_outer. Nothing was published; the model is "
-                        f"back at θ_outer of outer step {self.outer_step_count} (the inner optimizer's state may hold "
-                        "non-finite values: reload it)")
+            loss = self._inner_then_outer(closure)
+        except FloatingPointError:  # the round's inner steps may have been dropped
+            self._sync_scheduler()
+            raise
+        self._step_scheduler()
+        return loss
+
+    def _inner_then_outer(self, closure):
+        if closure is None and (bad := _nonfinite_grad(self._named)) is not None:
+            n = self.outer_step_count + 1
+            with self._lock, torch.no_grad():
+                diverged = self._first_bad([p for _, p in self._named])
+                if diverged is not None:  # the parameters themselves: this round's training diverged
+                    self._restore_round()
+            if diverged is not None:
                 raise FloatingPointError(
-                    f"inner step {self.inner_step_count + 1} of outer step {n}: the gradient of parameter {bad!r} is "
-                    "not finite (NaN or ±Inf): the step was skipped before the inner optimizer took it, so its state "
-                    "and the parameters are as they were; the next step with finite gradients trains")
-            loss = self.inner.step(closure) if closure is not None else self.inner.step()
-            self.inner_step_count += 1
-            if self.inner_step_count >= self.H:
-                self._outer_step()
-            return loss
-        finally:
-            self._stepping.release()
+                    f"outer step {n}: parameter {diverged[0]!r}[{diverged[1]}] is {diverged[2]}, so the gradient "
+                    f"is not finite: the inner training diverged from θ_outer. Nothing was published; the model is "
+                    f"back at θ_outer of outer step {self.outer_step_count} (the inner optimizer's state may hold "
+                    "non-finite values: reload it)")
+            raise FloatingPointError(
+                f"inner step {self.inner_step_count + 1} of outer step {n}: the gradient of parameter {bad!r} is "
+                "not finite (NaN or ±Inf): the step was skipped before the inner optimizer took it, so its state "
+                "and the parameters are as they were; the next step with finite gradients trains")
+        loss = self.inner.step(closure) if closure is not None else self.inner.step()
+        self.inner_step_count += 1
+        if self.inner_step_count >= self._gap(self.outer_step_count):
+            self._outer_step()
+        return loss
+
+    def _gap(self, k: int) -> int:
+        """The inner steps between outer steps k and k + 1: H, or with F
+        fragments their share, so that outer step k comes after inner step
+        ⌊k·H/F⌋ (fragment k mod F's, every H inner steps)."""
+        return (k + 1) * self.H // self.fragments - self._synced(k)
+
+    def _synced(self, k: int) -> int:
+        """The inner steps before outer step k's: ⌊k·H/F⌋."""
+        return k * self.H // self.fragments
 
     def _restore_round(self):
         """Back to θ_outer: the round's inner steps are dropped."""
@@ -723,10 +514,10 @@ class DiLoCo(torch.optim.Optimizer):
                 p.copy_(o)
         self.inner_step_count = 0
 
-    def _first_bad(self, tensors, bound=float("inf")):
+    def _first_bad(self, tensors, bound=float("inf"), names=None):
         """(name, index, value) of the first value not finite or beyond
         bound, None if none."""
-        for (name, _), t in zip(self._named, tensors):
+        for name, t in zip(self.names if names is None else names, tensors):
             ok = torch.isfinite(t) if math.isinf(bound) else (t.abs() <= bound)
             if not bool(ok.all()):
                 i = int((~ok).reshape(-1).nonzero()[0])
@@ -735,6 +526,8 @@ class DiLoCo(torch.optim.Optimizer):
 
     def _outer_step(self):
         n = self.outer_step_count + 1
+        f = n % self.fragments  # the fragment this outer step synchronises (the daemon's cut: step mod F)
+        outer = self.outers[f]
         with self._lock, torch.no_grad():
             params = [p for _, p in self._named]
             bad = self._first_bad(params)
@@ -748,19 +541,21 @@ class DiLoCo(torch.optim.Optimizer):
                     "was published; the model is back at θ_outer of outer step "
                     f"{self.outer_step_count} (the inner optimizer's state may hold non-finite values: reload it)")
             model_kind = self.update_kind == pb.UPDATE_KIND_MODEL
-            saved = self._save_outer()
-            prev = self._buffers() if model_kind else None
+            saved = outer.save()
+            prev = outer.buffers() if model_kind else None
             # The local outer step on this worker's own pseudo-gradient
             # (see the module comment); under epidemic the stepped θ_outer
-            # is published for the exchange to average, under gossip its
-            # move × 1/N̂ for every peer to add.
-            self._outer_apply([o - p for o, p in zip(self.outer_params, params)], n, saved)
+            # is published for the exchange to average (with fragments,
+            # its fragment f alone goes), under gossip its move × 1/N̂ for
+            # every peer to add.
+            self._outer_apply(outer, [o - p for o, p in zip(outer.params, self._inner_of(f))], n, saved)
             ups = self._region(self.client.update_buffer())
             scale = self.lr_scale
-            for o, b, u in zip(self.outer_params, saved[0], ups):
+            for i, (o, u) in enumerate(zip(self.outer_params, ups)):
                 if model_kind:
                     u.copy_(o)
                     continue
+                b = saved[0][i]  # gossip: one fragment, the whole model
                 if u.device == o.device:
                     torch.sub(o, b, out=u)
                 else:
@@ -771,12 +566,12 @@ class DiLoCo(torch.optim.Optimizer):
         loss, acc = ev if ev is not None else (None, None)
         try:
             if self.merge_wait > 0:
-                r = self._exchange_waiting(n, loss, acc)
+                r = self._step_waiting(n, loss, acc, self.merge_wait, self._expected)
             else:
                 r = self.client.step(n, loss=loss, accuracy=acc)
         except BadUpdate as e:
             with self._lock:
-                self._load_outer(saved)
+                outer.load(saved)
                 self._restore_round()
             raise FloatingPointError(
                 f"outer step {n}: the daemon refused the update ({e.details}): after {self.H} inner steps the "
@@ -789,7 +584,7 @@ class DiLoCo(torch.optim.Optimizer):
             log.warning("pspnode.DiLoCo: the daemon went away (%s): this round's inner steps are dropped; "
                         "connecting again", e.details)
             with self._lock:
-                self._load_outer(saved)
+                outer.load(saved)
                 self._restore_round()
             self.client.start_step = self.outer_step_count
             self._welcome(self._connect())
@@ -807,81 +602,43 @@ class DiLoCo(torch.optim.Optimizer):
             merged = self._region(r.update) if r.merged else None
             if model_kind:
                 # θ_outer ← the average of this worker's stepped model and
-                # the peers' (the daemon's, block by block).
+                # the peers' (the daemon's, block by block; with fragments,
+                # of fragment f: the rest of the vector is ours as sent).
                 if merged is not None:
-                    for o, m in zip(self.outer_params, merged):
-                        o.copy_(m.to(o.device).view(o.shape))
-                self._quasi_global(saved[0], prev)
+                    for i, a, b in self._pieces[f]:
+                        self.outer_params[i].view(-1)[a:b].copy_(merged[i].reshape(-1)[a:b].to(self._device))
+                outer.quasi_global(saved[0], prev)
             else:
                 # θ_outer ← θ_outer + (own move × 1/N̂ + Σ peers' moves × 1/N̂)
                 for i, (o, b) in enumerate(zip(self.outer_params, saved[0])):
                     o.sub_(b).mul_(scale).add_(b)
                     if merged is not None:
                         o.add_(merged[i].to(o.device).view(o.shape))
-            for p, o in zip(params, self.outer_params):
-                p.copy_(o)
+            for i, a, b in self._pieces[f]:  # the next round of fragment f starts at θ_outer
+                params[i].view(-1)[a:b].copy_(self.outer_params[i].view(-1)[a:b])
             self.outer_step_count = n
             self.inner_step_count = 0
         if self.on_outer_step is not None:
             self.on_outer_step(n, r.merged, r.barrier)
 
-    def _buffers(self):
-        """The outer SGD's momentum buffers before the outer step, one per
-        parameter (None: none yet), when the quasi-global momentum applies:
-        the outer optimizer is torch.optim.SGD with momentum. Else None."""
-        if not isinstance(self.outer, torch.optim.SGD):
-            return None
-        out = []
-        for o in self.outer_params:
-            if self._group(o)["momentum"] <= 0:
-                return None
-            b = self.outer.state.get(o, {}).get("momentum_buffer")
-            out.append(None if b is None else b.clone())
-        return out
+    def _inner_of(self, f: int):
+        """θ_i where outer optimizer f steps θ_outer: the parameters, or
+        fragment f's values of them (a copy)."""
+        params = [p for _, p in self._named]
+        if self.fragments == 1:
+            return params
+        return [torch.cat([params[i].detach().reshape(-1)[a:b] for i, a, b in self._pieces[f]])]
 
-    def _group(self, o):
-        for g in self.outer.param_groups:
-            if any(p is o for p in g["params"]):
-                return g
-        raise KeyError("an outer parameter in no param group")
-
-    def _quasi_global(self, before, prev):
-        """The quasi-global momentum (see the module comment): each outer
-        SGD momentum buffer becomes μ·(its value before this outer step) +
-        (1 − μ)·(the move θ_outer made this round, the local step and the
-        average, over the outer rate). prev: _buffers() before the step
-        (None: not applied). The lock is held."""
-        if prev is None:
-            return
-        for o, b0, p0 in zip(self.outer_params, before, prev):
-            g = self._group(o)
-            mu, lr = g["momentum"], g["lr"]
-            d = (b0 - o).div_(lr)
-            self.outer.state[o]["momentum_buffer"] = d.mul_(1 - mu) if p0 is None else d.mul_(1 - mu).add_(p0, alpha=mu)
-
-    def _save_outer(self):
-        return [o.clone() for o in self.outer_params], copy.deepcopy(self.outer.state_dict())
-
-    def _load_outer(self, saved):
-        with torch.no_grad():
-            for o, s in zip(self.outer_params, saved[0]):
-                o.copy_(s)
-        self.outer.load_state_dict(saved[1])
-
-    def _outer_apply(self, grads, n, saved):
+    def _outer_apply(self, outer: Outer, grads, n, saved):
         """The outer optimizer's step on grads (θ_outer's gradient), before
         anything is published; if it leaves θ_outer beyond the job's bound,
         θ_outer and its state are put back as saved, the model back at
         θ_outer, and FloatingPointError says so. The lock is held."""
-        for o, g in zip(self.outer_params, grads):
-            o.grad = g
-        self.outer.step()
-        for o in self.outer_params:
-            o.grad = None
-        bad = self._first_bad(self.outer_params, self.max_abs)
+        outer.step(grads)
+        bad = self._first_bad(outer.params, self.max_abs, outer.names)
         if bad is None:
             return
-        self._load_outer(saved)
+        outer.load(saved)
         self._restore_round()
         raise FloatingPointError(
             f"outer step {n}: the outer optimizer made parameter {bad[0]!r}[{bad[1]}] {bad[2]:.4g}, not "
@@ -897,31 +654,8 @@ class DiLoCo(torch.optim.Optimizer):
             return min(self._fanout, peers)
         return peers
 
-    def _received(self):
-        """The peers' updates the daemon has taken in so far (None when
-        its status cannot be read)."""
-        try:
-            return int(self.client.status(timeout=5).node.updates_received)
-        except Exception:  # a daemon without Status: merge as Step does
-            return None
-
-    def _exchange_waiting(self, n, loss, acc) -> StepResult:
-        """Publish, barrier, then wait up to merge_wait for the round's
-        models before the pull."""
-        c = self.client
-        now = self._received()
-        if now is None:  # no status to tell arrivals by
-            return c.step(n, loss=loss, accuracy=acc)
-        c.publish(n, None, loss=loss, accuracy=acc)
-        b = c.barrier(n + 1)
-        expected, deadline = self._expected(), time.monotonic() + self.merge_wait
-        while (self._received() or now) - now < expected and time.monotonic() < deadline:
-            time.sleep(0.01)
-        p = c.pull()
-        return StepResult(barrier=b, merged=p.merged, update=p.update, reset=p.reset)
-
     def _outer_lr(self):
-        lrs = sorted({float(g.get("lr", float("nan"))) for g in self.outer.param_groups})
+        lrs = sorted({float(g.get("lr", float("nan"))) for o in self.outers for g in o.opt.param_groups})
         return "outer lr " + ", ".join(f"{lr:g}" for lr in lrs)
 
     def _reset(self, reset: "pb.Reset"):
@@ -929,11 +663,12 @@ class DiLoCo(torch.optim.Optimizer):
         and step become θ_outer's; the outer and inner states stay."""
         vec = self.client.reset_params(reset)
         with self._lock, torch.no_grad():
-            self._assign(self.outer_params, torch.from_numpy(vec.copy()))
+            self._assign(torch.from_numpy(vec.copy()), self.outer_params)
             self._restore_round()
             self.outer_step_count = int(reset.step)
         log.warning("pspnode.DiLoCo: the daemon moved to lineage %s of the job (%s): θ_outer and the outer step "
                     "(%d) are the job's now", reset.lineage[:16], reset.reason, reset.step)
+        self._jumped(Reset(step=self._synced(int(reset.step)), lineage=reset.lineage, reason=reset.reason))
 
     def checkpoint(self) -> str:
         """Writes θ_outer to the daemon's checkpoint file (pspnode run
@@ -942,17 +677,9 @@ class DiLoCo(torch.optim.Optimizer):
         step, vec = self._params()
         return self.client.checkpoint(step, vec)
 
-    def close(self):
-        """Ends the session and stops the daemon the optimizer started."""
-        self._closed = True
-        client = getattr(self, "client", None)
-        if client is not None:
-            client.close()
-        if getattr(self, "daemon", None) is not None:
-            self.daemon.close()
+    def _job_step(self) -> int:
+        return self.outer_step_count
 
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
+    def _sched_step(self) -> int:
+        """The scheduler's step: the inner steps θ_i has taken."""
+        return self._synced(self.outer_step_count) + self.inner_step_count

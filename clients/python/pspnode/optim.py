@@ -63,39 +63,22 @@ parameters whatever its own.
 """
 
 import logging
-import threading
-import warnings
-from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
 import torch
 
-from pspnode.client import Client, model_id_of
-from pspnode._params import Unpickled as _Unpickled
-from pspnode._params import checked as _checked_params
+from pspnode.client import model_id_of
 from pspnode._params import nonfinite_grad as _nonfinite_grad
 from pspnode._params import wraps_inner as _wraps_inner
-from pspnode.daemon import Daemon
-from pspnode.errors import BadUpdate, DaemonStartError, DaemonUnavailable, SessionLost
+from pspnode._session import Reset, Session
+from pspnode.errors import BadUpdate, SessionLost
 from pspnode.trainer.v3 import trainer_pb2 as pb
 
 log = logging.getLogger("pspnode")
 
 
-@dataclass
-class Reset:
-    """What ``on_reset`` receives when the optimizer's step jumped to the
-    job's: the daemon moved to another lineage of the job, or the worker
-    resumed (load_state_dict, a reconnect) into a job at another step. step:
-    the step the parameters have taken (the optimizer's ``step_count``
-    now); lineage: the new lineage's genesis, hex ("" for a resume); why."""
-    step: int
-    lineage: str
-    reason: str
-
-
 @_wraps_inner("pspnode.Optimizer", "wrapped optimizer")
-class Optimizer(torch.optim.Optimizer):
+class Optimizer(Session):
     """Wraps ``optimizer`` (any torch.optim.Optimizer) for a pspnode job.
 
     daemon: a running daemon's trainer address, "unix:PATH" or
@@ -139,6 +122,9 @@ class Optimizer(torch.optim.Optimizer):
     Other keyword arguments go to Client (shared_memory, connect_timeout).
     """
 
+    _what = "pspnode.Optimizer"
+    _inner_what = "optimizer"
+
     def __init__(self, optimizer: torch.optim.Optimizer, daemon: Optional[str] = None,
                  model: Optional[torch.nn.Module] = None, *, job: Optional[str] = None,
                  bootstrap: Sequence[str] = (), listen: Optional[Sequence[str]] = None,
@@ -148,132 +134,31 @@ class Optimizer(torch.optim.Optimizer):
                  start_step: int = 0, scale_updates: bool = True, reconnect: bool = True, checkpoint_every: int = 0,
                  on_reset: Optional[Callable[[Reset], None]] = None, shared_params: bool = True,
                  scheduler: Optional[Callable[["Optimizer"], object]] = None, **client_args):
-        # No torch.optim.Optimizer.__init__: param_groups, state and
-        # defaults are the wrapped optimizer's (properties below).
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError(f"pspnode.Optimizer wraps a torch.optim.Optimizer, got {type(optimizer).__name__}")
-        if isinstance(optimizer, Optimizer):
-            raise TypeError("this optimizer is already a pspnode.Optimizer")
+        self._prepare(optimizer, daemon, model, job=job, bootstrap=bootstrap, listen=listen, identity=identity,
+                      daemon_args=daemon_args, swarm_key=swarm_key, scheduler=scheduler, on_reset=on_reset)
         if checkpoint_every < 0:
             raise ValueError(f"checkpoint_every {checkpoint_every}: want >= 0")
-        if scheduler is not None and not callable(scheduler):
-            raise TypeError("scheduler= takes a function that builds the scheduler on the optimizer, e.g. "
-                            "scheduler=lambda opt: torch.optim.lr_scheduler.StepLR(opt, 30): the optimizer then owns "
-                            "it and keeps it at the job's step")
-        if daemon is None and not job:
-            raise ValueError("give the address of a running daemon (daemon='unix:/tmp/a.sock'), or job='NAME' "
-                             "(and bootstrap='HOST:PORT', alike on every worker) to start a daemon of its own")
-        if daemon is not None and (job or bootstrap or listen or identity or daemon_args or swarm_key):
-            raise ValueError("job, bootstrap, listen, identity, swarm_key and daemon_args start a daemon of the "
-                             f"optimizer's own; the daemon at {daemon} has its own flags: drop them, or drop the "
-                             "address")
-        self.inner = optimizer
         self.checkpoint_every = checkpoint_every
         self.scale_updates = scale_updates
         self.reconnect = reconnect
-        self.on_reset = on_reset
-        self._sched_factory = scheduler
-        self.scheduler = None
-        self._sched_fresh = True  # the scheduler's state matches the lrs (not overwritten by a load)
-        self._built = False  # on_reset is called only once the optimizer is built
-        self._lock = threading.Lock()  # the parameters, against the client's thread
-        self._stepping = threading.Lock()  # one step() at a time
-        self._closed = False
-        named, self._device = _checked_params(optimizer, model, "optimizer")
-        self._model = model
-        self._model_ids = self._ids(model)
-        self._named = named
-        self.names = [n for n, _ in named]
-        self.shapes = [(n, tuple(p.shape)) for n, p in named]
-        self._sizes = [p.numel() for _, p in named]
-        self._offsets = [sum(self._sizes[:i]) for i in range(len(named))]
-        n = sum(self._sizes)
         # The parameters before a step, when the step needs them (gossip's
         # delta; a restore without shared memory): made when first needed.
         self._old = self._olds = None
-        # Views made once, not at every step (60 tensors' slices cost as
-        # much as their copies): each parameter flat, and the pieces of
-        # the shared region or a message, by address.
-        self._pf = [p.view(-1) for _, p in named]
-        self._cache = {}
-        self._host = self._device.type != "cpu"
         self.shared_params = shared_params
         self._in_region = False  # the parameters live in the shared region
         name = model_name or (type(model).__name__ if model is not None else "model")
         self.model_name = name
         self.model_id = model_id if model_id is not None else model_id_of(name, self.shapes)
-        self.num_params = n
         self.step_count = int(start_step)
-        self.population, self.lr_scale = 1.0, 1.0
-        self._eval = None
-        self.daemon: Optional[Daemon] = None
-        if daemon is None:
-            self.daemon = Daemon(job, bootstrap=bootstrap, listen=listen, identity=identity, args=daemon_args,
-                                 binary=pspnode_bin, swarm_key=swarm_key).start(timeout=min(start_timeout, 30.0))
-            daemon = self.daemon.address
-            client_args.setdefault("connect_timeout", start_timeout)
-            client_args.setdefault("alive", lambda: self.daemon.alive(self.client.last_waiting))
-        self.client = Client(daemon, model_name=name, num_params=n, model_id=self.model_id,
-                             step=self.step_count, params_provider=self._params, **client_args)
-        try:
-            self._welcome(self._connect())
-            if scheduler is not None:
-                self._build_scheduler()
-                self._sync_scheduler()
-        except BaseException:
-            self.close()
-            raise
-        self._built = True
+        self._start(daemon, job=job, bootstrap=bootstrap, listen=listen, identity=identity, daemon_args=daemon_args,
+                    pspnode_bin=pspnode_bin, swarm_key=swarm_key, start_timeout=start_timeout,
+                    client_args=client_args, model_name=name, model_id=self.model_id, step=self.step_count)
+        self._open()
 
     # -- set-up ------------------------------------------------------------
 
-    @staticmethod
-    def _ids(model):
-        return None if model is None else tuple(id(p) for p in model.parameters())
-
-    def _check(self):
-        """Raises at once if the model changed under the optimizer since it
-        was wrapped, naming the fix."""
-        if self._closed:
-            raise RuntimeError("this pspnode.Optimizer is closed")
-        fix = ("build the model completely and move it (model.to(...)) before building the optimizer and "
-               "pspnode.Optimizer, or build new ones after the change")
-        for i, ((name, p), shape) in enumerate(zip(self._named, self.shapes)):
-            if p.device != self._device:
-                raise RuntimeError(f"parameter {name!r} moved from {self._device} to {p.device} after wrapping "
-                                   f"(model.to?): {fix}")
-            if p.dtype != torch.float32:
-                raise RuntimeError(f"parameter {name!r} became {p.dtype} after wrapping (model.half()/double()?): "
-                                   "pspnode exchanges float32; keep float32 weights (torch.autocast for mixed precision)")
-            if tuple(p.shape) != shape[1]:
-                raise RuntimeError(f"parameter {name!r} changed shape from {shape[1]} to {tuple(p.shape)} after "
-                                   f"wrapping: every worker's model must keep its shapes; {fix}")
-            if not p.is_contiguous():
-                raise RuntimeError(f"parameter {name!r} is no longer contiguous: "
-                                   "`with torch.no_grad(): p.data = p.data.contiguous()`")
-            if p.data_ptr() != self._pf[i].data_ptr():  # its data was replaced (p.data = ...): view it anew
-                self._pf[i] = p.view(-1)
-        if self._model is not None and self._ids(self._model) != self._model_ids:
-            raise RuntimeError(f"the model's parameters changed after wrapping (a layer added, removed or "
-                               f"replaced): the optimizer would train the old ones; {fix}")
-
-    def _connect(self):
-        try:
-            return self.client.connect()
-        except DaemonUnavailable as e:
-            if self.daemon is not None and not isinstance(e, DaemonStartError):
-                if self.daemon.running and e.reason == "TIMEOUT":
-                    raise self.daemon.failure(f"had not joined its job within {self.client.connect_timeout:.0f} s",
-                                              waiting=e.metadata.get("waiting", self.client.last_waiting)) from None
-                raise self.daemon.failure("could not be reached", waiting=self.client.last_waiting) from None
-            raise
-
     def _welcome(self, w: "pb.Welcome"):
-        self._cache.clear()  # the last session's regions
-        self.update_kind = w.update_kind
-        self.lr_scale = w.lr_scale if self.scale_updates else 1.0
-        self.population = w.population
-        self.max_abs = w.max_abs_value
+        self._welcome_session(w, self.scale_updates)
         params = self.client.welcome_params()
         region = self.client.region()
         with self._lock:
@@ -302,36 +187,6 @@ class Optimizer(torch.optim.Optimizer):
                  w.job, w.barrier, w.exchange, self.num_params, w.step, "on" if self.client.shared else "off")
 
     # -- the parameters ----------------------------------------------------
-
-    def _views(self, flat):
-        return [flat[o:o + k] for o, k in zip(self._offsets, self._sizes)]
-
-    def _region(self, vec):
-        """The per-parameter views of a float32 numpy vector from the
-        client (a region of the shared file, the same few every step, or a
-        message's bytes), kept by address; of a flat tensor, made anew."""
-        if isinstance(vec, torch.Tensor):
-            return self._views(vec.reshape(-1))
-        if vec.flags.writeable:
-            t = torch.from_numpy(vec)
-        else:  # a message's bytes: read only, and only read here
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                t = torch.from_numpy(vec)
-        key = (t.data_ptr(), t.numel())
-        v = self._cache.get(key)
-        if v is None:
-            if len(self._cache) >= 8:
-                self._cache.clear()
-            v = self._cache[key] = self._views(t)
-        return v
-
-    def _assign(self, vec):
-        """Copies a float32 vector (numpy, from the daemon: a region of
-        shared memory or a message's bytes) into the parameters."""
-        with torch.no_grad():
-            for flat, v in zip(self._pf, self._region(vec)):
-                flat.copy_(v.to(flat.device) if self._host else v)
 
     def _copy_out(self, vec):
         """Copies the parameters into a float32 numpy vector (the region)."""
@@ -362,15 +217,6 @@ class Optimizer(torch.optim.Optimizer):
 
     # -- torch.optim.Optimizer ---------------------------------------------
     # (param_groups, state, defaults and add_param_group: _wraps_inner)
-
-    def zero_grad(self, set_to_none: Optional[bool] = None):
-        """The wrapped optimizer's zero_grad (with its own default for
-        set_to_none unless given)."""
-        self._check()
-        if set_to_none is None:
-            self.inner.zero_grad()
-        else:
-            self.inner.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
         """The wrapped optimizer's state_dict, plus "pspnode": the step
@@ -414,36 +260,15 @@ class Optimizer(torch.optim.Optimizer):
         self.client.start_step = step
         self._welcome(self._connect())
 
-    def __reduce__(self):
-        # A scheduler's saved state_dict can hold the optimizer (see
-        # _params.Unpickled): it pickles as a stand-in, not the session.
-        return _Unpickled, ("pspnode.Optimizer", self.model_name, self.step_count)
-
     def __repr__(self):
         return (f"pspnode.Optimizer({self.inner!r},\n  model {self.model_name!r} ({self.num_params} parameters), "
                 f"step {self.step_count}, daemon {self.client.address})")
 
     # -- training ----------------------------------------------------------
 
-    def report(self, loss: float, accuracy: Optional[float] = None):
-        """Sends a held-out evaluation with the next step (the daemon shows
-        it in /status and its metrics)."""
-        self._eval = (loss, accuracy)
-
     @property
     def peers_population(self) -> float:
         return self.population
-
-    def step(self, closure=None):
-        """The wrapped optimizer's step, then publish, barrier and merge."""
-        if not self._stepping.acquire(blocking=False):
-            raise RuntimeError("pspnode.Optimizer.step() called from two threads at once: a worker's steps are one "
-                               "sequence; call step() from the training thread only (one pspnode.Optimizer, and one "
-                               "daemon, per training loop)")
-        try:
-            return self._step(closure)
-        finally:
-            self._stepping.release()
 
     def _step(self, closure):
         self._check()
@@ -493,12 +318,7 @@ class Optimizer(torch.optim.Optimizer):
                                 flat.copy_(v)  # the average, to take
                             else:
                                 flat.add_(v)  # the peers' deltas, to add
-        if self.scheduler is not None:
-            if r.reset is None:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")  # the order check: this step did run the optimizer's
-                    self.scheduler.step()
-            self._sync_scheduler()
+        self._step_scheduler()
         self.population = r.barrier.population
         if self.scale_updates and r.barrier.lr_scale > 0:
             self.lr_scale = r.barrier.lr_scale
@@ -562,53 +382,6 @@ class Optimizer(torch.optim.Optimizer):
                     "the job's now; the optimizer's state is kept", reset.lineage[:16], reset.reason, reset.step)
         self._jumped(Reset(step=int(reset.step), lineage=reset.lineage, reason=reset.reason))
 
-    def _jumped(self, r: Reset):
-        """The step became the job's (r.step): the optimizer's scheduler is
-        brought there, and on_reset told."""
-        self._sync_scheduler()
-        if self.on_reset is not None:
-            self.on_reset(r)
-
-    # -- the scheduler -----------------------------------------------------
-
-    def _build_scheduler(self):
-        """Builds the scheduler anew, from the learning rates it started
-        from (each group's initial_lr, once a scheduler has set it)."""
-        for g in self.param_groups:
-            if "initial_lr" in g:
-                g["lr"] = g["initial_lr"]
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            sched = self._sched_factory(self)
-        if not hasattr(sched, "step") or not hasattr(sched, "last_epoch"):
-            raise TypeError(f"scheduler= built {type(sched).__name__}, not a torch learning-rate scheduler")
-        if isinstance(sched, torch.optim.lr_scheduler.ReduceLROnPlateau):
-            raise TypeError("ReduceLROnPlateau follows a metric, not the step: step it yourself "
-                            "(sched.step(val_loss)) rather than through scheduler=")
-        if getattr(sched, "optimizer", None) is not self:
-            raise ValueError("scheduler= must build the scheduler on the optimizer it is given "
-                             "(lambda opt: StepLR(opt, ...)), not on the wrapped one")
-        self.scheduler, self._sched_fresh = sched, True
-
-    def _sync_scheduler(self):
-        """Brings the optimizer's scheduler to the step: forward by its own
-        steps, or, when it is ahead or its state was overwritten by a load,
-        built anew and stepped there."""
-        if self.scheduler is None:
-            return
-        target = self.step_count
-        if not self._sched_fresh or self.scheduler.last_epoch > target:
-            self._build_scheduler()
-        n = target - self.scheduler.last_epoch
-        if n <= 0:
-            return
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            for _ in range(n):
-                self.scheduler.step()
-        log.info("pspnode: the scheduler brought to the job's step %d (lr %s)", target,
-                 ", ".join(f"{g['lr']:.4g}" for g in self.param_groups))
-
     def checkpoint(self) -> str:
         """Writes the parameters to the daemon's checkpoint file (pspnode
         run --checkpoint), which a restarted worker resumes from."""
@@ -618,22 +391,15 @@ class Optimizer(torch.optim.Optimizer):
         step, vec = self._params()
         return self.client.checkpoint(step, vec)
 
-    def close(self):
-        """Ends the session (the worker leaves its peers' barriers) and
-        stops the daemon the optimizer started, if any. Parameters that
-        lived in the shared region move back into the process's memory."""
-        self._closed = True
+    def _job_step(self) -> int:
+        return self.step_count
+
+    def _sched_step(self) -> int:
+        return self.step_count
+
+    def _release(self):
+        """Parameters that lived in the shared region move back into the
+        process's memory before the session ends."""
         if getattr(self, "_in_region", False):
             with self._lock:
                 self._move_into(None)
-        client = getattr(self, "client", None)
-        if client is not None:
-            client.close()
-        if self.daemon is not None:
-            self.daemon.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()

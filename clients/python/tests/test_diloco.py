@@ -25,7 +25,7 @@ from pspnode.trainer.v3 import trainer_pb2 as pb  # noqa: E402
 from test_fake import FakeDaemon, serve_fake  # noqa: E402
 
 BIN = os.environ.get("PSPNODE_BIN", "")
-F = torch.nn.functional
+F = F_ = torch.nn.functional
 ARGS = ["--nat-traversal=false", "--exchange", "epidemic:1", "--barrier", "asp"]
 LOCAL = ["/ip4/127.0.0.1/tcp/0"]
 
@@ -69,7 +69,9 @@ class Refusals(unittest.TestCase):
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
                          ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
                          ({"H": 5, "merge_wait": -1}, "merge_wait"),
-                         ({"H": 5, "compression": "int4"}, "compression")]:
+                         ({"H": 5, "compression": "int4"}, "compression"),
+                         ({"H": 5, "fragments": 0}, "fragments"), ({"H": 2, "fragments": 3}, "fragments"),
+                         ({"H": 5, "fragments": 2.0}, "fragments")]:
             with self.subTest(kw=kw):
                 with self.assertRaises(ValueError) as cm:
                     pspnode.DiLoCo(torch.optim.AdamW(m.parameters()), "unix:/nonexistent/sock", model=m, **kw)
@@ -211,6 +213,53 @@ class WithDaemons(unittest.TestCase):
             self.make("dl-int8-own", md, compression="bf16", args=["--exchange", "gossip"])
         self.assertIn("gossip", str(cm.exception))
 
+    def test_fragments_train_and_send_a_fragment_a_round(self):
+        # Streaming DiLoCo: two workers whose models are cut into F
+        # fragments, synchronised in turn, fragment k mod F at outer step
+        # k, every H inner steps each. They train (the loss falls), merge
+        # each other's fragments, and each outer step sends about 1/F of
+        # the model. A worker of another F is refused at connect.
+        torch.manual_seed(0)
+        w = torch.randn(64, 64) / 8
+        for F in (2, 4):
+            with self.subTest(F=F):
+                models = [torch.nn.Linear(64, 64, bias=False) for _ in range(2)]
+                for m in models:
+                    torch.nn.init.zeros_(m.weight)
+                a = self.make(f"dl-frag{F}", models[0], H=4, fragments=F, compression="none", merge_wait=0,
+                              inner=torch.optim.SGD(models[0].parameters(), lr=4.0))
+                b = self.make(f"dl-frag{F}", models[1], H=4, fragments=F, compression="none", merge_wait=0,
+                              boot=self.boot(a), inner=torch.optim.SGD(models[1].parameters(), lr=4.0))
+                self.assertEqual(a.exchange, f"epidemic:1:fragments={F}")
+                g = torch.Generator().manual_seed(F)
+                losses, merged = [], 0
+                for _ in range(24):
+                    for opt, m in ((a, models[0]), (b, models[1])):
+                        x = torch.randn(32, 64, generator=g)
+                        opt.zero_grad()
+                        loss = F_.mse_loss(m(x), x @ w)
+                        loss.backward()
+                        opt.step()
+                        losses.append(loss.item())
+                    merged += a.last_merged + b.last_merged
+                self.assertEqual(a.outer_step_count, 24 * F // 4)  # F outer steps every H inner steps
+                self.assertLess(sum(losses[-8:]) / 8, 0.5 * sum(losses[:8]) / 8)
+                self.assertGreater(merged, 0)
+                # The bytes the daemons sent per model (a fragment) delivered:
+                # the fragment's 4·N/F, and the streams' other bytes.
+                sa, sb = a.client.status().node, b.client.status().node
+                per_model = (sa.out_bytes + sb.out_bytes) / (sa.updates_sent + sb.updates_sent)
+                whole = 4 * 64 * 64
+                self.assertLess(per_model, 1.3 * whole / F + 1024)
+                self.assertGreater(per_model, 0.9 * whole / F)
+                with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+                    mc = torch.nn.Linear(64, 64, bias=False)
+                    self.make(f"dl-frag{F}", mc, H=4, fragments=1, compression="none", boot=self.boot(a),
+                              inner=torch.optim.SGD(mc.parameters(), lr=4.0))
+                self.assertIn("fragments", str(cm.exception))
+                a.close()
+                b.close()
+
     def test_diverging_outer_lr_and_nan_pseudo_gradient(self):
         ma, mb = net(), net()
         a = self.make("dl-diverge", ma)
@@ -348,6 +397,8 @@ class EpidemicFake(FakeDaemon):
     and each Pull hands back the model published moved by `change` (the
     average to take) when models came since the last."""
 
+    exchange = "epidemic:1"
+
     def __init__(self, n, change, came_in_round, arriving=1):
         super().__init__(n)
         self.change, self.came_in_round, self.arriving = change, came_in_round, arriving
@@ -356,7 +407,7 @@ class EpidemicFake(FakeDaemon):
     def Session(self, request_iterator, context):
         hello = next(request_iterator).hello
         yield pb.DaemonMessage(welcome=pb.Welcome(
-            session="s1", step=0, job="fake", exchange="epidemic:1", update_kind=pb.UPDATE_KIND_MODEL,
+            session="s1", step=0, job="fake", exchange=self.exchange, update_kind=pb.UPDATE_KIND_MODEL,
             population=2, lr_scale=1, max_abs_value=1e4, model_id=hello.model_id))
         for _ in request_iterator:
             pass
@@ -480,6 +531,66 @@ class MergeWait(unittest.TestCase):
         self.assertEqual(fake.calls, ["step"])
 
 
+class FragmentFake(EpidemicFake):
+    """EpidemicFake whose exchange cuts the model into 2 fragments (its
+    Status says so)."""
+
+    exchange = "epidemic:1:fragments=2"
+
+    def Status(self, request, context):
+        return pb.StatusReply(exchange=self.exchange, node=pb.NodeStatus(updates_received=self.received))
+
+
+class Fragments(unittest.TestCase):
+    def make(self, m):
+        n = sum(p.numel() for p in m.parameters())
+        fake = FragmentFake(n, np.zeros(n, dtype="<f4"), 0)
+        opt = pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), serve_fake(self, fake), model=m, H=4,
+                             shared_memory=False, connect_timeout=10, merge_wait=0)
+        self.addCleanup(opt.close)
+        return opt, fake
+
+    def test_schedule_outer_state_per_fragment_and_its_round_trips(self):
+        # A daemon cutting the model into 2 fragments: outer step k comes
+        # after inner step 2k and steps fragment k mod 2 alone, with its own
+        # momentum; the other fragment's parameters keep their inner steps.
+        # Its outer state (a joiner's bytes, the state dict) round-trips.
+        m = net()
+        a, fake = self.make(m)
+        self.assertEqual((a.fragments, len(a.outers)), (2, 2))
+        lo, hi = a.outers[1].lo, a.outers[1].hi
+        start = flat(a.outer_parameters())
+        train(a, m, batches(3, 2))  # outer step 1: fragment 1
+        self.assertEqual((a.outer_step_count, a.inner_step_count), (1, 0))
+        theta = flat(a.outer_parameters())
+        self.assertTrue(torch.equal(theta[:lo], start[:lo]))  # fragment 0 not stepped
+        self.assertFalse(torch.equal(theta[lo:hi], start[lo:hi]))
+        self.assertFalse(torch.equal(flat(m.parameters())[:lo], start[:lo]))  # its inner steps go on
+        self.assertTrue(torch.equal(flat(m.parameters())[lo:hi], theta[lo:hi]))
+        self.assertNotIn(a.outers[1].params[0], a.outers[0].opt.state)
+        train(a, m, batches(4, 6))  # outer steps 2, 3, 4
+        self.assertEqual(a.outer_step_count, 4)
+        b, _ = self.make(net(seed=5))
+        from pspnode._diloco_state import load_wire_state
+        load_wire_state(b, a._wire_state(), None)
+        self.assertTrue(torch.equal(flat(b.outer_parameters()), flat(a.outer_parameters())))
+        for oa, ob in zip(a.outers, b.outers):
+            self.assertTrue(torch.equal(oa.opt.state[oa.params[0]]["momentum_buffer"],
+                                        ob.opt.state[ob.params[0]]["momentum_buffer"]))
+        sd = a.state_dict()
+        self.assertEqual(len(sd["diloco"]["outer"]), 2)
+        c, _ = self.make(net(seed=6))
+        c.load_state_dict(sd)
+        for oa, oc in zip(a.outers, c.outers):
+            self.assertTrue(torch.equal(oa.opt.state[oa.params[0]]["momentum_buffer"],
+                                        oc.opt.state[oc.params[0]]["momentum_buffer"]))
+        # A worker of another F than its daemon's is told so.
+        with self.assertRaises(ValueError) as cm:
+            pspnode.DiLoCo(torch.optim.SGD(m.parameters(), lr=0.1), serve_fake(self, FragmentFake(1, None, 0)),
+                           model=m, H=4, fragments=4, shared_memory=False, connect_timeout=10)
+        self.assertIn("fragments=4", str(cm.exception))
+
+
 class WithGossipFake(unittest.TestCase):
     def make(self, fake, m, **kw):
         addr = serve_fake(self, fake)
@@ -489,6 +600,54 @@ class WithGossipFake(unittest.TestCase):
                              connect_timeout=10, **kw)
         self.addCleanup(opt.close)
         return opt
+
+    def test_model_changed_after_wrapping(self):
+        # The checks pspnode.Optimizer makes (one copy, in the session):
+        # a parameter no longer contiguous, of another dtype or shape, or a
+        # layer replaced is refused at zero_grad and step, naming the fix.
+        m = net()
+        opt = self.make(FakeDaemon(sum(p.numel() for p in m.parameters())), m, merge_wait=0)
+        train(opt, m, batches(2, 1))
+        w, last = m[0].weight.data, m[2]
+        cases = [("contiguous", lambda: setattr(m[0].weight, "data", w.t().contiguous().t()),
+                  lambda: setattr(m[0].weight, "data", w), "no longer contiguous"),
+                 ("double", m.double, m.float, "float32"),
+                 ("shape", lambda: setattr(m[0].bias, "data", torch.zeros(5)),
+                  lambda: setattr(m[0].bias, "data", torch.zeros(8)), "changed shape"),
+                 ("layer", lambda: m.__setitem__(2, torch.nn.Linear(8, 1)), lambda: m.__setitem__(2, last),
+                  "layer added, removed or replaced")]
+        for name, change, undo, says in cases:
+            with self.subTest(name):
+                change()
+                for call in (opt.zero_grad, opt.step):
+                    with self.assertRaises(RuntimeError) as cm:
+                        call()
+                    self.assertIn(says, str(cm.exception))
+                undo()
+        train(opt, m, batches(3, 1))
+        self.assertEqual((opt.outer_step_count, opt.inner_step_count), (1, 0))
+
+    def test_scheduler_steps_per_inner_step_and_follows_a_reset(self):
+        # scheduler= is stepped once per inner step; when the daemon moves
+        # to another lineage at outer step 40, the scheduler is brought to
+        # inner step 40 × H and on_reset is told so.
+        m = net()
+        n = sum(p.numel() for p in m.parameters())
+        fake = FakeDaemon(n, reset_at=2, reset_params=np.full(n, 0.5, dtype="<f4"))
+        resets = []
+        opt = self.make(fake, m, merge_wait=0, scheduler=lambda o: torch.optim.lr_scheduler.StepLR(o, 3, 0.5),
+                        on_reset=resets.append)
+        self.assertIsInstance(opt.scheduler, torch.optim.lr_scheduler.StepLR)
+        train(opt, m, batches(4, 3))  # 3 inner steps: one halving
+        self.assertEqual(opt.scheduler.last_epoch, 3)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.05)
+        self.assertEqual(opt.state_dict()["diloco"]["scheduler"]["last_epoch"], 3)
+        train(opt, m, batches(5, 1))  # the second outer step: the reset
+        self.assertEqual(opt.outer_step_count, 40)
+        self.assertEqual([r.step for r in resets], [80])
+        self.assertEqual(opt.scheduler.last_epoch, 80)
+        self.assertAlmostEqual(opt.param_groups[0]["lr"], 0.1 * 0.5 ** (80 // 3))
+        self.assertTrue(torch.equal(flat(m.parameters()), torch.full((n,), 0.5)))
 
     def test_gossip_publishes_scaled_move_and_sums(self):
         # The worker takes the outer step on its own pseudo-gradient Δ =
