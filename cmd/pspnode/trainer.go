@@ -88,7 +88,7 @@ func ownedBy(ctx context.Context, in io.Reader, log *slog.Logger) (context.Conte
 // newDrivenNode builds a node whose steps a trainer drives, and its
 // trainer API server.
 func newDrivenNode(ctx context.Context, cfg node.Config, t trainerFlags, log *slog.Logger, reg *prometheus.Registry) (*node.Node, *trainer.Server, error) {
-	task := trainer.NewModel()
+	task := trainer.NewRemoteModel()
 	cfg.Driven = true
 	nd, err := node.New(ctx, cfg, node.WithModel(task), node.WithLogger(log), node.WithRegistry(reg))
 	if err != nil {

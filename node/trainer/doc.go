@@ -10,7 +10,7 @@
 // client and a torch.optim wrapper.
 //
 // One trainer at a time: its Session stream is its presence. Hello fixes
-// the model of a daemon whose first trainer it is (Model), or is checked
+// the model of a daemon whose first trainer it is (RemoteModel), or is checked
 // against it; the daemon waits for its job (reporting why, as /health
 // does), takes the step and model to start from (its checkpoint, or a
 // peer's model when the job is ahead), and answers Welcome. Then each step

@@ -28,7 +28,7 @@ func Example() {
 	defer os.RemoveAll(dir)
 
 	// The daemon: a driven node and its trainer API.
-	task := trainer.NewModel()
+	task := trainer.NewRemoteModel()
 	cfg := node.DefaultLocalConfig() // TCP on loopback, no NAT traversal
 	cfg.Job = "example"
 	cfg.Barrier = psp.MustParse("pssp:2:1")

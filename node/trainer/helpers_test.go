@@ -34,7 +34,7 @@ type daemon struct {
 // edit applied to its config.
 func startDaemon(t testing.TB, job string, boot *daemon, barrier string, edit func(*node.Config, *Config)) *daemon {
 	t.Helper()
-	task := NewModel()
+	task := NewRemoteModel()
 	cfg := node.DefaultLocalConfig()
 	cfg.Job = job
 	cfg.Barrier = psp.MustParse(barrier)

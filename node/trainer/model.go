@@ -11,7 +11,7 @@ import (
 	"github.com/pspnode/pspnode/internal/f32"
 )
 
-// Model is the node.Model of a driven node: the model lives in the trainer
+// RemoteModel is the node.Model of a driven node: the model lives in the trainer
 // process, so the task holds only what the node needs of it.
 //
 //   - Its shape (name, model ID, parameter count) is fixed by the first
@@ -26,7 +26,7 @@ import (
 //     (ParamsContext asks the session), except under epidemic, where the
 //     node's model after the trainer's last step and average is the
 //     trainer's model (model, set by the session).
-type Model struct {
+type RemoteModel struct {
 	// Fixed once by fix; numParams and modelID are also read without mu
 	// (NumParams and ModelID are called on every model request).
 	numParams atomic.Int64
@@ -49,12 +49,12 @@ type Model struct {
 	received atomic.Uint64
 }
 
-// NewModel returns the model of a driven node (node.WithModel), whose
+// NewRemoteModel returns the model of a driven node (node.WithModel), whose
 // shape the first trainer fixes.
-func NewModel() *Model { return &Model{} }
+func NewRemoteModel() *RemoteModel { return &RemoteModel{} }
 
 // fix sets the task's shape, or checks a later trainer's against it.
-func (t *Model) fix(name string, id uint32, n int, epidemic bool) (changed bool, err error) {
+func (t *RemoteModel) fix(name string, id uint32, n int, epidemic bool) (changed bool, err error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.numParams.Load() == 0 {
@@ -71,7 +71,7 @@ func (t *Model) fix(name string, id uint32, n int, epidemic bool) (changed bool,
 }
 
 // shape returns the fixed shape.
-func (t *Model) shape() (name string, id uint32, n int) {
+func (t *RemoteModel) shape() (name string, id uint32, n int) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.name, t.modelID.Load(), int(t.numParams.Load())
@@ -80,7 +80,7 @@ func (t *Model) shape() (name string, id uint32, n int) {
 // begin starts taking updates for sess (gossip: into an accumulator of
 // NumParams values, made once for the daemon's life); under epidemic
 // model gives the node's model.
-func (t *Model) begin(sess *session, model func() []float64) {
+func (t *RemoteModel) begin(sess *session, model func() []float64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sess, t.accept = sess, true
@@ -93,7 +93,7 @@ func (t *Model) begin(sess *session, model func() []float64) {
 }
 
 // end stops taking updates and drops what was not pulled.
-func (t *Model) end(sess *session) {
+func (t *RemoteModel) end(sess *session) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.sess != sess {
@@ -106,7 +106,7 @@ func (t *Model) end(sess *session) {
 // dropPending forgets the updates the trainer has not pulled yet and the
 // cached parameters: the trainer takes the job's parameters in place of
 // its own, which those updates were made against.
-func (t *Model) dropPending() {
+func (t *RemoteModel) dropPending() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.merged, t.steps = 0, t.steps[:0]
@@ -116,7 +116,7 @@ func (t *Model) dropPending() {
 // Apply32 adds weight × u, a peer's update (gossip) made at step, to the
 // accumulator. Without a trainer it is dropped: a new trainer starts from
 // the job's model.
-func (t *Model) Apply32(u []float32, step int64, weight float32) error {
+func (t *RemoteModel) Apply32(u []float32, step int64, weight float32) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept || t.acc == nil {
@@ -140,7 +140,7 @@ func (t *Model) Apply32(u []float32, step int64, weight float32) error {
 // model's length) and starts a new sum: it returns how many it merges (0:
 // nothing, dst untouched) and their senders' steps (valid until the next
 // pull).
-func (t *Model) pull(dst []float32) (merged int, steps []int64) {
+func (t *RemoteModel) pull(dst []float32) (merged int, steps []int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.merged == 0 || !t.accept || len(dst) != len(t.acc) {
@@ -155,7 +155,7 @@ func (t *Model) pull(dst []float32) (merged int, steps []int64) {
 
 // Apply adds a peer's update (gossip, float64: a sparse encoding's) to
 // the accumulator, as Apply32 does; its step is not known.
-func (t *Model) Apply(u []float64) error {
+func (t *RemoteModel) Apply(u []float64) error {
 	v := make([]float32, len(u))
 	for i, x := range u {
 		v[i] = float32(x)
@@ -176,14 +176,14 @@ func (t *Model) Apply(u []float64) error {
 }
 
 // NumParams is the trainer's parameter count, 0 until a trainer fixes it.
-func (t *Model) NumParams() int { return int(t.numParams.Load()) }
+func (t *RemoteModel) NumParams() int { return int(t.numParams.Load()) }
 
 // ModelID is the trainer's model ID.
-func (t *Model) ModelID() uint32 { return t.modelID.Load() }
+func (t *RemoteModel) ModelID() uint32 { return t.modelID.Load() }
 
 // Params returns the trainer's parameters (see ParamsContext), waiting up
 // to ten seconds; nil if the trainer does not give them.
-func (t *Model) Params() []float64 {
+func (t *RemoteModel) Params() []float64 {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	p, _ := t.ParamsContext(ctx)
@@ -195,7 +195,7 @@ func (t *Model) Params() []float64 {
 // trainer, within ctx. Requests that come while one is in flight share
 // its answer, and an answer serves later requests until the node's step
 // moves on.
-func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
+func (t *RemoteModel) ParamsContext(ctx context.Context) ([]float64, error) {
 	t.mu.Lock()
 	if t.epidemic && t.model != nil {
 		model := t.model
@@ -223,7 +223,7 @@ func (t *Model) ParamsContext(ctx context.Context) ([]float64, error) {
 // model from it, so that a daemon holds one copy of the trainer's
 // parameters for its peers, not float64 ones (4 copies of a float32
 // model).
-func (t *Model) Params32Context(ctx context.Context) ([]float32, error) {
+func (t *RemoteModel) Params32Context(ctx context.Context) ([]float32, error) {
 	t.mu.Lock()
 	for {
 		if t.sess == nil {
@@ -274,6 +274,6 @@ func (t *Model) Params32Context(ctx context.Context) ([]float32, error) {
 
 // SetParams is not used: a driven node's averages go to its trainer
 // through its steps, and the job's model at a session's start or a reset.
-func (t *Model) SetParams([]float64) error {
+func (t *RemoteModel) SetParams([]float64) error {
 	return errors.New("trainer: a driven node's model is its trainer's")
 }

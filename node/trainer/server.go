@@ -75,7 +75,7 @@ type Server struct {
 	cfg  Config
 	node *node.Node
 	drv  *node.Driver
-	task *Model
+	task *RemoteModel
 	log  *slog.Logger
 	m    *metrics
 	ln   net.Listener
@@ -97,13 +97,13 @@ type Server struct {
 
 // New starts serving the trainer API of nd, a driven node built with
 // task (node.Config.Driven, node.WithModel(task)), on cfg.Listen.
-func New(nd *node.Node, task *Model, cfg Config) (*Server, error) {
+func New(nd *node.Node, task *RemoteModel, cfg Config) (*Server, error) {
 	drv, err := nd.Driver()
 	if err != nil {
 		return nil, fmt.Errorf("trainer: %w", err)
 	}
 	if nd.Model() != node.Model(task) {
-		return nil, errors.New("trainer: the node's model is not this Model")
+		return nil, errors.New("trainer: the node's model is not this RemoteModel")
 	}
 	if cfg.MaxMessageBytes <= 0 {
 		return nil, fmt.Errorf("trainer: MaxMessageBytes must be positive (got %d)", cfg.MaxMessageBytes)

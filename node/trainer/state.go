@@ -275,7 +275,7 @@ func readStateRequest(r *bufio.Reader) (kind string, off uint64, length uint32, 
 
 // session is the session whose trainer's updates the task takes (one
 // that has started), nil for none.
-func (t *Model) session() *session {
+func (t *RemoteModel) session() *session {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return t.sess
