@@ -48,8 +48,13 @@ type servedModel struct {
 	shape   wire.ModelShape
 	stallAt int
 	mul     float32 // serves value(i) × mul (0: × 1)
-	mu      sync.Mutex
-	served  []int
+	// gate, if set, holds every block until it is closed; asked, if set,
+	// is called once, when the model is first asked for.
+	gate      <-chan struct{}
+	asked     func()
+	askedOnce sync.Once
+	mu        sync.Mutex
+	served    []int
 }
 
 func value(i int) float32 { return float32(i%1013) - 500 }
@@ -57,6 +62,16 @@ func value(i int) float32 { return float32(i%1013) - 500 }
 func (m *servedModel) ModelHead() (psp.Step, wire.ModelShape, bool) { return 9, m.shape, true }
 func (m *servedModel) ReadModel(ctx context.Context, lo, hi int, dst []float32) error {
 	b := lo / wire.ExchangeBlock
+	if m.asked != nil {
+		m.askedOnce.Do(m.asked)
+	}
+	if m.gate != nil {
+		select {
+		case <-m.gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 	if m.stallAt >= 0 && b >= m.stallAt {
 		<-ctx.Done() // a peer that stalls: the joiner's deadline ends it
 		return ctx.Err()
@@ -96,9 +111,24 @@ func TestFetchModelFromSeveralPeers(t *testing.T) {
 			h.SetStreamHandler(wire.ModelProtocol("fetchtest"), sv.Serve)
 			return h
 		}
-		stall := &servedModel{shape: shape, stallAt: 1}
+		// a and b serve once each of the three peers of the model has a
+		// range: the ranges are shared however the workers are scheduled
+		// (a quick peer could otherwise take them all before another
+		// asks).
+		gate := make(chan struct{})
+		var askedMu sync.Mutex
+		toAsk := 3
+		asked := func() {
+			askedMu.Lock()
+			defer askedMu.Unlock()
+			if toAsk--; toAsk == 0 {
+				close(gate)
+			}
+		}
+		stall := &servedModel{shape: shape, stallAt: 1, asked: asked}
 		other := &servedModel{shape: wire.ModelShape{ID: 6, N: n}, stallAt: -1}
-		a, b := &servedModel{shape: shape, stallAt: -1}, &servedModel{shape: shape, stallAt: -1}
+		a := &servedModel{shape: shape, stallAt: -1, gate: gate, asked: asked}
+		b := &servedModel{shape: shape, stallAt: -1, gate: gate, asked: asked}
 		hosts := []host.Host{serve(stall), serve(other), serve(a), serve(b)}
 		cfg := DefaultConfig()
 		cfg.Job, cfg.Listen = "fetchtest", []string{"/ip4/127.0.0.1/tcp/0"}

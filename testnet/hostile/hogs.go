@@ -273,10 +273,15 @@ func (p *Play) logFlood(ctx context.Context, nd *node.Node) {
 
 // freshPeers tries a fresh peer against the target every freshEvery while
 // hogs run, until ctx ends: a new identity connects and asks its step.
+// Each try runs on a goroutine of its own (ended by its deadline or ctx,
+// and waited for), so that one slow try does not hold back the next: a
+// fresh peer of a real job would not wait for another's to time out.
 func (p *Play) freshPeers(ctx context.Context, nd *node.Node) {
 	ai := p.targetInfo()
 	tick := time.NewTicker(freshEvery)
 	defer tick.Stop()
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	for {
 		select {
 		case <-ctx.Done():
@@ -287,17 +292,19 @@ func (p *Play) freshPeers(ctx context.Context, nd *node.Node) {
 		if err != nil {
 			continue
 		}
-		err = freshQuery(ctx, h, ai)
-		if ctx.Err() == nil { // one cut by the run's end says nothing
-			p.hogs.freshTried.Add(1)
-			if err == nil {
-				p.hogs.freshAnswerd.Add(1)
+		wg.Go(func() {
+			defer h.Close()
+			err := freshQuery(ctx, h, ai)
+			if ctx.Err() == nil { // one cut by the run's end says nothing
+				p.hogs.freshTried.Add(1)
+				if err == nil {
+					p.hogs.freshAnswerd.Add(1)
+				}
 			}
-		}
-		_ = h.Close()
-		if k := len(p.target.Host().Network().Conns()); int64(k) > p.hogs.targetMax.Load() {
-			p.hogs.targetMax.Store(int64(k))
-		}
+			k := int64(len(p.target.Host().Network().Conns()))
+			for m := p.hogs.targetMax.Load(); k > m && !p.hogs.targetMax.CompareAndSwap(m, k); m = p.hogs.targetMax.Load() {
+			}
+		})
 	}
 }
 
