@@ -24,7 +24,9 @@
 //
 // A cell is a tier, a model and a slow mode: none, sleep (one worker's
 // task time ×--slow-factor) or cpu (its processes in a cgroup with a CPU
-// quota). Every cell runs each seed under each system. A run starts every
+// quota). --slow-workers N slows N workers so, each alike: the N from
+// worker 1 + (seed − 1) mod (workers − 1) on, wrapping round; worker 0,
+// which evaluates, never. Every cell runs each seed under each system. A run starts every
 // process at once (no worker has a head start), starts training at one
 // instant once every trainer is set up, and stops a few seconds after
 // the target accuracy was reached, or at --max-duration.

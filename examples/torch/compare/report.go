@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -121,11 +122,19 @@ func (g *group) ratios(ddp *group) spread {
 func (c *config) slowLabel(mode string) string {
 	switch mode {
 	case slowSleep:
-		return fmt.Sprintf("one ×%g (sleep)", c.factor)
+		return fmt.Sprintf("%s ×%g (sleep)", count(c.slowN), c.factor)
 	case slowCPU:
-		return fmt.Sprintf("one at %.3g core", c.slowCores)
+		return fmt.Sprintf("%s at %.3g core", count(c.slowN), c.slowCores)
 	}
 	return "none"
+}
+
+// count is n in words up to ten.
+func count(n int) string {
+	if n >= 0 && n <= 10 {
+		return [...]string{"none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // report writes runs.json, table.md, summary.md and a figure per tier.
@@ -218,17 +227,29 @@ func (c *config) settingsLine() string {
 	for _, s := range c.slows {
 		switch s {
 		case slowSleep:
-			slow += fmt.Sprintf(" Sleep-slowed: one worker's task time ×%g.", c.factor)
+			slow += fmt.Sprintf(" Sleep-slowed: %s task time ×%g.", workersOf(c.slowN), c.factor)
 		case slowCPU:
-			slow += fmt.Sprintf(" CPU-slowed: one worker's processes limited to %.3g core (cgroup cpu quota).", c.slowCores)
+			slow += fmt.Sprintf(" CPU-slowed: %s processes limited to %.3g core each (cgroup cpu quota).", workersOf(c.slowN), c.slowCores)
 		}
 	}
 	who := "Worker 0 (never the slow one) evaluates every %v during training, in either system, and its accuracy counts"
 	if c.evalAll {
 		who = "Every pspnode worker evaluates every %v during training and the median worker's accuracy counts (DDP: rank 0's)"
 	}
-	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s The slow worker is worker (seed mod %d).",
-		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, c.workers)
+	which := fmt.Sprintf("The slow worker is worker 1 + (seed − 1) mod %d.", c.workers-1)
+	if c.slowN > 1 {
+		which = fmt.Sprintf("The slow workers are the %d from worker 1 + (seed − 1) mod %d on, among workers 1–%d.", c.slowN, c.workers-1, c.workers-1)
+	}
+	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s %s",
+		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, which)
+}
+
+// workersOf is "one worker's" or "two workers'".
+func workersOf(n int) string {
+	if n == 1 {
+		return "one worker's"
+	}
+	return count(n) + " workers'"
 }
 
 // loadRange is the range of the 1-minute load average at the runs' ends.
