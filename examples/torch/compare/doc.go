@@ -53,7 +53,11 @@
 // per worker, and for pspnode the daemons' update staleness (their
 // psp_update_staleness_steps histogram; n/a where they do not serve it)
 // and the lineage each daemon ended on (a run whose daemons ended on more
-// than one is flagged). Per cell: the median over seeds and the range.
+// than one is flagged). Per cell: the median over seeds and the range,
+// the time over DDP's and, for a slow cell, over the same system's
+// none-slow time (both paired by seed), and the median fast and slow
+// worker's share of its training time at the barrier (pspnode; from the
+// daemons' psp_barrier_wait_seconds kept beside the run).
 //
 // Needs Linux, root, iproute2 and /usr/bin/python3 with torch, grpc and
 // numpy; it says what is missing. SIGINT stops the run in progress and
