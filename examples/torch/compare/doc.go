@@ -24,7 +24,9 @@
 //
 // A cell is a tier, a model and a slow mode: none, sleep (one worker's
 // task time ×--slow-factor) or cpu (its processes in a cgroup with a CPU
-// quota). Every cell runs each seed under each system. A run starts every
+// quota). --slow-workers N slows N workers so, each alike: the N from
+// worker 1 + (seed − 1) mod (workers − 1) on, wrapping round; worker 0,
+// which evaluates, never. Every cell runs each seed under each system. A run starts every
 // process at once (no worker has a head start), starts training at one
 // instant once every trainer is set up, and stops a few seconds after
 // the target accuracy was reached, or at --max-duration.
@@ -51,7 +53,11 @@
 // per worker, and for pspnode the daemons' update staleness (their
 // psp_update_staleness_steps histogram; n/a where they do not serve it)
 // and the lineage each daemon ended on (a run whose daemons ended on more
-// than one is flagged). Per cell: the median over seeds and the range.
+// than one is flagged). Per cell: the median over seeds and the range,
+// the time over DDP's and, for a slow cell, over the same system's
+// none-slow time (both paired by seed), and the median fast and slow
+// worker's share of its training time at the barrier (pspnode; from the
+// daemons' psp_barrier_wait_seconds kept beside the run).
 //
 // Needs Linux, root, iproute2 and /usr/bin/python3 with torch, grpc and
 // numpy; it says what is missing. SIGINT stops the run in progress and

@@ -12,6 +12,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -22,8 +23,9 @@ import (
 
 const python = "/usr/bin/python3"
 
-// Slow modes of a cell: no slow worker, one whose task time (the sleep)
-// is factor times longer, or one whose processes get a CPU quota.
+// Slow modes of a cell: no slow worker, --slow-workers whose task time
+// (the sleep) is factor times longer, or --slow-workers whose processes
+// get a CPU quota each.
 const (
 	slowNone  = "none"
 	slowSleep = "sleep"
@@ -46,8 +48,9 @@ type config struct {
 	systems   []string
 	seeds     []int
 	workers   int
-	factor    float64 // how much slower the slow worker is
-	slowCores float64 // its CPU quota in the cpu mode
+	slowN     int     // how many workers are slowed in the sleep and cpu modes
+	factor    float64 // how much slower a slow worker is
+	slowCores float64 // a slow worker's CPU quota in the cpu mode
 	scale     float64 // task time per step: (Exp(1)+1) × scale s
 	target    float64
 	batch     int
@@ -114,13 +117,14 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&c.out, "out", "results/ddp", "where the tables, the runs and the figures go")
 	fs.StringVar(&tiersF, "tiers", "lan,continent", "link tiers to run ("+tierNames()+")")
 	fs.StringVar(&models, "models", "mlp", "models (mlp, cnn, wide: 784-2048-2048-10, 5.8 M parameters)")
-	fs.StringVar(&slows, "slow", "none,sleep", "slow modes: none, sleep (one worker's task time ×--slow-factor), cpu (one worker's processes get --slow-cores)")
+	fs.StringVar(&slows, "slow", "none,sleep", "slow modes: none, sleep (--slow-workers workers' task time ×--slow-factor), cpu (--slow-workers workers' processes get --slow-cores each)")
 	fs.StringVar(&systems, "systems", "ddp,default", "systems: ddp (torch DDP, gloo), default (pspnode run's own barrier and exchange), or BARRIER[/EXCHANGE] (e.g. pssp:2:4/epidemic:2)")
 	fs.StringVar(&seeds, "seeds", "1,2,3", "seeds: each sets the batch order, the task times, the initial model and which worker is slow")
 	fs.BoolVar(&all, "all", false, "every cell: all four tiers, both models, slow modes none, sleep and cpu, seeds 1,2,3 (overrides those flags; about "+fmt.Sprint(len(tiers))+"×2×3×3 cells per system)")
 	fs.IntVar(&c.workers, "workers", 4, "workers per run")
-	fs.Float64Var(&c.factor, "slow-factor", 4, "how much slower the slow worker's task time is (sleep mode)")
-	fs.Float64Var(&c.slowCores, "slow-cores", 0, "the slow worker's CPU quota in cores (cpu mode; 0: this machine's cores / workers / --slow-factor)")
+	fs.IntVar(&c.slowN, "slow-workers", 1, "how many workers the sleep and cpu modes slow (1 to --workers − 1; worker 0, the evaluator, never)")
+	fs.Float64Var(&c.factor, "slow-factor", 4, "how much slower a slow worker's task time is (sleep mode)")
+	fs.Float64Var(&c.slowCores, "slow-cores", 0, "each slow worker's CPU quota in cores (cpu mode; 0: this machine's cores / workers / --slow-factor)")
 	fs.Float64Var(&c.scale, "time-scale", 0.05, "task time per step: a sleep of (Exp(1)+1) × this seconds")
 	fs.Float64Var(&c.target, "target", 0.9, "the held-out accuracy to reach")
 	fs.IntVar(&c.batch, "batch", 32, "batch size per worker")
@@ -196,6 +200,8 @@ func parseFlags(args []string) (*config, error) {
 		return nil, errors.New("nothing to run: --tiers, --models, --slow, --systems and --seeds each need one value")
 	case c.workers < 2:
 		return nil, fmt.Errorf("--workers %d: want 2 or more", c.workers)
+	case c.slowN < 1 || c.slowN >= c.workers:
+		return nil, fmt.Errorf("--slow-workers %d: want 1 to %d (--workers − 1: worker 0 is never slowed)", c.slowN, c.workers-1)
 	case c.factor < 1:
 		return nil, fmt.Errorf("--slow-factor %g: want 1 or more", c.factor)
 	case c.target <= 0 || c.target >= 1:
@@ -373,9 +379,33 @@ func label(sys string) string {
 // settings names what a run's figures depend on besides its cell, system
 // and seed: a saved run is reused only under the same settings.
 func (c *config) settings(cl cell) string {
-	return fmt.Sprintf("v4 workers=%d factor=%g cores=%g scale=%g target=%g batch=%d lr=%g momentum=%g max=%v after=%v eval=%v evalall=%v link=%v/%g",
+	s := fmt.Sprintf("v4 workers=%d factor=%g cores=%g scale=%g target=%g batch=%d lr=%g momentum=%g max=%v after=%v eval=%v evalall=%v link=%v/%g",
 		c.workers, c.factor, c.slowCores, c.scale, c.target, c.batch, cl.Model.LR, cl.Model.Momentum, c.maxDur, c.after, c.evalEvery,
 		c.evalAll, cl.Tier.Link.Delay, cl.Tier.Link.Rate)
+	if c.slowN != 1 {
+		// One slow worker keeps the settings of the runs saved before
+		// the flag was.
+		s += fmt.Sprintf(" slow-workers=%d", c.slowN)
+	}
+	return s
+}
+
+// slowSet is which workers a cell's slow mode slows under seed: --slow-workers
+// of workers 1 to n − 1 from worker 1 + (seed − 1) mod (n − 1) on, wrapping
+// round; none in mode none. Worker 0 evaluates for either system and is
+// never slowed. One slow worker of seeds 1 to n − 1 is worker (seed mod n),
+// as before the flag was.
+func (c *config) slowSet(mode string, seed int) []int {
+	if mode == slowNone {
+		return nil
+	}
+	n := c.workers - 1
+	first := ((seed-1)%n + n) % n
+	var out []int
+	for j := range c.slowN {
+		out = append(out, 1+(first+j)%n)
+	}
+	return out
 }
 
 func (c *config) savedPath(cl cell, sys string, seed int) string {
@@ -411,7 +441,7 @@ func (c *config) saved(cl cell, sys string, seed int) (run, bool) {
 	}
 	b, err := os.ReadFile(c.savedPath(cl, sys, seed))
 	var s savedRun
-	if err != nil || json.Unmarshal(b, &s) != nil || s.Settings != c.settings(cl) {
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Settings != c.settings(cl) || !slices.Equal(s.Run.slowSet(), c.slowSet(cl.Slow, seed)) {
 		return run{}, false
 	}
 	return s.Run.fromJSON(), true

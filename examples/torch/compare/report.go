@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,12 +105,13 @@ func (g *group) timesOf(f func(run) float64) spread {
 	return timeSpread(vs)
 }
 
-// ratios pairs g's runs with ddp's by seed: g's time to the target over
-// DDP's, where both reached it.
-func (g *group) ratios(ddp *group) spread {
+// ratios pairs g's runs with another group's (DDP's, or g's system's
+// without a slow worker) by seed: g's time to the target over the other's,
+// where both reached it.
+func (g *group) ratios(other *group) spread {
 	var vs []float64
 	for _, r := range g.runs {
-		for _, d := range ddp.runs {
+		for _, d := range other.runs {
 			if d.Seed == r.Seed && !math.IsNaN(d.TimeToTarget) && !math.IsNaN(r.TimeToTarget) && d.TimeToTarget > 0 {
 				vs = append(vs, r.TimeToTarget/d.TimeToTarget)
 			}
@@ -121,11 +123,19 @@ func (g *group) ratios(ddp *group) spread {
 func (c *config) slowLabel(mode string) string {
 	switch mode {
 	case slowSleep:
-		return fmt.Sprintf("one ×%g (sleep)", c.factor)
+		return fmt.Sprintf("%s ×%g (sleep)", count(c.slowN), c.factor)
 	case slowCPU:
-		return fmt.Sprintf("one at %.3g core", c.slowCores)
+		return fmt.Sprintf("%s at %.3g core", count(c.slowN), c.slowCores)
 	}
 	return "none"
+}
+
+// count is n in words up to ten.
+func count(n int) string {
+	if n >= 0 && n <= 10 {
+		return [...]string{"none", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten"}[n]
+	}
+	return strconv.Itoa(n)
 }
 
 // report writes runs.json, table.md, summary.md and a figure per tier.
@@ -143,10 +153,35 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 	}
 	gs := groups(runs)
 	ddpOf := map[string]*group{}
+	noneOf := map[string]*group{} // tier|model|system → the cell without a slow worker
 	for _, g := range gs {
 		if g.system == "ddp" {
 			ddpOf[g.cell] = g
 		}
+		if g.slow == slowNone {
+			noneOf[g.tier+"|"+g.model+"|"+g.system] = g
+		}
+	}
+	vsNone := func(g *group) string {
+		if none, ok := noneOf[g.tier+"|"+g.model+"|"+g.system]; ok && g.slow != slowNone {
+			return ratioCell(g.ratios(none), len(g.runs)) // its time over its own none-slow time, by seed
+		}
+		return "—"
+	}
+	waits := func(g *group) string {
+		if g.system == "ddp" {
+			return "—"
+		}
+		pct := func(v float64) string { return fmt.Sprintf("%.1f %%", 100*v) }
+		fast := g.spread(func(r run) float64 { f, _ := c.waitShares(r); return f })
+		if fast.N == 0 {
+			return "n/a"
+		}
+		out := fast.format(pct)
+		if slow := g.spread(func(r run) float64 { _, s := c.waitShares(r); return s }); slow.N > 0 {
+			out += "; slow " + slow.format(pct)
+		}
+		return out
 	}
 	var cpu, linkCPU, wall float64
 	for _, r := range runs {
@@ -168,8 +203,8 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 	fmt.Fprintf(&sb, "%d workers, each in its own network namespace with its own emulated link (links.md). Median over seeds %v (min–max).\n\n", c.workers, c.seeds)
 	sb.WriteString("Links measured before the runs (TCP between two workers' namespaces):\n\n")
 	sb.WriteString(probeTable(probes))
-	fmt.Fprintf(&sb, "\n| tier | model | slow | system | go signal to %.0f %% | vs DDP (paired by seed) | reached | launch to first step | launch to %.0[1]f %% | steps/s per worker | slow worker's steps/s | final accuracy | sent per worker per step | CPU s (workers) | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
-	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(&sb, "\n| tier | model | slow | system | go signal to %.0f %% | vs DDP (paired by seed) | vs its own none slow (paired by seed) | reached | launch to first step | launch to %.0[1]f %% | steps/s per worker | slow workers' steps/s | fast workers' time at the barrier | final accuracy | sent per worker per step | CPU s (workers) | CPU s until %.0[1]f %% | CPU s (links) | peak RSS per worker | staleness (mean, p90) | lineages at the end | load |\n", 100*c.target)
+	sb.WriteString("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n")
 	for _, g := range gs {
 		rt := "—"
 		if d, ok := ddpOf[g.cell]; ok && g.system != "ddp" {
@@ -180,14 +215,15 @@ func (c *config) report(runs []run, probes []probe, took time.Duration) error {
 		if st.N > 0 {
 			slowSteps = st.format(f2)
 		}
-		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
-			g.tier, g.model, c.slowLabel(g.slow), g.label(), g.times().format(timeF), rt, g.times().N, len(g.runs),
+		fmt.Fprintf(&sb, "| %s | %s | %s | %s | %s | %s | %s | %d of %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n",
+			g.tier, g.model, c.slowLabel(g.slow), g.label(), g.times().format(timeF), rt, vsNone(g), g.times().N, len(g.runs),
 			g.timesOf(func(r run) float64 { return r.FromLaunch.FirstStep }).format(timeF),
 			g.timesOf(func(r run) float64 { return r.FromLaunch.ToTarget }).format(timeF),
-			g.spread(func(r run) float64 { return r.StepsPerS }).format(f2), slowSteps,
+			g.spread(func(r run) float64 { return r.StepsPerS }).format(f2), slowSteps, waits(g),
 			g.spread(func(r run) float64 { return r.FinalAccuracy }).format(f3),
 			g.spread(func(r run) float64 { return r.BytesPerStep }).format(hb),
 			g.spread(func(r run) float64 { return r.CPUSeconds }).format(f0),
+			g.spread(func(r run) float64 { return r.CPUToTarget }).format(f1),
 			g.spread(func(r run) float64 { return r.LinkCPU }).format(f0),
 			g.spread(func(r run) float64 { return float64(r.PeakRSS) }).format(hb),
 			g.stalenessCell(), g.lineageCell(),
@@ -218,17 +254,29 @@ func (c *config) settingsLine() string {
 	for _, s := range c.slows {
 		switch s {
 		case slowSleep:
-			slow += fmt.Sprintf(" Sleep-slowed: one worker's task time ×%g.", c.factor)
+			slow += fmt.Sprintf(" Sleep-slowed: %s task time ×%g.", workersOf(c.slowN), c.factor)
 		case slowCPU:
-			slow += fmt.Sprintf(" CPU-slowed: one worker's processes limited to %.3g core (cgroup cpu quota).", c.slowCores)
+			slow += fmt.Sprintf(" CPU-slowed: %s processes limited to %.3g core each (cgroup cpu quota).", workersOf(c.slowN), c.slowCores)
 		}
 	}
 	who := "Worker 0 (never the slow one) evaluates every %v during training, in either system, and its accuracy counts"
 	if c.evalAll {
 		who = "Every pspnode worker evaluates every %v during training and the median worker's accuracy counts (DDP: rank 0's)"
 	}
-	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s The slow worker is worker (seed mod %d).",
-		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, c.workers)
+	which := fmt.Sprintf("The slow worker is worker 1 + (seed − 1) mod %d.", c.workers-1)
+	if c.slowN > 1 {
+		which = fmt.Sprintf("The slow workers are the %d from worker 1 + (seed − 1) mod %d on, among workers 1–%d.", c.slowN, c.workers-1, c.workers-1)
+	}
+	return fmt.Sprintf("Task time (Exp(1)+1)·%g s per step, batch %d; %s. "+who+"; every worker evaluates once at the end (final accuracy: their mean). A run stops %v after the target of %.0f %% was reached, or after %v of training.%s %s",
+		c.scale, c.batch, strings.Join(ms, "; "), c.evalEvery, c.after, 100*c.target, c.maxDur, slow, which)
+}
+
+// workersOf is "one worker's" or "two workers'".
+func workersOf(n int) string {
+	if n == 1 {
+		return "one worker's"
+	}
+	return count(n) + " workers'"
 }
 
 // loadRange is the range of the 1-minute load average at the runs' ends.

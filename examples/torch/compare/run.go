@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -27,14 +28,16 @@ type run struct {
 	Slow   string `json:"slow"`
 	System string `json:"system"`
 	Seed   int    `json:"seed"`
-	// SlowWorker is the slowed worker's index (-1: none).
-	SlowWorker int     `json:"slow_worker"`
-	Duration   float64 `json:"duration_s"`
+	// SlowWorker is the first slowed worker's index (-1: none);
+	// SlowWorkers every slowed worker's (with --slow-workers above 1).
+	SlowWorker  int     `json:"slow_worker"`
+	SlowWorkers []int   `json:"slow_workers,omitempty"`
+	Duration    float64 `json:"duration_s"`
 	// TimeToTarget is when the evaluations that count (curves) reached
 	// the target; NaN when they did not.
 	TimeToTarget float64 `json:"-"`
 	// StepsPerS is steps per second per worker; SlowStepsPerS the slowed
-	// worker's own (NaN without one).
+	// workers' own (their steps over their time; NaN without one).
 	StepsPerS     float64 `json:"steps_per_s_per_worker"`
 	SlowStepsPerS float64 `json:"-"`
 	FinalAccuracy float64 `json:"final_accuracy"`
@@ -119,6 +122,18 @@ type run struct {
 	TimeToTargetJ  *float64 `json:"time_to_target_s"`
 	SlowStepsPerSJ *float64 `json:"slow_worker_steps_per_s,omitempty"`
 	CPUToTargetJ   *float64 `json:"cpu_to_target_s,omitempty"`
+}
+
+// slowSet is the slowed workers' indices (nil: none), from a record of
+// either form.
+func (r run) slowSet() []int {
+	switch {
+	case len(r.SlowWorkers) > 0:
+		return r.SlowWorkers
+	case r.SlowWorker >= 0:
+		return []int{r.SlowWorker}
+	}
+	return nil
 }
 
 func nanPtr(v float64) *float64 {
@@ -213,10 +228,7 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 			err = errors.Join(err, cerr)
 		}
 	}()
-	slow := -1
-	if cl.Slow != slowNone {
-		slow = seed % c.workers
-	}
+	slow := c.slowSet(cl.Slow, seed)
 	for i := range c.workers {
 		h, err := n.AddLinkedHost(ctx, i, cl.Tier.Link)
 		if err != nil {
@@ -242,7 +254,7 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 				return r, err
 			}
 		}
-		w.trainer = &proc{cmd: w.host.Command(python, c.trainerArgs(cl, dir, sys, seed, i, i == slow, ws, goFile, stopFile)...),
+		w.trainer = &proc{cmd: w.host.Command(python, c.trainerArgs(cl, dir, sys, seed, i, slices.Contains(slow, i), ws, goFile, stopFile)...),
 			log: filepath.Join(dir, fmt.Sprintf("w%d.log", i))}
 		w.trainer.cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1")
 		if !pspnode {
@@ -253,10 +265,12 @@ func (c *config) one(ctx context.Context, cl cell, sys string, seed int) (r run,
 		}
 	}
 	if cl.Slow == slowCPU {
-		for _, p := range []*proc{ws[slow].trainer, ws[slow].daemon} {
-			if p != nil {
-				if err := n.LimitCPU(ws[slow].host, p.cmd.Process.Pid, c.slowCores); err != nil {
-					return r, err
+		for _, s := range slow {
+			for _, p := range []*proc{ws[s].trainer, ws[s].daemon} {
+				if p != nil {
+					if err := n.LimitCPU(ws[s].host, p.cmd.Process.Pid, c.slowCores); err != nil {
+						return r, err
+					}
 				}
 			}
 		}
@@ -606,11 +620,17 @@ type summary struct {
 
 // tally is the run from its workers' files and processes; sent is what
 // their interfaces sent during training.
-func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent int64) (run, error) {
-	r := run{Tier: cl.Tier.Name, Model: cl.Model.Name, Slow: cl.Slow, System: sys, Seed: seed, SlowWorker: slow,
+func (c *config) tally(cl cell, sys string, seed int, slow []int, ws []*worker, sent int64) (run, error) {
+	r := run{Tier: cl.Tier.Name, Model: cl.Model.Name, Slow: cl.Slow, System: sys, Seed: seed, SlowWorker: -1,
 		SlowStepsPerS: math.NaN(), Load: loadAverage()}
-	var steps int64
-	var elapsed, final float64
+	if len(slow) > 0 {
+		r.SlowWorker = slow[0]
+	}
+	if len(slow) > 1 {
+		r.SlowWorkers = slow
+	}
+	var steps, slowSteps int64
+	var elapsed, final, slowElapsed float64
 	for i, w := range ws {
 		var s summary
 		b, err := os.ReadFile(w.summary)
@@ -625,8 +645,9 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 		final += s.Final
 		r.StartLate = max(r.StartLate, s.StartLate)
 		r.Duration = max(r.Duration, s.Elapsed)
-		if i == slow && s.Elapsed > 0 {
-			r.SlowStepsPerS = float64(s.Steps) / s.Elapsed
+		if slices.Contains(slow, i) {
+			slowSteps += s.Steps
+			slowElapsed += s.Elapsed
 		}
 		r.TrainCPU += s.CPU
 		r.ComputeCPU += s.ComputeCPU
@@ -647,6 +668,9 @@ func (c *config) tally(cl cell, sys string, seed, slow int, ws []*worker, sent i
 	}
 	if elapsed > 0 {
 		r.StepsPerS = float64(steps) / elapsed
+	}
+	if slowElapsed > 0 {
+		r.SlowStepsPerS = float64(slowSteps) / slowElapsed
 	}
 	r.Steps = steps
 	r.FinalAccuracy = final / float64(len(ws))

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -163,7 +164,8 @@ func TestParseFlags(t *testing.T) {
 		t.Errorf("--all: %d cells, want %d (every tier, both models, three slow modes)", got, len(tiers)*2*3)
 	}
 	for _, bad := range [][]string{{"--tiers", "moon"}, {"--models", "gpt"}, {"--slow", "often"}, {"--seeds", "x"},
-		{"--systems", ""}, {"--systems", "/gossip"}, {"--workers", "1"}, {"--target", "1"}, {"extra"}} {
+		{"--systems", ""}, {"--systems", "/gossip"}, {"--workers", "1"}, {"--target", "1"}, {"extra"},
+		{"--slow-workers", "0"}, {"--slow-workers", "4"}, {"--workers", "8", "--slow-workers", "8"}} {
 		if _, err := parseFlags(bad); err == nil {
 			t.Errorf("%q: no error", bad)
 		}
@@ -248,5 +250,68 @@ func TestFromLaunch(t *testing.T) {
 		if !same(first, tt.first) || !same(target, tt.target) {
 			t.Errorf("%s: first step %v, target %v; want %v, %v", tt.name, first, target, tt.first, tt.target)
 		}
+	}
+}
+
+// Which workers a slow mode slows: worker 0 (the evaluator) never; one
+// slow worker of seeds 1–3 at 4 workers is worker (seed mod 4), as it was
+// before --slow-workers.
+func TestSlowSet(t *testing.T) {
+	tests := []struct {
+		workers, slowN int
+		mode           string
+		seed           int
+		want           []int
+	}{
+		{4, 1, slowNone, 1, nil},
+		{4, 1, slowSleep, 1, []int{1}},
+		{4, 1, slowSleep, 2, []int{2}},
+		{4, 1, slowCPU, 3, []int{3}},
+		{4, 1, slowSleep, 4, []int{1}}, // seed mod 4 would be worker 0
+		{4, 1, slowSleep, 0, []int{3}},
+		{8, 2, slowSleep, 1, []int{1, 2}},
+		{8, 2, slowSleep, 3, []int{3, 4}},
+		{8, 2, slowSleep, 7, []int{7, 1}}, // wraps round past worker 0
+		{4, 3, slowCPU, 2, []int{2, 3, 1}},
+	}
+	for _, tt := range tests {
+		c := &config{workers: tt.workers, slowN: tt.slowN}
+		if got := c.slowSet(tt.mode, tt.seed); !slices.Equal(got, tt.want) {
+			t.Errorf("%d workers, %d slow, %s, seed %d: %v, want %v", tt.workers, tt.slowN, tt.mode, tt.seed, got, tt.want)
+		}
+	}
+}
+
+// --resume reuses a saved run only if it slowed the workers this
+// invocation would: a run saved with one slow worker is not reused for
+// two, nor one that slowed another worker.
+func TestSavedSlowWorkers(t *testing.T) {
+	lan, _ := tierNamed("lan")
+	cl := cell{Tier: lan, Model: modelSpec{Name: "mlp", LR: 0.2}, Slow: slowSleep}
+	c, err := parseFlags([]string{"--out", t.TempDir(), "--workers", "8", "--resume"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.slowN = 2
+	save := func(slow []int) {
+		r := run{Tier: "lan", Model: "mlp", Slow: slowSleep, System: "ddp", Seed: 1, SlowWorker: slow[0],
+			TimeToTarget: 12, SlowStepsPerS: math.NaN(), CPUToTarget: math.NaN()}
+		if len(slow) > 1 {
+			r.SlowWorkers = slow
+		}
+		c.save(r)
+	}
+	save([]int{1, 2})
+	if r, ok := c.saved(cl, "ddp", 1); !ok || r.TimeToTarget != 12 || !slices.Equal(r.slowSet(), []int{1, 2}) {
+		t.Fatalf("the same slow workers: reused %v, %+v", ok, r.slowSet())
+	}
+	save([]int{2, 3})
+	if _, ok := c.saved(cl, "ddp", 1); ok {
+		t.Error("a run that slowed workers 2 and 3 was reused for 1 and 2")
+	}
+	save([]int{1, 2})
+	c.slowN = 1 // worker 1 is slowed under either, but the settings differ
+	if _, ok := c.saved(cl, "ddp", 1); ok {
+		t.Error("a run of two slow workers was reused for one")
 	}
 }
