@@ -198,7 +198,7 @@ func TestStepDivergenceIsAnError(t *testing.T) {
 	}
 }
 
-func TestNewTrainerErrors(t *testing.T) {
+func TestNewSGDErrors(t *testing.T) {
 	d, _ := Synthetic(DefaultSyntheticConfig(false))
 	m, _ := New("logreg", d.Train.Dim, d.Train.Classes)
 	good := DefaultSGDConfig()
