@@ -22,6 +22,11 @@ import "slices"
 //     be behind. And a drawn peer known to be below the threshold until
 //     it says otherwise (Known.Below: it promised a progress notice)
 //     fails the check at once, as its answer would: nothing is asked.
+//     With the pace rule on, a drawn peer known below the threshold that
+//     the rule, on a fresh record, finds slow or far behind is excused
+//     without asking too (Pace.JudgeUnasked): its answer would be
+//     excused, and a round trip on a long link costs the node more than
+//     the step it would wait for.
 //   - A check of a global barrier (BSP, SSP, DSSP) asks every known peer
 //     that may lag, at most GlobalQueries at a time, those never seen
 //     first, then the lowest known steps. Under BSP and SSP a peer known
@@ -269,7 +274,16 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 		}
 		if known != nil && !sp.Dynamic() {
 			for i, k := range known {
-				if k.Below <= 0 || k.Below > threshold || c.inSample(peers[i]) {
+				if c.inSample(peers[i]) {
+					continue
+				}
+				if k.Below <= 0 || k.Below > threshold {
+					// No promise: a peer seen behind is asked, unless
+					// the pace rule knows it, freshly, slow or far.
+					if c.pace != nil && k.Seen && k.Step < threshold {
+						c.pace.Observe(peers[i], k.Step, now)
+						c.kexc[i] = c.pace.JudgeUnasked(peers[i], k.Step, threshold, now)
+					}
 					continue
 				}
 				k.Peer = peers[i]
@@ -291,7 +305,10 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 			case c.inSample(p):
 			case c.kexc[i] != Holds:
 				c.counted = append(c.counted, p)
-				o := knownBehind(known[i])
+				o := Observation{Step: known[i].Step}
+				if known[i].Below > 0 {
+					o = knownBehind(known[i])
+				}
 				o.Peer = p
 				c.add(o, c.kexc[i])
 			case known != nil && !sp.Dynamic() && known[i].Seen && known[i].Step >= threshold:

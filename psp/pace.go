@@ -301,6 +301,24 @@ func (p *Pace) Judge(peer string, step, threshold Step, now float64) Excuse {
 	return Holds
 }
 
+// JudgeUnasked is Judge for a peer the node knows at step without asking
+// it (from an answer or the work it took in earlier), to spare the round
+// trip: Holds unless the peer's record is fresh, that is its pace is
+// learnt (two observations at different steps) and its step last changed
+// within OverdueShare of that pace; then Judge's verdict on one step past
+// what the node knows (the peer may have taken a step since). A record
+// that is not fresh leaves the peer to be asked, so no peer is excused
+// for long on what the node learnt of it: a peer the node has stopped
+// hearing from is asked, and its answer judged as any. The peer should
+// have been observed at step first.
+func (p *Pace) JudgeUnasked(peer string, step, threshold Step, now float64) Excuse {
+	r, ok := p.peers[peer]
+	if !ok || !(r.interval > 0) || now-r.since > OverdueShare*r.interval {
+		return Holds
+	}
+	return p.Judge(peer, max(step, r.step)+1, threshold, now)
+}
+
 // makeRoom forgets the least recently observed peer at the cap.
 func (p *Pace) makeRoom() {
 	if len(p.peers) < maxTracked {

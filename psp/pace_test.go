@@ -293,3 +293,70 @@ func BenchmarkCheckPace(b *testing.B) {
 		})
 	}
 }
+
+// TestCheckerExcusesKnownSlowUnasked: a drawn peer known behind without a
+// promise is excused without a round trip only while the pace rule's
+// record of it is fresh; otherwise it is asked, as before.
+func TestCheckerExcusesKnownSlowUnasked(t *testing.T) {
+	pssp := Spec{Kind: PSSP, Beta: 2, Staleness: 2}
+	tests := []struct {
+		name       string
+		self       Step
+		known      Known // "slow"'s (or "fast"'s, when peer is "fast")
+		peer       string
+		now        float64
+		answer     Step // the peer's answer, if asked
+		wantAsked  int
+		wantPass   bool
+		wantSlow   int
+		wantFar    int
+		wantCached int
+	}{
+		{"a slow peer seen behind lately is excused unasked", 40, Known{Step: 10, Seen: true}, "slow", 4.1, 10, 1, true, 1, 0, 1},
+		{"seen long ago, it is asked (and its answer judged)", 40, Known{Step: 10, Seen: true}, "slow", 6, 10, 2, true, 1, 0, 0},
+		{"a peer at the node's pace just behind is asked", 43, Known{Step: 40, Seen: true}, "fast", 4.05, 40, 2, false, 0, 0, 0},
+		{"a peer known at or above the threshold counts as before", 40, Known{Step: 39, Seen: true}, "fast", 4.05, 0, 1, true, 0, 0, 1},
+		{"a peer at pace far behind is excused unasked", 60, Known{Step: 40, Seen: true}, "fast", 4.05, 40, 1, true, 0, 1, 1},
+		{"nothing known of it: asked", 40, Known{}, "slow", 4.1, 10, 2, true, 1, 0, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c := NewChecker(CheckConfig{Spec: pssp, Replacements: 2, Timing: testTiming, Pace: DefaultPaceConfig()}, nil)
+			for _, o := range steady(0, 10, 0.4, 0) {
+				c.Pace().Observe("slow", o.step, o.now)
+			}
+			for _, o := range steady(0, 40, 0.1, 0) {
+				c.Pace().Observe("fast", o.step, o.now)
+			}
+			for _, o := range steady(0, 60, 0.1, -2) {
+				c.Pace().Observe("other", o.step, o.now)
+			}
+			c.Start(CheckStart{Self: tt.self, Population: 3, Compute: 0.1, RTT: 0.001, Now: tt.now})
+			if rd := c.Ready(); rd.Draw == 0 {
+				t.Fatalf("no draw: %+v", rd)
+			}
+			// "other" is at the node's pace and ahead: it passes when asked.
+			c.DrawnKnown([]string{tt.peer, "other"}, []Known{tt.known, {}}, false, tt.now)
+			out := c.Ready()
+			for _, p := range out.Ask {
+				if out.Done {
+					break
+				}
+				step := tt.self
+				if p == tt.peer {
+					step = tt.answer
+				}
+				c.Answer(p, Observation{Peer: p, Step: step}, true, tt.now)
+				out = c.Ready()
+			}
+			if !out.Done {
+				t.Fatalf("the check did not end: %+v", out)
+			}
+			st := out.Stats
+			if st.Asked != tt.wantAsked || out.Pass != tt.wantPass || st.Slow != tt.wantSlow || st.Far != tt.wantFar || st.Cached != tt.wantCached {
+				t.Errorf("asked %d pass %v slow %d far %d cached %d; want %d %v %d %d %d",
+					st.Asked, out.Pass, st.Slow, st.Far, st.Cached, tt.wantAsked, tt.wantPass, tt.wantSlow, tt.wantFar, tt.wantCached)
+			}
+		})
+	}
+}
