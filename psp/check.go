@@ -281,7 +281,6 @@ func (c *Checker) drawn(peers []string, known []Known, heardLately bool, now flo
 					// No promise: a peer seen behind is asked, unless
 					// the pace rule knows it, freshly, slow or far.
 					if c.pace != nil && k.Seen && k.Step < threshold {
-						c.pace.Observe(peers[i], k.Step, now)
 						c.kexc[i] = c.pace.JudgeUnasked(peers[i], k.Step, threshold, now)
 					}
 					continue

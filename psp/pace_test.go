@@ -360,3 +360,26 @@ func TestCheckerExcusesKnownSlowUnasked(t *testing.T) {
 		})
 	}
 }
+
+// TestJudgeUnaskedLearnsNothing: what a node knows of a peer unasked (a
+// step from a model taken in a while ago) does not move the peer's record,
+// whether older or newer than it: only answers teach the rule a pace.
+func TestJudgeUnaskedLearnsNothing(t *testing.T) {
+	for _, step := range []Step{3, 10, 12} {
+		p := NewPace(DefaultPaceConfig())
+		p.SetCompute(0.1, 0.1)
+		for _, o := range steady(0, 10, 0.4, 0) {
+			p.Observe("slow", o.step, o.now)
+		}
+		before := p.Interval("slow", 4.1)
+		if e := p.JudgeUnasked("slow", step, 40, 4.1); e != Slow {
+			t.Errorf("step %d: %v, want slow", step, e)
+		}
+		if after := p.Interval("slow", 4.1); after != before {
+			t.Errorf("step %d: the record's pace moved from %v to %v", step, before, after)
+		}
+		if e := p.JudgeUnasked("unknown", step, 40, 4.1); e != Holds {
+			t.Errorf("step %d: a peer with no record: %v, want holds", step, e)
+		}
+	}
+}
