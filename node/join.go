@@ -166,6 +166,9 @@ type jobView struct {
 	// agreed: a strict majority of the answers, and at least
 	// joinAgreeing of them, lie within soloStep of the adopted step.
 	agreed bool
+	// contested: at least joinDissent answers lie farther than soloStep
+	// from the adopted step: the answers split into camps.
+	contested bool
 }
 
 // jobState asks up to psp.JoinSample peers for their steps and, if the job
@@ -178,26 +181,50 @@ type jobView struct {
 // A step and a model to adopt are claims, and a joiner's first peers are
 // whoever it was told to bootstrap through: when the job is beyond
 // soloStep, jobState takes the lower median of the answers at once only
-// when joinQuorum peers of the job answered, or a strict majority of the
+// when joinQuorum peers of the job answered and a strict majority of the
 // answers, at least joinAgreeing, lie within soloStep of that median
 // (agreed); otherwise it asks a fresh sample every joinQuorumPoll, while
-// its overlay meets more of the job, until one of those holds or
+// its overlay meets more of the job, until that holds or
 // joinQuorumWait passed, and then takes the median of what it heard.
-// Two identities claiming a step far ahead, met first, thus wait for the
-// honest peers the overlay finds, who outnumber them: the lower median
-// is an honest step once most answers are honest. A joiner of a job of
-// two other nodes waits joinQuorumWait; the barrier's wedge watch
+// A few identities claiming a step far ahead, met first, thus wait for
+// the honest peers the overlay finds, who outnumber them: the lower
+// median is an honest step once most answers are honest. A joiner of a
+// job of fewer than joinQuorum other nodes waits joinQuorumWait (three
+// identities that agree were taken at once before, and wedged joiners
+// that met them first); the barrier's wedge watch
 // corrects a lie that gets through (realign.go). A job at soloStep or
 // below has just started (its other nodes are still joining): its
 // answers are taken at once.
+//
+// Answers that split into camps (contested: joinDissent or more of them
+// far from the median, whatever their number) are not taken at once
+// either: a camp of identities that claim a step far ahead can be most of
+// a joiner's first sample when it bootstrapped through one of them, even
+// where honest nodes are most of the job. Then jobState asks every peer
+// its overlay knows (up to joinAskAll) every joinQuorumPoll until
+// joinQuorumWait has passed, and takes the lower median of the last
+// answers: the honest step once honest nodes are most of the peers it
+// knows. A job whose honest nodes are that far apart (slow workers more
+// than soloStep behind the rest) costs a joiner that wait, and no more.
 // The model, when fetched, goes into dst (the model's length; nil: a new
 // vector).
 func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []float32) jobView {
 	deadline := time.Now().Add(joinQuorumWait)
+	contested := false
 	for {
-		v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), own)
-		if !ahead || v.adopt <= soloStep || v.observed >= joinQuorum || v.agreed || !time.Now().Before(deadline) || ctx.Err() != nil {
-			if ahead && v.adopt > soloStep && v.observed < joinQuorum && !v.agreed {
+		peers := n.bar.sample(ctx, psp.JoinSample)
+		if contested {
+			peers = n.knownPeers(joinAskAll)
+		}
+		v, from, ahead := n.readJob(ctx, peers, own)
+		contested = contested || (ahead && v.adopt > soloStep && v.contested)
+		settled := v.observed >= joinQuorum && v.agreed && !contested
+		if !ahead || v.adopt <= soloStep || settled || !time.Now().Before(deadline) || ctx.Err() != nil {
+			switch {
+			case contested && ahead:
+				n.log.Warn("the peers' steps split into camps: took the lower median of every known peer's step",
+					"step", v.adopt, "answers", v.observed, "waited", joinQuorumWait)
+			case ahead && v.adopt > soloStep && !(v.observed >= joinQuorum && v.agreed):
 				n.log.Warn("few peers of the job answered, and not alike: taking the median of their steps",
 					"step", v.adopt, "answers", v.observed, "waited", joinQuorumWait)
 			}
@@ -207,6 +234,13 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 			return v
 		}
 	}
+}
+
+// knownPeers is up to k of the peers the overlay knows, in random order.
+func (n *Node) knownPeers(k int) []peer.ID {
+	peers := n.ov.Peers()
+	n.bar.shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	return peers[:min(k, len(peers))]
 }
 
 const (
@@ -219,6 +253,11 @@ const (
 	// that are most of the answers and within soloStep of their median.
 	joinQuorum   = 5
 	joinAgreeing = 3
+	// joinDissent answers far from the median make the answers
+	// contested (one may be a single liar); joinAskAll bounds how many
+	// peers a contested join asks.
+	joinDissent = 2
+	joinAskAll  = 64
 	// soloStep is the step up to which the answers are taken at once.
 	soloStep = 64
 )
@@ -312,6 +351,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 		}
 	}
 	v.agreed = near >= joinAgreeing && 2*near > len(steps)
+	v.contested = len(steps)-near >= joinDissent
 	slices.SortStableFunc(on, func(a, b answered) int {
 		return cmp.Compare(stepGap(a.r.Step, v.adopt), stepGap(b.r.Step, v.adopt))
 	})

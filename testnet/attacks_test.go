@@ -238,8 +238,9 @@ func TestOnePeerCannotTakeTheJob(t *testing.T) {
 // nodes took the honest loss to 6e6, as many identities as honest nodes
 // (three against three) claiming an older lineage took every honest node
 // at each of their rounds, two liars reporting a population of 1e9
-// beside three honest nodes set every honest node's at 5e8, and three of
-// three joiners that met two joiner-wedge nodes first took their step.
+// beside three honest nodes set every honest node's at 5e8, and one of
+// three joiners that met two joiner-wedge nodes first took their step
+// (all four that met three of them).
 func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 	t.Run("lineage hijack, k = h = 3", func(t *testing.T) {
 		cfg := attackConfig(plan.LineageHijack, 40*time.Second) // the campaign from 15 s: two rounds
@@ -253,25 +254,39 @@ func TestFewIdentitiesCannotTakeTheJob(t *testing.T) {
 			t.Errorf("three hijackers against three honest nodes: %+v; steps %+v", *l, res.Steps)
 		}
 	})
-	t.Run("joiner through two wedge nodes, k = 2, h = 3", func(t *testing.T) {
-		cfg := attackConfig(plan.JoinerWedge, 30*time.Second)
-		cfg.Nodes, cfg.Roles = 5, []plan.RoleShare{{Role: plan.JoinerWedge, Fraction: 0.4}}
-		cfg.TimeScale = 0.05 // the job beyond soloStep when they join
-		res := runLogged(t, cfg)
-		w := res.Hostile.Wedge
-		if w == nil || res.Hostile.Nodes[string(plan.JoinerWedge)] != 2 || len(w.Probes) != 3 {
-			t.Fatalf("wedge figures %+v", w)
-		}
-		for i, j := range w.Probes {
-			if float64(j.Step) > res.Steps.Max+100 || j.BarrierPasses == 0 {
-				t.Errorf("joiner %d through wedge nodes: step %d (honest at most %.0f), %d passes in %d checks",
-					i, j.Step, res.Steps.Max, j.BarrierPasses, j.BarrierChecks)
+	// A joiner through each wedge node alone, and one through all of
+	// them. At k = h = 3 every joiner took the wedges' step before joins
+	// that split into camps asked every known peer and waited.
+	for _, tc := range []struct {
+		name     string
+		nodes, k int
+		share    float64
+		d        time.Duration
+		scale    float64
+	}{
+		{"joiners through wedge nodes, k = 2, h = 3", 5, 2, 0.4, 30 * time.Second, 0.05},
+		{"joiners through wedge nodes, k = h = 3", 6, 3, 0.5, 60 * time.Second, 0.1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := attackConfig(plan.JoinerWedge, tc.d)
+			cfg.Nodes, cfg.Roles = tc.nodes, []plan.RoleShare{{Role: plan.JoinerWedge, Fraction: tc.share}}
+			cfg.TimeScale = tc.scale // the job beyond soloStep when they join
+			res := runLogged(t, cfg)
+			w := res.Hostile.Wedge
+			if w == nil || res.Hostile.Nodes[string(plan.JoinerWedge)] != tc.k || len(w.Probes) != tc.k+1 {
+				t.Fatalf("wedge figures %+v", w)
 			}
-		}
-		if w.Wedged != 0 {
-			t.Errorf("%d of %d joiners took the wedges' step", w.Wedged, len(w.Probes))
-		}
-	})
+			for i, j := range w.Probes {
+				if float64(j.Step) > res.Steps.Max+100 || j.BarrierPasses == 0 {
+					t.Errorf("joiner %d through wedge nodes: step %d (honest at most %.0f), %d passes in %d checks",
+						i, j.Step, res.Steps.Max, j.BarrierPasses, j.BarrierChecks)
+				}
+			}
+			if w.Wedged != 0 {
+				t.Errorf("%d of %d joiners took the wedges' step", w.Wedged, len(w.Probes))
+			}
+		})
+	}
 	// Drift poisoners until 30 s, then none: the honest loss (clean about
 	// 0.005) must stay within 10× with two against three and within 100×
 	// with as many as the honest nodes, and come back once they are gone.
