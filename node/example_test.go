@@ -215,10 +215,12 @@ func Example_privateJob() {
 		}
 		return nd
 	}
-	a := start(nil, nil)
-	defer a.Close()
+	// a's events: b's join asks a for its step, so a hears from b
+	// whatever the barrier later asks or counts without asking.
 	events := make(chan node.Event, 256)
-	b := start([]string{a.Addrs()[0].String()}, events)
+	a := start(nil, events)
+	defer a.Close()
+	b := start([]string{a.Addrs()[0].String()}, nil)
 	defer b.Close()
 	var wg sync.WaitGroup
 	for _, nd := range []*node.Node{a, b} {
@@ -230,13 +232,13 @@ func Example_privateJob() {
 	}
 	wg.Wait()
 	for range len(events) {
-		if ev := <-events; ev.Kind == node.PeerJoined && ev.Peer == a.ID() {
-			fmt.Println("b met a:", ev.Kind)
+		if ev := <-events; ev.Kind == node.PeerJoined && ev.Peer == b.ID() {
+			fmt.Println("a met b:", ev.Kind)
 			break
 		}
 	}
 	fmt.Println("steps:", a.Step(), b.Step())
 	// Output:
-	// b met a: peer-joined
+	// a met b: peer-joined
 	// steps: 3 3
 }
