@@ -4,6 +4,7 @@ import (
 	"context"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -180,5 +181,57 @@ func TestPublishNonFiniteIsAnError(t *testing.T) {
 		if got := e.Residual(); got[0] != before[0] || got[1] != before[1] {
 			t.Errorf("Encode(%v) changed the residual from %v to %v", d, before, got)
 		}
+	}
+}
+
+// A dense32 delta within MaxAbsValue goes into its message as it is while
+// the encoder holds nothing back; once a delta is clamped, deltas take the
+// encoder until the residual is sent, then go as they are again. A
+// message that cannot be published is kept for the next.
+func TestEncodeGoesAsItIsWhileNothingIsHeld(t *testing.T) {
+	_, hosts := mockHosts(t, 1)
+	cfg := DefaultConfig()
+	cfg.Job, cfg.ParamCount, cfg.MaxAbsValue = "direct", 2, 1
+	g, err := New(context.Background(), hosts[0], cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Close()
+	for i, tc := range []struct {
+		delta  []float32
+		direct bool
+	}{
+		{[]float32{0.5, -0.25}, true},
+		{[]float32{3, 0}, false}, // clamped to 1: 2 held back
+		{[]float32{0, 0}, false}, // sends 1 of it
+		{[]float32{0, 0}, false}, // sends the last 1
+		{[]float32{0.5, 0}, true},
+	} {
+		m, err := g.Encode(int64(i+1), tc.delta)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if direct := m.u == nil; direct != tc.direct {
+			t.Fatalf("delta %d %v: as it is %v, want %v", i, tc.delta, direct, tc.direct)
+		}
+		if tc.direct {
+			want, _ := AppendDense(nil, hosts[0].ID(), int64(i+1), cfg.ModelID, tc.delta)
+			if !slices.Equal(m.data, want) {
+				t.Fatalf("delta %d: the message differs from AppendDense's", i)
+			}
+		}
+	}
+	m, err := g.Encode(9, []float32{3, 0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.PublishEncoded(context.Background(), m); err != ErrClosed {
+		t.Fatalf("publish after close: %v", err)
+	}
+	if res := g.enc.Residual(); res[0] != 3 {
+		t.Fatalf("residual %v after a message not published, want all of it, 3", res)
 	}
 }

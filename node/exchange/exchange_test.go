@@ -562,45 +562,6 @@ func histCount(t testing.TB, h prometheus.Histogram) uint64 {
 	return m.GetHistogram().GetSampleCount()
 }
 
-// The norm bound: a received update is taken if its norm is within
-// NormBound × the upper quartile of the node's own recent updates';
-// before the node's first step updates are held, then judged.
-func TestNormBound(t *testing.T) {
-	b, node := testBase(t, 2, 1, 4)
-	g := newGossip(b) // no topic: the norm bound alone
-	// Before the node's first step, updates are held, then checked.
-	if g.withinNorm([]float32{0.5}, "") || g.withinNorm([]float32{50}, "") {
-		t.Fatal("accepted an update before the node has a reference norm")
-	}
-	g.noteOwnNorm(1)
-	if node.model.applied != 1 {
-		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", node.model.applied)
-	}
-	for _, nrm := range []float64{1, 2, 1, 100} { // upper quartile 2; one outlier of our own
-		g.noteOwnNorm(nrm)
-	}
-	for _, tt := range []struct {
-		in   []float32
-		want bool
-	}{
-		{[]float32{3, 0}, true},
-		{[]float32{0, -8}, true}, // exactly at the bound
-		{[]float32{300, 400}, false},
-		{[]float32{0, -8.01}, false},
-	} {
-		if got := g.withinNorm(tt.in, ""); got != tt.want {
-			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-	if got := counterValue(b.d.Counters.NormRefused); got != 3 {
-		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
-	}
-	b.cfg.NormBound = 0
-	if !g.withinNorm([]float32{1e9}, "") {
-		t.Error("NormBound 0 should disable the check")
-	}
-}
-
 // A peer that does not serve the exchange protocol at all is counted as
 // unsupported once identify has said so, and the sender goes on.
 func TestSendToUnsupportedPeer(t *testing.T) {
@@ -669,3 +630,33 @@ func TestCompressedSendsFeedBackTheirError(t *testing.T) {
 		}
 	}
 }
+
+// A node's model before its first step (Merge with no step, as node.Run
+// gives it) is the base its first push's norms are measured from, so the
+// distance bound holds from the first push on; the node still takes no
+// model before that push. Without the base the first push notes no norm,
+// and a model of any distance is taken until the second.
+func TestFirstPushMeasuredFromBase(t *testing.T) {
+	for _, base := range []bool{true, false} {
+		ex, _ := exchangeFor(t, 2, 2, 4)
+		if base {
+			if k := ex.Merge(-1, []float32{0, 0}); k != 0 {
+				t.Fatalf("averaged %d models before the first push", k)
+			}
+			if r := takeModel(ex, "early", Epidemic, 0, []float32{0, 0}); r != wire.ReasonNoModel {
+				t.Fatalf("a model before the first push: %q, want %q", r, wire.ReasonNoModel)
+			}
+		}
+		ex.Push(t.Context(), 1, []float32{1, 0}, nil) // a step of norm 1: bound 4·3·1 = 12 away
+		r := takeModel(ex, "far", Epidemic, 1, []float32{300, 0})
+		if want := map[bool]gossip.Reason{true: wire.ReasonDistance, false: ""}[base]; r != want {
+			t.Errorf("base %v: a model 300 away after the first push: %q, want %q", base, r, want)
+		}
+	}
+	if TopicOf(None) != nil || TopicOf(newEpidemic(must(testBase(t, 1, 1, 0)))) != nil {
+		t.Error("an exchange without a topic has one")
+	}
+}
+
+// must is b, for a test's one-line use of testBase.
+func must(b *base, _ *testNode) *base { return b }
