@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"sync/atomic"
 	"time"
 )
@@ -119,13 +118,12 @@ func (n *Node) mergeTask() {
 	}
 	p := n.model.Params()
 	x := to32(p)
-	before := slices.Clone(x)
 	k := n.exch().Merge(-1, x)
 	if k == 0 {
 		return
 	}
 	for i := range p {
-		p[i] += float64(x[i] - before[i])
+		p[i] += float64(x[i] - float32(p[i])) // x held float32(p[i]) before the average
 	}
 	if err := n.model.SetParams(p); err != nil {
 		n.m.ApplyRejected.Inc()
