@@ -15,7 +15,7 @@ func benchEncodings() []Encoding {
 func BenchmarkEncode(b *testing.B) {
 	for _, enc := range benchEncodings() {
 		b.Run(enc.String(), func(b *testing.B) {
-			delta := gradient(rand.New(rand.NewPCG(1, 2)), mnistParams)
+			delta := f32s(gradient(rand.New(rand.NewPCG(1, 2)), mnistParams))
 			e, _ := NewEncoder(mnistParams, enc, 0.1, 1e4)
 			var size int
 			b.ReportAllocs()
@@ -64,7 +64,7 @@ func BenchmarkApply(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			w := make([]float64, mnistParams)
+			w := make([]float32, mnistParams)
 			for b.Loop() {
 				if err := u.AddTo(w, 1); err != nil {
 					b.Fatal(err)

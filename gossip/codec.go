@@ -140,18 +140,16 @@ type Update struct {
 	WireSize int
 }
 
-// Dense returns the update as a dense float64 vector of length ParamCount.
-func (u *Update) Dense() []float64 {
-	out := make([]float64, u.ParamCount)
+// Dense returns the update as a dense vector of length ParamCount.
+func (u *Update) Dense() []float32 {
+	out := make([]float32, u.ParamCount)
 	if !u.Encoding.sparse() {
-		for i, v := range u.Values[:min(len(u.Values), len(out))] {
-			out[i] = float64(v)
-		}
+		copy(out, u.Values)
 		return out
 	}
 	for j, i := range u.Indices {
 		if j < len(u.Values) && int(i) < len(out) {
-			out[i] = float64(u.Values[j])
+			out[i] = u.Values[j]
 		}
 	}
 	return out
@@ -159,9 +157,7 @@ func (u *Update) Dense() []float64 {
 
 // AddTo adds scale × the update to dst, which must have length ParamCount.
 // A sparse update touches only its entries.
-func (u *Update) AddTo(dst []float64, scale float64) error { return addTo(u, dst, scale) }
-
-func addTo[T float32 | float64](u *Update, dst []T, scale T) error {
+func (u *Update) AddTo(dst []float32, scale float32) error {
 	if len(dst) != u.ParamCount {
 		return fmt.Errorf("gossip: AddTo: vector has %d params, update %d", len(dst), u.ParamCount)
 	}
@@ -170,7 +166,7 @@ func addTo[T float32 | float64](u *Update, dst []T, scale T) error {
 			return fmt.Errorf("gossip: AddTo: dense update has %d values, want %d", len(u.Values), len(dst))
 		}
 		for i, v := range u.Values {
-			dst[i] += scale * T(v)
+			dst[i] += scale * v
 		}
 		return nil
 	}
@@ -183,7 +179,7 @@ func addTo[T float32 | float64](u *Update, dst []T, scale T) error {
 		}
 	}
 	for j, i := range u.Indices {
-		dst[i] += scale * T(u.Values[j])
+		dst[i] += scale * u.Values[j]
 	}
 	return nil
 }
@@ -268,32 +264,10 @@ func appendHeader(dst []byte, u *Update) []byte {
 }
 
 // AppendDense appends to dst the wire form of a dense float32 update of
-// values from sender after step, as EncodeUpdate would of an Update whose
-// Values are the float32 of values, but with no float32 copy of them: a
-// whole model is encoded straight into the message. Like EncodeUpdate it
-// does not check the values.
-func AppendDense(dst []byte, sender peer.ID, step int64, modelID uint32, values []float64) ([]byte, error) {
-	u := &Update{Sender: sender, Step: step, ModelID: modelID, ParamCount: len(values), Encoding: EncodingDense32}
-	if len(sender) == 0 || len(sender) > MaxPeerIDLen {
-		return dst, fmt.Errorf("gossip: encode: sender ID length %d not in 1..%d", len(sender), MaxPeerIDLen)
-	}
-	if uint64(len(values)) > math.MaxUint32 {
-		return dst, fmt.Errorf("gossip: encode: param count %d out of range", len(values))
-	}
-	dst = appendHeader(slices.Grow(dst, headerSize+len(sender)+4*len(values)), u)
-	start := len(dst)
-	dst = dst[:start+4*len(values)]
-	out := dst[start:]
-	for i, v := range values {
-		binary.LittleEndian.PutUint32(out[4*i:], math.Float32bits(float32(v)))
-	}
-	return dst, nil
-}
-
-// AppendDense32 is AppendDense for float32 values, which go into the
-// message as they are (one copy on a little-endian CPU): a trainer's
-// model or update, never widened to float64 on its way.
-func AppendDense32(dst []byte, sender peer.ID, step int64, modelID uint32, values []float32) ([]byte, error) {
+// values from sender after step, as EncodeUpdate would of an Update with
+// those Values, with no copy of them beside the message's (one copy on a
+// little-endian CPU). Like EncodeUpdate it does not check the values.
+func AppendDense(dst []byte, sender peer.ID, step int64, modelID uint32, values []float32) ([]byte, error) {
 	u := &Update{Sender: sender, Step: step, ModelID: modelID, ParamCount: len(values), Encoding: EncodingDense32}
 	if len(sender) == 0 || len(sender) > MaxPeerIDLen {
 		return dst, fmt.Errorf("gossip: encode: sender ID length %d not in 1..%d", len(sender), MaxPeerIDLen)

@@ -27,7 +27,7 @@ func mustPeerID(s string) peer.ID {
 }
 
 // gradient returns a delta shaped like a real gradient step: most entries
-// small, a few large.
+// small, a few large; float32 values, as float64 (exactly).
 func gradient(r *rand.Rand, n int) []float64 {
 	d := make([]float64, n)
 	for i := range d {
@@ -35,13 +35,41 @@ func gradient(r *rand.Rand, n int) []float64 {
 		if r.IntN(20) == 0 {
 			d[i] *= 30
 		}
+		d[i] = float64(float32(d[i]))
 	}
 	return d
 }
 
+// f32s is v as float32: the tests keep their deltas as float64 (of float32
+// values), so that they can sum what is sent and kept exactly.
+func f32s(v []float64) []float32 {
+	out := make([]float32, len(v))
+	for i, x := range v {
+		out[i] = float32(x)
+	}
+	return out
+}
+
+// dense64 is u.Dense() widened to float64 (exactly).
+func dense64(u *Update) []float64 {
+	d := u.Dense()
+	out := make([]float64, len(d))
+	for i, x := range d {
+		out[i] = float64(x)
+	}
+	return out
+}
+
+// add64 adds u to dst in float64, as the tests sum what was sent.
+func add64(dst []float64, u *Update) {
+	for i, x := range dense64(u) {
+		dst[i] += x
+	}
+}
+
 func encodeDelta(t testing.TB, e *Encoder, delta []float64, step int64) ([]byte, *Update) {
 	t.Helper()
-	u, err := e.Encode(delta)
+	u, err := e.Encode(f32s(delta))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +100,7 @@ func TestDense32ExactRoundTrip(t *testing.T) {
 		if got.Sender != testSender || got.Step != step || got.ModelID != 7 || got.ParamCount != len(delta) || got.Encoding != EncodingDense32 || got.WireSize != len(b) {
 			t.Fatalf("header mismatch: %+v", got)
 		}
-		if d := got.Dense(); !slices.Equal(d, delta) {
+		if d := dense64(got); !slices.Equal(d, delta) {
 			t.Fatalf("step %d: dense float32 round trip not exact", step)
 		}
 	}
@@ -96,7 +124,7 @@ func TestDense16RoundTripTolerance(t *testing.T) {
 		t.Fatal(err)
 	}
 	res := e.Residual()
-	for i, v := range got.Dense() {
+	for i, v := range dense64(got) {
 		// relative error 2^-11 for normals, absolute 2^-25 in the subnormal range
 		if tol := math.Max(math.Abs(delta[i])*math.Exp2(-11), math.Exp2(-25)); math.Abs(v-delta[i]) > tol {
 			t.Fatalf("value %d: %g vs %g", i, v, delta[i])
@@ -139,7 +167,7 @@ func TestTopKKeepsLargestAndFeedsBackRest(t *testing.T) {
 			}
 			// sent + residual == delta: nothing is lost.
 			res := e.Residual()
-			sent := u.Dense()
+			sent := dense64(u)
 			for i := range delta {
 				if math.Abs(sent[i]+res[i]-delta[i]) > 1e-15 {
 					t.Fatalf("entry %d: sent %g + residual %g != delta %g", i, sent[i], res[i], delta[i])
@@ -156,9 +184,7 @@ func TestTopKKeepsLargestAndFeedsBackRest(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := u.AddTo(total, 1); err != nil {
-					t.Fatal(err)
-				}
+				add64(total, u)
 			}
 			// float16 rounding leaves a tail that is itself re-sent, ever
 			// smaller; float32 converges to rounding noise.
@@ -320,17 +346,15 @@ func TestKthLargest(t *testing.T) {
 	}
 }
 
-// AppendDense writes what EncodeUpdate writes for the float32 of the same
-// values, after whatever dst already holds.
+// AppendDense writes what EncodeUpdate writes for the same values, after
+// whatever dst already holds.
 func TestAppendDenseMatchesEncodeUpdate(t *testing.T) {
 	r := rand.New(rand.NewPCG(2, 2))
-	values := make([]float64, 257)
-	f32 := make([]float32, len(values))
+	values := make([]float32, 257)
 	for i := range values {
-		values[i] = r.NormFloat64() * 1e3
-		f32[i] = float32(values[i])
+		values[i] = float32(r.NormFloat64() * 1e3)
 	}
-	want, err := EncodeUpdate([]byte{9, 9}, &Update{Sender: testSender, Step: 42, ModelID: 7, ParamCount: len(values), Encoding: EncodingDense32, Values: f32})
+	want, err := EncodeUpdate([]byte{9, 9}, &Update{Sender: testSender, Step: 42, ModelID: 7, ParamCount: len(values), Encoding: EncodingDense32, Values: values})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,10 +5,10 @@
 // # Model
 //
 // Every node keeps its own copy of the model, a flat parameter vector of
-// Config.ParamCount float64s. After each local step a node applies its own
-// delta (new − old parameters) to its model and publishes it with
-// Gossip.Publish; every other node adds the deltas it receives to its own
-// model (additive updates). A node never gets its own update back: it has
+// Config.ParamCount values. After each local step a node applies its own
+// delta (new − old parameters) to its model and publishes it, float32,
+// with Gossip.Publish; every other node adds the deltas it receives to its
+// own model (additive updates). A node never gets its own update back: it has
 // applied it already (read-my-writes). Nothing orders or acknowledges
 // updates; the barrier (package psp) bounds how stale they may be.
 //
@@ -20,7 +20,9 @@
 // EncodingTopK16). The sending Encoder keeps an error-feedback residual:
 // whatever an update does not carry — entries outside the top k, float16 or
 // float32 rounding, clamping — is added to the next delta, so every part of
-// every delta is eventually sent, only later. For MNIST logistic regression
+// every delta is eventually sent, only later. A dense float32 delta
+// within MaxAbsValue, with nothing held back, goes into its message as it
+// is, and the encoder holds no vector at all. For MNIST logistic regression
 // (7850 parameters) an update is about 31 KB dense float32, 16 KB dense
 // float16, 4 KB top-10 % float32 and 2.4 KB top-10 % float16.
 //

@@ -18,7 +18,8 @@ type Encoder struct {
 	enc      Encoding
 	k        int
 	maxAbs   float64
-	clamped  int // values the last Encode clamped to ±maxAbs
+	clamped  int  // values the last Encode clamped to ±maxAbs
+	holds    bool // the residual may hold a value not yet sent (Gossip.Encode's direct way waits until it does not)
 	residual []float64
 	acc      []float64
 	mag      []float64 // scratch for top-k selection
@@ -54,9 +55,10 @@ func NewEncoder(n int, enc Encoding, topKFraction, maxAbs float64) (*Encoder, er
 }
 
 // alloc makes the encoder's vectors at its first use: a node whose
-// updates never go through Encode (a trainer's float32 deltas, Encode32)
-// holds none of them (three float64 vectors: 6 copies of a float32
-// model).
+// updates all go out as they are (dense float32 within MaxAbsValue, see
+// Gossip.Encode) holds none of them (three float64 vectors: 6 copies of
+// a float32 model). The residual is float64 so that what it keeps of
+// each delta is kept exactly.
 func (e *Encoder) alloc() {
 	if e.residual != nil {
 		return
@@ -95,18 +97,18 @@ func (e *Encoder) Clamped() int { return e.clamped }
 //
 // If the update is then not delivered, call Restore with it so that its
 // content returns to the residual.
-func (e *Encoder) Encode(delta []float64) (*Update, error) {
+func (e *Encoder) Encode(delta []float32) (*Update, error) {
 	if len(delta) != e.n {
 		return nil, fmt.Errorf("gossip: encode: delta has %d params, want %d", len(delta), e.n)
 	}
 	for i, d := range delta {
-		if math.IsNaN(d) || math.IsInf(d, 0) {
+		if math.IsNaN(float64(d)) || math.IsInf(float64(d), 0) {
 			return nil, fmt.Errorf("gossip: encode: delta[%d] = %v is not finite", i, d)
 		}
 	}
 	e.alloc()
 	for i, d := range delta {
-		a := d + e.residual[i]
+		a := float64(d) + e.residual[i]
 		if math.IsInf(a, 0) {
 			return nil, fmt.Errorf("gossip: encode: delta[%d] = %v plus the residual %v overflows", i, d, e.residual[i])
 		}
@@ -130,6 +132,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 		return e.dense(u), nil
 	}
 	copy(e.residual, e.acc)
+	e.holds = true
 	u.Indices = indices
 	u.Values = make([]float32, len(indices))
 	for j, i := range indices {
@@ -144,6 +147,7 @@ func (e *Encoder) Encode(delta []float64) (*Update, error) {
 // it could not be published.
 func (e *Encoder) Restore(u *Update) {
 	e.alloc()
+	e.holds = true
 	if u.Encoding.sparse() {
 		for j, i := range u.Indices {
 			e.residual[i] += float64(u.Values[j])
@@ -257,10 +261,14 @@ func kthLargest(a []float64, k int) float64 {
 // quantisation error as the residual.
 func (e *Encoder) dense(u *Update) *Update {
 	u.Values = make([]float32, e.n)
+	e.holds = false
 	for i, a := range e.acc {
 		q := e.quantize(a)
 		u.Values[i] = q
 		e.residual[i] = a - float64(q)
+		if e.residual[i] != 0 {
+			e.holds = true
+		}
 	}
 	return u
 }

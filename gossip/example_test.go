@@ -19,7 +19,7 @@ func Example() {
 	b, _ := mn.GenPeer()
 	_ = mn.LinkAll()
 
-	modelB := make([]float64, 4)
+	modelB := make([]float32, 4)
 	got := make(chan struct{})
 
 	cfg := gossip.DefaultConfig()
@@ -51,7 +51,7 @@ func Example() {
 	ga.WaitMesh(ctx) // and until the heartbeat has put B in A's mesh
 
 	// A applied this delta to its own model; now it tells the others.
-	if err := ga.Publish(ctx, 1, []float64{0.5, -0.25, 0, 2}); err != nil {
+	if err := ga.Publish(ctx, 1, []float32{0.5, -0.25, 0, 2}); err != nil {
 		panic(err)
 	}
 	select {

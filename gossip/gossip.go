@@ -17,6 +17,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/host"
 	"github.com/libp2p/go-libp2p/core/peer"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/internal/faults"
 	"github.com/pspnode/pspnode/internal/jobname"
 )
@@ -337,11 +338,9 @@ type Gossip struct {
 	done   chan struct{}
 	mesh   *meshTracer
 
-	pubMu sync.Mutex // serialises Publish (the encoder's residual)
-	// used64: Publish has run, so the encoder may hold a residual that
-	// Publish32's direct way would skip.
-	used64 bool
-	enc    *Encoder
+	pubMu sync.Mutex // serialises Encode (the encoder's residual)
+	enc   *Encoder
+	limit uint32 // f32.Limit of MaxAbsValue: Encode's direct way
 
 	hmu      sync.Mutex
 	handlers []handlerEntry
@@ -380,6 +379,7 @@ func New(ctx context.Context, h host.Host, cfg Config) (*Gossip, error) {
 		name:  TopicName(cfg.Job),
 		stats: stats,
 		enc:   enc,
+		limit: f32.Limit(boundOf(cfg.MaxAbsValue)),
 		done:  make(chan struct{}),
 	}
 	if cfg.Handler != nil {
@@ -474,59 +474,40 @@ func (g *Gossip) Subscribe(fn func(Update)) (cancel func()) {
 }
 
 // Publish encodes delta (this node's change to its model in the step that
-// took it to step) with the configured encoding and publishes it. The caller
-// has already applied delta to its own model; this node's own update is not
-// delivered back to it. With top-k or float16 encodings, what the update does
-// not carry is kept and added to the next delta (error feedback). Values
-// beyond ±MaxAbsValue are published clamped to it, and the clamped-off part
-// is kept the same way (counted in Stats.Clamped), so peers still receive the
-// whole delta, over several updates. A delta of the wrong length or with a
-// NaN or infinite value is an error and nothing is published or kept. If
-// publishing fails, the whole delta is kept for the next call.
-func (g *Gossip) Publish(ctx context.Context, step int64, delta []float64) error {
-	if g.closed.Load() {
-		return ErrClosed
-	}
-	if step < 0 {
-		return fmt.Errorf("gossip: publish: negative step %d", step)
-	}
-	g.pubMu.Lock()
-	defer g.pubMu.Unlock()
-	g.used64 = true
-	u, err := g.enc.Encode(delta)
+// took it to step) with the configured encoding and publishes it: Encode,
+// then PublishEncoded. The caller has already applied delta to its own
+// model; this node's own update is not delivered back to it. With top-k or
+// float16 encodings, what the update does not carry is kept and added to
+// the next delta (error feedback). Values beyond ±MaxAbsValue are
+// published clamped to it, and the clamped-off part is kept the same way
+// (counted in Stats.Clamped), so peers still receive the whole delta, over
+// several updates. A delta of the wrong length or with a NaN or infinite
+// value is an error and nothing is published or kept. If publishing fails,
+// what the message carried is kept for the next call.
+func (g *Gossip) Publish(ctx context.Context, step int64, delta []float32) error {
+	m, err := g.Encode(step, delta)
 	if err != nil {
-		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+		return err
 	}
-	u.Sender, u.Step, u.ModelID = g.self, step, g.cfg.ModelID
-	data, err := EncodeUpdate(nil, u)
-	if err == nil && len(data) > g.cfg.MaxMessageSize {
-		err = fmt.Errorf("encoded update is %d bytes, cap %d", len(data), g.cfg.MaxMessageSize)
-	}
-	if err != nil {
-		g.enc.Restore(u)
-		return fmt.Errorf("gossip: publish step %d: %w", step, err)
-	}
-	for {
-		cur := g.step.Load()
-		if step <= cur || g.step.CompareAndSwap(cur, step) {
-			break
-		}
-	}
-	if err := g.topic.Publish(ctx, data); err != nil {
-		g.enc.Restore(u)
-		return fmt.Errorf("gossip: publish step %d: %w", step, err)
-	}
-	g.stats.addSent(len(data), g.enc.Clamped())
-	return nil
+	return g.PublishEncoded(ctx, m)
 }
 
-// Encode32 encodes a float32 delta of step, whose values are finite and
-// within ±MaxAbsValue (the caller checked them: a trainer's update), into
-// a message for PublishEncoded. Under the dense float32 encoding, with
-// nothing held back from earlier deltas, the values go into the message
-// as they are (one copy, no float64); otherwise the delta takes Publish's
-// encoder (and data is nil: PublishEncoded then publishes it that way).
-func (g *Gossip) Encode32(step int64, delta []float32) (data []byte, err error) {
+// Message is an update of this node's that Encode made and PublishEncoded
+// publishes.
+type Message struct {
+	step    int64
+	data    []byte
+	u       *Update // the encoder's update, kept again if it is not published; nil: the delta went as it was
+	clamped int
+}
+
+// Encode encodes delta, the update of step, into a message for
+// PublishEncoded, as Publish does; delta is not kept (the caller may
+// change it once Encode returns). Under the dense float32 encoding, with
+// nothing held back from earlier deltas and every value finite and within
+// ±MaxAbsValue, the values go into the message as they are (one copy);
+// otherwise they take the encoder (error feedback, clamping).
+func (g *Gossip) Encode(step int64, delta []float32) (*Message, error) {
 	if g.closed.Load() {
 		return nil, ErrClosed
 	}
@@ -537,44 +518,61 @@ func (g *Gossip) Encode32(step int64, delta []float32) (data []byte, err error) 
 		return nil, fmt.Errorf("gossip: publish step %d: %d values, want %d", step, len(delta), g.cfg.ParamCount)
 	}
 	g.pubMu.Lock()
-	direct := g.cfg.Encoding == EncodingDense32 && !g.used64
-	g.pubMu.Unlock()
-	if !direct {
-		d := make([]float64, len(delta))
-		for i, x := range delta {
-			d[i] = float64(x)
+	defer g.pubMu.Unlock()
+	if g.cfg.Encoding == EncodingDense32 && !g.enc.holds && f32.Within(delta, g.limit) {
+		data, err := AppendDense(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
+		if err != nil {
+			return nil, fmt.Errorf("gossip: publish step %d: %w", step, err)
 		}
-		return nil, g.Publish(context.Background(), step, d)
+		return &Message{step: step, data: data}, nil
 	}
-	return AppendDense32(make([]byte, 0, headerSize+len(g.self)+4*len(delta)), g.self, step, g.cfg.ModelID, delta)
+	u, err := g.enc.Encode(delta)
+	if err != nil {
+		return nil, fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	u.Sender, u.Step, u.ModelID = g.self, step, g.cfg.ModelID
+	data, err := EncodeUpdate(nil, u)
+	if err == nil && len(data) > g.cfg.MaxMessageSize {
+		err = fmt.Errorf("encoded update is %d bytes, cap %d", len(data), g.cfg.MaxMessageSize)
+	}
+	if err != nil {
+		g.enc.Restore(u)
+		return nil, fmt.Errorf("gossip: publish step %d: %w", step, err)
+	}
+	return &Message{step: step, data: data, u: u, clamped: g.enc.Clamped()}, nil
 }
 
-// PublishEncoded publishes a message of step that Encode32 made (nil: it
-// published it already).
-func (g *Gossip) PublishEncoded(ctx context.Context, step int64, data []byte) error {
-	if data == nil {
-		return nil
+// PublishEncoded publishes m, a message Encode made. If it cannot, what
+// m carried is kept for the next message (error feedback).
+func (g *Gossip) PublishEncoded(ctx context.Context, m *Message) error {
+	if g.closed.Load() {
+		g.restore(m)
+		return ErrClosed
 	}
 	for {
 		cur := g.step.Load()
-		if step <= cur || g.step.CompareAndSwap(cur, step) {
+		if m.step <= cur || g.step.CompareAndSwap(cur, m.step) {
 			break
 		}
 	}
-	if err := g.topic.Publish(ctx, data); err != nil {
-		return fmt.Errorf("gossip: publish step %d: %w", step, err)
+	if err := g.topic.Publish(ctx, m.data); err != nil {
+		g.restore(m)
+		return fmt.Errorf("gossip: publish step %d: %w", m.step, err)
 	}
-	g.stats.addSent(len(data), 0)
+	g.stats.addSent(len(m.data), m.clamped)
 	return nil
 }
 
-// Publish32 is Encode32, then PublishEncoded.
-func (g *Gossip) Publish32(ctx context.Context, step int64, delta []float32) error {
-	data, err := g.Encode32(step, delta)
-	if err != nil {
-		return err
+// restore keeps what m carried for the next message, when m went through
+// the encoder (a message of the direct way is lost, as a lost message
+// would be).
+func (g *Gossip) restore(m *Message) {
+	if m.u == nil {
+		return
 	}
-	return g.PublishEncoded(ctx, step, data)
+	g.pubMu.Lock()
+	g.enc.Restore(m.u)
+	g.pubMu.Unlock()
 }
 
 // publishRaw publishes data on the topic as it is, unchecked. It exists for

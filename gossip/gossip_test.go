@@ -134,7 +134,7 @@ func TestGossipNetwork(t *testing.T) {
 
 	// 1. An honest update reaches every other honest node, exactly.
 	delta := []float64{0.5, -0.25, 0, 1, 2, -3, 0.125, float64(float32(1e-3)), float64(float32(0.1)), 7}
-	if err := gs[0].Publish(ctx, 1, delta); err != nil {
+	if err := gs[0].Publish(ctx, 1, f32s(delta)); err != nil {
 		t.Fatal(err)
 	}
 	for i := 1; i < honest; i++ {
@@ -143,7 +143,7 @@ func TestGossipNetwork(t *testing.T) {
 		if u.Sender != hosts[0].ID() || u.Step != 1 || u.ModelID != 42 {
 			t.Fatalf("node %d got header %+v", i, u)
 		}
-		if got := u.Dense(); !slices.Equal(got, delta) {
+		if got := dense64(&u); !slices.Equal(got, delta) {
 			t.Fatalf("node %d got %v, want %v", i, got, delta)
 		}
 	}
@@ -176,7 +176,7 @@ func TestGossipNetwork(t *testing.T) {
 
 	// 3. A later honest update still flows; nothing hostile was delivered,
 	// and nobody got its own update back.
-	if err := gs[1].Publish(ctx, 2, delta); err != nil {
+	if err := gs[1].Publish(ctx, 2, f32s(delta)); err != nil {
 		t.Fatal(err)
 	}
 	for i := range gs {
@@ -248,7 +248,7 @@ func TestGossipTopKError(t *testing.T) {
 		if s == 0 {
 			d = delta
 		}
-		if err := gs[0].Publish(ctx, s, d); err != nil {
+		if err := gs[0].Publish(ctx, s, f32s(d)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -257,7 +257,7 @@ func TestGossipTopKError(t *testing.T) {
 		t.Fatalf("second handler got %d updates, want %d", extra.Load(), steps)
 	}
 	unsubscribe()
-	if err := gs[0].Publish(ctx, steps, zero); err != nil {
+	if err := gs[0].Publish(ctx, steps, f32s(zero)); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "last delivery", func() bool { return len(rec.updates()) == steps+1 })
@@ -269,9 +269,7 @@ func TestGossipTopKError(t *testing.T) {
 		if u.Encoding != EncodingTopK32 || len(u.Indices) > 20 {
 			t.Fatalf("update %v with %d entries", u.Encoding, len(u.Indices))
 		}
-		if err := u.AddTo(sum, 1); err != nil {
-			t.Fatal(err)
-		}
+		add64(sum, &u)
 	}
 	for i := range sum {
 		if math.Abs(sum[i]-delta[i]) > 1e-7 {
@@ -309,19 +307,19 @@ func TestPublishChecks(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	for name, d := range map[string][]float64{
+	for name, d := range map[string][]float32{
 		"length": {1, 2},
-		"NaN":    {1, math.NaN(), 0},
-		"Inf":    {1, 0, math.Inf(1)},
+		"NaN":    {1, float32(math.NaN()), 0},
+		"Inf":    {1, 0, float32(math.Inf(1))},
 	} {
 		if err := g.Publish(ctx, 1, d); err == nil {
 			t.Errorf("%s: Publish succeeded", name)
 		}
 	}
-	if err := g.Publish(ctx, -1, []float64{1, 2, 3}); err == nil {
+	if err := g.Publish(ctx, -1, []float32{1, 2, 3}); err == nil {
 		t.Error("negative step published")
 	}
-	if err := g.Publish(ctx, 5, []float64{1, 2, 3}); err != nil {
+	if err := g.Publish(ctx, 5, []float32{1, 2, 3}); err != nil {
 		t.Fatal(err)
 	}
 	if g.LocalStep() != 5 {
@@ -333,7 +331,7 @@ func TestPublishChecks(t *testing.T) {
 	if err := g.Close(); err != nil {
 		t.Fatal("second close:", err)
 	}
-	if err := g.Publish(ctx, 6, []float64{1, 2, 3}); err != ErrClosed {
+	if err := g.Publish(ctx, 6, []float32{1, 2, 3}); err != ErrClosed {
 		t.Fatalf("publish after close: %v", err)
 	}
 	// The host can host a new Gossip after Close.

@@ -40,7 +40,7 @@ package node
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
-//	engine.go      Run: the step loop
+//	engine.go      Run: the step loop, and where a task's float64 parameters and updates meet the float32 exchange
 //	barrier.go     the barrier type: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
 //	driver.go      Driver's calls: the step loop's parts for a program with its own loop (a trainer)
 //	driver_peers.go Driver.Member: which peers count as the job's for what a trainer serves
@@ -50,7 +50,7 @@ package node
 //	isolation.go   the peers heard from (progress.Heard) and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
 //	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
-//	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers
+//	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers; the gossip topic's waits and counts
 //	progress.go    feeding the peers' known steps (internal/progress), and waking the peers this node held back
 //	pace.go        each peer's pace as the barrier's last checks saw it (Node.PeerPace)
 //	realign.go     moving onto the job's lineage, or back from far ahead: the job's step and model taken as at a join

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
+	"github.com/pspnode/pspnode/internal/f32"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -141,7 +142,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if n.ov.Joining() && !n.awaitFirstPeer(ctx, report) {
 		return Start{}, ctx.Err()
 	}
-	n.exch().WaitSubscribed(ctx) // gossip: a peer knows of this node's subscription
+	n.waitSubscribed(ctx) // gossip: a peer knows of this node's subscription
 	if dst != nil && len(dst) != n.model.NumParams() {
 		return Start{}, fmt.Errorf("node: begin: a destination of %d values for a model of %d", len(dst), n.model.NumParams())
 	}
@@ -343,36 +344,21 @@ func (d *Driver) Done(step psp.Step) error {
 	return nil
 }
 
-// Push hands the update of a step counted by Done to the exchange: delta,
-// the change the step made to the parameters (nil for none), is published
-// under gossip; under epidemic it is the node's norm reference, and the
-// model sent to peers is the task's Params. delta must have the model's
-// length and every value must be finite and within the exchange's bound
-// (Exchange.MaxAbsValue); otherwise nothing is sent. Push may run on
-// another goroutine than the other calls (it signs and sends the update,
-// milliseconds for a large model), but pushes must come in the order of
-// their steps.
-func (d *Driver) Push(step psp.Step, delta []float64) error {
-	n := d.n
-	if err := n.checkUpdate(delta); err != nil {
-		return err
-	}
-	n.exch().Push(n.life, step, delta)
-	return nil
-}
-
-// Push32 is Push for a float32 vector that the caller has checked: every
-// value finite and within the exchange's bound (Exchange.MaxAbsValue), the
-// model's length. Under gossip v is the step's delta, published as it is;
-// under epidemic it is the program's model after the step, which becomes
-// the node's model (the base of its averages and the model it sends) —
-// v is copied before Push32 returns, and the call must come before the
-// next Merge32. It is the way a trainer's update goes: no float64 copy,
-// no second check. copied, if not nil, is called once v has been copied
-// (into the node's model, or the message to send): the caller may change
-// v from then on, while Push32 signs and sends (milliseconds for a large
-// model under gossip).
-func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
+// Push hands the exchange what a step counted by Done made (nil: nothing):
+// under gossip v is the step's delta, which is published; under epidemic
+// (Info().Exchange.Kind.Averages()) it is the program's model after the
+// step, which becomes the node's model (the base of its averages and the
+// model it sends, which a peer that fetches the model gets) and goes to
+// peers. v must have the model's length (else nothing is sent and the
+// error wraps ErrBadUpdate), and every value must be finite and within
+// the exchange's bound, which the caller has checked (CheckUpdate): Push
+// does not read v twice. copied, if not nil, is called once v has been
+// copied (into the node's model, or the message to send): the caller may
+// change v from then on, while Push signs and sends (milliseconds for a
+// large model under gossip). Push may run on another goroutine than the
+// other calls, but pushes must come in the order of their steps, and
+// under epidemic before the next Merge.
+func (d *Driver) Push(step psp.Step, v []float32, copied func()) error {
 	n := d.n
 	if v != nil && len(v) != n.model.NumParams() {
 		if copied != nil {
@@ -380,44 +366,39 @@ func (d *Driver) Push32(step psp.Step, v []float32, copied func()) error {
 		}
 		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
-	n.exch().Push32(n.life, step, v, copied)
+	n.exch().Push(n.life, step, v, copied)
 	return nil
 }
 
-// Merge32 averages the models received since the last call into x, the
-// program's model as its last Push32 gave it (the model's length), in
-// place, and returns how many it averaged (epidemic); the program takes x
-// as its parameters. Under gossip it returns 0: the peers' updates reach
-// the task as they arrive.
-func (d *Driver) Merge32(x []float32) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.n.exch().Merge32(x)
-}
+// CheckUpdate checks what a program hands Push or Merge: the model's
+// length, and every value finite and within the exchange's bound
+// (DriverInfo.MaxAbsValue). The error wraps ErrBadUpdate.
+func (d *Driver) CheckUpdate(v []float32) error { return d.n.checkUpdate(v) }
 
-// StepMerge32 is Push32 then Merge32 in one pass, for the program's model
-// x after step (epidemic), which the caller has checked: x and the node's
-// model become the average of x and the models received, and it goes to
-// peers. It returns how many models it averaged (0: x is as it was).
-func (d *Driver) StepMerge32(step psp.Step, x []float32) int {
+// Merge averages the models received since the last merge into x, the
+// program's model (the model's length), in place, and returns how many it
+// averaged (epidemic); the program takes x as its parameters (when 0, x
+// is as it was). With step < 0, x is the model as the program's last Push
+// gave it; with step >= 0, x is the model after step, which Done counted
+// and Push has not taken (the caller has checked it, as for Push): Merge
+// takes it in the same pass, as Push would, and the average goes to
+// peers. x of another length than the model's is not taken: 0. Under
+// gossip it returns 0: the peers' updates reach the model as they arrive
+// (Model.Apply).
+func (d *Driver) Merge(step psp.Step, x []float32) int {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if len(x) != d.n.model.NumParams() {
 		return 0
 	}
-	return d.n.exch().StepMerge32(step, x)
+	return d.n.exch().Merge(step, x)
 }
 
 // ReadModel copies the values [lo, hi) of the node's model, as its
 // exchange holds it (epidemic: the program's model after its last step
-// and average), into dst; false when it holds none.
+// and average), into dst; false when it holds none (gossip, or before the
+// program's first step).
 func (d *Driver) ReadModel(lo, hi int, dst []float32) bool { return d.n.exch().ReadModel(lo, hi, dst) }
-
-// Model returns the node's model as its exchange holds it: under
-// epidemic the program's model after its last step and average (what a
-// peer that fetches the model gets); nil under gossip, or before the
-// program's first step.
-func (d *Driver) Model() []float64 { return d.n.exch().Model() }
 
 // NoteApplied records that the program applied updates its peers made at
 // the given steps (under gossip, at its pull): their staleness, the
@@ -450,7 +431,7 @@ func (d *Driver) checkOrderLocked(step psp.Step) error {
 
 // checkUpdate checks a driver's update: the model's length, finite
 // values within the exchange's bound.
-func (n *Node) checkUpdate(v []float64) error {
+func (n *Node) checkUpdate(v []float32) error {
 	if v == nil {
 		return nil
 	}
@@ -458,25 +439,13 @@ func (n *Node) checkUpdate(v []float64) error {
 		return fmt.Errorf("%w: %d values, the model has %d parameters", ErrBadUpdate, len(v), n.model.NumParams())
 	}
 	bound := n.cfg.Exchange.MaxAbsValue
-	for i, x := range v {
-		if math.IsNaN(x) || math.IsInf(x, 0) {
+	if i, x := f32.First(v, f32.Limit(float32(min(bound, math.MaxFloat32)))); i >= 0 {
+		if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
 			return fmt.Errorf("%w: value %d is %v", ErrBadUpdate, i, x)
 		}
-		if bound > 0 && math.Abs(x) > bound {
-			return fmt.Errorf("%w: value %d is %v, beyond the exchange's bound of ±%v", ErrBadUpdate, i, x, bound)
-		}
+		return fmt.Errorf("%w: value %d is %v, beyond the exchange's bound of ±%v", ErrBadUpdate, i, x, bound)
 	}
 	return nil
-}
-
-// Merge averages in the models received since the last Merge (the
-// epidemic exchange, through the task's Params and SetParams); under
-// gossip it does nothing (received updates go to the task's Apply as they
-// arrive).
-func (d *Driver) Merge() {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.n.exch().Merge()
 }
 
 // Population returns the population estimate and the factor a step's

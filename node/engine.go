@@ -58,7 +58,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	n.exch().WaitMesh(ctx)
+	n.waitMesh(ctx)
 	defer n.checkpoint()
 	n.lastStepAt = time.Now()
 	for {
@@ -74,7 +74,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if pa, ok := n.model.(PopulationAware); ok && n.cfg.ScaleLR {
 			pa.SetPopulation(n.lrPopulation())
 		}
-		n.exch().Merge() // epidemic: average in the models received
+		n.mergeTask() // epidemic: average in the models received
 		n.busy.Store(true)
 		t0 := time.Now()
 		upd, err := n.work.Step(ctx)
@@ -86,7 +86,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return fmt.Errorf("node: step %d: %w", n.step.Load()+1, err)
 		}
 		step := n.countStep(ctx, time.Since(t0))
-		n.exch().Push(ctx, step, upd)
+		n.pushTask(ctx, step, upd)
 		if n.cfg.Checkpoint != "" && n.cfg.CheckpointEvery > 0 && step%int64(n.cfg.CheckpointEvery) == 0 {
 			n.checkpoint()
 		}
@@ -100,6 +100,49 @@ func (n *Node) Run(ctx context.Context) error {
 			return stopped() // stopped while waiting at the barrier
 		}
 	}
+}
+
+// The exchange takes and gives float32 vectors; a task's parameters and
+// updates are its own, float64 (Task). mergeTask and pushTask are where
+// Run converts them, once each way: the task stays float64 throughout,
+// and the exchange sees nothing but float32.
+
+// mergeTask averages the models received since the last step into the
+// task's model, when the exchange averages (exchange.Kind.Averages): the
+// task's parameters go to the exchange as float32, and the change the
+// average made comes back added to them, so that the task's float64
+// parameters keep what float32 does not hold.
+func (n *Node) mergeTask() {
+	if !n.cfg.Exchange.Kind.Averages() {
+		return
+	}
+	p := n.model.Params()
+	x := to32(p)
+	k := n.exch().Merge(-1, x)
+	if k == 0 {
+		return
+	}
+	for i := range p {
+		p[i] += float64(x[i] - float32(p[i])) // x held float32(p[i]) before the average
+	}
+	if err := n.model.SetParams(p); err != nil {
+		n.m.ApplyRejected.Inc()
+		n.log.Warn("averaging received models failed; keeping this node's model", "models", k, "err", err)
+	}
+}
+
+// pushTask hands the exchange what step made, as float32: the task's
+// model after the step when the exchange averages, else the step's
+// update (nil: none).
+func (n *Node) pushTask(ctx context.Context, step int64, upd []float64) {
+	var v []float32
+	switch {
+	case n.cfg.Exchange.Kind.Averages():
+		v = to32(n.model.Params())
+	case upd != nil:
+		v = to32(upd)
+	}
+	n.exch().Push(ctx, step, v, nil)
 }
 
 // lifetime returns a context that ends with ctx or when the node leaves or

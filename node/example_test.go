@@ -31,10 +31,10 @@ func (t *tally) Step(ctx context.Context) ([]float64, error) {
 	return []float64{1}, nil // published to every peer
 }
 
-func (t *tally) Apply(update []float64) error { // an update from a peer
+func (t *tally) Apply(update []float32, _ int64) error { // an update from a peer, float32 as it travels
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	t.total += update[0]
+	t.total += float64(update[0])
 	return nil
 }
 
@@ -181,7 +181,7 @@ func ExampleDriver() {
 		if err := d.Done(step); err != nil {
 			log.Fatal(err)
 		}
-		if err := d.Push(step, []float64{delta[0]}); err != nil { // to the peers
+		if err := d.Push(step, []float32{float32(delta[0])}, nil); err != nil { // to the peers
 			log.Fatal(err)
 		}
 	}

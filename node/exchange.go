@@ -19,7 +19,7 @@ import (
 // serves the exchange protocol with it.
 func (n *Node) newExchange(ctx context.Context) (exchange.Exchange, error) {
 	ex, err := exchange.New(ctx, n.cfg.Exchange, exchange.Deps{
-		Host: n.h, Job: n.cfg.Job, Model: n.model, Node: (*exchangeNode)(n), Gossip: n.cfg.Gossip,
+		Host: n.h, Job: n.cfg.Job, Model: (*exchangeModel)(n), Node: (*exchangeNode)(n), Gossip: n.cfg.Gossip,
 		Life: n.life, SendTimeout: 10 * n.cfg.Check.QueryTimeout, Log: n.log, Registry: n.reg,
 		Counters: exchange.Counters{Applied: n.m.Applied, ApplyRejected: n.m.ApplyRejected, NormRefused: n.m.NormRefused, Staleness: n.m.Staleness},
 		Faults:   n.cfg.faults, Lost: n.lost,
@@ -82,19 +82,90 @@ func (x *exchangeNode) Population() float64 {
 	return x.pop.population()
 }
 
+// exchangeModel is the node's model as its exchange sees it
+// (exchange.Model): the task's, and the staleness of the gossip updates
+// applied to it. A driven node's program says when it takes them
+// (Driver.NoteApplied): that is their staleness there.
+type exchangeModel Node
+
+func (m *exchangeModel) NumParams() int  { return m.model.NumParams() }
+func (m *exchangeModel) ModelID() uint32 { return m.model.ModelID() }
+
+func (m *exchangeModel) Apply(update []float32, step int64) error {
+	if err := m.model.Apply(update, step); err != nil {
+		return err
+	}
+	if step >= 0 && m.driver == nil {
+		m.m.Staleness.Observe(float64(m.step.Load() - step))
+	}
+	return nil
+}
+
 // lrPopulation is the population the learning rate is scaled by (see
-// package exchange): the estimate under gossip, 1 under epidemic.
+// package exchange): the estimate under gossip, 1 under epidemic
+// (exchange.Kind.Averages).
 func (n *Node) lrPopulation() float64 {
-	if !n.exch().ScalesLR() {
+	if n.cfg.Exchange.Kind.Averages() {
 		return 1
 	}
 	return n.pop.population()
 }
 
+// Gossip is the node's update topic, nil for a task without a model and
+// under the epidemic exchange.
+func (n *Node) Gossip() *gossip.Gossip { return exchange.TopicOf(n.exch()) }
+
+// waitMesh waits, within ctx, until what the node publishes on its
+// gossip topic reaches peers (gossip.Gossip.WaitMesh); Run calls it before
+// its first step. An exchange without a topic sends its models over
+// streams of their own, to peers sampled when they are sent: it has
+// nothing to wait for.
+func (n *Node) waitMesh(ctx context.Context) {
+	if t := n.Gossip(); t != nil && !t.WaitMesh(ctx) && ctx.Err() == nil {
+		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+	}
+}
+
+// topicWait bounds how long waitSubscribed waits for the update topic to
+// list a peer.
+const topicWait = 2 * time.Second
+
+// waitSubscribed waits, up to topicWait, until the node's gossip topic
+// lists a peer, when the node knows any: peers send their updates only to
+// the subscribers they know of, and an update sent between the fetch of
+// the job's model and the moment peers learn of this node's subscription
+// would be missed for good. (Peers without a trainer are not subscribed:
+// a node whose known peers have none waits the whole bound.) The Driver
+// calls it when a session begins.
+func (n *Node) waitSubscribed(ctx context.Context) {
+	t := n.Gossip()
+	if t == nil || (*exchangeNode)(n).PeerCount() == 0 {
+		return
+	}
+	deadline := time.Now().Add(topicWait)
+	for len(t.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
+		sleepCtx(ctx, 10*time.Millisecond)
+	}
+}
+
 // UpdateStats counts the updates a node exchanged, whatever the exchange,
 // as gossip.Stats: under gossip the topic's counts; under epidemic the
 // models sent (one per peer) and taken, and the refused ones by reason.
-func (n *Node) UpdateStats() gossip.Stats { return n.exch().Updates() }
+func (n *Node) UpdateStats() gossip.Stats {
+	if t := n.Gossip(); t != nil {
+		return t.Stats()
+	}
+	x := n.exch().Stats()
+	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}, Declined: map[gossip.Reason]uint64{}}
+	st.Sent, st.SentBytes, st.Received, st.ReceivedBytes = x.Sent, x.SentBytes, x.Received, x.ReceivedBytes
+	for r, c := range x.Rejected {
+		st.Rejected[gossip.Reason(r)] = c
+	}
+	for r, c := range x.Declined {
+		st.Declined[gossip.Reason(r)] = c
+	}
+	return st
+}
 
 // exchangeStats are the exchange's counts (the psp_exchange_* metrics).
 func (n *Node) exchangeStats() exchange.Stats {
@@ -106,7 +177,7 @@ func (n *Node) exchangeStats() exchange.Stats {
 // topicPayloadBytes is the update payload the gossip topic delivered (0
 // without a topic), for the gossip amplification (traffic.go).
 func (n *Node) topicPayloadBytes() uint64 {
-	if t := n.exch().Topic(); t != nil {
+	if t := n.Gossip(); t != nil {
 		return t.Stats().ReceivedBytes
 	}
 	return 0

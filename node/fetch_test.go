@@ -27,9 +27,9 @@ type vecModel struct {
 	p  []float64
 }
 
-func (m *vecModel) NumParams() int        { return len(m.p) }
-func (m *vecModel) ModelID() uint32       { return 5 }
-func (m *vecModel) Apply([]float64) error { return nil }
+func (m *vecModel) NumParams() int               { return len(m.p) }
+func (m *vecModel) ModelID() uint32              { return 5 }
+func (m *vecModel) Apply([]float32, int64) error { return nil }
 func (m *vecModel) Params() []float64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()

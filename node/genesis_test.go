@@ -21,7 +21,7 @@ type lateTask struct {
 }
 
 func (t *lateTask) Step(context.Context) ([]float64, error) { return nil, nil }
-func (t *lateTask) Apply([]float64) error                   { return nil }
+func (t *lateTask) Apply([]float32, int64) error            { return nil }
 func (t *lateTask) Params() []float64                       { return make([]float64, t.n.Load()) }
 func (t *lateTask) SetParams([]float64) error               { return nil }
 func (t *lateTask) NumParams() int                          { return int(t.n.Load()) }

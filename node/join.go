@@ -46,13 +46,14 @@ func (n *Node) resume() {
 }
 
 // adoptStep sets the node's step to one it did not count itself (from a
-// checkpoint, or the job's on joining): the step it reports, the gossip
-// topic's, and the task's (StepAware), whose learning-rate schedule would
-// otherwise start again at LR0.
+// checkpoint, or the job's on joining): the step it reports, its
+// exchange's (a push of nothing: the gossip topic's step), and the task's
+// (StepAware), whose learning-rate schedule would otherwise start again
+// at LR0.
 func (n *Node) adoptStep(step int64) {
 	n.step.Store(step)
 	n.m.Step.Set(float64(step))
-	n.exch().SetStep(step)
+	n.exch().Push(n.life, step, nil, nil)
 	if sa, ok := n.model.(StepAware); ok {
 		sa.SetStep(step)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/libp2p/go-libp2p/p2p/net/connmgr"
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/pspnode/pspnode/gossip"
 	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
@@ -315,10 +314,6 @@ func (n *Node) awaitReady(s network.Stream, proto string) bool {
 	}
 	return true
 }
-
-// Gossip is the node's update topic, nil for a task without a model and
-// under the epidemic exchange.
-func (n *Node) Gossip() *gossip.Gossip { return n.exch().Topic() }
 
 // screenFor is the screen a node with this configuration uses: nil (off)
 // for the zero ScreenConfig.

@@ -11,11 +11,16 @@ import (
 // program computes the steps. Apply is called from the exchange's receive
 // goroutine, the rest from any, so an implementation must be safe for
 // that concurrency.
+//
+// Updates travel as float32, and Apply takes them as they travel; a
+// task whose parameters are float64 (the built-in Go tasks) widens them
+// as it adds them. Its Params and SetParams stay its own (float64).
 type Model interface {
-	// Apply adds an update received from a peer. A bad update is an error
-	// and must leave the task's state untouched. The slice is reused after
-	// Apply returns: do not keep it.
-	Apply(update []float64) error
+	// Apply adds an update received from a peer (gossip), made at the
+	// peer's step (-1: not known). A bad update is an error and must
+	// leave the task's state untouched. The slice is reused after Apply
+	// returns: do not keep it.
+	Apply(update []float32, step int64) error
 	// NumParams is the length of the parameter vector (0 for none).
 	NumParams() int
 	// ModelID identifies the model architecture; peers must agree on it.
@@ -65,7 +70,7 @@ type Evaluator interface {
 type noWork struct{}
 
 func (noWork) Step(ctx context.Context) ([]float64, error) { return nil, ctx.Err() }
-func (noWork) Apply([]float64) error                       { return nil }
+func (noWork) Apply([]float32, int64) error                { return nil }
 func (noWork) NumParams() int                              { return 0 }
 func (noWork) ModelID() uint32                             { return 0 }
 func (noWork) Params() []float64                           { return nil }

@@ -17,7 +17,7 @@ import (
 // package cannot import node: node's own tests run these tasks.)
 type Task interface {
 	Step(ctx context.Context) (update []float64, err error)
-	Apply(update []float64) error
+	Apply(update []float32, step int64) error
 	NumParams() int
 	ModelID() uint32
 	Params() []float64
@@ -79,10 +79,10 @@ func (t *SleepTask) Step(ctx context.Context) ([]float64, error) {
 	defer t.mu.Unlock()
 	return nil, t.time.sleep(ctx, t.rng)
 }
-func (t *SleepTask) Apply([]float64) error { return nil }
-func (t *SleepTask) NumParams() int        { return 0 }
-func (t *SleepTask) ModelID() uint32       { return 0 }
-func (t *SleepTask) Params() []float64     { return nil }
+func (t *SleepTask) Apply([]float32, int64) error { return nil }
+func (t *SleepTask) NumParams() int               { return 0 }
+func (t *SleepTask) ModelID() uint32              { return 0 }
+func (t *SleepTask) Params() []float64            { return nil }
 func (t *SleepTask) SetParams(p []float64) error {
 	if len(p) != 0 {
 		return fmt.Errorf("a task without a model takes no parameters, got %d", len(p))
@@ -100,6 +100,9 @@ type ModelTask struct {
 	id   uint32
 	mu   sync.Mutex // guards rng
 	rng  *rand.Rand
+
+	amu sync.Mutex // guards buf
+	buf []float64  // a received update, widened for the SGD
 }
 
 // NewModelTask wraps an SGD of a model on its shard. test is the held-out set for Evaluate (nil
@@ -138,7 +141,21 @@ func (t *ModelTask) Step(ctx context.Context) ([]float64, error) {
 	return delta, nil
 }
 
-func (t *ModelTask) Apply(u []float64) error     { return t.sgd.Apply(u) }
+// Apply adds a peer's update, float32 as it travels, to the SGD's float64
+// parameters (widened in a buffer the task keeps: no allocation per
+// update).
+func (t *ModelTask) Apply(u []float32, _ int64) error {
+	t.amu.Lock()
+	defer t.amu.Unlock()
+	if len(t.buf) != len(u) {
+		t.buf = make([]float64, len(u))
+	}
+	for i, x := range u {
+		t.buf[i] = float64(x)
+	}
+	return t.sgd.Apply(t.buf)
+}
+
 func (t *ModelTask) NumParams() int              { return t.sgd.Model().NumParams() }
 func (t *ModelTask) ModelID() uint32             { return t.id }
 func (t *ModelTask) Params() []float64           { return t.sgd.Params() }

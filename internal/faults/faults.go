@@ -23,7 +23,7 @@ type Node struct {
 	// Poison, if set, is called with each update the node would send and
 	// returns the raw message to send instead (nil: send nothing). An
 	// update poisoner.
-	Poison func(step int64, delta []float64) []byte
+	Poison func(step int64, delta []float32) []byte
 	// OnSample, if set, is called with every barrier sample the node
 	// draws (testnets count how often each peer is drawn).
 	OnSample func(peers []peer.ID)

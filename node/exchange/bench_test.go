@@ -75,10 +75,10 @@ func BenchmarkEpidemicStep(b *testing.B) {
 			for i := range senders {
 				receive(i)
 			}
-		}, func() { ex.StepMerge32(1, x) })
+		}, func() { ex.Merge(1, x) })
 	})
 	b.Run("receive", func(b *testing.B) {
-		run(b, func() { ex.StepMerge32(1, x) }, func() { receive(0) })
+		run(b, func() { ex.Merge(1, x) }, func() { receive(0) })
 	})
 	b.Run("send", func(b *testing.B) {
 		buf := make([]float32, wire.ExchangeBlock)

@@ -19,6 +19,13 @@ const (
 	Epidemic Kind = 1 // each model to S sampled peers, averaged
 )
 
+// Averages says whether the exchange averages models (epidemic) rather
+// than adding deltas (gossip), a fact of the kind: a node then pushes its
+// model after each step, not the step's delta (Exchange.Push), and trains
+// at the schedule's learning rate, unscaled, where under gossip it scales
+// the rate by 1/N̂ (see the package comment).
+func (k Kind) Averages() bool { return k == Epidemic }
+
 func (k Kind) String() string {
 	switch k {
 	case Gossip:

@@ -1,6 +1,10 @@
 // Package exchange is how the nodes of a job combine their work, behind
 // one interface (Exchange) that the node drives without asking which
-// exchange it runs.
+// exchange it runs. What differs by kind is a fact of the kind
+// (Kind.Averages): what a node pushes after a step (its delta, or its
+// model) and whether its learning rate is scaled; what only gossip has,
+// its topic, is reached through TopicOf. Models and updates are float32
+// throughout, as they travel.
 //
 // Gossip (the zero Spec) is additive: after each step a node publishes
 // its delta on the job's GossipSub topic and every node adds every other
@@ -36,7 +40,7 @@
 //
 // Learning rate. Under gossip every node adds every update, so N nodes
 // stepping at rate η move every model by N steps' worth; a node scales its
-// rate by 1/N̂ (node.Config's ScaleLR; ScalesLR says which) so that a round moves the models by one
+// rate by 1/N̂ (node.Config's ScaleLR; Kind.Averages says which) so that a round moves the models by one
 // step of the mean gradient. Averaging does not add: if every node steps
 // at η and then models are averaged, the mean model moves by η times the
 // mean of the nodes' gradients, one step of the mean gradient, the same

@@ -36,8 +36,8 @@ import (
 // c_j ≤ 1 (its staleness weight, Config.StaleSteps, times its clip
 // factor), the block becomes x + (Σ c_j y_j − (Σ c_j) x)/(1 + k_b),
 // k_b the models that sent the block (a model whose transfer was cut short
-// counts for the blocks that came). The trainer's step takes its model x
-// and the round into ref in one pass (StepMerge32). Refusing a block
+// counts for the blocks that came). A trainer's step takes its model x
+// and the round into ref in one pass (Merge of a step). Refusing a block
 // leaves the blocks taken before it: each is judged alone, by the same
 // rules.
 //
@@ -88,9 +88,7 @@ type epidemic struct {
 	lastIn     map[peer.ID]uint64   // the average each sender's last model went into
 	senders    map[peer.ID]uint32   // a number for each sender of recent distances (senderIndexLocked)
 	nextSender uint32
-	spacing    uint64    // averages between two models of one sender (spacingFor)
-	scratch    []float32 // a built-in task's average change
-	task64     []float64 // a built-in task's parameters
+	spacing    uint64 // averages between two models of one sender (spacingFor)
 
 	budget *wire.BlockBudget
 
@@ -179,42 +177,12 @@ func newEpidemic(b *base) *epidemic {
 // poolSize is how many senders one average takes.
 func (e *epidemic) poolSize() int { return max(minRoundPool, 2*e.s) }
 
-// Push takes the model of a built-in task after step (its float64
-// parameters, converted once) as the reference, notes upd, the step's
-// delta, as the norms of the node's own step, and sends the model to S
-// peers.
-func (e *epidemic) Push(_ context.Context, step int64, upd []float64) {
-	params := e.d.Model.Params()
-	if len(params) != e.p {
-		return
-	}
-	e.rmu.Lock()
-	if e.ref == nil {
-		e.ref = make([]float32, e.p)
-	}
-	for i, x := range params {
-		e.ref[i] = float32(x)
-	}
-	e.cur = e.lay.FragmentOf(step)
-	e.rmu.Unlock()
-	e.has.Store(true)
-	if upd != nil {
-		e.mu.Lock()
-		for b := range e.nb {
-			lo, hi := e.lay.Range(b)
-			e.blk[b].norms.note(upd[lo:hi])
-		}
-		e.mu.Unlock()
-	}
-	e.sendModel(step)
-}
-
-// Push32 takes a trainer's model after step into the reference: it
-// copies x (not kept) into it, notes the norms of the step that made it
-// (its distance from the reference, the model after the last average),
-// and sends it to S peers. The round is averaged in at the next Merge32
-// (StepMerge32 does both at once).
-func (e *epidemic) Push32(_ context.Context, step int64, x []float32, copied func()) {
+// Push takes the node's model after step into the reference: it copies
+// x (not kept) into it, notes the norms of the step that made it (its
+// distance from the reference, the model after the last average), and
+// sends it to S peers. The round is averaged in at the next Merge (which
+// can take the model and the round in one pass instead). x nil: nothing.
+func (e *epidemic) Push(_ context.Context, step int64, x []float32, copied func()) {
 	if len(x) != e.p {
 		done(copied)
 		return
@@ -239,45 +207,42 @@ func (e *epidemic) Push32(_ context.Context, step int64, x []float32, copied fun
 	e.sendModel(step)
 }
 
-// StepMerge32 takes a trainer's model x after step and the round in one
-// pass: x and the reference become the average of x and the round's
-// models (block by block), the step's norms are noted, and the average
-// goes to S peers. It returns how many senders' models it averaged (x is
-// left as it was when 0). The caller has checked x.
-func (e *epidemic) StepMerge32(step int64, x []float32) int {
+// Merge averages the round into x and the reference, block by block.
+// With step >= 0, x is the model after step, not pushed: it becomes the
+// reference in the same pass (its distance from the reference noted as
+// the step's norms), and the average goes to S peers. With step < 0, x
+// is the model as the last Push gave it; before the first push, the
+// node's model before its first step, which becomes the base the first
+// push's norms are measured from (the node still takes no model before
+// that push: nothing to average yet). It returns how many senders'
+// models it averaged (x is left as it was when 0). The caller has checked
+// x.
+func (e *epidemic) Merge(step int64, x []float32) int {
 	if len(x) != e.p {
 		return 0
 	}
 	e.rmu.Lock()
 	first := e.ref == nil
+	if first && step < 0 {
+		e.ref = slices.Clone(x)
+		e.rmu.Unlock()
+		return 0
+	}
 	if first {
 		e.ref = slices.Clone(x)
 	}
-	e.cur = e.lay.FragmentOf(step)
+	if step >= 0 {
+		e.cur = e.lay.FragmentOf(step)
+	}
 	e.mu.Lock()
-	k := e.averageLocked(x, !first)
+	k := e.averageLocked(x, step >= 0 && !first)
 	e.mu.Unlock()
 	e.rmu.Unlock()
-	e.has.Store(true)
-	e.sendModel(step)
+	if step >= 0 {
+		e.has.Store(true)
+		e.sendModel(step)
+	}
 	return k
-}
-
-// Merge32 averages the round into x, a trainer's model after its last
-// Push32, and the reference: what StepMerge32 does after Push32. It
-// returns how many senders' models it averaged (0: x is as it was).
-func (e *epidemic) Merge32(x []float32) int {
-	if len(x) != e.p {
-		return 0
-	}
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	if e.ref == nil {
-		return 0
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.averageLocked(x, false)
 }
 
 // averageLocked makes x and ref the average of x and the round, block by
@@ -341,55 +306,6 @@ func (e *epidemic) nextRoundLocked() int {
 	return k
 }
 
-// Merge averages a built-in task's model with the models received since
-// the last call. Only the stepping goroutine calls it, between steps, so
-// nothing else writes the model meanwhile (an epidemic node applies no
-// gossip updates).
-func (e *epidemic) Merge() {
-	e.rmu.Lock()
-	defer e.rmu.Unlock()
-	if e.ref == nil {
-		return
-	}
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	if e.merged == 0 {
-		e.nextRoundLocked()
-		return
-	}
-	if e.scratch == nil {
-		e.scratch = make([]float32, e.p)
-	}
-	d := e.scratch
-	first, count := e.lay.FragmentBlocks(e.cur)
-	for b := range e.nb {
-		lo, hi := e.lay.Range(b)
-		bl := &e.blk[b]
-		if bl.k == 0 || b < first || b >= first+count {
-			clear(d[lo:hi])
-			continue
-		}
-		s, w := float32(bl.sumC), float32(1/float64(1+bl.k))
-		for i := lo; i < hi; i++ {
-			d[i] = (e.acc[i] - s*e.ref[i]) * w
-			e.ref[i] += d[i]
-		}
-	}
-	e.task64 = e.d.Model.Params()
-	for i, x := range d {
-		e.task64[i] += float64(x)
-	}
-	if err := e.d.Model.SetParams(e.task64); err != nil {
-		add(e.d.Counters.ApplyRejected, 1)
-		e.d.Log.Warn("averaging received models failed; keeping this node's model", "models", e.merged, "err", err)
-	}
-	e.nextRoundLocked()
-}
-
-// SetStep does nothing: a model carries its sender's step, and a received
-// one is judged against the node's step as it is then.
-func (e *epidemic) SetStep(int64) {}
-
 // Restart makes params the reference (nil: none until the next push) and
 // drops the round: its blocks were for the old model.
 func (e *epidemic) Restart(params []float32) {
@@ -418,21 +334,6 @@ func (e *epidemic) Restart(params []float32) {
 		}
 		m.taken = false
 	}
-}
-
-// Model is the reference as float64: the node's model after its last
-// step and average (nil before its first step).
-func (e *epidemic) Model() []float64 {
-	e.rmu.RLock()
-	defer e.rmu.RUnlock()
-	if e.ref == nil {
-		return nil
-	}
-	out := make([]float64, len(e.ref))
-	for i, x := range e.ref {
-		out[i] = float64(x)
-	}
-	return out
 }
 
 // ReadModel copies the values [lo, hi) of the reference into dst and
@@ -488,31 +389,6 @@ func (e *epidemic) quantizeRound() {
 
 // readSent is ReadModel of sent, the model as this round sends it.
 func (e *epidemic) readSent(lo, hi int, dst []float32) bool { return e.read(&e.sent, lo, hi, dst) }
-
-// scalesLR: averaging does not add, so the rate is the schedule's.
-func (e *epidemic) ScalesLR() bool { return false }
-
-// WaitMesh and WaitSubscribed do nothing: models go to peers sampled when
-// they are sent, over streams of their own.
-func (e *epidemic) WaitMesh(context.Context)       {}
-func (e *epidemic) WaitSubscribed(context.Context) {}
-
-func (e *epidemic) Topic() *gossip.Gossip { return nil }
-
-// Updates are the models sent (one per peer) and taken, and the refused
-// ones by reason.
-func (e *epidemic) Updates() gossip.Stats {
-	st := gossip.Stats{Rejected: map[gossip.Reason]uint64{}, Declined: map[gossip.Reason]uint64{}}
-	x := e.Stats()
-	st.Sent, st.SentBytes, st.Received, st.ReceivedBytes = x.Sent, x.SentBytes, x.Received, x.ReceivedBytes
-	for r, c := range x.Rejected {
-		st.Rejected[gossip.Reason(r)] = c
-	}
-	for r, c := range x.Declined {
-		st.Declined[gossip.Reason(r)] = c
-	}
-	return st
-}
 
 // Close waits for the sends in flight; Deps.Life has ended, so they are
 // ending.

@@ -127,8 +127,8 @@ func (e *epidemic) another(p peer.ID, tried []peer.ID) (peer.ID, bool) {
 // what faults.Poison makes of it (an update of the gossip wire format),
 // with its own head. ok is false when there is nothing to send.
 func (e *epidemic) poisoned(step int64) (wire.Offer, func(int, []float32), bool) {
-	params := e.Model()
-	if params == nil {
+	params := make([]float32, e.p)
+	if !e.ReadModel(0, e.p, params) {
 		return wire.Offer{}, nil, false
 	}
 	payload := e.d.Faults.Poison(step, params)

@@ -24,87 +24,70 @@ import (
 // which exchange it runs: each implementation owns what it sends and
 // receives, the updates it holds before the node's first step, its bound
 // on what it receives (the norm bound, the distance bound) and what it
-// counts.
+// counts. What only gossip has, its topic, is gossip's own (TopicOf).
+//
+// Models and updates travel as float32, and an exchange takes and gives
+// float32 vectors only: a task whose parameters are float64 (the built-in
+// Go tasks) is converted at the node's side (node.Run).
 type Exchange interface {
-	// Push hands the exchange the update of step, which the node has just
-	// counted (upd nil: the task made none). Run or the Driver calls it
-	// after each step, in step order.
-	Push(ctx context.Context, step int64, upd []float64)
-	// Push32 is Push for a driven node's float32 vector, which its caller
-	// has checked (finite, within MaxAbsValue): under gossip the step's
-	// delta, under epidemic the model after the step. v must stay as it
-	// is until copied is called (if not nil): once, when Push32 has copied
-	// it (into the node's model, or the message), before the sending.
-	Push32(ctx context.Context, step int64, v []float32, copied func())
-	// StepMerge32 is Push32 and Merge32 at once, for a driven node's
-	// model x after step (epidemic): x and the node's model become the
-	// average of x and the models received, in one pass, and the average
-	// goes to peers. It returns how many models it averaged (0: x is as
-	// it was); under gossip it is not used and returns 0.
-	StepMerge32(step int64, x []float32) int
-	// Merge folds into the model what arrived since the last call. The
-	// stepping goroutine calls it before each step.
-	Merge()
-	// Merge32 is Merge for a driven node: it averages the models received
-	// into x, the program's model after its last Push32, in place, and
-	// returns how many it averaged (epidemic); under gossip, where updates
-	// go to the model as they arrive, it returns 0.
-	Merge32(x []float32) int
-	// SetStep tells the exchange a step the node took without computing
-	// it (from a checkpoint, or the job's on joining).
-	SetStep(step int64)
+	// Push hands the exchange what the node made at step, which it has
+	// just counted or taken: under gossip the step's delta, which it
+	// publishes; under epidemic the node's model after the step, which
+	// becomes the node's model (the base of its averages and the model it
+	// sends) and goes to S peers (Kind.Averages says which). v nil: the
+	// node is at step with nothing to send (its task made no update, or
+	// it took the step without computing it: a checkpoint's, or the job's
+	// on joining). v has the model's length and finite values within
+	// MaxAbsValue (under gossip a value beyond is sent clamped, the rest
+	// later). v must stay as it is until copied (if not nil) is called,
+	// once, when Push has copied it (into the node's model, or the
+	// message), before the sending. Pushes come in step order.
+	Push(ctx context.Context, step int64, v []float32, copied func())
+	// Merge averages the models received since the last merge into x,
+	// the node's model (the model's length), in place, and into the
+	// exchange's, and returns how many it averaged (0: x is as it was).
+	// With step < 0, x is the model as the last Push gave it; with step
+	// >= 0, x is the model after step, not pushed: Merge takes it in the
+	// same pass, as Push would, and the average goes to peers. Under
+	// gossip, where updates reach the model as they arrive, it does
+	// nothing and returns 0.
+	Merge(step int64, x []float32) int
 	// Restart tells the exchange that the node took params, the job's
 	// model, in place of its own (nil: the program's own, at its next
 	// push): what it held for the old model goes.
 	Restart(params []float32)
-	// Model is the node's model as the exchange holds it (epidemic: after
-	// the last step and average), nil when it holds none (gossip).
-	Model() []float64
-	// ReadModel copies the values [lo, hi) of that model into dst; false
-	// when it holds none.
+	// ReadModel copies the values [lo, hi) of the node's model as the
+	// exchange holds it (epidemic: after the last step and average) into
+	// dst; false when it holds none (gossip, or before the first step).
 	ReadModel(lo, hi int, dst []float32) bool
-	// ScalesLR says whether the learning rate is scaled by 1/N̂ (see the
-	// package comment).
-	ScalesLR() bool
-	// WaitMesh waits, within ctx, until what Push sends reaches peers;
-	// Run calls it before its first step.
-	WaitMesh(ctx context.Context)
-	// WaitSubscribed waits, up to a bound, until a known peer receives
-	// what Push sends; the Driver calls it when a trainer begins.
-	WaitSubscribed(ctx context.Context)
 	// Serve takes in one model a peer sends over the exchange protocol
 	// (its stream handler): every node with a model serves it, under
 	// gossip only to refuse epidemic peers' models with a clear reason.
 	Serve(s network.Stream)
-	// Updates counts the updates exchanged (node.Node's UpdateStats).
-	Updates() gossip.Stats
 	// Stats counts what the exchange did (the psp_exchange_* metrics).
 	Stats() Stats
-	// Topic is the gossip topic, nil for an exchange without one.
-	Topic() *gossip.Gossip
 	// Close waits for the sends in flight (Deps.Life has ended, so they
 	// are ending) and leaves the topic.
 	Close() error
+}
+
+// TopicOf is the gossip topic of ex, nil for an exchange without one:
+// what only the gossip exchange has (its mesh, its subscribers, its
+// counts) is reached through it.
+func TopicOf(ex Exchange) *gossip.Gossip {
+	if g, ok := ex.(*gossipExchange); ok {
+		return g.gs
+	}
+	return nil
 }
 
 // A Model is the model an exchange moves: a node's task.
 type Model interface {
 	NumParams() int
 	ModelID() uint32
-	// Params returns a copy of the parameters; SetParams replaces them.
-	Params() []float64
-	SetParams(p []float64) error
-	// Apply adds a received update (gossip).
-	Apply(update []float64) error
-}
-
-// applier32 is a model that takes float32 updates as they are: a driven
-// node's (the trainer API's task), whose model is float32 in its trainer.
-// It notes each update's step, so that the node can tell its staleness
-// when the trainer pulls it.
-type applier32 interface {
-	// Apply32 adds weight × u, an update made at step.
-	Apply32(u []float32, step int64, weight float32) error
+	// Apply adds a received update (gossip), made at step (-1: not
+	// known). The slice is reused after Apply returns.
+	Apply(update []float32, step int64) error
 }
 
 // A Node is what an exchange asks of its node.
@@ -132,7 +115,7 @@ type Counters struct {
 	Applied       prometheus.Counter  // received updates applied (psp_updates_applied_total)
 	ApplyRejected prometheus.Counter  // received updates the model refused
 	NormRefused   prometheus.Counter  // received updates refused by the norm bound
-	Staleness     prometheus.Observer // the node's steps minus the sender's, per update or model applied
+	Staleness     prometheus.Observer // the node's steps minus the sender's, per model averaged (epidemic; a gossip update's goes to the Model with it)
 }
 
 // Deps are what an exchange runs with.
@@ -199,23 +182,13 @@ var None Exchange = none{}
 
 type none struct{}
 
-func (none) Push(context.Context, int64, []float64)                        {}
-func (none) Push32(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
-func (none) Merge()                                                        {}
-func (none) Merge32([]float32) int                                         { return 0 }
-func (none) StepMerge32(int64, []float32) int                              { return 0 }
-func (none) SetStep(int64)                                                 {}
-func (none) Restart([]float32)                                             {}
-func (none) Model() []float64                                              { return nil }
-func (none) ReadModel(int, int, []float32) bool                            { return false }
-func (none) ScalesLR() bool                                                { return true }
-func (none) WaitMesh(context.Context)                                      {}
-func (none) WaitSubscribed(context.Context)                                {}
-func (none) Serve(s network.Stream)                                        { _ = s.Reset() }
-func (none) Updates() gossip.Stats                                         { return gossip.Stats{Rejected: map[gossip.Reason]uint64{}} }
-func (none) Stats() Stats                                                  { return Stats{} }
-func (none) Topic() *gossip.Gossip                                         { return nil }
-func (none) Close() error                                                  { return nil }
+func (none) Push(_ context.Context, _ int64, _ []float32, copied func()) { done(copied) }
+func (none) Merge(int64, []float32) int                                  { return 0 }
+func (none) Restart([]float32)                                           {}
+func (none) ReadModel(int, int, []float32) bool                          { return false }
+func (none) Serve(s network.Stream)                                      { _ = s.Reset() }
+func (none) Stats() Stats                                                { return Stats{} }
+func (none) Close() error                                                { return nil }
 
 // maxPerSender is how many models one sender may send a node in one
 // round (between two of its averages). Only the latest counts (one vote
@@ -230,10 +203,6 @@ const maxPerSender = 16
 type ownNorms struct{ r ring.Ring }
 
 func newOwnNorms() ownNorms { return ownNorms{r: ring.New(32)} }
-
-// note records the norm of delta, an update this node computed, unless it
-// is zero or not finite; it reports whether it did.
-func (o *ownNorms) note(delta []float64) bool { return o.noteNorm(l2(delta)) }
 
 // noteNorm records nrm, the norm of an update this node computed, unless
 // it is zero or not finite; it reports whether it did.
@@ -274,47 +243,30 @@ func (o *ownNorms) median() (m float64, ok bool) {
 // maxHeldBytes caps what a node holds before its first step.
 const maxHeldBytes = 8 << 20
 
-// heldVecs are the vectors (updates or models) an exchange received
-// before the node's first step, held until it has a reference to judge
-// them by. Its owner locks it.
+// heldVecs are the updates the gossip exchange received before the
+// node's first step, held until it has a reference to judge them by. Its
+// owner locks it.
 type heldVecs struct {
-	vs    [][]float64
+	vs    [][]float32
 	bytes int
 }
 
 // hold keeps v unless that would take the held vectors beyond
 // maxHeldBytes; it reports whether it did.
-func (h *heldVecs) hold(v []float64) bool {
-	if h.bytes+8*len(v) > maxHeldBytes {
+func (h *heldVecs) hold(v []float32) bool {
+	if h.bytes+4*len(v) > maxHeldBytes {
 		return false
 	}
 	h.vs = append(h.vs, v)
-	h.bytes += 8 * len(v)
+	h.bytes += 4 * len(v)
 	return true
 }
 
 // take returns the held vectors and holds none from then on.
-func (h *heldVecs) take() [][]float64 {
+func (h *heldVecs) take() [][]float32 {
 	vs := h.vs
 	h.vs, h.bytes = nil, 0
 	return vs
-}
-
-func l2(v []float64) float64 {
-	var s float64
-	for _, x := range v {
-		s += x * x
-	}
-	return math.Sqrt(s)
-}
-
-func dist(a, b []float64) float64 {
-	var s float64
-	for i, x := range a {
-		d := x - b[i]
-		s += d * d
-	}
-	return math.Sqrt(s)
 }
 
 // done calls f if it is not nil.

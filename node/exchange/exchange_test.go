@@ -43,28 +43,27 @@ func (n *testNode) Heard(from peer.ID, step int64) {
 }
 
 // vecModel is a model of its parameters alone, read and written as a
-// built-in task's trainer does (Params copies out, SetParams copies in,
-// Apply adds); it counts the updates applied.
+// node does its task's (Params copies out, SetParams copies in, Apply
+// adds); it counts the updates applied.
 type vecModel struct {
 	mu      sync.Mutex
-	p       []float64
+	p       []float32
 	applied int
 }
 
 func (m *vecModel) NumParams() int  { return len(m.p) }
 func (m *vecModel) ModelID() uint32 { return 7 }
-func (m *vecModel) Params() []float64 {
+func (m *vecModel) Params() []float32 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return slices.Clone(m.p)
 }
-func (m *vecModel) SetParams(p []float64) error {
+func (m *vecModel) SetParams(p []float32) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	copy(m.p, p)
-	return nil
 }
-func (m *vecModel) Apply(u []float64) error {
+func (m *vecModel) Apply(u []float32, _ int64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for i, x := range u {
@@ -83,7 +82,7 @@ func testBase(t testing.TB, params, s int, normBound float64) (*base, *testNode)
 	cfg.Spec = Spec{Kind: Epidemic, S: s}
 	cfg.NormBound = normBound
 	reg := prometheus.NewRegistry()
-	node := &testNode{model: &vecModel{p: make([]float64, params)}, heard: map[peer.ID]int64{},
+	node := &testNode{model: &vecModel{p: make([]float32, params)}, heard: map[peer.ID]int64{},
 		staleness: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "staleness"})}
 	c := func(name string) prometheus.Counter { return prometheus.NewCounter(prometheus.CounterOpts{Name: name}) }
 	d := Deps{Job: "test", Model: node.model, Node: node, Life: context.Background(), Log: slog.New(slog.DiscardHandler), Registry: reg,
@@ -293,30 +292,38 @@ func TestMergeAveragesReceived(t *testing.T) {
 	ex, node := exchangeFor(t, 2, 2, 4)
 	tr := node.model
 	a, b := peer.ID("a"), peer.ID("b")
-	ex.Push(t.Context(), 1, []float64{1, 0})                            // the first step: the reference is the task's model, [0 0]; bound 4·3·1 = 12
+	ex.setRef(0, 0)                               // the model before the first step, [0 0]
+	ex.Push(t.Context(), 1, []float32{1, 0}, nil) // the first step; bound 4·3·1 = 12
+	tr.SetParams([]float32{1, 0})
 	if r := takeModel(ex, a, Epidemic, 1, []float32{0.5, 0}); r != "" { // the first model of the round: nothing to clip it by
 		t.Fatal(r)
 	}
 	if r := takeModel(ex, b, Epidemic, 1, []float32{300, 0}); r != wire.ReasonDistance {
 		t.Fatalf("a model 300 away: %q", r)
 	}
-	ex.Merge()
-	if p := tr.Params(); p[0] != 0.25 || p[1] != 0 { // (0 + 0.5) / 2
-		t.Errorf("after averaging: %v, want [0.25 0]", p)
+	merge := func() { // as node.Run merges a task's model
+		x := tr.Params()
+		if ex.Merge(-1, x) > 0 {
+			tr.SetParams(x)
+		}
 	}
-	if r := ex.refOf(); r[0] != 0.25 {
+	merge()
+	if p := tr.Params(); p[0] != 0.75 || p[1] != 0 { // (1 + 0.5) / 2
+		t.Errorf("after averaging: %v, want [0.75 0]", p)
+	}
+	if r := ex.refOf(); r[0] != 0.75 {
 		t.Errorf("the reference after averaging: %v", r)
 	}
 	st := ex.Stats()
 	if st.Averaged != 1 || st.Averages != 1 || st.Rejected[string(wire.ReasonDistance)] != 0 {
 		t.Errorf("stats %+v", st) // (the judge alone counts nothing rejected: the server does)
 	}
-	ex.Merge() // nothing new: no change
-	if p := tr.Params(); p[0] != 0.25 {
+	merge() // nothing new: no change
+	if p := tr.Params(); p[0] != 0.75 {
 		t.Errorf("an empty average changed the model: %v", p)
 	}
-	if ex.ScalesLR() {
-		t.Error("an epidemic node scales its learning rate")
+	if !ex.cfg.Kind.Averages() || Gossip.Averages() {
+		t.Error("an epidemic node scales its learning rate, or a gossip node does not")
 	}
 	if got := histCount(t, node.staleness); got != 1 {
 		t.Errorf("staleness observed %d times, want once per model averaged", got)
@@ -348,7 +355,7 @@ func TestMergeClipsPull(t *testing.T) {
 		}
 		ex.spacing = 0 // every sender every round, for the test
 		before := x[0]
-		if k := ex.StepMerge32(int64(round), x); k != 4 {
+		if k := ex.Merge(int64(round), x); k != 4 {
 			t.Fatalf("averaged %d models", k)
 		}
 		drift = max(drift, x[0]-before)
@@ -371,7 +378,7 @@ func TestMergeClipsPull(t *testing.T) {
 		}
 	}
 	x2 := []float32{0}
-	ex2.StepMerge32(1, x2)
+	ex2.Merge(1, x2)
 	if want := float32(0.5 / 4); x2[0] != want || counterValue(ex2.m.clipped) != 0 {
 		t.Errorf("honest average moved the model to %v, want %v; clipped %v", x2[0], want, counterValue(ex2.m.clipped))
 	}
@@ -401,7 +408,7 @@ func TestMergeClipsPullOfAsManyPushers(t *testing.T) {
 		}
 		ex.spacing = 0 // every sender every round, for the test
 		before := x[0]
-		if k := ex.StepMerge32(int64(round), x); k != 6 {
+		if k := ex.Merge(int64(round), x); k != 6 {
 			t.Fatalf("averaged %d models", k)
 		}
 		drift = max(drift, x[0]-before)
@@ -427,7 +434,7 @@ func TestStaleModelsWeighLess(t *testing.T) {
 			t.Fatal(r)
 		}
 		x := []float32{0}
-		ex.StepMerge32(21, x) // (0 + w·2 − w·0)/2
+		ex.Merge(21, x) // (0 + w·2 − w·0)/2
 		if x[0] != tc.want {
 			t.Errorf("a model %d steps behind: the average %v, want %v", tc.lag, x[0], tc.want)
 		}
@@ -471,7 +478,7 @@ func TestBlocks(t *testing.T) {
 	}
 	ex.End("b", o, 1, gossip.ReasonMalformed) // the stream broke
 	x := fill(0)
-	if k := ex.StepMerge32(2, x); k != 2 {
+	if k := ex.Merge(2, x); k != 2 {
 		t.Fatalf("averaged %d senders, want 2", k)
 	}
 	// Block 0: b's block, 6·√B away, is clipped to the radius a's made,
@@ -510,9 +517,9 @@ func TestBlocks(t *testing.T) {
 		}
 	}
 	x1, x2 := fill(0.5), fill(0.5)
-	k1 := e1.StepMerge32(2, x1)
-	e2.Push32(t.Context(), 2, x2, nil)
-	k2 := e2.Merge32(x2)
+	k1 := e1.Merge(2, x1)
+	e2.Push(t.Context(), 2, x2, nil)
+	k2 := e2.Merge(-1, x2)
 	if k1 != 1 || k2 != 1 || !slices.Equal(x1, x2) || !slices.Equal(e1.refOf(), e2.refOf()) || !slices.Equal(e1.refOf(), x1) {
 		t.Errorf("StepMerge32 (%d) differs from Push32 and Merge32 (%d)", k1, k2)
 	}
@@ -553,45 +560,6 @@ func histCount(t testing.TB, h prometheus.Histogram) uint64 {
 		t.Fatal(err)
 	}
 	return m.GetHistogram().GetSampleCount()
-}
-
-// The norm bound: a received update is taken if its norm is within
-// NormBound × the upper quartile of the node's own recent updates';
-// before the node's first step updates are held, then judged.
-func TestNormBound(t *testing.T) {
-	b, node := testBase(t, 2, 1, 4)
-	g := newGossip(b) // no topic: the norm bound alone
-	// Before the node's first step, updates are held, then checked.
-	if g.withinNorm([]float64{0.5}) || g.withinNorm([]float64{50}) {
-		t.Fatal("accepted an update before the node has a reference norm")
-	}
-	g.noteOwnNorm([]float64{1})
-	if node.model.applied != 1 {
-		t.Fatalf("applied %d held updates, want 1 (the other is over the bound)", node.model.applied)
-	}
-	for _, nrm := range []float64{1, 2, 1, 100} { // upper quartile 2; one outlier of our own
-		g.noteOwnNorm([]float64{nrm})
-	}
-	for _, tt := range []struct {
-		in   []float64
-		want bool
-	}{
-		{[]float64{3, 0}, true},
-		{[]float64{0, -8}, true}, // exactly at the bound
-		{[]float64{300, 400}, false},
-		{[]float64{0, -8.01}, false},
-	} {
-		if got := g.withinNorm(tt.in); got != tt.want {
-			t.Errorf("withinNorm(%v) = %v, want %v", tt.in, got, tt.want)
-		}
-	}
-	if got := counterValue(b.d.Counters.NormRefused); got != 3 {
-		t.Errorf("refusal counter %v, want 3 (the held one over the bound and two others)", got)
-	}
-	b.cfg.NormBound = 0
-	if !g.withinNorm([]float64{1e9}) {
-		t.Error("NormBound 0 should disable the check")
-	}
 }
 
 // A peer that does not serve the exchange protocol at all is counted as
@@ -662,3 +630,33 @@ func TestCompressedSendsFeedBackTheirError(t *testing.T) {
 		}
 	}
 }
+
+// A node's model before its first step (Merge with no step, as node.Run
+// gives it) is the base its first push's norms are measured from, so the
+// distance bound holds from the first push on; the node still takes no
+// model before that push. Without the base the first push notes no norm,
+// and a model of any distance is taken until the second.
+func TestFirstPushMeasuredFromBase(t *testing.T) {
+	for _, base := range []bool{true, false} {
+		ex, _ := exchangeFor(t, 2, 2, 4)
+		if base {
+			if k := ex.Merge(-1, []float32{0, 0}); k != 0 {
+				t.Fatalf("averaged %d models before the first push", k)
+			}
+			if r := takeModel(ex, "early", Epidemic, 0, []float32{0, 0}); r != wire.ReasonNoModel {
+				t.Fatalf("a model before the first push: %q, want %q", r, wire.ReasonNoModel)
+			}
+		}
+		ex.Push(t.Context(), 1, []float32{1, 0}, nil) // a step of norm 1: bound 4·3·1 = 12 away
+		r := takeModel(ex, "far", Epidemic, 1, []float32{300, 0})
+		if want := map[bool]gossip.Reason{true: wire.ReasonDistance, false: ""}[base]; r != want {
+			t.Errorf("base %v: a model 300 away after the first push: %q, want %q", base, r, want)
+		}
+	}
+	if TopicOf(None) != nil || TopicOf(newEpidemic(must(testBase(t, 1, 1, 0)))) != nil {
+		t.Error("an exchange without a topic has one")
+	}
+}
+
+// must is b, for a test's one-line use of testBase.
+func must(b *base, _ *testNode) *base { return b }

@@ -76,8 +76,8 @@ func TestFragmentRoundOverTheWire(t *testing.T) {
 		for i := range xa {
 			xa[i], xb[i] = 1, 3
 		}
-		b.Push32(t.Context(), 0, xb, nil) // b's model, to judge by
-		a.Push32(t.Context(), 4, xa, nil) // step 4: fragment 1, values [4, 8)
+		b.Push(t.Context(), 0, xb, nil) // b's model, to judge by
+		a.Push(t.Context(), 4, xa, nil) // step 4: fragment 1, values [4, 8)
 		a.sendTo(bh.ID(), 4)
 		waitFor(t, "the fragment taken", func() bool { return b.Stats().Received == 1 })
 		if st := a.Stats(); st.Sent != 1 || st.SentBytes != 8+4*4 {
@@ -87,7 +87,7 @@ func TestFragmentRoundOverTheWire(t *testing.T) {
 			t.Errorf("received %d bytes, want the fragment's %d", st.ReceivedBytes, 4*4)
 		}
 		x := slices.Clone(xb)
-		if k := b.StepMerge32(4, x); k != 1 {
+		if k := b.Merge(4, x); k != 1 {
 			t.Errorf("averaged %d models, want 1", k)
 		}
 		want := []float32{3, 3, 3, 3, 2, 2, 2, 2, 3, 3, 3, 3}
@@ -105,7 +105,7 @@ func TestFragmentRefusals(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
 		const n = 600
 		a, b, bh := fragmentPair(t, n, 2, 2, wire.EncodingFloat32)
-		b.Push32(t.Context(), 0, make([]float32, n), nil)
+		b.Push(t.Context(), 0, make([]float32, n), nil)
 		lay := wire.Layout{N: n, F: 2}
 		offer := func(f int) wire.Offer {
 			first, count := lay.FragmentBlocks(f)
@@ -153,7 +153,7 @@ func TestFragmentRefusals(t *testing.T) {
 			})
 			// A round of fragment 0: a sender whose model was refused
 			// block by block may send again in the next round.
-			b.StepMerge32(int64(2*step+2), x)
+			b.Merge(int64(2*step+2), x)
 		}
 		if st := b.Stats(); st.Received != 0 {
 			t.Fatalf("%d models taken of the refused ones", st.Received)
@@ -162,7 +162,7 @@ func TestFragmentRefusals(t *testing.T) {
 		if reason, _, _, err := wire.SendModel(t.Context(), a.d.Host, bh.ID(), "test", offer(1), fill(2), nil, time.Second); reason != "" || err != nil {
 			t.Fatalf("a good fragment: %q, %v", reason, err)
 		}
-		if k := b.StepMerge32(1, x); k != 1 || x[0] != 0 || x[n/2-1] != 0 || x[n/2] != 1 || x[n-1] != 1 {
+		if k := b.Merge(1, x); k != 1 || x[0] != 0 || x[n/2-1] != 0 || x[n/2] != 1 || x[n-1] != 1 {
 			t.Errorf("averaged %d: x[0] %v, x[n/2-1] %v, x[n/2] %v, x[n-1] %v; want 1 model, 0, 0, 1, 1", k, x[0], x[n/2-1], x[n/2], x[n-1])
 		}
 	})
@@ -193,10 +193,10 @@ func TestFragmentWaitsForItsTurn(t *testing.T) {
 	}
 	e.End(from, o, 1, "")
 	x := make([]float32, 8)
-	if k := e.StepMerge32(2, x); k != 0 || slices.ContainsFunc(x, func(v float32) bool { return v != 0 }) {
+	if k := e.Merge(2, x); k != 0 || slices.ContainsFunc(x, func(v float32) bool { return v != 0 }) {
 		t.Errorf("fragment 0's round averaged %d and made %v: want nothing of fragment 1's", k, x)
 	}
-	if k := e.StepMerge32(3, x); k != 1 || !slices.Equal(x, []float32{0, 0, 0, 0, 2, 2, 2, 2}) {
+	if k := e.Merge(3, x); k != 1 || !slices.Equal(x, []float32{0, 0, 0, 0, 2, 2, 2, 2}) {
 		t.Errorf("fragment 1's round averaged %d and made %v", k, x)
 	}
 }

@@ -20,10 +20,10 @@ import (
 type gossipExchange struct {
 	*base
 	gs *gossip.Gossip
-	// buf receives each decoded update before the task applies it.
-	// Gossip handlers run one at a time, so one buffer serves them all and
-	// the receive path allocates nothing per update.
-	buf []float64
+	// buf receives each sparse update, made dense, before the task
+	// applies it. Gossip handlers run one at a time, so one buffer serves
+	// them all and the receive path allocates nothing per update.
+	buf []float32
 
 	mu           sync.Mutex
 	norms        ownNorms  // this node's recent updates: the norm bound's reference
@@ -66,80 +66,58 @@ func joinGossip(ctx context.Context, b *base) (*gossipExchange, error) {
 	return g, nil
 }
 
-// Push publishes the step's update on the topic.
-func (g *gossipExchange) Push(ctx context.Context, step int64, upd []float64) {
-	g.gs.SetLocalStep(step)
-	if upd != nil {
-		g.noteOwnNorm(upd)
-		g.publish(ctx, step, upd)
-	}
-}
-
-// Push32 publishes a driven node's float32 delta of step, which its
-// caller checked, as it is (gossip.Encode32: no float64 copy under the
-// dense32 encoding): the delta is copied into the message, copied is
-// called, and the message is signed and sent.
-func (g *gossipExchange) Push32(ctx context.Context, step int64, delta []float32, copied func()) {
+// Push publishes the step's delta on the topic: it copies it into the
+// message (gossip.Encode: as it is under the dense32 encoding), calls
+// copied, and signs and sends the message; then it notes the delta's norm
+// (noteOwnNorm).
+func (g *gossipExchange) Push(ctx context.Context, step int64, delta []float32, copied func()) {
 	g.gs.SetLocalStep(step)
 	if delta == nil {
 		done(copied)
 		return
 	}
-	g.mu.Lock()
-	noted := g.norms.noteNorm(f32.Norm(delta))
-	var held [][]float64
-	if noted {
-		held = g.held.take()
-	}
-	g.mu.Unlock()
-	if g.d.Faults.Poison != nil {
-		up := make([]float64, len(delta))
-		for i, x := range delta {
-			up[i] = float64(x)
-		}
+	nrm := f32.Norm(delta)
+	var err error
+	if poison := g.d.Faults.Poison; poison != nil {
+		raw := poison(step, delta)
 		done(copied)
-		g.publish(ctx, step, up)
+		if raw != nil {
+			err = faults.PublishRaw(g.gs, ctx, raw)
+		}
 	} else {
-		msg, err := g.gs.Encode32(step, delta)
+		var msg *gossip.Message
+		msg, err = g.gs.Encode(step, delta)
 		done(copied)
 		if err == nil {
-			err = g.gs.PublishEncoded(ctx, step, msg)
-		}
-		if err != nil && ctx.Err() == nil {
-			g.d.Log.Warn("publish failed", "step", step, "err", err)
+			err = g.gs.PublishEncoded(ctx, msg)
 		}
 	}
+	if err != nil && ctx.Err() == nil {
+		g.d.Log.Warn("publish failed", "step", step, "err", err)
+	}
+	g.noteOwnNorm(nrm)
+}
+
+// noteOwnNorm records nrm, the norm of an update this node computed
+// itself, and, after the node's first step, checks and applies the
+// updates that arrived before it had a reference norm.
+func (g *gossipExchange) noteOwnNorm(nrm float64) {
+	g.mu.Lock()
+	if !g.norms.noteNorm(nrm) {
+		g.mu.Unlock()
+		return
+	}
+	held := g.held.take()
+	g.mu.Unlock()
 	for _, v := range held {
-		if g.withinNorm(v) {
+		if g.withinNorm(v, "") {
 			g.apply(v, -1)
 		}
 	}
 }
 
-// Merge32 and StepMerge32: gossip updates go to the task as they arrive.
-func (g *gossipExchange) Merge32([]float32) int            { return 0 }
-func (g *gossipExchange) StepMerge32(int64, []float32) int { return 0 }
-
-// publish sends the step's update on the gossip topic (or, for a node
-// playing a poisoner, what faults.Poison makes of it).
-func (g *gossipExchange) publish(ctx context.Context, step int64, upd []float64) {
-	var err error
-	if poison := g.d.Faults.Poison; poison != nil {
-		if raw := poison(step, upd); raw != nil {
-			err = faults.PublishRaw(g.gs, ctx, raw)
-		}
-	} else {
-		err = g.gs.Publish(ctx, step, upd)
-	}
-	if err != nil && ctx.Err() == nil {
-		g.d.Log.Warn("publish failed", "step", step, "err", err)
-	}
-}
-
-// Merge does nothing: updates are applied as they arrive (onUpdate).
-func (g *gossipExchange) Merge() {}
-
-func (g *gossipExchange) SetStep(step int64) { g.gs.SetLocalStep(step) }
+// Merge does nothing: updates go to the model as they arrive (onUpdate).
+func (g *gossipExchange) Merge(int64, []float32) int { return 0 }
 
 // Restart drops the updates held before the first step: they were for
 // the old model.
@@ -149,38 +127,8 @@ func (g *gossipExchange) Restart([]float32) {
 	g.mu.Unlock()
 }
 
-// model: a gossip node holds no model of its own beside its task's.
-func (g *gossipExchange) Model() []float64                   { return nil }
+// ReadModel: a gossip node holds no model of its own beside its task's.
 func (g *gossipExchange) ReadModel(int, int, []float32) bool { return false }
-
-// scalesLR: every node adds every update, so the rate is scaled by 1/N̂.
-func (g *gossipExchange) ScalesLR() bool { return true }
-
-func (g *gossipExchange) WaitMesh(ctx context.Context) {
-	if !g.gs.WaitMesh(ctx) && ctx.Err() == nil {
-		g.d.Log.Debug("no gossip mesh peer yet: the first updates may reach no one")
-	}
-}
-
-// topicWait bounds how long waitSubscribed waits for the update topic to
-// list a peer.
-const topicWait = 2 * time.Second
-
-// WaitSubscribed waits, up to topicWait, until the gossip topic lists a
-// peer, when the node knows any: peers send their updates only to the
-// subscribers they know of, and an update sent between the fetch of the
-// job's model and the moment peers learn of this node's subscription
-// would be missed for good. (Peers without a trainer are not subscribed:
-// a node whose known peers have none waits the whole bound.)
-func (g *gossipExchange) WaitSubscribed(ctx context.Context) {
-	if g.d.Node.PeerCount() == 0 {
-		return
-	}
-	deadline := time.Now().Add(topicWait)
-	for len(g.gs.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		sleepCtx(ctx, 10*time.Millisecond)
-	}
-}
 
 // Offer refuses every model of the exchange protocol: a gossip node
 // serves it only to say it runs another exchange.
@@ -196,95 +144,45 @@ func (g *gossipExchange) End(_ peer.ID, _ wire.Offer, _ int, reason gossip.Reaso
 	return reason
 }
 
-func (g *gossipExchange) Updates() gossip.Stats { return g.gs.Stats() }
-func (g *gossipExchange) Topic() *gossip.Gossip { return g.gs }
-func (g *gossipExchange) Close() error          { return g.gs.Close() }
+func (g *gossipExchange) Close() error { return g.gs.Close() }
 
-// onUpdate applies a validated update from the gossip topic.
+// onUpdate applies a validated update from the gossip topic: the norm
+// bound, then the model (a sparse update as a dense vector, in buf).
 func (g *gossipExchange) onUpdate(u gossip.Update) {
 	if g.d.Node.OtherLineage(u.Sender) {
 		return // a delta of another lineage of the job
 	}
-	if t32, ok := g.d.Model.(applier32); ok && !u.Encoding.Sparse() {
-		g.onUpdate32(u, t32)
-		return
-	}
-	if g.buf == nil { // made at its first use: a float32 task's updates never come here
-		g.buf = make([]float64, g.d.Model.NumParams())
-	}
-	clear(g.buf)
-	if err := u.AddTo(g.buf, 1); err != nil {
-		add(g.d.Counters.ApplyRejected, 1)
-		g.d.Log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
-		return
-	}
-	if !g.withinNorm(g.buf) {
-		return
-	}
-	g.apply(g.buf, u.Step)
-	g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
-}
-
-// onUpdate32 applies a dense update to a float32 task: the norm bound on
-// its values, then the task, with no float64 copy. Before the node's
-// first step it takes the float64 path (held, then judged).
-func (g *gossipExchange) onUpdate32(u gossip.Update, t applier32) {
-	if g.cfg.NormBound > 0 {
-		g.mu.Lock()
-		med, ok := g.norms.reference()
-		g.mu.Unlock()
-		if !ok {
-			v := make([]float64, len(u.Values))
-			for i, x := range u.Values {
-				v[i] = float64(x)
-			}
-			g.withinNorm(v) // holds it
+	v := u.Values
+	if u.Encoding.Sparse() {
+		if g.buf == nil { // made at its first use: a dense update needs none
+			g.buf = make([]float32, g.d.Model.NumParams())
+		}
+		clear(g.buf)
+		if err := u.AddTo(g.buf, 1); err != nil {
+			add(g.d.Counters.ApplyRejected, 1)
+			g.d.Log.Debug("update refused", "from", u.Sender, "step", u.Step, "err", err)
 			return
 		}
-		if nrm := f32.Norm(u.Values); nrm > g.cfg.NormBound*med {
-			g.refusedNorm(u.Sender, nrm, g.cfg.NormBound*med)
-			return
-		}
+		v = g.buf
 	}
-	if err := t.Apply32(u.Values, u.Step, 1); err != nil {
-		add(g.d.Counters.ApplyRejected, 1)
-		g.d.Log.Debug("update refused by the model", "err", err)
+	if !g.withinNorm(v, u.Sender) {
 		return
 	}
-	add(g.d.Counters.Applied, 1)
-	g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
-}
-
-// apply adds a received update, made at step from (-1: not known), to
-// the model.
-func (g *gossipExchange) apply(v []float64, from int64) {
-	if err := g.d.Model.Apply(v); err != nil {
-		add(g.d.Counters.ApplyRejected, 1)
-		g.d.Log.Debug("update refused by the model", "err", err)
-		return
-	}
-	add(g.d.Counters.Applied, 1)
-	if from >= 0 {
-		observe(g.d.Counters.Staleness, float64(g.d.Node.Step()-from))
+	if g.apply(v, u.Step) {
+		g.heard(u.Sender, u.Step) // an update of a step counts as an answer, and may wake the barrier
 	}
 }
 
-// noteOwnNorm records the norm of an update this node computed itself and,
-// after the node's first step, checks and applies the updates that arrived
-// before it had a reference norm.
-func (g *gossipExchange) noteOwnNorm(delta []float64) {
-	g.mu.Lock()
-	if !g.norms.note(delta) {
-		g.mu.Unlock()
-		return
+// apply adds a received update, made at step (-1: not known), to the
+// model, and reports whether the model took it.
+func (g *gossipExchange) apply(v []float32, step int64) bool {
+	if err := g.d.Model.Apply(v, step); err != nil {
+		add(g.d.Counters.ApplyRejected, 1)
+		g.d.Log.Debug("update refused by the model", "err", err)
+		return false
 	}
-	held := g.held.take()
-	g.mu.Unlock()
-	for _, v := range held {
-		if g.withinNorm(v) {
-			g.apply(v, -1)
-		}
-	}
+	add(g.d.Counters.Applied, 1)
+	return true
 }
 
 // withinNorm reports whether a received update v is within NormBound × the
@@ -299,7 +197,7 @@ func (g *gossipExchange) noteOwnNorm(delta []float64) {
 // Until this node has made a step of its own there is no reference: the
 // update is then held (up to maxHeldBytes; beyond, refused) and checked
 // after the first step, and withinNorm returns false. v is copied.
-func (g *gossipExchange) withinNorm(v []float64) bool {
+func (g *gossipExchange) withinNorm(v []float32, from peer.ID) bool {
 	if g.cfg.NormBound <= 0 {
 		return true
 	}
@@ -314,8 +212,8 @@ func (g *gossipExchange) withinNorm(v []float64) bool {
 		return false
 	}
 	g.mu.Unlock()
-	if nrm := l2(v); nrm > g.cfg.NormBound*med {
-		g.refusedNorm("", nrm, g.cfg.NormBound*med)
+	if nrm := f32.Norm(v); nrm > g.cfg.NormBound*med {
+		g.refusedNorm(from, nrm, g.cfg.NormBound*med)
 		return false
 	}
 	return true

@@ -16,12 +16,12 @@ import (
 //
 //   - Its shape (name, model ID, parameter count) is fixed by the first
 //     trainer that says Hello; NumParams is 0 until then.
-//   - Under gossip, each peer update the node accepts is added (Apply32,
+//   - Under gossip, each peer update the node accepts is added (Apply,
 //     float32 as it travels) to one accumulator, which the trainer takes
 //     with Pull (copied into the shared region, or the reply); the steps
 //     of the updates in it go with it, for their staleness. Under
 //     epidemic the node's exchange holds the round and averages it into
-//     the trainer's model at the step (node.Driver.StepMerge32).
+//     the trainer's model at the step (node.Driver.Merge).
 //   - Params for a peer's model fetch come from the trainer itself
 //     (ParamsContext asks the session), except under epidemic, where the
 //     node's model after the trainer's last step and average is the
@@ -35,15 +35,15 @@ type RemoteModel struct {
 	mu       sync.Mutex
 	name     string
 	epidemic bool
-	accept   bool             // a session is active: take updates in
-	acc      []float32        // gossip: the sum of the updates since the last pull
-	merged   int              // updates in acc (0: acc holds nothing)
-	steps    []int64          // the senders' steps of the updates in acc
-	model    func() []float64 // epidemic: the node's model, for peers' fetches
-	sess     *session         // the active session, nil for none
-	cache    []float32        // the last parameters the trainer gave (read only: shared with callers of Params32Context)
-	cacheAt  int64            // the step they had taken
-	asking   chan struct{}    // closed when the request in flight ends; nil for none
+	accept   bool                                 // a session is active: take updates in
+	acc      []float32                            // gossip: the sum of the updates since the last pull
+	merged   int                                  // updates in acc (0: acc holds nothing)
+	steps    []int64                              // the senders' steps of the updates in acc
+	read     func(lo, hi int, dst []float32) bool // epidemic: the node's model, for peers' fetches
+	sess     *session                             // the active session, nil for none
+	cache    []float32                            // the last parameters the trainer gave (read only: shared with callers of Params32Context)
+	cacheAt  int64                                // the step they had taken
+	asking   chan struct{}                        // closed when the request in flight ends; nil for none
 	askErr   error
 	stepNow  func() int64 // the node's step (for the cache)
 	received atomic.Uint64
@@ -79,8 +79,8 @@ func (t *RemoteModel) shape() (name string, id uint32, n int) {
 
 // begin starts taking updates for sess (gossip: into an accumulator of
 // NumParams values, made once for the daemon's life); under epidemic
-// model gives the node's model.
-func (t *RemoteModel) begin(sess *session, model func() []float64) {
+// read reads the node's model.
+func (t *RemoteModel) begin(sess *session, read func(lo, hi int, dst []float32) bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.sess, t.accept = sess, true
@@ -88,7 +88,7 @@ func (t *RemoteModel) begin(sess *session, model func() []float64) {
 		t.acc = make([]float32, t.numParams.Load())
 	}
 	t.merged, t.steps = 0, t.steps[:0]
-	t.model = model
+	t.read = read
 	t.cache = nil
 }
 
@@ -100,7 +100,7 @@ func (t *RemoteModel) end(sess *session) {
 		return
 	}
 	t.sess, t.accept = nil, false
-	t.merged, t.steps, t.model, t.cache = 0, nil, nil, nil
+	t.merged, t.steps, t.read, t.cache = 0, nil, nil, nil
 }
 
 // dropPending forgets the updates the trainer has not pulled yet and the
@@ -113,10 +113,11 @@ func (t *RemoteModel) dropPending() {
 	t.cache = nil
 }
 
-// Apply32 adds weight × u, a peer's update (gossip) made at step, to the
-// accumulator. Without a trainer it is dropped: a new trainer starts from
-// the job's model.
-func (t *RemoteModel) Apply32(u []float32, step int64, weight float32) error {
+// Apply adds u, a peer's update (gossip) made at step (-1: not known,
+// and then not in the staleness the pull notes), to the accumulator.
+// Without a trainer it is dropped: a new trainer starts from the job's
+// model.
+func (t *RemoteModel) Apply(u []float32, step int64) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if !t.accept || t.acc == nil {
@@ -126,12 +127,14 @@ func (t *RemoteModel) Apply32(u []float32, step int64, weight float32) error {
 		return fmt.Errorf("update of %d values, the model has %d", len(u), len(t.acc))
 	}
 	if t.merged == 0 {
-		f32.ScaleTo(t.acc, u, weight)
+		copy(t.acc, u)
 	} else {
-		f32.Axpy(t.acc, u, weight)
+		f32.Axpy(t.acc, u, 1)
 	}
 	t.merged++
-	t.steps = append(t.steps, step)
+	if step >= 0 {
+		t.steps = append(t.steps, step)
+	}
 	t.received.Add(1)
 	return nil
 }
@@ -151,28 +154,6 @@ func (t *RemoteModel) pull(dst []float32) (merged int, steps []int64) {
 	steps = append([]int64(nil), t.steps...)
 	t.merged, t.steps = 0, t.steps[:0]
 	return merged, steps
-}
-
-// Apply adds a peer's update (gossip, float64: a sparse encoding's) to
-// the accumulator, as Apply32 does; its step is not known.
-func (t *RemoteModel) Apply(u []float64) error {
-	v := make([]float32, len(u))
-	for i, x := range u {
-		v[i] = float32(x)
-	}
-	t.mu.Lock()
-	accept := t.accept
-	t.mu.Unlock()
-	if !accept {
-		return nil
-	}
-	if err := t.Apply32(v, -1, 1); err != nil {
-		return err
-	}
-	t.mu.Lock()
-	t.steps = t.steps[:len(t.steps)-1] // no step to tell its staleness by
-	t.mu.Unlock()
-	return nil
 }
 
 // NumParams is the trainer's parameter count, 0 until a trainer fixes it.
@@ -197,24 +178,28 @@ func (t *RemoteModel) Params() []float64 {
 // moves on.
 func (t *RemoteModel) ParamsContext(ctx context.Context) ([]float64, error) {
 	t.mu.Lock()
-	if t.epidemic && t.model != nil {
-		model := t.model
-		t.mu.Unlock()
-		if p := model(); p != nil {
-			return p, nil
+	read := t.read // set under epidemic only
+	t.mu.Unlock()
+	if read != nil {
+		p := make([]float32, t.NumParams())
+		if read(0, len(p), p) {
+			return widen(p), nil
 		}
-	} else {
-		t.mu.Unlock()
 	}
 	p, err := t.Params32Context(ctx)
 	if err != nil {
 		return nil, err
 	}
+	return widen(p), nil
+}
+
+// widen is p as float64.
+func widen(p []float32) []float64 {
 	out := make([]float64, len(p))
 	for i, x := range p {
 		out[i] = float64(x)
 	}
-	return out, nil
+	return out
 }
 
 // Params32Context is ParamsContext's gossip path, as the trainer gives

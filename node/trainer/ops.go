@@ -79,7 +79,7 @@ func (s *Server) Publish(ctx context.Context, req *pb.PublishRequest) (*pb.Publi
 	}
 	x, err := sess.publish(ctx, req.Step, req.Update, req.HasEval, req.Loss, req.Accuracy)
 	if err == nil && x != nil { // epidemic: the model becomes the node's and goes to S peers
-		err = sess.srv.drv.Push32(req.Step, x, nil)
+		err = sess.srv.drv.Push(req.Step, x, nil)
 	}
 	if err != nil {
 		return nil, end(toStatus(ctx, err))
@@ -182,10 +182,10 @@ func (sess *session) pull(step int64, x []float32) *pb.PullReply {
 	if task.epidemic {
 		switch {
 		case step >= 0:
-			merged = drv.StepMerge32(step, x)
-		case sess.x != nil:
+			merged = drv.Merge(step, x)
+		case sess.x != nil && drv.ReadModel(0, 0, nil): // the node holds the trainer's model: it has published one, or took the job's
 			x = sess.x
-			merged = drv.Merge32(x)
+			merged = drv.Merge(-1, x)
 		}
 	} else {
 		x = sess.x
@@ -218,7 +218,7 @@ func (s *Server) Step(ctx context.Context, req *pb.StepRequest) (*pb.StepReply, 
 	b, err := sess.barrier(ctx, req.Step+1)
 	if err != nil {
 		if x != nil { // the model still becomes the node's
-			err = errors.Join(err, s.drv.Push32(req.Step, x, nil))
+			err = errors.Join(err, s.drv.Push(req.Step, x, nil))
 		}
 		return nil, end(toStatus(ctx, err))
 	}

@@ -262,11 +262,11 @@ func (sess *session) start() error {
 		}
 		return failuref(codes.Unavailable, pb.ErrorReason_ERROR_REASON_NOT_READY, "%v; try again", err)
 	}
-	var model func() []float64
+	var read func(lo, hi int, dst []float32) bool
 	if epidemic {
-		model = s.drv.Model
+		read = s.drv.ReadModel
 	}
-	s.task.begin(sess, model)
+	s.task.begin(sess, read)
 	pop, scale := s.drv.Population()
 	w := &pb.Welcome{
 		Session: sess.id, Step: st.Step, HasParams: st.Params != nil, ParamsSource: st.Source,
@@ -523,7 +523,7 @@ func (sess *session) pushLoop() {
 	for p := range sess.pushes {
 		sess.shmMu.RLock() // v may be the shared region
 		copied := sync.OnceFunc(func() { sess.shmMu.RUnlock(); close(p.copied) })
-		if err := sess.srv.drv.Push32(p.step, p.v, copied); err != nil {
+		if err := sess.srv.drv.Push(p.step, p.v, copied); err != nil {
 			sess.srv.log.Warn("update not sent", "step", p.step, "err", err)
 		}
 		copied()

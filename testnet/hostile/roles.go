@@ -40,9 +40,9 @@ func (p *Play) Faults(r plan.Role, seed uint64, self *peer.ID, params int, model
 		f.ReplyDelay = p.cfg.SlowDelay
 	case plan.DriftPoison:
 		// Its own models are not sent: only the poisoned ones (drift).
-		f.Poison = func(int64, []float64) []byte { return nil }
+		f.Poison = func(int64, []float32) []byte { return nil }
 	case plan.PoisonNaN, plan.PoisonHuge, plan.PoisonLength, plan.PoisonNorm:
-		f.Poison = func(step int64, delta []float64) []byte {
+		f.Poison = func(step int64, delta []float32) []byte {
 			u := &gossip.Update{Sender: *self, Step: step, ModelID: modelID, ParamCount: params, Encoding: gossip.EncodingDense32}
 			u.Values = make([]float32, params)
 			for i, d := range delta {
@@ -52,7 +52,7 @@ func (p *Play) Faults(r plan.Role, seed uint64, self *peer.ID, params int, model
 				case plan.PoisonHuge:
 					u.Values[i] = 1e30
 				default:
-					u.Values[i] = float32(-100 * d)
+					u.Values[i] = -100 * d
 				}
 			}
 			if r == plan.PoisonLength {
