@@ -12,6 +12,7 @@ import (
 	"math/rand/v2"
 
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/task"
 )
 
 // Spec describes a built-in task: a model trained on a shard of a
@@ -47,7 +48,7 @@ func DataFor(modelName, data string) string {
 
 // New builds a built-in task on already-loaded data, so that a testnet
 // of many nodes loads its dataset once.
-func New(spec Spec, data model.Data) (Task, error) {
+func New(spec Spec, data model.Data) (task.Task, error) {
 	if err := spec.Time.validate(); err != nil {
 		return nil, err
 	}

@@ -11,19 +11,8 @@ import (
 	"time"
 
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/task"
 )
-
-// Task is node.Task's method set: every task here is a node.Task. (This
-// package cannot import node: node's own tests run these tasks.)
-type Task interface {
-	Step(ctx context.Context) (update []float64, err error)
-	Apply(update []float32, step int64) error
-	NumParams() int
-	ModelID() uint32
-	Params() []float64
-	SetParams(p []float64) error
-	Done() bool
-}
 
 // TimeModel is the PSP paper's synthetic task time: each step takes
 // (Exp(1)+1) seconds × Factor × Scale, in addition to real compute.
@@ -60,6 +49,12 @@ func (tm TimeModel) sleep(ctx context.Context, rng *rand.Rand) error {
 		return ctx.Err()
 	}
 }
+
+// Every task here is a node.Task (task.Task, which node names Task).
+var (
+	_ task.Task = (*SleepTask)(nil)
+	_ task.Task = (*ModelTask)(nil)
+)
 
 // SleepTask is a task without a model: each step only takes the time model's
 // time. Useful to study barriers on real networks.
