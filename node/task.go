@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/pspnode/pspnode/internal/task"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node/task"
 )
 
 // Model is the model a node holds, takes its peers' updates into and

@@ -11,8 +11,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
+	"github.com/pspnode/pspnode/internal/task"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node/task"
 )
 
 // Spec describes a built-in task: a model trained on a shard of a

@@ -10,8 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/pspnode/pspnode/internal/task"
 	"github.com/pspnode/pspnode/model"
-	"github.com/pspnode/pspnode/node/task"
 )
 
 // TimeModel is the PSP paper's synthetic task time: each step takes

@@ -1,9 +1,10 @@
 // Package task declares what a node holds and runs: a Model (the
 // parameters it takes its peers' updates into and gives a joining peer)
 // and a Task (a Model with a step, for a node that runs its own steps).
-// Package node names them node.Model and node.Task; they live here, below
-// node, so that the built-in Go tasks (internal/builtin), which node's own
-// tests run, can say they are node.Tasks without importing node.
+// Package node names them node.Model and node.Task (read their docs
+// there); they live here, below node, so that the built-in Go tasks
+// (internal/builtin), which node's own tests run, can say they are
+// node.Tasks without importing node.
 package task
 
 import "context"
