@@ -215,3 +215,47 @@ func TestRTAddrFilter(t *testing.T) {
 		}
 	}
 }
+
+// TestSampleUpTo asks for more peers than there are: every peer of an
+// address of its own, and at most PerAddress of a shared address, where
+// Sample short of peers fills up with them (a joiner asking every known
+// peer must not let one host's identities outnumber the rest).
+func TestSampleUpTo(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Seed = 5
+	o := bareOverlay(t, cfg)
+	peers := synthPeers(t, 6, 30)
+	now := time.Now()
+	sybil := make(map[peer.ID]bool)
+	for i, p := range peers {
+		m := o.touchLocked(p, true, now)
+		if i < 20 {
+			o.setAddrLocked(m, "203.0.113.8")
+			sybil[p] = true
+		} else {
+			o.setAddrLocked(m, fmt.Sprintf("198.51.100.%d", i))
+		}
+	}
+	for _, tc := range []struct{ k, want, wantSybil int }{
+		{64, 11, 1}, // all 10 of their own, one of the 20
+		{5, 5, -1},  // fewer than there are: any 5, at most one of the 20
+		{0, 0, 0},
+	} {
+		s, err := o.SampleUpTo(context.Background(), tc.k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := 0
+		for _, p := range s {
+			if sybil[p] {
+				in++
+			}
+		}
+		if len(s) != tc.want || in > 1 || (tc.wantSybil >= 0 && in != tc.wantSybil) {
+			t.Errorf("SampleUpTo(%d): %d peers, %d of the shared address; want %d, %d", tc.k, len(s), in, tc.want, tc.wantSybil)
+		}
+	}
+	if s, err := o.Sample(context.Background(), 30); err != nil || len(s) != 30 {
+		t.Errorf("Sample(30) of 30: %d, %v (it fills up past the cap)", len(s), err)
+	}
+}

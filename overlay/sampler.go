@@ -84,28 +84,63 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 		}
 		i++
 	}
-	cand := o.draw
-	if len(cand) < beta {
-		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(cand), len(o.live))
+	if len(o.draw) < beta {
+		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(o.draw), len(o.live))
 	}
-	// Weighted, without replacement (Efraimidis and Spirakis): the beta
-	// smallest of Exp(1)/weight, at most PerAddress of one shared address
-	// while others are left.
+	return o.weightedLocked(beta, true), nil
+}
+
+// SampleUpTo draws as Sample does, but as many peers as it can, up to k:
+// every drawable peer when there are k or fewer, except that it never
+// takes more than Config.PerAddress of one shared address (where Sample,
+// short of peers, fills up with them). For a caller that wants to hear
+// from as much of the job as it knows (a joiner whose first answers
+// disagree) without letting one host's many identities outnumber the
+// rest. It never fails for want of peers.
+func (o *Overlay) SampleUpTo(ctx context.Context, k int) ([]peer.ID, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("overlay: sample: %w", err)
+	}
+	if k <= 0 {
+		return []peer.ID{}, nil
+	}
+	now := time.Now()
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.closed {
+		return nil, ErrClosed
+	}
+	for i := 0; i < len(o.draw); {
+		if m := o.draw[i]; !o.drawableLocked(m, now) {
+			o.removeDrawLocked(m) // moves the last one here
+			continue
+		}
+		i++
+	}
+	return o.weightedLocked(k, false), nil
+}
+
+// weightedLocked draws up to k of the draw list (every member drawable),
+// weighted, without replacement (Efraimidis and Spirakis): the k smallest
+// of Exp(1)/weight, at most PerAddress of one shared address while others
+// are left. fill: when the others run out, members past the cap make up
+// the k. mu is held.
+func (o *Overlay) weightedLocked(k int, fill bool) []peer.ID {
 	type keyed struct {
 		m *member
 		k float64
 	}
-	keys := make([]keyed, len(cand))
-	for i, m := range cand {
+	keys := make([]keyed, len(o.draw))
+	for i, m := range o.draw {
 		keys[i] = keyed{m, o.rng.ExpFloat64() / o.weightLocked(m)}
 	}
 	slices.SortFunc(keys, func(a, b keyed) int { return cmp.Compare(a.k, b.k) })
-	shared = shared[:0]
+	var shared []string
 	var over []*member // past the cap: taken last, if peers run short
-	out = out[:0]
+	out := make([]peer.ID, 0, min(k, len(keys)))
 	for _, km := range keys {
 		m := km.m
-		if len(out) == beta {
+		if len(out) == k {
 			break
 		}
 		if o.weightLocked(m) < 1 {
@@ -117,10 +152,12 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 		}
 		out = append(out, m.id)
 	}
-	for _, m := range over[:min(len(over), beta-len(out))] {
-		out = append(out, m.id)
+	if fill {
+		for _, m := range over[:min(len(over), k-len(out))] {
+			out = append(out, m.id)
+		}
 	}
-	return out, nil
+	return out
 }
 
 // swapDrawLocked swaps positions i and j of the draw list.
