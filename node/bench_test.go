@@ -35,7 +35,7 @@ func BenchmarkBarrierCheck(b *testing.B) {
 			settle(b, nodes)
 			check := func(nd *Node) time.Duration {
 				t0 := time.Now()
-				obs := nd.bar.observe(context.Background())
+				obs := nd.bar.Observe(context.Background())
 				nd.decider.Decide(nd.step.Load(), 0, obs)
 				return time.Since(t0)
 			}

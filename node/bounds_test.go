@@ -70,15 +70,15 @@ func TestGlobalCheckBounded(t *testing.T) {
 		asked := func() int { // peers that have heard a query from the checker at step 3
 			k := 0
 			for _, nd := range nodes[1:] {
-				if s, ok := nd.bar.progress.Known(checker.ID()); ok && s == 3 {
+				if s, ok := nd.bar.Progress().Known(checker.ID()); ok && s == 3 {
 					k++
-					nd.bar.progress.Forget(checker.ID())
+					nd.bar.Progress().Forget(checker.ID())
 				}
 			}
 			return k
 		}
 		for i := range 3 {
-			obs := checker.bar.observe(t.Context())
+			obs := checker.bar.Observe(t.Context())
 			if d := checker.decider.Decide(3, 0, obs); d.Pass {
 				t.Fatalf("check %d passed with every peer 3 steps behind", i)
 			}

@@ -131,7 +131,7 @@ func measureChecks(b *testing.B, nd *Node, child *responders) {
 	}
 	check := func() time.Duration {
 		t0 := time.Now()
-		obs := nd.bar.observe(context.Background())
+		obs := nd.bar.Observe(context.Background())
 		if len(obs) < 10 {
 			b.Fatalf("check got %d answers, want 10", len(obs))
 		}

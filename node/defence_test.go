@@ -14,7 +14,6 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/status"
-	"github.com/pspnode/pspnode/psp"
 )
 
 // A peer that opens many step streams at once and never writes (a
@@ -85,7 +84,7 @@ func testObserveHedgesSlowPeer(t *testing.T) {
 		var drew []peer.ID
 		a.cfg.faults.OnSample = func(ps []peer.ID) { drew = ps }
 		start := time.Now()
-		obs := a.bar.observe(t.Context())
+		obs := a.bar.Observe(t.Context())
 		if d := time.Since(start); d >= slow.cfg.faults.ReplyDelay {
 			t.Fatalf("the check took %v, as long as the slow peer's reply", d)
 		}
@@ -141,7 +140,7 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		a.step.Store(tt.step)
 		before := status.CounterValue(a.m.EarlyFail)
 		start := time.Now()
-		obs := a.bar.observe(t.Context())
+		obs := a.bar.Observe(t.Context())
 		took := time.Since(start)
 		if len(obs) != tt.wantObs {
 			t.Fatalf("%s: observe returned %d observations, want %d: %+v", tt.name, len(obs), tt.wantObs, obs)
@@ -155,16 +154,5 @@ func testObserveEndsAtFirstLaggard(t *testing.T) {
 		if got := status.CounterValue(a.m.EarlyFail) - before; (got > 0) != tt.early {
 			t.Errorf("%s: early-fail counter grew by %v, want growth %v", tt.name, got, tt.early)
 		}
-	}
-}
-
-// The zero ScreenConfig turns screening off (testnet --no-screen relies on
-// it); the default turns it on.
-func TestScreenFor(t *testing.T) {
-	if s := screenFor(psp.ScreenConfig{}); s != nil {
-		t.Errorf("zero config: screen %v, want none", s)
-	}
-	if s := screenFor(DefaultConfig().Screen); s == nil {
-		t.Error("default config: no screen")
 	}
 }

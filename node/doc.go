@@ -22,11 +22,13 @@ package node
 //
 //	node.go        the Node and Driver types (their state), ErrClosed, ModelMismatchError, the accessors
 //
-// The node coordinates; its parts are types of their own, each holding its
-// state and told only what it needs of the node (the rest of its parts, or
-// a narrow interface such as barrierNode):
+// The node coordinates; its parts hold their state and are told only what
+// they need of the node. The barrier is a package of its own (node/barrier:
+// the Checker, peers' known steps and paces, the wedge), given the node's
+// other parts behind narrow interfaces (barrier.Census, Isolation, Kin,
+// Startup, and barrier.Node for the realignment and the events: the
+// adapter barrierHooks in pace.go). The others are types in this package:
 //
-//	barrier       barrier.go, observe.go, progress.go, pace.go, timing.go: the Checker, peers' known steps and paces, the wedge
 //	kinship       genesis.go: who is of the job (the model's identity, the lineage), the peers held out
 //	modelProto    modelproto.go: the model protocol, served within a byte budget and fetched from peers
 //	census        population.go: the node's own estimate and the population the learning rate follows
@@ -36,23 +38,19 @@ package node
 //
 // The files:
 //
-//	lifecycle.go   New, Leave, Close: building the host, the overlay, the exchange, and closing them
+//	lifecycle.go   New, Leave, Close: building the host, the barrier (checkConfig: Config's shares, floors and caps), the overlay, the exchange
 //	config.go      Config, DefaultConfig, DefaultLocalConfig
 //	options.go     New's options: WithHost, WithTask (or a driven node's WithModel), WithLogger, WithRegistry
 //	validate.go    Config.Validate: ranges, the order of bounds, the sub-configurations
 //	engine.go      Run: the step loop, and where a task's float64 parameters and updates meet the float32 exchange
-//	barrier.go     the barrier type: psp.Checker's policy driven by a thin I/O loop (draws, step queries, timers, progress wakes)
 //	driver.go      Driver's calls: the step loop's parts for a program with its own loop (a trainer)
 //	driver_peers.go Driver.Member: which peers count as the job's for what a trainer serves
-//	timing.go      barrier timing: Config's shares, floors and caps for psp.BarrierTiming
 //	population.go  the population estimate that scales the learning rate (psp.Population is the rule)
-//	observe.go     a check's answers: judging replies, late answers, what they tell the overlay in one call
 //	isolation.go   the peers heard from (progress.Heard) and the isolated state (psp.Isolated is the policy): an isolated node waits
 //	join.go        waitPeers, resume from a checkpoint (its file format: internal/checkpoint), join a running job
 //	genesis.go     lineages of a job (internal/lineage) and models at first contact: forks converge on the older, other models are held out
 //	exchange.go    the node's exchange (package exchange): built when the model is attached, told what the node knows of its peers; the gossip topic's waits and counts
-//	progress.go    feeding the peers' known steps (internal/progress), and waking the peers this node held back
-//	pace.go        each peer's pace as the barrier's last checks saw it (Node.PeerPace)
+//	pace.go        each peer's pace as the barrier's checks saw it (Node.PeerPace), and the barrier's hooks into the node
 //	realign.go     moving onto the job's lineage, or back from far ahead: the job's step and model taken as at a join
 //	resets.go      the rate at which realignments may reset the node's step and model
 //	startup.go     where start-up went: the milestones /status reports

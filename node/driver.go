@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/f32"
+	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -182,7 +183,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	}
 	if forked {
 		n.kin.lin.Set(js.genesis)
-		n.bar.resetPeers()
+		n.bar.ResetPeers()
 		n.kin.lin.Converged.Inc()
 		n.log.Warn("met the job's lineage (a fork): the session starts from its step and model", "lineage", js.genesis.String(), "step", js.adopt)
 	}
@@ -290,7 +291,7 @@ func (d *Driver) Barrier(ctx context.Context, step psp.Step) (BarrierResult, err
 	if n.realignDue() && n.realign(ctx) { // between steps, as Run does
 		return d.realigned(BarrierResult{}), nil
 	}
-	out, err := n.bar.wait(ctx)
+	out, err := n.bar.Wait(ctx)
 	if err != nil {
 		return BarrierResult{Waited: out.Waited, Checks: out.Checks}, err
 	}
@@ -319,7 +320,7 @@ func (d *Driver) realigned(res BarrierResult) BarrierResult {
 }
 
 // waitReason says what the last failed check of a barrier saw.
-func waitReason(sp psp.Spec, done psp.Step, out barrierOutcome) string {
+func waitReason(sp psp.Spec, done psp.Step, out barrier.Outcome) string {
 	if out.Isolated {
 		return fmt.Sprintf("%d check(s) failed; at the last, no peer answered: the node is isolated (it waits until a peer answers)", out.Checks-1)
 	}
@@ -457,7 +458,7 @@ func (d *Driver) Population() (estimate, lrScale float64) {
 	if n.cfg.ScaleLR {
 		lrScale = 1 / max(n.lrPopulation(), 1)
 	}
-	return n.pop.population(), lrScale
+	return n.pop.Population(), lrScale
 }
 
 // Evaluated records the driving program's held-out evaluation after step,

@@ -96,7 +96,7 @@ func (n *Node) Run(ctx context.Context) error {
 		if n.cfg.MaxSteps > 0 && step >= n.cfg.MaxSteps {
 			return nil
 		}
-		if _, err := n.bar.wait(ctx); err != nil {
+		if _, err := n.bar.Wait(ctx); err != nil {
 			return stopped() // stopped while waiting at the barrier
 		}
 	}
@@ -166,7 +166,7 @@ func (n *Node) countStep(ctx context.Context, compute time.Duration) int64 {
 	now := time.Now()
 	noteEWMA(&n.interval, now.Sub(n.lastStepAt).Seconds())
 	n.lastStepAt = now
-	n.bar.pushProgress(ctx, step)
+	n.bar.PushProgress(ctx, step)
 	return step
 }
 

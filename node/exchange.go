@@ -45,16 +45,16 @@ type exchangeNode Node
 
 func (x *exchangeNode) Step() int64 { return x.step.Load() }
 
-func (x *exchangeNode) Sample(ctx context.Context, k int) []peer.ID { return x.bar.sample(ctx, k) }
+func (x *exchangeNode) Sample(ctx context.Context, k int) []peer.ID { return x.bar.Sample(ctx, k) }
 
 // Heard counts a peer's update or model of step as its answer (see
 // progress), and wakes the barrier when the peer is at or behind this
 // node: a waiting barrier may pass now.
 func (x *exchangeNode) Heard(from peer.ID, step int64) {
 	n := (*Node)(x)
-	n.bar.progress.Vouch(from, step, time.Now())
+	n.bar.Progress().Vouch(from, step, time.Now())
 	if step <= n.step.Load() {
-		n.bar.poke()
+		n.bar.Poke()
 	}
 }
 
@@ -79,7 +79,7 @@ func (x *exchangeNode) Population() float64 {
 	if x.ov == nil { // (a node under test without an overlay)
 		return 0
 	}
-	return x.pop.population()
+	return x.pop.Population()
 }
 
 // exchangeModel is the node's model as its exchange sees it
@@ -108,7 +108,7 @@ func (n *Node) lrPopulation() float64 {
 	if n.cfg.Exchange.Kind.Averages() {
 		return 1
 	}
-	return n.pop.population()
+	return n.pop.Population()
 }
 
 // Gossip is the node's update topic, nil for a task without a model and

@@ -17,6 +17,7 @@ import (
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/model"
+	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/psp"
 )
@@ -182,9 +183,9 @@ func TestDrainedAnswerOfAnotherModelIsSaid(t *testing.T) {
 		n, stranger := nodes[0], nodes[1].ID()
 		ext := n.kin.ownExt()
 		ext.ModelID++
-		results := make(chan peerAnswer, 1)
-		results <- peerAnswer{p: stranger, a: answer{reply: wire.StepReply{Step: 3, Ext: &ext}}, asked: 1}
-		n.bar.drain(results, 1)
+		results := make(chan barrier.PeerAnswer, 1)
+		results <- barrier.PeerAnswer{Peer: stranger, A: barrier.Answer{Reply: wire.StepReply{Step: 3, Ext: &ext}}, Asked: 1}
+		n.bar.Drain(results, 1)
 		if !n.Overlay().HeldOut(stranger) {
 			t.Error("a drained answer of another model: its peer is not held out")
 		}

@@ -80,7 +80,7 @@ func (k *kinship) ownExt() wire.StepExt {
 // admit judges what peer p's step message said of it (e, nil for a 1.0.0
 // message; see the top of this file). A peer that runs another model is
 // held out; quiet leaves the warning to the caller.
-func (k *kinship) admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
+func (k *kinship) Admit(p peer.ID, e *wire.StepExt, quiet bool) lineage.Kinship {
 	if e == nil {
 		return lineage.Kin
 	}
@@ -183,3 +183,7 @@ func errModelMismatch(err error) *ModelMismatchError {
 func mismatchExit(mm *ModelMismatchError) error {
 	return fmt.Errorf("node: the job runs another model than this node: %w", mm)
 }
+
+// ForgetLineage forgets what p showed of its lineage: it left or failed
+// (barrier.Kin).
+func (k *kinship) ForgetLineage(p peer.ID) { k.lin.Forget(p) }

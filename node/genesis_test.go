@@ -58,11 +58,11 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 		if job.Overlay().HeldOut(driven.ID()) || driven.Overlay().HeldOut(job.ID()) {
 			t.Fatal("a driven node without a model was taken for another model")
 		}
-		if k := job.kin.admit(driven.ID(), r.Ext, false); k != lineage.Kin {
+		if k := job.kin.Admit(driven.ID(), r.Ext, false); k != lineage.Kin {
 			t.Errorf("the job judges the driven node %v", k)
 		}
 		ext := job.kin.ownExt()
-		if k := driven.kin.admit(job.ID(), &ext, false); k != lineage.Kin {
+		if k := driven.kin.Admit(job.ID(), &ext, false); k != lineage.Kin {
 			t.Errorf("the driven node judges the job %v", k)
 		}
 
@@ -74,15 +74,15 @@ func TestDrivenNodeWithoutModelIsNoMismatch(t *testing.T) {
 			t.Fatal(err)
 		}
 		theirs := driven.kin.ownExt()
-		if k := job.kin.admit(driven.ID(), &theirs, false); k != lineage.OtherModel || !job.Overlay().HeldOut(driven.ID()) {
+		if k := job.kin.Admit(driven.ID(), &theirs, false); k != lineage.OtherModel || !job.Overlay().HeldOut(driven.ID()) {
 			t.Errorf("a driven node of another model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
 		}
-		if k := driven.kin.admit(job.ID(), &ext, false); k != lineage.OtherModel {
+		if k := driven.kin.Admit(job.ID(), &ext, false); k != lineage.OtherModel {
 			t.Errorf("the driven node judges the job's other model %v", k)
 		}
 		// Shown the job's model, it is let back in.
 		same := ext
-		if k := job.kin.admit(driven.ID(), &same, false); k != lineage.Kin || job.Overlay().HeldOut(driven.ID()) {
+		if k := job.kin.Admit(driven.ID(), &same, false); k != lineage.Kin || job.Overlay().HeldOut(driven.ID()) {
 			t.Errorf("a peer showing the job's model: judged %v, held out %v", k, job.Overlay().HeldOut(driven.ID()))
 		}
 	})

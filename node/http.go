@@ -17,10 +17,10 @@ func (n *Node) Status() status.Status {
 		Step:              n.step.Load(),
 		ConnectedPeers:    len(n.h.Network().Peers()),
 		ConnectionsOpened: n.opened.Load(),
-		Waiting:           n.bar.waiting.Load(),
+		Waiting:           n.bar.Waiting(),
 		Idle:              n.idle.Load(),
 		UptimeS:           time.Since(n.started).Seconds(),
-		StepIntervalS:     n.bar.stepInterval(),
+		StepIntervalS:     n.bar.StepInterval(),
 		JoinStatus:        n.ov.JoinStatus(),
 	}
 	for _, a := range n.Addrs() {
@@ -36,7 +36,7 @@ func (n *Node) Status() status.Status {
 	// below itself and the live peers it knows: 1 for a node alone. The
 	// error says why the estimators have none (the figure is then that
 	// count), the stderr is theirs.
-	st.PopulationEstimate = n.pop.population()
+	st.PopulationEstimate = n.pop.Population()
 	if _, se, err := n.ov.Estimate(); err != nil {
 		st.EstimateError = err.Error()
 	} else {

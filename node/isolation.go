@@ -59,30 +59,30 @@ type isolation struct {
 }
 
 // noteHeard records that peers answered or asked: the node is not cut off.
-func (iso *isolation) noteHeard(peers ...peer.ID) {
+func (iso *isolation) NoteHeard(peers ...peer.ID) {
 	for _, p := range iso.heard.Note(time.Now(), iso.hold, peers...) {
 		iso.emit(PeerJoined, p)
 	}
 }
 
 // noteLeft records that p said it leaves.
-func (iso *isolation) noteLeft(p peer.ID) {
+func (iso *isolation) NoteLeft(p peer.ID) {
 	iso.heard.Left(p, time.Now())
 	iso.left()
 	iso.emit(PeerLeft, p)
 }
 
 // forget drops p from the peers heard from: it was of another job.
-func (iso *isolation) forget(p peer.ID) { iso.heard.Forget(p) }
+func (iso *isolation) Forget(p peer.ID) { iso.heard.Forget(p) }
 
 // lastLeave is when a peer last said it leaves (zero: never).
 func (iso *isolation) lastLeave() time.Time { return iso.heard.LastLeave() }
 
 // lately reports whether any peer was heard from within the hold.
-func (iso *isolation) lately(now time.Time) bool { return iso.heard.Lately(now, iso.hold) }
+func (iso *isolation) Lately(now time.Time) bool { return iso.heard.Lately(now, iso.hold) }
 
 // set records whether the last check was isolated, and tells the change.
-func (iso *isolation) set(on bool, now time.Time) {
+func (iso *isolation) Set(on bool, now time.Time) {
 	iso.mu.Lock()
 	was := !iso.since.IsZero()
 	switch {

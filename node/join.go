@@ -213,7 +213,7 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 	deadline := time.Now().Add(joinQuorumWait)
 	contested := false
 	for {
-		peers := n.bar.sample(ctx, psp.JoinSample)
+		peers := n.bar.Sample(ctx, psp.JoinSample)
 		if contested {
 			peers = n.knownPeers(joinAskAll)
 		}
@@ -240,7 +240,7 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 // knownPeers is up to k of the peers the overlay knows, in random order.
 func (n *Node) knownPeers(k int) []peer.ID {
 	peers := n.ov.Peers()
-	n.bar.shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
+	n.bar.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
 	return peers[:min(k, len(peers))]
 }
 
@@ -278,30 +278,30 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 	if len(peers) == 0 {
 		return v, nil, false
 	}
-	replies := n.bar.ask(ctx, peers)
+	replies := n.bar.Ask(ctx, peers)
 	type answered struct {
 		p peer.ID
 		r wire.StepReply
 	}
 	var good []answered
 	for i, r := range replies {
-		if r.err != nil || r.reply.Leaving {
+		if r.Err != nil || r.Reply.Leaving {
 			continue
 		}
 		p := peers[i]
-		if n.kin.admit(p, r.reply.Ext, true) == lineage.OtherModel {
-			v.others = append(v.others, n.kin.mismatchOf(p, r.reply.Ext))
+		if n.kin.Admit(p, r.Reply.Ext, true) == lineage.OtherModel {
+			v.others = append(v.others, n.kin.mismatchOf(p, r.Reply.Ext))
 			continue
 		}
-		good = append(good, answered{p, r.reply})
-		if r.reply.Estimate > 0 {
+		good = append(good, answered{p, r.Reply})
+		if r.Reply.Estimate > 0 {
 			// The joiner's own estimate needs time; until then its
 			// learning rate follows what its peers report.
-			n.ov.ObserveEstimate(p, r.reply.Estimate)
-			n.pop.notePeerEstimate(r.reply.Estimate)
+			n.ov.ObserveEstimate(p, r.Reply.Estimate)
+			n.pop.NotePeerEstimate(r.Reply.Estimate)
 		}
 	}
-	n.pop.repopulate() // the estimates just reported count at once
+	n.pop.Repopulate() // the estimates just reported count at once
 	if len(good) == 0 {
 		if len(v.others) > 0 {
 			v.fetchErr = v.others[0]

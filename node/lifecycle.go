@@ -19,8 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/lineage"
-	"github.com/pspnode/pspnode/internal/progress"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/status"
 	"github.com/pspnode/pspnode/overlay"
@@ -68,7 +68,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.m = status.NewMetrics(n.reg)
 	n.pop = &census{started: n.started, window: cfg.Overlay.EstimateWindow, reportAge: cfg.Overlay.ReportMaxAge, m: n.m}
-	n.iso = &isolation{hold: 2 * cfg.Overlay.DeadHold, job: cfg.Job, m: n.m, log: n.log, emit: n.emit, left: n.pop.repopulate}
+	n.iso = &isolation{hold: 2 * cfg.Overlay.DeadHold, job: cfg.Job, m: n.m, log: n.log, emit: n.emit, left: n.pop.Repopulate}
 	n.pop.lastLeave = n.iso.lastLeave
 	n.kin = &kinship{
 		lin: lineage.New(n.reg, cfg.Genesis), staleness: cfg.Barrier.BaseStaleness(), log: n.log,
@@ -160,24 +160,22 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 	}
 	n.h.Network().Notify(n.conns)
 	n.newStepParts()
-	n.bar = &barrier{
-		n: n, cfg: &n.cfg, m: n.m, pop: n.pop, iso: n.iso, boot: &n.boot, kin: n.kin, asker: n.asker,
-		step: &n.step, compute: &n.compute, interval: &n.interval, started: n.started,
-		life: n.life, active: n.active,
-		shuffle: func(k int, swap func(i, j int)) {
+	n.bar = barrier.New(barrier.Parts{
+		Node:    (*barrierHooks)(n),
+		Config:  barrier.Config{Check: checkConfig(cfg), Screen: cfg.Screen, Faults: &n.cfg.faults},
+		Metrics: n.m, Census: n.pop, Isolation: n.iso, Startup: &n.boot, Kin: n.kin, Asker: n.asker,
+		Step: &n.step, Compute: &n.compute, Interval: &n.interval, Started: n.started,
+		Life: n.life, Active: n.active,
+		Shuffle: func(k int, swap func(i, j int)) {
 			n.rngMu.Lock()
 			defer n.rngMu.Unlock()
 			n.rng.Shuffle(k, swap)
 		},
-		checker:  psp.NewChecker(checkConfig(cfg), n.decider),
-		screen:   screenFor(cfg.Screen),
-		progress: progress.New(),
-		wake:     make(chan struct{}, 1),
-		wedge:    psp.NewWedge(cfg.Barrier.BaseStaleness()),
-	}
+		Decider: n.decider,
+	})
 	n.resets.m, n.resets.log, n.resets.life = n.m, n.log, n.life
 	n.kin.forget = func(p peer.ID) {
-		n.bar.progress.Forget(p)
+		n.bar.Progress().Forget(p)
 		n.asker.Drop(p)
 	}
 	n.h.SetStreamHandler(wire.StepProtocol(cfg.Job), n.serveStep)
@@ -278,7 +276,7 @@ func (n *Node) newOverlay(ctx context.Context) error {
 	}
 	n.ov = ov
 	n.pop.ov = ov
-	n.bar.ov = ov
+	n.bar.SetOverlay(ov)
 	n.kin.ov = ov
 	return nil
 }
@@ -315,13 +313,19 @@ func (n *Node) awaitReady(s network.Stream, proto string) bool {
 	return true
 }
 
-// screenFor is the screen a node with this configuration uses: nil (off)
-// for the zero ScreenConfig.
-func screenFor(c psp.ScreenConfig) *psp.Screen {
-	if c == (psp.ScreenConfig{}) {
-		return nil
+// checkConfig is the barrier policy of cfg for psp.Checker.
+func checkConfig(cfg Config) psp.CheckConfig {
+	return psp.CheckConfig{
+		Spec:          cfg.Barrier,
+		Replacements:  cfg.Check.Replacements,
+		GlobalQueries: cfg.Check.GlobalQueries,
+		Timing: psp.TimingConfig{
+			PollShare: cfg.Check.PollShare, GlobalPollShare: cfg.Check.GlobalPollShare,
+			PollMin: cfg.Check.PollMin.Seconds(), PollMax: cfg.Check.PollMax.Seconds(),
+			QueryTimeoutMin: cfg.Check.QueryTimeoutMin.Seconds(), QueryTimeout: cfg.Check.QueryTimeout.Seconds(),
+		},
+		Pace: cfg.Check.Pace,
 	}
-	return psp.NewScreen(c)
 }
 
 // limitedBy wraps a stream handler in the caps of l (a stream over its

@@ -25,7 +25,7 @@ func registerGauges(reg prometheus.Registerer, h host.Host, ov *overlay.Overlay,
 		return se
 	}
 	reg.MustRegister(
-		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", pop.population),
+		gf("population_estimate", "Estimated number of nodes in the job, itself included: the population its learning rate follows (1 for a node alone).", pop.Population),
 		gf("population_estimate_stderr", "Standard error of the estimators' population estimate (NaN while they have too little data).", stderr),
 		gf("routing_table_size", "Peers in the Kademlia routing table.", func() float64 { return float64(ov.DHT().RoutingTable().Size()) }),
 		gf("connected_peers", "Peers with an open connection.", func() float64 { return float64(len(h.Network().Peers())) }),

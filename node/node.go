@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -18,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/node/exchange"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/status"
@@ -26,7 +26,7 @@ import (
 )
 
 // ErrClosed is returned by calls on a closed Node.
-var ErrClosed = errors.New("node: closed")
+var ErrClosed = barrier.ErrClosed
 
 // ModelMismatchError says that a peer runs another model than this node:
 // another model ID or parameter count. It is not a malformed message: the
@@ -85,7 +85,7 @@ type Node struct {
 	model     Model        // the task, or a driven node's model
 	work      Task         // the task Run steps; nil for a driven node
 	decider   psp.Decider
-	bar       *barrier // the barrier: its Checker, its I/O and what it keeps of peers (barrier.go)
+	bar       *barrier.Barrier // the barrier: its Checker, its I/O and what it keeps of peers (node/barrier)
 	reg       *prometheus.Registry
 	m         *status.Metrics
 	stepExtID protocol.ID // step protocol 1.1.0
@@ -195,7 +195,7 @@ func (n *Node) Registry() *prometheus.Registry { return n.reg }
 func (n *Node) Step() psp.Step { return n.step.Load() }
 
 // Waiting reports whether the node is waiting at its barrier.
-func (n *Node) Waiting() bool { return n.bar.waiting.Load() }
+func (n *Node) Waiting() bool { return n.bar.Waiting() }
 
 // Addrs returns the node's dialable multiaddrs, each ending in /p2p/<id>.
 func (n *Node) Addrs() []ma.Multiaddr {

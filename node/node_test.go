@@ -179,7 +179,9 @@ func minStep(nodes []*Node) int64 {
 // (mocknet's SetDeadline does nothing).
 func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 	vclock.Test(t, func(t *testing.T) {
-		nodes := memNodes(t, 2, "asp", 0.001)
+		mn := memnet.New(0)
+		t.Cleanup(func() { _ = mn.Close() })
+		nodes := buildTestNodesWith(t, 2, "asp", 0.001, memHosts(t, mn), func(c *nodeSetup) { c.Check.QueryTimeout = 200 * time.Millisecond })
 		a, b := nodes[0], nodes[1]
 		// b reads step queries (either version) and never answers.
 		silent := func(s network.Stream) {
@@ -188,7 +190,6 @@ func TestQueryTimeoutWithSilentPeer(t *testing.T) {
 		}
 		b.Host().SetStreamHandler(wire.StepProtocol(b.cfg.Job), silent)
 		b.Host().SetStreamHandler(b.stepExtID, silent)
-		a.cfg.Check.QueryTimeout = 200 * time.Millisecond
 		start := time.Now()
 		_, err := a.queryStep(t.Context(), b.ID(), wire.StepRequest{})
 		if err == nil {

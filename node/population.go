@@ -37,7 +37,7 @@ type census struct {
 // exact count of a small job that just lost a peer; 0 while the
 // estimators have nothing. It is recomputed at most once a second: every
 // query a node sends or answers carries it.
-func (c *census) estimate() float64 {
+func (c *census) Estimate() float64 {
 	c.estMu.Lock()
 	defer c.estMu.Unlock()
 	if time.Since(c.estAt) < time.Second {
@@ -83,7 +83,7 @@ func (c *census) estimate() float64 {
 //
 // A node alone counts itself: 1. And in a small job, the count is exact
 // for a while after a peer leaves (exactCount).
-func (c *census) population() float64 {
+func (c *census) Population() float64 {
 	now := time.Now()
 	c.popMu.Lock()
 	defer c.popMu.Unlock()
@@ -99,7 +99,7 @@ func (c *census) population() float64 {
 			rs[i] = psp.Report{N: r.N, Age: r.For.Seconds()}
 		}
 		age := now.Sub(c.started)
-		v = psp.Population(c.estimate(), rs, known, age.Seconds())
+		v = psp.Population(c.Estimate(), rs, known, age.Seconds())
 		if age >= popSettle && !c.popAt.IsZero() {
 			v = max(psp.BoundRate(c.popVal, v, now.Sub(c.popAt).Seconds()), float64(1+known))
 		}
@@ -121,7 +121,7 @@ const (
 
 // repopulate drops the cached population, so that the next reads the
 // reports that just came (a joiner's, from its first peers).
-func (c *census) repopulate() {
+func (c *census) Repopulate() {
 	c.popMu.Lock()
 	c.popAt = time.Time{}
 	c.popMu.Unlock()
@@ -129,7 +129,7 @@ func (c *census) repopulate() {
 
 // Population is the node's best guess of the number of nodes in its job,
 // as its learning rate uses it and /status reports it (population_estimate).
-func (n *Node) Population() float64 { return n.pop.population() }
+func (n *Node) Population() float64 { return n.pop.Population() }
 
 // exactCount reports whether the node should count its job as itself and
 // the live peers it knows, whatever the estimators say: in a small job
@@ -164,12 +164,12 @@ func (c *census) exactCount() bool {
 // (The node kept the last 32 reports it heard, whoever sent them: one peer
 // sending twenty queries a second reporting 1e9 filled them, and moved
 // every node of a job of three from 3 to 1e9 within ten seconds.)
-func (c *census) notePeerEstimate(est float64) {
+func (c *census) NotePeerEstimate(est float64) {
 	if !(est >= 1) || est > 1e9 {
 		c.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 		return
 	}
-	if pop := c.population(); est > pop*overlay.ReportBand || est < pop/overlay.ReportBand {
+	if pop := c.Population(); est > pop*overlay.ReportBand || est < pop/overlay.ReportBand {
 		c.m.Hostile.WithLabelValues(status.KindPopulationOutlier).Inc()
 	}
 }

@@ -24,32 +24,32 @@ func TestPopulationVotes(t *testing.T) {
 		n := buildTestNodes(t, 1, "asp", 0, memHosts(t, mn))[0]
 		note := func(p peer.ID, v float64) {
 			n.ov.ObserveEstimate(p, v)
-			n.pop.notePeerEstimate(v)
+			n.pop.NotePeerEstimate(v)
 		}
 		a, b, liar, liar2 := peer.ID("a"), peer.ID("b"), peer.ID("liar"), peer.ID("liar2")
 		note(a, 50)
 		note(b, 52)
-		n.pop.repopulate()
-		if got := n.pop.population(); got != 1 {
+		n.pop.Repopulate()
+		if got := n.pop.Population(); got != 1 {
 			t.Fatalf("a node alone with two reports: population %v, want itself, 1", got)
 		}
 		for range 100 { // one peer, many reports: one vote
 			note(liar, 1e6)
 		}
-		n.pop.repopulate()
-		if got := n.pop.population(); got != 52 {
+		n.pop.Repopulate()
+		if got := n.pop.Population(); got != 52 {
 			t.Errorf("median of 50, 52, 1e6 = %v; want 52", got)
 		}
 		note(liar2, 1e6)
-		n.pop.repopulate()
-		if got := n.pop.population(); got != 52 {
+		n.pop.Repopulate()
+		if got := n.pop.Population(); got != 52 {
 			t.Errorf("lower median of 50, 52, 1e6, 1e6 = %v; want 52 (not the mean of 52 and 1e6)", got)
 		}
 		for _, v := range []float64{0, -3, 2e9} { // nonsense is ignored
 			note(peer.ID("c"), v)
 		}
-		n.pop.repopulate()
-		if got := n.pop.population(); got != 52 {
+		n.pop.Repopulate()
+		if got := n.pop.Population(); got != 52 {
 			t.Errorf("nonsense moved the population to %v", got)
 		}
 		// Three nonsense reports, and the lies made after the population
@@ -87,7 +87,7 @@ func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
 			time.Sleep(10 * time.Millisecond) // the bubble's clock: waits only for the overlay
 		}
 		joiner.join(t.Context())
-		if got := joiner.pop.population(); got < pop/2 || got > 2*pop {
+		if got := joiner.pop.Population(); got < pop/2 || got > 2*pop {
 			t.Errorf("joiner's population %v, want about the %v its peers report", got, pop)
 		}
 
@@ -105,7 +105,7 @@ func TestJoinerFirstUpdateWithinPeersBound(t *testing.T) {
 		// reference (package exchange: the upper quartile of its own).
 		ref := running[0]
 		norm := func(v []float64) float64 { return math.Sqrt(floats.Dot(v, v)) }
-		own, first := norm(step(ref, pop)), norm(step(joiner, joiner.pop.population()))
+		own, first := norm(step(ref, pop)), norm(step(joiner, joiner.pop.Population()))
 		if bound := ref.cfg.Exchange.NormBound; first > bound*own {
 			t.Errorf("a running node would refuse the joiner's first update: norm %.3g, its own %.3g, bound %v×", first, own, bound)
 		}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/node/status"
 )
 
@@ -23,31 +24,31 @@ func TestBarrierTiming(t *testing.T) {
 		name    string
 		sampled bool
 		c, r, n float64 // seconds, seconds, nodes
-		want    timing
+		want    barrier.Timing
 	}{
 		{"paper steps, 200 nodes: PollShare", true, 2, 0, 200,
-			timing{recheck: ms(31.25), first: ms(7.8125), wake: ms(15.625), hedge: ms(7.8125), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(31.25), First: ms(7.8125), Wake: ms(15.625), Hedge: ms(7.8125), Timeout: time.Second}},
 		{"a fifth of the step: a fifth of every interval", true, 0.4, 0, 200,
-			timing{recheck: ms(6.25), first: ms(1.5625), wake: ms(3.125), hedge: ms(1.5625), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(6.25), First: ms(1.5625), Wake: ms(3.125), Hedge: ms(1.5625), Timeout: time.Second}},
 		{"20 nodes: once per completion, c/N", true, 2, 0, 20,
-			timing{recheck: ms(100), first: ms(25), wake: ms(50), hedge: ms(25), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(100), First: ms(25), Wake: ms(50), Hedge: ms(25), Timeout: time.Second}},
 		{"population unknown: as one node", true, 2, 0, 0,
-			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(500), First: ms(125), Wake: ms(250), Hedge: ms(125), Timeout: time.Second}},
 		{"global barrier", false, 2, 0, 200,
-			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(500), First: ms(125), Wake: ms(250), Hedge: ms(125), Timeout: time.Second}},
 		{"round trips known: timeout from c and r", true, 0.4, 0.002, 200,
-			timing{recheck: ms(6.25), first: ms(1.5625), wake: ms(3.125), hedge: ms(8), timeout: ms(1000)}},
+			barrier.Timing{Recheck: ms(6.25), First: ms(1.5625), Wake: ms(3.125), Hedge: ms(8), Timeout: ms(1000)}},
 		{"fast steps, slow links: the round trip sets the floor", true, 0.02, 0.01, 200,
-			timing{recheck: ms(20), first: ms(5), wake: ms(10), hedge: ms(40), timeout: ms(160)}},
+			barrier.Timing{Recheck: ms(20), First: ms(5), Wake: ms(10), Hedge: ms(40), Timeout: ms(160)}},
 		{"fast steps, loopback: QueryTimeoutMin", true, 0.005, 0.0001, 200,
-			timing{recheck: ms(0.2), first: ms(0.1), wake: ms(0.1), hedge: ms(0.4), timeout: ms(50)}},
+			barrier.Timing{Recheck: ms(0.2), First: ms(0.1), Wake: ms(0.1), Hedge: ms(0.4), Timeout: ms(50)}},
 		{"compute near zero: PollMin", true, 1e-9, 0, 200,
-			timing{recheck: ms(0.1), first: ms(0.1), wake: ms(0.05), hedge: ms(0.1), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(0.1), First: ms(0.1), Wake: ms(0.05), Hedge: ms(0.1), Timeout: time.Second}},
 		{"very slow steps: PollMax", true, 60, 0, 200,
-			timing{recheck: ms(500), first: ms(125), wake: ms(250), hedge: ms(125), timeout: time.Second}},
+			barrier.Timing{Recheck: ms(500), First: ms(125), Wake: ms(250), Hedge: ms(125), Timeout: time.Second}},
 	}
 	for _, tc := range tests {
-		if got := barrierTiming(cfg, tc.sampled, tc.c, tc.r, tc.n); got != tc.want {
+		if got := barrier.TimingOf(checkConfig(cfg), tc.sampled, tc.c, tc.r, tc.n); got != tc.want {
 			t.Errorf("%s (c %v s, r %v s, N %v): %+v, want %+v", tc.name, tc.c, tc.r, tc.n, got, tc.want)
 		}
 	}
@@ -59,8 +60,8 @@ func TestBarrierTiming(t *testing.T) {
 	if err := crossed.Validate(); err != nil {
 		t.Errorf("crossed bounds refused: %v", err)
 	}
-	want := timing{recheck: ms(0.05), first: ms(0.05), wake: ms(0.025), hedge: ms(0.4), timeout: ms(20)}
-	if got := barrierTiming(crossed, true, 0.005, 0.0001, 200); got != want {
+	want := barrier.Timing{Recheck: ms(0.05), First: ms(0.05), Wake: ms(0.025), Hedge: ms(0.4), Timeout: ms(20)}
+	if got := barrier.TimingOf(checkConfig(crossed), true, 0.005, 0.0001, 200); got != want {
 		t.Errorf("crossed bounds: %+v, want %+v", got, want)
 	}
 }
@@ -83,21 +84,21 @@ func TestPromisedNoticeIsKept(t *testing.T) {
 		if r.Step != 3 || r.Ext == nil || !r.Ext.Notices || r.Ext.Staleness != 1 {
 			t.Fatalf("reply %+v, ext %+v: want step 3 and notices with staleness 1", r, r.Ext)
 		}
-		a.bar.progress.Vouch(b.ID(), r.Step, time.Now())
-		a.bar.promised(b.ID(), r, 6)
-		below := func() int64 { return a.bar.progress.VouchedAll([]peer.ID{b.ID()}, time.Now())[0].Below }
+		a.bar.Progress().Vouch(b.ID(), r.Step, time.Now())
+		a.bar.Promised(b.ID(), r, 6)
+		below := func() int64 { return a.bar.Progress().VouchedAll([]peer.ID{b.ID()}, time.Now())[0].Below }
 		if got := below(); got != 5 {
 			t.Fatalf("promise below %d, want 5 (step 6 less staleness 1)", got)
 		}
 		// b advances short of the threshold: no notice, the promise holds.
 		b.step.Store(4)
-		b.bar.pushProgress(ctx, 4)
+		b.bar.PushProgress(ctx, 4)
 		if got := below(); got != 5 {
 			t.Fatalf("after b reached 4: below %d, want 5", got)
 		}
 		// b reaches it: its notice ends the promise.
 		b.step.Store(5)
-		b.bar.pushProgress(ctx, 5)
+		b.bar.PushProgress(ctx, 5)
 		if !waitFor(5*time.Second, func() bool { return below() == 0 }) {
 			t.Fatalf("the notice did not end the promise: below %d", below())
 		}
@@ -106,8 +107,8 @@ func TestPromisedNoticeIsKept(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		a.bar.progress.Vouch(b.ID(), r.Step, time.Now())
-		a.bar.promised(b.ID(), r, 6)
+		a.bar.Progress().Vouch(b.ID(), r.Step, time.Now())
+		a.bar.Promised(b.ID(), r, 6)
 		if got := below(); got != 0 {
 			t.Fatalf("b at 5 promised below %d", got)
 		}

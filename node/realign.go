@@ -29,7 +29,7 @@ import (
 
 // realignDue reports whether the node should realign before its next step.
 func (n *Node) realignDue() bool {
-	return n.bar.wedged.Load() || n.kin.lin.Due(time.Now())
+	return n.bar.Wedged() || n.kin.lin.Due(time.Now())
 }
 
 // realign converges on the job's lineage, or unwedges, as due. It reports
@@ -39,10 +39,10 @@ func (n *Node) realign(ctx context.Context) bool {
 	if n.kin.lin.Due(time.Now()) {
 		moved = n.converge(ctx)
 	}
-	if n.bar.wedged.Swap(false) && !moved {
+	if n.bar.TakeWedged() && !moved {
 		moved = n.unwedge(ctx)
 	}
-	n.bar.wedge.Reset()
+	n.bar.ResetWedge()
 	return moved
 }
 
@@ -60,7 +60,7 @@ func (n *Node) realign(ctx context.Context) bool {
 // for the rate, the node looks again later, as if it had stayed.
 func (n *Node) converge(ctx context.Context) bool {
 	own := n.kin.lin.Own()
-	v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), n.step.Load())
+	v, from, ahead := n.readJob(ctx, n.bar.Sample(ctx, psp.JoinSample), n.step.Load())
 	if ctx.Err() != nil {
 		return false
 	}
@@ -95,11 +95,11 @@ func (n *Node) converge(ctx context.Context) bool {
 // this node's. It reports whether it did.
 func (n *Node) unwedge(ctx context.Context) bool {
 	was := n.step.Load()
-	v, from, ahead := n.readJob(ctx, n.bar.sample(ctx, psp.JoinSample), 0)
+	v, from, ahead := n.readJob(ctx, n.bar.Sample(ctx, psp.JoinSample), 0)
 	if ctx.Err() != nil {
 		return false
 	}
-	if v.observed < 2 || v.adopt >= was-n.bar.wedge.Gap {
+	if v.observed < 2 || v.adopt >= was-n.bar.WedgeGap() {
 		n.log.Debug("far ahead of the peers sampled, but the job's step is not clear", "step", was, "job_step", v.adopt, "observed", v.observed)
 		return false
 	}
@@ -142,6 +142,6 @@ func (n *Node) rebase(js jobView, why string) bool {
 		n.kin.checkClock(js.genesis)
 	}
 	n.adoptStep(js.adopt)
-	n.bar.resetPeers() // reports judged under the old step or lineage
+	n.bar.ResetPeers() // reports judged under the old step or lineage
 	return true
 }

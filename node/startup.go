@@ -61,3 +61,6 @@ func (n *Node) Startup() status.Startup {
 }
 
 func ptr(x float64) *float64 { return &x }
+
+// FirstPeer marks the first peer of the job heard from (barrier.Startup).
+func (s *startup) FirstPeer() { s.mark(msFirstPeer) }

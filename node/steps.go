@@ -18,7 +18,7 @@ import (
 // queryStep asks one peer for its step, within the query timeout of the
 // node's timing now.
 func (n *Node) queryStep(ctx context.Context, p peer.ID, req wire.StepRequest) (wire.StepReply, error) {
-	return n.bar.query(ctx, p, req)
+	return n.bar.Query(ctx, p, req)
 }
 
 // stepAnswers is the node as its step server sees it (wire.StepHandler).
@@ -27,9 +27,9 @@ type stepAnswers Node
 // Leaving takes a peer's leave notice: it is dropped at once.
 func (a *stepAnswers) Leaving(from peer.ID) {
 	n := (*Node)(a)
-	n.iso.noteLeft(from)
-	n.bar.dropPeer(from)
-	n.bar.poke()
+	n.iso.NoteLeft(from)
+	n.bar.DropPeer(from)
+	n.bar.Poke()
 }
 
 // Answer is the node's reply to a peer's step query. A peer of another
@@ -38,32 +38,32 @@ func (a *stepAnswers) Leaving(from peer.ID) {
 // node's job's (genesis.go).
 func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply, more, drop bool) {
 	n := (*Node)(a)
-	k := n.kin.admit(from, q.Ext, false)
+	k := n.kin.Admit(from, q.Ext, false)
 	if k != lineage.OtherModel {
-		n.iso.noteHeard(from) // it reached us: the node is not cut off (isolation.go)
+		n.iso.NoteHeard(from) // it reached us: the node is not cut off (isolation.go)
 		n.ov.MarkAlive(from)
 	}
 	if k == lineage.OtherFork {
 		// Its steps are another lineage's: what it showed on this one
 		// (a step, a promise of a notice) no longer holds, and a barrier
 		// that counted it would wait on a peer that no longer trains here.
-		n.bar.progress.Forget(from)
+		n.bar.Progress().Forget(from)
 	}
 	if q.Estimate > 0 && k == lineage.Kin {
 		n.ov.ObserveEstimate(from, q.Estimate)
-		n.pop.notePeerEstimate(q.Estimate)
+		n.pop.NotePeerEstimate(q.Estimate)
 	}
 	if k == lineage.Kin {
 		// Before the reply's step is read: a reply below the asker's
 		// threshold promises it a progress notice (the notices field),
 		// so the asker must be a waiter before this node can advance
 		// past the step it replies with (progress.go).
-		n.bar.noteAsker(from, q.Step)
+		n.bar.NoteAsker(from, q.Step)
 		if q.Step <= n.step.Load() {
-			n.bar.poke() // a peer at or behind us has progressed
+			n.bar.Poke() // a peer at or behind us has progressed
 		}
 	}
-	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.estimate(), Interval: n.bar.stepInterval()}
+	r = wire.StepReply{Leaving: n.leaving.Load() || n.idle.Load(), Step: n.step.Load(), Estimate: n.pop.Estimate(), Interval: n.bar.StepInterval()}
 	if f := n.cfg.faults; f.Misbehaves() {
 		ctx, cancel := context.WithTimeout(n.life, n.cfg.Check.QueryTimeout)
 		defer cancel()

@@ -1,4 +1,4 @@
-package node
+package barrier
 
 import (
 	"context"
@@ -17,10 +17,10 @@ import (
 
 // noteAsker records what a step query tells about its sender: its step,
 // and, if this node's step holds back the sender's barrier, that it waits.
-func (b *barrier) noteAsker(from peer.ID, step int64) {
-	b.boot.mark(msFirstPeer)
+func (b *Barrier) NoteAsker(from peer.ID, step int64) {
+	b.boot.FirstPeer()
 	b.progress.Saw(from, step)
-	s := b.cfg.Barrier.BaseStaleness()
+	s := b.cfg.Check.Spec.BaseStaleness()
 	if s < 0 {
 		return // ASP never waits
 	}
@@ -34,7 +34,7 @@ func (b *barrier) noteAsker(from peer.ID, step int64) {
 // that sends notices (the 1.1.0 notices field), holds the peer below that
 // threshold until it says otherwise, for at most progress.PromiseSteps of this
 // node's mean compute time (none before it has one) and half progress.WaiterTTL.
-func (b *barrier) promised(p peer.ID, r wire.StepReply, asked int64) {
+func (b *Barrier) Promised(p peer.ID, r wire.StepReply, asked int64) {
 	if r.Ext == nil || !r.Ext.Notices {
 		return
 	}
@@ -53,16 +53,16 @@ func (b *barrier) promised(p peer.ID, r wire.StepReply, asked int64) {
 // pushProgress tells the waiters this node's new step releases that it
 // advanced: a step query each, whose arrival wakes their barrier. Each
 // query ends within QueryTimeout or when ctx ends; nobody waits for them.
-func (b *barrier) pushProgress(ctx context.Context, step int64) {
+func (b *Barrier) PushProgress(ctx context.Context, step int64) {
 	peers := b.progress.Release(step, time.Now())
 	if len(peers) == 0 {
 		return
 	}
 	b.m.Pushed.Add(float64(len(peers)))
-	req := wire.StepRequest{Step: step, Estimate: b.pop.estimate()}
+	req := wire.StepRequest{Step: step, Estimate: b.pop.Estimate()}
 	for _, p := range peers {
 		go func() { // ends within QueryTimeout, or when the node stops
-			r, err := b.query(ctx, p, req)
+			r, err := b.Query(ctx, p, req)
 			switch {
 			case err != nil && ctx.Err() == nil:
 				b.queryFailed(p)
@@ -75,16 +75,16 @@ func (b *barrier) pushProgress(ctx context.Context, step int64) {
 
 // dropPeer forgets a peer that left or failed: the overlay holds it dead
 // (out of samples and the known population) and its known step goes.
-func (b *barrier) dropPeer(p peer.ID) {
+func (b *Barrier) DropPeer(p peer.ID) {
 	b.ov.MarkDead(p)
 	b.progress.Forget(p)
 	b.asker.Drop(p)
-	b.pop.repopulate()
+	b.pop.Repopulate()
 }
 
 // queryFailed handles a step query that failed while the node runs.
-func (b *barrier) queryFailed(p peer.ID) {
+func (b *Barrier) queryFailed(p peer.ID) {
 	b.m.Timeouts.Inc()
-	b.dropPeer(p)
-	b.n.emit(PeerFailed, p)
+	b.DropPeer(p)
+	b.n.PeerFailed(p)
 }

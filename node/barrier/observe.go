@@ -1,4 +1,4 @@
-package node
+package barrier
 
 import (
 	"context"
@@ -13,29 +13,30 @@ import (
 	"github.com/pspnode/pspnode/psp"
 )
 
-type answer struct {
-	reply wire.StepReply
-	err   error
+// Answer is a peer's reply to a step query, or why there is none.
+type Answer struct {
+	Reply wire.StepReply
+	Err   error
 }
 
-// peerAnswer is one peer's answer to a step query. stopped: the query
+// PeerAnswer is one peer's answer to a step query. Stopped: the query
 // failed because the asker stopped, not the peer.
-type peerAnswer struct {
-	p       peer.ID
-	a       answer
-	stopped bool
-	asked   int64 // the step the query said this node had
+type PeerAnswer struct {
+	Peer    peer.ID
+	A       Answer
+	Stopped bool
+	Asked   int64 // the step the query said this node had
 }
 
 // ask queries peers in parallel; each query has its own deadline.
-func (b *barrier) ask(ctx context.Context, peers []peer.ID) []answer {
-	out := make([]answer, len(peers))
-	req := wire.StepRequest{Step: b.step.Load(), Estimate: b.pop.estimate()}
+func (b *Barrier) Ask(ctx context.Context, peers []peer.ID) []Answer {
+	out := make([]Answer, len(peers))
+	req := wire.StepRequest{Step: b.step.Load(), Estimate: b.pop.Estimate()}
 	var wg sync.WaitGroup
 	for i, p := range peers {
 		wg.Go(func() {
-			r, err := b.query(ctx, p, req)
-			out[i] = answer{r, err}
+			r, err := b.Query(ctx, p, req)
+			out[i] = Answer{r, err}
 		})
 	}
 	wg.Wait()
@@ -53,28 +54,28 @@ type evidence struct {
 
 // failed takes a step query that failed while the node runs: the peer is
 // dead.
-func (b *barrier) failed(p peer.ID, ev *evidence) {
+func (b *Barrier) failed(p peer.ID, ev *evidence) {
 	b.m.Timeouts.Inc()
 	b.forgetPeer(p, ev)
 }
 
 // forgetPeer forgets a peer that left or failed: its known step and idle
 // stream go now, and the overlay holds it dead once the check ends.
-func (b *barrier) forgetPeer(p peer.ID, ev *evidence) {
+func (b *Barrier) forgetPeer(p peer.ID, ev *evidence) {
 	b.progress.Forget(p)
 	b.paces.forget(p)
 	b.asker.Drop(p)
-	b.kin.lin.Forget(p)
+	b.kin.ForgetLineage(p)
 	ev.dead = append(ev.dead, p)
 }
 
 // note hands the evidence to the overlay and the isolation record.
-func (b *barrier) note(ev *evidence) {
+func (b *Barrier) note(ev *evidence) {
 	b.ov.Note(ev.dead, ev.alive, ev.estimates)
 	if len(ev.dead) > 0 {
-		b.pop.repopulate() // fewer live peers: the population's floor and count
+		b.pop.Repopulate() // fewer live peers: the population's floor and count
 	}
-	b.iso.noteHeard(ev.alive...)
+	b.iso.NoteHeard(ev.alive...)
 	*ev = evidence{}
 }
 
@@ -83,15 +84,15 @@ func (b *barrier) note(ev *evidence) {
 // is no observation, and a report the screen refuses does not count. Only
 // the barrier's goroutine calls judge (b.screen is not safe for
 // concurrent use).
-func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
+func (b *Barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) (psp.Observation, bool) {
 	if r.Leaving {
-		b.iso.noteLeft(p)
+		b.iso.NoteLeft(p)
 		b.forgetPeer(p, ev)
 		return psp.Observation{}, false
 	}
-	switch b.kin.admit(p, r.Ext, false) { // genesis.go
+	switch b.kin.Admit(p, r.Ext, false) { // genesis.go
 	case lineage.OtherModel: // held out: not of this job, so no sign of its life either (isolation.go)
-		b.iso.forget(p)
+		b.iso.Forget(p)
 		return psp.Observation{}, false
 	case lineage.OtherFork: // alive, but its step is another lineage's
 		ev.alive = append(ev.alive, p)
@@ -99,16 +100,16 @@ func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) 
 		return psp.Observation{}, false
 	}
 	ev.alive = append(ev.alive, p)
-	b.boot.mark(msFirstPeer)
+	b.boot.FirstPeer()
 	if r.Estimate > 0 {
 		ev.estimates = append(ev.estimates, overlay.Estimate{Peer: p, N: r.Estimate})
-		b.pop.notePeerEstimate(r.Estimate)
+		b.pop.NotePeerEstimate(r.Estimate)
 	}
 	// Hold the peer to its earlier reports (psp.Screen). A stuck peer
 	// that is not behind us cannot hold us back, so it still counts.
 	v := psp.Accept
 	if b.screen != nil {
-		v = b.screen.Check(string(p), r.Step, time.Since(b.started).Seconds(), b.stepInterval())
+		v = b.screen.Check(string(p), r.Step, time.Since(b.started).Seconds(), b.StepInterval())
 	}
 	if v == psp.Stuck && r.Step >= b.step.Load() {
 		v = psp.Accept
@@ -121,7 +122,7 @@ func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) 
 		return psp.Observation{}, false
 	}
 	b.progress.Vouch(p, r.Step, time.Now())
-	b.promised(p, r, asked)
+	b.Promised(p, r, asked)
 	return psp.Observation{Peer: string(p), Step: r.Step, Interval: r.Interval}, true
 }
 
@@ -131,33 +132,33 @@ func (b *barrier) judge(p peer.ID, r wire.StepReply, asked int64, ev *evidence) 
 // next check; one that never answers is found dead at its query's
 // deadline and leaves the sampler), but not at a barrier, so the screen
 // is not consulted. The overlay hears of them in one call at the end.
-func (b *barrier) drain(results <-chan peerAnswer, k int) {
+func (b *Barrier) Drain(results <-chan PeerAnswer, k int) {
 	var ev evidence
 	for range k {
 		r := <-results // every query sends, within its deadline
 		switch {
-		case r.a.err != nil:
-			if !r.stopped {
-				b.failed(r.p, &ev)
+		case r.A.Err != nil:
+			if !r.Stopped {
+				b.failed(r.Peer, &ev)
 			}
-		case r.a.reply.Leaving:
-			b.iso.noteLeft(r.p)
-			b.forgetPeer(r.p, &ev)
+		case r.A.Reply.Leaving:
+			b.iso.NoteLeft(r.Peer)
+			b.forgetPeer(r.Peer, &ev)
 		default:
 			// Not quiet: the peer may never be heard from again (a
 			// joiner that learns of the mismatch from this query exits).
-			switch b.kin.admit(r.p, r.a.reply.Ext, false) { // genesis.go
+			switch b.kin.Admit(r.Peer, r.A.Reply.Ext, false) { // genesis.go
 			case lineage.OtherModel: // held out
-				b.iso.forget(r.p)
+				b.iso.Forget(r.Peer)
 				continue
 			case lineage.OtherFork: // alive, but its step is another lineage's
-				ev.alive = append(ev.alive, r.p)
-				b.progress.Forget(r.p)
+				ev.alive = append(ev.alive, r.Peer)
+				b.progress.Forget(r.Peer)
 				continue
 			}
-			ev.alive = append(ev.alive, r.p)
-			b.progress.Vouch(r.p, r.a.reply.Step, time.Now())
-			b.promised(r.p, r.a.reply, r.asked)
+			ev.alive = append(ev.alive, r.Peer)
+			b.progress.Vouch(r.Peer, r.A.Reply.Step, time.Now())
+			b.Promised(r.Peer, r.A.Reply, r.Asked)
 		}
 	}
 	b.note(&ev)
