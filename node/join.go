@@ -191,8 +191,7 @@ type jobView struct {
 // the honest peers the overlay finds, who outnumber them: the lower
 // median is an honest step once most answers are honest. A joiner of a
 // job of fewer than joinQuorum other nodes waits joinQuorumWait (three
-// identities that agree were taken at once before, and wedged joiners
-// that met them first); the barrier's wedge watch
+// identities that agree are not enough to go on); the barrier's wedge watch
 // corrects a lie that gets through (realign.go). A job at soloStep or
 // below has just started (its other nodes are still joining): its
 // answers are taken at once.
@@ -202,46 +201,58 @@ type jobView struct {
 // either: a camp of identities that claim a step far ahead can be most of
 // a joiner's first sample when it bootstrapped through one of them, even
 // where honest nodes are most of the job. Then jobState asks every peer
-// its overlay knows (up to joinAskAll) every joinQuorumPoll until
-// joinQuorumWait has passed, and takes the lower median of the last
-// answers: the honest step once honest nodes are most of the peers it
-// knows. A job whose honest nodes are that far apart (slow workers more
+// its overlay can draw (up to joinAskAll, and one host's identities no
+// more than one peer of their own: Overlay.SampleUpTo), at once and then
+// every joinQuorumPoll until joinQuorumWait has passed, and takes the
+// lower median of the last answers: the honest step once honest nodes
+// are most of the peers it knows. A job whose honest nodes are that far apart (slow workers more
 // than soloStep behind the rest) costs a joiner that wait, and no more.
 // The model, when fetched, goes into dst (the model's length; nil: a new
 // vector).
 func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []float32) jobView {
 	deadline := time.Now().Add(joinQuorumWait)
-	contested := false
+	contested, askedAll := false, false
 	for {
-		peers := n.bar.Sample(ctx, psp.JoinSample)
+		var peers []peer.ID
 		if contested {
-			peers = n.knownPeers(joinAskAll)
+			peers, askedAll = n.knownPeers(ctx), true
+		} else {
+			peers = n.bar.Sample(ctx, psp.JoinSample)
 		}
 		v, from, ahead := n.readJob(ctx, peers, own)
-		contested = contested || (ahead && v.adopt > soloStep && v.contested)
+		if ahead && v.adopt > soloStep && v.contested && !contested {
+			contested = true
+			if ctx.Err() == nil {
+				continue // ask every known peer now, even at the deadline
+			}
+		}
 		settled := v.observed >= joinQuorum && v.agreed && !contested
 		if !ahead || v.adopt <= soloStep || settled || !time.Now().Before(deadline) || ctx.Err() != nil {
 			switch {
-			case contested && ahead:
+			case contested && askedAll && ahead:
 				n.log.Warn("the peers' steps split into camps: took the lower median of every known peer's step",
 					"step", v.adopt, "answers", v.observed, "waited", joinQuorumWait)
-			case ahead && v.adopt > soloStep && !(v.observed >= joinQuorum && v.agreed):
+			case ahead && v.adopt > soloStep && !settled:
 				n.log.Warn("few peers of the job answered, and not alike: taking the median of their steps",
 					"step", v.adopt, "answers", v.observed, "waited", joinQuorumWait)
 			}
 			return n.fetchJobModel(ctx, v, from, ahead, verify, dst)
 		}
-		if sleepCtx(ctx, joinQuorumPoll); ctx.Err() != nil {
+		if sleepCtx(ctx, min(joinQuorumPoll, time.Until(deadline))); ctx.Err() != nil {
 			return v
 		}
 	}
 }
 
-// knownPeers is up to k of the peers the overlay knows, in random order.
-func (n *Node) knownPeers(k int) []peer.ID {
-	peers := n.ov.Peers()
-	n.bar.Shuffle(len(peers), func(i, j int) { peers[i], peers[j] = peers[j], peers[i] })
-	return peers[:min(k, len(peers))]
+// knownPeers is up to joinAskAll of the peers the overlay can draw, at
+// most Overlay's PerAddress of one shared address (Overlay.SampleUpTo):
+// one host's many identities count as one peer there too.
+func (n *Node) knownPeers(ctx context.Context) []peer.ID {
+	peers, err := n.ov.SampleUpTo(ctx, joinAskAll)
+	if err != nil {
+		return n.bar.Sample(ctx, psp.JoinSample)
+	}
+	return peers
 }
 
 const (
@@ -250,8 +261,9 @@ const (
 	joinQuorumWait = 10 * time.Second
 	// joinQuorumPoll is how often it asks.
 	joinQuorumPoll = time.Second
-	// joinQuorum answers are taken at once; so are joinAgreeing or more
-	// that are most of the answers and within soloStep of their median.
+	// joinQuorum answers, most of them (and at least joinAgreeing)
+	// within soloStep of their median, and fewer than joinDissent
+	// beyond it, are taken at once.
 	joinQuorum   = 5
 	joinAgreeing = 3
 	// joinDissent answers far from the median make the answers

@@ -1,7 +1,9 @@
 package node
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	"github.com/pspnode/pspnode/internal/builtin"
 	"github.com/pspnode/pspnode/internal/memnet"
@@ -51,4 +53,56 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 			t.Errorf("joiner's first parameter %v, want the fetched 0.25", got)
 		}
 	})
+}
+
+// A joiner whose answers split into camps (two or more far from the
+// median) asks every peer it can draw and waits the quorum wait before
+// taking the lower median; one dissenter alone is a single liar, and the
+// join settles at once; a join whose context ends returns within a poll.
+func TestContestedJoin(t *testing.T) {
+	for _, tc := range []struct {
+		name           string
+		honest, liars  int
+		ctxAfter       time.Duration // 0: none
+		wantStep       int64
+		atLeast, below time.Duration
+	}{
+		{"two liars far ahead: contested, the whole wait", 4, 2, 0, 200, joinQuorumWait, joinQuorumWait + 3*time.Second},
+		{"one liar: settled at once", 5, 1, 0, 200, 0, joinQuorumPoll},
+		{"contested, the context ends", 4, 2, 2 * time.Second, -1, 2 * time.Second, 2*time.Second + joinQuorumPoll + 2*time.Second},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			vclock.Test(t, func(t *testing.T) {
+				mn := memnet.New(0)
+				t.Cleanup(func() { _ = mn.Close() })
+				n := tc.honest + tc.liars + 1
+				nodes := buildTestNodesWith(t, n, "pssp:1:1", 0, memHosts(t, mn), nil)
+				for i, nd := range nodes[:n-1] {
+					nd.step.Store(200)
+					if i >= tc.honest {
+						nd.cfg.faults.StepLie = func(int64) int64 { return 1 << 40 }
+					}
+				}
+				joiner := nodes[n-1]
+				if !waitFor(30*time.Second, func() bool { return len(joiner.ov.Peers()) == n-1 }) {
+					t.Fatalf("the joiner knows %d peers, want %d", len(joiner.ov.Peers()), n-1)
+				}
+				ctx := t.Context()
+				if tc.ctxAfter > 0 {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, tc.ctxAfter)
+					defer cancel()
+				}
+				start := time.Now()
+				v := joiner.jobState(ctx, 0, false, nil)
+				took := time.Since(start)
+				if took < tc.atLeast || took >= tc.below {
+					t.Errorf("the join took %v, want [%v, %v)", took, tc.atLeast, tc.below)
+				}
+				if tc.wantStep >= 0 && v.adopt != tc.wantStep {
+					t.Errorf("adopted step %d from %d answers, want %d", v.adopt, v.observed, tc.wantStep)
+				}
+			})
+		})
+	}
 }

@@ -150,6 +150,9 @@ func (c *Checker) Drawn(peers []string, heardLately bool, now float64) {
 // below the threshold (Below at or under it) fails the check at once,
 // unasked, as its answer would have: the first such peer is the check's
 // one observation, at its known Step. Replacement draws are always
+// asked. With the pace rule on, a peer of the sample known behind
+// without a promise is excused without asking when the rule finds it slow
+// or far behind on a fresh record (Pace.JudgeUnasked); otherwise it is
 // asked. The caller should know steps only from answers it accepted
 // (those its screen passed, say), since they count as answers do.
 func (c *Checker) DrawnKnown(peers []string, known []Known, heardLately bool, now float64) {

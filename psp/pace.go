@@ -24,7 +24,9 @@ import (
 //   - A peer's pace I is its seconds per step: an EWMA of Δt/Δstep
 //     between successive observations of it at different steps (the
 //     answers to this node's queries, and the steps it knows without
-//     asking), each sample at most SampleCap times the estimate it
+//     asking at or above a check's threshold or below it by a promise;
+//     not those it knows behind without one: JudgeUnasked), each sample
+//     at most SampleCap times the estimate it
 //     updates. Until two observations, the node's own reference r. A peer
 //     seen at one step for t seconds steps at least every t/OverdueShare
 //     seconds: that is its pace if it is longer, so a peer that stops
@@ -305,21 +307,24 @@ func (p *Pace) Judge(peer string, step, threshold Step, now float64) Excuse {
 // it (from an answer or the work it took in earlier), to spare the round
 // trip: Holds unless the peer's record is fresh, that is its pace is
 // learnt (two observations at different steps) and its step last changed
-// within OverdueShare of that pace; then Judge's verdict on one step past
-// what the node knows (the peer may have taken a step since). A record
-// that is not fresh leaves the peer to be asked, so no peer is excused
-// for long on what the node learnt of it: a peer the node has stopped
-// hearing from is asked, and its answer judged as any. What the node
-// knows unasked is not observed into the record: a step taken from a
-// model that arrived a while ago, observed as if seen now, makes peers
-// look slower than they are (in a testnet of 64 on 70 ms links that cost
-// the fast nodes 1-6 % of their steps); the record learns from answers.
+// within OverdueShare of that pace; then Judge's verdict on the step the
+// peer may have reached since: the later of step and the record's, plus
+// the steps its pace allows since the record's step changed (at least
+// one, rounded up). A record that is not fresh leaves the peer to be
+// asked, so no peer is excused for long on what the node learnt of it: a
+// peer the node has stopped hearing from is asked, and its answer judged
+// as any. This call observes nothing: a peer known behind without a
+// promise is not observed into its record (a step taken from a model that
+// arrived a while ago, observed as if seen now, makes peers look slower
+// than they are: in a testnet of 64 on 70 ms links that cost the fast
+// nodes 1-6 % of their steps).
 func (p *Pace) JudgeUnasked(peer string, step, threshold Step, now float64) Excuse {
 	r, ok := p.peers[peer]
 	if !ok || !(r.interval > 0) || now-r.since > OverdueShare*r.interval {
 		return Holds
 	}
-	return p.Judge(peer, max(step, r.step)+1, threshold, now)
+	since := Step(max(1, math.Ceil((now-r.since)/r.interval)))
+	return p.Judge(peer, max(step, r.step)+since, threshold, now)
 }
 
 // makeRoom forgets the least recently observed peer at the cap.

@@ -318,6 +318,12 @@ func TestCheckerExcusesKnownSlowUnasked(t *testing.T) {
 		{"a peer known at or above the threshold counts as before", 40, Known{Step: 39, Seen: true}, "fast", 4.05, 0, 1, true, 0, 0, 1},
 		{"a peer at pace far behind is excused unasked", 60, Known{Step: 40, Seen: true}, "fast", 4.05, 40, 1, true, 0, 1, 1},
 		{"nothing known of it: asked", 40, Known{}, "slow", 4.1, 10, 2, true, 1, 0, 0},
+		// At pace, 9 behind the threshold as known: judged a step on
+		// (8 behind, not beyond the horizon), so asked; its answer at 41
+		// (the pace it shows now a little quicker) holds the node.
+		{"known 9 behind at pace: judged a step on, asked", 52, Known{Step: 41, Seen: true}, "fast", 4.05, 41, 2, false, 0, 0, 0},
+		// Known below its record's step (40): judged from the record's.
+		{"known below its record: judged at the record's step", 50, Known{Step: 35, Seen: true}, "fast", 4.05, 48, 2, true, 0, 0, 0},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -381,5 +387,20 @@ func TestJudgeUnaskedLearnsNothing(t *testing.T) {
 		if e := p.JudgeUnasked("unknown", step, 40, 4.1); e != Holds {
 			t.Errorf("step %d: a peer with no record: %v, want holds", step, e)
 		}
+	}
+	// Through a check: a drawn peer known behind, above its record's step,
+	// is judged, and its record stays as its answers made it.
+	c := NewChecker(CheckConfig{Spec: Spec{Kind: PSSP, Beta: 1, Staleness: 2}, Replacements: 2, Timing: testTiming, Pace: DefaultPaceConfig()}, nil)
+	for _, o := range steady(0, 10, 0.4, 0) {
+		c.Pace().Observe("slow", o.step, o.now)
+	}
+	before := c.Pace().Interval("slow", 4.1)
+	c.Start(CheckStart{Self: 40, Population: 3, Compute: 0.1, RTT: 0.001, Now: 4.1})
+	c.DrawnKnown([]string{"slow"}, []Known{{Step: 12, Seen: true}}, false, 4.1)
+	if out := c.Ready(); !out.Done || !out.Pass || out.Stats.Slow != 1 || out.Stats.Asked != 0 {
+		t.Errorf("a slow peer known behind: %+v, want passed unasked, excused slow", out)
+	}
+	if after := c.Pace().Interval("slow", 4.1); after != before {
+		t.Errorf("a check moved the record's pace from %v to %v", before, after)
 	}
 }
