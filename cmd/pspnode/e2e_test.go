@@ -84,6 +84,7 @@ func getStatus(p *proc) (status, error) {
 // and that pSSP keeps them within its bound, kills the bootstrap node with
 // SIGKILL, checks the others keep advancing, and stops them with SIGTERM.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -196,6 +197,7 @@ func TestIDCommand(t *testing.T) {
 // clock, as a user would: as a process of its own (the virtual clock ends
 // the process when the run ends), with both profiles and --out.
 func TestTestnetVirtualClock(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	cpu, heap, out := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof"), filepath.Join(dir, "out")
@@ -248,6 +250,7 @@ func TestTestnetVirtualClock(t *testing.T) {
 // TestTestnetVirtualClockInterrupt: SIGINT stops a virtual-clock run early;
 // it still reports the time it ran, and exits 0.
 func TestTestnetVirtualClockInterrupt(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--nodes", "6", "--duration", "1h", "--model", "none", "--barrier", "pssp:2:1", "--json")
 	errPipe, err := cmd.StderrPipe()

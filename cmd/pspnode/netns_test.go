@@ -101,6 +101,7 @@ func assertNothingLeft(t *testing.T, id, subnet string) {
 // NAT, one CPU-limited, all rate-limited) for a few seconds, checks its
 // report, and that nothing of it remains.
 func TestNetnsTestnet(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	out := t.TempDir()
@@ -137,6 +138,7 @@ func TestNetnsTestnet(t *testing.T) {
 // TestNetnsTestnetInterrupt: SIGINT stops a netns testnet in training; it
 // reports the time it ran, exits 0, and leaves nothing behind.
 func TestNetnsTestnetInterrupt(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--duration", "1h",
@@ -204,6 +206,7 @@ wait:
 // TestNetnsMissingTool: without nft, --nat is refused before anything is
 // made, with an error that names the tool and its package.
 func TestNetnsMissingTool(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -229,6 +232,7 @@ func TestNetnsMissingTool(t *testing.T) {
 // teardown), the kernel ends its node processes, and --cleanup removes the
 // namespaces, links and cgroups it left.
 func TestNetnsCleanupAfterKill(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--cpu-quota", "0.34:0.5",

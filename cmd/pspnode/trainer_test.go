@@ -51,6 +51,7 @@ func repoRoot(t *testing.T) string {
 // TestPythonClient runs the Python client's own tests against the
 // binary.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
 	root := repoRoot(t)
@@ -129,7 +130,9 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // leaves the others stepping; a fourth worker joins and starts from the
 // job's parameters (its first evaluations within 2 points of the
 // others'); a trainer with another model is refused with a message naming
-// both.
+// both. Not parallel, unlike the tests that mostly wait on daemons: its
+// trainers compute, about a core between them, and reach the accuracy
+// within a deadline.
 func TestTorchTrainers(t *testing.T) {
 	needPython(t)
 	bin := buildBinary(t)
@@ -254,6 +257,7 @@ func TestTorchTrainers(t *testing.T) {
 // standard input closes, as it does when the process that started it
 // exits, however it exits.
 func TestTrainerOwnedStopsWithStdin(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
@@ -303,6 +307,7 @@ func TestTrainerOwnedStopsWithStdin(t *testing.T) {
 // from outside the repository with no pspnode on PATH and no
 // $PSPNODE_BIN, starts the binary it carries and takes a step.
 func TestPythonPackageInstalls(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
 	root := repoRoot(t)
@@ -374,6 +379,7 @@ opt.close()
 // (make proto) makes of the .proto files now: a .proto changed without
 // `make proto` fails here.
 func TestPythonStubsCurrent(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	root := repoRoot(t)
 	dir := t.TempDir()
