@@ -48,23 +48,66 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// pythonAlone are the Python client's test modules that each take a
+// third or more of its tests' time: each runs in an interpreter of its
+// own, beside one interpreter for every other module.
+var pythonAlone = []string{"test_diloco", "test_optim"}
+
 // TestPythonClient runs the Python client's own tests against the
-// binary.
+// binary: every module under clients/python/tests, in three interpreters
+// at once (pythonAlone, and the rest). Their tests mostly wait on the
+// daemons they start, so together they take little more than the longest
+// alone. Each interpreter has its own temporary folder, where the client
+// puts its daemons' folders and removes those of dead owners.
 func TestPythonClient(t *testing.T) {
 	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
-	root := repoRoot(t)
+	dir := filepath.Join(repoRoot(t), "clients", "python", "tests")
+	files, err := filepath.Glob(filepath.Join(dir, "test_*.py"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test modules in %s (%v)", dir, err)
+	}
+	var rest []string
+	for _, f := range files {
+		if m := strings.TrimSuffix(filepath.Base(f), ".py"); !slices.Contains(pythonAlone, m) {
+			rest = append(rest, m)
+		}
+	}
+	groups := [][]string{rest}
+	for _, m := range pythonAlone {
+		if !slices.Contains(files, filepath.Join(dir, m+".py")) {
+			t.Fatalf("pythonAlone names %s, not a module in %s", m, dir)
+		}
+		groups = append(groups, []string{m})
+	}
+	type result struct {
+		out []byte
+		err error
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "clients", "python", "tests"))
-	cmd.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python tests: %v\n%s", err, out)
+	results := make([]chan result, len(groups))
+	for i, mods := range groups {
+		results[i] = make(chan result, 1)
+		cmd := exec.CommandContext(ctx, python, append([]string{"-m", "unittest", "-v"}, mods...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+t.TempDir())
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results[i] <- result{out, err}
+		}()
 	}
-	if !strings.Contains(string(out), "OK") || strings.Contains(string(out), "skipped") {
-		t.Fatalf("python tests did not all run:\n%s", out)
+	for i, mods := range groups {
+		t.Run(strings.Join(mods, ","), func(t *testing.T) {
+			r := <-results[i]
+			if r.err != nil {
+				t.Fatalf("python tests: %v\n%s", r.err, r.out)
+			}
+			if !strings.Contains(string(r.out), "\nOK") || strings.Contains(string(r.out), "skipped") {
+				t.Fatalf("python tests did not all run:\n%s", r.out)
+			}
+		})
 	}
 }
 
