@@ -8,19 +8,29 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/netns"
 )
 
+// netnsRuns lets one netns test run at a time: they run in parallel with
+// the other tests, not with each other, as a sweep (--cleanup) can take a
+// run that is starting or tearing down for one whose owner is gone, and
+// two runs starting at once can draw the same subnet.
+var netnsRuns sync.Mutex
+
 // needNetns fails (never skips: CI runs as root with the tools .ci/run
-// installs) when the netns transport cannot run here.
+// installs) when the netns transport cannot run here, and holds netnsRuns
+// until the test ends.
 func needNetns(t *testing.T) {
 	t.Helper()
 	if err := netns.Check(true); err != nil {
 		t.Fatalf("%v: run the tests as root after `make test-deps` has installed iproute2 and nftables", err)
 	}
+	netnsRuns.Lock()
+	t.Cleanup(netnsRuns.Unlock)
 }
 
 // netnsResult is the part of a netns testnet's JSON these tests read.
