@@ -15,6 +15,7 @@ import (
 // swarm key and train with it; a node with another key is told that
 // nothing of its job answers there.
 func TestRunFromAnAddress(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	key, other := filepath.Join(dir, "swarm.key"), filepath.Join(dir, "other.key")

@@ -43,6 +43,7 @@ type dilocoSummary struct {
 // model's. Every worker's held-out loss falls, each takes one outer step
 // per H inner steps, and each daemon sends bytes.
 func TestDiLoCoWorkers(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
 	root := repoRoot(t)
@@ -194,7 +195,9 @@ type matrixCell struct {
 // average through Nesterov's momentum fell from 0.93 to 0.10). In the
 // matrix this cell ended 0 to 38 % below the all-reduce's loss over 8
 // draws (seeds, barriers, encodings); with inner AdamW one draw of 6, at
-// load 11, ended 6 % above, so that cell is not run here.
+// load 11, ended 6 % above, so that cell is not run here. Not parallel:
+// its workers compute, and how much of the job's averaging arrives within
+// a round depends on the load.
 func TestDiLoCoMatrixCells(t *testing.T) {
 	needPython(t)
 	bin := buildBinary(t)

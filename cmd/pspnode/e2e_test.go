@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -18,19 +19,40 @@ import (
 	"github.com/pspnode/pspnode/internal/daemontest"
 )
 
-// buildBinary compiles pspnode once for the end-to-end tests.
+// built is the pspnode binary the tests run as a process: built once for
+// all of them (a link costs several CPU-seconds and most of a gigabyte),
+// in a folder TestMain removes.
+var built struct {
+	once sync.Once
+	dir  string
+	bin  string
+	err  error
+}
+
+// buildBinary compiles pspnode on its first call and returns the binary's
+// path; every call after returns the same binary, or the same error.
 func buildBinary(t *testing.T) string {
 	t.Helper()
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+	built.once.Do(func() {
+		gobin, err := exec.LookPath("go")
+		if err != nil {
+			gobin = filepath.Join(runtime.GOROOT(), "bin", "go")
+		}
+		if built.dir, err = os.MkdirTemp("", "pspnode-test-bin-"); err != nil {
+			built.err = err
+			return
+		}
+		bin := filepath.Join(built.dir, "pspnode")
+		if out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("go build: %w\n%s", err, out)
+			return
+		}
+		built.bin = bin
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
 	}
-	bin := filepath.Join(t.TempDir(), "pspnode")
-	out, err := exec.Command(gobin, "build", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
-	return bin
+	return built.bin
 }
 
 // proc is a running `pspnode run` process.
@@ -62,6 +84,7 @@ func getStatus(p *proc) (status, error) {
 // and that pSSP keeps them within its bound, kills the bootstrap node with
 // SIGKILL, checks the others keep advancing, and stops them with SIGTERM.
 func TestEndToEnd(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -174,6 +197,7 @@ func TestIDCommand(t *testing.T) {
 // clock, as a user would: as a process of its own (the virtual clock ends
 // the process when the run ends), with both profiles and --out.
 func TestTestnetVirtualClock(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	cpu, heap, out := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof"), filepath.Join(dir, "out")
@@ -226,6 +250,7 @@ func TestTestnetVirtualClock(t *testing.T) {
 // TestTestnetVirtualClockInterrupt: SIGINT stops a virtual-clock run early;
 // it still reports the time it ran, and exits 0.
 func TestTestnetVirtualClockInterrupt(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--nodes", "6", "--duration", "1h", "--model", "none", "--barrier", "pssp:2:1", "--json")
 	errPipe, err := cmd.StderrPipe()

@@ -20,6 +20,7 @@ import (
 // so in its log. (It used to join, fail its model fetch with a message
 // about a malformed model id, and train alone.)
 func TestRunRefusesAnotherModel(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
@@ -62,6 +63,7 @@ func TestRunRefusesAnotherModel(t *testing.T) {
 // a fresh model; when the others met it they quarantined its reports,
 // then waited for it to catch up.)
 func TestRestartedFirstNodeRejoins(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts processes")
 	}

@@ -16,13 +16,18 @@ import (
 // TestMain lets a test run this test binary as the pspnode command
 // (PSPNODE_TEST_MAIN=1, arguments as pspnode's), so that a test can read
 // everything the process writes to its real stderr, go-libp2p's own logs
-// included, without building the binary again.
+// included, without building the binary again. It removes the binary
+// buildBinary built for the other process tests.
 func TestMain(m *testing.M) {
 	if os.Getenv("PSPNODE_TEST_MAIN") == "1" {
 		probeListen = os.Getenv("PSPNODE_TEST_PROBE") != "0"
 		main()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	if built.dir != "" {
+		_ = os.RemoveAll(built.dir)
+	}
+	os.Exit(code)
 }
 
 // When a port is taken after the bind test (a race), the start itself

@@ -210,6 +210,7 @@ func TestBound(t *testing.T) {
 // TestTestnetProfiles runs a tiny testnet with both profiles and checks
 // that each file was written during training and says so on stderr.
 func TestTestnetProfiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	cpu, heap := filepath.Join(dir, "cpu.pprof"), filepath.Join(dir, "heap.pprof")
 	code, _, errs := runCLI(t, "testnet", "--clock", "real", "--nodes", "6", "--duration", "4s", "--warmup", "2s",

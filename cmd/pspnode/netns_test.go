@@ -8,19 +8,29 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pspnode/pspnode/internal/netns"
 )
 
+// netnsRuns lets one netns test run at a time: they run in parallel with
+// the other tests, not with each other, as a sweep (--cleanup) can take a
+// run that is starting or tearing down for one whose owner is gone, and
+// two runs starting at once can draw the same subnet.
+var netnsRuns sync.Mutex
+
 // needNetns fails (never skips: CI runs as root with the tools .ci/run
-// installs) when the netns transport cannot run here.
+// installs) when the netns transport cannot run here, and holds netnsRuns
+// until the test ends.
 func needNetns(t *testing.T) {
 	t.Helper()
 	if err := netns.Check(true); err != nil {
 		t.Fatalf("%v: run the tests as root after `make test-deps` has installed iproute2 and nftables", err)
 	}
+	netnsRuns.Lock()
+	t.Cleanup(netnsRuns.Unlock)
 }
 
 // netnsResult is the part of a netns testnet's JSON these tests read.
@@ -101,6 +111,7 @@ func assertNothingLeft(t *testing.T, id, subnet string) {
 // NAT, one CPU-limited, all rate-limited) for a few seconds, checks its
 // report, and that nothing of it remains.
 func TestNetnsTestnet(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	out := t.TempDir()
@@ -137,6 +148,7 @@ func TestNetnsTestnet(t *testing.T) {
 // TestNetnsTestnetInterrupt: SIGINT stops a netns testnet in training; it
 // reports the time it ran, exits 0, and leaves nothing behind.
 func TestNetnsTestnetInterrupt(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--duration", "1h",
@@ -204,6 +216,7 @@ wait:
 // TestNetnsMissingTool: without nft, --nat is refused before anything is
 // made, with an error that names the tool and its package.
 func TestNetnsMissingTool(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	dir := t.TempDir()
@@ -229,6 +242,7 @@ func TestNetnsMissingTool(t *testing.T) {
 // teardown), the kernel ends its node processes, and --cleanup removes the
 // namespaces, links and cgroups it left.
 func TestNetnsCleanupAfterKill(t *testing.T) {
+	t.Parallel()
 	needNetns(t)
 	bin := buildBinary(t)
 	cmd := exec.Command(bin, "testnet", "--transport", "netns", "--nodes", "3", "--nat", "1", "--cpu-quota", "0.34:0.5",

@@ -16,6 +16,7 @@ import (
 // idle connections held it up for 2 minutes (gRPC's wait for each
 // connection's preface).
 func TestTrainerDaemonSIGTERMExitsZero(t *testing.T) {
+	t.Parallel()
 	bin := buildBinary(t)
 	dir := t.TempDir()
 	start := func(name, boot string) *daemontest.Daemon {

@@ -48,22 +48,66 @@ func repoRoot(t *testing.T) string {
 	return root
 }
 
+// pythonAlone are the Python client's test modules that each take a
+// third or more of its tests' time: each runs in an interpreter of its
+// own, beside one interpreter for every other module.
+var pythonAlone = []string{"test_diloco", "test_optim"}
+
 // TestPythonClient runs the Python client's own tests against the
-// binary.
+// binary: every module under clients/python/tests, in three interpreters
+// at once (pythonAlone, and the rest). Their tests mostly wait on the
+// daemons they start, so together they take little more than the longest
+// alone. Each interpreter has its own temporary folder, where the client
+// puts its daemons' folders and removes those of dead owners.
 func TestPythonClient(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
-	root := repoRoot(t)
+	dir := filepath.Join(repoRoot(t), "clients", "python", "tests")
+	files, err := filepath.Glob(filepath.Join(dir, "test_*.py"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no test modules in %s (%v)", dir, err)
+	}
+	var rest []string
+	for _, f := range files {
+		if m := strings.TrimSuffix(filepath.Base(f), ".py"); !slices.Contains(pythonAlone, m) {
+			rest = append(rest, m)
+		}
+	}
+	groups := [][]string{rest}
+	for _, m := range pythonAlone {
+		if !slices.Contains(files, filepath.Join(dir, m+".py")) {
+			t.Fatalf("pythonAlone names %s, not a module in %s", m, dir)
+		}
+		groups = append(groups, []string{m})
+	}
+	type result struct {
+		out []byte
+		err error
+	}
 	ctx, cancel := context.WithTimeout(t.Context(), 4*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, python, "-m", "unittest", "discover", "-v", "-s", filepath.Join(root, "clients", "python", "tests"))
-	cmd.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1")
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		t.Fatalf("python tests: %v\n%s", err, out)
+	results := make([]chan result, len(groups))
+	for i, mods := range groups {
+		results[i] = make(chan result, 1)
+		cmd := exec.CommandContext(ctx, python, append([]string{"-m", "unittest", "-v"}, mods...)...)
+		cmd.Dir = dir
+		cmd.Env = append(os.Environ(), "PSPNODE_BIN="+bin, "PYTHONDONTWRITEBYTECODE=1", "TMPDIR="+t.TempDir())
+		go func() {
+			out, err := cmd.CombinedOutput()
+			results[i] <- result{out, err}
+		}()
 	}
-	if !strings.Contains(string(out), "OK") || strings.Contains(string(out), "skipped") {
-		t.Fatalf("python tests did not all run:\n%s", out)
+	for i, mods := range groups {
+		t.Run(strings.Join(mods, ","), func(t *testing.T) {
+			r := <-results[i]
+			if r.err != nil {
+				t.Fatalf("python tests: %v\n%s", r.err, r.out)
+			}
+			if !strings.Contains(string(r.out), "\nOK") || strings.Contains(string(r.out), "skipped") {
+				t.Fatalf("python tests did not all run:\n%s", r.out)
+			}
+		})
 	}
 }
 
@@ -129,7 +173,9 @@ func waitUntil(t *testing.T, timeout time.Duration, what string, cond func() boo
 // leaves the others stepping; a fourth worker joins and starts from the
 // job's parameters (its first evaluations within 2 points of the
 // others'); a trainer with another model is refused with a message naming
-// both.
+// both. Not parallel, unlike the tests that mostly wait on daemons: its
+// trainers compute, about a core between them, and reach the accuracy
+// within a deadline.
 func TestTorchTrainers(t *testing.T) {
 	needPython(t)
 	bin := buildBinary(t)
@@ -254,6 +300,7 @@ func TestTorchTrainers(t *testing.T) {
 // standard input closes, as it does when the process that started it
 // exits, however it exits.
 func TestTrainerOwnedStopsWithStdin(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("starts a process")
 	}
@@ -303,6 +350,7 @@ func TestTrainerOwnedStopsWithStdin(t *testing.T) {
 // from outside the repository with no pspnode on PATH and no
 // $PSPNODE_BIN, starts the binary it carries and takes a step.
 func TestPythonPackageInstalls(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	bin := buildBinary(t)
 	root := repoRoot(t)
@@ -329,11 +377,13 @@ func TestPythonPackageInstalls(t *testing.T) {
 	if len(built) != 1 || !strings.Contains(filepath.Base(built[0]), "-py3-none-linux_") {
 		t.Fatalf("wheels %v: want one platform wheel, py3-none-linux_*", built)
 	}
+	// The venv's pip is Debian's, which it sees: a venv of its own pip
+	// (ensurepip) costs several seconds more and installs the same.
 	venv := filepath.Join(dir, "venv")
-	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", venv).CombinedOutput(); err != nil {
+	if out, err := exec.Command(python, "-m", "venv", "--system-site-packages", "--without-pip", venv).CombinedOutput(); err != nil {
 		t.Fatalf("venv (Debian's python3-venv; make test-deps installs it): %v: %s", err, out)
 	}
-	pip := exec.Command(filepath.Join(venv, "bin", "pip"), "install", "--no-deps", "--no-index", built[0])
+	pip := exec.Command(filepath.Join(venv, "bin", "python"), "-m", "pip", "install", "--no-deps", "--no-index", built[0])
 	pip.Env = append(os.Environ(), "PIP_DISABLE_PIP_VERSION_CHECK=1")
 	if out, err := pip.CombinedOutput(); err != nil {
 		t.Fatalf("pip install %s: %v: %s", built[0], err, out)
@@ -374,6 +424,7 @@ opt.close()
 // (make proto) makes of the .proto files now: a .proto changed without
 // `make proto` fails here.
 func TestPythonStubsCurrent(t *testing.T) {
+	t.Parallel()
 	needPython(t)
 	root := repoRoot(t)
 	dir := t.TempDir()

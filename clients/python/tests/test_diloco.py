@@ -197,10 +197,23 @@ class WithDaemons(unittest.TestCase):
         self.assertEqual(a.compression, "int8")
         self.assertEqual(a.exchange, "epidemic:1:int8")
         b = self.make("dl-int8", mb, compression="int8", boot=self.boot(a))
-        merged = 0
+        merged, errors = 0, []
+
+        def one_round(opt, model, seed):
+            try:
+                train(opt, model, batches(seed, 3))
+            except Exception as e:  # surfaced below
+                errors.append(e)
+
+        # The two train at once, as workers do: each outer step waits (up
+        # to merge_wait) for the other's model of the round, which comes.
+        # (One after the other, every outer step waited out merge_wait.)
         for r in range(6):
-            train(a, ma, batches(30 + r, 3))
-            train(b, mb, batches(40 + r, 3))
+            ts = [threading.Thread(target=one_round, args=(a, ma, 30 + r)),
+                  threading.Thread(target=one_round, args=(b, mb, 40 + r))]
+            [t.start() for t in ts]
+            [t.join() for t in ts]
+            self.assertEqual(errors, [])
             merged += a.last_merged + b.last_merged
         self.assertGreater(merged, 0)
         self.assertGreater(a.client.status().node.updates_sent, 0)
