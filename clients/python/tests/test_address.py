@@ -7,6 +7,7 @@ import http.server
 import logging
 import os
 import socket
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -44,7 +45,9 @@ class Quiet(http.server.BaseHTTPRequestHandler):
 @unittest.skipUnless(BIN, "PSPNODE_BIN not set: run through `go test ./cmd/pspnode -run TestPythonClient`")
 class StartFromAnAddress(unittest.TestCase):
     def key(self):
-        path = os.path.join(tempfile.mkdtemp(prefix="pspnode-test-key-"), "swarm.key")
+        tmp = tempfile.mkdtemp(prefix="pspnode-test-key-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        path = os.path.join(tmp, "swarm.key")
         subprocess.run([BIN, "keygen", "--swarm-key", path], check=True, capture_output=True)
         return path
 

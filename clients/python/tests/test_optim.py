@@ -10,6 +10,7 @@ import logging
 import os
 import pickle
 import pydoc
+import shutil
 import signal
 import socket
 import subprocess
@@ -106,7 +107,9 @@ class TorchOptimizer(unittest.TestCase):
         sd = opt.state_dict()
         self.assertEqual(sd["pspnode"]["step"], 7)
         ck = {"model": m.state_dict(), "opt": sd, "sched": sched.state_dict()}
-        path = os.path.join(tempfile.mkdtemp(prefix="pspnode-sd-"), "ck.pt")
+        tmp = tempfile.mkdtemp(prefix="pspnode-sd-")
+        self.addCleanup(shutil.rmtree, tmp, True)
+        path = os.path.join(tmp, "ck.pt")
         torch.save(ck, path)
         opt.close()
         # A restarted worker: new model, new optimizer, a fresh daemon.
@@ -154,7 +157,9 @@ class TorchOptimizer(unittest.TestCase):
                 for _ in range(3):
                     self.train(opt, m, 1)
                     sched.step(1.0) if name == "ReduceLROnPlateau" else sched.step()
-                path = os.path.join(tempfile.mkdtemp(prefix="pspnode-sched-"), "ck.pt")
+                tmp = tempfile.mkdtemp(prefix="pspnode-sched-")
+                self.addCleanup(shutil.rmtree, tmp, True)
+                path = os.path.join(tmp, "ck.pt")
                 torch.save({"sched": sched.state_dict(), "opt": opt.state_dict()}, path)
                 ck = torch.load(path)
                 twin_opt = torch.optim.SGD(net().parameters(), lr=0.05, momentum=0.9)
