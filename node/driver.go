@@ -143,7 +143,7 @@ func (d *Driver) Begin(ctx context.Context, own psp.Step, report func(reason str
 	if n.ov.Joining() && !n.awaitFirstPeer(ctx, report) {
 		return Start{}, ctx.Err()
 	}
-	n.waitSubscribed(ctx) // gossip: a peer knows of this node's subscription
+	waitSubscribed(ctx, n.Gossip(), (*exchangeNode)(n).PeerCount()) // gossip: a peer knows of this node's subscription
 	if dst != nil && len(dst) != n.model.NumParams() {
 		return Start{}, fmt.Errorf("node: begin: a destination of %d values for a model of %d", len(dst), n.model.NumParams())
 	}
@@ -456,7 +456,7 @@ func (d *Driver) Population() (estimate, lrScale float64) {
 	n := d.n
 	lrScale = 1
 	if n.cfg.ScaleLR {
-		lrScale = 1 / max(n.lrPopulation(), 1)
+		lrScale = 1 / max(lrPopulation(&n.cfg, n.pop), 1)
 	}
 	return n.pop.Population(), lrScale
 }

@@ -58,7 +58,7 @@ func (n *Node) Run(ctx context.Context) error {
 			return err
 		}
 	}
-	n.waitMesh(ctx)
+	waitMesh(ctx, n.Gossip(), n.log)
 	defer n.checkpoint()
 	n.lastStepAt = time.Now()
 	for {
@@ -72,7 +72,7 @@ func (n *Node) Run(ctx context.Context) error {
 			n.realign(ctx) // on another lineage than the job's, or wedged (realign.go)
 		}
 		if pa, ok := n.model.(PopulationAware); ok && n.cfg.ScaleLR {
-			pa.SetPopulation(n.lrPopulation())
+			pa.SetPopulation(lrPopulation(&n.cfg, n.pop))
 		}
 		n.mergeTask() // epidemic: average in the models received
 		n.busy.Store(true)

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/libp2p/go-libp2p/core/peer"
@@ -104,11 +105,11 @@ func (m *exchangeModel) Apply(update []float32, step int64) error {
 // lrPopulation is the population the learning rate is scaled by (see
 // package exchange): the estimate under gossip, 1 under epidemic
 // (exchange.Kind.Averages).
-func (n *Node) lrPopulation() float64 {
-	if n.cfg.Exchange.Kind.Averages() {
+func lrPopulation(cfg *Config, pop *census) float64 {
+	if cfg.Exchange.Kind.Averages() {
 		return 1
 	}
-	return n.pop.Population()
+	return pop.Population()
 }
 
 // Gossip is the node's update topic, nil for a task without a model and
@@ -116,13 +117,13 @@ func (n *Node) lrPopulation() float64 {
 func (n *Node) Gossip() *gossip.Gossip { return exchange.TopicOf(n.exch()) }
 
 // waitMesh waits, within ctx, until what the node publishes on its
-// gossip topic reaches peers (gossip.Gossip.WaitMesh); Run calls it before
-// its first step. An exchange without a topic sends its models over
-// streams of their own, to peers sampled when they are sent: it has
-// nothing to wait for.
-func (n *Node) waitMesh(ctx context.Context) {
-	if t := n.Gossip(); t != nil && !t.WaitMesh(ctx) && ctx.Err() == nil {
-		n.log.Debug("no gossip mesh peer yet: the first updates may reach no one")
+// gossip topic t reaches peers (gossip.Gossip.WaitMesh); Run calls it
+// before its first step. An exchange without a topic (t nil) sends its
+// models over streams of their own, to peers sampled when they are sent:
+// it has nothing to wait for.
+func waitMesh(ctx context.Context, t *gossip.Gossip, log *slog.Logger) {
+	if t != nil && !t.WaitMesh(ctx) && ctx.Err() == nil {
+		log.Debug("no gossip mesh peer yet: the first updates may reach no one")
 	}
 }
 
@@ -130,16 +131,15 @@ func (n *Node) waitMesh(ctx context.Context) {
 // list a peer.
 const topicWait = 2 * time.Second
 
-// waitSubscribed waits, up to topicWait, until the node's gossip topic
-// lists a peer, when the node knows any: peers send their updates only to
+// waitSubscribed waits, up to topicWait, until the node's gossip topic t
+// lists a peer, when the node knows any (known > 0): peers send their updates only to
 // the subscribers they know of, and an update sent between the fetch of
 // the job's model and the moment peers learn of this node's subscription
 // would be missed for good. (Peers without a trainer are not subscribed:
 // a node whose known peers have none waits the whole bound.) The Driver
 // calls it when a session begins.
-func (n *Node) waitSubscribed(ctx context.Context) {
-	t := n.Gossip()
-	if t == nil || (*exchangeNode)(n).PeerCount() == 0 {
+func waitSubscribed(ctx context.Context, t *gossip.Gossip, known int) {
+	if t == nil || known == 0 {
 		return
 	}
 	deadline := time.Now().Add(topicWait)
@@ -174,10 +174,10 @@ func (n *Node) exchangeStats() exchange.Stats {
 	return st
 }
 
-// topicPayloadBytes is the update payload the gossip topic delivered (0
-// without a topic), for the gossip amplification (traffic.go).
-func (n *Node) topicPayloadBytes() uint64 {
-	if t := n.Gossip(); t != nil {
+// topicPayloadBytes is the update payload the gossip topic t delivered
+// (0 without a topic), for the gossip amplification (traffic.go).
+func topicPayloadBytes(t *gossip.Gossip) uint64 {
+	if t != nil {
 		return t.Stats().ReceivedBytes
 	}
 	return 0

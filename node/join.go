@@ -14,6 +14,8 @@ import (
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/lineage"
 	"github.com/pspnode/pspnode/internal/wire"
+	"github.com/pspnode/pspnode/node/barrier"
+	"github.com/pspnode/pspnode/overlay"
 	"github.com/pspnode/pspnode/psp"
 )
 
@@ -215,7 +217,7 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 	for {
 		var peers []peer.ID
 		if contested {
-			peers, askedAll = n.knownPeers(ctx), true
+			peers, askedAll = drawAll(ctx, n.ov, n.bar), true
 		} else {
 			peers = n.bar.Sample(ctx, psp.JoinSample)
 		}
@@ -244,13 +246,14 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 	}
 }
 
-// knownPeers is up to joinAskAll of the peers the overlay can draw, at
-// most Overlay's PerAddress of one shared address (Overlay.SampleUpTo):
-// one host's many identities count as one peer there too.
-func (n *Node) knownPeers(ctx context.Context) []peer.ID {
-	peers, err := n.ov.SampleUpTo(ctx, joinAskAll)
+// drawAll is up to joinAskAll of the peers ov can draw, at most
+// Overlay's PerAddress of one shared address (Overlay.SampleUpTo): one
+// host's many identities count as one peer there too. (A closed overlay:
+// the barrier's sample, which is then empty.)
+func drawAll(ctx context.Context, ov *overlay.Overlay, bar *barrier.Barrier) []peer.ID {
+	peers, err := ov.SampleUpTo(ctx, joinAskAll)
 	if err != nil {
-		return n.bar.Sample(ctx, psp.JoinSample)
+		return bar.Sample(ctx, psp.JoinSample)
 	}
 	return peers
 }

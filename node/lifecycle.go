@@ -75,7 +75,7 @@ func New(ctx context.Context, cfg Config, opts ...Option) (*Node, error) {
 		fixed: func() bool { return n.driver == nil || n.modelUp.Load() },
 	}
 	n.meter = status.NewMeter(cfg.Job)
-	n.reg.MustRegister(n.meter.Collector(n.topicPayloadBytes))
+	n.reg.MustRegister(n.meter.Collector(func() uint64 { return topicPayloadBytes(n.Gossip()) }))
 	n.nat = netsetup.NewNAT(n.reg)
 
 	inbound := 0 // the inbound limit of a host the node builds (connGuard)
