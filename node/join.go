@@ -169,8 +169,9 @@ type jobView struct {
 	// agreed: a strict majority of the answers, and at least
 	// joinAgreeing of them, lie within soloStep of the adopted step.
 	agreed bool
-	// contested: at least joinDissent answers lie farther than soloStep
-	// from the adopted step: the answers split into camps.
+	// contested: at least joinDissent answers beyond soloStep lie
+	// farther than soloStep from the adopted step: the answers of the
+	// running job split into camps.
 	contested bool
 }
 
@@ -199,7 +200,8 @@ type jobView struct {
 // answers are taken at once.
 //
 // Answers that split into camps (contested: joinDissent or more of them
-// far from the median, whatever their number) are not taken at once
+// past soloStep and far from the median, whatever their number; a peer
+// at soloStep or below, another joiner say, is no camp) are not taken at once
 // either: a camp of identities that claim a step far ahead can be most of
 // a joiner's first sample when it bootstrapped through one of them, even
 // where honest nodes are most of the job. Then jobState asks every peer
@@ -360,14 +362,19 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 	if ahead {
 		v.adopt = median
 	}
-	near := 0
+	near, far := 0, 0
 	for _, s := range steps {
-		if stepGap(s, median) <= soloStep {
+		switch {
+		case stepGap(s, median) <= soloStep:
 			near++
+		case s > soloStep:
+			far++ // a peer of the running job that disagrees
 		}
 	}
 	v.agreed = near >= joinAgreeing && 2*near > len(steps)
-	v.contested = len(steps)-near >= joinDissent
+	// Peers at soloStep or below (other joiners, still at their start)
+	// are no camp: they would make every join beside another one wait.
+	v.contested = far >= joinDissent
 	slices.SortStableFunc(on, func(a, b answered) int {
 		return cmp.Compare(stepGap(a.r.Step, v.adopt), stepGap(b.r.Step, v.adopt))
 	})

@@ -61,23 +61,24 @@ func testJoinAdopts(t *testing.T, ex exchange.Spec) {
 // join settles at once; a join whose context ends returns within a poll.
 func TestContestedJoin(t *testing.T) {
 	for _, tc := range []struct {
-		name           string
-		honest, liars  int
-		ctxAfter       time.Duration // 0: none
-		wantStep       int64
-		atLeast, below time.Duration
+		name                   string
+		honest, liars, joiners int           // joiners: peers still at step 0
+		ctxAfter               time.Duration // 0: none
+		wantStep               int64
+		atLeast, below         time.Duration
 	}{
-		{"two liars far ahead: contested, the whole wait", 4, 2, 0, 200, joinQuorumWait, joinQuorumWait + 3*time.Second},
-		{"one liar: settled at once", 5, 1, 0, 200, 0, joinQuorumPoll},
-		{"contested, the context ends", 4, 2, 2 * time.Second, -1, 2 * time.Second, 2*time.Second + joinQuorumPoll + 2*time.Second},
+		{"two liars far ahead: contested, the whole wait", 4, 2, 0, 0, 200, joinQuorumWait, joinQuorumWait + 3*time.Second},
+		{"one liar: settled at once", 5, 1, 0, 0, 200, 0, joinQuorumPoll},
+		{"other joiners at step 0 are no camp: settled at once", 5, 0, 3, 0, 200, 0, joinQuorumPoll},
+		{"contested, the context ends", 4, 2, 0, 2 * time.Second, -1, 2 * time.Second, 2*time.Second + joinQuorumPoll + 2*time.Second},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			vclock.Test(t, func(t *testing.T) {
 				mn := memnet.New(0)
 				t.Cleanup(func() { _ = mn.Close() })
-				n := tc.honest + tc.liars + 1
+				n := tc.honest + tc.liars + tc.joiners + 1
 				nodes := buildTestNodesWith(t, n, "pssp:1:1", 0, memHosts(t, mn), nil)
-				for i, nd := range nodes[:n-1] {
+				for i, nd := range nodes[:tc.honest+tc.liars] {
 					nd.step.Store(200)
 					if i >= tc.honest {
 						nd.cfg.faults.StepLie = func(int64) int64 { return 1 << 40 }
