@@ -163,17 +163,24 @@ bench-trainer: build
 compare-ddp: build
 	$(GO) run ./examples/torch/compare --bin $(BIN) --out results/ddp $(ARGS)
 
-## compare-diloco: pspnode.DiLoCo (pSSP, epidemic:3 and epidemic:1) beside
-## DiLoCo over a blocking gloo all-reduce and torch DDP, on the
-## character-level model of examples/diloco: 4 workers behind emulated
-## 70 ms / 400 Mbit/s links, none slow and one slowed x4, seeds 1-3; writes
-## a table and figures to results/diloco (root; about 2 hours; add
-## ARGS=--resume to go on after an interruption)
-compare-diloco: build
-	$(GO) run ./examples/diloco --bin $(BIN) --out results/diloco --tiers continent \
-	  --systems diloco/pssp:2:4/epidemic:3,diloco/pssp:2:4/epidemic:1,allreduce,ddp --slow 0,1 --seeds 1,2,3 \
+## compare-diloco: pspnode.DiLoCo (pSSP, epidemic:3 and epidemic:1, int8
+## models) beside DiLoCo over a blocking gloo all-reduce and torch DDP, on
+## the character-level model of examples/diloco: 4 workers behind emulated
+## links of the continent (70 ms, 400 Mbit/s) and consumer (30 ms,
+## 100 Mbit/s) tiers, none slow (every system) and one slowed x4 (no DDP:
+## no target needs it), seeds 1-3; writes runs.json, tables and figures to
+## results/diloco and the targets' judgement to results/diloco/targets.md
+## (root; 42 runs, about 2 hours on 2 cores: a DDP run trains its 400 s,
+## the others 1-3 minutes each; add ARGS=--resume to go on after an
+## interruption). See docs/trainer.md, "The targets over emulated links"
+DILOCO_FLAGS = --bin $(BIN) --out results/diloco --tiers continent,consumer --seeds 1,2,3 \
 	  --steps 1200 --H 100 --lr 1e-2 --ddp-lr 1e-2 --quota 0.5 --sleep 0.03 --target 2.0 --deadline 400s \
-	  --extra "--context 32" $(ARGS)
+	  --extra "--context 32"
+DILOCO_PSPNODE = diloco/pssp:2:4/epidemic:3:int8,diloco/pssp:2:4/epidemic:1:int8
+compare-diloco: build
+	$(GO) run ./examples/diloco $(DILOCO_FLAGS) --systems $(DILOCO_PSPNODE),allreduce,ddp --slow 0 $(ARGS)
+	$(GO) run ./examples/diloco $(DILOCO_FLAGS) --systems $(DILOCO_PSPNODE),allreduce --slow 1 --resume $(ARGS)
+	/usr/bin/python3 examples/diloco/targets.py results/diloco/runs.json | tee results/diloco/targets.md
 
 ## diloco-matrix: pspnode.DiLoCo on every cell of tasks (MNIST CNN and MLP,
 ## the character model) x inner SGD/AdamW x H 20/100 x 3/6 workers x

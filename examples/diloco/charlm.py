@@ -366,7 +366,7 @@ def main():
             st = daemon_opt.client.status()
             extra = {"daemon_out_bytes": st.node.out_bytes, "daemon_in_bytes": st.node.in_bytes,
                      "barrier_wait_s": st.node.barrier_wait_s, "models_averaged": st.node.models_averaged,
-                     "updates_received": st.node.updates_received}
+                     "updates_sent": st.node.updates_sent, "updates_received": st.node.updates_received}
         except Exception as e:  # the summary matters more than these
             log.warning("status: %s", e)
     summary = {"system": a.system, "rank": a.rank, "world": a.world, "slow": a.slow, "steps": step,

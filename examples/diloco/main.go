@@ -90,6 +90,13 @@ type run struct {
 	// Merged is how many peers' models (or deltas) the workers' outer
 	// steps merged (pspnode.DiLoCo).
 	Merged int `json:"merged"`
+	// DaemonOut is what the workers' daemons' streams carried out (the
+	// models and every other protocol's messages, without TCP/IP
+	// headers), and ModelsSent how many models (or moves) their exchanges
+	// sent: with the model's encoded size they split the daemons' bytes
+	// into the models' and the rest (pspnode systems; 0 otherwise).
+	DaemonOut  int64 `json:"daemon_out_bytes"`
+	ModelsSent int64 `json:"models_sent"`
 	// StepAtTarget is worker 0's step when it reached the target.
 	StepAtTarget int `json:"step_at_target"`
 	// Curve is worker 0's held-out loss over time.
@@ -321,6 +328,7 @@ type summary struct {
 	OuterSt  int          `json:"outer_steps"`
 	OutBytes int64        `json:"daemon_out_bytes"`
 	Merged   int          `json:"merged_total"`
+	Sent     int64        `json:"updates_sent"`
 }
 
 // worker is one charlm.py process.
@@ -518,6 +526,8 @@ func (c *config) tally(tier, sys string, sl, seed int, ws []*worker) (run, error
 		r.Duration = max(r.Duration, s.Elapsed)
 		r.Steps = append(r.Steps, s.Steps)
 		r.Merged += s.Merged
+		r.DaemonOut += s.OutBytes
+		r.ModelsSent += s.Sent
 		r.Losses = append(r.Losses, s.Final)
 		if len(s.Curve) == 0 {
 			continue // a DDP rank other than 0: rank 0's curve is every rank's

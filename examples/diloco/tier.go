@@ -32,6 +32,7 @@ var tierSpecs = []tierSpec{
 	{Name: "lan", Link: &netns.Link{Delay: 50 * time.Microsecond, Rate: 1e9 / 8}, RTT: 200 * time.Microsecond, Bits: 1e9},
 	{Name: "region", Link: &netns.Link{Delay: 5 * time.Millisecond, Rate: 1e9 / 8}, RTT: 20 * time.Millisecond, Bits: 1e9},
 	{Name: "continent", Link: &netns.Link{Delay: 17500 * time.Microsecond, Rate: 400e6 / 8}, RTT: 70 * time.Millisecond, Bits: 400e6},
+	{Name: "consumer", Link: &netns.Link{Delay: 7500 * time.Microsecond, Rate: 100e6 / 8}, RTT: 30 * time.Millisecond, Bits: 100e6},
 }
 
 func tierOf(name string) (tierSpec, error) {
