@@ -313,7 +313,9 @@ func (p *Pace) Judge(peer string, step, threshold Step, now float64) Excuse {
 // one, rounded up). A record that is not fresh leaves the peer to be
 // asked, so no peer is excused for long on what the node learnt of it: a
 // peer the node has stopped hearing from is asked, and its answer judged
-// as any. This call observes nothing: a peer known behind without a
+// as any. A peer known past its record's step that cannot be slow (it
+// made those steps within Factor of the node's pace, at most) Holds. This
+// call observes nothing: a peer known behind without a
 // promise is not observed into its record (a step taken from a model that
 // arrived a while ago, observed as if seen now, makes peers look slower
 // than they are: in a testnet of 64 on 70 ms links that cost the fast
@@ -321,6 +323,13 @@ func (p *Pace) Judge(peer string, step, threshold Step, now float64) Excuse {
 func (p *Pace) JudgeUnasked(peer string, step, threshold Step, now float64) Excuse {
 	r, ok := p.peers[peer]
 	if !ok || !(r.interval > 0) || now-r.since > OverdueShare*r.interval {
+		return Holds
+	}
+	// Known past the record's step: it made those steps within now −
+	// since, which bounds its pace from above without being learnt (an
+	// interval learnt across a start-up wait can be much longer than the
+	// peer's pace). A bound within the rule's factor is no slow peer.
+	if step > r.step && (now-r.since)/float64(step-r.step) <= p.cfg.Factor*p.ref {
 		return Holds
 	}
 	since := Step(max(1, math.Ceil((now-r.since)/r.interval)))

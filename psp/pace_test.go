@@ -371,22 +371,36 @@ func TestCheckerExcusesKnownSlowUnasked(t *testing.T) {
 // step from a model taken in a while ago) does not move the peer's record,
 // whether older or newer than it: only answers teach the rule a pace.
 func TestJudgeUnaskedLearnsNothing(t *testing.T) {
-	for _, step := range []Step{3, 10, 12} {
+	// "slow" was at step 10 at 4.0 s, a step every 0.4 s; at 4.7 s its
+	// record is fresh. Known at 11 then, it made that step in 0.7 s at
+	// most: no bound below the rule's factor, so still slow.
+	for _, step := range []Step{3, 10, 11} {
 		p := NewPace(DefaultPaceConfig())
 		p.SetCompute(0.1, 0.1)
 		for _, o := range steady(0, 10, 0.4, 0) {
 			p.Observe("slow", o.step, o.now)
 		}
-		before := p.Interval("slow", 4.1)
-		if e := p.JudgeUnasked("slow", step, 40, 4.1); e != Slow {
+		before := p.Interval("slow", 4.7)
+		if e := p.JudgeUnasked("slow", step, 40, 4.7); e != Slow {
 			t.Errorf("step %d: %v, want slow", step, e)
 		}
-		if after := p.Interval("slow", 4.1); after != before {
+		if after := p.Interval("slow", 4.7); after != before {
 			t.Errorf("step %d: the record's pace moved from %v to %v", step, before, after)
 		}
-		if e := p.JudgeUnasked("unknown", step, 40, 4.1); e != Holds {
+		if e := p.JudgeUnasked("unknown", step, 40, 4.7); e != Holds {
 			t.Errorf("step %d: a peer with no record: %v, want holds", step, e)
 		}
+	}
+	// Known two steps past its record 0.1 s after it: at most 0.05 s a
+	// step, within the rule's factor of the node's 0.1 s, whatever the
+	// record learnt (an interval learnt across a start-up wait): asked.
+	p := NewPace(DefaultPaceConfig())
+	p.SetCompute(0.1, 0.1)
+	for _, o := range steady(0, 10, 0.4, 0) {
+		p.Observe("slow", o.step, o.now)
+	}
+	if e := p.JudgeUnasked("slow", 12, 40, 4.1); e != Holds {
+		t.Errorf("a peer whose known steps bound its pace within the factor: %v, want holds", e)
 	}
 	// Through a check: a drawn peer known behind, above its record's step,
 	// is judged, and its record stays as its answers made it.
@@ -394,13 +408,13 @@ func TestJudgeUnaskedLearnsNothing(t *testing.T) {
 	for _, o := range steady(0, 10, 0.4, 0) {
 		c.Pace().Observe("slow", o.step, o.now)
 	}
-	before := c.Pace().Interval("slow", 4.1)
-	c.Start(CheckStart{Self: 40, Population: 3, Compute: 0.1, RTT: 0.001, Now: 4.1})
-	c.DrawnKnown([]string{"slow"}, []Known{{Step: 12, Seen: true}}, false, 4.1)
+	before := c.Pace().Interval("slow", 4.7)
+	c.Start(CheckStart{Self: 40, Population: 3, Compute: 0.1, RTT: 0.001, Now: 4.7})
+	c.DrawnKnown([]string{"slow"}, []Known{{Step: 11, Seen: true}}, false, 4.7)
 	if out := c.Ready(); !out.Done || !out.Pass || out.Stats.Slow != 1 || out.Stats.Asked != 0 {
 		t.Errorf("a slow peer known behind: %+v, want passed unasked, excused slow", out)
 	}
-	if after := c.Pace().Interval("slow", 4.1); after != before {
+	if after := c.Pace().Interval("slow", 4.7); after != before {
 		t.Errorf("a check moved the record's pace from %v to %v", before, after)
 	}
 }
