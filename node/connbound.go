@@ -6,6 +6,7 @@ import (
 
 	"github.com/libp2p/go-libp2p/core/host"
 
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/node/netsetup"
 	"github.com/pspnode/pspnode/node/status"
 )
@@ -43,7 +44,7 @@ func (g *connGuard) start() {
 				case <-g.kick:
 				}
 				g.trimInbound(time.Now(), g.inbound)
-				sleepCtx(g.life, netsetup.GuardPause)
+				vclock.Sleep(g.life, netsetup.GuardPause)
 			}
 		}()
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/gossip"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/exchange"
 )
@@ -144,7 +145,7 @@ func waitSubscribed(ctx context.Context, t *gossip.Gossip, known int) {
 	}
 	deadline := time.Now().Add(topicWait)
 	for len(t.Peers()) == 0 && time.Now().Before(deadline) && ctx.Err() == nil {
-		sleepCtx(ctx, 10*time.Millisecond)
+		vclock.Sleep(ctx, 10*time.Millisecond)
 	}
 }
 

@@ -1,9 +1,6 @@
 package node
 
 import (
-	"context"
-	"time"
-
 	"github.com/pspnode/pspnode/internal/faults"
 )
 
@@ -36,14 +33,4 @@ func (n *Node) lost() bool {
 	n.rngMu.Lock()
 	defer n.rngMu.Unlock()
 	return n.rng.Float64() < n.cfg.faults.Loss
-}
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

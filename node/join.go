@@ -13,6 +13,7 @@ import (
 
 	"github.com/pspnode/pspnode/internal/checkpoint"
 	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/barrier"
 	"github.com/pspnode/pspnode/overlay"
@@ -242,7 +243,7 @@ func (n *Node) jobState(ctx context.Context, own psp.Step, verify bool, dst []fl
 			}
 			return n.fetchJobModel(ctx, v, from, ahead, verify, dst)
 		}
-		if sleepCtx(ctx, min(joinQuorumPoll, time.Until(deadline))); ctx.Err() != nil {
+		if vclock.Sleep(ctx, min(joinQuorumPoll, time.Until(deadline))); ctx.Err() != nil {
 			return v
 		}
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/libp2p/go-libp2p/core/peer"
 
 	"github.com/pspnode/pspnode/internal/lineage"
+	"github.com/pspnode/pspnode/internal/vclock"
 	"github.com/pspnode/pspnode/internal/wire"
 	"github.com/pspnode/pspnode/node/status"
 )
@@ -72,7 +73,7 @@ func (a *stepAnswers) Answer(from peer.ID, q wire.StepRequest) (r wire.StepReply
 			return r, false, true
 		}
 		if f.ReplyDelay > 0 {
-			sleepCtx(ctx, f.ReplyDelay)
+			vclock.Sleep(ctx, f.ReplyDelay)
 		}
 		if f.StepLie != nil {
 			r.Step = f.StepLie(r.Step)

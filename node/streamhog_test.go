@@ -74,13 +74,13 @@ func holdStepStreams(ctx context.Context, h host.Host, nd *Node) {
 	for ctx.Err() == nil {
 		s, err := h.NewStream(ctx, nd.ID(), nd.stepExtID)
 		if err != nil {
-			sleepCtx(ctx, 20*time.Millisecond)
+			vclock.Sleep(ctx, 20*time.Millisecond)
 			continue
 		}
 		stop := context.AfterFunc(ctx, func() { _ = s.Reset() })
 		_, _ = s.Read(buf) // until nd resets it
 		stop()
 		_ = s.Reset()
-		sleepCtx(ctx, 20*time.Millisecond)
+		vclock.Sleep(ctx, 20*time.Millisecond)
 	}
 }

@@ -44,19 +44,7 @@ func TestSamplePerAddress(t *testing.T) {
 		cfg := DefaultConfig()
 		cfg.Seed = 3
 		cfg.PerAddress = tc.perAddress
-		o := bareOverlay(t, cfg)
-		peers := synthPeers(t, 3, 200)
-		now := time.Now()
-		sybil := make(map[peer.ID]bool)
-		for i, p := range peers {
-			m := o.touchLocked(p, true, now)
-			if i < 20 {
-				o.setAddrLocked(m, "203.0.113.7")
-				sybil[p] = true
-			} else {
-				o.setAddrLocked(m, fmt.Sprintf("198.51.100.%d", i))
-			}
-		}
+		o, sybil := sharedAddrOverlay(t, cfg, 3, 200, 20, "203.0.113.7")
 		verifyPool(o)
 		const draws = 200_000
 		hits := 0
@@ -65,12 +53,7 @@ func TestSamplePerAddress(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			in := 0
-			for _, p := range s {
-				if sybil[p] {
-					in++
-				}
-			}
+			in := countIn(s, sybil)
 			if tc.perAddress == 1 && in > 1 {
 				t.Fatalf("%d peers of one address in a sample, want at most 1", in)
 			}
@@ -89,12 +72,7 @@ func TestSamplePerAddress(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				in := 0
-				for _, p := range s {
-					if sybil[p] {
-						in++
-					}
-				}
+				in := countIn(s, sybil)
 				if in > 1 {
 					t.Fatalf("weighted full pass: %d peers of one address in a sample of 150, want at most 1", in)
 				}
@@ -223,19 +201,7 @@ func TestRTAddrFilter(t *testing.T) {
 func TestSampleUpTo(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Seed = 5
-	o := bareOverlay(t, cfg)
-	peers := synthPeers(t, 6, 30)
-	now := time.Now()
-	sybil := make(map[peer.ID]bool)
-	for i, p := range peers {
-		m := o.touchLocked(p, true, now)
-		if i < 20 {
-			o.setAddrLocked(m, "203.0.113.8")
-			sybil[p] = true
-		} else {
-			o.setAddrLocked(m, fmt.Sprintf("198.51.100.%d", i))
-		}
-	}
+	o, sybil := sharedAddrOverlay(t, cfg, 6, 30, 20, "203.0.113.8")
 	for _, tc := range []struct{ k, want, wantSybil int }{
 		{64, 11, 1}, // all 10 of their own, one of the 20
 		{5, 5, -1},  // fewer than there are: any 5, at most one of the 20
@@ -245,12 +211,7 @@ func TestSampleUpTo(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := 0
-		for _, p := range s {
-			if sybil[p] {
-				in++
-			}
-		}
+		in := countIn(s, sybil)
 		if len(s) != tc.want || in > 1 || (tc.wantSybil >= 0 && in != tc.wantSybil) {
 			t.Errorf("SampleUpTo(%d): %d peers, %d of the shared address; want %d, %d", tc.k, len(s), in, tc.want, tc.wantSybil)
 		}
@@ -258,4 +219,35 @@ func TestSampleUpTo(t *testing.T) {
 	if s, err := o.Sample(context.Background(), 30); err != nil || len(s) != 30 {
 		t.Errorf("Sample(30) of 30: %d, %v (it fills up past the cap)", len(s), err)
 	}
+}
+
+// sharedAddrOverlay is an overlay of n live synthetic peers (seed), the
+// first shared of them behind addr, the others at addresses of their own;
+// it returns the overlay and the set of the shared ones.
+func sharedAddrOverlay(t *testing.T, cfg Config, seed uint64, n, shared int, addr string) (*Overlay, map[peer.ID]bool) {
+	t.Helper()
+	o := bareOverlay(t, cfg)
+	now := time.Now()
+	in := make(map[peer.ID]bool)
+	for i, p := range synthPeers(t, seed, n) {
+		m := o.touchLocked(p, true, now)
+		if i < shared {
+			o.setAddrLocked(m, addr)
+			in[p] = true
+		} else {
+			o.setAddrLocked(m, fmt.Sprintf("198.51.100.%d", i))
+		}
+	}
+	return o, in
+}
+
+// countIn counts the peers of s in set.
+func countIn(s []peer.ID, set map[peer.ID]bool) int {
+	n := 0
+	for _, p := range s {
+		if set[p] {
+			n++
+		}
+	}
+	return n
 }

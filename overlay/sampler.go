@@ -77,13 +77,7 @@ func (o *Overlay) Sample(ctx context.Context, beta int) ([]peer.ID, error) {
 	if len(out) == beta {
 		return out, nil
 	}
-	for i := 0; i < len(o.draw); {
-		if m := o.draw[i]; !o.drawableLocked(m, now) {
-			o.removeDrawLocked(m) // moves the last one here
-			continue
-		}
-		i++
-	}
+	o.pruneDrawLocked(now)
 	if len(o.draw) < beta {
 		return nil, fmt.Errorf("%w: want %d, have %d drawable of %d known", ErrNotEnoughPeers, beta, len(o.draw), len(o.live))
 	}
@@ -110,6 +104,13 @@ func (o *Overlay) SampleUpTo(ctx context.Context, k int) ([]peer.ID, error) {
 	if o.closed {
 		return nil, ErrClosed
 	}
+	o.pruneDrawLocked(now)
+	return o.weightedLocked(k, false), nil
+}
+
+// pruneDrawLocked drops from the draw list the members no longer
+// drawable at now. mu is held.
+func (o *Overlay) pruneDrawLocked(now time.Time) {
 	for i := 0; i < len(o.draw); {
 		if m := o.draw[i]; !o.drawableLocked(m, now) {
 			o.removeDrawLocked(m) // moves the last one here
@@ -117,7 +118,6 @@ func (o *Overlay) SampleUpTo(ctx context.Context, k int) ([]peer.ID, error) {
 		}
 		i++
 	}
-	return o.weightedLocked(k, false), nil
 }
 
 // weightedLocked draws up to k of the draw list (every member drawable),

@@ -275,13 +275,3 @@ func done(f func()) {
 		f()
 	}
 }
-
-// sleepCtx sleeps for d or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
-}
