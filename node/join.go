@@ -167,8 +167,8 @@ type jobView struct {
 	// say (1.0.0), whom only a model reply tells.
 	said   bool
 	unsaid []peer.ID
-	// agreed: a strict majority of the answers, and at least
-	// joinAgreeing of them, lie within soloStep of the adopted step.
+	// agreed: a strict majority of the answers lie within soloStep of
+	// the adopted step.
 	agreed bool
 	// contested: at least joinDissent answers beyond soloStep lie
 	// farther than soloStep from the adopted step: the answers of the
@@ -187,7 +187,7 @@ type jobView struct {
 // whoever it was told to bootstrap through: when the job is beyond
 // soloStep, jobState takes the lower median of the answers at once only
 // when joinQuorum peers of the job answered and a strict majority of the
-// answers, at least joinAgreeing, lie within soloStep of that median
+// answers lie within soloStep of that median
 // (agreed); otherwise it asks a fresh sample every joinQuorumPoll, while
 // its overlay meets more of the job, until that holds or
 // joinQuorumWait passed, and then takes the median of what it heard.
@@ -267,11 +267,9 @@ const (
 	joinQuorumWait = 10 * time.Second
 	// joinQuorumPoll is how often it asks.
 	joinQuorumPoll = time.Second
-	// joinQuorum answers, most of them (and at least joinAgreeing)
-	// within soloStep of their median, and fewer than joinDissent
-	// beyond it, are taken at once.
-	joinQuorum   = 5
-	joinAgreeing = 3
+	// joinQuorum answers, most of them within soloStep of their median
+	// and fewer than joinDissent beyond it, are taken at once.
+	joinQuorum = 5
 	// joinDissent answers far from the median make the answers
 	// contested (one may be a single liar); joinAskAll bounds how many
 	// peers a contested join asks.
@@ -372,7 +370,7 @@ func (n *Node) readJob(ctx context.Context, peers []peer.ID, own psp.Step) (jobV
 			far++ // a peer of the running job that disagrees
 		}
 	}
-	v.agreed = near >= joinAgreeing && 2*near > len(steps)
+	v.agreed = 2*near > len(steps)
 	// Peers at soloStep or below (other joiners, still at their start)
 	// are no camp: they would make every join beside another one wait.
 	v.contested = far >= joinDissent
