@@ -1,6 +1,6 @@
 #!/usr/bin/python3
-"""A small character-level transformer language model, trained as one
-worker of a job under one of:
+"""A small character-level transformer language model (or, with --task,
+an MNIST model), trained as one worker of a job under one of:
 
   diloco     pspnode.DiLoCo: H inner AdamW steps, then an outer Nesterov
              step on the pseudo-gradient averaged by a pspnode daemon (the
@@ -124,7 +124,7 @@ def held_out(text, context, n=32):
 
 
 @torch.no_grad()
-def evaluate(model, data):
+def evaluate_loss(model, data):
     return float(loss_of(model, *data))
 
 
@@ -222,6 +222,10 @@ def main():
     ap.add_argument("--daemon-args", default="--barrier pssp:2:4 --exchange epidemic:1",
                     help="more `pspnode run` flags for the daemon (diloco, psp)")
     ap.add_argument("--bin", default=os.path.join(REPO, "bin", "pspnode"))
+    ap.add_argument("--task", choices=["charlm", "cnn", "mlp"], default="charlm",
+                    help="the model: this file's character model, or an MNIST model of examples/diloco/tasks.py (the "
+                         "7 018-parameter CNN or the 784-64-10 MLP on the repository's t10k images, each worker its "
+                         "DistributedSampler shard; --batch images a step)")
     ap.add_argument("--corpus", default=LICENSES)
     ap.add_argument("--d", type=int, default=32)
     ap.add_argument("--layers", type=int, default=2)
@@ -251,14 +255,25 @@ def main():
     logging.basicConfig(level=a.log.upper(), format=f"w{a.rank} %(asctime)s %(name)s: %(message)s")
     torch.set_num_threads(1)
 
-    train_text, held_text, vocab, digest = load_corpus(a.corpus)
     torch.manual_seed(a.init_seed)
-    model = CharLM(len(vocab), a.d, a.layers, context=a.context)
+    if a.task == "charlm":
+        train_text, held_text, vocab, digest = load_corpus(a.corpus)
+        model = CharLM(len(vocab), a.d, a.layers, context=a.context)
+        data = Windows(train_text, a.context, a.batch, seed=1000 * a.seed + a.rank)
+        val = held_out(held_text, a.context)
+        loss_fn, evaluate = loss_of, evaluate_loss
+    else:
+        import tasks  # the MNIST models and shards of the DiLoCo matrix
+        data = tasks.MNISTTask(a.task, a.rank, a.world, a.seed)
+        data.batch = a.batch
+        model, vocab, digest, val = data.model(), [], "", None
+        loss_fn = data.loss
+
+        def evaluate(m, _):
+            return data.evaluate(m)[0]
     n_params = sum(p.numel() for p in model.parameters())
     inner = torch.optim.AdamW(model.parameters(), lr=a.lr, betas=(0.9, 0.95), weight_decay=0.01)
     sched = torch.optim.lr_scheduler.LambdaLR(inner, lambda s: min(1.0, (s + 1) / max(1, a.warmup)))
-    data = Windows(train_text, a.context, a.batch, seed=1000 * a.seed + a.rank)
-    val = held_out(held_text, a.context)
     eval_every = a.eval_every or a.H
 
     stop = {"now": False}
@@ -320,7 +335,7 @@ def main():
     while step < a.steps and not stop["now"] and not (not gloo and past_deadline()):
         x, y = data.next()
         opt.zero_grad()
-        loss_of(model, x, y).backward()
+        loss_fn(model, x, y).backward()
         opt.step()
         sched.step()
         step += 1

@@ -99,6 +99,8 @@ type run struct {
 	ModelsSent int64 `json:"models_sent"`
 	// StepAtTarget is worker 0's step when it reached the target.
 	StepAtTarget int `json:"step_at_target"`
+	// Params is the model's parameter count.
+	Params int `json:"params"`
 	// Curve is worker 0's held-out loss over time.
 	Curve [][2]float64
 }
@@ -529,6 +531,7 @@ func (c *config) tally(tier, sys string, sl, seed int, ws []*worker) (run, error
 		r.DaemonOut += s.OutBytes
 		r.ModelsSent += s.Sent
 		r.Losses = append(r.Losses, s.Final)
+		r.Params = s.Params
 		if len(s.Curve) == 0 {
 			continue // a DDP rank other than 0: rank 0's curve is every rank's
 		}

@@ -25,16 +25,16 @@ import json
 import statistics
 import sys
 
-PARAMS = 32086  # examples/diloco/charlm.py, d 32, 2 layers, context 32
+PARAMS = 32086  # examples/diloco/charlm.py, d 32, 2 layers, context 32: runs that do not record theirs
 
 
-def model_bytes(system):
+def model_bytes(system, params):
     """The encoded size of one model the epidemic exchange sends."""
     if "int8" in system:
-        return PARAMS + 4 * -(-PARAMS // 256)
+        return params + 4 * -(-params // 256)
     if "bf16" in system:
-        return 2 * PARAMS
-    return 4 * PARAMS
+        return 2 * params
+    return 4 * params
 
 
 def rng(v, fmt):
@@ -55,7 +55,7 @@ def main():
     systems = sorted({r["system"] for r in runs}, key=lambda s: order.index(s) if s in order else 9)
     for tier in tiers:
         print(f"\n{tier}\n")
-        print("| slow | system | seeds | time to loss 2.00 | vs DDP (none slow) | vs all-reduce | bytes per trained sample "
+        print("| slow | system | seeds | time to the target | vs DDP (none slow) | vs all-reduce | bytes per trained sample "
               "| DDP's ÷ this | final loss | vs DDP's | on the wire per sample | daemons: models / rest per sample "
               "| CPU-s a run | peak RSS a worker | load |")
         print("|---" * 15 + "|")
@@ -82,8 +82,9 @@ def main():
                        for r in rs if ddp[r["seed"]] and sys_ != "ddp"]
                 wire = [r["wire_bytes"] / r["samples"] for r in rs if r["wire_bytes"] >= 0]
                 split = "—"
-                sp = [(r["models_sent"] * model_bytes(sys_) / r["samples"],
-                       (r["daemon_out_bytes"] - r["models_sent"] * model_bytes(sys_)) / r["samples"])
+                sp = [(r["models_sent"] * model_bytes(sys_, r.get("params") or PARAMS) / r["samples"],
+                       (r["daemon_out_bytes"] - r["models_sent"] * model_bytes(sys_, r.get("params") or PARAMS))
+                       / r["samples"])
                       for r in rs if r.get("models_sent")]
                 if sp:
                     split = f"{rng([m for m, _ in sp], '{:.0f}')} / {rng([o for _, o in sp], '{:.0f}')} B"
