@@ -16,7 +16,7 @@ const pollShareHelp = "waiting at a sampled barrier, re-check once per expected 
 
 // exchangeHelp is --exchange's help, shared by run and testnet
 // (node.Config.Exchange).
-const exchangeHelp = "how nodes combine their work: epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N; epidemic:S:bf16 or epidemic:S:int8 send it compressed, with error feedback; receivers take any encoding; a trailing :fragments=F sends and averages one of F slices a step, streaming DiLoCo's) or gossip (every update to every node over GossipSub: every node sees every gradient, traffic per node grows with N); see docs/exchange.md. Nodes of a job must agree"
+const exchangeHelp = "how nodes combine their work: epidemic:S (after each step the model goes to S peers drawn by the barrier's sampler, which average it with their own: traffic per node constant in N; epidemic:S:bf16, epidemic:S:int8 or epidemic:S:int4 send it compressed, with error feedback; receivers take any encoding; a trailing :fragments=F sends and averages one of F slices a step, streaming DiLoCo's) or gossip (every update to every node over GossipSub: every node sees every gradient, traffic per node grows with N); see docs/exchange.md. Nodes of a job must agree"
 
 // paceHelp is --pace's help, shared by run, testnet and sim
 // (psp.PaceConfig), naming the kinds the rule applies to.

@@ -16,19 +16,30 @@ import (
 //     float32 scale s (little-endian, finite, >= 0) and then one signed
 //     byte q per value, the value being q·s; the sender picks s =
 //     max|value|/127, so 1 + 4/Int8Chunk bytes a value.
+//   - EncodingInt4: the same chunks and scales, s = max|value|/7, each
+//     value a signed 4-bit q in [-8, 7] (the sender uses [-7, 7]), two to
+//     a byte, the first value in the low half; a chunk of odd length ends
+//     with an unused half byte. 1/2 + 4/Int8Chunk bytes a value.
 //
-// Decoding cannot make a value that is not finite from int8 (a scale that
+// Decoding cannot make a value that is not finite from int8 or int4 (a scale that
 // is not finite or < 0 is refused, ReasonBadScale); a bfloat16 NaN or
 // infinity decodes as one and is refused by the receiver's value check
 // like a float32's.
 const (
 	EncodingBF16 = 2
 	EncodingInt8 = 3
-	// Int8Chunk is the values that share one int8 scale.
+	EncodingInt4 = 4
+	// Int8Chunk is the values that share one int8 or int4 scale.
 	Int8Chunk = 256
 )
 
-// ReasonBadScale: an int8 chunk's scale is not finite or is negative.
+// Compressed says whether enc is one of the compressed encodings.
+func Compressed(enc byte) bool {
+	return enc == EncodingBF16 || enc == EncodingInt8 || enc == EncodingInt4
+}
+
+// ReasonBadScale: an int8 or int4 chunk's scale is not finite or is
+// negative.
 const ReasonBadScale Reason = "bad_scale"
 
 // EncodedLen is the bytes n values take in encoding enc.
@@ -38,6 +49,13 @@ func EncodedLen(enc byte, n int) int {
 		return 2 * n
 	case EncodingInt8:
 		return n + 4*((n+Int8Chunk-1)/Int8Chunk)
+	case EncodingInt4:
+		full, rest := n/Int8Chunk, n%Int8Chunk
+		b := full * (4 + Int8Chunk/2)
+		if rest > 0 {
+			b += 4 + (rest+1)/2
+		}
+		return b
 	}
 	return 4 * n
 }
@@ -50,11 +68,11 @@ func Quantize(enc byte, dst, src []float32) {
 		for i, x := range src {
 			dst[i] = fromBF16(toBF16(x))
 		}
-	case EncodingInt8:
+	case EncodingInt8, EncodingInt4:
 		var q [Int8Chunk]int8
 		for lo := 0; lo < len(src); lo += Int8Chunk {
 			hi := min(lo+Int8Chunk, len(src))
-			s := int8Chunk(q[:hi-lo], src[lo:hi])
+			s := quantizeChunk(q[:hi-lo], src[lo:hi], levels(enc))
 			for i := lo; i < hi; i++ {
 				dst[i] = float32(q[i-lo]) * s
 			}
@@ -71,21 +89,32 @@ func encodeValues(b []byte, enc byte, v []float32) []byte {
 		for _, x := range v {
 			b = binary.LittleEndian.AppendUint16(b, toBF16(x))
 		}
-	case EncodingInt8:
+	case EncodingInt8, EncodingInt4:
 		var q [Int8Chunk]int8
 		for lo := 0; lo < len(v); lo += Int8Chunk {
 			hi := min(lo+Int8Chunk, len(v))
-			s := int8Chunk(q[:hi-lo], v[lo:hi])
+			s := quantizeChunk(q[:hi-lo], v[lo:hi], levels(enc))
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(s))
-			for _, x := range q[:hi-lo] {
-				b = append(b, byte(x))
+			if enc == EncodingInt8 {
+				for _, x := range q[:hi-lo] {
+					b = append(b, byte(x))
+				}
+				continue
+			}
+			for i := 0; i < hi-lo; i += 2 {
+				lo4 := byte(q[i]) & 0x0f
+				var hi4 byte
+				if i+1 < hi-lo {
+					hi4 = byte(q[i+1]) << 4
+				}
+				b = append(b, lo4|hi4)
 			}
 		}
 	}
 	return b
 }
 
-// readValues reads len(v) values of encoding enc (bf16 or int8) from r
+// readValues reads len(v) values of encoding enc (bf16, int8 or int4) from r
 // into v, a chunk at a time: a refusal reason, or an error when r fails.
 func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 	var raw [4 + 2*Int8Chunk]byte
@@ -112,6 +141,22 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 			for i := lo; i < hi; i++ {
 				v[i] = float32(int8(b[4+i-lo])) * s
 			}
+		case EncodingInt4:
+			b := raw[:4+(hi-lo+1)/2]
+			if _, err := io.ReadFull(r, b); err != nil {
+				return "", err
+			}
+			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
+			if !(s >= 0) || math.IsInf(float64(s), 0) {
+				return ReasonBadScale, nil
+			}
+			for i := lo; i < hi; i++ {
+				x := b[4+(i-lo)/2]
+				if (i-lo)%2 == 1 {
+					x >>= 4
+				}
+				v[i] = float32(int8(x<<4)>>4) * s // sign-extend the half byte
+			}
 		default:
 			return ReasonBadEncoding, nil
 		}
@@ -119,25 +164,33 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 	return "", nil
 }
 
-// int8Chunk quantizes v to q (len(v) <= Int8Chunk) and returns the
-// scale: max|v|/127, each q the nearest whole multiple of it. Values that
-// are not finite make the scale 0 (the model is not sent then: the
-// sender checks its values before).
-func int8Chunk(q []int8, v []float32) float32 {
+// levels is the largest |q| encoding enc (int8 or int4) sends.
+func levels(enc byte) float32 {
+	if enc == EncodingInt4 {
+		return 7
+	}
+	return 127
+}
+
+// quantizeChunk quantizes v to q (len(v) <= Int8Chunk) and returns the
+// scale: max|v|/top, each q the nearest whole multiple of it, within
+// ±top. Values that are not finite make the scale 0 (the model is not
+// sent then: the sender checks its values before).
+func quantizeChunk(q []int8, v []float32, top float32) float32 {
 	var m float32
 	for _, x := range v {
 		if a := float32(math.Abs(float64(x))); a > m {
 			m = a
 		}
 	}
-	s := m / 127
+	s := m / top
 	if s == 0 || math.IsInf(float64(s), 0) || math.IsNaN(float64(s)) {
 		clear(q)
 		return 0
 	}
 	for i, x := range v {
 		r := math.RoundToEven(float64(x / s))
-		q[i] = int8(max(-127, min(127, r)))
+		q[i] = int8(max(-float64(top), min(float64(top), r)))
 	}
 	return s
 }

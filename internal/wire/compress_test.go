@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bytes"
 	"encoding/binary"
 	"io"
 	"log/slog"
@@ -18,8 +19,8 @@ import (
 )
 
 // Quantize is what a value decodes to: bf16 within half a unit of its
-// 8-bit mantissa, int8 within half its chunk's scale (max|v|/127), a
-// chunk of zeros exactly.
+// 8-bit mantissa, int8 within half its chunk's scale (max|v|/127), int4
+// within half of max|v|/7, a chunk of zeros exactly.
 func TestQuantizeBounds(t *testing.T) {
 	src := make([]float32, 3*Int8Chunk+5)
 	for i := range src {
@@ -31,7 +32,7 @@ func TestQuantizeBounds(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		enc  byte
-	}{{"bf16", EncodingBF16}, {"int8", EncodingInt8}} {
+	}{{"bf16", EncodingBF16}, {"int8", EncodingInt8}, {"int4", EncodingInt4}} {
 		dst := make([]float32, len(src))
 		Quantize(tc.enc, dst, src)
 		for lo := 0; lo < len(src); lo += Int8Chunk {
@@ -43,8 +44,11 @@ func TestQuantizeBounds(t *testing.T) {
 			for i := lo; i < hi; i++ {
 				err := math.Abs(float64(dst[i] - src[i]))
 				bound := math.Abs(float64(src[i])) / 256 // bf16: 2^-8 relative
-				if tc.enc == EncodingInt8 {
+				switch tc.enc {
+				case EncodingInt8:
 					bound = m / 127 / 2 * 1.0001
+				case EncodingInt4:
+					bound = m / 7 / 2 * 1.0001
 				}
 				if err > bound {
 					t.Fatalf("%s: value %d: %g decodes to %g, off by %g > %g", tc.name, i, src[i], dst[i], err, bound)
@@ -55,6 +59,51 @@ func TestQuantizeBounds(t *testing.T) {
 		Quantize(tc.enc, again, dst)
 		if !slices.Equal(again, dst) {
 			t.Errorf("%s: quantizing what a receiver takes changes it", tc.name)
+		}
+	}
+}
+
+// int4 packs two values a byte, the first in the low half: a chunk of odd
+// length takes a half byte more, and every q in [-8, 7] a byte can hold
+// decodes to q times the scale.
+func TestInt4Layout(t *testing.T) {
+	for _, tc := range []struct{ n, want int }{
+		{0, 0}, {1, 5}, {2, 5}, {3, 6}, {Int8Chunk, 4 + Int8Chunk/2}, {Int8Chunk + 1, 4 + Int8Chunk/2 + 5},
+	} {
+		if got := EncodedLen(EncodingInt4, tc.n); got != tc.want {
+			t.Errorf("EncodedLen(int4, %d) = %d, want %d", tc.n, got, tc.want)
+		}
+		v := make([]float32, tc.n)
+		for i := range v {
+			v[i] = float32(i%15-7) * 0.25
+		}
+		b := encodeValues(nil, EncodingInt4, v)
+		if len(b) != tc.want {
+			t.Fatalf("n %d: encoded in %d bytes, EncodedLen says %d", tc.n, len(b), tc.want)
+		}
+		got := make([]float32, tc.n)
+		if reason, err := readValues(bytes.NewReader(b), EncodingInt4, got); reason != "" || err != nil {
+			t.Fatalf("n %d: %q, %v", tc.n, reason, err)
+		}
+		want := make([]float32, tc.n)
+		Quantize(EncodingInt4, want, v)
+		if !slices.Equal(got, want) {
+			t.Errorf("n %d: decoded %v, Quantize says %v", tc.n, got, want)
+		}
+	}
+	// Every half byte a hostile sender may write, at scale 0.5.
+	raw := binary.LittleEndian.AppendUint32(nil, math.Float32bits(0.5))
+	for q := 0; q < 16; q += 2 {
+		raw = append(raw, byte(q)|byte(q+1)<<4)
+	}
+	got := make([]float32, 16)
+	if reason, err := readValues(bytes.NewReader(raw), EncodingInt4, got); reason != "" || err != nil {
+		t.Fatalf("%q, %v", reason, err)
+	}
+	for q := range 16 {
+		want := float32(int8(q<<4)>>4) * 0.5
+		if got[q] != want || want < -4 || want > 3.5 {
+			t.Errorf("half byte %#x decodes to %g, want %g", q, got[q], want)
 		}
 	}
 }
@@ -104,7 +153,7 @@ func TestExchangeCompressed(t *testing.T) {
 			lo, hi := BlockRange(b, n)
 			copy(dst, model[lo:hi])
 		}
-		for _, enc := range []byte{EncodingBF16, EncodingInt8} {
+		for _, enc := range []byte{EncodingBF16, EncodingInt8, EncodingInt4} {
 			k.vals = nil
 			o := Offer{Kind: 1, Encoding: enc, Step: 3, ModelID: 7, N: uint32(n), Block: ExchangeBlock, Count: 2}
 			reason, _, st, err := SendModel(t.Context(), hs[0], hs[1].ID(), "t", o, fill, nil, time.Second)
@@ -141,6 +190,11 @@ func TestExchangeCompressed(t *testing.T) {
 			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(scale))
 			return append(b, make([]byte, Int8Chunk)...)
 		}
+		int4Block := func(scale float32) []byte {
+			b := appendBlockHead(nil, 0, ExchangeBlock)
+			b = binary.LittleEndian.AppendUint32(b, math.Float32bits(scale))
+			return append(b, make([]byte, Int8Chunk/2)...)
+		}
 		bf16NaN := binary.LittleEndian.AppendUint16(appendBlockHead(nil, 0, ExchangeBlock), toBF16(float32(math.NaN())))
 		bf16NaN = append(bf16NaN, make([]byte, 2*ExchangeBlock-2)...)
 		for _, tc := range []struct {
@@ -152,6 +206,8 @@ func TestExchangeCompressed(t *testing.T) {
 			{"int8 scale NaN", EncodingInt8, int8Block(float32(math.NaN())), ReasonBadScale},
 			{"int8 scale +Inf", EncodingInt8, int8Block(float32(math.Inf(1))), ReasonBadScale},
 			{"int8 scale negative", EncodingInt8, int8Block(-1), ReasonBadScale},
+			{"int4 scale NaN", EncodingInt4, int4Block(float32(math.NaN())), ReasonBadScale},
+			{"int4 scale negative", EncodingInt4, int4Block(-1), ReasonBadScale},
 			{"bf16 NaN", EncodingBF16, bf16NaN, ReasonNonFinite},
 		} {
 			before := counted(rejected, string(tc.why))

@@ -49,13 +49,14 @@
 // before any of its bytes; a model taken follows in blocks, each judged
 // and added as it comes; a final answer says whether all of it was taken.
 //
-//	offer:   version u8 (2) | exchange u8 | encoding u8 (1: f32, 2: bf16, 3: int8) | 0 | step i64 |
+//	offer:   version u8 (2) | exchange u8 | encoding u8 (1: f32, 2: bf16, 3: int8, 4: int4) | 0 | step i64 |
 //	         model id u32 | n u32 | block u32 | first u32 | count u32
 //	verdict, final: version u8 (2) | status u8 (0: taken, else the reason's code) | exchange u8
 //	blocks:  as the model protocol's, the values in the offer's encoding:
 //	         f32 as there; bf16: count × u16 little-endian (a float32's upper half);
 //	         int8: per chunk of 256 values (the last shorter), scale f32 LE | that many × i8,
-//	         each value i8 × scale (compress.go)
+//	         each value i8 × scale; int4: the same chunks, scale f32 LE | ceil(that many / 2)
+//	         bytes, two signed 4-bit values a byte, low half first (compress.go)
 //
 // A model cut into fragments (streaming DiLoCo) goes one fragment per
 // offer: the offer's fourth byte is then 1 and it ends with the

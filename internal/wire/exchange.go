@@ -98,7 +98,7 @@ const EncodingFloat32 = 1
 // blocks follow.
 type Offer struct {
 	Kind     byte  // the sender's exchange (1: epidemic)
-	Encoding byte  // EncodingFloat32, EncodingBF16 or EncodingInt8 (compress.go)
+	Encoding byte  // EncodingFloat32, EncodingBF16, EncodingInt8 or EncodingInt4 (compress.go)
 	Step     int64 // the sender's steps when it offered the model
 	ModelID  uint32
 	N        uint32 // the model's values
@@ -173,7 +173,7 @@ func (o Offer) Check(id uint32, n int) Reason { return o.CheckLayout(id, Layout{
 // checkHead is what Check and CheckLayout check of every offer.
 func (o Offer) checkHead(id uint32, n int) Reason {
 	switch {
-	case o.Encoding != EncodingFloat32 && o.Encoding != EncodingBF16 && o.Encoding != EncodingInt8:
+	case o.Encoding != EncodingFloat32 && !Compressed(o.Encoding):
 		return ReasonBadEncoding
 	case o.ModelID != id:
 		return ReasonModelMismatch

@@ -46,7 +46,8 @@ type Spec struct {
 	S int
 	// Encoding is how an epidemic node's model travels (wire.Encoding*:
 	// 0 or wire.EncodingFloat32 float32, wire.EncodingBF16,
-	// wire.EncodingInt8), "epidemic:S:bf16" or "epidemic:S:int8". A node
+	// wire.EncodingInt8, wire.EncodingInt4), "epidemic:S:bf16",
+	// "epidemic:S:int8" or "epidemic:S:int4". A node
 	// sends a compressed model with error feedback: what a round's
 	// rounding left out of what it sent is added to the next round's
 	// model before it is rounded. It takes any encoding.
@@ -62,7 +63,7 @@ type Spec struct {
 }
 
 // encodings are the names of Spec.Encoding's compressed values.
-var encodings = map[string]byte{"bf16": wire.EncodingBF16, "int8": wire.EncodingInt8}
+var encodings = map[string]byte{"bf16": wire.EncodingBF16, "int8": wire.EncodingInt8, "int4": wire.EncodingInt4}
 
 // String renders the spec as Parse reads it.
 func (s Spec) String() string {
@@ -82,7 +83,7 @@ func (s Spec) String() string {
 }
 
 // Parse reads "gossip" or "epidemic:S" (S a whole number >= 1), then
-// optionally ":bf16" or ":int8" (models sent compressed), then
+// optionally ":bf16", ":int8" or ":int4" (models sent compressed), then
 // optionally ":fragments=F" (the model sent a fragment a round).
 func Parse(s string) (Spec, error) {
 	if s == "gossip" {
@@ -102,7 +103,7 @@ func Parse(s string) (Spec, error) {
 	if len(parts) > 0 && !strings.HasPrefix(parts[0], "fragments=") {
 		enc, known := encodings[parts[0]]
 		if !known {
-			return Spec{}, fmt.Errorf("%q: the model's encoding %q is not one of bf16, int8 (or none: float32)", s, parts[0])
+			return Spec{}, fmt.Errorf("%q: the model's encoding %q is not one of bf16, int8, int4 (or none: float32)", s, parts[0])
 		}
 		spec.Encoding, parts = enc, parts[1:]
 	}
@@ -114,7 +115,7 @@ func Parse(s string) (Spec, error) {
 		spec.Fragments, parts = f, parts[1:]
 	}
 	if len(parts) > 0 {
-		return Spec{}, fmt.Errorf("%q: want epidemic:S[:bf16|:int8][:fragments=F]", s)
+		return Spec{}, fmt.Errorf("%q: want epidemic:S[:bf16|:int8|:int4][:fragments=F]", s)
 	}
 	return spec, nil
 }

@@ -73,7 +73,7 @@ type epidemic struct {
 	ref []float32 // the model after the last step and average; nil before the first step
 	cur int       // the fragment of the last step pushed: the one its average takes in
 	has atomic.Bool
-	// Compressed sends (Config.Encoding bf16 or int8): sent is the model
+	// Compressed sends (Config.Encoding bf16, int8 or int4): sent is the model
 	// as receivers decode it, made once a round, and resid what rounding
 	// left out of it, added to the next round's model before it is
 	// rounded (error feedback); nil until the first compressed send.
@@ -352,10 +352,8 @@ func (e *epidemic) read(v *[]float32, lo, hi int, dst []float32) bool {
 	return true
 }
 
-// compressed says whether models go out in bf16 or int8.
-func (e *epidemic) compressed() bool {
-	return e.cfg.Encoding == wire.EncodingBF16 || e.cfg.Encoding == wire.EncodingInt8
-}
+// compressed says whether models go out in bf16, int8 or int4.
+func (e *epidemic) compressed() bool { return wire.Compressed(e.cfg.Encoding) }
 
 // quantizeRound makes sent, the model this round sends, from the
 // reference and the residual of the rounds before (error feedback): sent

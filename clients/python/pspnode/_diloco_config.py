@@ -12,10 +12,10 @@ _IMPLEMENTATION = {"foreach", "fused", "capturable", "differentiable"}
 
 
 # How the epidemic exchange sends the models (the daemon's --exchange
-# epidemic:S:ENCODING): float32, bfloat16, or int8 with a float32 scale
-# per 256 values; the sender feeds each round's rounding error into the
-# next round's model.
-COMPRESSIONS = ("none", "bf16", "int8")
+# epidemic:S:ENCODING): float32, bfloat16, or int8 or int4 with a float32
+# scale per 256 values; the sender feeds each round's rounding error into
+# the next round's model.
+COMPRESSIONS = ("none", "bf16", "int8", "int4")
 
 
 def _exchange_at(args):
@@ -32,7 +32,7 @@ def _exchange_at(args):
 
 def _spec(exchange: str):
     """An exchange spec's parts: (kind, S, encoding, fragments), as the
-    daemon's --exchange reads "gossip" or "epidemic:S[:bf16|:int8][:fragments=F]"
+    daemon's --exchange reads "gossip" or "epidemic:S[:bf16|:int8|:int4][:fragments=F]"
     (S None when it does not say)."""
     if not exchange.startswith("epidemic:"):
         return "gossip", None, "none", 1

@@ -68,11 +68,12 @@ step of a pspnode daemon:
   the previous round's, was measured worse: workers under pSSP drift
   apart by seconds, and the dropped models were most of the merges.)
   ``merge_wait=0`` is the daemon's plain Step.
-- **Compression** (``compression="none"``, ``"bf16"`` or ``"int8"``): the
-  epidemic exchange sends each round's model as float32, bfloat16 or int8
-  with a float32 scale per 256 values (the daemon's ``--exchange
-  epidemic:S``, ``epidemic:S:bf16``, ``epidemic:S:int8``), 1×, 2× or 3.9×
-  fewer bytes; the sender feeds the rounding error into the next round's
+- **Compression** (``compression="none"``, ``"bf16"``, ``"int8"`` or
+  ``"int4"``): the epidemic exchange sends each round's model as float32,
+  bfloat16, or int8 or int4 with a float32 scale per 256 values (the
+  daemon's ``--exchange epidemic:S``, ``epidemic:S:bf16``,
+  ``epidemic:S:int8``, ``epidemic:S:int4``), 1×, 2×, 3.9× or 7.5× fewer
+  bytes; the sender feeds the rounding error into the next round's
   model (error feedback), and a receiver refuses and counts a chunk whose
   scale is not finite or negative. The default (None): int8 for a daemon
   the optimizer starts under epidemic (its --exchange gets ":int8"; the
@@ -160,7 +161,7 @@ class DiLoCo(Session):
     each outer step with (outer step, merged, barrier reply). merge_wait:
     seconds an outer step waits after the barrier for the round's models
     (or deltas) to arrive (see the module comment). compression: "none",
-    "bf16" or "int8", how the epidemic exchange sends the models (default:
+    "bf16", "int8" or "int4", how the epidemic exchange sends the models (default:
     int8 for a daemon of its own, the daemon's encoding for another's; see
     the module comment). fragments: F, the fragments of θ_outer
     synchronised in turn (1 <= F <= H; see the module comment).

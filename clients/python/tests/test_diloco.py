@@ -69,7 +69,7 @@ class Refusals(unittest.TestCase):
                          ({"H": 5, "outer_lr": float("inf")}, "outer_lr"),
                          ({"H": 5, "outer_momentum": 1.0}, "outer_momentum"),
                          ({"H": 5, "merge_wait": -1}, "merge_wait"),
-                         ({"H": 5, "compression": "int4"}, "compression"),
+                         ({"H": 5, "compression": "int2"}, "compression"),
                          ({"H": 5, "fragments": 0}, "fragments"), ({"H": 2, "fragments": 3}, "fragments"),
                          ({"H": 5, "fragments": 2.0}, "fragments")]:
             with self.subTest(kw=kw):
