@@ -38,8 +38,8 @@ func Compressed(enc byte) bool {
 	return enc == EncodingBF16 || enc == EncodingInt8 || enc == EncodingInt4
 }
 
-// ReasonBadScale: an int8 or int4 chunk's scale is not finite or is
-// negative.
+// ReasonBadScale: an int8 or int4 chunk's scale is negative or not
+// finite, or so large that a value of the chunk would not be.
 const ReasonBadScale Reason = "bad_scale"
 
 // EncodedLen is the bytes n values take in encoding enc.
@@ -135,7 +135,7 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 				return "", err
 			}
 			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
-			if !(s >= 0) || math.IsInf(float64(s), 0) {
+			if !scaleOK(s, 128) {
 				return ReasonBadScale, nil
 			}
 			for i := lo; i < hi; i++ {
@@ -147,7 +147,7 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 				return "", err
 			}
 			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
-			if !(s >= 0) || math.IsInf(float64(s), 0) {
+			if !scaleOK(s, 8) {
 				return ReasonBadScale, nil
 			}
 			for i := lo; i < hi; i++ {
@@ -162,6 +162,13 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 		}
 	}
 	return "", nil
+}
+
+// scaleOK says whether a chunk's scale s is one a sender can make: not
+// negative, and finite times q, the largest |q| the encoding can hold
+// (128 for int8, 8 for int4), so that every value decodes finite.
+func scaleOK(s float32, q float64) bool {
+	return s >= 0 && float64(s)*q <= math.MaxFloat32
 }
 
 // levels is the largest |q| encoding enc (int8 or int4) sends.

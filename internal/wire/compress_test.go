@@ -206,6 +206,7 @@ func TestExchangeCompressed(t *testing.T) {
 			{"int8 scale NaN", EncodingInt8, int8Block(float32(math.NaN())), ReasonBadScale},
 			{"int8 scale +Inf", EncodingInt8, int8Block(float32(math.Inf(1))), ReasonBadScale},
 			{"int8 scale negative", EncodingInt8, int8Block(-1), ReasonBadScale},
+			{"int8 scale whose values overflow", EncodingInt8, int8Block(3e38), ReasonBadScale},
 			{"int4 scale NaN", EncodingInt4, int4Block(float32(math.NaN())), ReasonBadScale},
 			{"int4 scale negative", EncodingInt4, int4Block(-1), ReasonBadScale},
 			{"bf16 NaN", EncodingBF16, bf16NaN, ReasonNonFinite},
@@ -222,6 +223,29 @@ func TestExchangeCompressed(t *testing.T) {
 				t.Errorf("%s: counted %v (was %v); values taken: %v", tc.name, got, before, k.vals != nil)
 			}
 			k.mu.Unlock()
+		}
+	})
+}
+
+// FuzzReadValues: whatever bytes a peer sends in a compressed encoding,
+// reading them does not panic, and an int8 or int4 block that is not
+// refused decodes to finite values.
+func FuzzReadValues(f *testing.F) {
+	f.Add(byte(EncodingInt4), 3, []byte{0, 0, 0, 63, 0x12, 0xf8})
+	f.Add(byte(EncodingInt8), 2, []byte{0, 0, 128, 127, 1, 2})
+	f.Add(byte(EncodingBF16), 1, []byte{0x80, 0x7f})
+	f.Add(byte(9), 1, []byte{0})
+	f.Fuzz(func(t *testing.T, enc byte, n int, b []byte) {
+		n = min(max(n, 0), 3*Int8Chunk)
+		v := make([]float32, n)
+		reason, err := readValues(bytes.NewReader(b), enc, v)
+		if err != nil || reason != "" || (enc != EncodingInt8 && enc != EncodingInt4) {
+			return
+		}
+		for i, x := range v {
+			if math.IsNaN(float64(x)) || math.IsInf(float64(x), 0) {
+				t.Fatalf("encoding %d: value %d decoded to %g", enc, i, x)
+			}
 		}
 	})
 }
