@@ -14,7 +14,9 @@
 // Systems: "diloco/BARRIER/EXCHANGE" (pspnode.DiLoCo, its daemon under
 // that barrier and exchange), "allreduce" (the same outer step after a
 // gloo all_reduce), "ddp", "psp/BARRIER/EXCHANGE" (pspnode.Optimizer, an
-// exchange at every step) and "local" (one worker, for tuning).
+// exchange at every step) and "local" (one worker, for tuning); any of
+// them with "@FLAGS", charlm.py flags for that system's workers alone
+// ("diloco/pssp:2:4/epidemic:3:int8@--merge-wait=0.3").
 //
 // Tiers: "loopback" runs every worker on this machine's loopback. Run it
 // as root (the CPU quotas need the cgroup file system).
@@ -174,29 +176,35 @@ func (c *config) check() error {
 		}
 	}
 	for _, s := range c.systems {
-		if _, _, err := parseSystem(s); err != nil {
+		if _, _, _, err := parseSystem(s); err != nil {
 			return err
 		}
 	}
 	return os.MkdirAll(c.out, 0o755)
 }
 
-// parseSystem returns a system's kind and its daemon's flags.
-func parseSystem(s string) (kind string, daemonArgs []string, err error) {
+// parseSystem returns a system's kind, its daemon's flags and its
+// workers' own flags: a system may end with "@FLAGS", charlm.py flags
+// that come after --extra's for its workers alone (the last of a flag
+// given twice counts), e.g. "diloco/pssp:2:4/epidemic:3:int8@--merge-wait=0.3"
+// or "allreduce@--H=200".
+func parseSystem(s string) (kind string, daemonArgs, workerArgs []string, err error) {
+	s, flags, _ := strings.Cut(s, "@")
+	workerArgs = strings.Fields(flags)
 	parts := strings.Split(s, "/")
 	switch parts[0] {
 	case "allreduce", "ddp", "local":
 		if len(parts) > 1 {
-			return "", nil, fmt.Errorf("system %q: %s takes no barrier or exchange", s, parts[0])
+			return "", nil, nil, fmt.Errorf("system %q: %s takes no barrier or exchange", s, parts[0])
 		}
-		return parts[0], nil, nil
+		return parts[0], nil, workerArgs, nil
 	case "diloco", "psp":
 		if len(parts) != 3 {
-			return "", nil, fmt.Errorf("system %q: want %s/BARRIER/EXCHANGE, e.g. %s/pssp:2:4/epidemic:1", s, parts[0], parts[0])
+			return "", nil, nil, fmt.Errorf("system %q: want %s/BARRIER/EXCHANGE, e.g. %s/pssp:2:4/epidemic:1", s, parts[0], parts[0])
 		}
-		return parts[0], []string{"--barrier", parts[1], "--exchange", parts[2]}, nil
+		return parts[0], []string{"--barrier", parts[1], "--exchange", parts[2]}, workerArgs, nil
 	}
-	return "", nil, fmt.Errorf("system %q: want diloco/B/X, allreduce, ddp, psp/B/X or local", s)
+	return "", nil, nil, fmt.Errorf("system %q: want diloco/B/X, allreduce, ddp, psp/B/X or local (each with an optional @FLAGS)", s)
 }
 
 func (c *config) runAll(ctx context.Context) error {
@@ -345,7 +353,7 @@ type worker struct {
 // every worker started at once, training started at one instant once every
 // worker is ready (connected to its daemon's job, or to gloo's group).
 func (c *config) one(ctx context.Context, tierName, sys string, sl, seed int) (r run, err error) {
-	kind, dargs, _ := parseSystem(sys)
+	kind, dargs, wargs, _ := parseSystem(sys)
 	tier, _ := tierOf(tierName)
 	dir, err := os.MkdirTemp("", "pspnode-diloco-")
 	if err != nil {
@@ -414,7 +422,7 @@ func (c *config) one(ctx context.Context, tierName, sys string, sl, seed int) (r
 		if boot != "" {
 			args = append(args, "--bootstrap", boot)
 		}
-		args = append(args, strings.Fields(c.extra)...)
+		args = append(append(args, strings.Fields(c.extra)...), wargs...)
 		w.cmd = nw.command(i, python, args...)
 		w.cmd.Env = append(append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1", "OMP_NUM_THREADS=1"), nw.env()...)
 		w.cmd.SysProcAttr = childAttr()
