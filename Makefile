@@ -183,7 +183,7 @@ compare-diloco: build
 	/usr/bin/python3 examples/diloco/targets.py results/diloco/runs.json | tee results/diloco/targets.md
 
 ## compare-diloco-mnist: the same systems, tiers, seeds and slow settings on
-## the MNIST CNN of examples/diloco/tasks.py (7 018 parameters, 8 000
+## the MNIST CNN of examples/diloco/tasks.py (5 994 parameters, 8 000
 ## training images split among the 4 workers, 2 000 held out): 800 inner
 ## steps of 32 images, H 100, AdamW 3e-3 (DDP too, at 4x the batch),
 ## target held-out loss 0.10; writes to results/diloco-mnist (root; 42

@@ -217,14 +217,14 @@ def main():
     ap.add_argument("--bootstrap", default="", help="a peer's multiaddr (diloco, psp; none for rank 0)")
     ap.add_argument("--listen", default="/ip4/127.0.0.1/tcp/0", help="the daemon's listen multiaddr")
     ap.add_argument("--addr-file", default="", help="write the daemon's first listen address here (rank 0)")
-    ap.add_argument("--compression", choices=["none", "bf16", "int8"], default=None,
+    ap.add_argument("--compression", choices=["none", "bf16", "int8", "int4"], default=None,
                     help="pspnode.DiLoCo's compression (default: its own, int8 under epidemic)")
     ap.add_argument("--daemon-args", default="--barrier pssp:2:4 --exchange epidemic:1",
                     help="more `pspnode run` flags for the daemon (diloco, psp)")
     ap.add_argument("--bin", default=os.path.join(REPO, "bin", "pspnode"))
     ap.add_argument("--task", choices=["charlm", "cnn", "mlp"], default="charlm",
                     help="the model: this file's character model, or an MNIST model of examples/diloco/tasks.py (the "
-                         "7 018-parameter CNN or the 784-64-10 MLP on the repository's t10k images, each worker its "
+                         "5 994-parameter CNN or the 784-64-10 MLP on the repository's t10k images, each worker its "
                          "DistributedSampler shard; --batch images a step)")
     ap.add_argument("--corpus", default=LICENSES)
     ap.add_argument("--d", type=int, default=32)

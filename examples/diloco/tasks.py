@@ -2,7 +2,7 @@
 data split among the workers, its inner optimizers and a held-out
 evaluation, each small enough to train in seconds on one core.
 
-  cnn     MNIST, two stride-2 5×5 convolutions and a linear layer (7 018
+  cnn     MNIST, two stride-2 5×5 convolutions and a linear layer (5 994
           parameters), 8 000 training and 2 000 held-out images of the
           repository's t10k set (model/mnist), each worker its
           DistributedSampler shard
