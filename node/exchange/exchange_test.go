@@ -254,7 +254,7 @@ func TestTakeModelRefusesBadInput(t *testing.T) {
 	if got := o.Check(7, 3); got != wire.ReasonBadBlock {
 		t.Errorf("another block size: %q", got)
 	}
-	o.Block, o.Encoding = wire.ExchangeBlock, 4 // 2 and 3 are bf16 and int8
+	o.Block, o.Encoding = wire.ExchangeBlock, 5 // 2, 3 and 4 are bf16, int8 and int4
 	if got := o.Check(7, 3); got != gossip.ReasonBadEncoding {
 		t.Errorf("another encoding: %q", got)
 	}
