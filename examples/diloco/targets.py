@@ -32,6 +32,9 @@ def model_bytes(system, params):
     """The encoded size of one model the epidemic exchange sends."""
     if "int8" in system:
         return params + 4 * -(-params // 256)
+    if "int4" in system:
+        full, rest = divmod(params, 256)
+        return full * (4 + 128) + (4 + (rest + 1) // 2 if rest else 0)
     if "bf16" in system:
         return 2 * params
     return 4 * params
@@ -52,13 +55,19 @@ def main():
     by = {(r["tier"], r["slow_workers"], r["system"], r["seed"]): r for r in runs}
     tiers = sorted({r["tier"] for r in runs}, key=lambda t: ["continent", "consumer"].index(t) if t in ("continent", "consumer") else 9)
     order = ["diloco/pssp:2:4/epidemic:3:int8", "diloco/pssp:2:4/epidemic:1:int8", "allreduce", "ddp"]
-    systems = sorted({r["system"] for r in runs}, key=lambda s: order.index(s) if s in order else 9)
+    # Systems with their own worker flags (SYSTEM@FLAGS) after their plain form.
+    def rank(s):
+        base = s.split("@")[0]
+        return (order.index(base) if base in order else len(order), s)
+
+    systems = sorted({r["system"] for r in runs}, key=rank)
     for tier in tiers:
         print(f"\n{tier}\n")
         print("| slow | system | seeds | time to the target | vs DDP (none slow) | vs all-reduce | bytes per trained sample "
-              "| DDP's ÷ this | final loss | vs DDP's | on the wire per sample | daemons: models / rest per sample "
+              "| DDP's ÷ this | final loss | vs DDP's | on the wire per sample | DDP's ÷ this on the wire "
+              "| daemons: models / rest per sample "
               "| CPU-s a run | peak RSS a worker | load |")
-        print("|---" * 15 + "|")
+        print("|---" * 16 + "|")
         for slow in (0, 1):
             for sys_ in systems:
                 rs = [by[k] for k in sorted(by) if k[:3] == (tier, slow, sys_)]
@@ -81,17 +90,20 @@ def main():
                 dfl = [100 * (r["final_loss"] / ddp[r["seed"]]["final_loss"] - 1)
                        for r in rs if ddp[r["seed"]] and sys_ != "ddp"]
                 wire = [r["wire_bytes"] / r["samples"] for r in rs if r["wire_bytes"] >= 0]
+                fewer_wire = [ddp[r["seed"]]["wire_bytes"] / ddp[r["seed"]]["samples"] / (r["wire_bytes"] / r["samples"])
+                              for r in rs if ddp[r["seed"]] and sys_ != "ddp" and r["wire_bytes"] > 0
+                              and ddp[r["seed"]]["wire_bytes"] > 0]
                 split = "—"
                 sp = [(r["models_sent"] * model_bytes(sys_, r.get("params") or PARAMS) / r["samples"],
                        (r["daemon_out_bytes"] - r["models_sent"] * model_bytes(sys_, r.get("params") or PARAMS))
                        / r["samples"])
                       for r in rs if r.get("models_sent")]
                 if sp:
-                    split = f"{rng([m for m, _ in sp], '{:.0f}')} / {rng([o for _, o in sp], '{:.0f}')} B"
+                    split = f"{rng([m for m, _ in sp], '{:.1f}')} / {rng([o for _, o in sp], '{:.1f}')} B"
                 print(f"| {slow} | {sys_} | {','.join(map(str, seeds))} | {rng(t, '{:.0f}')} s | "
                       f"{rng(vs_ddp, '{:.2f}')}× | {rng(vs_ar, '{:.2f}')}× | {rng(bps, '{:.0f}')} B | "
                       f"{rng(fewer, '{:.0f}')}× | {rng(fl, '{:.3f}')} | {rng(dfl, '{:+.1f}')} % | "
-                      f"{rng(wire, '{:.0f}')} B | {split} | {rng([r['cpu_s'] for r in rs], '{:.0f}')} | "
+                      f"{rng(wire, '{:.1f}')} B | {rng(fewer_wire, '{:.0f}')}× | {split} | {rng([r['cpu_s'] for r in rs], '{:.0f}')} | "
                       f"{rng([r['peak_rss_bytes_per_worker'] / 1e6 for r in rs], '{:.0f}')} MB | "
                       f"{rng([r['load_average'] for r in rs], '{:.1f}')} |")
         print()
