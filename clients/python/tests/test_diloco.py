@@ -221,6 +221,10 @@ class WithDaemons(unittest.TestCase):
         with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
             self.make("dl-int8", mc, boot=self.boot(a), compression="none")
         self.assertIn("compression none", str(cm.exception))
+        me = net()  # int4's daemon runs (epidemic:1:int4), and is another compression
+        with self.assertRaises(pspnode.DiLoCoMismatch) as cm:
+            self.make("dl-int8", me, boot=self.boot(a), compression="int4")
+        self.assertIn("compression int4", str(cm.exception))
         md = net()
         with self.assertRaises(ValueError) as cm:
             self.make("dl-int8-own", md, compression="bf16", args=["--exchange", "gossip"])
