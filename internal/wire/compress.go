@@ -129,29 +129,22 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 			for i := lo; i < hi; i++ {
 				v[i] = fromBF16(binary.LittleEndian.Uint16(b[2*(i-lo):]))
 			}
-		case EncodingInt8:
-			b := raw[:4+hi-lo]
+		case EncodingInt8, EncodingInt4:
+			b := raw[:EncodedLen(enc, hi-lo)] // the chunk's scale, then its values
 			if _, err := io.ReadFull(r, b); err != nil {
 				return "", err
 			}
 			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
-			if !scaleOK(s, 128) {
+			if !scaleOK(s, levels(enc)+1) {
 				return ReasonBadScale, nil
 			}
+			q := b[4:]
 			for i := lo; i < hi; i++ {
-				v[i] = float32(int8(b[4+i-lo])) * s
-			}
-		case EncodingInt4:
-			b := raw[:4+(hi-lo+1)/2]
-			if _, err := io.ReadFull(r, b); err != nil {
-				return "", err
-			}
-			s := math.Float32frombits(binary.LittleEndian.Uint32(b))
-			if !scaleOK(s, 8) {
-				return ReasonBadScale, nil
-			}
-			for i := lo; i < hi; i++ {
-				x := b[4+(i-lo)/2]
+				if enc == EncodingInt8 {
+					v[i] = float32(int8(q[i-lo])) * s
+					continue
+				}
+				x := q[(i-lo)/2]
 				if (i-lo)%2 == 1 {
 					x >>= 4
 				}
@@ -167,8 +160,8 @@ func readValues(r io.Reader, enc byte, v []float32) (Reason, error) {
 // scaleOK says whether a chunk's scale s is one a sender can make: not
 // negative, and finite times q, the largest |q| the encoding can hold
 // (128 for int8, 8 for int4), so that every value decodes finite.
-func scaleOK(s float32, q float64) bool {
-	return s >= 0 && float64(s)*q <= math.MaxFloat32
+func scaleOK(s, q float32) bool {
+	return s >= 0 && float64(s)*float64(q) <= math.MaxFloat32
 }
 
 // levels is the largest |q| encoding enc (int8 or int4) sends.
