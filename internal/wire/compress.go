@@ -21,8 +21,9 @@ import (
 //     a byte, the first value in the low half; a chunk of odd length ends
 //     with an unused half byte. 1/2 + 4/Int8Chunk bytes a value.
 //
-// Decoding cannot make a value that is not finite from int8 or int4 (a scale that
-// is not finite or < 0 is refused, ReasonBadScale); a bfloat16 NaN or
+// Decoding cannot make a value that is not finite from int8 or int4: a
+// scale that is negative, not finite, or so large that a value of its
+// chunk would not be is refused (ReasonBadScale). A bfloat16 NaN or
 // infinity decodes as one and is refused by the receiver's value check
 // like a float32's.
 const (

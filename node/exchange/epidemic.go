@@ -352,9 +352,6 @@ func (e *epidemic) read(v *[]float32, lo, hi int, dst []float32) bool {
 	return true
 }
 
-// compressed says whether models go out in bf16, int8 or int4.
-func (e *epidemic) compressed() bool { return wire.Compressed(e.cfg.Encoding) }
-
 // quantizeRound makes sent, the model this round sends, from the
 // reference and the residual of the rounds before (error feedback): sent
 // = Q(ref + resid), resid = ref + resid − sent, block by block. A block

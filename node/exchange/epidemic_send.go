@@ -19,7 +19,7 @@ import (
 // is passed over for another), each read from the reference block by
 // block as it goes out.
 func (e *epidemic) sendModel(step int64) {
-	if e.compressed() {
+	if wire.Compressed(e.cfg.Encoding) {
 		e.quantizeRound()
 	}
 	e.sendMu.Lock()
@@ -63,7 +63,7 @@ func (e *epidemic) sendTo(p peer.ID, step int64) (last peer.ID) {
 		o.Fragment, o.Fragments = uint32(f), uint32(e.lay.Frags())
 	}
 	read := e.ReadModel
-	if e.compressed() {
+	if wire.Compressed(e.cfg.Encoding) {
 		o.Encoding, read = e.cfg.Encoding, e.readSent
 	}
 	fill := func(b int, dst []float32) {
